@@ -1,0 +1,41 @@
+"""KV-pool kernels: quantized paged storage and the ops that read and write it (installed as ``oxygen_ros.kernels``).
+
+Storage (``quant_spec``): ``KVQuantSpec`` names a format (fp32/fp16/bf16 passthrough, int8 with per token-head
+scales, fp8 e4m3 with per-head scales); ``KVBlocks`` holds one layer's K/V blocks ``[num_blocks, block_size, kvh,
+head_dim]`` and scales in that format.
+
+Ops, each with a torch reference (``*_torch``, the CPU runtime path) and a Triton kernel (``triton_impl``):
+
+* ``write_kv`` - store new tokens' K/V at flat slots, quantizing on the fly;
+* ``paged_decode_attention`` - one query per sequence over its blocks, dequantized in-kernel, GQA, ragged
+  lengths, optional per-block attention mass;
+* ``gather_kv`` - blocks -> contiguous dequantized K/V (prefill over a cached prefix);
+* ``requantize_blocks`` - blocks of one format -> another (tiers, fp8 rescaling);
+* ``copy_blocks`` - bitwise block copies with their scales (copy-on-write, moves between pools).
+
+``Fp8Calibrator`` (``calibration``) keeps fp8 scales fitted to recent writes, rescaling stored blocks with them.
+
+Dispatch (``dispatch``): the op's ``backend=`` argument, else ``$OXYGEN_KERNELS``, else ``auto``; ``auto`` runs
+Triton on CUDA tensors and torch elsewhere, ``triton`` forces the kernel (on CPU: the Triton interpreter, which
+needs ``TRITON_INTERPRET=1`` before triton's first import), ``torch`` forces the reference.
+"""
+
+from .blocks import copy_blocks, gather_kv, requantize_blocks
+from .calibration import Fp8Calibrator
+from .dispatch import ENV_VAR, use_triton
+from .paged_decode import paged_decode_attention
+from .quant_spec import KVBlocks, KVQuantSpec
+from .write_kv import write_kv
+
+__all__ = [
+    "ENV_VAR",
+    "Fp8Calibrator",
+    "KVBlocks",
+    "KVQuantSpec",
+    "copy_blocks",
+    "gather_kv",
+    "paged_decode_attention",
+    "requantize_blocks",
+    "use_triton",
+    "write_kv",
+]

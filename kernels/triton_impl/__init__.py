@@ -1,0 +1,1 @@
+"""Triton implementations of the ops in ``oxygen_ros.kernels``; imported only when a Triton kernel is launched."""

@@ -1,0 +1,97 @@
+"""Triton paged decode attention: one program per (sequence, kv-head), online softmax over tiles of whole blocks.
+
+Each program holds its kv-head's query heads as one tile (padded to 16 rows, the smallest ``tl.dot`` on GPUs) and
+streams the sequence's blocks through the table ``TILE_TOKENS`` tokens at a time.  Dequantization is folded into
+the math: codes go into the dots in fp32 and the per-token scales multiply score columns (K) and probability
+columns (V), so a scale costs one multiply per token instead of one per element.
+
+Block mass: with ``RETURN_LSE`` each program also writes, per query head, the log-sum-exp of the scores of every
+block and of the whole sequence.  A block's softmax mass for that head is ``exp(block_lse - lse)``; this is
+independent of the running maximum, so it needs no second pass over the keys.  The host sums it over heads.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from ..quant_spec import KVBlocks
+from .common import kind_code, load_codes, paged_tile, raw, round_for, scale_arg, tile_shape
+
+
+@triton.jit
+def _paged_decode_kernel(
+    q_ptr, k_cache, v_cache, k_scale, v_scale, table_ptr, context_ptr, out_ptr, lse_ptr, block_lse_ptr,
+    sm_scale, stride_qb, stride_qh, stride_tb, stride_ob, stride_oh,
+    num_heads, num_kv_heads, head_dim, block_size, max_blocks,
+    GROUP: tl.constexpr, G_PAD: tl.constexpr, D_PAD: tl.constexpr, BS_PAD: tl.constexpr, BLOCKS: tl.constexpr,
+    KIND: tl.constexpr, RETURN_LSE: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    context = tl.load(context_ptr + seq)
+    g = tl.arange(0, G_PAD)
+    heads = kv_head * GROUP + g
+    head_mask = g < GROUP
+    cols = tl.arange(0, D_PAD)
+    col_mask = cols < head_dim
+    q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + cols[None, :],
+                mask=head_mask[:, None] & col_mask[None, :], other=0.0).to(tl.float32)
+
+    m = tl.full([G_PAD], float("-inf"), tl.float32)
+    denom = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, D_PAD], tl.float32)
+    num_blocks = tl.cdiv(context, block_size)
+    table_row = table_ptr + seq * stride_tb
+    for first in range(0, num_blocks, BLOCKS):
+        _, valid, slots = paged_tile(table_row, first, context, block_size, BS_PAD, BLOCKS)
+        k, ks = load_codes(k_cache, k_scale, slots, valid, kv_head, num_kv_heads, cols, head_dim, KIND)
+        v, vs = load_codes(v_cache, v_scale, slots, valid, kv_head, num_kv_heads, cols, head_dim, KIND)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * (ks * sm_scale)[None, :]
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        denom = denom * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p * vs[None, :], v, input_precision="ieee")
+        m = m_new
+        if RETURN_LSE:
+            entries = first + tl.arange(0, BLOCKS)
+            block_sum = tl.sum(tl.reshape(p, [G_PAD, BLOCKS, BS_PAD]), axis=2)
+            block_lse = m_new[:, None] + tl.log(tl.maximum(block_sum, 1e-30))
+            tl.store(block_lse_ptr + (seq * num_heads + heads)[:, None] * max_blocks + entries[None, :], block_lse,
+                     mask=head_mask[:, None] & (entries < num_blocks)[None, :])
+
+    out = acc / denom[:, None]
+    tl.store(out_ptr + seq * stride_ob + heads[:, None] * stride_oh + cols[None, :], round_for(out, out_ptr),
+             mask=head_mask[:, None] & col_mask[None, :])
+    if RETURN_LSE:
+        tl.store(lse_ptr + seq * num_heads + heads, m + tl.log(denom), mask=head_mask)
+
+
+def paged_decode_attention(
+    q: torch.Tensor, blocks: KVBlocks, block_tables: torch.Tensor, context_lens: torch.Tensor, sm_scale: float,
+    block_mass: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """See ``kernels.paged_decode.paged_decode_attention``."""
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    block_tables = block_tables.contiguous()
+    num_seqs, num_heads, head_dim = q.shape
+    group = num_heads // blocks.num_kv_heads
+    max_blocks = block_tables.shape[1]
+    bs_pad, per_tile = tile_shape(blocks.block_size)
+    out = torch.empty_like(q)
+    want_mass = block_mass is not None
+    lse = torch.empty(num_seqs, num_heads, device=q.device, dtype=torch.float32) if want_mass else out
+    block_lse = (torch.full((num_seqs, num_heads, max_blocks), float("-inf"), device=q.device, dtype=torch.float32)
+                 if want_mass else out)
+    _paged_decode_kernel[(num_seqs, blocks.num_kv_heads)](
+        q, raw(blocks.k), raw(blocks.v), scale_arg(blocks.k_scale, blocks.k), scale_arg(blocks.v_scale, blocks.v),
+        block_tables, context_lens.contiguous(), out, lse, block_lse,
+        sm_scale, q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
+        num_heads, blocks.num_kv_heads, head_dim, blocks.block_size, max_blocks,
+        GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), D_PAD=max(16, triton.next_power_of_2(head_dim)),
+        BS_PAD=bs_pad, BLOCKS=per_tile, KIND=kind_code(blocks.k.dtype), RETURN_LSE=want_mass,
+    )
+    if want_mass:
+        block_mass += torch.exp(block_lse - lse[:, :, None]).sum(dim=1)
+    return out

@@ -1,0 +1,37 @@
+"""``write_kv``: store new tokens' K/V in pool blocks, quantizing on the fly (the pool's write path)."""
+
+import torch
+
+from .dispatch import Backend, use_triton
+from .quant import store_quantized
+from .quant_spec import KVBlocks
+
+
+def write_kv(
+    blocks: KVBlocks, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, backend: Backend | None = None
+) -> None:
+    """Store K/V ``[T, kvh, d]`` (fp32/fp16/bf16) at flat slots ``slot_mapping`` ``[T]`` (``block * block_size +
+    offset``); slots < 0 are skipped (tokens whose K/V is never kept).
+
+    Float storage converts; int8 computes each token-head's scale from its absmax and writes it with the codes;
+    fp8 divides by ``blocks``' per-head scales (keep them current with ``Fp8Calibrator.update`` first) and
+    saturates at +-448.  Slots must be distinct.
+    """
+    if k.shape != v.shape or k.shape[1:] != blocks.k.shape[2:] or slot_mapping.shape != k.shape[:1]:
+        raise ValueError(f"write_kv: k {tuple(k.shape)}, v {tuple(v.shape)}, slots {tuple(slot_mapping.shape)} do "
+                         f"not fit blocks of {tuple(blocks.k.shape[2:])} per token")
+    if use_triton(blocks.device, backend):
+        from .triton_impl import write_kv as impl
+
+        impl.write_kv(blocks, slot_mapping, k, v)
+    else:
+        write_kv_torch(blocks, slot_mapping, k, v)
+
+
+def write_kv_torch(blocks: KVBlocks, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Torch reference and CPU runtime path of ``write_kv``."""
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep]
+    for (data, scale), x in zip(blocks.planes, (k, v), strict=True):
+        flat_scale = scale.view(-1, scale.shape[-1]) if scale is not None and scale.dim() > 1 else scale
+        store_quantized(data.view(-1, *data.shape[2:]), flat_scale, slots, x[keep])

@@ -1,0 +1,324 @@
+"""The engine: one model, one unified KV pool, many requests from many tasks.
+
+submit() validates and queues a request, step() runs one forward pass for the scheduled batch and returns the
+requests that finished, abort() cancels one and frees its blocks at once.  Nothing here imports ROS.
+"""
+
+import hashlib
+import itertools
+import os
+import time
+
+import torch
+
+from oxygen_ros.config import EngineConfig, resolve_dtype
+from oxygen_ros.engine.block_hash import MultiModalSpan
+from oxygen_ros.engine.block_pool import BlockPool
+from oxygen_ros.engine.io import GenerateRequest, PoolStats, RequestOutput, TaskUsage
+from oxygen_ros.engine.kv_cache import KVCache, KVLayout
+from oxygen_ros.engine.kv_cache_manager import KVCacheManager
+from oxygen_ros.engine.model_runner import ModelRunner, ScheduledBatch
+from oxygen_ros.engine.request import TASK_TYPES, Request, RequestStatus
+from oxygen_ros.engine.scheduler import Scheduler
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.kernels import KVQuantSpec
+from oxygen_ros.models.pi05.model import PreparedPrefix
+from oxygen_ros.models.registry import ModelBundle, load_model
+
+SYSTEM_PROMPT = "You are the assistant of a robot. Answer briefly and only from the observation."
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, bundle: ModelBundle | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.device = config.torch_device()
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.bundle = bundle or load_model(config.model, self.device, self.dtype, config.seed)
+        self.tokenizer = self.bundle.tokenizer
+        b = self.bundle
+        self.layout = self._kv_layout()
+        self.kv_dtype_name = self.layout.name
+        self.max_model_len = min(config.max_model_len, b.max_position_embeddings)
+        num_blocks = self._num_blocks()
+        self.kv = KVCache(self.layout, num_blocks, self.device)
+        self.pool = BlockPool(num_blocks, config.enable_prefix_caching)
+        self.kv_manager = KVCacheManager(self.pool, self.kv, b.model_id, self.kv_dtype_name)
+        self.scheduler = Scheduler(config, self.kv_manager)
+        self.runner = ModelRunner(b.model, self.kv, self.device, vla=b.vla)
+        self.requests: dict[str, Request] = {}
+        self.last_batch = ScheduledBatch([], [])  # what the latest step computed, for benchmarks and timelines
+        self._ids = itertools.count()
+
+    def _kv_layout(self) -> KVLayout:
+        """The pool's storage formats from ``kv_dtype`` and ``kv_full_precision_layers``; bad values are rejected."""
+        cfg, b = self.config, self.bundle
+        try:
+            kv_dtype = self.dtype if cfg.kv_dtype == "auto" else KVQuantSpec.parse(cfg.kv_dtype).storage_dtype
+        except ValueError as exc:
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"kv_dtype: {exc}") from exc
+        bad = [i for i in cfg.kv_full_precision_layers if not 0 <= i < b.num_layers]
+        if bad:
+            raise EngineError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"kv_full_precision_layers {bad} out of range: {b.model_id} has layers 0..{b.num_layers - 1}",
+            )
+        return KVLayout(
+            b.num_layers, b.num_kv_heads, b.head_dim, cfg.block_size, kv_dtype,
+            tuple(sorted(set(cfg.kv_full_precision_layers))), self.dtype,
+        )
+
+    def _num_blocks(self) -> int:
+        """Blocks in the pool's byte budget; never more than every sequence at full length could use."""
+        budget = self.config.kv_cache_bytes
+        if budget == 0:
+            if self.device.type == "cuda":
+                free, _ = torch.cuda.mem_get_info(self.device)
+            else:
+                free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            budget = int(free * self.config.kv_cache_memory_fraction)
+        ceiling = self.config.max_num_seqs * -(-self.max_model_len // self.config.block_size)
+        num_blocks = min(self.layout.blocks_for_budget(budget), ceiling)
+        if num_blocks < 1:
+            raise EngineError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"KV budget of {budget} bytes holds no block of {self.layout.bytes_per_block} bytes",
+            )
+        return num_blocks
+
+    # --- requests -----------------------------------------------------------------------------------------------
+    def encode(self, greq: GenerateRequest) -> list[int]:
+        """Prompt token ids; with ``chat`` the observation text is the system turn, so every task asking about the
+        same observation shares the same leading tokens (and so the same KV blocks)."""
+        if not greq.chat:
+            return self.tokenizer.encode(greq.prompt)
+        messages = [{"role": "user", "content": greq.prompt}]  # no observation: the model's own default system turn
+        obs = greq.observation
+        if obs is not None and obs.text:
+            messages.insert(0, {"role": "system", "content": f"{SYSTEM_PROMPT}\nObservation: {obs.text}"})
+        return self.tokenizer.encode(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+    def submit(self, greq: GenerateRequest) -> str:
+        """Validate and queue; raises EngineError (nothing is allocated) when the request cannot be served."""
+        self._validate(greq)
+        prefix = self._vla_prefix(greq) if self.bundle.vla else None
+        prompt_ids = prefix.token_ids if prefix else self.encode(greq)
+        num_image_tokens = len(prefix.image_hashes) * self.bundle.model.config.tokens_per_image if prefix else 0
+        self._check_fits(prompt_ids, greq.sampling.max_new_tokens, num_image_tokens)
+        if len(self.scheduler.waiting) >= self.config.max_queue:
+            raise EngineError(
+                ErrorCode.RESOURCE_EXHAUSTED, f"queue full ({self.config.max_queue} waiting requests); retry later"
+            )
+        number = next(self._ids)
+        request_id = greq.request_id or f"req-{number}"
+        if request_id in self.requests:
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"request id {request_id!r} is already in use")
+        sampling = greq.sampling
+        generator = None
+        if not sampling.greedy or greq.want_actions:  # action noise is seeded per request too
+            seed = sampling.seed if sampling.seed is not None else self.config.seed + number
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+        req = Request(
+            request_id=request_id,
+            task_id=greq.task_id,
+            task_type=greq.task_type,
+            prompt_token_ids=prompt_ids,
+            sampling=sampling,
+            want_text=greq.want_text,
+            want_actions=greq.want_actions,
+            priority=greq.priority,
+            cache_salt=greq.cache_salt,
+            generator=generator,
+        )
+        if num_image_tokens:
+            images_key = hashlib.sha256("|".join(prefix.image_hashes).encode()).digest()
+            req.mm_spans = [MultiModalSpan(0, num_image_tokens, images_key)]  # every image token sees every image
+            req.bidirectional_len = num_image_tokens
+            req.pixels = prefix.pixels
+        self.requests[request_id] = req
+        self.scheduler.add(req)
+        return request_id
+
+    def _vla_prefix(self, greq: GenerateRequest) -> PreparedPrefix:
+        """[image tokens | prompt | state] of a VLA request; bad images or an over-long prompt -> INVALID_ARGUMENT."""
+        obs = greq.observation
+        try:
+            return self.bundle.model.prepare_prefix(
+                obs.images if obs else [], self.tokenizer.encode(greq.prompt), obs.state if obs and obs.state else None
+            )
+        except ValueError as exc:
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
+
+    def _validate(self, greq: GenerateRequest) -> None:
+        def bad(msg: str) -> EngineError:
+            return EngineError(ErrorCode.INVALID_ARGUMENT, msg)
+
+        if not greq.prompt.strip():
+            raise bad("the prompt is empty")
+        if greq.task_type not in TASK_TYPES:
+            raise bad(f"unknown task type {greq.task_type!r}; expected one of {list(TASK_TYPES)}")
+        if greq.want_actions and not self.bundle.vla:
+            raise EngineError(
+                ErrorCode.FAILED_PRECONDITION, f"model {self.bundle.model_id!r} has no action head (use a VLA model)"
+            )
+        if not (greq.want_text or greq.want_actions):
+            raise bad("the request asks for neither text nor actions")
+        s = greq.sampling
+        if s.max_new_tokens <= 0:
+            raise bad(f"max_new_tokens must be at least 1, got {s.max_new_tokens}")
+        if not (s.temperature >= 0.0 and 0.0 < s.top_p <= 1.0):  # also rejects NaN
+            raise bad(f"temperature must be >= 0 and top_p in (0, 1], got {s.temperature}, {s.top_p}")
+
+    def _check_fits(self, prompt_ids: list[int], max_new_tokens: int, prefix_bidirectional: int = 0) -> None:
+        total = len(prompt_ids) + max_new_tokens
+        if total > self.max_model_len:
+            raise EngineError(
+                ErrorCode.OUT_OF_RANGE,
+                f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the context of "
+                f"{self.max_model_len} tokens",
+            )
+        if prefix_bidirectional > self.config.max_num_batched_tokens:
+            raise EngineError(
+                ErrorCode.OUT_OF_RANGE,
+                f"{prefix_bidirectional} image tokens must be computed in one step, more than "
+                f"max_num_batched_tokens={self.config.max_num_batched_tokens}",
+            )
+        blocks = -(-total // self.config.block_size)
+        if blocks > self.pool.num_blocks:
+            raise EngineError(
+                ErrorCode.OUT_OF_RANGE, f"the request needs {blocks} KV blocks, the whole pool has {self.pool.num_blocks}"
+            )
+
+    def abort(self, request_id: str) -> RequestOutput:
+        """Cancel a queued or running request; its blocks are freed before this returns."""
+        req = self.requests.get(request_id)
+        if req is None:
+            raise EngineError(ErrorCode.NOT_FOUND, f"no active request {request_id!r}")
+        self._finish(req, "abort")
+        out = self._output(req)
+        out.error_code, out.message = ErrorCode.CANCELLED, "cancelled by the caller"
+        return out
+
+    # --- running ------------------------------------------------------------------------------------------------
+    @property
+    def has_unfinished(self) -> bool:
+        return self.scheduler.num_unfinished > 0
+
+    def step(self) -> list[RequestOutput]:
+        """One forward pass over the next scheduled batch; returns the requests that finished in it."""
+        batch = self.last_batch = self.scheduler.schedule()
+        if not batch.requests:
+            return []
+        now = time.perf_counter()
+        for req in batch.requests:
+            if req.first_scheduled_s is None:
+                req.first_scheduled_s = now
+        sampled = self.runner.execute(batch)
+        acting = [r for r in batch.requests if r.want_actions and r.actions is None and r.prefill_done]
+        if acting:
+            self.runner.sample_actions(acting, self.config.num_denoise_steps)
+        finished = []
+        for req in batch.requests:
+            self.kv_manager.commit(req)
+            if not req.want_text and req.actions is not None:
+                self._finish(req, "actions")
+                finished.append(self._output(req))
+                continue
+            token = sampled.get(req.request_id)
+            if token is None:
+                continue
+            req.output_token_ids.append(token)
+            if req.first_token_s is None:
+                req.first_token_s = time.perf_counter()
+            reason = self._stop_reason(req, token)
+            if reason:
+                self._finish(req, reason)
+                finished.append(self._output(req))
+        if self.config.debug_checks:
+            self.check_invariants()
+        return finished
+
+    def _stop_reason(self, req: Request, token: int) -> str:
+        s = req.sampling
+        if token in s.stop_token_ids or (not s.ignore_eos and token in self.tokenizer.eos_token_ids):
+            return "stop"
+        if len(req.output_token_ids) >= s.max_new_tokens or req.num_tokens >= self.max_model_len:
+            return "length"
+        return ""
+
+    def _finish(self, req: Request, reason: str) -> None:
+        self.scheduler.remove(req)
+        req.status, req.finish_reason = RequestStatus.FINISHED, reason
+        req.finished_s = time.perf_counter()
+        del self.requests[req.request_id]
+
+    def _output(self, req: Request) -> RequestOutput:
+        start = req.first_scheduled_s or req.finished_s
+        return RequestOutput(
+            request_id=req.request_id,
+            task_id=req.task_id,
+            task_type=req.task_type,
+            text=self.tokenizer.decode(req.output_token_ids),
+            token_ids=list(req.output_token_ids),
+            finish_reason=req.finish_reason,
+            prompt_tokens=req.num_prompt_tokens,
+            reused_prefix_tokens=req.num_cached_tokens,
+            generated_tokens=len(req.output_token_ids),
+            queue_ms=(start - req.arrival_s) * 1e3,
+            latency_ms=(req.finished_s - req.arrival_s) * 1e3,
+            actions=None if req.actions is None else req.actions.cpu().numpy(),
+        )
+
+    def generate(self, requests: list[GenerateRequest]) -> list[RequestOutput]:
+        """Submit all, run to completion, return outputs in submission order."""
+        ids = [self.submit(r) for r in requests]
+        done: dict[str, RequestOutput] = {}
+        while len(done) < len(ids):
+            for out in self.step():
+                done[out.request_id] = out
+        return [done[i] for i in ids]
+
+    # --- introspection ------------------------------------------------------------------------------------------
+    def active_requests(self) -> list[Request]:
+        return list(self.requests.values())
+
+    def check_invariants(self) -> None:
+        self.pool.check_invariants(r.block_table for r in self.requests.values())
+
+    def stats(self) -> PoolStats:
+        pool, bs = self.pool, self.config.block_size
+        filled: dict[int, int] = {}
+        by_task: dict[str, tuple[str, set[int]]] = {}
+        for req in self.requests.values():
+            for i, block_id in enumerate(req.block_table):
+                tokens = min(max(req.num_computed_tokens - i * bs, 0), bs)
+                filled[block_id] = max(filled.get(block_id, 0), tokens)
+            by_task.setdefault(req.task_id, (req.task_type, set()))[1].update(req.block_table)
+        allocated = len(filled) * bs
+        tasks = [
+            TaskUsage(
+                task_id=task_id,
+                task_type=task_type,
+                kv_dtype=self.kv_dtype_name,
+                blocks=len(blocks),
+                shared_blocks=sum(1 for b in blocks if pool.blocks[b].ref_count > 1),
+                bytes=len(blocks) * self.layout.bytes_per_block,
+            )
+            for task_id, (task_type, blocks) in sorted(by_task.items())
+        ]
+        return PoolStats(
+            model=self.bundle.model_id,
+            block_size=bs,
+            total_blocks=pool.num_blocks,
+            free_blocks=pool.num_free,
+            cached_blocks=pool.num_cached,
+            used_blocks=pool.num_used,
+            shared_blocks=pool.num_shared,
+            prefix_hit_rate=pool.prefix_hit_rate,
+            fragmentation=1.0 - sum(filled.values()) / allocated if allocated else 0.0,
+            evictions=pool.evictions,
+            active_requests=len(self.scheduler.running),
+            queued_requests=len(self.scheduler.waiting),
+            bytes_per_block=self.layout.bytes_per_block,
+            tasks=tasks,
+        )

@@ -1,0 +1,83 @@
+"""What callers hand the engine and what they get back (plain data, no torch, no ROS)."""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.errors import ErrorCode
+
+
+@dataclass
+class Observation:
+    """What the robot perceives at one instant: text from a scene describer and/or camera images."""
+
+    observation_id: str = ""
+    text: str = ""
+    images: list[np.ndarray] = field(default_factory=list)  # HxWx3 uint8 RGB
+    state: list[float] = field(default_factory=list)
+
+
+@dataclass
+class GenerateRequest:
+    prompt: str
+    task_id: str = "default"
+    task_type: str = "generic"  # vqa | instruction | navigation | generic
+    observation: Observation | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    want_text: bool = True
+    want_actions: bool = False
+    priority: int = 0
+    cache_salt: str = ""
+    request_id: str = ""  # empty: the engine assigns one
+    chat: bool = True  # wrap in the model's chat template, the observation as the shared system turn
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    task_id: str
+    task_type: str
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str = ""  # stop | length | abort
+    error_code: ErrorCode | None = None
+    message: str = ""
+    prompt_tokens: int = 0
+    reused_prefix_tokens: int = 0
+    generated_tokens: int = 0
+    queue_ms: float = 0.0
+    latency_ms: float = 0.0
+    actions: np.ndarray | None = None  # [horizon, action_dim]
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is None
+
+
+@dataclass
+class TaskUsage:
+    task_id: str
+    task_type: str
+    kv_dtype: str
+    blocks: int
+    shared_blocks: int
+    bytes: int
+
+
+@dataclass
+class PoolStats:
+    model: str
+    block_size: int
+    total_blocks: int
+    free_blocks: int
+    cached_blocks: int
+    used_blocks: int
+    shared_blocks: int
+    prefix_hit_rate: float
+    fragmentation: float  # allocated-but-empty token slots / allocated slots, over blocks in use
+    evictions: int
+    active_requests: int
+    queued_requests: int
+    bytes_per_block: int
+    tasks: list[TaskUsage] = field(default_factory=list)

@@ -1,0 +1,114 @@
+"""Per-request view of the pool: block tables, prefix reuse, slot growth, copy-on-write, release.
+
+The block pool knows blocks; this class knows which request holds which blocks and what their tokens hash to.
+"""
+
+from oxygen_ros.engine.block_hash import block_hash_chain, root_hash
+from oxygen_ros.engine.block_pool import BlockPool
+from oxygen_ros.engine.kv_cache import KVCache
+from oxygen_ros.engine.request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class KVCacheManager:
+    def __init__(self, pool: BlockPool, kv: KVCache, model_id: str, kv_dtype: str) -> None:
+        self.pool = pool
+        self.kv = kv
+        self.block_size = kv.layout.block_size
+        self.model_id = model_id
+        self.kv_dtype = kv_dtype
+
+    def _root(self, req: Request) -> bytes:
+        return root_hash(self.model_id, self.kv_dtype, req.cache_salt)
+
+    def reusable_hashes(self, req: Request) -> list[bytes]:
+        """Hashes of the full blocks a waiting request may reuse (its last token is always computed).
+
+        A preempted request resumes through the same path: its generated tokens' blocks are hits too.
+        """
+        reusable = (req.num_tokens - 1) // self.block_size
+        tokens = req.all_token_ids[: reusable * self.block_size]
+        return block_hash_chain(self._root(req), tokens, self.block_size, req.mm_spans)
+
+    def admit(self, req: Request, hashes: list[bytes] | None = None) -> bool:
+        """Give a waiting request blocks for all its tokens, reusing the longest cached prefix.
+
+        Returns False, changing nothing, when the pool cannot hold the prompt now.
+        """
+        hashes = self.reusable_hashes(req) if hashes is None else hashes
+        hits: list[int] = []
+        for h in hashes:
+            block_id = self.pool.lookup(h)
+            if block_id is None:
+                break
+            hits.append(block_id)
+        need = cdiv(req.num_tokens, self.block_size) - len(hits)
+        reclaimable_hits = sum(1 for b in hits if self.pool.blocks[b].ref_count == 0)
+        if need > self.pool.num_available - reclaimable_hits:
+            return False
+        self.pool.prefix_queries += len(hashes)
+        self.pool.prefix_hits += len(hits)
+        for block_id in hits:
+            self.pool.acquire(block_id)
+        req.block_table = hits + self.pool.allocate(need)
+        req.block_hashes = hashes[: len(hits)]
+        req.num_computed_tokens = len(hits) * self.block_size
+        req.num_cached_tokens = min(max(req.num_cached_tokens, req.num_computed_tokens), req.num_prompt_tokens)
+        return True
+
+    def blocks_needed(self, req: Request, num_new_tokens: int) -> int:
+        """Blocks to allocate before ``num_new_tokens`` more tokens can be written (copy-on-write included)."""
+        need = cdiv(req.num_computed_tokens + num_new_tokens, self.block_size) - len(req.block_table)
+        return max(need, 0) + (1 if self._write_block_is_shared(req) else 0)
+
+    def _write_block_is_shared(self, req: Request) -> bool:
+        idx = req.num_computed_tokens // self.block_size
+        if req.num_computed_tokens % self.block_size == 0 or idx >= len(req.block_table):
+            return False
+        return self.pool.blocks[req.block_table[idx]].ref_count > 1
+
+    def reserve(self, req: Request, num_new_tokens: int) -> bool:
+        """Make room to write ``num_new_tokens`` tokens; False, changing nothing, when the pool is too full."""
+        if self.blocks_needed(req, num_new_tokens) > self.pool.num_available:
+            return False
+        if self._write_block_is_shared(req):
+            idx = req.num_computed_tokens // self.block_size
+            old = req.block_table[idx]
+            (new,) = self.pool.allocate(1)
+            self.kv.copy_blocks([old], [new])
+            self.pool.release([old])
+            req.block_table[idx] = new
+        need = cdiv(req.num_computed_tokens + num_new_tokens, self.block_size) - len(req.block_table)
+        if need > 0:
+            req.block_table.extend(self.pool.allocate(need))
+        return True
+
+    def commit(self, req: Request) -> None:
+        """Publish blocks that became full and computed so later requests (any task) can reuse them."""
+        num_full = req.num_computed_tokens // self.block_size
+        if num_full <= len(req.block_hashes):
+            return
+        parent = req.block_hashes[-1] if req.block_hashes else None
+        tokens = req.all_token_ids[: num_full * self.block_size]
+        new = block_hash_chain(self._root(req), tokens, self.block_size, req.mm_spans, len(req.block_hashes), parent)
+        for i, h in enumerate(new, start=len(req.block_hashes)):
+            self.pool.register_hash(req.block_table[i], h)
+        req.block_hashes.extend(new)
+
+    def fork(self, src: Request, dst: Request) -> None:
+        """``dst`` continues from ``src``'s KV without copying: the blocks are shared, the tail copied on write."""
+        for block_id in src.block_table:
+            self.pool.acquire(block_id)
+        dst.block_table = list(src.block_table)
+        dst.block_hashes = list(src.block_hashes)
+        dst.num_computed_tokens = src.num_computed_tokens
+
+    def free(self, req: Request) -> None:
+        """Release every block; tail blocks go to the cached list first so prefixes are evicted last."""
+        self.pool.release(reversed(req.block_table))
+        req.block_table = []
+        req.block_hashes = []
+        req.num_computed_tokens = 0

@@ -1,0 +1,125 @@
+"""Turns a scheduled batch into one forward pass over the pool, and logits into tokens.
+
+For each scheduled request the runner computes the tokens ``[num_computed_tokens, num_computed_tokens + n)``: a whole
+prompt, a prompt chunk, the tail after a cached prefix, or the one new token of a decode step: one code path.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from oxygen_ros.engine.kv_cache import KVCache
+from oxygen_ros.engine.request import Request
+from oxygen_ros.engine.sampling import sample
+from oxygen_ros.layers.attention import AttentionMetadata
+
+
+@dataclass
+class ScheduledBatch:
+    requests: list[Request]
+    num_new_tokens: list[int]
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.num_new_tokens)
+
+    @property
+    def is_decode(self) -> bool:
+        return all(n == 1 for n in self.num_new_tokens)
+
+
+def block_tables(requests: list[Request], device: torch.device) -> torch.Tensor:
+    """The requests' block tables as one [B, max_blocks] tensor, padded with block 0 (never read)."""
+    width = max(len(r.block_table) for r in requests)
+    tables = torch.zeros(len(requests), width, dtype=torch.long)
+    for i, req in enumerate(requests):
+        tables[i, : len(req.block_table)] = torch.tensor(req.block_table, dtype=torch.long)
+    return tables.to(device)
+
+
+def build_metadata(
+    requests: list[Request], num_new_tokens: list[int], block_size: int, device: torch.device
+) -> tuple[AttentionMetadata, torch.Tensor]:
+    """Attention metadata and token positions for computing ``num_new_tokens`` tokens of each request."""
+    slots: list[int] = []
+    positions: list[int] = []
+    context_lens: list[int] = []
+    for req, n in zip(requests, num_new_tokens):
+        start = req.num_computed_tokens
+        for pos in range(start, start + n):
+            slots.append(req.block_table[pos // block_size] * block_size + pos % block_size)
+        positions.extend(range(start, start + n))
+        context_lens.append(start + n)
+    meta = AttentionMetadata(
+        slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
+        query_lens=list(num_new_tokens),
+        context_lens=context_lens,
+        block_tables=block_tables(requests, device),
+        bidirectional_lens=[r.bidirectional_len for r in requests] if any(r.bidirectional_len for r in requests) else None,
+    )
+    return meta, torch.tensor(positions, dtype=torch.long, device=device)
+
+
+class ModelRunner:
+    def __init__(self, model: torch.nn.Module, kv: KVCache, device: torch.device, vla: bool = False) -> None:
+        self.model = model
+        self.vla = vla
+        self.kv = kv
+        self.device = device
+        self.block_size = kv.layout.block_size
+        self.tokens_computed = 0  # every token that went through the model (prefill and decode), for stats
+
+    @torch.inference_mode()
+    def execute(self, batch: ScheduledBatch) -> dict[str, int]:
+        """Run one forward pass; returns the sampled token of every request whose prompt is now fully computed."""
+        reqs, counts = batch.requests, batch.num_new_tokens
+        self.tokens_computed += batch.total_tokens
+        meta, positions = build_metadata(reqs, counts, self.block_size, self.device)
+        ids = [t for r, n in zip(reqs, counts) for t in r.all_token_ids[r.num_computed_tokens : r.num_computed_tokens + n]]
+        input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
+        embeds = self._vla_embeds(reqs, counts) if self.vla else None
+        hidden = self.model(input_ids, positions, meta, self.kv, input_embeds=embeds)
+        ends = torch.tensor(counts, device=self.device).cumsum(0) - 1
+        sampling_rows = [
+            i for i, (r, n) in enumerate(zip(reqs, counts)) if r.want_text and r.num_computed_tokens + n == r.num_tokens
+        ]
+        for r, n in zip(reqs, counts):
+            r.num_computed_tokens += n
+        if not sampling_rows:
+            return {}
+        logits = self.model.compute_logits(hidden[ends[sampling_rows]])
+        chosen = [reqs[i] for i in sampling_rows]
+        tokens = sample(logits, [r.sampling for r in chosen], [r.generator for r in chosen])
+        return {r.request_id: t for r, t in zip(chosen, tokens)}
+
+    def _vla_embeds(self, reqs: list[Request], counts: list[int]) -> torch.Tensor:
+        """Input rows of a VLA batch: image tokens from the vision encoder (run once per request, only if some of its
+        image tokens are not in the prefix cache), text tokens from the embedding table."""
+        parts = []
+        for req, n in zip(reqs, counts):
+            start = req.num_computed_tokens
+            if start < req.bidirectional_len and req.image_tokens is None:
+                req.image_tokens = self.model.encode_images(req.pixels)
+            parts.append(self.model.embed_span(req.all_token_ids[start : start + n], start, req.image_tokens))
+            if start + n >= req.bidirectional_len:
+                req.image_tokens = None
+        return torch.cat(parts)
+
+    @torch.inference_mode()
+    def sample_actions(self, reqs: list[Request], num_steps: int) -> None:
+        """One action chunk per request from its prefix in the pool; all requests denoise together in one batch.
+
+        Each request's starting noise comes from its own seeded generator, so a chunk does not depend on batching.
+        """
+        cfg = self.model.config
+        noise = torch.stack(
+            [
+                torch.randn(cfg.action_horizon, cfg.action_dim, generator=r.generator, device=r.generator.device)
+                for r in reqs
+            ]
+        )
+        prefix_lens = [r.num_prompt_tokens for r in reqs]
+        tables = block_tables(reqs, self.device)
+        actions = self.model.sample_actions(tables, prefix_lens, self.kv, num_steps, noise=noise)
+        for req, chunk in zip(reqs, actions):
+            req.actions = chunk

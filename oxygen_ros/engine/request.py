@@ -1,0 +1,70 @@
+"""One request's state inside the engine: its tokens, its block table and its timings."""
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+
+from oxygen_ros.engine.block_hash import MultiModalSpan
+from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.errors import ErrorCode
+
+TASK_TYPES = ("vqa", "instruction", "navigation", "generic")
+
+
+class RequestStatus(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Request:
+    request_id: str
+    task_id: str
+    task_type: str
+    prompt_token_ids: list[int]
+    sampling: SamplingParams
+    want_text: bool = True
+    want_actions: bool = False
+    priority: int = 0  # higher is served first
+    pixels: torch.Tensor | None = None  # preprocessed images of a VLA prefix [N, 3, S, S]
+    image_tokens: torch.Tensor | None = None  # their encoder output, kept only while the prefix is being computed
+    mm_spans: list[MultiModalSpan] = field(default_factory=list)
+    bidirectional_len: int = 0  # leading tokens that see each other (a VLA's image tokens); computed in one step
+    cache_salt: str = ""
+    output_token_ids: list[int] = field(default_factory=list)
+    block_table: list[int] = field(default_factory=list)
+    block_hashes: list[bytes] = field(default_factory=list)  # hashes of full blocks registered so far
+    num_computed_tokens: int = 0  # tokens whose K/V is in the pool
+    num_cached_tokens: int = 0  # of the prompt, reused from the prefix cache at admission
+    status: RequestStatus = RequestStatus.WAITING
+    finish_reason: str = ""  # stop | length | abort
+    error_code: ErrorCode | None = None
+    actions: torch.Tensor | None = None
+    generator: torch.Generator | None = None
+    arrival_s: float = field(default_factory=time.perf_counter)
+    first_scheduled_s: float | None = None
+    first_token_s: float | None = None
+    finished_s: float | None = None
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.num_computed_tokens >= self.num_prompt_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == RequestStatus.FINISHED

@@ -1,0 +1,142 @@
+"""Read and write Hugging Face model folders (config.json + safetensors + tokenizer.json) of the Llama family."""
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from oxygen_ros.models.args import LlamaArgs
+from oxygen_ros.models.loaded import LoadedModel, check_state_dict
+from oxygen_ros.models.tokenizer import Tokenizer
+
+# Same decoder as ours: RMSNorm, RoPE, GQA, SwiGLU. Qwen2 differs only by q/k/v biases; Mistral only by its window.
+_SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2"}
+_REQUIRED_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+
+
+def _rope_theta_and_type(config: dict) -> tuple[float, str]:
+    """transformers >= 5 writes `rope_parameters`; older configs have `rope_theta` and `rope_scaling`."""
+    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    theta = params.get("rope_theta", config.get("rope_theta", 10000.0))
+    return float(theta), params.get("rope_type", params.get("type", "default"))
+
+
+def _sliding_window_active(config: dict) -> bool:
+    """Qwen2 configs carry a `sliding_window` that is off unless `use_sliding_window` (and then only above
+    `max_window_layers`); Mistral's applies whenever it is set."""
+    if "sliding_attention" in (config.get("layer_types") or []):
+        return True
+    if config.get("sliding_window") is None or not config.get("use_sliding_window", True):
+        return False
+    return config.get("max_window_layers", 0) < config["num_hidden_layers"]
+
+
+def _read_args(config: dict, source: Path) -> LlamaArgs:
+    model_type = config.get("model_type")
+    if model_type not in _SUPPORTED_MODEL_TYPES:
+        supported = sorted(_SUPPORTED_MODEL_TYPES)
+        raise ValueError(f"{source}: unsupported model_type {model_type!r}, expected one of {supported}")
+    missing = [key for key in _REQUIRED_KEYS if key not in config]
+    if missing:
+        raise ValueError(f"{source}: config.json lacks {missing}")
+    rope_theta, rope_type = _rope_theta_and_type(config)
+    if rope_type != "default":
+        raise ValueError(f"{source}: unsupported RoPE scaling {rope_type!r}; only unscaled RoPE is implemented")
+    if _sliding_window_active(config):
+        raise ValueError(f"{source}: sliding-window attention is not implemented")
+    if config.get("hidden_act", "silu") != "silu" or config.get("mlp_bias", False):
+        raise ValueError(f"{source}: only a bias-free SiLU-gated MLP is implemented")
+    if model_type != "qwen2" and config.get("attention_bias", False):
+        raise ValueError(f"{source}: Llama attention_bias also biases o_proj, which is not implemented")
+    heads = config["num_attention_heads"]
+    return LlamaArgs(
+        vocab_size=config["vocab_size"],
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        num_layers=config["num_hidden_layers"],
+        num_heads=heads,
+        num_kv_heads=config.get("num_key_value_heads") or heads,
+        head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+        rope_theta=rope_theta,
+        rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+        max_position_embeddings=config.get("max_position_embeddings", 8192),
+        tie_word_embeddings=config.get("tie_word_embeddings", False),
+        attention_bias=model_type == "qwen2",
+    )
+
+
+def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a single-file or sharded checkpoint, as fp32 under our names (no `model.` prefix)."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    elif (folder / "model.safetensors").is_file():
+        files = ["model.safetensors"]
+    else:
+        raise FileNotFoundError(f"{folder} has neither model.safetensors nor model.safetensors.index.json")
+    tensors = {}
+    for file in files:
+        for name, tensor in load_file(folder / file).items():
+            if name.endswith("rotary_emb.inv_freq"):  # a buffer older Llama checkpoints saved; RoPE recomputes it
+                continue
+            tensors[name.removeprefix("model.")] = tensor.float()
+    return tensors
+
+
+def load_hf_folder(path: str | Path) -> LoadedModel:
+    """Load a Llama / Qwen2 / Mistral HF folder, rejecting configs whose attention or RoPE we do not implement."""
+    folder = Path(path)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder")
+    args = _read_args(json.loads((folder / "config.json").read_text()), folder)
+    state_dict = _read_tensors(folder)
+    if args.tie_word_embeddings:
+        state_dict.pop("lm_head.weight", None)  # some exporters save the tied copy too
+    check_state_dict(state_dict, args, str(folder))
+    tokenizer = Tokenizer.from_hf_folder(folder)
+    return LoadedModel(args=args, state_dict=state_dict, tokenizer=tokenizer, name=folder.resolve().name)
+
+
+def _config(loaded: LoadedModel) -> dict:
+    """A config transformers builds the same network from: Llama, or Qwen2 when q/k/v carry biases."""
+    args, tokenizer = loaded.args, loaded.tokenizer
+    model_type, architecture = ("qwen2", "Qwen2ForCausalLM") if args.attention_bias else ("llama", "LlamaForCausalLM")
+    eos = tokenizer.eos_token_ids
+    return {
+        "architectures": [architecture],
+        "model_type": model_type,
+        "torch_dtype": "float32",
+        "vocab_size": args.vocab_size,
+        "hidden_size": args.hidden_size,
+        "intermediate_size": args.intermediate_size,
+        "num_hidden_layers": args.num_layers,
+        "num_attention_heads": args.num_heads,
+        "num_key_value_heads": args.num_kv_heads,
+        "head_dim": args.head_dim,
+        "hidden_act": "silu",
+        "rope_theta": args.rope_theta,
+        "rope_scaling": None,
+        "rms_norm_eps": args.rms_norm_eps,
+        "max_position_embeddings": args.max_position_embeddings,
+        "tie_word_embeddings": args.tie_word_embeddings,
+        "attention_bias": args.attention_bias,
+        "mlp_bias": False,
+        "use_sliding_window": False,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": eos[0] if len(eos) == 1 else eos,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
+def save_hf_folder(loaded: LoadedModel, path: str | Path) -> None:
+    """Write config.json, model.safetensors (HF names) and tokenizer files that both we and transformers load."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(_config(loaded), indent=2) + "\n")
+    tensors = {
+        name if name == "lm_head.weight" else f"model.{name}": tensor.contiguous()
+        for name, tensor in loaded.state_dict.items()
+    }
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    loaded.tokenizer.save_hf(folder)

@@ -1,0 +1,92 @@
+"""pi0.5's action expert: a smaller Gemma whose action tokens read the backbone's prefix K/V from the pool.
+
+Mixture-of-Transformers at inference: at every layer ``i`` the expert's own Q/K/V (its own weights) meet the backbone's
+cached K/V of layer ``i``.  Action tokens see the whole prefix and each other (a bidirectional region over the whole context); nothing of theirs is
+stored (``slot_mapping`` all -1), so many denoising steps, and many sequences sharing one prefix's blocks, read the same
+pool blocks without ever writing them.  The flow-matching time conditions every norm through adaptive RMSNorm
+(pi0.5's adaRMS), and the action tokens themselves are just the projected noisy actions (no time concatenation as in
+pi0).  Positions continue after the prefix, as openpi's suffix positions do.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oxygen_ros.engine.kv_cache import KVCache
+from oxygen_ros.layers.attention import AttentionMetadata
+from oxygen_ros.layers.rotary import RotaryEmbedding
+from oxygen_ros.models.pi05.config import Pi05Config
+from oxygen_ros.models.pi05.gemma import GemmaDecoderLayer, GemmaRMSNorm
+
+TIME_MIN_PERIOD = 4e-3  # openpi's sine-cosine time embedding periods
+TIME_MAX_PERIOD = 4.0
+
+
+def action_metadata(block_tables: torch.Tensor, prefix_lens: list[int], horizon: int) -> AttentionMetadata:
+    """Attention metadata for ``horizon`` action tokens per sequence after a prefix already in the pool."""
+    return AttentionMetadata(
+        slot_mapping=torch.full((len(prefix_lens) * horizon,), -1, dtype=torch.int64, device=block_tables.device),
+        query_lens=[horizon] * len(prefix_lens),
+        context_lens=[p + horizon for p in prefix_lens],
+        block_tables=block_tables,
+        bidirectional_lens=[p + horizon for p in prefix_lens],
+    )
+
+
+def time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sine-cosine embedding of flow-matching times t [B] -> [B, dim], computed in fp64 as openpi does."""
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=t.device)
+    period = TIME_MIN_PERIOD * (TIME_MAX_PERIOD / TIME_MIN_PERIOD) ** fraction
+    angle = (2 * math.pi / period)[None, :] * t.to(torch.float64)[:, None]
+    return torch.cat([angle.sin(), angle.cos()], dim=1)
+
+
+class ActionExpert(nn.Module):
+    """Predicts the flow-matching velocity of an action chunk given the prefix in the pool."""
+
+    def __init__(self, cfg: Pi05Config) -> None:
+        super().__init__()
+        e, width = cfg.expert, cfg.expert.hidden_size
+        rotary = RotaryEmbedding(e.head_dim, e.rope_theta)
+        self.action_in_proj = nn.Linear(cfg.action_dim, width)
+        self.time_mlp_in = nn.Linear(width, width)
+        self.time_mlp_out = nn.Linear(width, width)
+        self.layers = nn.ModuleList(GemmaDecoderLayer(e, i, rotary, cond_dim=width) for i in range(e.num_layers))
+        self.norm = GemmaRMSNorm(width, e.rms_norm_eps, cond_dim=width)
+        self.action_out_proj = nn.Linear(width, cfg.action_dim)
+
+    def velocity(
+        self, x_t: torch.Tensor, t: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, kv: KVCache
+    ) -> torch.Tensor:
+        """Noisy actions x_t [B, H, A] at times t [B] -> velocity [B, H, A] (fp32)."""
+        B, H, _ = x_t.shape
+        dtype = self.action_in_proj.weight.dtype
+        h = self.action_in_proj(x_t.to(dtype)).flatten(0, 1)
+        cond = time_embedding(t, h.shape[-1]).to(dtype)
+        cond = F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(cond)))).repeat_interleave(H, dim=0)
+        for layer in self.layers:
+            h = layer(h, positions, meta, kv, cond)
+        h = self.norm(h, cond)[0]
+        return self.action_out_proj(h).view(B, H, -1).float()
+
+    def sample_actions(
+        self, block_tables: torch.Tensor, prefix_lens: list[int], kv: KVCache, num_steps: int, noise: torch.Tensor
+    ) -> torch.Tensor:
+        """Euler integration of the flow from t=1 (noise [B, H, A]) to t=0: x <- x + dt * v, dt = -1/num_steps.
+
+        Sequence b's prefix is its first ``prefix_lens[b]`` tokens in ``block_tables[b]``; rows may share blocks.
+        """
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+        B, H, _ = noise.shape
+        device = noise.device
+        meta = action_metadata(block_tables, prefix_lens, H)
+        positions = torch.cat([torch.arange(p, p + H, device=device) for p in prefix_lens])
+        x = noise.float()
+        dt = -1.0 / num_steps
+        for step in range(num_steps):
+            t = torch.full((B,), 1.0 - step / num_steps, device=device)
+            x = x + dt * self.velocity(x, t, positions, meta, kv)
+        return x

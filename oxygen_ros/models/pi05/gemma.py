@@ -1,0 +1,142 @@
+"""Gemma decoder layers over the paged KV pool: pi0.5's backbone (Gemma 2B shapes) and, with adaptive RMSNorm, the
+layers of its action expert (Gemma 300M shapes).
+
+Gemma differs from Llama in ways that all change numerics: RMSNorm scales by ``1 + weight``, the MLP is GeGLU with
+tanh-approximated GELU, token embeddings are multiplied by sqrt(width), K/V use a single head (MQA) of head_dim 256
+and the LM head is the tied embedding.  Parameter names are Hugging Face's ``GemmaForCausalLM`` names without
+``model.``, so an HF Gemma state dict loads into ``GemmaModel`` directly.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oxygen_ros.engine.kv_cache import KVCache
+from oxygen_ros.layers.attention import AttentionMetadata, paged_attention
+from oxygen_ros.layers.rotary import RotaryEmbedding
+from oxygen_ros.models.pi05.config import GemmaConfig
+
+
+class GemmaRMSNorm(nn.Module):
+    """Gemma's RMSNorm, or pi0.5's adaptive RMSNorm when ``cond_dim`` is given.
+
+    Adaptive mode (openpi's ``RMSNorm(x, cond)``): a linear map of the conditioning vector (the flow-matching time
+    embedding) gives per-channel scale, shift and a gate; the gate multiplies the residual branch that follows.  The
+    plain mode has no gate.  Both compute in fp32 and cast back, as HF Gemma does.
+    """
+
+    def __init__(self, dim: int, eps: float, cond_dim: int | None = None) -> None:
+        super().__init__()
+        self.eps = eps
+        if cond_dim is None:
+            self.weight = nn.Parameter(torch.zeros(dim))
+        else:
+            self.dense = nn.Linear(cond_dim, 3 * dim)
+
+    def forward(self, x: torch.Tensor, cond: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x [T, dim], cond [T, cond_dim] (adaptive mode only) -> (normalised x, gate [T, dim] or None)."""
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        if cond is None:
+            return (h * (1.0 + self.weight.float())).type_as(x), None
+        scale, shift, gate = self.dense(cond).float().chunk(3, dim=-1)
+        return (h * (1.0 + scale) + shift).type_as(x), gate.type_as(x)
+
+
+class GemmaAttention(nn.Module):
+    """Q from the layer's own tokens, K/V written to (or, for the expert, only read from) pool layer ``layer_idx``."""
+
+    def __init__(self, cfg: GemmaConfig, layer_idx: int, rotary: RotaryEmbedding) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
+        self.rotary = rotary
+        self.scale = cfg.head_dim**-0.5
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, kv: KVCache) -> torch.Tensor:
+        T = x.shape[0]
+        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        q, k = self.rotary(positions, q, k)
+        out = paged_attention(q, k, v, meta, kv.layers[self.layer_idx], self.scale)
+        return self.o_proj(out.reshape(T, -1))
+
+
+class GemmaMLP(nn.Module):
+    """GeGLU: down(gelu_tanh(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: GemmaConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+class GemmaDecoderLayer(nn.Module):
+    """Pre-norm block; with ``cond_dim`` its norms are adaptive and their gates scale both residual branches."""
+
+    def __init__(self, cfg: GemmaConfig, layer_idx: int, rotary: RotaryEmbedding, cond_dim: int | None = None) -> None:
+        super().__init__()
+        self.input_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cond_dim)
+        self.self_attn = GemmaAttention(cfg, layer_idx, rotary)
+        self.post_attention_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cond_dim)
+        self.mlp = GemmaMLP(cfg)
+
+    def forward(
+        self,
+        h: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        kv: KVCache,
+        cond: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x, gate = self.input_layernorm(h, cond)
+        h = gated_residual(h, self.self_attn(x, positions, meta, kv), gate)
+        x, gate = self.post_attention_layernorm(h, cond)
+        return gated_residual(h, self.mlp(x), gate)
+
+
+def gated_residual(h: torch.Tensor, branch: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+    return h + branch if gate is None else h + branch * gate
+
+
+class GemmaModel(nn.Module):
+    """The VLM backbone: token/prefix embeddings -> final-normed hidden states; tied LM head in ``compute_logits``."""
+
+    def __init__(self, cfg: GemmaConfig, vocab_size: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
+        self.embed_tokens = nn.Embedding(vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(GemmaDecoderLayer(cfg, i, rotary) for i in range(cfg.num_layers))
+        self.norm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings times sqrt(width), the factor rounded to the weight dtype exactly as HF Gemma does."""
+        weight = self.embed_tokens.weight
+        return self.embed_tokens(input_ids) * torch.tensor(self.cfg.hidden_size**0.5, dtype=weight.dtype)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        kv: KVCache,
+        input_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """[T] ids (or ready [T, width] embeds) at ``positions`` -> [T, width]; K/V land in the pool per ``meta``."""
+        h = self.embed(input_ids) if input_embeds is None else input_embeds
+        for layer in self.layers:
+            h = layer(h, positions, meta, kv)
+        return self.norm(h)[0]
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.embed_tokens.weight)

@@ -1,0 +1,186 @@
+"""``Pi05Model``: SigLIP + Gemma backbone + action expert, driven by the engine over the shared paged KV pool.
+
+How the engine uses it, per observation (one "frame"):
+
+1. ``embed_prefix(images, prompt_ids, state)`` -> the prefix [image tokens | prompt | state tokens] as embeddings, the
+   token ids for the prefix-cache hash chain and the images' content hashes.
+2. Prefill it: ``forward(token_ids, arange(T), meta, kv, input_embeds=embeds)`` with ``meta.bidirectional_lens`` =
+   the number of image tokens: image tokens see each other (so all image tokens go in ONE step), prompt tokens are
+   causal.  PaliGemma makes the prompt bidirectional too; we keep it causal so the image blocks' K/V depends on the
+   images only and is shared by every task asking about the same frame (the prefix-cache key of those blocks is
+   the images' content hashes), which is what OxyGen is for.  The compute per token is the same.
+3. Language: ordinary causal decode after the prefix (positions T, T+1, ...) with ``forward`` + ``compute_logits``.
+4. Actions: ``sample_actions(block_tables, prefix_lens, kv)`` for any batch of sequences whose prefixes are in the pool;
+   it never writes the pool, so it can run before, between or after decode steps on the same blocks.
+"""
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from oxygen_ros.engine.kv_cache import KVCache, KVLayout
+from oxygen_ros.layers.attention import AttentionMetadata
+from oxygen_ros.models.pi05.action_expert import ActionExpert
+from oxygen_ros.models.pi05.config import PI05_CONFIGS, Pi05Config
+from oxygen_ros.models.pi05.gemma import GemmaModel
+from oxygen_ros.models.pi05.preprocess import discretize_state, image_content_hash, preprocess_images
+from oxygen_ros.models.pi05.siglip import ImageEncoder
+
+
+class PreparedPrefix(NamedTuple):
+    """An observation's prefix, validated and laid out, before any network runs."""
+
+    token_ids: list[int]  # Pi05Config.image_token_id at image positions, then prompt ids, then state ids
+    pixels: torch.Tensor  # [N, 3, S, S] preprocessed images (N may be 0)
+    image_hashes: list[str]  # image_content_hash of each input image, in order
+
+
+class PrefixInputs(NamedTuple):
+    """An observation's prefix, ready to prefill."""
+
+    embeds: torch.Tensor  # [T, backbone width]: image tokens (projected SigLIP) then text tokens (scaled embeddings)
+    token_ids: list[int]  # [T]: Pi05Config.image_token_id at image positions, then prompt ids, then state ids
+    image_hashes: list[str]  # image_content_hash of each input image, in order
+
+
+
+class Pi05Model(nn.Module):
+    """pi0.5-shaped VLA.  ``forward`` / ``compute_logits`` mirror ``LlamaModel`` so the engine drives both alike."""
+
+    def __init__(self, cfg: Pi05Config) -> None:
+        super().__init__()
+        self.config = cfg
+        self.image_encoder = ImageEncoder(cfg.vision, cfg.backbone.hidden_size)
+        self.backbone = GemmaModel(cfg.backbone, cfg.vocab_size)
+        self.expert = ActionExpert(cfg)
+
+    @property
+    def args(self) -> Pi05Config:
+        """Has ``num_layers``, ``num_kv_heads``, ``head_dim`` and ``vocab_size`` like ``LlamaArgs``."""
+        return self.config
+
+    def kv_layout(self, block_size: int, dtype: torch.dtype) -> KVLayout:
+        return KVLayout(self.config.num_layers, self.config.num_kv_heads, self.config.head_dim, block_size, dtype)
+
+    def state_token_ids(self, state: np.ndarray | Sequence[float]) -> list[int]:
+        """pi0.5 writes the discretised state into the prompt as text.  Without PaliGemma's tokenizer we map bin b to
+        the reserved id ``vocab_size - state_bins + b`` (the last 256 ids, as pi0-FAST maps its action tokens onto
+        the vocabulary's tail): one token per state dim, the same information and a cache key that follows the state."""
+        cfg = self.config
+        return (cfg.vocab_size - cfg.state_bins + discretize_state(state, cfg.state_bins)).tolist()
+
+    def prepare_prefix(
+        self, images: Sequence[np.ndarray], prompt_ids: Sequence[int], state: np.ndarray | Sequence[float] | None = None
+    ) -> PreparedPrefix:
+        """Validate and lay out [image tokens | prompt tokens | state tokens] without running any network, so the
+        engine can check a request and key its prefix cache before deciding what to compute.  No padding: openpi
+        pads the prompt to ``max_prompt_tokens`` and masks the padding out (also from positions), which is what an
+        unpadded ragged prefix computes.  ValueError on bad images, out-of-vocab ids, a prompt (+ state) over
+        ``max_prompt_tokens`` or an empty prefix."""
+        cfg = self.config
+        text_ids = [int(i) for i in prompt_ids] + ([] if state is None else self.state_token_ids(state))
+        if not text_ids and not images:
+            raise ValueError("empty prefix: give at least one image or one prompt token")
+        if len(text_ids) > cfg.max_prompt_tokens:
+            raise ValueError(f"prompt + state is {len(text_ids)} tokens, more than {cfg.max_prompt_tokens}")
+        if any(not 0 <= i < cfg.vocab_size for i in text_ids):
+            raise ValueError(f"prompt token ids must lie in [0, {cfg.vocab_size})")
+        pixels = preprocess_images(images, cfg.vision.image_size, cfg.max_images)
+        token_ids = [cfg.image_token_id] * (len(images) * cfg.tokens_per_image) + text_ids
+        return PreparedPrefix(token_ids, pixels, [image_content_hash(im) for im in images])
+
+    @torch.no_grad()
+    def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Preprocessed images [N, 3, S, S] -> image tokens [N * tokens_per_image, width] (the SigLIP pass)."""
+        weight = self.backbone.embed_tokens.weight
+        return self.image_encoder(pixels.to(device=weight.device, dtype=weight.dtype))
+
+    @torch.no_grad()
+    def embed_span(self, token_ids: Sequence[int], start: int, image_tokens: torch.Tensor | None) -> torch.Tensor:
+        """Embeddings of ``token_ids`` standing at positions ``start ...`` of a prefix whose image tokens (output of
+        ``encode_images``) come first: image rows are taken from ``image_tokens``, text rows embedded."""
+        num_image = 0 if image_tokens is None else image_tokens.shape[0]
+        split = min(max(num_image - start, 0), len(token_ids))
+        parts = []
+        if split:
+            parts.append(image_tokens[start : start + split])
+        if split < len(token_ids):
+            ids = torch.tensor(token_ids[split:], device=self.backbone.embed_tokens.weight.device)
+            parts.append(self.backbone.embed(ids))
+        return torch.cat(parts)
+
+    def embed_prefix(
+        self, images: Sequence[np.ndarray], prompt_ids: Sequence[int], state: np.ndarray | Sequence[float] | None = None
+    ) -> PrefixInputs:
+        """The whole prefix at once (``prepare_prefix`` + ``encode_images`` + ``embed_span``) -> PrefixInputs."""
+        prepared = self.prepare_prefix(images, prompt_ids, state)
+        image_tokens = self.encode_images(prepared.pixels) if images else None
+        embeds = self.embed_span(prepared.token_ids, 0, image_tokens)
+        return PrefixInputs(embeds, prepared.token_ids, prepared.image_hashes)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        kv: KVCache,
+        input_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Backbone over a ragged batch (prefix prefill with ``input_embeds``, or language decode) -> [T, width]."""
+        return self.backbone(input_ids, positions, meta, kv, input_embeds)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.backbone.compute_logits(hidden)
+
+    @torch.no_grad()
+    def sample_actions(
+        self,
+        block_tables: torch.Tensor,
+        prefix_lens: list[int],
+        kv: KVCache,
+        num_steps: int | None = None,
+        generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Action chunks [B, horizon, action_dim] (fp32) for B prefixes in the pool (rows may share blocks).
+
+        The starting noise is ``noise`` if given (e.g. one seeded draw per request, independent of batching), else
+        one standard-normal draw of [B, horizon, action_dim] from ``generator``.  ``num_steps`` defaults to the
+        config's ``num_denoise_steps``.
+        """
+        cfg = self.config
+        device = block_tables.device
+        if noise is None:
+            gen_device = generator.device if generator is not None else device
+            shape = (len(prefix_lens), cfg.action_horizon, cfg.action_dim)
+            noise = torch.randn(shape, generator=generator, device=gen_device)
+        steps = cfg.num_denoise_steps if num_steps is None else num_steps
+        return self.expert.sample_actions(block_tables, prefix_lens, kv, steps, noise.to(device))
+
+
+def build_pi05(
+    name: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0
+) -> Pi05Model:
+    """Seeded random init (no pi0.5 weights are available offline), built on ``device``; the global RNG is untouched.
+    The same seed gives the same weights on the same device type."""
+    if name not in PI05_CONFIGS:
+        raise ValueError(f"unknown pi0.5 model {name!r}: use one of {sorted(PI05_CONFIGS)}")
+    device = torch.device(device)
+    cuda_devices = []
+    if device.type == "cuda":
+        cuda_devices = [torch.cuda.current_device() if device.index is None else device.index]
+    with torch.random.fork_rng(devices=cuda_devices), device:
+        torch.manual_seed(seed)
+        model = Pi05Model(PI05_CONFIGS[name])
+    return model.to(dtype=dtype).eval()
+
+
+def parameter_counts(cfg: Pi05Config) -> dict[str, int]:
+    """Parameters per component, counted on the meta device (nothing allocated, so pi05-full is free to count)."""
+    with torch.device("meta"):
+        model = Pi05Model(cfg)
+    counts = {name: sum(p.numel() for p in part.parameters()) for name, part in model.named_children()}
+    return counts | {"total": sum(counts.values())}

@@ -1,0 +1,98 @@
+"""Model names the config may use, and how each is built."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.models.llama import LlamaModel
+from oxygen_ros.models.loaded import LoadedModel
+from oxygen_ros.models.tokenizer import Tokenizer
+
+LANGUAGE_MODELS = ("smollm2-135m",)
+VLA_MODELS = ("pi05-tiny", "pi05-full")  # random-init pi0.5 shapes; no pi0.5 weights can be had offline
+
+
+@dataclass
+class ModelBundle:
+    """A model ready to run over the pool, with what the engine needs to know about it."""
+
+    model: torch.nn.Module
+    tokenizer: Tokenizer
+    model_id: str  # goes into every prefix-cache key
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    vla: bool = False  # has an action expert: images in, action chunks out (a Pi05Model)
+
+
+def known_models() -> list[str]:
+    return [*LANGUAGE_MODELS, *VLA_MODELS]
+
+
+def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 0) -> ModelBundle:
+    """Build ``name`` (a registered name or a Hugging Face folder) on ``device``; EngineError if it cannot."""
+    if name in VLA_MODELS:
+        return _load_vla(name, device, dtype, seed)
+    loaded = _read(name)
+    model = LlamaModel(loaded.args)
+    model.load_state_dict(loaded.state_dict, strict=True)
+    model.to(device=device, dtype=dtype).eval()
+    args = loaded.args
+    return ModelBundle(
+        model=model,
+        tokenizer=loaded.tokenizer,
+        model_id=loaded.name,
+        num_layers=args.num_layers,
+        num_kv_heads=args.num_kv_heads,
+        head_dim=args.head_dim,
+        max_position_embeddings=args.max_position_embeddings,
+    )
+
+
+def _load_vla(name: str, device: torch.device, dtype: torch.dtype, seed: int) -> ModelBundle:
+    """pi0.5-shaped VLA with seeded random weights; text goes through the SmolLM2 tokenizer (same vocabulary size)."""
+    from gguf import GGUFReader
+
+    from oxygen_ros.models.gguf_loader import smollm2_gguf_path
+    from oxygen_ros.models.pi05 import build_pi05
+
+    try:
+        tokenizer = Tokenizer.from_gguf_metadata(GGUFReader(smollm2_gguf_path()))
+    except FileNotFoundError as exc:
+        raise EngineError(ErrorCode.NOT_FOUND, str(exc)) from exc
+    model = build_pi05(name, device, dtype, seed)
+    cfg = model.config
+    return ModelBundle(
+        model=model,
+        tokenizer=tokenizer,
+        model_id=f"{name}@seed{seed}",
+        num_layers=cfg.num_layers,
+        num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=8192,  # Gemma's context
+        vla=True,
+    )
+
+
+def _read(name: str) -> LoadedModel:
+    if name == "smollm2-135m":
+        from oxygen_ros.models.gguf_loader import load_gguf, smollm2_gguf_path
+
+        try:
+            return load_gguf(smollm2_gguf_path())
+        except FileNotFoundError as exc:
+            raise EngineError(ErrorCode.NOT_FOUND, str(exc)) from exc
+    path = Path(name).expanduser()
+    if path.is_dir():
+        from oxygen_ros.models.hf_loader import load_hf_folder
+
+        try:
+            return load_hf_folder(path)
+        except (ValueError, FileNotFoundError) as exc:
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load model folder {path}: {exc}") from exc
+    raise EngineError(
+        ErrorCode.NOT_FOUND, f"unknown model {name!r}: use one of {known_models()} or a Hugging Face model folder"
+    )

@@ -1,0 +1,25 @@
+"""Engine fixtures: the real SmolLM2 (loaded once per session) and a tiny random Llama for fast property tests."""
+
+import pytest
+import torch
+from engine_helpers import TINY
+from gguf import GGUFReader
+
+from oxygen_ros.models.gguf_loader import smollm2_gguf_path
+from oxygen_ros.models.llama import LlamaModel
+from oxygen_ros.models.registry import ModelBundle, load_model
+from oxygen_ros.models.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="session")
+def smollm2_bundle() -> ModelBundle:
+    return load_model("smollm2-135m", torch.device("cpu"), torch.float32)
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle() -> ModelBundle:
+    """A 2-layer random Llama with the real SmolLM2 tokenizer: engine mechanics at a fraction of the cost."""
+    torch.manual_seed(0)
+    model = LlamaModel(TINY).eval()
+    tokenizer = Tokenizer.from_gguf_metadata(GGUFReader(smollm2_gguf_path()))
+    return ModelBundle(model, tokenizer, "tiny-random", TINY.num_layers, TINY.num_kv_heads, TINY.head_dim, 4096)

@@ -1,0 +1,119 @@
+"""write_kv: the Triton kernel stores exactly the torch reference's codes and scales, and quantization error stays
+within theory (int8: |err| <= scale / 2 per element; fp8 e4m3: half a grid step, 2^-4 |x| relative, saturating)."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oxygen_ros.kernels import KVBlocks, KVQuantSpec, gather_kv, write_kv
+from oxygen_ros.kernels.quant import dequantize, quantize
+
+
+def _write_both(dtype: str, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_blocks: int, device,
+                head_scale: float = 0.05) -> dict[str, KVBlocks]:
+    """The same write through both backends into pools pre-filled with junk (so untouched slots are checked)."""
+    pools = {}
+    for backend in ("torch", "triton"):
+        gen = torch.Generator().manual_seed(3)
+        blocks = KVBlocks.allocate(KVQuantSpec.parse(dtype), num_blocks, 16, k.shape[1], k.shape[2], device)
+        for data in (blocks.k, blocks.v):
+            data.copy_(torch.randint(-100, 100, data.shape, generator=gen).to(data.dtype))
+        if blocks.spec.kind == "fp8":
+            blocks.k_scale.fill_(head_scale)
+            blocks.v_scale.fill_(2 * head_scale)
+        write_kv(blocks, slots.to(device), k.to(device), v.to(device), backend=backend)
+        pools[backend] = blocks
+    return pools
+
+
+@pytest.mark.parametrize("dtype,input_dtype", [
+    ("fp32", torch.float32), ("fp16", torch.float32), ("bf16", torch.float32), ("bf16", torch.bfloat16),
+    ("int8", torch.float16), ("int8", torch.bfloat16), ("fp8", torch.float32),
+])
+def test_triton_write_matches_torch(dtype, input_dtype, device, assert_same_codes):
+    gen = torch.Generator().manual_seed(1)
+    tokens, kv_heads, head_dim = 90, 3, 64
+    # A strided view (every other token of a bigger tensor), rows of very different magnitudes, one zero row.
+    magnitude = 10.0 ** torch.randint(-3, 3, (2 * tokens, kv_heads, 1), generator=gen)
+    k = (torch.randn(2 * tokens, kv_heads, head_dim, generator=gen) * magnitude)[::2]
+    k[5] = 0
+    v = torch.randn(tokens, kv_heads, head_dim, generator=gen) * 3
+    slots = torch.randperm(8 * 16, generator=gen)[:tokens]
+    slots[::4] = -1
+    pools = _write_both(dtype, slots, k.to(input_dtype), v.to(input_dtype), 8, device)
+    ref, tri = pools["torch"], pools["triton"]
+    assert_same_codes(tri.k, ref.k)
+    assert_same_codes(tri.v, ref.v)
+    if ref.spec.kind == "int8":
+        assert torch.equal(tri.k_scale, ref.k_scale) and torch.equal(tri.v_scale, ref.v_scale)
+
+
+def test_fp8_rounding_matches_torch_everywhere(device, assert_same_codes):
+    """Every e4m3 value, every midpoint between neighbours (ties to even) and saturation, through the Triton
+    encoder vs torch's own conversion."""
+    grid = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()  # all finite magnitudes
+    mids = (grid[:-1] + grid[1:]) / 2
+    nudged = torch.cat([mids * (1 + 2**-20), mids * (1 - 2**-20)])
+    values = torch.cat([grid, mids, nudged, torch.tensor([448.0, 460.0, 1e6, 2**-12])])
+    values = torch.cat([values, -values])
+    values = torch.cat([values, torch.zeros((-len(values)) % 64)]).view(-1, 1, 64)
+    slots = torch.arange(len(values))
+    pools = _write_both("fp8", slots, values, values, -(-len(values) // 16), device, head_scale=1.0)
+    assert_same_codes(pools["triton"].k, pools["torch"].k)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_skipped_slots_and_untouched_blocks(backend, device):
+    blocks = KVBlocks.allocate(KVQuantSpec.parse("int8"), 4, 16, 2, 64, device)
+    k = torch.ones(3, 2, 64, device=device)
+    write_kv(blocks, torch.tensor([-1, 17, -1], device=device), 2 * k, 3 * k, backend=backend)
+    written = blocks.k.view(-1, 2, 64).abs().sum(dim=(1, 2)).nonzero().flatten().tolist()
+    assert written == [17]
+    assert blocks.k_scale.view(-1, 2)[17].tolist() == pytest.approx([2 / 127] * 2)
+    assert blocks.v_scale.view(-1, 2)[17].tolist() == pytest.approx([3 / 127] * 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    log_magnitude=st.floats(-8, 8),
+    seed=st.integers(0, 2**16),
+    head_dim=st.sampled_from([8, 40, 64]),
+)
+def test_int8_error_at_most_half_a_step(log_magnitude, seed, head_dim):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(6, 2, head_dim, generator=gen) * 10**log_magnitude
+    codes, scale = quantize(x, torch.int8)
+    err = (dequantize(codes, scale) - x).abs()
+    assert torch.all(err <= scale.unsqueeze(-1) * (0.5 + 1e-5))
+    torch.testing.assert_close(scale, x.abs().amax(dim=-1).clamp_min(1e-30) / 127, rtol=0, atol=0)
+    assert codes.abs().max() == 127
+
+
+@settings(max_examples=60, deadline=None)
+@given(log_magnitude=st.floats(-6, 6), seed=st.integers(0, 2**16))
+def test_fp8_error_at_most_half_a_step(log_magnitude, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(8, 3, 64, generator=gen) * 10**log_magnitude
+    head_scale = x.abs().amax(dim=(0, 2)) / 300  # absmax lands at 300, inside the +-448 range
+    codes, _ = quantize(x, torch.float8_e4m3fn, head_scale)
+    y = x / head_scale[:, None]
+    err = (dequantize(codes, head_scale) / head_scale[:, None] - y).abs()
+    half_step = torch.maximum(y.abs() * 2**-4, torch.full_like(y, 2**-10))  # 3 mantissa bits; subnormal step 2^-9
+    assert torch.all(err <= half_step * (1 + 1e-6))
+
+
+def test_fp8_saturates(device):
+    blocks = KVBlocks.allocate(KVQuantSpec.parse("fp8"), 1, 16, 1, 64, device)
+    x = torch.full((1, 1, 64), 1000.0, device=device)
+    x[..., 1::2] = -1000.0
+    write_kv(blocks, torch.tensor([0], device=device), x, x, backend="triton")
+    k, _ = gather_kv(blocks, torch.zeros(1, 1, dtype=torch.int32, device=device), 1, backend="triton")
+    assert torch.equal(k.abs().unique().cpu(), torch.tensor([448.0]))
+
+
+def test_rejects_mismatched_shapes(device):
+    blocks = KVBlocks.allocate(KVQuantSpec.parse("fp16"), 2, 16, 2, 64, device)
+    with pytest.raises(ValueError, match="do not fit"):
+        write_kv(blocks, torch.zeros(3, dtype=torch.long, device=device), torch.zeros(3, 2, 32, device=device),
+                 torch.zeros(3, 2, 32, device=device))
