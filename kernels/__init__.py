@@ -14,6 +14,7 @@ Ops, each with a torch reference (``*_torch``, the CPU runtime path) and a Trito
 * ``copy_blocks`` - bitwise block copies with their scales (copy-on-write, moves between pools).
 
 ``Fp8Calibrator`` (``calibration``) keeps fp8 scales fitted to recent writes, rescaling stored blocks with them.
+``format_support_error`` (``support``) tries a format on a device, so a pool in an unusable format fails at startup.
 
 Dispatch (``dispatch``): the op's ``backend=`` argument, else ``$OXYGEN_KERNELS``, else ``auto``; ``auto`` runs
 Triton on CUDA tensors and torch elsewhere, ``triton`` forces the kernel (on CPU: the Triton interpreter, which
@@ -25,6 +26,7 @@ from .calibration import Fp8Calibrator
 from .dispatch import ENV_VAR, use_triton
 from .paged_decode import paged_decode_attention
 from .quant_spec import KVBlocks, KVQuantSpec
+from .support import format_support_error
 from .write_kv import write_kv
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "KVBlocks",
     "KVQuantSpec",
     "copy_blocks",
+    "format_support_error",
     "gather_kv",
     "paged_decode_attention",
     "requantize_blocks",

@@ -6,6 +6,7 @@ from typing import Any
 import torch
 
 from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.kernels import KVQuantSpec
 
 
 @dataclass
@@ -55,6 +56,11 @@ class EngineConfig:
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"device {self.device!r} requested but CUDA is not available")
         resolve_dtype(self.dtype, torch.device("cpu"))
+        if self.kv_dtype != "auto":
+            try:
+                KVQuantSpec.parse(self.kv_dtype)
+            except ValueError as exc:
+                raise bad(f"kv_dtype must be auto or a KV storage format: {exc}") from exc
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

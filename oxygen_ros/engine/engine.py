@@ -2,10 +2,16 @@
 
 submit() validates and queues a request, step() runs one forward pass for the scheduled batch and returns the
 requests that finished, abort() cancels one and frees its blocks at once.  Nothing here imports ROS.
+
+Deadlines: a request still unfinished when its deadline passes is dropped at the start of the next step (before any
+compute is spent on it, its blocks freed) and answered DEADLINE_EXCEEDED with what it had so far; one whose last
+step ends after its deadline keeps its result but is answered DEADLINE_EXCEEDED too, so a caller never mistakes a
+stale action chunk for a timely one.
 """
 
 import hashlib
 import itertools
+import math
 import os
 import time
 
@@ -21,7 +27,7 @@ from oxygen_ros.engine.model_runner import ModelRunner, ScheduledBatch
 from oxygen_ros.engine.request import TASK_TYPES, Request, RequestStatus
 from oxygen_ros.engine.scheduler import Scheduler
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.kernels import KVQuantSpec
+from oxygen_ros.kernels import KVQuantSpec, format_support_error
 from oxygen_ros.models.pi05.model import PreparedPrefix
 from oxygen_ros.models.registry import ModelBundle, load_model
 
@@ -53,20 +59,22 @@ class Engine:
     def _kv_layout(self) -> KVLayout:
         """The pool's storage formats from ``kv_dtype`` and ``kv_full_precision_layers``; bad values are rejected."""
         cfg, b = self.config, self.bundle
-        try:
-            kv_dtype = self.dtype if cfg.kv_dtype == "auto" else KVQuantSpec.parse(cfg.kv_dtype).storage_dtype
-        except ValueError as exc:
-            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"kv_dtype: {exc}") from exc
+        kv_dtype = self.dtype if cfg.kv_dtype == "auto" else KVQuantSpec.parse(cfg.kv_dtype).storage_dtype  # validated
         bad = [i for i in cfg.kv_full_precision_layers if not 0 <= i < b.num_layers]
         if bad:
             raise EngineError(
                 ErrorCode.INVALID_ARGUMENT,
                 f"kv_full_precision_layers {bad} out of range: {b.model_id} has layers 0..{b.num_layers - 1}",
             )
-        return KVLayout(
+        layout = KVLayout(
             b.num_layers, b.num_kv_heads, b.head_dim, cfg.block_size, kv_dtype,
             tuple(sorted(set(cfg.kv_full_precision_layers))), self.dtype,
         )
+        for spec in dict.fromkeys(layout.layer_spec(i) for i in range(b.num_layers)):  # e.g. fp8 and fp32 layers
+            why = format_support_error(spec, self.device)
+            if why:
+                raise EngineError(ErrorCode.FAILED_PRECONDITION, f"kv_dtype {cfg.kv_dtype!r} cannot run here: {why}")
+        return layout
 
     def _num_blocks(self) -> int:
         """Blocks in the pool's byte budget; never more than every sequence at full length could use."""
@@ -110,6 +118,7 @@ class Engine:
                 ErrorCode.RESOURCE_EXHAUSTED, f"queue full ({self.config.max_queue} waiting requests); retry later"
             )
         number = next(self._ids)
+        arrival = time.perf_counter()
         request_id = greq.request_id or f"req-{number}"
         if request_id in self.requests:
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"request id {request_id!r} is already in use")
@@ -127,8 +136,10 @@ class Engine:
             want_text=greq.want_text,
             want_actions=greq.want_actions,
             priority=greq.priority,
+            deadline=arrival + greq.deadline_s if greq.deadline_s else 0.0,
             cache_salt=greq.cache_salt,
             generator=generator,
+            arrival_s=arrival,
         )
         if num_image_tokens:
             images_key = hashlib.sha256("|".join(prefix.image_hashes).encode()).digest()
@@ -168,6 +179,8 @@ class Engine:
             raise bad(f"max_new_tokens must be at least 1, got {s.max_new_tokens}")
         if not (s.temperature >= 0.0 and 0.0 < s.top_p <= 1.0):  # also rejects NaN
             raise bad(f"temperature must be >= 0 and top_p in (0, 1], got {s.temperature}, {s.top_p}")
+        if not 0.0 <= greq.deadline_s < math.inf:  # also rejects NaN
+            raise bad(f"deadline_s must be a finite number of seconds >= 0 (0 = none), got {greq.deadline_s}")
 
     def _check_fits(self, prompt_ids: list[int], max_new_tokens: int, prefix_bidirectional: int = 0) -> None:
         total = len(prompt_ids) + max_new_tokens
@@ -205,19 +218,22 @@ class Engine:
         return self.scheduler.num_unfinished > 0
 
     def step(self) -> list[RequestOutput]:
-        """One forward pass over the next scheduled batch; returns the requests that finished in it."""
+        """One forward pass over the next scheduled batch; returns the requests that finished in it, and those whose
+        deadline passed before it (dropped unserved)."""
+        now = time.perf_counter()
+        finished = self._expire(now)
         batch = self.last_batch = self.scheduler.schedule()
         if not batch.requests:
-            return []
-        now = time.perf_counter()
+            return finished
         for req in batch.requests:
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = now
         sampled = self.runner.execute(batch)
         acting = [r for r in batch.requests if r.want_actions and r.actions is None and r.prefill_done]
         if acting:
+            start = self._synchronized_clock()
             self.runner.sample_actions(acting, self.config.num_denoise_steps)
-        finished = []
+            batch.denoise_s = self._synchronized_clock() - start
         for req in batch.requests:
             self.kv_manager.commit(req)
             if not req.want_text and req.actions is not None:
@@ -238,6 +254,20 @@ class Engine:
             self.check_invariants()
         return finished
 
+    def _expire(self, now: float) -> list[RequestOutput]:
+        """Drop every request whose deadline has passed: it can no longer be finished in time, so no more compute is
+        spent on it and its blocks go back to the pool now."""
+        late = [r for r in self.requests.values() if r.deadline and now >= r.deadline]
+        for req in late:
+            self._finish(req, "deadline")
+        return [self._output(req) for req in late]
+
+    def _synchronized_clock(self) -> float:
+        """perf_counter after the device finished queued work, so a phase's time is its own (CUDA runs async)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
     def _stop_reason(self, req: Request, token: int) -> str:
         s = req.sampling
         if token in s.stop_token_ids or (not s.ignore_eos and token in self.tokenizer.eos_token_ids):
@@ -254,7 +284,7 @@ class Engine:
 
     def _output(self, req: Request) -> RequestOutput:
         start = req.first_scheduled_s or req.finished_s
-        return RequestOutput(
+        out = RequestOutput(
             request_id=req.request_id,
             task_id=req.task_id,
             task_type=req.task_type,
@@ -268,6 +298,15 @@ class Engine:
             latency_ms=(req.finished_s - req.arrival_s) * 1e3,
             actions=None if req.actions is None else req.actions.cpu().numpy(),
         )
+        if req.deadline and req.finished_s > req.deadline:
+            out.error_code = ErrorCode.DEADLINE_EXCEEDED
+            late_ms = (req.finished_s - req.deadline) * 1e3
+            out.message = (
+                f"dropped {late_ms:.1f} ms after its deadline passed, {out.generated_tokens} tokens generated"
+                if req.finish_reason == "deadline"
+                else f"finished {late_ms:.1f} ms after its deadline (its result is kept, but late)"
+            )
+        return out
 
     def generate(self, requests: list[GenerateRequest]) -> list[RequestOutput]:
         """Submit all, run to completion, return outputs in submission order."""

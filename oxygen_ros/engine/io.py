@@ -27,7 +27,8 @@ class GenerateRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     want_text: bool = True
     want_actions: bool = False
-    priority: int = 0
+    priority: int = 0  # within a service class (actions, then VQA, then other language; see Request.service_class)
+    deadline_s: float = 0.0  # seconds from submission; finished later -> DEADLINE_EXCEEDED; 0 = none
     cache_salt: str = ""
     request_id: str = ""  # empty: the engine assigns one
     chat: bool = True  # wrap in the model's chat template, the observation as the shared system turn
@@ -40,7 +41,7 @@ class RequestOutput:
     task_type: str
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
-    finish_reason: str = ""  # stop | length | abort
+    finish_reason: str = ""  # stop | length | actions | abort | deadline
     error_code: ErrorCode | None = None
     message: str = ""
     prompt_tokens: int = 0

@@ -72,9 +72,15 @@ class LayerKV:
         )
 
     def write(self, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store new tokens' K/V [T, KVH, D] at flat slots (quantizing); slots < 0 are skipped."""
+        """Store new tokens' K/V [T, KVH, D] at flat slots (quantizing); slots < 0 are skipped.
+
+        The fp8 calibrator sees only the tokens that are stored: the action expert's K/V (all slots -1, ten denoising
+        steps per chunk) would otherwise fill its window with values the pool never holds and move the scales.
+        """
         if self.calibrator is not None:
-            self.calibrator.update(self.blocks, k, v)
+            keep = slot_mapping >= 0
+            if bool(keep.any()):
+                self.calibrator.update(self.blocks, k[keep], v[keep])
         write_kv(self.blocks, slot_mapping, k, v)
 
     def gather(

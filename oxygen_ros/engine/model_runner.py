@@ -18,6 +18,7 @@ from oxygen_ros.layers.attention import AttentionMetadata
 class ScheduledBatch:
     requests: list[Request]
     num_new_tokens: list[int]
+    denoise_s: float = 0.0  # time the step spent sampling action chunks, for per-phase benchmarks
 
     @property
     def total_tokens(self) -> int:

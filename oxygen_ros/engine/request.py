@@ -11,6 +11,7 @@ from oxygen_ros.engine.sampling import SamplingParams
 from oxygen_ros.errors import ErrorCode
 
 TASK_TYPES = ("vqa", "instruction", "navigation", "generic")
+SERVE_ACTIONS, SERVE_VQA, SERVE_LANGUAGE = 0, 1, 2  # service classes, served in this order
 
 
 class RequestStatus(Enum):
@@ -28,7 +29,8 @@ class Request:
     sampling: SamplingParams
     want_text: bool = True
     want_actions: bool = False
-    priority: int = 0  # higher is served first
+    priority: int = 0  # higher is served first, within a service class
+    deadline: float = 0.0  # perf_counter time by which it must be finished; 0 = none
     pixels: torch.Tensor | None = None  # preprocessed images of a VLA prefix [N, 3, S, S]
     image_tokens: torch.Tensor | None = None  # their encoder output, kept only while the prefix is being computed
     mm_spans: list[MultiModalSpan] = field(default_factory=list)
@@ -68,3 +70,16 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status == RequestStatus.FINISHED
+
+    @property
+    def service_class(self) -> int:
+        """Scheduling class; classes are served in this order whatever ``priority`` says.
+
+        0: an action chunk is still owed (a fixed-rate control loop waits on it every frame);
+        1: VQA (someone waits for the answer, so it goes ahead of older language requests);
+        2: other language (may trail over several frames).
+        A request that got its chunk and still decodes text is language work from then on.
+        """
+        if self.want_actions and self.actions is None:
+            return SERVE_ACTIONS
+        return SERVE_VQA if self.task_type == "vqa" else SERVE_LANGUAGE

@@ -1,10 +1,19 @@
 """Continuous batching over the shared pool: which requests compute which tokens in the next forward pass.
 
-Each step every running request decodes one token, then waiting requests are admitted (highest priority first,
-then oldest) while the token budget, ``max_num_seqs`` and the pool allow, each prefilling the part of its prompt not
-found in the prefix cache.  A request whose uncached prompt blocks are being computed in this very step by another
-request waits one step and then reuses them: an observation shared by several tasks is prefilled once.  When the pool
-cannot grow a running request, the lowest-priority, newest request is preempted: its blocks are released (they stay
+Requests are served by service class (``Request.service_class``: owed action chunks, then VQA, then other language),
+then priority, then age.  Class by class, every running request decodes one token, then waiting requests of that
+class are admitted while the token budget, ``max_num_seqs`` and the pool allow, each prefilling the part of its
+prompt not found in the prefix cache.  A waiting request that finds no seat or no blocks preempts running requests
+of a later class (an action chunk never waits behind language decoding, a VQA answer never behind older chatter);
+it never preempts its own class or an earlier one, so language never preempts actions.
+
+A step that computes action requests carries nothing else: the chunk's latency is its own prefill and denoising, not
+that of decode rows padded into the same forward pass, and language resumes in the next step (the paper's frame:
+prefill and actions, then decode).
+
+A request whose uncached prompt blocks are being computed in this very step by another request waits one step and
+then reuses them: an observation shared by several tasks is prefilled once.  When the pool cannot grow a running
+request, the last request in serving order is preempted.  A preempted request's blocks are released (they stay
 cached, so resuming it is mostly a prefix hit) and it goes back to the queue.
 """
 
@@ -13,7 +22,7 @@ from collections.abc import Callable
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.kv_cache_manager import KVCacheManager
 from oxygen_ros.engine.model_runner import ScheduledBatch
-from oxygen_ros.engine.request import Request, RequestStatus
+from oxygen_ros.engine.request import SERVE_ACTIONS, Request, RequestStatus
 
 
 class Scheduler:
@@ -42,7 +51,19 @@ class Scheduler:
     def schedule(self) -> ScheduledBatch:
         budget = self.config.max_num_batched_tokens
         batch = ScheduledBatch([], [])
-        for req in sorted(self.running, key=_order):
+        in_flight: set[bytes] = set()
+        for service_class in sorted({r.service_class for r in [*self.running, *self.waiting]}):
+            budget = self._continue_running(service_class, batch, budget)
+            budget, blocked = self._admit(service_class, batch, budget, in_flight)
+            if blocked:  # no later class may overtake it (and none is running any more)
+                break
+            if service_class == SERVE_ACTIONS and batch.requests:  # an action step runs alone
+                break
+        return batch
+
+    def _continue_running(self, service_class: int, batch: ScheduledBatch, budget: int) -> int:
+        """Schedule the running requests of one class; returns the token budget left."""
+        for req in sorted((r for r in self.running if r.service_class == service_class), key=_order):
             if req not in self.running:  # preempted earlier in this loop
                 continue
             n = self._chunk(req, budget)
@@ -57,24 +78,25 @@ class Scheduler:
                 batch.requests.append(req)
                 batch.num_new_tokens.append(n)
                 budget -= n
-        self._admit(batch, budget)
-        return batch
+        return budget
 
-    def _admit(self, batch: ScheduledBatch, budget: int) -> None:
-        in_flight: set[bytes] = set()
-        for req in sorted(self.waiting, key=_order):
-            if len(self.running) >= self.config.max_num_seqs:
-                break
+    def _admit(
+        self, service_class: int, batch: ScheduledBatch, budget: int, in_flight: set[bytes]
+    ) -> tuple[int, bool]:
+        """Admit waiting requests of one class; returns the budget left and whether one was blocked for want of a
+        seat or blocks even after every later-class request was preempted."""
+        for req in sorted((r for r in self.waiting if r.service_class == service_class), key=_order):
             if self._chunk(req, budget) <= 0:
                 continue
             hashes = self.kv.reusable_hashes(req)
             cached = 0
             while cached < len(hashes) and self.kv.pool.lookup(hashes[cached]) is not None:
                 cached += 1
-            if cached < len(hashes) and hashes[cached] in in_flight:
+            if self.kv.pool.enable_prefix_caching and cached < len(hashes) and hashes[cached] in in_flight:
                 continue  # its next blocks are being computed right now: reuse them next step
-            if not self.kv.admit(req, hashes):
-                break  # the pool is full; keep queue order (no small request overtakes a large one forever)
+            while len(self.running) >= self.config.max_num_seqs or not self.kv.admit(req, hashes):
+                if not self._preempt_later_class(service_class):
+                    return budget, True  # keep queue order (no small request overtakes a large one forever)
             in_flight.update(hashes[cached:])
             self.waiting.remove(req)
             self.running.append(req)
@@ -83,6 +105,16 @@ class Scheduler:
             batch.requests.append(req)
             batch.num_new_tokens.append(n)
             budget -= n
+        return budget, False
+
+    def _preempt_later_class(self, service_class: int) -> bool:
+        """Preempt the last-served running request of a class after ``service_class``; False if there is none.
+        Such requests are not in this step's batch yet: classes are scheduled in order."""
+        victims = [r for r in self.running if r.service_class > service_class]
+        if not victims:
+            return False
+        self._preempt(max(victims, key=_order))
+        return True
 
     @staticmethod
     def _chunk(req: Request, budget: int) -> int:
@@ -101,6 +133,6 @@ class Scheduler:
         self.on_preempt(req)
 
 
-def _order(req: Request) -> tuple[int, float]:
-    """Serve higher priority first, then first come."""
-    return (-req.priority, req.arrival_s)
+def _order(req: Request) -> tuple[int, int, float]:
+    """Serve the earlier service class first, then higher priority, then first come."""
+    return (req.service_class, -req.priority, req.arrival_s)

@@ -23,3 +23,10 @@ def tiny_bundle() -> ModelBundle:
     model = LlamaModel(TINY).eval()
     tokenizer = Tokenizer.from_gguf_metadata(GGUFReader(smollm2_gguf_path()))
     return ModelBundle(model, tokenizer, "tiny-random", TINY.num_layers, TINY.num_kv_heads, TINY.head_dim, 4096)
+
+
+@pytest.fixture(scope="session")
+def pi05_tiny() -> ModelBundle:
+    """pi05-tiny (seeded random weights) on one thread: its small matmuls are fastest, and steady, on one core."""
+    torch.set_num_threads(1)
+    return load_model("pi05-tiny", torch.device("cpu"), torch.float32)

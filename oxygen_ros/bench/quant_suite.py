@@ -1,0 +1,129 @@
+"""`bench --suite quant`: what each KV storage format costs in quality and saves in bytes, against full precision.
+
+The baseline is the same engine with full-precision KV (``kv_dtype=auto``: fp32 on CPU, bf16 on CUDA); every other
+run changes only ``kv_dtype``.  Language (SmolLM2): greedy agreement over fixed prompts and teacher-forced perplexity
+on a public-domain text shipped in the package (``quant_language``).  Actions (pi05-tiny): action chunks with the same
+noise (``quant_actions``).  Bytes: ``KVLayout.bytes_per_token``, scales included.  A format that misses its targets
+gets a per-layer sensitivity sweep and the cost of keeping its worst layers at full precision (``quant_fallback``).
+bf16 KV is measured by default too: its rounding (2^-9 relative) is the noise floor a quantized format is judged
+against (``--param dtypes=fp16,bf16,int8,fp8`` adds fp16).  The default run takes 5-15 minutes on 2 CPU cores.
+"""
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from oxygen_ros.bench.quant_actions import action_chunks, observation_change_mse, observations
+from oxygen_ros.bench.quant_fallback import Targets, fallback, layer_sensitivity
+from oxygen_ros.bench.quant_language import PROMPTS, LanguageBench, LanguageQuality
+from oxygen_ros.bench.report import result
+from oxygen_ros.config import EngineConfig, resolve_dtype
+from oxygen_ros.engine.engine import Engine
+from oxygen_ros.engine.kv_cache import KVLayout
+from oxygen_ros.kernels import KVQuantSpec
+from oxygen_ros.models.registry import ModelBundle, load_model
+
+TARGETS = {
+    "int8": Targets(token_agreement=0.99, ppl_increase=0.01),
+    "fp8": Targets(token_agreement=0.97, ppl_increase=0.03),
+}
+
+
+def run(
+    prompts: int = 20, new_tokens: int = 64, text_tokens: int = 1024, chunk: int = 32, action_observations: int = 4,
+    sweep_tokens: int = 128, max_fallback_layers: int = 8, dtypes: str = "bf16,int8,fp8", block_size: int = 16,
+) -> dict[str, Any]:
+    params: dict[str, Any] = dict(locals())  # the arguments, as run
+    names = dtypes.split(",")
+    device = EngineConfig().torch_device()
+    compute_dtype = resolve_dtype("auto", device)
+    seconds: dict[str, float] = {}
+    metrics: dict[str, Any] = {}
+    details: dict[str, Any] = {"fallback": {}}
+
+    start = time.perf_counter()
+    smollm2 = load_model("smollm2-135m", device, compute_dtype)
+    bench = LanguageBench(smollm2, PROMPTS[:prompts], new_tokens, text_tokens, chunk, block_size)
+    metrics["reference_ppl"] = bench.text.perplexity
+    for name in names:
+        quality = bench.measure(name)
+        metrics |= _language_metrics(name, quality, smollm2, block_size)
+        details[f"{name}_first_divergence"] = quality.agreement.first_divergence  # measure() without a ppl limit
+        if name in TARGETS:
+            metrics[f"{name}_targets_met"] = TARGETS[name].met(quality)
+    seconds["language"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    for name in (n for n in names if n in TARGETS and not metrics[f"{n}_targets_met"]):
+        sensitivity = layer_sensitivity(bench, name, sweep_tokens)
+        best, tried = fallback(bench, name, TARGETS[name], sensitivity, max_fallback_layers)
+        metrics |= _language_metrics(f"{name}_fallback", best, smollm2, block_size)
+        metrics[f"{name}_fallback_layout"] = best.layout
+        metrics[f"{name}_fallback_targets_met"] = TARGETS[name].met(best)
+        details["fallback"][name] = {
+            "sweep_tokens": sweep_tokens,
+            "layer_kl_divergence": sensitivity,
+            "tried": [_language_metrics("", q, smollm2, block_size) | {"layout": q.layout} for q in tried],
+        }
+    seconds["fallback"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    pi05 = load_model("pi05-tiny", device, compute_dtype)
+    metrics |= _action_metrics(pi05, names, action_observations, block_size)
+    seconds["actions"] = time.perf_counter() - start
+
+    details["bytes_per_token"] = {
+        bundle.model_id: {n: _layout(bundle, n, (), block_size).bytes_per_token for n in ("fp32", *names)}
+        for bundle in (smollm2, pi05)
+    }
+    details["seconds"] = seconds
+    params["reference_kv_dtype"] = KVQuantSpec(compute_dtype).name
+    params["targets"] = {n: vars(t) for n, t in TARGETS.items()}
+    return result("quant", metrics, details, params)
+
+
+def _layout(bundle: ModelBundle, kv_dtype: str, full_precision_layers: tuple[int, ...], block_size: int) -> KVLayout:
+    """The layout an engine would build, with full-precision layers at 16 bits (fp16/bf16 compute, as on CUDA)."""
+    return KVLayout(
+        bundle.num_layers, bundle.num_kv_heads, bundle.head_dim, block_size, KVQuantSpec.parse(kv_dtype).storage_dtype,
+        full_precision_layers, torch.float16,
+    )
+
+
+def _language_metrics(prefix: str, q: LanguageQuality, bundle: ModelBundle, block_size: int) -> dict[str, Any]:
+    """Agreement, text scores and bytes of one measured layout; bytes as deployed (16-bit full-precision layers)."""
+    fp16 = _layout(bundle, "fp16", (), block_size).bytes_per_token
+    deployed = _layout(bundle, q.kv_dtype, q.full_precision_layers, block_size).bytes_per_token
+    p = f"{prefix}_" if prefix else ""
+    return {
+        f"{p}token_agreement": q.agreement.token_agreement if q.agreement else None,
+        f"{p}prompts_identical": q.agreement.prompts_identical if q.agreement else None,
+        f"{p}ppl_increase": q.ppl_increase,
+        f"{p}kl_divergence": q.kl_divergence,
+        f"{p}bytes_per_token": deployed,
+        f"{p}bytes_ratio_vs_fp16": deployed / fp16,
+    }
+
+
+def _action_metrics(bundle: ModelBundle, names: list[str], count: int, block_size: int) -> dict[str, float]:
+    """Action-chunk MSE per format vs full-precision KV, absolute and relative to the chunks' variance and to the
+    change another observation causes."""
+    obs = observations(count)
+
+    def chunks(kv_dtype: str) -> np.ndarray:
+        config = EngineConfig(model="pi05-tiny", kv_dtype=kv_dtype, block_size=block_size, kv_cache_bytes=64 << 20)
+        return action_chunks(Engine(config, bundle=bundle), obs, kv_dtype)
+
+    reference = chunks("auto")
+    variance, moved = float(reference.var()), observation_change_mse(reference)
+    metrics = {"pi05_action_variance": variance, "pi05_action_mse_observation_change": moved}
+    for name in names:
+        mse = float(np.mean((chunks(name) - reference) ** 2))
+        metrics |= {
+            f"pi05_action_mse_{name}": mse,
+            f"pi05_action_mse_{name}_vs_variance": mse / variance,
+            f"pi05_action_mse_{name}_vs_observation_change": mse / moved,
+        }
+    return metrics

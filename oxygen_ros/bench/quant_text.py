@@ -1,0 +1,80 @@
+"""Teacher-forced scoring of a fixed public-domain text through the paged pool: perplexity and KL divergence.
+
+The text is scored ``chunk`` tokens per forward pass: a chunk's tokens see each other's K/V as computed (in flight,
+unquantized) and everything before the chunk as read back from the pool in the pool's format, so all but the last
+``chunk`` tokens of every context are read quantized.  (One prefill of the whole text would attend to in-flight K/V
+only and measure nothing.)  Besides perplexity, the mean KL divergence of the next-token distributions from the
+full-precision ones is reported: perplexity changes of a few tenths of a percent go either way (they are the sum of
+many small per-token gains and losses), while the KL is never negative and grows with the distortion.
+"""
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from oxygen_ros.engine.engine import Engine
+from oxygen_ros.layers.attention import AttentionMetadata
+
+TEXT_PATH = Path(__file__).with_name("data") / "declaration_of_independence.txt"  # public domain (1776)
+
+
+def text_token_ids(engine: Engine, num_tokens: int) -> list[int]:
+    """The first ``num_tokens`` tokens of the shipped text."""
+    ids = engine.tokenizer.encode(TEXT_PATH.read_text())
+    if len(ids) < num_tokens:
+        raise ValueError(f"{TEXT_PATH.name} has {len(ids)} tokens, fewer than the {num_tokens} asked for")
+    return ids[:num_tokens]
+
+
+@torch.inference_mode()
+def teacher_forced_logprobs(engine: Engine, ids: list[int], chunk: int) -> torch.Tensor:
+    """Log-probabilities of every next token, ``[len(ids) - 1, vocab]`` fp32 on the CPU, computed ``chunk`` tokens
+    per forward pass over blocks taken from (and given back to) the engine's pool."""
+    bs, device, model = engine.config.block_size, engine.device, engine.bundle.model
+    blocks = engine.pool.allocate(-(-len(ids) // bs))
+    table = torch.tensor([blocks], device=device)
+    tokens = torch.tensor(ids, device=device)
+    parts = []
+    try:
+        for start in tqdm(range(0, len(ids) - 1, chunk), desc=f"text {engine.layout.name}", unit="chunk", leave=False):
+            end = min(start + chunk, len(ids) - 1)  # positions start..end-1 predict tokens start+1..end
+            positions = torch.arange(start, end, device=device)
+            slots = table[0, positions // bs] * bs + positions % bs
+            meta = AttentionMetadata(slots, [end - start], [end], table)
+            logits = model.compute_logits(model(tokens[start:end], positions, meta, engine.kv))
+            parts.append(torch.log_softmax(logits.float(), dim=-1).cpu())
+    finally:
+        engine.pool.release(blocks)
+    return torch.cat(parts)
+
+
+@dataclass(frozen=True)
+class TextReference:
+    """The full-precision scores of ``ids`` that other KV layouts are compared with."""
+
+    ids: list[int]
+    chunk: int
+    logprobs: torch.Tensor
+    nll: float  # mean next-token negative log-likelihood
+
+    @classmethod
+    def of(cls, engine: Engine, ids: list[int], chunk: int) -> "TextReference":
+        logprobs = teacher_forced_logprobs(engine, ids, chunk)
+        return cls(ids, chunk, logprobs, _mean_nll(logprobs, ids))
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.nll)
+
+    def score(self, engine: Engine) -> tuple[float, float]:
+        """(relative perplexity change, mean KL(reference || engine) in nats per token) of ``engine``'s layout."""
+        logprobs = teacher_forced_logprobs(engine, self.ids, self.chunk)
+        kl = (self.logprobs.exp() * (self.logprobs - logprobs)).sum(dim=-1).mean()
+        return math.exp(_mean_nll(logprobs, self.ids) - self.nll) - 1.0, float(kl)
+
+
+def _mean_nll(logprobs: torch.Tensor, ids: list[int]) -> float:
+    return float(-logprobs.gather(1, torch.tensor(ids[1:])[:, None]).mean())

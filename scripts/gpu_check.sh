@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# GPU check of the KV kernels, under 5 minutes on a CUDA machine:
+#   1. test/kernels with the Triton kernels COMPILED (TRITON_INTERPRET unset; conftest then runs them on CUDA tensors);
+#   2. the paged-decode micro-benchmark per KV format vs torch SDPA on gathered contiguous KV (`bench --suite kernels`),
+#      printing time ratios (ours / SDPA) and errors; the full result goes to $RESULT (default gpu_check_kernels.json).
+# Runs from the source tree (PYTHONPATH), so it needs only torch with CUDA, triton, pytest and hypothesis in $PYTHON.
+# Without CUDA it says so and exits 2 at once: on CPU the kernel tests run interpreted through `make test` instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+RESULT=${RESULT:-gpu_check_kernels.json}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+unset TRITON_INTERPRET OXYGEN_KERNELS
+
+no_gpu() {
+    echo "gpu_check: $1; this check needs a CUDA GPU (nothing was run)" >&2
+    exit 2
+}
+# The driver's device node first (instant), then torch's own view (a few seconds to import).
+[ -e /dev/nvidiactl ] || no_gpu "no NVIDIA driver device (/dev/nvidiactl)"
+"$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' || no_gpu "torch in $PYTHON sees no CUDA device"
+"$PYTHON" -c 'import torch, triton; p = torch.cuda.get_device_properties(0)
+print(f"gpu_check: {p.name} (sm_{p.major}{p.minor}), torch {torch.__version__}, triton {triton.__version__}")'
+
+start=$SECONDS
+# --confcutdir: only test/kernels/conftest.py is loaded (test/conftest.py needs ROS, which a GPU box may not have).
+timeout 200 "$PYTHON" -m pytest -q -p no:cacheprovider --confcutdir=test/kernels test/kernels
+echo "gpu_check: kernel tests compiled, $((SECONDS - start)) s"
+
+timeout 90 "$PYTHON" -c 'import sys; from oxygen_ros.cli.main import main; sys.exit(main(sys.argv[1:]))' \
+    bench --suite kernels --json "$RESULT"
+echo "gpu_check: done in $((SECONDS - start)) s"

@@ -1,0 +1,57 @@
+"""The quant suite's measurements on small models: agreement counting, chunked text scores that really read the
+quantized pool, the sensitivity sweep and fallback, and pi05 action chunks."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from engine_helpers import make_engine
+
+from oxygen_ros.bench.quant_actions import action_chunks, observation_change_mse, observations
+from oxygen_ros.bench.quant_fallback import Targets, fallback, layer_sensitivity
+from oxygen_ros.bench.quant_language import LanguageBench, agreement
+from oxygen_ros.bench.quant_text import TextReference, text_token_ids
+
+
+def test_agreement_counts_positions_up_to_each_prompts_first_divergence():
+    reference = [[1, 2, 3, 4], [5, 6, 7, 8], [1, 1, 1, 1]]
+    result = agreement(reference, [[1, 2, 3, 4], [5, 9, 7, 8], [2, 1, 1, 1]])
+    assert result.first_divergence == [None, 1, 0]
+    assert result.token_agreement == pytest.approx(5 / 12)  # 4 + 1 + 0: equal tails after a divergence do not count
+    assert result.prompts_identical == pytest.approx(1 / 3)
+
+
+def test_chunked_scores_read_earlier_chunks_from_the_quantized_pool(tiny_bundle):
+    full = make_engine(tiny_bundle)
+    ids = text_token_ids(full, 96)
+    one_pass, chunked = TextReference.of(full, ids, chunk=len(ids)), TextReference.of(full, ids, chunk=16)
+    torch.testing.assert_close(chunked.logprobs, one_pass.logprobs, rtol=0, atol=1e-4)  # chunking itself is exact
+    quantized = make_engine(tiny_bundle, kv_dtype="int8")
+    assert one_pass.score(quantized) == pytest.approx((0.0, 0.0), abs=1e-12)  # attends to in-flight K/V only
+    ppl_increase, kl = chunked.score(quantized)
+    assert kl > 1e-9 and ppl_increase != 0.0
+    assert quantized.pool.num_free == quantized.pool.num_blocks  # the scoring gave its blocks back
+
+
+def test_sweep_and_fallback_keep_the_most_sensitive_layers(tiny_bundle):
+    bench = LanguageBench(tiny_bundle, ["Name a color.", "Count to three."], new_tokens=4, text_tokens=64, chunk=16)
+    sensitivity = layer_sensitivity(bench, "fp8", sweep_tokens=48)
+    assert len(sensitivity) == 2 and all(0 < s < math.inf for s in sensitivity)
+    worst = int(np.argmax(sensitivity))
+    best, tried = fallback(bench, "fp8", Targets(token_agreement=0.0, ppl_increase=math.inf), sensitivity, 2)
+    assert [q.full_precision_layers for q in tried] == [(0, 1), (worst,)]  # the widest first, then from one layer
+    assert best is tried[-1] and best.agreement is not None
+    best, tried = fallback(bench, "fp8", Targets(token_agreement=1.0, ppl_increase=-1.0), sensitivity, 2)
+    assert tried == [best] and best.full_precision_layers == (0, 1)  # even the widest misses: nothing narrower
+    assert best.agreement is None  # perplexity already missed: no greedy run
+    assert best.ppl_increase == pytest.approx(0.0, abs=1e-6)  # every layer at full precision
+
+
+def test_action_chunks_are_reproducible_and_follow_the_observation(pi05_tiny):
+    obs = observations(2, images_per_observation=1)
+    first = action_chunks(make_engine(pi05_tiny), obs, "a")
+    again = action_chunks(make_engine(pi05_tiny), obs, "b")
+    assert first.shape == (2, 10, 32)
+    np.testing.assert_array_equal(first, again)
+    assert observation_change_mse(first) > 0.0
