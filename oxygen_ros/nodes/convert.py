@@ -1,0 +1,159 @@
+"""Messages <-> engine data: images, observations, Infer requests and responses, pool statistics.
+
+Pure functions with no node state, so the node only wires callbacks to them and each conversion is tested on its
+own. Bad input raises ValueError with a sentence that names the field, which the node passes on as the reason.
+"""
+
+import array
+
+import numpy as np
+from builtin_interfaces.msg import Time
+from sensor_msgs.msg import Image
+from std_msgs.msg import Header
+
+from oxygen_ros.engine.async_engine import ServingStats
+from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
+from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.errors import ErrorCode
+from oxygen_ros.msg import ActionChunk, KvPoolStats, TaskKvUsage, TierStats
+from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.observations import content_id
+from oxygen_ros.srv import Infer
+
+# encoding -> (channels in the message, channel indices giving R, G, B)
+ENCODINGS: dict[str, tuple[int, tuple[int, int, int]]] = {
+    "rgb8": (3, (0, 1, 2)),
+    "bgr8": (3, (2, 1, 0)),
+    "rgba8": (4, (0, 1, 2)),
+    "bgra8": (4, (2, 1, 0)),
+    "mono8": (1, (0, 0, 0)),
+}
+
+
+def image_to_rgb(msg: Image) -> np.ndarray:
+    """HxWx3 uint8 RGB copy of an 8-bit image (row padding in ``step`` is dropped)."""
+    if msg.encoding not in ENCODINGS:
+        raise ValueError(f"unsupported image encoding {msg.encoding!r}; supported: {', '.join(ENCODINGS)}")
+    channels, order = ENCODINGS[msg.encoding]
+    height, width = msg.height, msg.width
+    if height == 0 or width == 0:
+        raise ValueError(f"zero-size image ({width}x{height})")
+    row = width * channels
+    step = msg.step or row
+    if step < row:
+        raise ValueError(f"image step {step} is shorter than a row of {width} {msg.encoding} pixels ({row} bytes)")
+    data = np.frombuffer(msg.data, dtype=np.uint8)
+    if data.size < step * height:
+        raise ValueError(f"image data has {data.size} bytes, {height} rows of {step} need {step * height}")
+    pixels = data[: step * height].reshape(height, step)[:, :row].reshape(height, width, channels)
+    return np.ascontiguousarray(pixels[..., list(order)])
+
+
+def rgb_to_image(rgb: np.ndarray, header: Header) -> Image:
+    if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError(f"expected an HxWx3 uint8 RGB array, got {rgb.dtype} {rgb.shape}")
+    height, width, _ = rgb.shape
+    data = array.array("B", np.ascontiguousarray(rgb).tobytes())
+    return Image(header=header, height=height, width=width, encoding="rgb8", step=width * 3, data=data)
+
+
+def camera_observation(msg: Image) -> Observation:
+    """One camera frame as an observation with a content-hash id."""
+    rgb = image_to_rgb(msg)
+    return Observation(observation_id=content_id("", [rgb], []), images=[rgb])
+
+
+def observation_from_msg(msg: ObservationMsg) -> Observation:
+    """The message's own observation_id if it has one, else a content hash."""
+    images = []
+    for i, image in enumerate(msg.images):
+        try:
+            images.append(image_to_rgb(image))
+        except ValueError as exc:
+            raise ValueError(f"image {i}: {exc}") from exc
+    state = [float(v) for v in msg.state]
+    observation_id = msg.observation_id or content_id(msg.text, images, state)
+    return Observation(observation_id=observation_id, text=msg.text, images=images, state=state)
+
+
+def generate_request(req: Infer.Request, observation: Observation | None) -> GenerateRequest:
+    """The engine validates (empty prompt, task type, token budget); this only moves fields across."""
+    return GenerateRequest(
+        prompt=req.prompt,
+        task_id=req.task_id or "default",
+        task_type=req.task_type,
+        observation=observation,
+        sampling=SamplingParams(max_new_tokens=req.max_new_tokens),
+        want_text=req.want_text,
+        want_actions=req.want_actions,
+        priority=req.priority,
+        deadline_s=req.deadline_s,
+    )
+
+
+def error_response(response: Infer.Response, code: ErrorCode, message: str) -> Infer.Response:
+    response.success, response.error_code, response.message = False, code.value, message
+    return response
+
+
+def action_chunk(actions: np.ndarray, task_id: str, period_s: float, stamp: Time) -> ActionChunk:
+    """[horizon, action_dim] actions as a chunk, row-major."""
+    horizon, action_dim = actions.shape
+    chunk = ActionChunk(task_id=task_id, horizon=horizon, action_dim=action_dim, period_s=period_s)
+    chunk.header.stamp = stamp
+    chunk.actions = actions.astype(np.float32).ravel().tolist()
+    return chunk
+
+
+def fill_response(response: Infer.Response, out: RequestOutput, period_s: float, stamp: Time) -> Infer.Response:
+    if not out.ok:
+        error_response(response, out.error_code, out.message)
+    else:
+        response.success, response.message = True, out.finish_reason
+    response.text = out.text
+    if out.actions is not None:
+        response.actions = action_chunk(out.actions, out.task_id, period_s, stamp)
+    response.prompt_tokens = out.prompt_tokens
+    response.reused_prefix_tokens = out.reused_prefix_tokens
+    response.generated_tokens = out.generated_tokens
+    response.queue_ms = out.queue_ms
+    response.latency_ms = out.latency_ms
+    return response
+
+
+def pool_stats_msg(stats: ServingStats, stamp: Time) -> KvPoolStats:
+    """The snapshot as a message; the device pool is the one tier so far (gpu on CUDA, else cpu)."""
+    pool = stats.pool
+    msg = KvPoolStats(
+        model=pool.model,
+        block_size=pool.block_size,
+        total_blocks=pool.total_blocks,
+        free_blocks=pool.free_blocks,
+        cached_blocks=pool.cached_blocks,
+        shared_blocks=pool.shared_blocks,
+        prefix_hit_rate=pool.prefix_hit_rate,
+        fragmentation=pool.fragmentation,
+        evictions=pool.evictions,
+        active_requests=pool.active_requests,
+        queued_requests=pool.queued_requests,
+    )
+    msg.header.stamp = stamp
+    msg.tasks = [
+        TaskKvUsage(
+            task_id=t.task_id, task_type=t.task_type, kv_dtype=t.kv_dtype, blocks=t.blocks,
+            shared_blocks=t.shared_blocks, bytes=t.bytes,
+        )  # fmt: skip
+        for t in pool.tasks
+    ]
+    held = pool.used_blocks + pool.cached_blocks
+    msg.tiers = [
+        TierStats(
+            name="gpu" if stats.device == "cuda" else "cpu",
+            capacity_bytes=pool.total_blocks * pool.bytes_per_block,
+            used_bytes=held * pool.bytes_per_block,
+            blocks=held,
+            hits=stats.prefix_hits,
+            misses=stats.prefix_queries - stats.prefix_hits,
+        )
+    ]
+    return msg

@@ -1,0 +1,306 @@
+"""`oxygen_inference`: the one lifecycle node that owns the model and the unified KV pool; every task node calls it.
+
+configure reads the parameters and loads the model (a bad parameter or a missing model is logged and the node stays
+unconfigured), activate serves, deactivate refuses new requests (FAILED_PRECONDITION) while in-flight ones finish,
+cleanup cancels everything and frees the pool. The node only translates messages: the engine runs on its own thread
+(AsyncEngine) and `/oxygen/infer` is a coroutine awaiting it, so 50 concurrent calls need no executor threads and
+never block the camera, stats or lifecycle callbacks.
+"""
+
+import gc
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future as ConcurrentFuture
+from typing import Any, TypeVar
+
+import rclpy
+import torch
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.exceptions import InvalidTopicNameException
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.qos import QoSProfile, qos_profile_sensor_data
+from rclpy.task import Future
+from rclpy.validate_topic_name import validate_topic_name
+from sensor_msgs.msg import Image
+from std_msgs.msg import Header
+from visualization_msgs.msg import MarkerArray
+
+from oxygen_ros.engine.async_engine import AsyncEngine, ServingStats
+from oxygen_ros.engine.engine import Engine
+from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
+from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.msg import KvPoolStats
+from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.nodes import convert, health, params
+from oxygen_ros.nodes.pool_markers import pool_markers
+from oxygen_ros.observations import ObservationRing, Rejected
+from oxygen_ros.srv import GetPoolStats, Infer
+from oxygen_ros.viz.pool_map import draw_pool_image, pool_map
+
+T = TypeVar("T")
+NODE_NAME = "oxygen_inference"
+# DDS keeps only this many untaken requests per service (the ROS default is 10): a burst from many task nodes must
+# reach the engine, whose bounded queue then answers the excess RESOURCE_EXHAUSTED instead of dropping it silently.
+SERVICE_QUEUE_DEPTH = 256
+PREFILL_TASK = "oxygen/eager_prefill"
+
+
+class InferenceNode(LifecycleNode):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        for name, value in params.defaults().items():
+            # .get: an EngineConfig field added without a description must not stop the node (a test flags it)
+            descriptor = ParameterDescriptor(description=params.DESCRIPTIONS.get(name, ""), dynamic_typing=True)
+            self.declare_parameter(name, value, descriptor)
+        self._group = ReentrantCallbackGroup()  # lifecycle services keep the default group: a long configure
+        self._lock = threading.Lock()  # guards the fields below against transitions on other threads
+        self._state = "unconfigured"
+        self._engine: AsyncEngine | None = None
+        self._ring: ObservationRing | None = None
+        self._settings: params.NodeParams | None = None
+        self._inputs: list[Any] = []  # subscriptions made by configure
+        self._timer: Any = None  # the pool publishing timer made by configure
+        self._outputs: dict[str, Any] = {}  # lifecycle publishers made by configure
+        self._drawing = False
+        self._last_report: ServingStats | None = None
+        queue = QoSProfile(depth=SERVICE_QUEUE_DEPTH)
+        self.create_service(Infer, "/oxygen/infer", self._on_infer, qos_profile=queue, callback_group=self._group)
+        self.create_service(GetPoolStats, "/oxygen/get_pool_stats", self._on_get_pool_stats, qos_profile=queue,
+                            callback_group=self._group)  # fmt: skip
+        self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_timer(1.0, self._publish_diagnostics, callback_group=self._group)
+
+    # --- lifecycle ----------------------------------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        log = self.get_logger()
+        values = {name: self.get_parameter(name).value for name in params.defaults()}
+        try:
+            engine_config, settings = params.parse(values)
+            for name in ("camera_topic", "observation_topic"):
+                validate_topic_name(getattr(settings, name))
+        except EngineError as exc:
+            log.error(f"configure failed, bad parameter: {exc.message}")
+            return TransitionCallbackReturn.FAILURE
+        except InvalidTopicNameException as exc:
+            log.error(f"configure failed, bad parameter {name}: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        log.info(f"configure: loading model {engine_config.model!r} on {engine_config.torch_device()}")
+        start = time.perf_counter()
+        try:
+            engine = Engine(engine_config)
+        except Exception as exc:  # whatever the loader raises, the node must stay up and unconfigured
+            log.error(f"configure failed, cannot load model {engine_config.model!r}: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        stats = engine.stats()
+        pool_mib = stats.total_blocks * stats.bytes_per_block >> 20
+        log.info(
+            f"model {stats.model} loaded in {time.perf_counter() - start:.1f} s; KV pool {stats.total_blocks} blocks "
+            f"x {stats.block_size} tokens ({engine.kv_dtype_name}, {pool_mib} MiB)"
+        )
+        group = self._group
+        inputs = [
+            self.create_subscription(Image, settings.camera_topic, self._on_camera, qos_profile_sensor_data,
+                                     callback_group=group),
+            self.create_subscription(ObservationMsg, settings.observation_topic, self._on_observation, 10,
+                                     callback_group=group),
+        ]  # fmt: skip
+        publishers = {
+            "stats": self.create_lifecycle_publisher(KvPoolStats, "/oxygen/pool_stats", 10),
+            "markers": self.create_lifecycle_publisher(MarkerArray, "/oxygen/pool_markers", 1),
+            "image": self.create_lifecycle_publisher(Image, "/oxygen/pool_image", 1),
+        }
+        with self._lock:
+            self._engine, self._settings = AsyncEngine(engine), settings
+            self._ring = ObservationRing(settings.observation_ring)
+            self._inputs, self._outputs = inputs, publishers
+            self._timer = self.create_timer(1.0 / settings.stats_rate_hz, self._publish_pool, callback_group=group)
+            self._state = "inactive"
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self._lock:
+            self._state = "active"
+        self.get_logger().info("active: serving /oxygen/infer")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self._lock:
+            self._state = "inactive"
+        self.get_logger().info("inactive: new requests are refused, running ones finish")
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release("unconfigured")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release("finalized")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release("unconfigured")
+        return TransitionCallbackReturn.SUCCESS
+
+    def destroy_node(self) -> None:
+        self._release("finalized")
+        super().destroy_node()
+
+    def _release(self, new_state: str) -> None:
+        """Cancel every request, stop the engine thread and drop the pool (its memory goes back to the device)."""
+        with self._lock:
+            engine, inputs, timer, publishers = self._engine, self._inputs, self._timer, self._outputs
+            self._engine, self._ring, self._settings = None, None, None
+            self._inputs, self._timer, self._outputs = [], None, {}
+            self._state = new_state
+        if engine is None:
+            return
+        self.destroy_timer(timer)
+        for subscription in inputs:
+            self.destroy_subscription(subscription)
+        for publisher in publishers.values():
+            self.destroy_lifecycle_publisher(publisher)
+        engine.shutdown()
+        device = engine.engine.device
+        del engine
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.get_logger().info(f"{new_state}: the KV pool is freed")
+
+    # --- inputs -------------------------------------------------------------------------------------------------
+    def _on_camera(self, msg: Image) -> None:
+        self._remember(lambda: convert.camera_observation(msg), "camera-frame")
+
+    def _on_observation(self, msg: ObservationMsg) -> None:
+        self._remember(lambda: convert.observation_from_msg(msg), msg.observation_id or "unnamed-observation")
+
+    def _remember(self, decode: Callable[[], Observation], name_if_rejected: str) -> None:
+        """Put the observation in the ring; a frame that cannot be decoded is remembered as rejected (see
+        ObservationRing). A new one is prefilled at once with ``eager_prefill``."""
+        with self._lock:
+            ring, engine, settings, active = self._ring, self._engine, self._settings, self._state == "active"
+        if ring is None:
+            return
+        try:
+            observation = decode()
+        except ValueError as exc:
+            ring.add(Rejected(name_if_rejected, str(exc)))
+            self.get_logger().warning(f"rejected observation {name_if_rejected}: {exc}", throttle_duration_sec=5.0)
+            return
+        if ring.add(observation) and settings.eager_prefill and active:
+            prefill = GenerateRequest(
+                "Describe the scene.", task_id=PREFILL_TASK, observation=observation,
+                sampling=SamplingParams(max_new_tokens=1),
+            )  # fmt: skip
+            engine.submit(prefill).add_done_callback(self._log_prefill)
+
+    def _log_prefill(self, future: ConcurrentFuture[RequestOutput]) -> None:
+        out = future.result()
+        if not out.ok:
+            self.get_logger().warning(f"eager prefill failed: {out.error_code.value}: {out.message}")
+
+    # --- services -----------------------------------------------------------------------------------------------
+    async def _on_infer(self, request: Infer.Request, response: Infer.Response) -> Infer.Response:
+        with self._lock:
+            engine, ring, settings, state = self._engine, self._ring, self._settings, self._state
+        if state != "active":
+            return convert.error_response(response, ErrorCode.FAILED_PRECONDITION, f"node is not active ({state})")
+        try:
+            observation = ring.get(request.observation_id)
+        except EngineError as exc:
+            return convert.error_response(response, exc.code, exc.message)
+        out = await self._await(engine.submit(convert.generate_request(request, observation)))
+        return convert.fill_response(response, out, settings.action_period_s, self.get_clock().now().to_msg())
+
+    def _on_get_pool_stats(self, request: GetPoolStats.Request, response: GetPoolStats.Response):
+        """The latest snapshot; an unconfigured node has no pool and answers an empty one (total_blocks 0)."""
+        engine, stamp = self._engine, self.get_clock().now().to_msg()
+        response.stats = convert.pool_stats_msg(engine.stats(), stamp) if engine else KvPoolStats()
+        response.stats.header.stamp = stamp
+        return response
+
+    async def _await(self, future: ConcurrentFuture[T]) -> T:
+        """Await an engine-thread future inside an executor coroutine. The executor only resumes a waiting
+        coroutine when it wakes, so the engine thread wakes it after setting the result."""
+        executor = self.executor
+        done: Future = Future(executor=executor)
+
+        def relay(source: ConcurrentFuture[T]) -> None:
+            error = source.exception()
+            if error is None:
+                done.set_result(source.result())
+            else:
+                done.set_exception(error)
+            executor.wake()
+
+        future.add_done_callback(relay)
+        return await done
+
+    # --- outputs ------------------------------------------------------------------------------------------------
+    async def _publish_pool(self) -> None:
+        """KvPoolStats every tick; the block map (read on the engine thread) only for topics someone listens to,
+        and never two at once when a step runs long."""
+        with self._lock:
+            engine, settings, publishers, state = self._engine, self._settings, self._outputs, self._state
+        if state != "active":
+            return
+        header = Header(frame_id=settings.marker_frame_id, stamp=self.get_clock().now().to_msg())
+        publishers["stats"].publish(convert.pool_stats_msg(engine.stats(), header.stamp))
+        want = {name: publishers[name].get_subscription_count() > 0 for name in ("markers", "image")}
+        with self._lock:
+            if not any(want.values()) or self._drawing:
+                return
+            self._drawing = True
+        try:
+            pmap = await self._await(engine.call(pool_map))
+        except EngineError:  # cleanup shut the engine down meanwhile
+            return
+        finally:
+            self._drawing = False
+        if self._engine is not engine:  # cleaned up while drawing: the publishers are gone
+            return
+        if want["markers"]:
+            markers = pool_markers(pmap, settings.marker_frame_id, header.stamp, settings.marker_max_cubes)
+            publishers["markers"].publish(markers)
+        if want["image"]:
+            publishers["image"].publish(convert.rgb_to_image(draw_pool_image(pmap), header))
+
+    def _publish_diagnostics(self) -> None:
+        with self._lock:
+            engine, settings, state = self._engine, self._settings, self._state
+        stats = engine.stats() if engine else None
+        warn_fraction = settings.pool_warn_fraction if settings else 1.0
+        report = health.assess(state, stats, self._last_report, warn_fraction)
+        self._last_report = stats
+        status = DiagnosticStatus(
+            level=bytes([report.level]), name=f"{NODE_NAME}: KV pool", message=report.message,
+            hardware_id=stats.pool.model if stats else "", values=[KeyValue(key=k, value=v) for k, v in report.values],
+        )  # fmt: skip
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._diagnostics.publish(msg)
+
+
+def main(args: list[str] | None = None) -> int:
+    """`ros2 run oxygen_ros inference_node`; then `ros2 lifecycle set /oxygen_inference configure` and `activate`."""
+    rclpy.init(args=args)
+    node = InferenceNode()
+    executor = MultiThreadedExecutor(num_threads=4)  # a configure (model load) holds one thread for seconds
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""The inference node's parameters: every EngineConfig field plus the node's own, each with a description.
+
+ROS-free on purpose: the node declares these names with dynamic typing and hands the raw values here at configure
+time, so a wrongly typed or out-of-range value becomes a clear configure FAILURE instead of an exception while the
+node is being constructed. Engine fields are declared straight from EngineConfig, so a field added there is a
+parameter here without a second list to keep in sync (a missing description is caught by the tests).
+"""
+
+import array
+import math
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, get_type_hints
+
+from oxygen_ros.config import EngineConfig
+from oxygen_ros.errors import EngineError, ErrorCode
+
+
+@dataclass
+class NodeParams:
+    camera_topic: str = "/camera/image_raw"
+    observation_topic: str = "/oxygen/observation"
+    observation_ring: int = 8
+    eager_prefill: bool = False
+    stats_rate_hz: float = 2.0
+    marker_frame_id: str = "map"
+    marker_max_cubes: int = 1024
+    pool_warn_fraction: float = 0.9
+    action_period_s: float = 0.02
+
+    def validate(self) -> None:
+        def bad(msg: str) -> EngineError:
+            return EngineError(ErrorCode.INVALID_ARGUMENT, msg)
+
+        for name in ("camera_topic", "observation_topic", "marker_frame_id"):
+            if not getattr(self, name):
+                raise bad(f"{name} must not be empty")
+        if self.observation_ring < 1:
+            raise bad(f"observation_ring must be at least 1, got {self.observation_ring}")
+        if self.marker_max_cubes < 0:
+            raise bad(f"marker_max_cubes must be >= 0, got {self.marker_max_cubes}")
+        for name in ("stats_rate_hz", "action_period_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise bad(f"{name} must be a positive number, got {value}")
+        if not 0.0 < self.pool_warn_fraction <= 1.0:
+            raise bad(f"pool_warn_fraction must be in (0, 1], got {self.pool_warn_fraction}")
+
+
+DESCRIPTIONS: dict[str, str] = {
+    # EngineConfig
+    "model": "smollm2-135m, pi05-tiny, pi05-full, or a Hugging Face Llama/Qwen2 folder",
+    "device": "auto (CUDA when present, else CPU), cpu, cuda or cuda:N",
+    "dtype": "compute dtype: auto (float32 on CPU, bfloat16 on CUDA), float32, float16 or bfloat16",
+    "block_size": "tokens per KV block (a power of two)",
+    "kv_cache_bytes": "KV pool budget in bytes; 0 = use kv_cache_memory_fraction",
+    "kv_cache_memory_fraction": "KV pool share of free device memory (CUDA) or available RAM (CPU)",
+    "kv_dtype": "KV storage dtype: auto (= compute dtype), fp32, fp16, bf16, int8 or fp8",
+    "kv_full_precision_layers": "layer indices whose KV stays at compute precision (integer list)",
+    "max_num_seqs": "requests decoding together",
+    "max_model_len": "prompt + generated tokens per request",
+    "max_num_batched_tokens": "tokens per forward pass; longer prefills continue in the next step",
+    "max_queue": "waiting requests beyond this are answered RESOURCE_EXHAUSTED",
+    "enable_prefix_caching": "reuse KV blocks of identical prefixes across requests and tasks",
+    "seed": "weight init of random-weight models and the default sampling seed",
+    "num_denoise_steps": "flow-matching steps per action chunk (VLA models)",
+    "debug_checks": "check the pool's invariants after every step (slow; for tests)",
+    # NodeParams
+    "camera_topic": "sensor_msgs/Image input (sensor-data QoS); each frame becomes an observation",
+    "observation_topic": "oxygen_ros/Observation input (text + images + state, e.g. from a scene describer)",
+    "observation_ring": "recent observations addressable by observation_id",
+    "eager_prefill": "prefill each new observation at once, so the first question about it reuses its prefix",
+    "stats_rate_hz": "rate of /oxygen/pool_stats, /oxygen/pool_markers and /oxygen/pool_image",
+    "marker_frame_id": "frame_id of /oxygen/pool_markers (set rviz's fixed frame to it)",
+    "marker_max_cubes": "pools with more blocks are drawn as one CUBE_LIST marker instead of one CUBE per block",
+    "pool_warn_fraction": "/diagnostics turns WARN when this fraction of the pool's blocks is in use",
+    "action_period_s": "time between consecutive steps of an action chunk (ActionChunk.period_s), seconds",
+}
+
+
+def defaults() -> dict[str, Any]:
+    """Every parameter name with its default value (what the node declares)."""
+    out = {}
+    for cls in (EngineConfig, NodeParams):
+        for f in fields(cls):
+            out[f.name] = f.default_factory() if f.default is MISSING else f.default
+    return out
+
+
+def _coerce(name: str, value: Any, kind: Any) -> Any:
+    """The value as ``kind`` (str, int, float, bool, list[int]); ints are accepted where floats are expected."""
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, int | float) and not isinstance(value, bool),
+        str: isinstance(value, str),
+        list[int]: isinstance(value, list | tuple | array.array) and all(type(v) is int for v in value),
+    }
+    if kind not in ok:  # a new EngineConfig field of another type: configure fails and says so
+        raise EngineError(ErrorCode.INTERNAL, f"parameter {name} has a type the node cannot read: {kind}")
+    if not ok[kind]:
+        expected = getattr(kind, "__name__", str(kind))
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"parameter {name} must be {expected}, got {value!r}")
+    return list(value) if kind == list[int] else kind(value)
+
+
+def parse(values: dict[str, Any]) -> tuple[EngineConfig, NodeParams]:
+    """EngineConfig and NodeParams from raw parameter values (every name in ``defaults()``); EngineError
+    INVALID_ARGUMENT (or FAILED_PRECONDITION, e.g. cuda without CUDA) saying which parameter is wrong."""
+    built = []
+    for cls in (EngineConfig, NodeParams):
+        hints = get_type_hints(cls)
+        built.append(cls(**{f.name: _coerce(f.name, values[f.name], hints[f.name]) for f in fields(cls)}))
+    engine_config, node_params = built
+    engine_config.validate()
+    node_params.validate()
+    return engine_config, node_params

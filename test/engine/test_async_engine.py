@@ -1,0 +1,195 @@
+"""AsyncEngine: the engine on its own thread serves callers on many threads, answers every failure as an output,
+survives an exception inside a step, and leaves no block behind."""
+
+import resource
+import threading
+import time
+
+import pytest
+import torch
+from engine_helpers import TINY, make_engine
+
+from oxygen_ros.engine.async_engine import AsyncEngine
+from oxygen_ros.engine.io import GenerateRequest
+from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.models.llama import LlamaModel
+from oxygen_ros.models.registry import ModelBundle
+
+TIMEOUT = 60
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Two cores are shared with other test runs: one intra-op thread keeps timings honest."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def _request(prompt: str, tokens: int = 4, **kwargs) -> GenerateRequest:
+    return GenerateRequest(prompt, sampling=SamplingParams(max_new_tokens=tokens, ignore_eos=True), **kwargs)
+
+
+def _assert_pool_clean(engine: AsyncEngine) -> None:
+    """No request holds a block: the snapshot says so and the pool's own bookkeeping agrees."""
+    pool = engine.stats().pool
+    assert (pool.used_blocks, pool.active_requests, pool.queued_requests, pool.tasks) == (0, 0, 0, [])
+    assert pool.free_blocks + pool.cached_blocks == pool.total_blocks
+    engine.call(lambda e: e.check_invariants()).result(TIMEOUT)
+
+
+@pytest.fixture
+def serving(tiny_bundle):
+    engines: list[AsyncEngine] = []
+
+    def start(**overrides) -> AsyncEngine:
+        engines.append(AsyncEngine(make_engine(tiny_bundle, **overrides)))
+        return engines[-1]
+
+    yield start
+    for engine in engines:
+        engine.shutdown(timeout=TIMEOUT)
+
+
+def test_callers_on_many_threads_get_what_the_engine_computes(serving, tiny_bundle):
+    engine = serving()
+    prompts = [f"task {i} looks at the red cup" for i in range(12)]
+    futures: list = [None] * len(prompts)
+
+    def caller(i: int) -> None:
+        futures[i] = engine.submit(_request(prompts[i], tokens=6, task_id=f"t{i % 3}"))
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    outputs = [f.result(TIMEOUT) for f in futures]
+    expected = make_engine(tiny_bundle).generate([_request(p, tokens=6) for p in prompts])
+    assert [o.error_code for o in outputs] == [None] * len(prompts)
+    assert [o.token_ids for o in outputs] == [e.token_ids for e in expected]
+    assert engine.stats().completed == len(prompts)
+    _assert_pool_clean(engine)
+
+
+@pytest.mark.parametrize(
+    ("request_", "code", "phrase"),
+    [
+        (_request("   "), ErrorCode.INVALID_ARGUMENT, "empty"),
+        (_request("hi", tokens=0), ErrorCode.INVALID_ARGUMENT, "max_new_tokens"),
+        (_request("hi", task_type="dance"), ErrorCode.INVALID_ARGUMENT, "unknown task type"),
+    ],
+    ids=["empty", "zero-tokens", "task-type"],
+)
+def test_refused_requests_come_back_as_outputs(serving, request_, code, phrase):
+    engine = serving()
+    out = engine.submit(request_).result(TIMEOUT)  # never raises into the caller
+    assert out.error_code == code and phrase in out.message
+    assert engine.submit(_request("still serving")).result(TIMEOUT).ok
+    assert engine.stats().errors == {code.value: 1}
+    _assert_pool_clean(engine)
+
+
+def test_duplicate_request_id_is_refused_without_losing_the_first(serving):
+    engine = serving()
+    first = engine.submit(_request("one", tokens=30, request_id="same"))
+    second = engine.submit(_request("two", request_id="same"))
+    assert second.result(TIMEOUT).error_code == ErrorCode.INVALID_ARGUMENT
+    assert first.result(TIMEOUT).ok
+
+
+def test_queue_over_its_bound_answers_resource_exhausted(serving):
+    engine = serving(max_queue=2, max_num_seqs=1)
+    futures = [engine.submit(_request(f"long {i}", tokens=300)) for i in range(10)]
+    codes = [f.result(TIMEOUT).error_code for f in futures]
+    # at most one running and two waiting while the burst arrives: the rest are refused, the accepted ones finish
+    assert codes.count(ErrorCode.RESOURCE_EXHAUSTED) >= 7
+    assert set(codes) == {None, ErrorCode.RESOURCE_EXHAUSTED}
+    _assert_pool_clean(engine)
+
+
+def _wait_until(predicate, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def test_abort_frees_blocks_at_once(serving):
+    engine = serving()
+    future = engine.submit(_request("a long answer", tokens=2000, request_id="long"))
+    _wait_until(lambda: engine.stats().pool.used_blocks > 0, "the request holds blocks")
+    engine.abort("long")
+    engine.abort("no-such-request")  # ignored
+    out = future.result(TIMEOUT)
+    assert (out.error_code, out.finish_reason) == (ErrorCode.CANCELLED, "abort")
+    _assert_pool_clean(engine)
+
+
+class FaultyLlama(LlamaModel):
+    """The real tiny Llama, plus a switch that makes its next forward pass raise (a fault inside engine.step)."""
+
+    fail_next = False
+
+    def forward(self, *args, **kwargs):
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("injected fault in the forward pass")
+        return super().forward(*args, **kwargs)
+
+
+def test_exception_in_a_step_fails_its_requests_and_serving_goes_on(tiny_bundle):
+    torch.manual_seed(0)
+    model = FaultyLlama(TINY).eval()
+    shape = (TINY.num_layers, TINY.num_kv_heads, TINY.head_dim, 4096)
+    bundle = ModelBundle(model, tiny_bundle.tokenizer, "faulty", *shape)
+    engine = AsyncEngine(make_engine(bundle))
+    try:
+        engine.submit(_request("warm the prefix cache", tokens=2)).result(TIMEOUT)
+        model.fail_next = True
+        outputs = [f.result(TIMEOUT) for f in [engine.submit(_request(f"doomed {i}", tokens=50)) for i in range(3)]]
+        assert {(o.error_code, "injected fault" in o.message) for o in outputs} == {(ErrorCode.INTERNAL, True)}
+        stats = engine.stats()
+        assert stats.internal_errors == 3 and "injected fault" in stats.last_error
+        assert stats.pool.cached_blocks == 0, "the prefix cache is dropped after a failed step"
+        _assert_pool_clean(engine)
+        assert engine.submit(_request("after the fault")).result(TIMEOUT).ok
+        assert engine.running
+    finally:
+        engine.shutdown(timeout=TIMEOUT)
+
+
+def test_call_runs_on_the_engine_thread_and_returns_errors(serving):
+    engine = serving()
+    assert engine.call(lambda e: threading.current_thread().name).result(TIMEOUT) == "oxygen-engine"
+
+    def broken(_engine):
+        raise ValueError("caller's bug")
+
+    with pytest.raises(ValueError, match="caller's bug"):
+        engine.call(broken).result(TIMEOUT)
+    assert engine.submit(_request("still serving")).result(TIMEOUT).ok
+
+
+def test_idle_engine_thread_sleeps(serving):
+    engine = serving()
+    engine.submit(_request("one")).result(TIMEOUT)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    time.sleep(0.5)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    assert (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime) < 0.1
+
+
+def test_shutdown_cancels_work_and_refuses_later_calls(tiny_bundle):
+    engine = AsyncEngine(make_engine(tiny_bundle))
+    running = engine.submit(_request("a long answer", tokens=2000))
+    _wait_until(lambda: engine.stats().pool.used_blocks > 0, "the request holds blocks")
+    engine.shutdown(timeout=TIMEOUT)
+    assert not engine.running
+    assert running.result(0).error_code == ErrorCode.CANCELLED
+    assert engine.stats().pool.used_blocks == 0
+    assert engine.submit(_request("late")).result(0).error_code == ErrorCode.UNAVAILABLE
+    with pytest.raises(EngineError, match="shut down"):
+        engine.call(lambda e: None).result(0)

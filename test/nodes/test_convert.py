@@ -1,0 +1,147 @@
+"""Message conversions: every supported image encoding (with row padding), clear errors for the rest, observation
+ids, Infer responses with action chunks, pool statistics and the pool markers."""
+
+import numpy as np
+import pytest
+from builtin_interfaces.msg import Time
+from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.srv import Infer
+from sensor_msgs.msg import Image
+from std_msgs.msg import Header
+from visualization_msgs.msg import Marker
+
+from oxygen_ros.engine.async_engine import ServingStats
+from oxygen_ros.engine.io import PoolStats, RequestOutput, TaskUsage
+from oxygen_ros.errors import ErrorCode
+from oxygen_ros.nodes import convert
+from oxygen_ros.nodes.pool_markers import pool_markers
+from oxygen_ros.viz.pool_map import BlockState, PoolMap
+
+RGB = np.random.default_rng(0).integers(0, 256, size=(5, 7, 3), dtype=np.uint8)
+GREY = RGB[..., 0]
+ENCODED = {  # encoding -> (pixels as sent, what the engine must get)
+    "rgb8": (RGB, RGB),
+    "bgr8": (RGB[..., ::-1], RGB),
+    "rgba8": (np.dstack([RGB, np.full(GREY.shape, 255, np.uint8)]), RGB),
+    "bgra8": (np.dstack([RGB[..., ::-1], np.zeros(GREY.shape, np.uint8)]), RGB),
+    "mono8": (GREY[..., None], np.repeat(GREY[..., None], 3, axis=2)),
+}
+
+
+def _image(pixels: np.ndarray, encoding: str, padding: int = 0) -> Image:
+    height, width, channels = pixels.shape
+    rows = np.zeros((height, width * channels + padding), dtype=np.uint8)
+    rows[:, : width * channels] = pixels.reshape(height, -1)
+    step = width * channels + padding
+    return Image(height=height, width=width, encoding=encoding, step=step, data=rows.tobytes())
+
+
+@pytest.mark.parametrize("padding", [0, 5])
+@pytest.mark.parametrize("encoding", ENCODED)
+def test_supported_encodings_decode_to_rgb(encoding, padding):
+    sent, expected = ENCODED[encoding]
+    decoded = convert.image_to_rgb(_image(sent, encoding, padding))
+    assert decoded.dtype == np.uint8 and decoded.flags.c_contiguous
+    np.testing.assert_array_equal(decoded, expected)
+
+
+@pytest.mark.parametrize(
+    ("image", "phrase"),
+    [
+        (Image(height=2, width=2, encoding="16UC1", step=4, data=bytes(8)), "unsupported image encoding '16UC1'"),
+        (Image(height=0, width=4, encoding="rgb8", step=12), "zero-size image (4x0)"),
+        (Image(height=2, width=2, encoding="rgb8", step=6, data=bytes(11)), "image data has 11 bytes"),
+        (Image(height=2, width=2, encoding="rgb8", step=5, data=bytes(12)), "step 5 is shorter"),
+    ],
+    ids=["encoding", "zero-size", "truncated", "short-step"],
+)
+def test_bad_images_are_refused_with_the_reason(image, phrase):
+    with pytest.raises(ValueError) as err:
+        convert.image_to_rgb(image)
+    assert phrase in str(err.value)
+
+
+def test_rgb_round_trip_through_a_message():
+    msg = convert.rgb_to_image(RGB, Header(frame_id="f"))
+    assert (msg.encoding, msg.step, msg.header.frame_id) == ("rgb8", 21, "f")
+    np.testing.assert_array_equal(convert.image_to_rgb(msg), RGB)
+
+
+def test_observation_ids():
+    msg = ObservationMsg(text="a cup", images=[_image(RGB, "rgb8")], state=[0.5])
+    auto = convert.observation_from_msg(msg)
+    same_as_bgr = convert.observation_from_msg(ObservationMsg(text="a cup", images=[_image(RGB[..., ::-1], "bgr8")],
+                                                              state=[0.5]))  # fmt: skip
+    assert auto.observation_id.startswith("obs-") and auto.observation_id == same_as_bgr.observation_id
+    named = convert.observation_from_msg(ObservationMsg(observation_id="kitchen", text="a cup"))
+    assert named.observation_id == "kitchen"
+    bad = ObservationMsg(images=[_image(RGB, "rgb8"), Image(encoding="rgb8")])
+    with pytest.raises(ValueError, match="image 1: zero-size"):
+        convert.observation_from_msg(bad)
+    assert convert.camera_observation(_image(RGB, "rgb8")).observation_id == convert.observation_from_msg(
+        ObservationMsg(images=[_image(RGB, "rgb8")])
+    ).observation_id
+
+
+def test_infer_request_and_response():
+    req = Infer.Request(task_id="nav-1", task_type="navigation", prompt="go", want_actions=True, max_new_tokens=7,
+                        priority=3, deadline_s=0.25)  # fmt: skip
+    greq = convert.generate_request(req, None)
+    assert (greq.task_id, greq.task_type, greq.sampling.max_new_tokens, greq.priority) == ("nav-1", "navigation", 7, 3)
+    assert (greq.want_text, greq.want_actions, greq.deadline_s) == (False, True, 0.25)
+    actions = np.arange(6, dtype=np.float32).reshape(3, 2)
+    out = RequestOutput("r", "nav-1", "navigation", text="left", finish_reason="stop", prompt_tokens=9,
+                        reused_prefix_tokens=4, generated_tokens=2, queue_ms=1.5, latency_ms=9.0, actions=actions)
+    response = convert.fill_response(Infer.Response(), out, 0.02, Time(sec=3))
+    assert (response.success, response.error_code, response.text) == (True, "", "left")
+    assert (response.prompt_tokens, response.reused_prefix_tokens, response.generated_tokens) == (9, 4, 2)
+    chunk = response.actions
+    assert (chunk.task_id, chunk.horizon, chunk.action_dim, chunk.header.stamp.sec) == ("nav-1", 3, 2, 3)
+    assert chunk.period_s == pytest.approx(0.02) and list(chunk.actions) == [0, 1, 2, 3, 4, 5]
+    failed = RequestOutput("r", "t", "vqa", error_code=ErrorCode.RESOURCE_EXHAUSTED, message="queue full")
+    response = convert.fill_response(Infer.Response(), failed, 0.02, Time())
+    assert (response.success, response.error_code, response.message) == (False, "RESOURCE_EXHAUSTED", "queue full")
+
+
+def test_pool_stats_message():
+    pool = PoolStats(
+        model="m", block_size=16, total_blocks=10, free_blocks=5, cached_blocks=2, used_blocks=3, shared_blocks=1,
+        prefix_hit_rate=0.5, fragmentation=0.25, evictions=4, active_requests=2, queued_requests=1,
+        bytes_per_block=100, tasks=[TaskUsage("vqa-1", "vqa", "float32", 3, 1, 300)],
+    )  # fmt: skip
+    msg = convert.pool_stats_msg(ServingStats(pool, "cpu", 8, prefix_hits=6, prefix_queries=10, completed=1),
+                                 Time(sec=7))  # fmt: skip
+    assert (msg.total_blocks, msg.free_blocks, msg.cached_blocks, msg.evictions, msg.header.stamp.sec) == (
+        10, 5, 2, 4, 7)  # fmt: skip
+    assert [(t.task_id, t.blocks, t.shared_blocks, t.bytes) for t in msg.tasks] == [("vqa-1", 3, 1, 300)]
+    (tier,) = msg.tiers
+    assert (tier.name, tier.capacity_bytes, tier.used_bytes, tier.blocks, tier.hits, tier.misses) == (
+        "cpu", 1000, 500, 5, 6, 4)  # fmt: skip
+
+
+def _pool_map(num_blocks: int) -> PoolMap:
+    states = np.array([BlockState.FREE, BlockState.CACHED, BlockState.USED, BlockState.SHARED] * num_blocks)
+    owners = np.where(states == BlockState.USED, 0, -1)
+    return PoolMap("m", states[:num_blocks], owners[:num_blocks], ("vqa-1",))
+
+
+@pytest.mark.parametrize("max_cubes", [100, 10])
+def test_pool_markers_one_per_block(max_cubes):
+    pmap = _pool_map(12)
+    markers = pool_markers(pmap, "pool", Time(sec=1), max_cubes=max_cubes).markers
+    assert markers[0].action == Marker.DELETEALL
+    added = markers[1:]
+    assert len({(m.ns, m.id) for m in added}) == len(added)
+    assert {m.header.frame_id for m in markers} == {"pool"}
+    colours = pmap.colours() / 255.0
+    if max_cubes >= pmap.num_blocks:
+        cubes = sorted((m for m in added if m.ns == "kv_blocks"), key=lambda m: m.id)
+        assert [m.id for m in cubes] == list(range(12)) and {m.type for m in cubes} == {Marker.CUBE}
+        got = [(m.color.r, m.color.g, m.color.b) for m in cubes]
+    else:
+        (cubes,) = [m for m in added if m.ns == "kv_blocks"]
+        assert cubes.type == Marker.CUBE_LIST and len(cubes.points) == 12
+        got = [(c.r, c.g, c.b) for c in cubes.colors]
+    np.testing.assert_allclose(np.array(got), colours, atol=1e-6)  # ColorRGBA holds float32
+    legend = [m.text for m in added if m.ns == "kv_legend"]
+    assert legend == ["free (3)", "cached (3)", "shared (3)", "vqa-1 (3)"]

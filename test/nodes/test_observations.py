@@ -1,0 +1,50 @@
+"""Observation ids are content hashes; the ring keeps the latest few and explains what it cannot give."""
+
+import numpy as np
+import pytest
+
+from oxygen_ros.engine.io import Observation
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.observations import ObservationRing, Rejected, content_id
+
+IMAGE = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+
+
+def test_equal_content_equal_id():
+    assert content_id("cup", [IMAGE], [0.5]) == content_id("cup", [IMAGE.copy()], [0.5])
+    others = {
+        content_id("cup", [IMAGE], [0.25]),
+        content_id("mug", [IMAGE], [0.5]),
+        content_id("cup", [IMAGE + 1], [0.5]),
+        content_id("cup", [IMAGE.reshape(3, 2, 3)], [0.5]),  # same bytes, other shape
+        content_id("cup", [], [0.5]),
+    }
+    assert len(others) == 5 and content_id("cup", [IMAGE], [0.5]) not in others
+
+
+def test_ring_keeps_the_latest_and_says_what_is_missing():
+    ring = ObservationRing(2)
+    assert ring.get("") is None  # nothing yet: the request runs without an observation
+    for name in ("a", "b", "c"):
+        assert ring.add(Observation(observation_id=name, text=name))
+    assert not ring.add(Observation(observation_id="b", text="b again"))  # seen: not new, but now the latest
+    assert len(ring) == 2 and ring.get("").text == "b again" and ring.get("c").text == "c"
+    with pytest.raises(EngineError) as err:
+        ring.get("a")
+    assert err.value.code == ErrorCode.NOT_FOUND and "'a'" in err.value.message and "ring size 2" in err.value.message
+
+
+def test_rejected_frames_explain_themselves():
+    ring = ObservationRing(4)
+    ring.add(Observation(observation_id="good"))
+    ring.add(Rejected("camera-frame", "unsupported image encoding '16UC1'"))
+    for name in ("", "camera-frame"):
+        with pytest.raises(EngineError) as err:
+            ring.get(name)
+        assert err.value.code == ErrorCode.INVALID_ARGUMENT and "16UC1" in err.value.message
+    assert ring.get("good").observation_id == "good"
+
+
+def test_ring_needs_room():
+    with pytest.raises(ValueError, match="at least one"):
+        ObservationRing(0)
