@@ -45,9 +45,15 @@ class ObservationRing:
         self._lock = threading.Lock()
 
     def add(self, entry: Observation | Rejected) -> bool:
-        """Store as the latest; True if its id was not in the ring (a new frame, worth prefilling)."""
+        """Store as the latest; True if its id was not in the ring (a new frame, worth prefilling).
+
+        The same frame arrives twice, as a camera Image and as an Observation carrying the describer's text, in
+        either order: the two are merged so neither loses what the other brought."""
         with self._lock:
-            new = entry.observation_id not in self._entries
+            old = self._entries.get(entry.observation_id)
+            new = old is None
+            if isinstance(old, Observation) and isinstance(entry, Observation):
+                entry = _merge(old, entry)
             self._entries[entry.observation_id] = entry
             self._entries.move_to_end(entry.observation_id)
             while len(self._entries) > self.capacity:
@@ -83,3 +89,13 @@ class ObservationRing:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _merge(old: Observation, new: Observation) -> Observation:
+    """One observation from two messages about the same frame: each field from whichever has it."""
+    return Observation(
+        observation_id=new.observation_id,
+        text=new.text or old.text,
+        images=new.images or old.images,
+        state=new.state or old.state,
+    )

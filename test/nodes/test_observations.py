@@ -48,3 +48,15 @@ def test_rejected_frames_explain_themselves():
 def test_ring_needs_room():
     with pytest.raises(ValueError, match="at least one"):
         ObservationRing(0)
+
+
+def test_camera_frame_and_described_observation_of_one_frame_merge_in_either_order():
+    image = np.full((4, 4, 3), 7, dtype=np.uint8)
+    frame_id = content_id("", [image], [])
+    bare = Observation(observation_id=frame_id, images=[image])
+    described = Observation(observation_id=frame_id, text="a red cup", images=[image])
+    for first, second in ((described, bare), (bare, described)):
+        ring = ObservationRing(4)
+        assert ring.add(first) and not ring.add(second)
+        merged = ring.get(frame_id)
+        assert merged.text == "a red cup" and len(merged.images) == 1 and len(ring) == 1
