@@ -10,7 +10,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .ONESHELL:
 .DEFAULT_GOAL := install
-.PHONY: venv build install test lint demo clean
+.PHONY: venv build install test lint demo bench clean
 
 PYTHON ?= python3.11
 PYTEST_ARGS ?=
@@ -68,6 +68,11 @@ lint: venv
 
 demo: install
 	.venv/bin/oxygen-ros demo
+
+# `make bench SUITE=engine` (engine | paper | quant | kernels): results land in out/bench/<suite>.json
+SUITE ?= engine
+bench: install
+	.venv/bin/oxygen-ros bench --suite $(SUITE) --json out/bench/$(SUITE).json
 
 # The cached venv stays (other checkouts may share it); `rm -rf $(CACHE_ROOT)` resets it.
 clean:
