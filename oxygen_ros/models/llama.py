@@ -10,8 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from oxygen_ros.engine.kv_cache import KVCache
-from oxygen_ros.layers.attention import AttentionMetadata, paged_attention
+from oxygen_ros.layers.attention import AttentionMetadata
 from oxygen_ros.layers.rotary import RotaryEmbedding
+from oxygen_ros.layers.self_attention import PagedSelfAttention
 from oxygen_ros.models.args import LlamaArgs
 
 
@@ -30,29 +31,6 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(dtype)
 
 
-class LlamaAttention(nn.Module):
-    def __init__(self, args: LlamaArgs, layer_idx: int, rotary: RotaryEmbedding) -> None:
-        super().__init__()
-        self.layer_idx = layer_idx
-        self.num_heads, self.num_kv_heads, self.head_dim = args.num_heads, args.num_kv_heads, args.head_dim
-        bias = args.attention_bias
-        self.q_proj = nn.Linear(args.hidden_size, args.num_heads * args.head_dim, bias=bias)
-        self.k_proj = nn.Linear(args.hidden_size, args.num_kv_heads * args.head_dim, bias=bias)
-        self.v_proj = nn.Linear(args.hidden_size, args.num_kv_heads * args.head_dim, bias=bias)
-        self.o_proj = nn.Linear(args.num_heads * args.head_dim, args.hidden_size, bias=False)
-        self.rotary = rotary
-        self.scale = args.head_dim**-0.5
-
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, kv: KVCache) -> torch.Tensor:
-        T = x.shape[0]
-        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary(positions, q, k)
-        out = paged_attention(q, k, v, meta, kv.layers[self.layer_idx], self.scale)
-        return self.o_proj(out.reshape(T, -1))
-
-
 class LlamaMLP(nn.Module):
     def __init__(self, args: LlamaArgs) -> None:
         super().__init__()
@@ -68,7 +46,9 @@ class LlamaDecoderLayer(nn.Module):
     def __init__(self, args: LlamaArgs, layer_idx: int, rotary: RotaryEmbedding) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.self_attn = LlamaAttention(args, layer_idx, rotary)
+        self.self_attn = PagedSelfAttention(
+            args.hidden_size, args.num_heads, args.num_kv_heads, args.head_dim, layer_idx, rotary, args.attention_bias
+        )
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.mlp = LlamaMLP(args)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
@@ -19,6 +19,7 @@ from std_msgs.msg import Header
 
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes.convert import rgb_to_image
+from oxygen_ros.nodes.spin import spin_until_shutdown
 from oxygen_ros.observations import content_id
 from oxygen_ros.perception.describe import describe
 from oxygen_ros.perception.source import SOURCE_KINDS, make_source
@@ -81,14 +82,7 @@ def main(args: list[str] | None = None) -> int:
         rclpy.logging.get_logger(NODE_NAME).error(f"cannot start: {exc}")
         rclpy.try_shutdown()
         return 1
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return spin_until_shutdown(node, SingleThreadedExecutor())
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.exceptions import InvalidTopicNameException
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile, qos_profile_sensor_data
 from rclpy.task import Future
@@ -38,6 +38,7 @@ from oxygen_ros.msg import KvPoolStats
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes import convert, health, params
 from oxygen_ros.nodes.pool_markers import pool_markers
+from oxygen_ros.nodes.spin import spin_until_shutdown
 from oxygen_ros.observations import ObservationRing, Rejected
 from oxygen_ros.srv import GetPoolStats, Infer
 from oxygen_ros.viz.pool_map import draw_pool_image, pool_map
@@ -289,17 +290,8 @@ class InferenceNode(LifecycleNode):
 def main(args: list[str] | None = None) -> int:
     """`ros2 run oxygen_ros inference_node`; then `ros2 lifecycle set /oxygen_inference configure` and `activate`."""
     rclpy.init(args=args)
-    node = InferenceNode()
-    executor = MultiThreadedExecutor(num_threads=4)  # a configure (model load) holds one thread for seconds
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    # a configure (model load) holds one executor thread for seconds
+    return spin_until_shutdown(InferenceNode(), MultiThreadedExecutor(num_threads=4))
 
 
 if __name__ == "__main__":

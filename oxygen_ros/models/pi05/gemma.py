@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from oxygen_ros.engine.kv_cache import KVCache
-from oxygen_ros.layers.attention import AttentionMetadata, paged_attention
+from oxygen_ros.layers.attention import AttentionMetadata
 from oxygen_ros.layers.rotary import RotaryEmbedding
+from oxygen_ros.layers.self_attention import PagedSelfAttention
 from oxygen_ros.models.pi05.config import GemmaConfig
 
 
@@ -43,30 +44,6 @@ class GemmaRMSNorm(nn.Module):
         return (h * (1.0 + scale) + shift).type_as(x), gate.type_as(x)
 
 
-class GemmaAttention(nn.Module):
-    """Q from the layer's own tokens, K/V written to (or, for the expert, only read from) pool layer ``layer_idx``."""
-
-    def __init__(self, cfg: GemmaConfig, layer_idx: int, rotary: RotaryEmbedding) -> None:
-        super().__init__()
-        self.layer_idx = layer_idx
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
-        self.rotary = rotary
-        self.scale = cfg.head_dim**-0.5
-
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, kv: KVCache) -> torch.Tensor:
-        T = x.shape[0]
-        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary(positions, q, k)
-        out = paged_attention(q, k, v, meta, kv.layers[self.layer_idx], self.scale)
-        return self.o_proj(out.reshape(T, -1))
-
-
 class GemmaMLP(nn.Module):
     """GeGLU: down(gelu_tanh(gate(x)) * up(x))."""
 
@@ -86,7 +63,9 @@ class GemmaDecoderLayer(nn.Module):
     def __init__(self, cfg: GemmaConfig, layer_idx: int, rotary: RotaryEmbedding, cond_dim: int | None = None) -> None:
         super().__init__()
         self.input_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cond_dim)
-        self.self_attn = GemmaAttention(cfg, layer_idx, rotary)
+        self.self_attn = PagedSelfAttention(
+            cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, layer_idx, rotary
+        )
         self.post_attention_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cond_dim)
         self.mlp = GemmaMLP(cfg)
 
