@@ -29,7 +29,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "source": ("sim", f"where frames come from: {' | '.join(SOURCE_KINDS)}"),
     "path": ("", "video file (source video) or image folder (source folder)"),
     "seed": (0, "the simulated scene (source sim); the same seed gives the same frames"),
-    "rate_hz": (10.0, "frames per second published (a video plays at this rate, stamped by its own fps)"),
+    "rate_hz": (10.0, "frames (and observations) published per second; a video is replayed at this rate"),
     "width": (640, "simulated frame width in pixels (video and folder frames keep their size)"),
     "height": (480, "simulated frame height in pixels"),
     "frame_id": ("camera", "header.frame_id of the images and observations"),

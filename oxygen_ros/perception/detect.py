@@ -1,5 +1,5 @@
 """Frame -> detections: coloured objects (colour, shape, position, size), obstacles and the robot's pose, read from
-the pixels alone with OpenCV (HSV segmentation, contours, polygon approximation), never from the scene's truth.
+the pixels alone with OpenCV (HSV segmentation, contours, convexity and fill ratios), never from the scene's truth.
 
 Positions are room centimetres through the renderer's ``CameraModel``; once the robot is found, each detection also
 carries where it is from the robot's point of view (ahead / left), which is what the robot's questions are about.
@@ -24,6 +24,7 @@ _DARK_MAX_VALUE = 110  # the obstacle is dark grey (60), the floor mid grey (150
 _DARK_MAX_SATURATION = 60
 _WHITE_MIN_VALUE = 220  # the robot's nose; the table (the brightest surface) has V 200 and saturation 89
 _WHITE_MAX_SATURATION = 50
+_MIN_NOSE_CM = 2.0
 _STAR_MAX_SOLIDITY = 0.8
 _TRIANGLE_MAX_FILL = 0.52  # midway between the triangle's and the square's share of their enclosing circle
 _SQUARE_MAX_FILL = 0.8  # midway between the square's and the circle's
@@ -114,7 +115,8 @@ def _centre(contour: np.ndarray) -> tuple[float, float]:
 
 
 def _find_robot(hsv: np.ndarray, labels: np.ndarray, camera: CameraModel) -> DetectedRobot | None:
-    """The largest cyan blob is the body; the white blob inside it is the nose, which gives the heading."""
+    """The largest cyan blob is the body; the white blob inside it is the nose, which gives the heading (a body
+    without a nose gives no heading, so no robot)."""
     body = _blobs(labels == _ROBOT_LABEL, (_MIN_BODY_CM * camera.px_per_cm) ** 2)
     if not body:
         return None
@@ -122,7 +124,7 @@ def _find_robot(hsv: np.ndarray, labels: np.ndarray, camera: CameraModel) -> Det
     inside = np.zeros(labels.shape, np.uint8)
     cv2.circle(inside, (round(cu), round(cv)), round(radius_px), 1, -1)
     white = (hsv[..., 2] >= _WHITE_MIN_VALUE) & (hsv[..., 1] <= _WHITE_MAX_SATURATION) & (inside > 0)
-    nose = _blobs(white, 4)
+    nose = _blobs(white, (_MIN_NOSE_CM * camera.px_per_cm) ** 2)
     if not nose:
         return None
     nu, nv = _centre(max(nose, key=cv2.contourArea))

@@ -127,7 +127,8 @@ def _read_image(file: Path) -> np.ndarray:
 
 def make_source(kind: str, path: str, seed: int, rate_hz: float, width: int, height: int) -> FrameSource:
     """A source from the camera node's parameters; ``width`` / ``height`` size the simulator's frames only (video
-    and folder frames keep their own size)."""
+    and folder frames keep their own size). ``rate_hz`` is checked for every kind: the node ticks at it."""
+    _check_rate(rate_hz)
     if kind == "sim":
         return SimSource(seed, rate_hz, CameraModel(width=width, height=height))
     if kind in ("video", "folder") and not path:

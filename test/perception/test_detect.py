@@ -62,7 +62,7 @@ def test_obstacle_straight_ahead_is_in_front_with_the_true_distance(seed):
 @pytest.mark.parametrize("size_cm", [12.0, 20.0])
 def test_shape_classifier_at_every_rotation(shape, size_cm):
     camera = CameraModel()
-    for rotation in range(0, 360, 7):
+    for rotation in range(0, 360, 11):
         obj = SceneObject("red", shape, 100.0, 100.0, size_cm, float(rotation))
         scene = dataclasses.replace(make_scene(0), objects=(obj,))
         (found,) = detect(render(scene, 0.0, camera), camera).objects

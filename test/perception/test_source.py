@@ -86,6 +86,7 @@ def test_make_source_checks_its_parameters(tmp_path):
         make_source("webcam", "", 0, 10.0, 640, 480)
     with pytest.raises(ValueError, match="needs a path"):
         make_source("video", "", 0, 10.0, 640, 480)
-    for rate in (0.0, -1.0, float("nan")):
-        with pytest.raises(ValueError, match="rate_hz must be positive"):
-            make_source("sim", "", 0, rate, 640, 480)
+    for kind in ("sim", "video", "folder"):
+        for rate in (0.0, -1.0, float("nan")):
+            with pytest.raises(ValueError, match="rate_hz must be positive"):
+                make_source(kind, str(tmp_path), 0, rate, 640, 480)
