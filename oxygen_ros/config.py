@@ -27,6 +27,16 @@ class EngineConfig:
     seed: int = 0  # model init for random-weight models and default sampling seed
     num_denoise_steps: int = 10  # flow-matching steps per action chunk (VLA models)
     debug_checks: bool = False  # run pool invariant checks after every step (tests)
+    eviction_policy: str = "attention"  # attention (alpha * activity + (1 - alpha) * recency) | lru
+    eviction_alpha: float = 0.7  # weight of attention activity vs recency in the attention policy
+    eviction_history_window: int = 1000  # decode steps of attention mass that count as a block's activity
+    cpu_tier_bytes: int = 0  # L1 host-memory KV tier; 0 = off
+    cpu_tier_format: str = "int8"  # L1 storage: int8 (float layers compressed) | pool (the pool's format, exact)
+    disk_tier_path: str = ""  # L2 disk KV tier folder; "" = off
+    disk_tier_bytes: int = 1 << 30  # L2 size bound; least recently used files are deleted beyond it
+    prefetch_degree: int = 2  # disk blocks of a prefix chain read ahead by the prefetch thread
+    preemption_mode: str = "auto"  # a preempted request's KV: swap (to the L1 tier) | recompute | auto (cheaper)
+    reuse_similarity_threshold: float = 0.0  # reuse a similar earlier frame's KV below this difference; 0 = off
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "EngineConfig":
@@ -48,7 +58,9 @@ class EngineConfig:
             raise bad(f"kv_cache_bytes must be >= 0, got {self.kv_cache_bytes}")
         if not 0.0 < self.kv_cache_memory_fraction <= 1.0:
             raise bad(f"kv_cache_memory_fraction must be in (0, 1], got {self.kv_cache_memory_fraction}")
-        for name in ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "max_queue", "num_denoise_steps"):
+        names = ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "max_queue", "num_denoise_steps",
+                 "eviction_history_window", "disk_tier_bytes")  # fmt: skip
+        for name in names:
             if getattr(self, name) <= 0:
                 raise bad(f"{name} must be positive, got {getattr(self, name)}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
@@ -56,6 +68,21 @@ class EngineConfig:
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"device {self.device!r} requested but CUDA is not available")
         resolve_dtype(self.dtype, torch.device("cpu"))
+        if self.eviction_policy not in ("attention", "lru"):
+            raise bad(f"eviction_policy must be attention or lru, got {self.eviction_policy!r}")
+        if not 0.0 <= self.eviction_alpha <= 1.0:
+            raise bad(f"eviction_alpha must be in [0, 1], got {self.eviction_alpha}")
+        if self.cpu_tier_bytes < 0 or self.prefetch_degree < 0:
+            raise bad(f"cpu_tier_bytes and prefetch_degree must be >= 0, got {self.cpu_tier_bytes}, "
+                      f"{self.prefetch_degree}")  # fmt: skip
+        if self.cpu_tier_format not in ("int8", "pool"):
+            raise bad(f"cpu_tier_format must be int8 or pool, got {self.cpu_tier_format!r}")
+        if self.preemption_mode not in ("auto", "swap", "recompute"):
+            raise bad(f"preemption_mode must be auto, swap or recompute, got {self.preemption_mode!r}")
+        if self.preemption_mode == "swap" and not self.cpu_tier_bytes:
+            raise bad("preemption_mode swap needs the L1 tier: set cpu_tier_bytes > 0")
+        if not 0.0 <= self.reuse_similarity_threshold < 1.0:  # also rejects NaN
+            raise bad(f"reuse_similarity_threshold must be in [0, 1), got {self.reuse_similarity_threshold}")
         if self.kv_dtype != "auto":
             try:
                 KVQuantSpec.parse(self.kv_dtype)

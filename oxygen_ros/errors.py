@@ -16,6 +16,7 @@ class ErrorCode(str, Enum):
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"  # could not be served before its deadline
     FAILED_PRECONDITION = "FAILED_PRECONDITION"  # e.g. the node is not active, the model cannot do actions
     UNAVAILABLE = "UNAVAILABLE"  # the inference node cannot be reached
+    OBSTACLE = "OBSTACLE"  # a navigation goal stayed blocked by an obstacle too long
     INTERNAL = "INTERNAL"  # a bug: the message says where
 
 

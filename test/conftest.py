@@ -41,6 +41,15 @@ def ros_context(ros_domain_id):
     context.try_shutdown()
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Two cores are shared with other test runs: one intra-op thread keeps timings honest."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 @pytest.fixture(scope="session")
 def package_source(tmp_path_factory):
     """A copy of the package as a clone would have it (tracked and unignored files), for builds that write into

@@ -4,11 +4,14 @@ The Engine is not thread-safe and a step can take a whole forward pass, so one t
 commands to an inbox under a short lock and get a ``concurrent.futures.Future``; the thread applies the commands
 between steps, steps while work exists and sleeps on a condition variable otherwise. Every failure a caller can
 cause comes back as a RequestOutput with ``error_code`` set, never as an exception in the caller's thread, and an
-exception inside a step is contained: the thread keeps serving with a clean pool (see ``_recover``).
+exception inside a step is contained: the thread keeps serving with a clean pool (see ``_recover``). With a
+FramePacer the thread holds language steps that would delay a chunk an action stream is about to ask for.
 """
 
 import logging
 import threading
+import time
+from dataclasses import replace
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -16,9 +19,11 @@ from typing import TypeVar
 
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, PoolStats, RequestOutput
+from oxygen_ros.engine.pacing import FramePacer
 from oxygen_ros.errors import EngineError, ErrorCode
 
 T = TypeVar("T")
+_MIN_DEADLINE_S = 1e-9  # a deadline already over while the request waited: the engine answers it at once
 log = logging.getLogger(__name__)
 
 
@@ -34,6 +39,8 @@ class ServingStats:
     completed: int  # requests answered without error
     errors: dict[str, int] = field(default_factory=dict)  # requests answered with each error code
     last_error: str = ""  # the latest exception contained by the engine thread
+    paced_hold_s: float = 0.0  # time language work was held for action streams since start
+    generated_tokens: int = 0  # text tokens decoded since start, answered or dropped (tokens/s for dashboards)
 
     @property
     def deadline_misses(self) -> int:
@@ -53,15 +60,18 @@ def error_output(greq: GenerateRequest, code: ErrorCode, message: str) -> Reques
 class AsyncEngine:
     """Owns an Engine and a thread that steps it; every public method is thread-safe and returns at once."""
 
-    def __init__(self, engine: Engine, name: str = "oxygen-engine") -> None:
+    def __init__(self, engine: Engine, name: str = "oxygen-engine", pacer: FramePacer | None = None) -> None:
         self.engine = engine  # touched only by the engine thread once it runs
+        self.pacer = pacer  # engine thread only, like the engine
         self._cv = threading.Condition()
         self._inbox: list[Callable[[], None]] = []
         self._stopping = False
-        self._futures: dict[str, Future[RequestOutput]] = {}  # engine thread only
+        self._futures: dict[str, tuple[Future[RequestOutput], float]] = {}  # engine thread only: (future, inbox ms)
         self._completed = 0
+        self._generated_tokens = 0
         self._errors: dict[str, int] = {}
         self._last_error = ""
+        self._ready: list[tuple[Future[RequestOutput], RequestOutput]] = []  # answers not yet handed out
         self._stats = self._snapshot()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -70,13 +80,26 @@ class AsyncEngine:
     def submit(self, greq: GenerateRequest) -> Future[RequestOutput]:
         """Queue a request; the future always completes with a RequestOutput (``error_code`` set on failure)."""
         future: Future[RequestOutput] = Future()
-        if not self._post(lambda: self._submit(greq, future)):
+        arrival = time.perf_counter()  # taken here: the engine thread may be mid-step for a while
+        if not self._post(lambda: self._submit(greq, future, arrival)):
             future.set_result(error_output(greq, ErrorCode.UNAVAILABLE, "the engine is shut down"))
         return future
 
     def abort(self, request_id: str) -> None:
         """Cancel a request (its future completes with CANCELLED); unknown or finished ids are ignored."""
         self._post(lambda: self._abort(request_id, ErrorCode.CANCELLED, "cancelled by the caller"))
+
+    def abort_task(self, task_id: str) -> Future[int]:
+        """Cancel every request of ``task_id`` submitted so far (a goal ended: its narration is no longer wanted);
+        the future gives how many were cancelled."""
+
+        def abort_all_of_task(engine: Engine) -> int:
+            ids = [rid for rid, req in engine.requests.items() if req.task_id == task_id]
+            for request_id in ids:
+                self._abort(request_id, ErrorCode.CANCELLED, f"task {task_id!r} was cancelled")
+            return len(ids)
+
+        return self.call(abort_all_of_task)
 
     def call(self, fn: Callable[[Engine], T]) -> Future[T]:
         """Run ``fn(engine)`` on the engine thread between steps (consistent reads of pool internals)."""
@@ -97,7 +120,8 @@ class AsyncEngine:
         return self._stats
 
     def shutdown(self, timeout: float | None = None) -> None:
-        """Abort everything (futures complete with CANCELLED), stop the thread and wait for it."""
+        """Abort everything (futures complete with CANCELLED), persist the KV tiers (``Engine.close``), stop the
+        thread and wait for it."""
         with self._cv:
             self._stopping = True
             self._cv.notify()
@@ -132,36 +156,60 @@ class AsyncEngine:
                     self._recover(f"engine command failed: {type(exc).__name__}: {exc}")
             if stopping:
                 self._abort_all(ErrorCode.CANCELLED, "the engine is shutting down")
-                self._stats = self._snapshot()
+                engine.close()
+                self._publish()
                 return
-            if engine.has_unfinished:
+            hold = self._hold_s() if engine.has_unfinished else 0.0
+            if engine.has_unfinished and hold <= 0:
                 self._step()
-            self._stats = self._snapshot()
+            self._publish()
+            if hold > 0:  # language work waits for an action stream's next chunk (or any new command)
+                held_from = time.perf_counter()
+                with self._cv:
+                    if not (self._inbox or self._stopping):
+                        self._cv.wait(hold)
+                self.pacer.held_s += time.perf_counter() - held_from
 
-    def _submit(self, greq: GenerateRequest, future: Future[RequestOutput]) -> None:
+    def _hold_s(self) -> float:
+        if self.pacer is None or self.engine.owes_actions:
+            return 0.0
+        return self.pacer.hold_s(time.perf_counter(), self.engine.pending_language_tokens())
+
+    def _submit(self, greq: GenerateRequest, future: Future[RequestOutput], arrival: float) -> None:
+        """The time a request waited in the inbox (behind a running step) counts: its deadline started at the
+        caller's submit, and its queue and latency times include the wait."""
+        if greq.want_actions and self.pacer is not None:
+            self.pacer.action_arrived(greq.task_id, arrival)
+        waited_s = time.perf_counter() - arrival
+        if greq.deadline_s > 0:
+            greq = replace(greq, deadline_s=max(greq.deadline_s - waited_s, _MIN_DEADLINE_S))
         try:
             request_id = self.engine.submit(greq)
         except EngineError as exc:
-            self._complete(future, error_output(greq, exc.code, exc.message))
+            self._complete(future, waited_s * 1e3, error_output(greq, exc.code, exc.message))
             return
         except Exception as exc:  # a bug in validation: this request fails, the engine is untouched
             log.exception("engine.submit failed")
             self._last_error = f"submit: {type(exc).__name__}: {exc}"
-            self._complete(future, error_output(greq, ErrorCode.INTERNAL, self._last_error))
+            self._complete(future, waited_s * 1e3, error_output(greq, ErrorCode.INTERNAL, self._last_error))
             return
-        self._futures[request_id] = future
+        self._futures[request_id] = (future, waited_s * 1e3)
 
     def _step(self) -> None:
+        served_actions, tokens = self.engine.owes_actions, self.engine.pending_language_tokens()
+        start = time.perf_counter()
         try:
             outputs = self.engine.step()
         except Exception as exc:
             log.exception("engine step failed")
             self._recover(f"engine step failed: {type(exc).__name__}: {exc}")
             return
+        if self.pacer is not None:
+            self.pacer.step_done(served_actions, time.perf_counter() - start, tokens)
         for out in outputs:
-            future = self._futures.pop(out.request_id, None)
-            if future is not None:
-                self._complete(future, out)
+            pending = self._futures.pop(out.request_id, None)
+            if pending is not None:
+                self._complete(*pending, out)
 
     def _recover(self, reason: str) -> None:
         """After engine internals raised, no request's state (tokens, block table, partly written KV) can be trusted:
@@ -176,16 +224,16 @@ class AsyncEngine:
             self._last_error = f"{reason}; the KV pool is inconsistent: {exc}"
 
     def _abort(self, request_id: str, code: ErrorCode, message: str) -> None:
-        future = self._futures.pop(request_id, None)
+        pending = self._futures.pop(request_id, None)
         try:
             out = self.engine.abort(request_id)
         except EngineError:  # not in the engine (finished, never admitted, or already aborted)
-            if future is None:
+            if pending is None:
                 return
             out = RequestOutput(request_id=request_id, task_id="", task_type="")
-        if future is not None:
+        if pending is not None:
             out.error_code, out.message = code, message
-            self._complete(future, out)
+            self._complete(*pending, out)
 
     def _abort_all(self, code: ErrorCode, message: str) -> None:
         for request_id in [*self.engine.requests, *self._futures]:
@@ -194,12 +242,23 @@ class AsyncEngine:
             except Exception:  # freeing one request's blocks failed; keep freeing the others
                 log.exception("aborting %s failed", request_id)
 
-    def _complete(self, future: Future[RequestOutput], out: RequestOutput) -> None:
+    def _complete(self, future: Future[RequestOutput], waited_ms: float, out: RequestOutput) -> None:
+        out.queue_ms += waited_ms
+        out.latency_ms += waited_ms
+        self._generated_tokens += out.generated_tokens
         if out.error_code is None:
             self._completed += 1
         else:
             self._errors[out.error_code.value] = self._errors.get(out.error_code.value, 0) + 1
-        future.set_result(out)
+        self._ready.append((future, out))
+
+    def _publish(self) -> None:
+        """Refresh the stats snapshot, then hand out the answers: a caller holding its answer sees stats that
+        already count it."""
+        self._stats = self._snapshot()
+        ready, self._ready = self._ready, []
+        for future, out in ready:
+            future.set_result(out)
 
     def _snapshot(self) -> ServingStats:
         engine = self.engine
@@ -210,6 +269,8 @@ class AsyncEngine:
             prefix_hits=engine.pool.prefix_hits,
             prefix_queries=engine.pool.prefix_queries,
             completed=self._completed,
+            paced_hold_s=self.pacer.held_s if self.pacer else 0.0,
+            generated_tokens=self._generated_tokens,
             errors=dict(self._errors),
             last_error=self._last_error,
         )

@@ -6,12 +6,17 @@ Every block is in exactly one state:
 - used:   ref_count > 0; owned by one request, or shared by several (ref_count > 1).
 ``check_invariants`` verifies free + used + cached = total and, given the block tables, that every ref_count equals
 the number of table references.  Allocation takes free blocks first and evicts cached ones only when none are left,
-in the order the eviction policy chooses (LRU here; the memory-pressure work plugs in attention-aware scoring).
+in the order the eviction policy (``eviction.py``) chooses.  Evicted blocks are handed to ``on_evict`` (the memory
+tiers) before their ids are reused, so their KV can be demoted instead of lost.
 """
 
-from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from oxygen_ros.engine.eviction import EvictionPolicy, LRUEviction
+
+EvictHook = Callable[[list[int], list[bytes]], None]
 
 
 @dataclass
@@ -21,41 +26,20 @@ class Block:
     block_hash: bytes | None = None
 
 
-class LRUEviction:
-    """Evicts the cached block released longest ago."""
-
-    def __init__(self) -> None:
-        self._order: OrderedDict[int, None] = OrderedDict()
-
-    def add(self, block_id: int) -> None:
-        self._order[block_id] = None
-        self._order.move_to_end(block_id)
-
-    def remove(self, block_id: int) -> None:
-        self._order.pop(block_id, None)
-
-    def pop_victim(self) -> int:
-        block_id, _ = self._order.popitem(last=False)
-        return block_id
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    def __contains__(self, block_id: int) -> bool:
-        return block_id in self._order
-
-
 class BlockPool:
     """Hands out block ids of a pool of ``num_blocks`` blocks; holds no tensors."""
 
-    def __init__(self, num_blocks: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(
+        self, num_blocks: int, enable_prefix_caching: bool = True, policy: EvictionPolicy | None = None
+    ) -> None:
         if num_blocks <= 0:
             raise ValueError(f"the KV pool needs at least one block, got {num_blocks}")
         self.num_blocks = num_blocks
         self.enable_prefix_caching = enable_prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
         self._free: deque[int] = deque(range(num_blocks))
-        self._cached = LRUEviction()
+        self.policy: EvictionPolicy = policy if policy is not None else LRUEviction()
+        self.on_evict: EvictHook | None = None  # called with (block ids, hashes) before evicted ids are reused
         self._by_hash: dict[bytes, int] = {}
         self.evictions = 0
         self.prefix_queries = 0  # full prompt blocks looked up
@@ -68,7 +52,7 @@ class BlockPool:
 
     @property
     def num_cached(self) -> int:
-        return len(self._cached)
+        return len(self.policy)
 
     @property
     def num_used(self) -> int:
@@ -92,21 +76,26 @@ class BlockPool:
         """Take ``n`` blocks (ref_count 1); raises MemoryError without side effects if fewer are available."""
         if n > self.num_available:
             raise MemoryError(f"need {n} KV blocks, {self.num_available} available")
-        out = []
-        for _ in range(n):
-            block_id = self._free.popleft() if self._free else self._evict()
-            block = self.blocks[block_id]
-            block.ref_count = 1
-            out.append(block_id)
+        from_free = min(n, len(self._free))
+        out = [self._free.popleft() for _ in range(from_free)]
+        victims = self.policy.pop_victims(n - from_free)
+        if victims:
+            hashes = [self._drop_hash(block_id) for block_id in victims]
+            self.evictions += len(victims)
+            if self.on_evict is not None:
+                self.on_evict(victims, hashes)
+            out += victims
+        for block_id in out:
+            self.blocks[block_id].ref_count = 1
+            self.policy.reset(block_id)
         return out
 
-    def _evict(self) -> int:
-        block_id = self._cached.pop_victim()
+    def _drop_hash(self, block_id: int) -> bytes:
         block = self.blocks[block_id]
-        del self._by_hash[block.block_hash]
+        block_hash = block.block_hash
+        del self._by_hash[block_hash]
         block.block_hash = None
-        self.evictions += 1
-        return block_id
+        return block_hash
 
     def lookup(self, block_hash: bytes) -> int | None:
         """Block id holding KV for this hash, if cached or in use."""
@@ -116,7 +105,7 @@ class BlockPool:
         """Add a reference to an existing block (a prefix hit or a fork)."""
         block = self.blocks[block_id]
         if block.ref_count == 0:
-            self._cached.remove(block_id)
+            self.policy.remove(block_id)
         block.ref_count += 1
 
     def release(self, block_ids: Iterable[int]) -> None:
@@ -128,7 +117,7 @@ class BlockPool:
             block.ref_count -= 1
             if block.ref_count == 0:
                 if block.block_hash is not None:
-                    self._cached.add(block_id)
+                    self.policy.add(block_id)
                 else:
                     self._free.append(block_id)
 
@@ -143,15 +132,14 @@ class BlockPool:
 
     def reset_prefix_cache(self) -> None:
         """Drop every cached (unreferenced) block back to free, e.g. before a benchmark."""
-        while len(self._cached):
-            block_id = self._evict()
-            self.evictions -= 1
+        for block_id in self.policy.pop_victims(len(self.policy)):
+            self._drop_hash(block_id)
             self._free.append(block_id)
 
     # --- checks -------------------------------------------------------------------------------------------------
     def check_invariants(self, block_tables: Iterable[list[int]] = ()) -> None:
         """Raise AssertionError if the pool's bookkeeping is inconsistent (a debug check, O(num_blocks))."""
-        free, cached = set(self._free), set(self._cached._order)
+        free, cached = set(self._free), set(self.policy.cached_ids())
         assert len(free) == len(self._free), "duplicate ids in the free list"
         assert not free & cached, "a block is both free and cached"
         used = {b.block_id for b in self.blocks if b.ref_count > 0}

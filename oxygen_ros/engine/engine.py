@@ -1,7 +1,8 @@
 """The engine: one model, one unified KV pool, many requests from many tasks.
 
 submit() validates and queues a request, step() runs one forward pass for the scheduled batch and returns the
-requests that finished, abort() cancels one and frees its blocks at once.  Nothing here imports ROS.
+requests that finished, abort() cancels one and frees its blocks at once, transfer() hands a request and its KV to
+another task without copying, close() persists the memory tiers for the next start.  Nothing here imports ROS.
 
 Deadlines: a request still unfinished when its deadline passes is dropped at the start of the next step (before any
 compute is spent on it, its blocks freed) and answered DEADLINE_EXCEEDED with what it had so far; one whose last
@@ -14,18 +15,22 @@ import itertools
 import math
 import os
 import time
+from dataclasses import replace
 
 import torch
 
 from oxygen_ros.config import EngineConfig, resolve_dtype
 from oxygen_ros.engine.block_hash import MultiModalSpan
 from oxygen_ros.engine.block_pool import BlockPool
-from oxygen_ros.engine.io import GenerateRequest, PoolStats, RequestOutput, TaskUsage
+from oxygen_ros.engine.eviction import make_policy
+from oxygen_ros.engine.frame_reuse import SimilarFrames
+from oxygen_ros.engine.io import GenerateRequest, PoolStats, RequestOutput, TaskUsage, TierUsage
 from oxygen_ros.engine.kv_cache import KVCache, KVLayout
 from oxygen_ros.engine.kv_cache_manager import KVCacheManager
 from oxygen_ros.engine.model_runner import ModelRunner, ScheduledBatch
-from oxygen_ros.engine.request import TASK_TYPES, Request, RequestStatus
+from oxygen_ros.engine.request import SERVE_ACTIONS, TASK_TYPES, Request, RequestStatus
 from oxygen_ros.engine.scheduler import Scheduler
+from oxygen_ros.engine.tiers import build_tiers
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kernels import KVQuantSpec, format_support_error
 from oxygen_ros.models.pi05.model import PreparedPrefix
@@ -48,10 +53,25 @@ class Engine:
         self.max_model_len = min(config.max_model_len, b.max_position_embeddings)
         num_blocks = self._num_blocks()
         self.kv = KVCache(self.layout, num_blocks, self.device)
-        self.pool = BlockPool(num_blocks, config.enable_prefix_caching)
-        self.kv_manager = KVCacheManager(self.pool, self.kv, b.model_id, self.kv_dtype_name)
+        policy = make_policy(config.eviction_policy, num_blocks, config.eviction_alpha, config.eviction_history_window)
+        self.pool = BlockPool(num_blocks, config.enable_prefix_caching, policy)
+        self.tiers = build_tiers(config, self.kv, self.pool, f"{b.model_id}|{self.kv_dtype_name}")
+        if self.tiers is not None:
+            self.pool.on_evict = self.tiers.demote
+        self.kv_manager = KVCacheManager(
+            self.pool, self.kv, b.model_id, self.kv_dtype_name, self.tiers, config.preemption_mode
+        )
+        if config.preemption_mode == "swap" and not self.kv_manager.costs.can_swap:
+            raise EngineError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"preemption_mode swap needs a lossless L1 tier: cpu_tier_format {config.cpu_tier_format!r} would "
+                f"requantize this {self.kv_dtype_name} pool (use pool)",
+            )
         self.scheduler = Scheduler(config, self.kv_manager)
-        self.runner = ModelRunner(b.model, self.kv, self.device, vla=b.vla)
+        mass_hook = policy.observe if policy.wants_attention else None
+        self.runner = ModelRunner(b.model, self.kv, self.device, vla=b.vla, on_block_mass=mass_hook)
+        threshold = config.reuse_similarity_threshold
+        self.similar_frames = SimilarFrames(threshold) if threshold > 0 else None  # approximate reuse (opt-in)
         self.requests: dict[str, Request] = {}
         self.last_batch = ScheduledBatch([], [])  # what the latest step computed, for benchmarks and timelines
         self._ids = itertools.count()
@@ -109,6 +129,8 @@ class Engine:
     def submit(self, greq: GenerateRequest) -> str:
         """Validate and queue; raises EngineError (nothing is allocated) when the request cannot be served."""
         self._validate(greq)
+        if self.similar_frames is not None and greq.observation is not None:
+            greq = replace(greq, observation=self.similar_frames.resolve(greq.observation))
         prefix = self._vla_prefix(greq) if self.bundle.vla else None
         prompt_ids = prefix.token_ids if prefix else self.encode(greq)
         num_image_tokens = len(prefix.image_hashes) * self.bundle.model.config.tokens_per_image if prefix else 0
@@ -212,10 +234,42 @@ class Engine:
         out.error_code, out.message = ErrorCode.CANCELLED, "cancelled by the caller"
         return out
 
+    def transfer(self, request_id: str, task_id: str, task_type: str | None = None) -> None:
+        """Hand a queued or running request, with the KV it holds, to another task (or the same task's next frame):
+        only its labels change, its block table and the blocks' reference counts stay, so the switch costs the same
+        whatever the context length (no KV is copied).  A new task type may change its service class (to vqa)."""
+        req = self.requests.get(request_id)
+        if req is None:
+            raise EngineError(ErrorCode.NOT_FOUND, f"no active request {request_id!r}")
+        task_type = req.task_type if task_type is None else task_type
+        if not task_id or task_type not in TASK_TYPES:
+            raise EngineError(
+                ErrorCode.INVALID_ARGUMENT, f"a transfer needs a task id and one of {list(TASK_TYPES)}, got "
+                f"{task_id!r}, {task_type!r}",
+            )  # fmt: skip
+        req.task_id, req.task_type = task_id, task_type
+
+    def close(self) -> None:
+        """Write what the pool and L1 hold to the disk tier (a restart with the same model and config finds it
+        there) and stop the tiers' worker thread.  Call once, when no step runs any more."""
+        if self.tiers is not None:
+            self.tiers.close()
+
     # --- running ------------------------------------------------------------------------------------------------
     @property
     def has_unfinished(self) -> bool:
         return self.scheduler.num_unfinished > 0
+
+    @property
+    def owes_actions(self) -> bool:
+        """A request still waits for its action chunk: the next step serves it (see Scheduler.schedule)."""
+        return any(r.service_class == SERVE_ACTIONS for r in self.requests.values())
+
+    def pending_language_tokens(self) -> int:
+        """Tokens the next language step would compute at most: every unfinished language request's uncomputed
+        tokens (prefix-cache hits not subtracted), capped by the step's token budget. For frame pacing."""
+        pending = sum(r.num_tokens - r.num_computed_tokens for r in self.requests.values() if r.service_class != SERVE_ACTIONS)
+        return min(pending, self.config.max_num_batched_tokens)
 
     def step(self) -> list[RequestOutput]:
         """One forward pass over the next scheduled batch; returns the requests that finished in it, and those whose
@@ -228,12 +282,15 @@ class Engine:
         for req in batch.requests:
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = now
+        start = time.perf_counter()
         sampled = self.runner.execute(batch)
+        if max(batch.num_new_tokens) > 1:  # a prefill: what recomputing a preempted request would cost
+            self.kv_manager.costs.observe_compute(sum(batch.num_new_tokens), self.synchronized_clock() - start)
         acting = [r for r in batch.requests if r.want_actions and r.actions is None and r.prefill_done]
         if acting:
-            start = self._synchronized_clock()
+            start = self.synchronized_clock()
             self.runner.sample_actions(acting, self.config.num_denoise_steps)
-            batch.denoise_s = self._synchronized_clock() - start
+            batch.denoise_s = self.synchronized_clock() - start
         for req in batch.requests:
             self.kv_manager.commit(req)
             if not req.want_text and req.actions is not None:
@@ -262,7 +319,7 @@ class Engine:
             self._finish(req, "deadline")
         return [self._output(req) for req in late]
 
-    def _synchronized_clock(self) -> float:
+    def synchronized_clock(self) -> float:
         """perf_counter after the device finished queued work, so a phase's time is its own (CUDA runs async)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -360,4 +417,13 @@ class Engine:
             queued_requests=len(self.scheduler.waiting),
             bytes_per_block=self.layout.bytes_per_block,
             tasks=tasks,
+            tiers=self._tier_usage(),
         )
+
+    def _tier_usage(self) -> list[TierUsage]:
+        """The device pool (named ``gpu``: L0, on whatever device) first, then the host and disk tiers."""
+        pool, bpb = self.pool, self.layout.bytes_per_block
+        held = pool.num_used + pool.num_cached
+        misses = pool.prefix_queries - pool.prefix_hits
+        l0 = TierUsage("gpu", pool.num_blocks * bpb, held * bpb, held, pool.prefix_hits, misses)
+        return [l0, *(self.tiers.usage(misses) if self.tiers is not None else [])]

@@ -67,6 +67,18 @@ class TaskUsage:
 
 
 @dataclass
+class TierUsage:
+    """Occupancy and counters of one KV tier (the ROS message is ``TierStats``)."""
+
+    name: str  # gpu (L0: the device pool, whatever the device) | cpu (L1: host memory) | disk (L2)
+    capacity_bytes: int
+    used_bytes: int
+    blocks: int
+    hits: int  # prefix lookups served from this tier
+    misses: int  # prefix lookups that fell through this tier
+
+
+@dataclass
 class PoolStats:
     model: str
     block_size: int
@@ -82,3 +94,4 @@ class PoolStats:
     queued_requests: int
     bytes_per_block: int
     tasks: list[TaskUsage] = field(default_factory=list)
+    tiers: list[TierUsage] = field(default_factory=list)  # gpu first, then cpu and disk when configured

@@ -1,12 +1,16 @@
-"""Per-request view of the pool: block tables, prefix reuse, slot growth, copy-on-write, release.
+"""Per-request view of the pool: block tables, prefix reuse, slot growth, copy-on-write, preemption, release.
 
 The block pool knows blocks; this class knows which request holds which blocks and what their tokens hash to.
 """
 
+import time
+
 from oxygen_ros.engine.block_hash import block_hash_chain, root_hash
 from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.kv_cache import KVCache
+from oxygen_ros.engine.preemption import PreemptionCosts, SwapRecord, swap_key
 from oxygen_ros.engine.request import Request
+from oxygen_ros.engine.tiers import TierManager
 
 
 def cdiv(a: int, b: int) -> int:
@@ -14,12 +18,22 @@ def cdiv(a: int, b: int) -> int:
 
 
 class KVCacheManager:
-    def __init__(self, pool: BlockPool, kv: KVCache, model_id: str, kv_dtype: str) -> None:
+    def __init__(
+        self, pool: BlockPool, kv: KVCache, model_id: str, kv_dtype: str, tiers: TierManager | None = None,
+        preemption_mode: str = "recompute",
+    ) -> None:  # fmt: skip
         self.pool = pool
         self.kv = kv
+        self.tiers = tiers
         self.block_size = kv.layout.block_size
         self.model_id = model_id
         self.kv_dtype = kv_dtype
+        host = tiers.host if tiers is not None else None
+        lossless_host = host is not None and all(
+            host.layout.layer_spec(i) == kv.layout.layer_spec(i) for i in range(kv.layout.num_layers)
+        )
+        self.costs = PreemptionCosts(preemption_mode, lossless_host)
+        self.swapped: dict[str, SwapRecord] = {}  # preempted requests whose KV waits in L1, by request id
 
     def _root(self, req: Request) -> bytes:
         return root_hash(self.model_id, self.kv_dtype, req.cache_salt)
@@ -34,9 +48,10 @@ class KVCacheManager:
         return block_hash_chain(self._root(req), tokens, self.block_size, req.mm_spans)
 
     def admit(self, req: Request, hashes: list[bytes] | None = None) -> bool:
-        """Give a waiting request blocks for all its tokens, reusing the longest cached prefix.
+        """Give a waiting request blocks for all its tokens, reusing the longest cached prefix: the pool's blocks,
+        then blocks promoted from the memory tiers into new pool blocks.
 
-        Returns False, changing nothing, when the pool cannot hold the prompt now.
+        Returns False, changing nothing in the pool, when it cannot hold the prompt now.
         """
         hashes = self.reusable_hashes(req) if hashes is None else hashes
         hits: list[int] = []
@@ -53,9 +68,19 @@ class KVCacheManager:
         self.pool.prefix_hits += len(hits)
         for block_id in hits:
             self.pool.acquire(block_id)
-        req.block_table = hits + self.pool.allocate(need)
-        req.block_hashes = hashes[: len(hits)]
-        req.num_computed_tokens = len(hits) * self.block_size
+        in_tiers = self.tiers.available(hashes[len(hits) :]) if self.tiers is not None else 0
+        new = self.pool.allocate(need)
+        start = time.perf_counter()
+        restored = self.tiers.promote(hashes[len(hits) : len(hits) + in_tiers], new[:in_tiers]) if in_tiers else 0
+        for block_id, h in zip(new[:restored], hashes[len(hits) :]):
+            self.pool.register_hash(block_id, h)
+        reused = len(hits) + restored
+        req.block_table = hits + new
+        req.block_hashes = hashes[:reused]
+        req.num_computed_tokens = reused * self.block_size
+        record = self.swapped.pop(req.request_id, None)
+        if record is not None:
+            self._swap_in(req, record, restored, start)
         req.num_cached_tokens = min(max(req.num_cached_tokens, req.num_computed_tokens), req.num_prompt_tokens)
         return True
 
@@ -106,8 +131,49 @@ class KVCacheManager:
         dst.block_hashes = list(src.block_hashes)
         dst.num_computed_tokens = src.num_computed_tokens
 
+    def preempt(self, req: Request) -> None:
+        """Release a running request's blocks, first swapping the KV only it holds to L1 when that is the cheaper
+        way back (``preemption.py``); otherwise it is recomputed, less what the prefix cache still has then."""
+        full, tail = divmod(req.num_computed_tokens, self.block_size)
+        own = [i for i in range(full) if self.pool.blocks[req.block_table[i]].ref_count == 1]
+        keys = [req.block_hashes[i] for i in own]
+        ids = [req.block_table[i] for i in own]
+        if tail:
+            keys.append(swap_key(req.request_id))
+            ids.append(req.block_table[full])
+        recompute = req.num_computed_tokens - (full - len(own)) * self.block_size
+        num_bytes = len(ids) * self.kv.layout.bytes_per_block
+        if not self.costs.should_swap(num_bytes, recompute):
+            self.costs.recomputed += 1
+            self.free(req)
+            return
+        start = time.perf_counter()
+        self.tiers.save(keys, ids)
+        self.costs.observe_swap(num_bytes, time.perf_counter() - start)
+        self.costs.swapped += 1
+        record = SwapRecord(req.num_computed_tokens, keys[-1] if tail else None)
+        self.free(req)
+        self.swapped[req.request_id] = record
+
+    def _swap_in(self, req: Request, record: SwapRecord, restored: int, start: float) -> None:
+        """Finish a swapped request's readmission: its partial last block comes back from L1 too when every block
+        before it did (otherwise the rest is recomputed)."""
+        computed = req.num_computed_tokens
+        if record.tail_key is not None:
+            if computed == record.tokens // self.block_size * self.block_size and self.tiers.restore_saved(
+                record.tail_key, req.block_table[len(req.block_hashes)]
+            ):
+                req.num_computed_tokens = record.tokens
+                restored += 1
+            self.tiers.discard(record.tail_key)
+        self.costs.observe_swap(restored * self.kv.layout.bytes_per_block, time.perf_counter() - start)
+
     def free(self, req: Request) -> None:
-        """Release every block; tail blocks go to the cached list first so prefixes are evicted last."""
+        """Release every block (and anything a swap left in L1 for it); tail blocks go to the cached list first so
+        prefixes are evicted last."""
+        record = self.swapped.pop(req.request_id, None)
+        if record is not None and record.tail_key is not None:
+            self.tiers.discard(record.tail_key)
         self.pool.release(reversed(req.block_table))
         req.block_table = []
         req.block_hashes = []

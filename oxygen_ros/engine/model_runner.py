@@ -4,6 +4,7 @@ For each scheduled request the runner computes the tokens ``[num_computed_tokens
 prompt, a prompt chunk, the tail after a cached prefix, or the one new token of a decode step: one code path.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -61,9 +62,20 @@ def build_metadata(
     return meta, torch.tensor(positions, dtype=torch.long, device=device)
 
 
+MassHook = Callable[[torch.Tensor, torch.Tensor], None]
+
+
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, kv: KVCache, device: torch.device, vla: bool = False) -> None:
+    """Runs scheduled batches; ``on_block_mass(block_tables, mass)`` (if set) gets every decode step's attention
+    mass per block-table entry, summed over layers and heads: the eviction policy's activity signal, gathered by the
+    decode kernel as a by-product."""
+
+    def __init__(
+        self, model: torch.nn.Module, kv: KVCache, device: torch.device, vla: bool = False,
+        on_block_mass: MassHook | None = None,
+    ) -> None:
         self.model = model
+        self.on_block_mass = on_block_mass
         self.vla = vla
         self.kv = kv
         self.device = device
@@ -79,7 +91,11 @@ class ModelRunner:
         ids = [t for r, n in zip(reqs, counts) for t in r.all_token_ids[r.num_computed_tokens : r.num_computed_tokens + n]]
         input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
         embeds = self._vla_embeds(reqs, counts) if self.vla else None
+        if self.on_block_mass is not None and meta.is_decode:
+            meta.block_mass = torch.zeros(meta.block_tables.shape, dtype=torch.float32, device=self.device)
         hidden = self.model(input_ids, positions, meta, self.kv, input_embeds=embeds)
+        if meta.block_mass is not None:
+            self.on_block_mass(meta.block_tables, meta.block_mass)
         ends = torch.tensor(counts, device=self.device).cumsum(0) - 1
         sampling_rows = [
             i for i, (r, n) in enumerate(zip(reqs, counts)) if r.want_text and r.num_computed_tokens + n == r.num_tokens

@@ -13,8 +13,9 @@ prefill and actions, then decode).
 
 A request whose uncached prompt blocks are being computed in this very step by another request waits one step and
 then reuses them: an observation shared by several tasks is prefilled once.  When the pool cannot grow a running
-request, the last request in serving order is preempted.  A preempted request's blocks are released (they stay
-cached, so resuming it is mostly a prefix hit) and it goes back to the queue.
+request, the last request in serving order is preempted.  A preempted request's blocks are released (full ones
+stay cached, so resuming it is partly a prefix hit), its KV first swapped to the host tier when that is cheaper than
+recomputing it (``KVCacheManager.preempt``), and it goes back to the queue.
 """
 
 from collections.abc import Callable
@@ -127,7 +128,7 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.running.remove(req)
-        self.kv.free(req)
+        self.kv.preempt(req)
         req.status = RequestStatus.WAITING
         self.waiting.append(req)
         self.on_preempt(req)

@@ -28,6 +28,7 @@ class AttentionMetadata:
     context_lens: list[int]  # tokens per sequence after this step, including the new ones
     block_tables: torch.Tensor  # [B, max_blocks] int64, padded with 0 (never read past context_lens)
     bidirectional_lens: list[int] | None = None  # per sequence: positions below it see each other; None = causal
+    block_mass: torch.Tensor | None = None  # decode only: fp32 [B, max_blocks], every layer adds its attention mass
 
     @property
     def num_seqs(self) -> int:
@@ -50,7 +51,8 @@ def paged_attention(
     num_heads = q.shape[1]
     B = meta.num_seqs
     if meta.is_decode:
-        return cache.decode(q, meta.block_tables, torch.tensor(meta.context_lens, device=q.device), scale)
+        context_lens = torch.tensor(meta.context_lens, device=q.device)
+        return cache.decode(q, meta.block_tables, context_lens, scale, block_mass=meta.block_mass)
     # Prefill (possibly mixed with decode rows): pad to [B, max_q] queries over [cached | new] keys.
     max_q = max(meta.query_lens)
     cached_lens = [c - n for c, n in zip(meta.context_lens, meta.query_lens)]

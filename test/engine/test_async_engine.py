@@ -19,13 +19,7 @@ from oxygen_ros.models.registry import ModelBundle
 TIMEOUT = 60
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Two cores are shared with other test runs: one intra-op thread keeps timings honest."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _request(prompt: str, tokens: int = 4, **kwargs) -> GenerateRequest:
@@ -70,7 +64,9 @@ def test_callers_on_many_threads_get_what_the_engine_computes(serving, tiny_bund
     expected = make_engine(tiny_bundle).generate([_request(p, tokens=6) for p in prompts])
     assert [o.error_code for o in outputs] == [None] * len(prompts)
     assert [o.token_ids for o in outputs] == [e.token_ids for e in expected]
-    assert engine.stats().completed == len(prompts)
+    stats = engine.stats()
+    assert stats.completed == len(prompts)
+    assert stats.generated_tokens == sum(len(o.token_ids) for o in outputs) > 0
     _assert_pool_clean(engine)
 
 

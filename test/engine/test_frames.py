@@ -4,7 +4,7 @@ the same text and actions (only the cost differs)."""
 
 import numpy as np
 import pytest
-from engine_helpers import make_engine
+from engine_helpers import action_frame_period, make_engine
 
 from oxygen_ros.bench.robot_frames import robot_frames
 from oxygen_ros.bench.scene_text import observation_text
@@ -14,26 +14,13 @@ from oxygen_ros.engine.request import RequestStatus
 from oxygen_ros.engine.sampling import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 
-TARGET_PERIOD_S = 0.1  # 10 Hz
-
-
 def _no_leaks(engine) -> None:
     engine.check_invariants()
     assert engine.pool.num_used == 0 and not engine.has_unfinished
 
 
-def _frame_period(pi05_tiny) -> float:
-    """10 Hz if this CPU can serve a frame's action step (prefill + denoise) in a quarter of that, else 4x the
-    slowest action step measured now: the test checks the deadline logic, not the machine's speed."""
-    engine = make_engine(pi05_tiny)
-    driver = FrameDriver(engine, Mode.CONTINUOUS_BATCHING, steps_per_frame=1)
-    driver.run(robot_frames([0, 0, 0], max_new_tokens=1, images=0, seed=99))
-    slowest = max(r.steps[0].end_s - r.steps[0].start_s for r in driver.records)
-    return max(TARGET_PERIOD_S, 4 * slowest)
-
-
 def test_action_stream_keeps_its_deadline_while_six_language_requests_decode(pi05_tiny):
-    period = _frame_period(pi05_tiny)
+    period = action_frame_period(pi05_tiny)
     engine = make_engine(pi05_tiny)
     driver = FrameDriver(engine, Mode.CONTINUOUS_BATCHING, period_s=period, steps_per_frame=0, realtime=True)
     frames = robot_frames([6, 0, 0, 0], max_new_tokens=24, images=0)

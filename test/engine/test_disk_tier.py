@@ -1,0 +1,164 @@
+"""The disk tier: exact round trips in every format, bad files are misses (and removed), the folder stays bounded
+and inside itself, and a restarted engine serves the blocks an earlier one left."""
+
+import hashlib
+import os
+import threading
+
+import pytest
+import torch
+from engine_helpers import make_engine
+
+from oxygen_ros.engine import block_codec as codec
+from oxygen_ros.engine.block_codec import encode_block
+from oxygen_ros.engine.disk_tier import DiskTier
+from oxygen_ros.engine.host_tier import take_blocks
+from oxygen_ros.engine.io import GenerateRequest
+from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.kernels import KVBlocks, KVQuantSpec, requantize_blocks
+
+SHAPE = (4, 2, 8)  # block size, kv heads, head dim
+KEY = "model-a|fp32"
+
+
+def _layers(fmt: str, seed: int, num_layers: int = 2) -> list[KVBlocks]:
+    """One random block per layer in ``fmt`` (quantized from fp32 values by the kernels)."""
+    torch.manual_seed(seed)
+    out = []
+    for _ in range(num_layers):
+        src = KVBlocks(torch.randn(1, *SHAPE), torch.randn(1, *SHAPE))
+        dst = KVBlocks.allocate(KVQuantSpec.parse(fmt), 1, *SHAPE)
+        if dst.k_scale is not None and dst.k_scale.dim() == 1:
+            dst.k_scale.fill_(0.01), dst.v_scale.fill_(0.02)  # fp8 per-head scales
+        requantize_blocks(src, torch.tensor([0]), dst, torch.tensor([0]))
+        out.append(dst)
+    return out
+
+
+def _h(name: str) -> bytes:
+    return hashlib.sha256(name.encode()).digest()
+
+
+def _equal(a: list[KVBlocks], b: list[KVBlocks]) -> bool:
+    def same(x: torch.Tensor | None, y: torch.Tensor | None) -> bool:
+        return (x is None and y is None) or (x.dtype == y.dtype and torch.equal(x.view(torch.uint8), y.view(torch.uint8)))
+
+    return all(same(p, q) for x, y in zip(a, b, strict=True) for p, q in zip(
+        (x.k, x.v, x.k_scale, x.v_scale), (y.k, y.v, y.k_scale, y.v_scale)))  # fmt: skip
+
+
+def _tier(path, capacity: int = 1 << 20, key: str = KEY) -> DiskTier:
+    return DiskTier(path, capacity, key, SHAPE, 2)
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16", "int8", "fp8"])
+def test_blocks_come_back_bit_for_bit(tmp_path, fmt):
+    tier = _tier(tmp_path)
+    layers = _layers(fmt, 0)
+    tier.store(_h("a"), layers)
+    assert _equal(_tier(tmp_path).load(_h("a")), layers)  # a fresh instance: read lazily from the folder
+
+
+def _stored(tmp_path) -> tuple[DiskTier, bytes, os.PathLike]:
+    tier = _tier(tmp_path)
+    tier.store(_h("a"), _layers("int8", 0))
+    (path,) = tmp_path.iterdir()
+    return tier, _h("a"), path
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "empty", "forged"])
+def test_damaged_files_are_misses_and_removed(tmp_path, damage):
+    _, block_hash, path = _stored(tmp_path)
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[-5] ^= 0x40
+    elif damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "garbage":
+        data = bytearray(os.urandom(len(data)))
+    elif damage == "empty":
+        data = bytearray()
+    else:  # a well-formed, checksummed record whose header is nonsense
+        header = b'{"dtypes": [5]}'
+        data = codec._PREFIX.pack(codec.MAGIC, codec.VERSION, len(header)) + header + hashlib.blake2b(
+            header, digest_size=16).digest()  # fmt: skip
+    path.write_bytes(bytes(data))
+    tier = _tier(tmp_path)
+    assert block_hash in tier and tier.load(block_hash) is None
+    assert not path.exists() and block_hash not in tier and tier.used_bytes == 0
+
+
+def test_foreign_files_are_misses(tmp_path):
+    """A file of another model (same name), or another block's file under this name, never passes for this one."""
+    _, block_hash, path = _stored(tmp_path)
+    assert _tier(tmp_path, key="model-b|fp32").load(block_hash) is None and not path.exists()
+    _tier(tmp_path).store(_h("b"), _layers("int8", 1))
+    other = tmp_path / f"{_h('b').hex()}.kvb"
+    os.replace(other, tmp_path / f"{block_hash.hex()}.kvb")
+    assert _tier(tmp_path).load(block_hash) is None
+    wrong_shape = DiskTier(tmp_path, 1 << 20, KEY, (4, 2, 16), 2)
+    wrong_shape.store(_h("c"), [KVBlocks(torch.zeros(1, 4, 2, 16), torch.zeros(1, 4, 2, 16))] * 2)
+    assert _tier(tmp_path).load(_h("c")) is None
+
+
+def test_folder_stays_under_its_bound_dropping_the_least_recently_used(tmp_path):
+    size = len(encode_block(KEY, _h("x"), _layers("int8", 0)))
+    tier = _tier(tmp_path, capacity=3 * size + size // 2)
+    for i in range(3):
+        tier.store(_h(f"b{i}"), _layers("int8", i))
+    assert tier.load(_h("b0")) is not None  # b0 is now the most recently used
+    tier.store(_h("b3"), _layers("int8", 3))
+    assert [_h(f"b{i}") in tier for i in range(4)] == [True, False, True, True]
+    assert sum(p.stat().st_size for p in tmp_path.iterdir()) <= tier.capacity_bytes
+    smaller = _tier(tmp_path, capacity=2 * size)  # a restart with a smaller bound trims the folder at once
+    assert smaller.num_blocks == 2 and sum(p.stat().st_size for p in tmp_path.iterdir()) <= 2 * size
+
+
+def test_file_names_are_hashes_only(tmp_path):
+    folder = tmp_path / "tier"
+    tier = _tier(folder)
+    (tmp_path / "keep.txt").write_text("not ours")
+    (folder / "notes.kvb").write_text("not ours either")
+    tier.store(_h("../../etc/passwd"), _layers("int8", 0))
+    with pytest.raises(ValueError):
+        tier.store(b"../escape", _layers("int8", 0))
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == sorted([f"{_h('../../etc/passwd').hex()}.kvb", "notes.kvb"])
+    assert (tmp_path / "keep.txt").exists() and _tier(folder).num_blocks == 1  # others' files are left alone
+
+
+def _evict_everything(engine) -> None:
+    engine.pool.release(engine.pool.allocate(engine.pool.num_available))
+
+
+def test_a_restarted_engine_serves_the_disk_tier(tiny_bundle, tmp_path):
+    greq = GenerateRequest("the robot sees a red cup on the table " * 6, sampling=SamplingParams(max_new_tokens=3))
+    first = make_engine(tiny_bundle, disk_tier_path=str(tmp_path))
+    expected = first.generate([greq])[0]
+    _evict_everything(first)
+    assert first.tiers.disk.num_blocks > 0
+    second = make_engine(tiny_bundle, disk_tier_path=str(tmp_path))
+    again = second.generate([greq])[0]
+    assert again.token_ids == expected.token_ids
+    assert again.reused_prefix_tokens == first.tiers.disk.num_blocks * 16 > 0
+    disk = second.stats().tiers[-1]
+    assert (disk.name, disk.hits, disk.blocks) == ("disk", first.tiers.disk.num_blocks, first.tiers.disk.num_blocks)
+    other_format = make_engine(tiny_bundle, disk_tier_path=str(tmp_path), kv_dtype="int8")
+    assert other_format.generate([greq])[0].reused_prefix_tokens == 0  # another KV format: another key, a miss
+
+
+def test_disk_only_tier_takes_blocks_straight_from_the_pool(tiny_bundle, tmp_path):
+    engine = make_engine(tiny_bundle, disk_tier_path=str(tmp_path), kv_dtype="fp16")
+    engine.generate([GenerateRequest("a b c d " * 10, sampling=SamplingParams(max_new_tokens=1))])
+    held = take_blocks([layer.blocks for layer in engine.kv.layers], 0)
+    block_hash = engine.pool.blocks[0].block_hash
+    _evict_everything(engine)
+    assert _equal(engine.tiers.disk.load(block_hash), held)
+
+
+def test_a_failed_write_loses_the_block_not_the_caller(tmp_path):
+    tier = _tier(tmp_path)
+    blocker = tmp_path / f".{_h('a').hex()}.kvb.{threading.get_ident()}.tmp"
+    blocker.mkdir()  # the temporary file cannot be written (as a full disk would refuse it), even as root
+    tier.store(_h("a"), _layers("int8", 0))
+    assert _h("a") not in tier and tier.used_bytes == 0 and [p.name for p in tmp_path.iterdir()] == [blocker.name]

@@ -1,0 +1,129 @@
+"""Frame pacing in the serving loop: the pacer learns an action stream's period from its arrivals and holds language
+steps that would still run when the next chunk is due; on the engine thread (AsyncEngine, as the inference node runs
+it) a 10 Hz action stream from another thread keeps its deadline while language decodes, with the same text."""
+
+import time
+
+import pytest
+import torch
+from engine_helpers import make_engine
+
+from oxygen_ros.bench.pacing_suite import language_requests, serve_stream
+from oxygen_ros.bench.robot_frames import robot_frames
+from oxygen_ros.engine.async_engine import AsyncEngine
+from oxygen_ros.engine.frames import FrameDriver, Mode
+from oxygen_ros.engine.pacing import STALE_PERIODS, FramePacer
+
+TIMEOUT = 120
+LANGUAGE_TOKENS = 48
+FRAMES = 8
+
+
+def _stream(pacer: FramePacer, period: float, count: int = 4, start: float = 100.0, name: str = "arm") -> float:
+    """Feed ``count`` arrivals of stream ``name``, ``period`` apart; returns the last arrival time."""
+    for i in range(count):
+        pacer.action_arrived(name, start + i * period)
+    return start + (count - 1) * period
+
+
+def test_no_stream_never_holds():
+    pacer = FramePacer()
+    pacer.step_done(False, 0.5)
+    assert pacer.hold_s(0.0) == 0.0
+    pacer.action_arrived("arm", 0.0)  # one arrival: no period yet
+    assert pacer.hold_s(0.01) == 0.0
+
+
+def test_adaptive_holds_a_step_that_would_overrun_the_next_chunk():
+    pacer = FramePacer(grace=0.25)
+    last = _stream(pacer, 0.1)
+    pacer.step_done(False, 0.03)  # language steps take 30 ms
+    assert pacer.hold_s(last + 0.05) == 0.0  # ends at +80 ms, before the chunk due at +100 ms
+    held = pacer.hold_s(last + 0.08)  # would end at +110 ms: hold until the chunk (released at +125 ms at most)
+    assert held == pytest.approx(0.045)
+    assert pacer.hold_s(last + 0.13) == 0.0  # the chunk is over a quarter period late: stop waiting for it
+
+
+def test_a_prefill_bigger_than_recent_steps_is_judged_per_token_but_runs_first_in_a_frame():
+    pacer = FramePacer()
+    last = _stream(pacer, 0.1)
+    pacer.step_done(False, 0.01, tokens=4)  # a decode step of 4 rows: 2.5 ms per token
+    assert pacer.estimate_s(4) == 0.01
+    assert pacer.estimate_s(40) == pytest.approx(0.1)
+    assert pacer.hold_s(last + 0.02, tokens=4) == 0.0
+    assert pacer.hold_s(last + 0.02, tokens=40) > 0.0  # ~100 ms from +20 ms would overrun the chunk due at +100
+    pacer.step_done(True, 0.02)  # the chunk is served: a new frame
+    assert pacer.hold_s(last + 0.12, tokens=400) == 0.0  # the first language step of a frame always runs
+
+
+def test_fixed_k_takes_k_language_steps_per_frame():
+    pacer = FramePacer(steps_per_frame=2)
+    last = _stream(pacer, 0.1)
+    pacer.step_done(True, 0.02)  # the frame's action step
+    for _ in range(2):
+        assert pacer.hold_s(last + 0.03) == 0.0
+        pacer.step_done(False, 0.001)
+    assert pacer.hold_s(last + 0.03) > 0.0  # k steps done: wait for the next chunk
+    pacer.step_done(True, 0.02)
+    assert pacer.hold_s(last + 0.03) == 0.0
+
+
+def test_the_earliest_stream_decides_and_stale_streams_are_forgotten():
+    pacer = FramePacer()
+    _stream(pacer, 0.1, start=0.0)  # last arrival at 0.3, next due 0.4
+    _stream(pacer, 0.5, start=0.0, name="nav")  # last at 1.5: due 2.0
+    pacer.step_done(False, 0.2)
+    assert pacer.hold_s(0.3) > 0.0  # the 10 Hz stream is due at 0.4, a 200 ms step would overrun it
+    stale = 0.3 + STALE_PERIODS * 0.1 + 0.01
+    assert pacer.hold_s(stale) == 0.0  # the 10 Hz stream stopped; only the 2 Hz one is live (due 2.0)
+    assert pacer.hold_s(1.85) > 0.0
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError):
+        FramePacer(steps_per_frame=-1)
+
+
+def _period(pi05_tiny) -> float:
+    """10 Hz if this CPU serves an action step in a quarter of that, else 4x the slowest one measured now: the test
+    checks the pacing, not the machine's speed."""
+    driver = FrameDriver(make_engine(pi05_tiny), Mode.CONTINUOUS_BATCHING, steps_per_frame=1)
+    driver.run(robot_frames([0, 0, 0], max_new_tokens=1, images=0, seed=99))
+    return max(0.1, 4 * max(r.steps[0].end_s - r.steps[0].start_s for r in driver.records))
+
+
+def test_paced_engine_thread_keeps_an_action_stream_on_time_while_language_decodes(pi05_tiny, one_torch_thread):
+    period = _period(pi05_tiny)
+    engine = make_engine(pi05_tiny)
+    paced = serve_stream(engine, FramePacer(), period, FRAMES, {1: language_requests(6, LANGUAGE_TOKENS)})
+    late = [(i, c.error_code, round(c.latency_ms)) for i, c in enumerate(paced.chunks) if not c.ok]
+    assert not late, f"period {period * 1e3:.0f} ms: {late}"
+    assert all(c.actions.shape == (10, 32) for c in paced.chunks)
+    assert all(out.ok and out.generated_tokens == LANGUAGE_TOKENS for out in paced.language)
+    assert paced.held_s > 0.0  # the pacer did hold language steps for the stream
+    engine.check_invariants()
+    assert engine.pool.num_used == 0 and not engine.has_unfinished
+    unpaced = serve_stream(make_engine(pi05_tiny), None, period, FRAMES, {1: language_requests(6, LANGUAGE_TOKENS)})
+    assert [o.token_ids for o in paced.language] == [o.token_ids for o in unpaced.language]  # when, not what
+    assert all(
+        torch.equal(torch.as_tensor(a.actions), torch.as_tensor(b.actions))
+        for a, b in zip(paced.chunks, unpaced.chunks, strict=True)
+        if b.ok
+    )
+
+
+def test_a_stream_that_stops_does_not_stall_language(pi05_tiny, one_torch_thread):
+    period = 0.05
+    engine = AsyncEngine(make_engine(pi05_tiny), pacer=FramePacer(steps_per_frame=1))
+    try:
+        for i, frame in enumerate(robot_frames([0, 0, 0], max_new_tokens=1, images=0, seed=3)):
+            assert engine.submit(frame.actions[0]).result(TIMEOUT).ok
+            if i < 2:
+                time.sleep(period)
+        outs = [f.result(TIMEOUT) for f in [engine.submit(g) for g in language_requests(2, 12)]]
+        assert all(o.ok and o.generated_tokens == 12 for o in outs)
+        # k = 1 holds language after each of its steps only while the stream is live; it stopped, so the 12 steps
+        # are held at most until the stream counts as stale, not a frame each
+        assert engine.stats().paced_hold_s < (STALE_PERIODS + 1) * period
+    finally:
+        engine.shutdown(TIMEOUT)
