@@ -69,7 +69,7 @@ lint: venv
 demo: install
 	.venv/bin/oxygen-ros demo
 
-# `make bench SUITE=engine` (engine | paper | quant | kernels): results land in out/bench/<suite>.json
+# `make bench SUITE=engine` (engine, paper, multitask, ...: see `oxygen-ros bench --help`): results land in out/bench/<suite>.json
 SUITE ?= engine
 bench: install
 	.venv/bin/oxygen-ros bench --suite $(SUITE) --json out/bench/$(SUITE).json

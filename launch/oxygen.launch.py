@@ -39,6 +39,22 @@ def _nodes(context):
             output="screen",
             parameters=[config, {"camera_topic": overrides["camera_topic"]} if "camera_topic" in overrides else {}],
         ),
+        # the task nodes: no model, each calls /oxygen/infer
+        Node(package="oxygen_ros", executable="vqa_node", name="vqa_node", output="screen", parameters=[config]),
+        Node(
+            package="oxygen_ros",
+            executable="instruction_node",
+            name="instruction_node",
+            output="screen",
+            parameters=[config],
+        ),
+        Node(
+            package="oxygen_ros",
+            executable="navigation_node",
+            name="navigation_node",
+            output="screen",
+            parameters=[config],
+        ),
     ]
 
 

@@ -11,13 +11,17 @@ from types import TracebackType
 
 import rclpy
 from rclpy.context import Context
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from oxygen_ros.nodes.camera_sim import CameraSim
+from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.inference_node import InferenceNode
+from oxygen_ros.nodes.instruction_node import InstructionNode
+from oxygen_ros.nodes.navigation_node import NavigationNode
+from oxygen_ros.nodes.vqa_node import VqaNode
 
 
 def default_config() -> Path:
@@ -28,15 +32,39 @@ def default_config() -> Path:
     return prefix / "share" / "oxygen_ros" / "config" / "oxygen.yaml"
 
 
+# The inference node's absolute names: a node in namespace NS serves them as /NS/... instead.
+INFERENCE_NAMES = (
+    "/oxygen/infer", "/oxygen/get_pool_stats", "/oxygen/pool_stats", "/oxygen/pool_markers", "/oxygen/pool_image",
+    "/diagnostics",
+)  # fmt: skip
+
+
+def remaps(namespace: str) -> list[str]:
+    """Arguments that move an inference node into ``namespace`` ('' = none) with every name it serves, so several
+    engines, each with its own pool, can run side by side (the multitask benchmark's isolated setting).  Such a node
+    takes its parameters from the declared defaults and the overrides, not from the file's `oxygen_inference`."""
+    if not namespace:
+        return []
+    rules = [f"__ns:=/{namespace}"] + [f"{name}:=/{namespace}{name}" for name in INFERENCE_NAMES]
+    return ["--ros-args", *(arg for rule in rules for arg in ("-r", rule))]
+
+
 class Graph:
-    """The inference node (configured and active) and the camera, spinning on a background thread.
+    """The inference node (configured and active), the camera and the task nodes (vqa, instruction, navigation),
+    spinning on a background thread.  With several ``namespaces`` there is one inference node per namespace (see
+    ``remaps``); ``inference`` is the first; the task nodes call the one without a namespace.
 
     ``with Graph(...) as graph:`` brings them up and tears everything down on exit; ``graph.context`` lets a
     client node join the same ROS context.
     """
 
     def __init__(
-        self, config: Path | None = None, model: str = "", overrides: dict | None = None, domain_id: int | None = None
+        self,
+        config: Path | None = None,
+        model: str = "",
+        overrides: dict | None = None,
+        domain_id: int | None = None,
+        namespaces: tuple[str, ...] = ("",),
     ) -> None:
         self.config = config or default_config()
         if not self.config.is_file():
@@ -45,11 +73,16 @@ class Graph:
         rclpy.init(args=["--ros-args", "--params-file", str(self.config)], context=self.context, domain_id=domain_id)
         values = (overrides or {}) | ({"model": model} if model else {})
         parameters = [Parameter(name, value=value) for name, value in values.items()]
-        self.executor = MultiThreadedExecutor(num_threads=6, context=self.context)
+        self.executor = Executor(num_threads=6, context=self.context)
         self.nodes: list[Node] = []
         try:
-            self.inference = self._add(InferenceNode(context=self.context, parameter_overrides=parameters))
+            self.inferences = [
+                self._add(InferenceNode(context=self.context, parameter_overrides=parameters, cli_args=remaps(ns)))
+                for ns in namespaces
+            ]
+            self.inference = self.inferences[0]
             self.camera = self._add(CameraSim(context=self.context))
+            self.tasks = [self._add(task(context=self.context)) for task in (VqaNode, InstructionNode, NavigationNode)]
         except BaseException:
             self.close()
             raise
@@ -67,12 +100,12 @@ class Graph:
             pass
 
     def start(self) -> None:
-        """Spin, then configure (loads the model) and activate the inference node; RuntimeError if it cannot."""
+        """Spin, then configure (loads the model) and activate the inference nodes; RuntimeError if one cannot."""
         self._thread.start()
-        steps = (("configure", self.inference.trigger_configure), ("activate", self.inference.trigger_activate))
-        for step, trigger in steps:
-            if trigger() != TransitionCallbackReturn.SUCCESS:
-                raise RuntimeError(f"the inference node failed to {step}; its log above says why")
+        for node in self.inferences:
+            for step, trigger in (("configure", node.trigger_configure), ("activate", node.trigger_activate)):
+                if trigger() != TransitionCallbackReturn.SUCCESS:
+                    raise RuntimeError(f"{node.get_fully_qualified_name()} failed to {step}; its log above says why")
 
     def add_client(self, name: str) -> Node:
         """A plain node in the graph's context and executor (for the CLI's calls)."""

@@ -35,7 +35,9 @@ class Rejected:
 
 
 class ObservationRing:
-    """The last ``capacity`` observations (or rejections); thread-safe. ``''`` means the latest one."""
+    """The last ``capacity`` observations (or rejections); thread-safe. ``''`` means the latest one, and when a scene
+    describer runs, the latest one it described: a frame's camera Image arrives a moment before its text, and a
+    text-only model asked about that bare frame would see no scene at all."""
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
@@ -68,6 +70,9 @@ class ObservationRing:
                 entry = next(reversed(self._entries.values()), None)
                 if entry is None:
                     return None
+                if isinstance(entry, Observation) and not entry.text:
+                    described = (e for e in reversed(self._entries.values()) if isinstance(e, Observation) and e.text)
+                    entry = next(described, entry)
             else:
                 entry = self._entries.get(observation_id)
                 if entry is None:

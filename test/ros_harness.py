@@ -25,8 +25,8 @@ import rclpy
 from rclpy.action import ActionClient
 from rclpy.action.client import ClientGoalHandle
 from rclpy.context import Context
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
+from oxygen_ros.nodes.executor import Executor
 
 DOMAIN_IDS = range(100, 200)
 LOCK_DIR = Path(tempfile.gettempdir()) / "oxygen_ros_domains"
@@ -125,9 +125,10 @@ def send_goal(node: Node, action_type, name: str, goal, timeout: float = 10.0) -
 
 
 @contextmanager
-def spin_nodes(context: Context, *nodes: Node, num_threads: int = 4) -> Iterator[MultiThreadedExecutor]:
-    """Spin `nodes` in one MultiThreadedExecutor on a background thread; on exit stop it and destroy the nodes."""
-    executor = MultiThreadedExecutor(num_threads=num_threads, context=context)
+def spin_nodes(context: Context, *nodes: Node, num_threads: int = 4) -> Iterator[Executor]:
+    """Spin `nodes` in the project's multi-threaded executor on a background thread, as the node executables do;
+    on exit stop it and destroy the nodes."""
+    executor = Executor(num_threads=num_threads, context=context)
     for node in nodes:
         executor.add_node(node)
     thread = threading.Thread(target=executor.spin, name="ros-executor", daemon=True)

@@ -111,7 +111,7 @@ def test_referenced_share_files_are_installed():
 
 def test_nodes_and_overridable_arguments_match_the_config():
     launched = {_keyword(call, "name"): set(_parameters(_keyword(call, "name"))) for call in _node_calls()}
-    assert set(launched) == {"oxygen_inference", "camera_sim"}
+    assert set(launched) == {"oxygen_inference", "camera_sim", "vqa_node", "instruction_node", "navigation_node"}
     assert all(launched.values()), "every launched node has a ros__parameters section in the config"
     for argument in _declared_arguments() - {"config"}:
         assert any(argument in parameters for parameters in launched.values()), f"{argument} is no node's parameter"

@@ -9,8 +9,11 @@ from pathlib import Path
 SUITES = {
     "engine": "oxygen_ros.bench.engine_suite",
     "kernels": "oxygen_ros.bench.kernel_suite",
+    "multitask": "oxygen_ros.bench.multitask_suite",
+    "pacing": "oxygen_ros.bench.pacing_suite",
     "paper": "oxygen_ros.bench.paper_suite",
     "quant": "oxygen_ros.bench.quant_suite",
+    "tiers": "oxygen_ros.bench.tiers_suite",
 }
 
 

@@ -3,7 +3,7 @@
 import argparse
 import importlib
 
-SUBCOMMANDS = ("up", "demo", "generate", "bench", "version")
+SUBCOMMANDS = ("up", "ask", "instruct", "navigate", "stats", "demo", "generate", "bench", "version")
 
 
 def build_parser() -> argparse.ArgumentParser:

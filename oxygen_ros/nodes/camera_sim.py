@@ -5,12 +5,20 @@ on `/camera/image_raw` (sensor_msgs/Image rgb8, sensor-data QoS) and, for each f
 The observation_id is the content hash of the frame alone, the same id the inference node gives that frame when it
 arrives on the camera topic, so both messages name one observation. All logic lives in ``oxygen_ros.perception``;
 this node declares parameters, ticks a timer and moves results into messages.
+
+With the simulator the loop is closed: geometry_msgs/Twist on `/cmd_vel` drives the simulated robot (so the frames
+and their descriptions change as it moves; a command older than CMD_TIMEOUT_S stops it, like a real base's
+watchdog) and each frame's true pose goes out as nav_msgs/Odometry on `/odom`, in metres in the `map` frame (the
+room: origin at its south-west corner, x east, y north; child frame `base_link`).
 """
 
 from typing import Any
 
-import rclpy
-from rcl_interfaces.msg import ParameterDescriptor
+import math
+import time
+
+from geometry_msgs.msg import Twist
+from nav_msgs.msg import Odometry
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
@@ -19,12 +27,16 @@ from std_msgs.msg import Header
 
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes.convert import rgb_to_image
-from oxygen_ros.nodes.spin import spin_until_shutdown
+from oxygen_ros.nodes.declare import declare
+from oxygen_ros.nodes.spin import run
 from oxygen_ros.observations import content_id
 from oxygen_ros.perception.describe import describe
-from oxygen_ros.perception.source import SOURCE_KINDS, make_source
+from oxygen_ros.perception.scene import RobotPose
+from oxygen_ros.perception.source import SOURCE_KINDS, SimSource, make_source
 
 NODE_NAME = "camera_sim"
+CMD_TIMEOUT_S = 0.5
+MAP_FRAME, BASE_FRAME = "map", "base_link"
 PARAMETERS: dict[str, tuple[Any, str]] = {
     "source": ("sim", f"where frames come from: {' | '.join(SOURCE_KINDS)}"),
     "path": ("", "video file (source video) or image folder (source folder)"),
@@ -35,6 +47,8 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "frame_id": ("camera", "header.frame_id of the images and observations"),
     "camera_topic": ("/camera/image_raw", "sensor_msgs/Image output (sensor-data QoS)"),
     "observation_topic": ("/oxygen/observation", "oxygen_ros/Observation output"),
+    "cmd_vel_topic": ("/cmd_vel", "geometry_msgs/Twist input driving the simulated robot (source sim)"),
+    "odom_topic": ("/odom", "nav_msgs/Odometry output: the simulated robot's pose in the map frame (source sim)"),
 }
 
 
@@ -43,9 +57,7 @@ class CameraSim(Node):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
-        for name, (default, description) in PARAMETERS.items():
-            self.declare_parameter(name, default, ParameterDescriptor(description=description))
-        value = {name: self.get_parameter(name).value for name in PARAMETERS}
+        value = declare(self, PARAMETERS)
         try:
             self._source = make_source(
                 value["source"], value["path"], value["seed"], value["rate_hz"], value["width"], value["height"]
@@ -56,9 +68,20 @@ class CameraSim(Node):
         self._frame_id = value["frame_id"]
         self._images = self.create_publisher(Image, value["camera_topic"], qos_profile_sensor_data)
         self._observations = self.create_publisher(ObservationMsg, value["observation_topic"], 10)
+        self._odometry = None
+        self._command_time = -math.inf
+        if isinstance(self._source, SimSource):
+            self._odometry = self.create_publisher(Odometry, value["odom_topic"], 10)
+            self.create_subscription(Twist, value["cmd_vel_topic"], self._on_cmd_vel, 10)
         self.create_timer(1.0 / value["rate_hz"], self._tick)
 
+    def _on_cmd_vel(self, msg: Twist) -> None:
+        self._source.command = (msg.linear.x * 100.0, msg.angular.z)
+        self._command_time = time.monotonic()
+
     def _tick(self) -> None:
+        if self._odometry and time.monotonic() - self._command_time > CMD_TIMEOUT_S:
+            self._source.command = (0.0, 0.0)
         _, rgb = self._source.next_frame()
         header = Header(stamp=self.get_clock().now().to_msg(), frame_id=self._frame_id)
         image = rgb_to_image(rgb, header)
@@ -67,22 +90,28 @@ class CameraSim(Node):
         self._observations.publish(
             ObservationMsg(header=header, observation_id=content_id("", [rgb], []), images=[image], text=text)
         )
+        if self._odometry:
+            self._odometry.publish(odometry(self._source.scene.robot, self._source.command, header))
 
     def destroy_node(self) -> None:
         self._source.close()
         super().destroy_node()
 
 
+def odometry(pose: RobotPose, command: tuple[float, float], header: Header) -> Odometry:
+    """The simulated pose (cm, radians) and the command it is driving with (cm/s, rad/s) in ROS units."""
+    msg = Odometry(child_frame_id=BASE_FRAME)
+    msg.header.stamp, msg.header.frame_id = header.stamp, MAP_FRAME
+    msg.pose.pose.position.x, msg.pose.pose.position.y = pose.x_cm / 100.0, pose.y_cm / 100.0
+    msg.pose.pose.orientation.z = math.sin(pose.yaw_rad / 2)
+    msg.pose.pose.orientation.w = math.cos(pose.yaw_rad / 2)
+    msg.twist.twist.linear.x, msg.twist.twist.angular.z = command[0] / 100.0, command[1]
+    return msg
+
+
 def main(args: list[str] | None = None) -> int:
     """`ros2 run oxygen_ros camera_sim [--ros-args -p source:=video -p path:=clip.mp4]`."""
-    rclpy.init(args=args)
-    try:
-        node = CameraSim()
-    except (ValueError, FileNotFoundError) as exc:
-        rclpy.logging.get_logger(NODE_NAME).error(f"cannot start: {exc}")
-        rclpy.try_shutdown()
-        return 1
-    return spin_until_shutdown(node, SingleThreadedExecutor())
+    return run(CameraSim, SingleThreadedExecutor, NODE_NAME, args)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ own. Bad input raises ValueError with a sentence that names the field, which the
 """
 
 import array
+from typing import TypeVar
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -19,6 +20,8 @@ from oxygen_ros.msg import ActionChunk, KvPoolStats, TaskKvUsage, TierStats
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.observations import content_id
 from oxygen_ros.srv import Infer
+
+R = TypeVar("R")
 
 # encoding -> (channels in the message, channel indices giving R, G, B)
 ENCODINGS: dict[str, tuple[int, tuple[int, int, int]]] = {
@@ -91,7 +94,8 @@ def generate_request(req: Infer.Request, observation: Observation | None) -> Gen
     )
 
 
-def error_response(response: Infer.Response, code: ErrorCode, message: str) -> Infer.Response:
+def error_response(response: R, code: ErrorCode, message: str) -> R:
+    """Any of our responses (they all carry success, error_code and message) as a failure."""
     response.success, response.error_code, response.message = False, code.value, message
     return response
 
@@ -122,7 +126,8 @@ def fill_response(response: Infer.Response, out: RequestOutput, period_s: float,
 
 
 def pool_stats_msg(stats: ServingStats, stamp: Time) -> KvPoolStats:
-    """The snapshot as a message; the device pool is the one tier so far (gpu on CUDA, else cpu)."""
+    """The snapshot as a message; tiers as the engine reports them: ``gpu`` (the device pool, L0, on whatever
+    device), then ``cpu`` (L1 host memory) and ``disk`` (L2) when configured."""
     pool = stats.pool
     msg = KvPoolStats(
         model=pool.model,
@@ -145,15 +150,9 @@ def pool_stats_msg(stats: ServingStats, stamp: Time) -> KvPoolStats:
         )  # fmt: skip
         for t in pool.tasks
     ]
-    held = pool.used_blocks + pool.cached_blocks
     msg.tiers = [
-        TierStats(
-            name="gpu" if stats.device == "cuda" else "cpu",
-            capacity_bytes=pool.total_blocks * pool.bytes_per_block,
-            used_bytes=held * pool.bytes_per_block,
-            blocks=held,
-            hits=stats.prefix_hits,
-            misses=stats.prefix_queries - stats.prefix_hits,
-        )
+        TierStats(name=t.name, capacity_bytes=t.capacity_bytes, used_bytes=t.used_bytes, blocks=t.blocks, hits=t.hits,
+                  misses=t.misses)  # fmt: skip
+        for t in pool.tiers
     ]
     return msg

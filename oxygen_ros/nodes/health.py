@@ -49,6 +49,8 @@ def assess(
         ("max_queue", str(stats.max_queue)),
         ("prefix_hit_rate", f"{pool.prefix_hit_rate:.3f}"),
         ("completed_requests", str(stats.completed)),
+        ("generated_tokens", str(stats.generated_tokens)),
+        ("prefix_hit_blocks", str(stats.prefix_hits)),
         ("deadline_misses", str(stats.deadline_misses)),
         ("internal_errors", str(stats.internal_errors)),
         ("last_error", stats.last_error),

@@ -20,7 +20,6 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.exceptions import InvalidTopicNameException
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile, qos_profile_sensor_data
 from rclpy.task import Future
@@ -32,15 +31,17 @@ from visualization_msgs.msg import MarkerArray
 from oxygen_ros.engine.async_engine import AsyncEngine, ServingStats
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
+from oxygen_ros.engine.pacing import FramePacer
 from oxygen_ros.engine.sampling import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import KvPoolStats
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes import convert, health, params
+from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.pool_markers import pool_markers
 from oxygen_ros.nodes.spin import spin_until_shutdown
 from oxygen_ros.observations import ObservationRing, Rejected
-from oxygen_ros.srv import GetPoolStats, Infer
+from oxygen_ros.srv import CancelTask, GetPoolStats, Infer
 from oxygen_ros.viz.pool_map import draw_pool_image, pool_map
 
 T = TypeVar("T")
@@ -72,6 +73,8 @@ class InferenceNode(LifecycleNode):
         queue = QoSProfile(depth=SERVICE_QUEUE_DEPTH)
         self.create_service(Infer, "/oxygen/infer", self._on_infer, qos_profile=queue, callback_group=self._group)
         self.create_service(GetPoolStats, "/oxygen/get_pool_stats", self._on_get_pool_stats, qos_profile=queue,
+                            callback_group=self._group)  # fmt: skip
+        self.create_service(CancelTask, "/oxygen/cancel_task", self._on_cancel_task, qos_profile=queue,
                             callback_group=self._group)  # fmt: skip
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_timer(1.0, self._publish_diagnostics, callback_group=self._group)
@@ -116,7 +119,8 @@ class InferenceNode(LifecycleNode):
             "image": self.create_lifecycle_publisher(Image, "/oxygen/pool_image", 1),
         }
         with self._lock:
-            self._engine, self._settings = AsyncEngine(engine), settings
+            pacer = FramePacer(settings.decode_steps_per_frame) if settings.frame_pacing else None
+            self._engine, self._settings = AsyncEngine(engine, pacer=pacer), settings
             self._ring = ObservationRing(settings.observation_ring)
             self._inputs, self._outputs = inputs, publishers
             self._timer = self.create_timer(1.0 / settings.stats_rate_hz, self._publish_pool, callback_group=group)
@@ -225,6 +229,20 @@ class InferenceNode(LifecycleNode):
         response.stats.header.stamp = stamp
         return response
 
+    async def _on_cancel_task(self, request: CancelTask.Request, response: CancelTask.Response) -> CancelTask.Response:
+        with self._lock:
+            engine = self._engine
+        if not request.task_id:
+            return convert.error_response(response, ErrorCode.INVALID_ARGUMENT, "task_id must not be empty")
+        if engine is None:
+            return convert.error_response(response, ErrorCode.FAILED_PRECONDITION, "node is not configured")
+        try:
+            response.cancelled = await self._await(engine.abort_task(request.task_id))
+        except EngineError as exc:  # cleanup shut the engine down meanwhile
+            return convert.error_response(response, exc.code, exc.message)
+        response.success = True
+        return response
+
     async def _await(self, future: ConcurrentFuture[T]) -> T:
         """Await an engine-thread future inside an executor coroutine. The executor only resumes a waiting
         coroutine when it wakes, so the engine thread wakes it after setting the result."""
@@ -291,7 +309,7 @@ def main(args: list[str] | None = None) -> int:
     """`ros2 run oxygen_ros inference_node`; then `ros2 lifecycle set /oxygen_inference configure` and `activate`."""
     rclpy.init(args=args)
     # a configure (model load) holds one executor thread for seconds
-    return spin_until_shutdown(InferenceNode(), MultiThreadedExecutor(num_threads=4))
+    return spin_until_shutdown(InferenceNode(), Executor(num_threads=4))
 
 
 if __name__ == "__main__":

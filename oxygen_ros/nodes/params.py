@@ -26,6 +26,8 @@ class NodeParams:
     marker_max_cubes: int = 1024
     pool_warn_fraction: float = 0.9
     action_period_s: float = 0.02
+    frame_pacing: bool = True
+    decode_steps_per_frame: int = 0
 
     def validate(self) -> None:
         def bad(msg: str) -> EngineError:
@@ -36,8 +38,9 @@ class NodeParams:
                 raise bad(f"{name} must not be empty")
         if self.observation_ring < 1:
             raise bad(f"observation_ring must be at least 1, got {self.observation_ring}")
-        if self.marker_max_cubes < 0:
-            raise bad(f"marker_max_cubes must be >= 0, got {self.marker_max_cubes}")
+        for name in ("marker_max_cubes", "decode_steps_per_frame"):
+            if getattr(self, name) < 0:
+                raise bad(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("stats_rate_hz", "action_period_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -64,6 +67,18 @@ DESCRIPTIONS: dict[str, str] = {
     "seed": "weight init of random-weight models and the default sampling seed",
     "num_denoise_steps": "flow-matching steps per action chunk (VLA models)",
     "debug_checks": "check the pool's invariants after every step (slow; for tests)",
+    "eviction_policy": "which cached KV blocks go first: attention (alpha * activity + (1 - alpha) * recency) or lru",
+    "eviction_alpha": "weight of attention activity against recency in the attention eviction policy, in [0, 1]",
+    "eviction_history_window": "decode steps of attention mass that count as a block's activity",
+    "cpu_tier_bytes": "L1 host-memory KV tier in bytes (pinned on CUDA); evicted blocks are demoted there; 0 = off",
+    "cpu_tier_format": "L1 storage: int8 (float KV compressed to int8 with scales) or pool (the pool's format, exact)",
+    "disk_tier_path": "L2 disk KV tier folder (zstd files named by block hash; survives restarts); empty = off",
+    "disk_tier_bytes": "L2 size bound in bytes; least recently used files are deleted beyond it",
+    "prefetch_degree": "disk blocks of a prefix chain read ahead on the prefetch thread while one is restored",
+    "preemption_mode": "a preempted request's KV: swap (to the lossless L1 tier), recompute, or auto (whichever the "
+    "measured swap bytes/s and recompute tokens/s say is cheaper, per request)",
+    "reuse_similarity_threshold": "approximate observation reuse: serve a frame from a recent one's KV when their "
+    "thumbnails differ by less than this (mean abs difference, 0..1); 0 = off",
     # NodeParams
     "camera_topic": "sensor_msgs/Image input (sensor-data QoS); each frame becomes an observation",
     "observation_topic": "oxygen_ros/Observation input (text + images + state, e.g. from a scene describer)",
@@ -74,6 +89,8 @@ DESCRIPTIONS: dict[str, str] = {
     "marker_max_cubes": "pools with more blocks are drawn as one CUBE_LIST marker instead of one CUBE per block",
     "pool_warn_fraction": "/diagnostics turns WARN when this fraction of the pool's blocks is in use",
     "action_period_s": "time between consecutive steps of an action chunk (ActionChunk.period_s), seconds",
+    "frame_pacing": "hold language steps that would delay the next chunk of an action stream (period learned from arrivals)",
+    "decode_steps_per_frame": "with frame_pacing: language steps between two action chunks; 0 = as many as fit",
 }
 
 

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oxygen_ros.perception.camera import ROOM_WIDTH_CM
+from oxygen_ros.perception.camera import ROOM_DEPTH_CM, ROOM_WIDTH_CM
 from oxygen_ros.perception.palette import OBJECT_COLOURS
 
 SHAPES = ("circle", "square", "triangle", "star")
+_ROBOT_MARGIN_CM = 20.0  # a little more than the robot's radius
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,21 @@ class RobotPose:
         dx, dy = x_cm - self.x_cm, y_cm - self.y_cm
         c, s = math.cos(self.yaw_rad), math.sin(self.yaw_rad)
         return dx * c + dy * s, -dx * s + dy * c
+
+    def moved(self, linear_cm_s: float, angular_rad_s: float, dt: float) -> "RobotPose":
+        """The pose after driving a unicycle at these speeds for ``dt`` seconds (exact arc), kept inside the room
+        by ``_ROBOT_MARGIN_CM`` so the camera always sees the whole robot."""
+        yaw = self.yaw_rad + angular_rad_s * dt
+        if abs(angular_rad_s) > 1e-9:
+            r = linear_cm_s / angular_rad_s
+            x = self.x_cm + r * (math.sin(yaw) - math.sin(self.yaw_rad))
+            y = self.y_cm - r * (math.cos(yaw) - math.cos(self.yaw_rad))
+        else:
+            x = self.x_cm + linear_cm_s * dt * math.cos(yaw)
+            y = self.y_cm + linear_cm_s * dt * math.sin(yaw)
+        x = min(max(x, _ROBOT_MARGIN_CM), ROOM_WIDTH_CM - _ROBOT_MARGIN_CM)
+        y = min(max(y, _ROBOT_MARGIN_CM), ROOM_DEPTH_CM - _ROBOT_MARGIN_CM)
+        return RobotPose(x, y, math.atan2(math.sin(yaw), math.cos(yaw)))
 
 
 @dataclass(frozen=True)

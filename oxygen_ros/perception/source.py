@@ -6,6 +6,7 @@ node fed from a short recording keeps publishing. Problems are reported when the
 a missing path (FileNotFoundError), a file OpenCV cannot decode or a folder without images (ValueError).
 """
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -38,17 +39,22 @@ def _rgb(bgr: np.ndarray) -> np.ndarray:
 
 
 class SimSource:
-    """The synthetic room of ``seed``; frame k shows simulated time k / rate_hz, so runs are repeatable."""
+    """The synthetic room of ``seed``; frame k shows simulated time k / rate_hz, so runs are repeatable. The robot
+    drives: ``command`` (cm/s ahead, rad/s counter-clockwise, set by whoever drives it) moves ``scene.robot`` by one
+    frame period before each frame, so the frames, their descriptions and the pose follow the commands."""
 
     def __init__(self, seed: int, rate_hz: float, camera: CameraModel) -> None:
         _check_rate(rate_hz)
         self.scene: Scene = make_scene(seed)
         self.camera = camera
         self.period = 1.0 / rate_hz
+        self.command = (0.0, 0.0)
         self._index = 0
 
     def next_frame(self) -> tuple[float, np.ndarray]:
         t = self._index * self.period
+        if self._index > 0 and self.command != (0.0, 0.0):
+            self.scene = replace(self.scene, robot=self.scene.robot.moved(*self.command, self.period))
         self._index += 1
         return t, render(self.scene, t, self.camera)
 

@@ -34,6 +34,19 @@ def test_ring_keeps_the_latest_and_says_what_is_missing():
     assert err.value.code == ErrorCode.NOT_FOUND and "'a'" in err.value.message and "ring size 2" in err.value.message
 
 
+def test_latest_prefers_a_described_frame_over_a_bare_image_just_in():
+    ring = ObservationRing(4)
+    ring.add(Observation(observation_id="f1", text="a red cup", images=[IMAGE]))
+    ring.add(Observation(observation_id="f2", images=[IMAGE + 1]))  # its text is on the way
+    assert ring.get("").observation_id == "f1"
+    ring.add(Observation(observation_id="f2", text="a blue cup"))
+    assert ring.get("").text == "a blue cup"
+    images_only = ObservationRing(2)  # no describer (a VLA reads the images): the latest frame is the latest
+    images_only.add(Observation(observation_id="g1", images=[IMAGE]))
+    images_only.add(Observation(observation_id="g2", images=[IMAGE + 1]))
+    assert images_only.get("").observation_id == "g2"
+
+
 def test_rejected_frames_explain_themselves():
     ring = ObservationRing(4)
     ring.add(Observation(observation_id="good"))

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from inference_client import (
     NODE,
@@ -36,14 +35,6 @@ from oxygen_ros.observations import content_id
 CAMERA = "/test_camera/image_raw"
 FRAME = np.random.default_rng(1).integers(0, 256, size=(48, 64, 3), dtype=np.uint8)
 IMAGE_TOKENS = 256  # pi0.5 (and pi05-tiny): 256 SigLIP tokens per 224x224 image
-
-
-@pytest.fixture
-def one_torch_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 def _not_active(client: Node, state: str) -> None:

@@ -23,11 +23,11 @@ from inference_client import (
 )
 from oxygen_ros.msg import KvPoolStats
 from oxygen_ros.msg import Observation as ObservationMsg
-from oxygen_ros.srv import Infer
+from oxygen_ros.srv import CancelTask, Infer
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
-from ros_harness import make_context, spin_nodes, wait_for
+from ros_harness import call_service, make_context, spin_nodes, wait_for, wait_until
 from sensor_msgs.msg import Image
 from visualization_msgs.msg import Marker, MarkerArray
 
@@ -115,7 +115,7 @@ def test_get_pool_stats(served):
     assert (stats.model, stats.block_size, stats.total_blocks) == (MODEL_ID, 16, TOTAL_BLOCKS)
     assert stats.header.stamp.sec > 0
     (tier,) = stats.tiers
-    assert tier.name == ("gpu" if torch.cuda.is_available() else "cpu")
+    assert tier.name == "gpu"  # L0, the device pool, whatever the device
     assert tier.capacity_bytes == TOTAL_BLOCKS * SMOLLM2_BLOCK_BYTES
     assert_no_blocks_held(stats, TOTAL_BLOCKS)
 
@@ -174,6 +174,30 @@ def test_fifty_concurrent_requests_over_capacity(served):
     assert codes.count("") >= 8 and codes.count("RESOURCE_EXHAUSTED") >= 25, codes
     assert all("queue full" in r.message for r in responses if r.error_code)
     assert all(r.generated_tokens > 0 for r in responses if r.success)
+    assert_no_blocks_held(pool_stats(served.client), TOTAL_BLOCKS)
+
+
+def test_cancel_task_ends_its_requests_and_frees_their_blocks(served):
+    """A task node whose goal ended cancels its task: the calls in flight answer CANCELLED, others are untouched."""
+    client = served.client.create_client(Infer, "/oxygen/infer")
+    try:
+        assert client.wait_for_service(timeout_sec=10)
+        request = {"task_type": "instruction", "observation_id": "kitchen", "want_text": True, "max_new_tokens": 400}
+        doomed = [client.call_async(Infer.Request(task_id="goal-7", prompt=f"Narrate step {i}.", **request))
+                  for i in range(2)]  # fmt: skip
+        other = client.call_async(Infer.Request(task_id="vqa-2", prompt="Where is the apple?", **request | {
+            "task_type": "vqa", "max_new_tokens": 8}))  # fmt: skip
+        wait_until(lambda: pool_stats(served.client).active_requests >= 2, MODEL_TIMEOUT, "the narration started")
+        cancelled = call_service(served.client, CancelTask, "/oxygen/cancel_task", CancelTask.Request(task_id="goal-7"))
+        assert cancelled.success and cancelled.cancelled == 2
+        responses = [wait_for(f, MODEL_TIMEOUT) for f in doomed]
+        assert {(r.success, r.error_code) for r in responses} == {(False, "CANCELLED")}
+        assert all(r.generated_tokens < 400 for r in responses)
+        assert wait_for(other, MODEL_TIMEOUT).success
+    finally:
+        served.client.destroy_client(client)
+    empty = call_service(served.client, CancelTask, "/oxygen/cancel_task", CancelTask.Request(task_id=""))
+    assert (empty.success, empty.error_code) == (False, "INVALID_ARGUMENT")
     assert_no_blocks_held(pool_stats(served.client), TOTAL_BLOCKS)
 
 

@@ -1,0 +1,163 @@
+"""The multitask workload against a running graph, through real rclpy calls: one thread per task sending
+`/oxygen/infer` requests to its engine, and a sampler reading every engine's pool through `/oxygen/get_pool_stats`.
+
+Task types (all on the one pinned observation):
+- ``vqa``: a new question as soon as the last answer arrives (closed loop), ``vqa_tokens`` of text each.
+- ``navigation``: reasoning about the way ahead (``nav_tokens`` of text) at most ``replan_hz`` times a second; as
+  in navigation_node, the velocity commands come from its controller, not from the model.
+- ``instruction``: the action stream.  A chunk of ``horizon`` actions executed at ``action_hz`` lasts
+  ``horizon / action_hz`` seconds, so the next one is requested every such period with that as its deadline (the
+  OxyGen paper's action Hz = horizon / frame latency).  A period is missed when its chunk is late or failed, or
+  when the previous chunk is still outstanding at its start.
+"""
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from rclpy.client import Client
+from rclpy.node import Node
+
+from oxygen_ros.srv import GetPoolStats, Infer
+
+QUESTIONS = (
+    "What objects are on the table?",
+    "Which object is closest to the robot?",
+    "What colour is the leftmost object?",
+    "Is there an obstacle in front of the robot?",
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    window_s: float
+    vqa_tokens: int
+    nav_tokens: int
+    replan_hz: float
+    action_hz: float
+    horizon: int  # actions per chunk, from the warm-up chunk
+
+    @property
+    def chunk_period_s(self) -> float:
+        return self.horizon / self.action_hz
+
+
+@dataclass
+class Reply:
+    task_type: str
+    sent_s: float  # since the window opened
+    latency_ms: float  # round trip seen by the caller
+    ok: bool
+    error_code: str
+    generated_tokens: int
+
+
+@dataclass
+class TaskLog:
+    task_id: str
+    task_type: str
+    replies: list[Reply] = field(default_factory=list)
+    periods: int = 0  # instruction: control periods in the window
+    on_time: int = 0  # instruction: periods covered by a chunk that arrived within its deadline
+    skipped: int = 0  # instruction: periods that began while the previous chunk was still outstanding
+
+
+def call(client: Client, request, timeout: float = 300.0):
+    """Send ``request`` and block this thread until the graph's executor (another thread) completes it."""
+    done = threading.Event()
+    future = client.call_async(request)
+    future.add_done_callback(lambda _: done.set())
+    if not done.wait(timeout):
+        client.remove_pending_request(future)
+        raise TimeoutError(f"no answer from {client.srv_name} within {timeout:.0f} s")
+    return future.result()
+
+
+def request(task_id: str, task_type: str, prompt: str, observation_id: str, work: Workload) -> Infer.Request:
+    """The task type's request (the engine wants a token budget of at least 1 even when no text is asked for)."""
+    text = {"vqa": work.vqa_tokens, "navigation": work.nav_tokens}.get(task_type, 0)
+    return Infer.Request(
+        task_id=task_id, task_type=task_type, prompt=prompt, observation_id=observation_id, want_text=text > 0,
+        max_new_tokens=max(text, 1), want_actions=task_type == "instruction",
+        deadline_s=work.chunk_period_s if task_type == "instruction" else 0.0,
+    )  # fmt: skip
+
+
+class TaskThread(threading.Thread):
+    """One task's loop until the window closes; its replies (only those sent inside the window) go to ``log``."""
+
+    def __init__(self, node: Node, service: str, log: TaskLog, observation_id: str, work: Workload, start_s: float):
+        super().__init__(name=f"bench-{log.task_id}", daemon=True)
+        self.client = node.create_client(Infer, service)
+        self.log, self.observation_id, self.work, self.start_s = log, observation_id, work, start_s
+
+    def _send(self, round_: int) -> Reply:
+        log = self.log
+        if log.task_type == "vqa":
+            prompt = f"{QUESTIONS[round_ % len(QUESTIONS)]} (question {round_} from {log.task_id})"
+        elif log.task_type == "navigation":
+            prompt = f"Step {round_} of {log.task_id}: the robot drives to the table. Is the path ahead clear?"
+        else:
+            prompt = f"Pick up the red triangle ({log.task_id})."
+        sent = time.monotonic()
+        out = call(self.client, request(log.task_id, log.task_type, prompt, self.observation_id, self.work))
+        reply = Reply(log.task_type, sent - self.start_s, 1e3 * (time.monotonic() - sent), out.success,
+                      out.error_code, out.generated_tokens)  # fmt: skip
+        log.replies.append(reply)
+        return reply
+
+    def run(self) -> None:
+        if self.log.task_type == "instruction":
+            self._stream()
+            return
+        period = 1.0 / self.work.replan_hz if self.log.task_type == "navigation" else 0.0
+        round_, end = 0, self.start_s + self.work.window_s
+        while (now := time.monotonic()) < end:
+            self._send(round_)
+            round_ += 1
+            time.sleep(max(0.0, now + period - time.monotonic()))
+
+    def _stream(self) -> None:
+        """A chunk per control period, each due within the period; a period still waiting on its predecessor is
+        missed (the robot would run out of actions)."""
+        period = self.work.chunk_period_s
+        self.log.periods = int(self.work.window_s // period)
+        busy_until = 0.0
+        for k in range(self.log.periods):
+            tick = self.start_s + k * period
+            time.sleep(max(0.0, tick - time.monotonic()))
+            if busy_until > tick:
+                self.log.skipped += 1
+                continue
+            reply = self._send(k)
+            busy_until = time.monotonic()
+            self.log.on_time += reply.ok and reply.latency_ms <= 1e3 * period
+
+
+class PoolSampler(threading.Thread):
+    """Every ``every_s``: KV bytes in use (referenced blocks, not the cached ones) summed over all engines, and
+    blocks shared, from each engine's `/oxygen/get_pool_stats`.  ``peak_bytes`` is the largest sum seen."""
+
+    def __init__(self, node: Node, services: list[str], every_s: float) -> None:
+        super().__init__(name="bench-pool-sampler", daemon=True)
+        self.clients = [node.create_client(GetPoolStats, name) for name in services]
+        self.every_s = every_s
+        self.stop = threading.Event()
+        self.samples: list[tuple[int, int]] = []  # (bytes in use, shared blocks)
+
+    def sample(self) -> tuple[int, int]:
+        used = shared = 0
+        for client in self.clients:
+            stats = call(client, GetPoolStats.Request(), 30.0).stats
+            bytes_per_block = stats.tiers[0].capacity_bytes // max(stats.total_blocks, 1)
+            used += (stats.total_blocks - stats.free_blocks - stats.cached_blocks) * bytes_per_block
+            shared += stats.shared_blocks
+        return used, shared
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            self.samples.append(self.sample())
+
+    @property
+    def peak_bytes(self) -> int:
+        return max((used for used, _ in self.samples), default=0)

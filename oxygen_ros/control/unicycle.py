@@ -1,0 +1,45 @@
+"""The navigation node's controller: drive a unicycle base to a goal point, stop for obstacles.
+
+Pure geometry in the map frame (metres, radians counter-clockwise from +x): the node feeds it odometry and the
+latest frame's detections at its replan rate and publishes what it returns.
+"""
+
+import math
+from dataclasses import dataclass
+
+from oxygen_ros.perception.detect import DetectedObstacle
+
+TURN_IN_PLACE_RAD = math.radians(45)  # heading errors beyond this are turned out before driving
+HEADING_GAIN = 2.0  # rad/s per rad of heading error
+DISTANCE_GAIN = 1.0  # m/s per metre to go
+PATH_STEP_M = 0.1
+
+
+@dataclass(frozen=True)
+class Pose2D:
+    x: float
+    y: float
+    yaw: float
+
+
+def command(pose: Pose2D, goal: tuple[float, float], max_linear: float, max_angular: float) -> tuple[float, float]:
+    """(linear m/s, angular rad/s) towards ``goal``: turn first when facing away, slow down near it."""
+    dx, dy = goal[0] - pose.x, goal[1] - pose.y
+    error = math.atan2(math.sin(math.atan2(dy, dx) - pose.yaw), math.cos(math.atan2(dy, dx) - pose.yaw))
+    angular = max(-max_angular, min(max_angular, HEADING_GAIN * error))
+    if abs(error) > TURN_IN_PLACE_RAD:
+        return 0.0, angular
+    return min(max_linear, DISTANCE_GAIN * math.hypot(dx, dy)) * math.cos(error), angular
+
+
+def straight_path(pose: Pose2D, goal: tuple[float, float]) -> list[tuple[float, float]]:
+    """Points from the robot to the goal every PATH_STEP_M, both ends included."""
+    n = max(1, math.ceil(math.hypot(goal[0] - pose.x, goal[1] - pose.y) / PATH_STEP_M))
+    return [(pose.x + (goal[0] - pose.x) * i / n, pose.y + (goal[1] - pose.y) * i / n) for i in range(n + 1)]
+
+
+def blocking(obstacles: list[DetectedObstacle], clearance_cm: float) -> DetectedObstacle | None:
+    """The nearest obstacle in front of the robot closer than ``clearance_cm`` (gap between the bodies), if any.
+    Obstacles behind the robot do not stop it: it is driving away from them."""
+    close = [o for o in obstacles if o.clearance_cm is not None and o.clearance_cm < clearance_cm and o.ahead_cm > 0]
+    return min(close, key=lambda o: o.clearance_cm, default=None)

@@ -1,0 +1,55 @@
+"""The newest camera frame a task node has seen, with its detections computed once, when first asked for.
+
+Task nodes subscribe to `/oxygen/observation` (camera_sim's frames with their scene text) and read positions from
+the pixels with the same detector the describer uses, so the controllers and the language model see one frame.
+"""
+
+import math
+import threading
+import time
+
+from rclpy.callback_groups import CallbackGroup
+from rclpy.node import Node
+
+from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.nodes.convert import image_to_rgb
+from oxygen_ros.perception.detect import Detections, detect
+
+
+class LatestFrame:
+    def __init__(self, node: Node, topic: str, group: CallbackGroup) -> None:
+        self._lock = threading.Lock()
+        self._msg: ObservationMsg | None = None
+        self._received = -math.inf
+        self._detected: tuple[str, Detections | None] = ("", None)
+        node.create_subscription(ObservationMsg, topic, self._on_observation, 1, callback_group=group)
+
+    def _on_observation(self, msg: ObservationMsg) -> None:
+        with self._lock:
+            self._msg, self._received = msg, time.monotonic()
+
+    def age(self) -> float:
+        """Seconds since the newest frame arrived (inf before the first)."""
+        with self._lock:
+            return time.monotonic() - self._received
+
+    def observation_id(self) -> str:
+        with self._lock:
+            return self._msg.observation_id if self._msg else ""
+
+    def detections(self) -> Detections | None:
+        """The newest frame's detections; None before the first frame, or when it carries no image (text only)
+        or one the detector cannot read."""
+        with self._lock:
+            msg, (seen_id, seen) = self._msg, self._detected
+        if msg is None or not msg.images:
+            return None
+        if msg.observation_id == seen_id and seen_id:
+            return seen
+        try:
+            found = detect(image_to_rgb(msg.images[0]))
+        except ValueError:
+            found = None
+        with self._lock:
+            self._detected = (msg.observation_id, found)
+        return found

@@ -1,0 +1,120 @@
+"""What the action-serving task nodes (instruction_node, navigation_node) share: parameters, the `/oxygen/infer`
+client, the newest camera frame, and the life of a goal.
+
+A goal is checked (a bad one is accepted, then aborted INVALID_ARGUMENT with the reason), prepared by the node
+(which may end it, e.g. UNAVAILABLE), preempts the goal running before it (one arm, one base), then runs on the
+node's timers until something ends it (see GoalRun); the timers are removed and the node fills in the result.
+Everything waits as coroutines, so no goal holds an executor thread while it runs.
+"""
+
+import itertools
+from typing import Any, Generic, TypeVar
+
+from rclpy.action import ActionServer, CancelResponse
+from rclpy.action.server import ServerGoalHandle
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.node import Node
+from rclpy.timer import Timer
+
+from oxygen_ros.errors import ErrorCode
+from oxygen_ros.nodes.declare import Table, declare
+from oxygen_ros.nodes.goal_run import GoalRun
+from oxygen_ros.nodes.infer_client import InferClient
+from oxygen_ros.nodes.latest_frame import LatestFrame
+from oxygen_ros.srv import Infer
+
+State = TypeVar("State")
+# How long a finished goal's result can still be fetched: rclpy's default (10 s) is shorter than a client busy with
+# other tasks may take to ask, and the client then only gets STATUS_UNKNOWN.
+RESULT_KEEP_S = 300
+
+
+class TaskActionNode(Node, Generic[State]):
+    """Subclasses implement ``invalid``, ``prepare``, ``start`` and ``finish`` (and ``stopped`` if they command
+    hardware). The table must hold ``service_wait_s``, ``infer_timeout_s`` and ``observation_topic``."""
+
+    def __init__(
+        self, name: str, action_type: Any, action_name: str, table: Table, positive: list[str], **kwargs: Any
+    ) -> None:
+        super().__init__(name, **kwargs)
+        self.settings = declare(self, table, positive)
+        self.group = ReentrantCallbackGroup()
+        self.infer = InferClient(self, self.group, self.settings["service_wait_s"], self.settings["infer_timeout_s"])
+        self.frame = LatestFrame(self, self.settings["observation_topic"], self.group)
+        self._action_type = action_type
+        self._goal_ids = itertools.count()
+        self._current: GoalRun | None = None
+        self._server = ActionServer(
+            self,
+            action_type,
+            action_name,
+            execute_callback=self._execute,
+            cancel_callback=lambda _: CancelResponse.ACCEPT,
+            callback_group=self.group,
+            result_timeout=RESULT_KEEP_S,
+        )
+
+    def destroy_node(self) -> None:
+        self._server.destroy()
+        super().destroy_node()
+
+    # --- what a node implements -------------------------------------------------------------------------------
+    def invalid(self, goal: Any) -> str:
+        """Why the goal cannot be run ('' = it can)."""
+        raise NotImplementedError
+
+    async def prepare(self, run: GoalRun, goal: Any) -> State | None:
+        """The goal's state, or None after ending ``run`` with the reason it cannot start."""
+        raise NotImplementedError
+
+    def start(self, state: State) -> list[Timer]:
+        """Start the goal's timers (removed when it ends)."""
+        raise NotImplementedError
+
+    def finish(self, state: State, result: Any) -> None:
+        """Fill the result's own fields (success, error_code and message are filled from the outcome)."""
+        raise NotImplementedError
+
+    def stopped(self) -> None:
+        """Called when the last goal ended and no newer one took over."""
+
+    # --- the goal's life ----------------------------------------------------------------------------------------
+    async def _execute(self, goal_handle: ServerGoalHandle) -> Any:
+        run = GoalRun(self, goal_handle, f"{self.get_name()}/{next(self._goal_ids)}")
+        goal, result = goal_handle.request, self._action_type.Result()
+        problem = self.invalid(goal)
+        if problem:
+            run.end(ErrorCode.INVALID_ARGUMENT, problem)
+            return run.report(result)
+        state = await self.prepare(run, goal)
+        if state is None:
+            return run.report(result)
+        if self._current is not None:
+            self._current.end(ErrorCode.CANCELLED, "preempted by a newer goal")
+        self._current = run
+        timers = self.start(state)
+        await run.ended
+        self.infer.cancel_task(run.task_id)
+        for timer in timers:
+            self.destroy_timer(timer)
+        if self._current is run:
+            self._current = None
+            self.stopped()
+        self.finish(state, result)
+        return run.report(result)
+
+    async def language_head(self, run: GoalRun, task_type: str, prompt: str) -> str | None:
+        """The language head's text about the newest frame, one call per goal at a time (None while one is
+        already running, or once the goal ended); a failure comes back as a parenthesised error line."""
+        if run.asking or not run.running:
+            return None
+        run.asking = True
+        try:
+            max_new_tokens = self.get_parameter("max_new_tokens").value
+            request = Infer.Request(
+                task_id=run.task_id, task_type=task_type, prompt=prompt, want_text=True, max_new_tokens=max_new_tokens
+            )
+            out = await self.infer.ask_about(request, self.frame.observation_id())
+        finally:
+            run.asking = False
+        return out.text.strip() if out.success else f"(language head: {out.error_code}: {out.message})"

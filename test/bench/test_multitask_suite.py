@@ -1,0 +1,29 @@
+"""`bench --suite multitask` at toy sizes, through a real graph: every metric is there and consistent, one pool
+shares the observation's blocks across tasks and isolated pools never do."""
+
+import math
+
+from oxygen_ros.bench import multitask_suite
+from oxygen_ros.cli.bench import SUITES
+
+
+def test_multitask_suite_compares_one_shared_pool_with_isolated_engines():
+    out = multitask_suite.run(window_s=2.0, vqa=1, instruction=1, navigation=1, vqa_tokens=4, nav_tokens=2, kv_mib=16)
+    m = out["metrics"]
+    for name in ("rps_ratio_vs_isolated", "kv_bytes_ratio_vs_isolated", "p99_latency_ms_vqa",
+                 "p99_latency_ms_instruction", "p99_latency_ms_navigation"):  # fmt: skip
+        assert math.isfinite(m[name]) and m[name] > 0, (name, m[name])
+    assert 0.0 <= m["action_deadline_miss_rate"] <= 1.0
+    assert m["rps_ratio_vs_isolated"] == m["oxygen_ros_rps"] / m["isolated_rps"]
+    assert m["kv_bytes_ratio_vs_isolated"] == m["oxygen_ros_peak_kv_bytes"] / m["isolated_peak_kv_bytes"]
+    for mode in multitask_suite.MODES:
+        # the horizon-10 chunk at 10 Hz lasts 1 s: two control periods in a 2 s window
+        assert m[f"{mode}_action_periods"] == 2
+        assert all(m[f"{mode}_requests_{kind}"] >= 1 for kind in multitask_suite.TASK_TYPES)
+    assert m["oxygen_ros_peak_shared_blocks"] > 0  # the tasks share the observation's prefix in the one pool
+    assert m["isolated_peak_shared_blocks"] == 0  # each engine holds its own copy
+    assert out["params"]["vqa"] == 1 and out["suite"] == "multitask"
+
+
+def test_bench_cli_knows_the_multitask_suite():
+    assert SUITES["multitask"] == "oxygen_ros.bench.multitask_suite"

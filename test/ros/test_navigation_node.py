@@ -1,0 +1,143 @@
+"""`navigation_node` through real rclpy nodes in the closed simulation loop (camera_sim drives the robot by
+/cmd_vel and publishes /odom) with the real SmolLM2 as language head: it reaches a target in the map frame, plans
+on /plan, stops for an obstacle ahead (OBSTACLE after the blocked timeout), cancels promptly with a zero Twist
+and no KV block leaked, stands still without fresh odometry and frames, and answers INVALID_ARGUMENT / UNAVAILABLE
+with a clear code."""
+
+import math
+import time
+
+import pytest
+from action_msgs.msg import GoalStatus
+from geometry_msgs.msg import PoseStamped, Twist
+from inference_client import MODEL_TIMEOUT, Capture
+from nav_msgs.msg import Odometry, Path
+from oxygen_ros.action import Navigate
+from rclpy.parameter import Parameter
+from ros_harness import send_goal, wait_until
+from task_graph import task_graph
+
+from oxygen_ros.nodes.navigation_node import PARAMETERS, STALE_S, NavigationNode
+
+BELOW_THE_OBSTACLE = (1.0, 0.45)  # seed 0: the robot starts at (1.37, 0.35); the obstacle walks along y = 1.13
+
+
+@pytest.fixture(scope="module")
+def graph(ros_domain_id):
+    parameters = {"service_wait_s": 0.5, "reasoning_period_s": 2.0, "max_new_tokens": 8}
+    with task_graph(ros_domain_id, NavigationNode, **parameters) as (graph, node):
+        graph.node = node
+        graph.cmd_vel = Capture(graph.client, Twist, "/cmd_vel", 100)
+        graph.plans = Capture(graph.client, Path, "/plan", 100)
+        graph.odom = Capture(graph.client, Odometry, "/odom", 100)
+        yield graph
+
+
+def navigate(graph, x: float, y: float, frame_id: str = "map", instruction: str = ""):
+    target = PoseStamped()
+    target.header.frame_id = frame_id
+    target.pose.position.x, target.pose.position.y = x, y
+    target.pose.orientation.w = 1.0
+    return send_goal(graph.client, Navigate, "/navigate", Navigate.Goal(target=target, instruction=instruction))
+
+
+def tune(graph, **values) -> None:
+    results = graph.node.set_parameters([Parameter(name, value=value) for name, value in values.items()])
+    assert all(r.successful for r in results), results
+
+
+def position(odom: Odometry) -> tuple[float, float]:
+    return odom.pose.pose.position.x, odom.pose.pose.position.y
+
+
+def test_unavailable_while_the_inference_node_is_absent(graph):
+    start = time.monotonic()
+    out = navigate(graph, *BELOW_THE_OBSTACLE).result()
+    assert out.status == GoalStatus.STATUS_ABORTED
+    assert (out.result.error_code, out.result.success) == ("UNAVAILABLE", False)
+    assert time.monotonic() - start < 5.0
+    graph.start_inference()
+
+
+@pytest.mark.parametrize(
+    "x, y, frame_id, complaint",
+    [(math.nan, 1.0, "map", "finite"), (1.0, math.inf, "map", "finite"), (1.0, 1.0, "odom", "frame 'map'")],
+)
+def test_bad_targets_are_aborted_with_invalid_argument(graph, x, y, frame_id, complaint):
+    out = navigate(graph, x, y, frame_id).result()
+    assert out.status == GoalStatus.STATUS_ABORTED
+    assert out.result.error_code == "INVALID_ARGUMENT" and complaint in out.result.message
+
+
+def test_drives_to_the_target_in_the_map_frame(graph):
+    start = graph.odom.wait_for(lambda _: True)
+    goal = navigate(graph, *BELOW_THE_OBSTACLE, instruction="stay below the obstacle")
+    out = goal.result(timeout=60.0)
+    assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
+    assert out.result.success and out.result.distance_remaining <= PARAMETERS["goal_tolerance_m"][0]
+    wait_until(lambda: graph.cmd_vel.messages[-1] == Twist(), 2.0, "a final zero Twist")
+    assert any(t.linear.x > 0.05 for t in graph.cmd_vel.messages), "it drove forwards"
+    assert any(abs(t.angular.z) > 0.1 for t in graph.cmd_vel.messages), "it turned towards the target"
+    time.sleep(0.5)  # camera_sim publishes the pose of the next frames
+    end = position(graph.odom.messages[-1])
+    assert math.dist(end, BELOW_THE_OBSTACLE) <= 0.12, end
+    assert math.dist(position(start), BELOW_THE_OBSTACLE) > 0.3
+    plan = graph.plans.messages[-1]
+    assert plan.header.frame_id == "map" and len(plan.poses) >= 2
+    last = plan.poses[-1].pose.position
+    assert math.isclose(last.x, BELOW_THE_OBSTACLE[0]) and math.isclose(last.y, BELOW_THE_OBSTACLE[1])
+    distances = [f.distance_remaining for f in goal.feedback]
+    assert distances and distances[0] > distances[-1]
+
+
+def test_safety_stop_then_obstacle_after_the_blocked_timeout(graph):
+    tune(graph, safety_clearance_cm=400.0, blocked_timeout_s=1.0)  # any obstacle ahead is too close
+    try:
+        goal = navigate(graph, 1.0, 1.8)  # north, across the obstacle's walk
+        out = goal.result(timeout=30.0)
+    finally:
+        tune(graph, safety_clearance_cm=PARAMETERS["safety_clearance_cm"][0], blocked_timeout_s=10.0)
+    assert out.status == GoalStatus.STATUS_ABORTED
+    assert out.result.error_code == "OBSTACLE" and "safety stop" in out.result.message
+    stops = [f for f in goal.feedback if f.reasoning.startswith("safety stop")]
+    assert stops and all(f.cmd == Twist() for f in stops)
+    assert graph.cmd_vel.messages[-1] == Twist()
+
+
+def test_cancel_stops_the_robot_promptly_without_leaking_blocks(graph):
+    tune(graph, max_linear_mps=0.1)  # slow enough for the language head to answer on the way
+    try:
+        goal = navigate(graph, 2.5, 0.45)
+        wait_until(lambda: any(f.reasoning for f in goal.feedback), MODEL_TIMEOUT, "the language head's reasoning")
+        reasoning = next(f.reasoning for f in goal.feedback if f.reasoning)
+        assert not reasoning.startswith("(language head"), reasoning
+        wait_until(lambda: goal.feedback[-1].cmd.linear.x > 0, 10.0, "driving")
+        cancelled_at = time.monotonic()
+        goal.cancel()
+        out = goal.result()
+    finally:
+        tune(graph, max_linear_mps=PARAMETERS["max_linear_mps"][0])
+    assert time.monotonic() - cancelled_at < 2.0
+    assert out.status == GoalStatus.STATUS_CANCELED and out.result.error_code == "CANCELLED"
+    assert 0 < out.result.distance_remaining < 1.6
+    wait_until(lambda: graph.cmd_vel.messages[-1] == Twist(), 2.0, "a zero Twist after the cancel")
+    time.sleep(0.6)  # let camera_sim integrate the zero command
+    here = position(graph.odom.messages[-1])
+    time.sleep(0.6)
+    assert math.dist(here, position(graph.odom.messages[-1])) < 0.01, "the robot stands still"
+    graph.idle_pool()
+
+
+def test_without_odometry_or_camera_frames_it_stands_still_then_aborts_unavailable(graph):
+    graph.executor.remove_node(graph.camera)  # camera_sim publishes both; from here on nothing new arrives
+    tune(graph, blocked_timeout_s=1.0)
+    time.sleep(STALE_S + 0.2)
+    try:
+        goal = navigate(graph, 2.0, 0.45)
+        out = goal.result(timeout=30.0)
+    finally:
+        tune(graph, blocked_timeout_s=10.0)
+        graph.executor.add_node(graph.camera)
+    assert out.status == GoalStatus.STATUS_ABORTED
+    assert out.result.error_code == "UNAVAILABLE" and "no odometry on /odom" in out.result.message
+    assert goal.feedback and all(f.cmd == Twist() for f in goal.feedback)
