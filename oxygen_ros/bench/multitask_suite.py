@@ -104,9 +104,9 @@ def measure(graph: Graph, mode: str, namespaces: tuple[str, ...], setting: Setti
     tasks = setting.tasks()
     engine_of = {task_id: infer[i % len(infer)] for i, (task_id, _) in enumerate(tasks)}
     observation_id = pin_observation(graph, node, infer)
-    horizons = {warm_up(node, engine_of[task_id], task_id, kind, observation_id, setting.workload(1))
-                for task_id, kind in tasks}  # fmt: skip
-    work = setting.workload(horizon=max(horizons))
+    warm = [warm_up(node, engine_of[task_id], task_id, kind, observation_id, setting.workload(1))
+            for task_id, kind in tasks]  # fmt: skip
+    work = setting.workload(horizon=max(reply.actions.horizon for reply in warm))
     logs = [TaskLog(task_id, kind) for task_id, kind in tasks]
     sampler = PoolSampler(node, stats, setting.sample_s)
     start = time.monotonic()
@@ -122,7 +122,7 @@ def measure(graph: Graph, mode: str, namespaces: tuple[str, ...], setting: Setti
     elapsed = time.monotonic() - start
     sampler.stop.set()
     sampler.join()
-    return summarize(logs, elapsed, sampler)
+    return summarize(logs, elapsed, sampler) | {"warmup_reused_prefix_tokens": sum(r.reused_prefix_tokens for r in warm)}
 
 
 def pin_observation(graph: Graph, node, services: list[str], timeout: float = 60.0) -> str:
@@ -148,16 +148,17 @@ def pin_observation(graph: Graph, node, services: list[str], timeout: float = 60
     return frame.observation_id
 
 
-def warm_up(node, service: str, task_id: str, kind: str, observation_id: str, work: Workload) -> int:
-    """One request of the task's kind before the window (the engine's first prefill of the observation); the
-    action horizon of the chunk it returns (0 for VQA).  RuntimeError if the engine cannot serve it."""
+def warm_up(node, service: str, task_id: str, kind: str, observation_id: str, work: Workload) -> Infer.Response:
+    """One request of the task's kind before the window, one task after the other: the first on an engine prefills
+    the observation, later ones on the same engine reuse it (``reused_prefix_tokens``; never across isolated
+    engines).  The reply (its chunk's horizon is 0 for VQA); RuntimeError if the engine cannot serve it."""
     client = node.create_client(Infer, service)
     warm = request(task_id, kind, "Warm up.", observation_id, work)
     warm.deadline_s = 0.0  # the first chunk pays the prefill: no deadline yet
     out = call(client, warm)
     if not out.success:
         raise RuntimeError(f"warm-up of {task_id} on {service} failed: {out.error_code}: {out.message}")
-    return out.actions.horizon
+    return out
 
 
 def summarize(logs: list[TaskLog], elapsed_s: float, sampler: PoolSampler) -> dict[str, Any]:

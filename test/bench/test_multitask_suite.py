@@ -20,7 +20,9 @@ def test_multitask_suite_compares_one_shared_pool_with_isolated_engines():
         # the horizon-10 chunk at 10 Hz lasts 1 s: two control periods in a 2 s window
         assert m[f"{mode}_action_periods"] == 2
         assert all(m[f"{mode}_requests_{kind}"] >= 1 for kind in multitask_suite.TASK_TYPES)
-    assert m["oxygen_ros_peak_shared_blocks"] > 0  # the tasks share the observation's prefix in the one pool
+    # one pool: the later tasks' first requests reuse the observation's prefix; isolated engines each compute it
+    assert m["oxygen_ros_warmup_reused_prefix_tokens"] > 0
+    assert m["isolated_warmup_reused_prefix_tokens"] == 0
     assert m["isolated_peak_shared_blocks"] == 0  # each engine holds its own copy
     assert out["params"]["vqa"] == 1 and out["suite"] == "multitask"
 
