@@ -6,6 +6,10 @@ these codes and a sentence saying what to change; ROS responses carry ``code.val
 
 from enum import Enum
 
+# In the FAILED_PRECONDITION message of an action request to a model without an action head: the instruction node
+# tells it apart from other preconditions (an inactive inference node) by it.
+NO_ACTION_HEAD = "has no action head"
+
 
 class ErrorCode(str, Enum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"  # the request itself is wrong (empty prompt, NaN image, bad task type)

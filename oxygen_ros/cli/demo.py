@@ -128,12 +128,13 @@ def _start(rec, clients: dict, instruction: str, name: str, target: tuple[float,
 
 def _watch(rec, stats, goals: dict, questions: list, args: argparse.Namespace) -> dict:
     """Snapshot the pool until every task ended and the pool is idle (the language requests still decoding when
-    their goal ended finish too); the goals' results by task. The drive is cancelled if it outlasts the arm by
+    their goal ended are cancelled by it); the goals' results by task. The drive is cancelled if it outlasts the arm by
     NAV_GRACE_S."""
     from oxygen_ros.cli.demo_record import wait_for
     from oxygen_ros.srv import GetPoolStats
 
     results = {task: handle.get_result_async() for task, handle in goals.items()}
+    drive_cancelled = False
     while True:
         rec.pool.append((rec.now(), wait_for(stats.call_async(GetPoolStats.Request()), WAIT_S, "pool stats").stats))
         for span, answer in zip(rec.requests, questions, strict=True):
@@ -143,8 +144,9 @@ def _watch(rec, stats, goals: dict, questions: list, args: argparse.Namespace) -
         if all(r.done() for r in results.values()) and all(q.done() for q in questions):
             if pool.active_requests == 0 and pool.queued_requests == 0:
                 return {task: future.result().result for task, future in results.items()}
-        elif results["instruction"].done() and rec.now() > args.duration + NAV_GRACE_S:
+        elif results["instruction"].done() and rec.now() > args.duration + NAV_GRACE_S and not drive_cancelled:
             goals["navigation"].cancel_goal_async()
+            drive_cancelled = True
         if rec.now() > args.duration + NAV_GRACE_S + SETTLE_S:
             raise TimeoutError("the tasks did not finish")
         time.sleep(POLL_S)

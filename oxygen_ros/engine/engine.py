@@ -31,7 +31,7 @@ from oxygen_ros.engine.model_runner import ModelRunner, ScheduledBatch
 from oxygen_ros.engine.request import SERVE_ACTIONS, TASK_TYPES, Request, RequestStatus
 from oxygen_ros.engine.scheduler import Scheduler
 from oxygen_ros.engine.tiers import build_tiers
-from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.errors import NO_ACTION_HEAD, EngineError, ErrorCode
 from oxygen_ros.kernels import KVQuantSpec, format_support_error
 from oxygen_ros.models.pi05.model import PreparedPrefix
 from oxygen_ros.models.registry import ModelBundle, load_model
@@ -192,7 +192,7 @@ class Engine:
             raise bad(f"unknown task type {greq.task_type!r}; expected one of {list(TASK_TYPES)}")
         if greq.want_actions and not self.bundle.vla:
             raise EngineError(
-                ErrorCode.FAILED_PRECONDITION, f"model {self.bundle.model_id!r} has no action head (use a VLA model)"
+                ErrorCode.FAILED_PRECONDITION, f"model {self.bundle.model_id!r} {NO_ACTION_HEAD} (use a VLA model)"
             )
         if not (greq.want_text or greq.want_actions):
             raise bad("the request asks for neither text nor actions")

@@ -44,7 +44,7 @@ async def wait(node: Node, future: Future | None, timeout_s: float) -> tuple[boo
     timer.daemon = True
     timer.start()
     if future is not None:
-        future.add_done_callback(lambda f: finish(True, f.result()))
+        future.add_done_callback(lambda f: finish(True, f.result()) if f.exception() is None else finish(False, None))
     try:
         return await done
     finally:

@@ -36,10 +36,10 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros.action import FollowInstruction
 from oxygen_ros.control import reach
-from oxygen_ros.errors import ErrorCode
+from oxygen_ros.errors import NO_ACTION_HEAD, ErrorCode
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros.nodes.convert import action_chunk
-from oxygen_ros.nodes.declare import Table
+from oxygen_ros.nodes.declare import Table, keep_positive
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.task_action import TaskActionNode
@@ -68,6 +68,7 @@ class Stream:
     rate_hz: float
     duration_s: float
     vla: bool
+    started: float = field(default_factory=time.monotonic)  # when streaming began (duration_s counts from it)
     arm: reach.Arm = field(default_factory=reach.Arm)
     narration: str = ""
     times: list[float] = field(default_factory=list)  # when each chunk went out (monotonic seconds)
@@ -82,6 +83,7 @@ class InstructionNode(TaskActionNode[Stream]):
     def __init__(self, **kwargs: Any) -> None:
         positive = [name for name in PARAMETERS if name != "observation_topic"]
         super().__init__(NODE_NAME, FollowInstruction, "/follow_instruction", PARAMETERS, positive, **kwargs)
+        keep_positive(self, *positive)
         self._chunks = self.create_publisher(ActionChunk, "/arm/action_chunk", 10)
         self._trajectories = self.create_publisher(JointTrajectory, "/arm/joint_trajectory", 10)
 
@@ -99,7 +101,8 @@ class InstructionNode(TaskActionNode[Stream]):
         """Ask for actions once: the answer decides between the model's action head and the controller."""
         probe = await self.infer.call(self._actions_request(run.task_id, goal.instruction, goal.rate_hz))
         vla = probe.success or probe.error_code == ErrorCode.DEADLINE_EXCEEDED.value
-        if not vla and probe.error_code != ErrorCode.FAILED_PRECONDITION.value:
+        no_head = probe.error_code == ErrorCode.FAILED_PRECONDITION.value and NO_ACTION_HEAD in probe.message
+        if not (vla or no_head):  # e.g. UNAVAILABLE, or FAILED_PRECONDITION: the inference node is not active
             run.end(probe.error_code, probe.message)
             return None
         stream = Stream(run, goal.instruction, goal.rate_hz, goal.duration_s, vla)
@@ -111,7 +114,9 @@ class InstructionNode(TaskActionNode[Stream]):
 
     def start(self, stream: Stream) -> list[Timer]:
         self._perceive(stream)
-        stream.clock = threading.Thread(target=self._keep_time, args=(stream,), name=f"{stream.run.task_id} clock")
+        stream.clock = threading.Thread(
+            target=self._keep_time, args=(stream,), name=f"{stream.run.task_id} clock", daemon=True
+        )
         stream.clock.start()
         self.executor.create_task(self._narrate, stream)
         period = self.settings["narration_period_s"]
@@ -150,7 +155,11 @@ class InstructionNode(TaskActionNode[Stream]):
                 due = now
             if stream.run.stop.wait(max(0.0, due - now)):  # the goal ended: stop at once
                 return
-            self._tick(stream)
+            try:
+                self._tick(stream)
+            except Exception as exc:  # without its clock the goal could never end: end it, saying why
+                stream.run.end(ErrorCode.INTERNAL, f"the chunk clock failed: {type(exc).__name__}: {exc}")
+                return
             due += period
 
     def _tick(self, stream: Stream) -> None:
@@ -158,7 +167,7 @@ class InstructionNode(TaskActionNode[Stream]):
         if stream.run.end_if_cancelled():
             return
         now = time.monotonic()
-        if stream.duration_s and stream.times and now - stream.times[0] >= stream.duration_s - 0.5 / stream.rate_hz:
+        if stream.duration_s and now - stream.started >= stream.duration_s - 0.5 / stream.rate_hz:
             stream.run.end()
             return
         if stream.vla:

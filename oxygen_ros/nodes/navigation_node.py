@@ -71,7 +71,7 @@ class Trip:
     target: tuple[float, float]
     instruction: str
     start: float
-    distance: float = math.inf
+    distance: float = math.nan
     reasoning: str = ""
     blocked_since: float | None = None
 
@@ -129,7 +129,7 @@ class NavigationNode(TaskActionNode[Trip]):
         ]
 
     def finish(self, trip: Trip, result: Navigate.Result) -> None:
-        result.distance_remaining = trip.distance if math.isfinite(trip.distance) else 0.0
+        result.distance_remaining = trip.distance  # NaN when no odometry ever arrived: unknown, not "arrived"
 
     def stopped(self) -> None:
         self._cmd_vel.publish(Twist())

@@ -43,6 +43,7 @@ class TaskActionNode(Node, Generic[State]):
         self.frame = LatestFrame(self, self.settings["observation_topic"], self.group)
         self._action_type = action_type
         self._goal_ids = itertools.count()
+        self._newest = -1  # the number of the latest goal accepted
         self._current: GoalRun | None = None
         self._server = ActionServer(
             self,
@@ -55,6 +56,8 @@ class TaskActionNode(Node, Generic[State]):
         )
 
     def destroy_node(self) -> None:
+        if self._current is not None:  # its threads and timers stop with it
+            self._current.end(ErrorCode.CANCELLED, "the node is shutting down")
         self._server.destroy()
         super().destroy_node()
 
@@ -80,7 +83,8 @@ class TaskActionNode(Node, Generic[State]):
 
     # --- the goal's life ----------------------------------------------------------------------------------------
     async def _execute(self, goal_handle: ServerGoalHandle) -> Any:
-        run = GoalRun(self, goal_handle, f"{self.get_name()}/{next(self._goal_ids)}")
+        number = self._newest = next(self._goal_ids)
+        run = GoalRun(self, goal_handle, f"{self.get_name()}/{number}")
         goal, result = goal_handle.request, self._action_type.Result()
         problem = self.invalid(goal)
         if problem:
@@ -88,6 +92,11 @@ class TaskActionNode(Node, Generic[State]):
             return run.report(result)
         state = await self.prepare(run, goal)
         if state is None:
+            return run.report(result)
+        if number != self._newest:  # a newer goal arrived while this one prepared: it wins
+            run.end(ErrorCode.CANCELLED, "preempted by a newer goal")
+        if run.end_if_cancelled():
+            self.infer.cancel_task(run.task_id)
             return run.report(result)
         if self._current is not None:
             self._current.end(ErrorCode.CANCELLED, "preempted by a newer goal")
