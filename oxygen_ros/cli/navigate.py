@@ -11,7 +11,12 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("navigate", help="drive to a pose (map frame) with language reasoning")
     parser.add_argument("--x", type=float, required=True, help="target x in metres (map frame)")
     parser.add_argument("--y", type=float, required=True, help="target y in metres (map frame)")
-    parser.add_argument("--yaw", type=float, default=0.0, help="target heading in radians")
+    parser.add_argument(
+        "--yaw",
+        type=float,
+        default=0.0,
+        help="target heading in radians (sent in the goal's pose; navigation_node reaches the position only)",
+    )
     parser.add_argument("--instruction", default="", help="optional hint, e.g. 'pass left of the table'")
     add_timeout_argument(parser)
     parser.set_defaults(func=run)

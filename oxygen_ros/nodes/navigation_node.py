@@ -6,7 +6,8 @@ Coordinates: the target's frame must be `map` (the ``frame_id`` parameter; '' is
 (nav_msgs/Path on `/plan`) and sends a unicycle command (geometry_msgs/Twist on `/cmd_vel`,
 ``oxygen_ros.control.unicycle``). Safety stop: when the newest frame shows an obstacle in front of the robot closer
 than `safety_clearance_cm` (gap between the bodies, from the detector), it sends a zero Twist and the feedback says
-why; the obstacle in the simulator walks on, and the robot drives again once it is clear.
+why; the obstacle in the simulator walks on, and the robot drives again once it is clear. The target's orientation
+is not controlled: the goal is reached on position (the base ends facing the way it drove).
 
 The language head (`/oxygen/infer`, task_type navigation) is asked about the scene every `reasoning_period_s`; its
 answer is the feedback's reasoning. It never gates motion: a text model is too slow to steer at the replan rate.
