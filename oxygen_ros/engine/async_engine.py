@@ -11,10 +11,9 @@ FramePacer the thread holds language steps that would delay a chunk an action st
 import logging
 import threading
 import time
-from dataclasses import replace
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from oxygen_ros.engine.engine import Engine
@@ -156,7 +155,10 @@ class AsyncEngine:
                     self._recover(f"engine command failed: {type(exc).__name__}: {exc}")
             if stopping:
                 self._abort_all(ErrorCode.CANCELLED, "the engine is shutting down")
-                engine.close()
+                try:
+                    engine.close()
+                except Exception:  # e.g. the disk tier's folder went away: the answers must still go out
+                    log.exception("closing the engine (persisting its KV tiers) failed")
                 self._publish()
                 return
             hold = self._hold_s() if engine.has_unfinished else 0.0
