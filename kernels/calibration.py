@@ -15,6 +15,7 @@ The check reads the window on the host (one sync per update).
 """
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 
@@ -52,11 +53,13 @@ class Fp8Calibrator:
         return (self._absmax.amax(dim=0) * (self.headroom / FP8_MAX)).clamp_min(MIN_SCALE)
 
     def update(
-        self, blocks: KVBlocks, k: torch.Tensor, v: torch.Tensor, live_blocks: torch.Tensor | None = None,
-        *, backend: Backend | None = None,
+        self, blocks: KVBlocks, k: torch.Tensor, v: torch.Tensor,
+        live_blocks: torch.Tensor | Callable[[], torch.Tensor] | None = None, *, backend: Backend | None = None,
     ) -> bool:
         """Observe a write about to go to ``blocks`` and, if the scales no longer fit, rescale ``blocks`` in place:
-        requantize ``live_blocks`` (default: every block) to the new scales, then store them in ``blocks``.
+        requantize ``live_blocks`` (default: every block; a callable is asked only then, e.g. for the fp8 units of a
+        mixed-format pool, whose other units hold other formats' bytes) to the new scales, then store them in
+        ``blocks``.
         Call before ``write_kv``; returns whether the scales changed."""
         self.observe(k, v)
         target = self.target_scales()
@@ -66,7 +69,10 @@ class Fp8Calibrator:
         too_large = current > target * self.shrink_factor
         if not bool((too_small | too_large).any()):
             return False
-        ids = torch.arange(blocks.num_blocks, device=blocks.device) if live_blocks is None else live_blocks
+        if live_blocks is None:
+            ids = torch.arange(blocks.num_blocks, device=blocks.device)
+        else:
+            ids = live_blocks() if callable(live_blocks) else live_blocks
         rescaled = dataclasses.replace(blocks, k_scale=target[0].contiguous(), v_scale=target[1].contiguous())
         requantize_blocks(blocks, ids, rescaled, ids, backend=backend)
         blocks.k_scale.copy_(target[0])

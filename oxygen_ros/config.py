@@ -5,6 +5,7 @@ from typing import Any
 
 import torch
 
+from oxygen_ros.engine.request import TASK_TYPES
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kernels import KVQuantSpec
 
@@ -19,6 +20,8 @@ class EngineConfig:
     kv_cache_memory_fraction: float = 0.7  # of free device memory (CUDA) or available RAM (CPU), after the model
     kv_dtype: str = "auto"  # KV storage: auto (= compute dtype), fp32, fp16, bf16, int8 or fp8
     kv_full_precision_layers: list[int] = field(default_factory=list)  # layers kept at compute precision
+    kv_observation_dtype: str = ""  # KV of observation prefixes (images, scene text) shared by all tasks; "" = task's
+    kv_task_dtypes: list[str] = field(default_factory=list)  # per task type, "type=dtype" (e.g. navigation=int8)
     max_num_seqs: int = 64  # requests decoding together
     max_model_len: int = 4096  # prompt + generated tokens per request
     max_num_batched_tokens: int = 4096  # tokens per forward pass (prefill chunks beyond it continue next step)
@@ -83,11 +86,29 @@ class EngineConfig:
             raise bad("preemption_mode swap needs the L1 tier: set cpu_tier_bytes > 0")
         if not 0.0 <= self.reuse_similarity_threshold < 1.0:  # also rejects NaN
             raise bad(f"reuse_similarity_threshold must be in [0, 1), got {self.reuse_similarity_threshold}")
-        if self.kv_dtype != "auto":
-            try:
-                KVQuantSpec.parse(self.kv_dtype)
-            except ValueError as exc:
-                raise bad(f"kv_dtype must be auto or a KV storage format: {exc}") from exc
+        for name, value in (("kv_dtype", self.kv_dtype), ("kv_observation_dtype", self.kv_observation_dtype or "auto"),
+                            *(("kv_task_dtypes", d) for d in self.task_kv_dtypes().values())):  # fmt: skip
+            if value != "auto":
+                try:
+                    KVQuantSpec.parse(value)
+                except ValueError as exc:
+                    raise bad(f"{name} must be auto or a KV storage format: {exc}") from exc
+
+    def task_kv_dtypes(self) -> dict[str, str]:
+        """``kv_task_dtypes`` as {task type: dtype}; raises INVALID_ARGUMENT on a malformed, unknown or repeated
+        entry."""
+        out: dict[str, str] = {}
+        for entry in self.kv_task_dtypes:
+            task_type, sep, dtype = entry.partition("=")
+            task_type, dtype = task_type.strip(), dtype.strip()
+            if not sep or task_type not in TASK_TYPES or task_type in out or not dtype:
+                raise EngineError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"kv_task_dtypes entry {entry!r}: expected 'type=dtype' once per task type, type one of "
+                    f"{list(TASK_TYPES)}",
+                )
+            out[task_type] = dtype
+        return out
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

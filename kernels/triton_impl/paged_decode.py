@@ -5,8 +5,8 @@ streams the sequence's blocks through the table ``TILE_TOKENS`` tokens at a time
 the math: codes go into the dots in fp32 and the per-token scales multiply score columns (K) and probability
 columns (V), so a scale costs one multiply per token instead of one per element.
 
-Block mass: with ``RETURN_LSE`` each program also writes, per query head, the log-sum-exp of the scores of every
-block and of the whole sequence.  A block's softmax mass for that head is ``exp(block_lse - lse)``; this is
+``RETURN_LSE``: each program also writes, per query head, the log-sum-exp of the scores of the whole sequence
+(merging partial attentions); with ``BLOCK_LSE`` also that of every block, for the block mass.  A block's softmax mass for that head is ``exp(block_lse - lse)``; this is
 independent of the running maximum, so it needs no second pass over the keys.  The host sums it over heads.
 """
 
@@ -24,7 +24,7 @@ def _paged_decode_kernel(
     sm_scale, stride_qb, stride_qh, stride_tb, stride_ob, stride_oh,
     num_heads, num_kv_heads, head_dim, block_size, max_blocks,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, D_PAD: tl.constexpr, BS_PAD: tl.constexpr, BLOCKS: tl.constexpr,
-    KIND: tl.constexpr, RETURN_LSE: tl.constexpr,
+    KIND: tl.constexpr, RETURN_LSE: tl.constexpr, BLOCK_LSE: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -54,7 +54,7 @@ def _paged_decode_kernel(
         denom = denom * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p * vs[None, :], v, input_precision="ieee")
         m = m_new
-        if RETURN_LSE:
+        if BLOCK_LSE:
             entries = first + tl.arange(0, BLOCKS)
             block_sum = tl.sum(tl.reshape(p, [G_PAD, BLOCKS, BS_PAD]), axis=2)
             block_lse = m_new[:, None] + tl.log(tl.maximum(block_sum, 1e-30))
@@ -70,7 +70,7 @@ def _paged_decode_kernel(
 
 def paged_decode_attention(
     q: torch.Tensor, blocks: KVBlocks, block_tables: torch.Tensor, context_lens: torch.Tensor, sm_scale: float,
-    block_mass: torch.Tensor | None = None,
+    block_mass: torch.Tensor | None = None, lse: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """See ``kernels.paged_decode.paged_decode_attention``."""
     q = q if q.stride(-1) == 1 else q.contiguous()
@@ -81,17 +81,20 @@ def paged_decode_attention(
     bs_pad, per_tile = tile_shape(blocks.block_size)
     out = torch.empty_like(q)
     want_mass = block_mass is not None
-    lse = torch.empty(num_seqs, num_heads, device=q.device, dtype=torch.float32) if want_mass else out
+    if lse is None and want_mass:
+        lse = torch.empty(num_seqs, num_heads, device=q.device, dtype=torch.float32)
     block_lse = (torch.full((num_seqs, num_heads, max_blocks), float("-inf"), device=q.device, dtype=torch.float32)
                  if want_mass else out)
     _paged_decode_kernel[(num_seqs, blocks.num_kv_heads)](
         q, raw(blocks.k), raw(blocks.v), scale_arg(blocks.k_scale, blocks.k), scale_arg(blocks.v_scale, blocks.v),
-        block_tables, context_lens.contiguous(), out, lse, block_lse,
+        block_tables, context_lens.contiguous(), out, out if lse is None else lse, block_lse,
         sm_scale, q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
         num_heads, blocks.num_kv_heads, head_dim, blocks.block_size, max_blocks,
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), D_PAD=max(16, triton.next_power_of_2(head_dim)),
-        BS_PAD=bs_pad, BLOCKS=per_tile, KIND=kind_code(blocks.k.dtype), RETURN_LSE=want_mass,
+        BS_PAD=bs_pad, BLOCKS=per_tile, KIND=kind_code(blocks.k.dtype), RETURN_LSE=lse is not None,
+        BLOCK_LSE=want_mass,
     )
     if want_mass:
-        block_mass += torch.exp(block_lse - lse[:, :, None]).sum(dim=1)
+        per_head = torch.exp(block_lse - lse[:, :, None])
+        block_mass += per_head if block_mass.dim() == 3 else per_head.sum(dim=1)
     return out

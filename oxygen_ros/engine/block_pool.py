@@ -1,18 +1,22 @@
 """Block bookkeeping of the unified KV pool: free list, reference counts, prefix-cache index, eviction.
 
+Storage is counted in units (``kv_cache.py``): a block of format ``fmt`` takes ``units_per_block[fmt]`` units, its
+first unit's id is the block's id and the rest are its ``extra_units``; in a single-format pool a block is one unit.
+Counts (free, used, cached, available) are in units, so blocks of every format share one budget.
+
 Every block is in exactly one state:
 - free:   ref_count 0, no hash; never holds reusable KV;
 - cached: ref_count 0, has a hash; its KV can be reused by a later prefix hit until it is evicted;
 - used:   ref_count > 0; owned by one request, or shared by several (ref_count > 1).
-``check_invariants`` verifies free + used + cached = total and, given the block tables, that every ref_count equals
-the number of table references.  Allocation takes free blocks first and evicts cached ones only when none are left,
+``check_invariants`` verifies free + used + cached = total (units), that every unit belongs to exactly one block or
+the free list and, given the block tables, that every ref_count equals the number of table references.  Allocation takes free blocks first and evicts cached ones only when none are left,
 in the order the eviction policy (``eviction.py``) chooses.  Evicted blocks are handed to ``on_evict`` (the memory
 tiers) before their ids are reused, so their KV can be demoted instead of lost.
 """
 
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 from oxygen_ros.engine.eviction import EvictionPolicy, LRUEviction
 
@@ -24,17 +28,26 @@ class Block:
     block_id: int
     ref_count: int = 0
     block_hash: bytes | None = None
+    fmt: int = 0  # storage format (index into the pool layout's formats)
+    extra_units: list[int] = field(default_factory=list)  # units after the first (the id) of a wide format
+
+    @property
+    def num_units(self) -> int:
+        return 1 + len(self.extra_units)
 
 
 class BlockPool:
-    """Hands out block ids of a pool of ``num_blocks`` blocks; holds no tensors."""
+    """Hands out block ids of a pool of ``num_blocks`` units; holds no tensors."""
 
     def __init__(
-        self, num_blocks: int, enable_prefix_caching: bool = True, policy: EvictionPolicy | None = None
+        self, num_blocks: int, enable_prefix_caching: bool = True, policy: EvictionPolicy | None = None,
+        units_per_block: Sequence[int] = (1,),
     ) -> None:
         if num_blocks <= 0:
             raise ValueError(f"the KV pool needs at least one block, got {num_blocks}")
         self.num_blocks = num_blocks
+        self.units_per_block = tuple(units_per_block)
+        self._cached_units = 0
         self.enable_prefix_caching = enable_prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
         self._free: deque[int] = deque(range(num_blocks))
@@ -52,7 +65,7 @@ class BlockPool:
 
     @property
     def num_cached(self) -> int:
-        return len(self.policy)
+        return self._cached_units
 
     @property
     def num_used(self) -> int:
@@ -72,23 +85,47 @@ class BlockPool:
         return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
 
     # --- allocation ---------------------------------------------------------------------------------------------
-    def allocate(self, n: int) -> list[int]:
-        """Take ``n`` blocks (ref_count 1); raises MemoryError without side effects if fewer are available."""
-        if n > self.num_available:
-            raise MemoryError(f"need {n} KV blocks, {self.num_available} available")
-        from_free = min(n, len(self._free))
-        out = [self._free.popleft() for _ in range(from_free)]
-        victims = self.policy.pop_victims(n - from_free)
-        if victims:
+    def units_for(self, n: int, fmt: int = 0) -> int:
+        """Units that ``n`` blocks of format ``fmt`` take."""
+        return n * self.units_per_block[fmt]
+
+    def allocate(self, n: int, fmt: int = 0) -> list[int]:
+        """Take ``n`` blocks of format ``fmt`` (ref_count 1); raises MemoryError without side effects if fewer units
+        are available.  Cached blocks are evicted, in the policy's order, until enough units are free."""
+        width = self.units_per_block[fmt]
+        need = n * width
+        if need > self.num_available:
+            raise MemoryError(f"need {need} KV units ({n} blocks), {self.num_available} available")
+        while len(self._free) < need:
+            victims = self.policy.pop_victims(-(-(need - len(self._free)) // max(self.units_per_block)))
             hashes = [self._drop_hash(block_id) for block_id in victims]
             self.evictions += len(victims)
             if self.on_evict is not None:
                 self.on_evict(victims, hashes)
-            out += victims
-        for block_id in out:
-            self.blocks[block_id].ref_count = 1
-            self.policy.reset(block_id)
+            for block_id in victims:
+                self._cached_units -= self.blocks[block_id].num_units
+                self._free_units(block_id)
+        out = []
+        for _ in range(n):
+            block = self.blocks[self._free.popleft()]
+            block.ref_count, block.fmt = 1, fmt
+            block.extra_units = [self._free.popleft() for _ in range(width - 1)]
+            self.policy.reset(block.block_id)
+            out.append(block.block_id)
         return out
+
+    def _free_units(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        self._free.append(block_id)
+        self._free.extend(block.extra_units)
+        block.extra_units = []
+
+    def units_of_format(self, fmt: int) -> list[int]:
+        """Every unit of the blocks of format ``fmt`` that hold KV (used or cached)."""
+        return [u for b in self.blocks if b.fmt == fmt and self._holds_kv(b) for u in (b.block_id, *b.extra_units)]
+
+    def _holds_kv(self, block: Block) -> bool:
+        return block.ref_count > 0 or block.block_id in self.policy
 
     def _drop_hash(self, block_id: int) -> bytes:
         block = self.blocks[block_id]
@@ -106,6 +143,7 @@ class BlockPool:
         block = self.blocks[block_id]
         if block.ref_count == 0:
             self.policy.remove(block_id)
+            self._cached_units -= block.num_units
         block.ref_count += 1
 
     def release(self, block_ids: Iterable[int]) -> None:
@@ -118,8 +156,9 @@ class BlockPool:
             if block.ref_count == 0:
                 if block.block_hash is not None:
                     self.policy.add(block_id)
+                    self._cached_units += block.num_units
                 else:
-                    self._free.append(block_id)
+                    self._free_units(block_id)
 
     def register_hash(self, block_id: int, block_hash: bytes) -> None:
         """Publish a full, computed block under its hash so later prompts can reuse it."""
@@ -134,7 +173,8 @@ class BlockPool:
         """Drop every cached (unreferenced) block back to free, e.g. before a benchmark."""
         for block_id in self.policy.pop_victims(len(self.policy)):
             self._drop_hash(block_id)
-            self._free.append(block_id)
+            self._cached_units -= self.blocks[block_id].num_units
+            self._free_units(block_id)
 
     # --- checks -------------------------------------------------------------------------------------------------
     def check_invariants(self, block_tables: Iterable[list[int]] = ()) -> None:
@@ -144,7 +184,11 @@ class BlockPool:
         assert not free & cached, "a block is both free and cached"
         used = {b.block_id for b in self.blocks if b.ref_count > 0}
         assert not used & (free | cached), "a referenced block is on the free or cached list"
-        assert len(free) + len(used) + len(cached) == self.num_blocks, "free + used + cached != total"
+        held = used | cached
+        owned = [u for b in held for u in (b, *self.blocks[b].extra_units)]
+        assert len(set(owned)) == len(owned) and not free & set(owned), "a unit belongs to two blocks"
+        assert self._cached_units == sum(self.blocks[b].num_units for b in cached), "cached unit count out of sync"
+        assert len(free) + len(owned) == self.num_blocks, "free + used + cached != total"
         refs = [0] * self.num_blocks
         for table in block_tables:
             for block_id in table:
@@ -157,6 +201,8 @@ class BlockPool:
             if block.block_id in cached:
                 assert block.block_hash is not None, "cached block without hash"
             if block.block_id in free:
-                assert block.block_hash is None, "free block still has a hash"
+                assert block.block_hash is None and not block.extra_units, "free unit still has a hash or units"
+            if block.block_id in held:
+                assert block.num_units == self.units_per_block[block.fmt], f"block {block.block_id} has wrong width"
         for block_hash, block_id in self._by_hash.items():
             assert self.blocks[block_id].block_hash == block_hash, "hash index out of sync"

@@ -25,7 +25,7 @@ from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.eviction import make_policy
 from oxygen_ros.engine.frame_reuse import SimilarFrames
 from oxygen_ros.engine.io import GenerateRequest, PoolStats, RequestOutput, TaskUsage, TierUsage
-from oxygen_ros.engine.kv_cache import KVCache, KVLayout
+from oxygen_ros.engine.kv_cache import KVCache, KVLayout, PoolLayout
 from oxygen_ros.engine.kv_cache_manager import KVCacheManager
 from oxygen_ros.engine.model_runner import ModelRunner, ScheduledBatch
 from oxygen_ros.engine.request import SERVE_ACTIONS, TASK_TYPES, Request, RequestStatus
@@ -48,13 +48,16 @@ class Engine:
         self.bundle = bundle or load_model(config.model, self.device, self.dtype, config.seed)
         self.tokenizer = self.bundle.tokenizer
         b = self.bundle
-        self.layout = self._kv_layout()
-        self.kv_dtype_name = self.layout.name
+        self.pool_layout, self.task_formats, self.observation_format = self._kv_formats()
+        self.layout = self.pool_layout.layout
+        self.kv_dtype_name = self.pool_layout.name
         self.max_model_len = min(config.max_model_len, b.max_position_embeddings)
         num_blocks = self._num_blocks()
-        self.kv = KVCache(self.layout, num_blocks, self.device)
+        self.kv = KVCache(self.pool_layout, num_blocks, self.device)
         policy = make_policy(config.eviction_policy, num_blocks, config.eviction_alpha, config.eviction_history_window)
-        self.pool = BlockPool(num_blocks, config.enable_prefix_caching, policy)
+        units = [self.pool_layout.units_per_block(f) for f in range(len(self.pool_layout.formats))]
+        self.pool = BlockPool(num_blocks, config.enable_prefix_caching, policy, units)
+        self.kv.attach(self.pool)
         self.tiers = build_tiers(config, self.kv, self.pool, f"{b.model_id}|{self.kv_dtype_name}")
         if self.tiers is not None:
             self.pool.on_evict = self.tiers.demote
@@ -76,25 +79,47 @@ class Engine:
         self.last_batch = ScheduledBatch([], [])  # what the latest step computed, for benchmarks and timelines
         self._ids = itertools.count()
 
-    def _kv_layout(self) -> KVLayout:
-        """The pool's storage formats from ``kv_dtype`` and ``kv_full_precision_layers``; bad values are rejected."""
+    def _kv_formats(self) -> tuple[PoolLayout, dict[str, int], int | None]:
+        """The pool's storage formats from ``kv_dtype``, ``kv_full_precision_layers``, ``kv_task_dtypes`` and
+        ``kv_observation_dtype``: (pool layout, format id per task type, format id of observation prefixes or None
+        = the task's).  Bad values are rejected."""
         cfg, b = self.config, self.bundle
-        kv_dtype = self.dtype if cfg.kv_dtype == "auto" else KVQuantSpec.parse(cfg.kv_dtype).storage_dtype  # validated
         bad = [i for i in cfg.kv_full_precision_layers if not 0 <= i < b.num_layers]
         if bad:
             raise EngineError(
                 ErrorCode.INVALID_ARGUMENT,
                 f"kv_full_precision_layers {bad} out of range: {b.model_id} has layers 0..{b.num_layers - 1}",
             )
-        layout = KVLayout(
-            b.num_layers, b.num_kv_heads, b.head_dim, cfg.block_size, kv_dtype,
-            tuple(sorted(set(cfg.kv_full_precision_layers))), self.dtype,
+
+        def storage(name: str) -> torch.dtype:
+            return self.dtype if name == "auto" else KVQuantSpec.parse(name).storage_dtype  # validated
+
+        default = storage(cfg.kv_dtype)
+        per_task = {t: storage(cfg.task_kv_dtypes().get(t, cfg.kv_dtype)) for t in TASK_TYPES}
+        observation = storage(cfg.kv_observation_dtype) if cfg.kv_observation_dtype else None
+        dtypes = list(dict.fromkeys([default, *per_task.values(), *([observation] if observation else [])]))
+        full_precision = tuple(sorted(set(cfg.kv_full_precision_layers)))
+        layouts = tuple(
+            KVLayout(b.num_layers, b.num_kv_heads, b.head_dim, cfg.block_size, d, full_precision, self.dtype)
+            for d in dtypes
         )
-        for spec in dict.fromkeys(layout.layer_spec(i) for i in range(b.num_layers)):  # e.g. fp8 and fp32 layers
-            why = format_support_error(spec, self.device)
-            if why:
-                raise EngineError(ErrorCode.FAILED_PRECONDITION, f"kv_dtype {cfg.kv_dtype!r} cannot run here: {why}")
-        return layout
+        try:
+            pool_layout = PoolLayout(layouts)
+        except ValueError as exc:
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
+        if pool_layout.mixed and (cfg.cpu_tier_bytes or cfg.disk_tier_path):
+            raise EngineError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"the memory tiers hold one KV format; this pool mixes {pool_layout.name} (kv_task_dtypes / "
+                "kv_observation_dtype): turn the tiers off or use one format",
+            )
+        for lay in layouts:
+            for spec in dict.fromkeys(lay.layer_spec(i) for i in range(b.num_layers)):  # e.g. fp8 and fp32 layers
+                why = format_support_error(spec, self.device)
+                if why:
+                    raise EngineError(ErrorCode.FAILED_PRECONDITION, f"KV format {spec.name} cannot run here: {why}")
+        task_formats = {t: dtypes.index(d) for t, d in per_task.items()}
+        return pool_layout, task_formats, None if observation is None else dtypes.index(observation)
 
     def _num_blocks(self) -> int:
         """Blocks in the pool's byte budget; never more than every sequence at full length could use."""
@@ -105,12 +130,13 @@ class Engine:
             else:
                 free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
             budget = int(free * self.config.kv_cache_memory_fraction)
-        ceiling = self.config.max_num_seqs * -(-self.max_model_len // self.config.block_size)
-        num_blocks = min(self.layout.blocks_for_budget(budget), ceiling)
-        if num_blocks < 1:
+        widest = max(self.pool_layout.units_per_block(f) for f in range(len(self.pool_layout.formats)))
+        ceiling = self.config.max_num_seqs * -(-self.max_model_len // self.config.block_size) * widest
+        num_blocks = min(self.pool_layout.units_for_budget(budget), ceiling)
+        if num_blocks < widest:
             raise EngineError(
                 ErrorCode.INVALID_ARGUMENT,
-                f"KV budget of {budget} bytes holds no block of {self.layout.bytes_per_block} bytes",
+                f"KV budget of {budget} bytes holds no block of {self.pool_layout.bytes_per_block()} bytes",
             )
         return num_blocks
 
@@ -134,7 +160,14 @@ class Engine:
         prefix = self._vla_prefix(greq) if self.bundle.vla else None
         prompt_ids = prefix.token_ids if prefix else self.encode(greq)
         num_image_tokens = len(prefix.image_hashes) * self.bundle.model.config.tokens_per_image if prefix else 0
-        self._check_fits(prompt_ids, greq.sampling.max_new_tokens, num_image_tokens)
+        kv_format = self.task_formats[greq.task_type]
+        observation_blocks = 0
+        if self.observation_format is not None and self.observation_format != kv_format:
+            observation_len = num_image_tokens if prefix else self.observation_len(greq, prompt_ids)
+            observation_blocks = observation_len // self.config.block_size
+        observation_format = self.observation_format if observation_blocks else kv_format
+        self._check_fits(prompt_ids, greq.sampling.max_new_tokens, num_image_tokens,
+                         (kv_format, observation_format, observation_blocks))  # fmt: skip
         if len(self.scheduler.waiting) >= self.config.max_queue:
             raise EngineError(
                 ErrorCode.RESOURCE_EXHAUSTED, f"queue full ({self.config.max_queue} waiting requests); retry later"
@@ -160,6 +193,9 @@ class Engine:
             priority=greq.priority,
             deadline=arrival + greq.deadline_s if greq.deadline_s else 0.0,
             cache_salt=greq.cache_salt,
+            kv_format=kv_format,
+            observation_format=observation_format,
+            observation_blocks=observation_blocks,
             generator=generator,
             arrival_s=arrival,
         )
@@ -171,6 +207,15 @@ class Engine:
         self.requests[request_id] = req
         self.scheduler.add(req)
         return request_id
+
+    def observation_len(self, greq: GenerateRequest, prompt_ids: list[int]) -> int:
+        """Leading prompt tokens that only the observation decides (the chat's system turn), 0 if none."""
+        obs = greq.observation
+        if not greq.chat or obs is None or not obs.text:
+            return 0
+        system = [{"role": "system", "content": f"{SYSTEM_PROMPT}\nObservation: {obs.text}"}]
+        head = self.tokenizer.encode(self.tokenizer.apply_chat_template(system, add_generation_prompt=False))
+        return len(head) if prompt_ids[: len(head)] == head else 0
 
     def _vla_prefix(self, greq: GenerateRequest) -> PreparedPrefix:
         """[image tokens | prompt | state] of a VLA request; bad images or an over-long prompt -> INVALID_ARGUMENT."""
@@ -204,7 +249,10 @@ class Engine:
         if not 0.0 <= greq.deadline_s < math.inf:  # also rejects NaN
             raise bad(f"deadline_s must be a finite number of seconds >= 0 (0 = none), got {greq.deadline_s}")
 
-    def _check_fits(self, prompt_ids: list[int], max_new_tokens: int, prefix_bidirectional: int = 0) -> None:
+    def _check_fits(
+        self, prompt_ids: list[int], max_new_tokens: int, prefix_bidirectional: int, formats: tuple[int, int, int],
+    ) -> None:
+        """Raise OUT_OF_RANGE when the request could never run: too long for the model or the whole pool."""
         total = len(prompt_ids) + max_new_tokens
         if total > self.max_model_len:
             raise EngineError(
@@ -219,9 +267,13 @@ class Engine:
                 f"max_num_batched_tokens={self.config.max_num_batched_tokens}",
             )
         blocks = -(-total // self.config.block_size)
-        if blocks > self.pool.num_blocks:
+        kv_format, observation_format, observation_blocks = formats
+        width = self.pool_layout.units_per_block
+        units = (blocks - observation_blocks) * width(kv_format) + observation_blocks * width(observation_format)
+        if units > self.pool.num_blocks:
             raise EngineError(
-                ErrorCode.OUT_OF_RANGE, f"the request needs {blocks} KV blocks, the whole pool has {self.pool.num_blocks}"
+                ErrorCode.OUT_OF_RANGE,
+                f"the request needs {units} KV blocks' worth of pool, the whole pool has {self.pool.num_blocks}",
             )
 
     def abort(self, request_id: str) -> RequestOutput:
@@ -391,14 +443,16 @@ class Engine:
                 filled[block_id] = max(filled.get(block_id, 0), tokens)
             by_task.setdefault(req.task_id, (req.task_type, set()))[1].update(req.block_table)
         allocated = len(filled) * bs
+        names = [lay.name for lay in self.pool_layout.formats]
         tasks = [
             TaskUsage(
                 task_id=task_id,
                 task_type=task_type,
-                kv_dtype=self.kv_dtype_name,
+                kv_dtype="+".join(dict.fromkeys(names[pool.blocks[b].fmt] for b in sorted(blocks)))
+                or names[self.task_formats[task_type]],
                 blocks=len(blocks),
                 shared_blocks=sum(1 for b in blocks if pool.blocks[b].ref_count > 1),
-                bytes=len(blocks) * self.layout.bytes_per_block,
+                bytes=sum(pool.blocks[b].num_units for b in blocks) * self.pool_layout.unit_bytes,
             )
             for task_id, (task_type, blocks) in sorted(by_task.items())
         ]
@@ -415,14 +469,14 @@ class Engine:
             evictions=pool.evictions,
             active_requests=len(self.scheduler.running),
             queued_requests=len(self.scheduler.waiting),
-            bytes_per_block=self.layout.bytes_per_block,
+            bytes_per_block=self.pool_layout.unit_bytes,
             tasks=tasks,
             tiers=self._tier_usage(),
         )
 
     def _tier_usage(self) -> list[TierUsage]:
         """The device pool (named ``gpu``: L0, on whatever device) first, then the host and disk tiers."""
-        pool, bpb = self.pool, self.layout.bytes_per_block
+        pool, bpb = self.pool, self.pool_layout.unit_bytes
         held = pool.num_used + pool.num_cached
         misses = pool.prefix_queries - pool.prefix_hits
         l0 = TierUsage("gpu", pool.num_blocks * bpb, held * bpb, held, pool.prefix_hits, misses)

@@ -1,12 +1,20 @@
-"""The pool's storage: preallocated K/V blocks, one ``KVBlocks`` per layer, in that layer's storage format.
+"""The pool's storage: K/V bytes allocated once, one ``LayerKV`` per layer, read and written in each block's format.
 
-Block ``i`` of every layer belongs to the same owner; the block pool hands out block ids and this class only holds
-the bytes.  Layout per layer: ``[num_blocks, block_size, num_kv_heads, head_dim]`` (+ scales for int8 / fp8), so a
-block table row indexes dim 0.  Layers may differ in format: ``kv_full_precision_layers`` keeps the layers that
-quantization hurts most at full precision while the rest are int8 or fp8.
+A pool holds one format (``KVLayout``: a storage dtype per layer) or several (``PoolLayout``: e.g. observation
+prefixes at full precision and per-task decode blocks in int8) under ONE byte budget.  Storage is counted in units:
+a unit is one block in the pool's narrowest format, and a block of a format ``s`` times wider takes ``s`` units,
+which need not be adjacent (``BlockPool`` hands them out).  Per layer, the K and V codes are one byte arena each,
+``[num_units, unit bytes]``; every format sees it as its own contiguous ``KVBlocks`` view ``[num_units, block_size /
+s, kv_heads, head_dim]``, so the kernels read any format unchanged, a wide block being ``s`` consecutive table
+entries of its view.  int8's per-token scales are a second arena ``[num_units, block_size, kv_heads]`` (present only
+when a format is int8; the units of wider blocks leave theirs unused), fp8's per-head scales belong to the layer.
+
+In a single-format pool a unit is a block and its id is the block's id: that is the fast path, with no mapping.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,6 +27,12 @@ from oxygen_ros.kernels import (
     paged_decode_attention,
     write_kv,
 )
+from oxygen_ros.kernels.quant_spec import SCALE_DTYPE
+
+if TYPE_CHECKING:
+    from oxygen_ros.engine.block_pool import BlockPool
+    from oxygen_ros.engine.kv_plan import StepPlan, StepPlanner
+    from oxygen_ros.layers.attention import AttentionMetadata
 
 
 @dataclass(frozen=True)
@@ -61,64 +75,253 @@ class KVLayout:
         return budget_bytes // self.bytes_per_block
 
 
-class LayerKV:
-    """One layer's blocks and the three operations attention needs, each dispatched to a kernel."""
+@dataclass(frozen=True)
+class PoolLayout:
+    """The formats one pool holds (format id = index; 0 is the default) and how they share its units."""
 
-    def __init__(self, blocks: KVBlocks) -> None:
-        self.blocks = blocks
-        self.block_size = blocks.block_size
-        self.calibrator = (
-            Fp8Calibrator(blocks.num_kv_heads, device=blocks.device) if blocks.spec.kind == "fp8" else None
+    formats: tuple[KVLayout, ...]
+
+    def __post_init__(self) -> None:
+        first = self.formats[0]
+        geometry = (first.num_layers, first.num_kv_heads, first.head_dim, first.block_size)
+        for lay in self.formats:
+            if (lay.num_layers, lay.num_kv_heads, lay.head_dim, lay.block_size) != geometry:
+                raise ValueError("every format of one pool must share its layers, heads, head_dim and block size")
+        if self.mixed and any(lay.full_precision_layers for lay in self.formats):
+            raise ValueError("kv_full_precision_layers applies to a single-format pool, not to a mixed-format one")
+        if len({lay.name for lay in self.formats}) != len(self.formats):
+            raise ValueError(f"duplicate formats in {[lay.name for lay in self.formats]}")
+        for fmt in range(len(self.formats)):
+            ratios = {self._itemsize(fmt, i) // self.unit_itemsize(i) for i in range(first.num_layers)}
+            if len(ratios) != 1 or first.block_size % ratios.pop():
+                raise ValueError(f"format {self.formats[fmt].name} does not fit whole units of every layer")
+
+    @classmethod
+    def single(cls, layout: KVLayout) -> "PoolLayout":
+        return cls((layout,))
+
+    @property
+    def layout(self) -> KVLayout:
+        """The default format, whose geometry every format shares."""
+        return self.formats[0]
+
+    @property
+    def mixed(self) -> bool:
+        return len(self.formats) > 1
+
+    @property
+    def name(self) -> str:
+        """E.g. ``fp32`` or, mixed, ``fp32+int8``: part of every prefix-cache key."""
+        return "+".join(lay.name for lay in self.formats)
+
+    def _itemsize(self, fmt: int, layer: int) -> int:
+        return self.formats[fmt].layer_spec(layer).storage_dtype.itemsize
+
+    def unit_itemsize(self, layer: int) -> int:
+        """Bytes per code element of a unit in ``layer``: the narrowest format's."""
+        return min(self._itemsize(f, layer) for f in range(len(self.formats)))
+
+    def units_per_block(self, fmt: int) -> int:
+        return self._itemsize(fmt, 0) // self.unit_itemsize(0)
+
+    def scaled(self, layer: int) -> bool:
+        """Whether ``layer`` needs the int8 per-token scale arena."""
+        return any(lay.layer_spec(layer).kind == "int8" for lay in self.formats)
+
+    @property
+    def unit_bytes(self) -> int:
+        """K and V of one unit over every layer, int8 scales included (what the budget pays per unit)."""
+        lay = self.layout
+        per_token_head = (
+            lay.head_dim * self.unit_itemsize(i) + (SCALE_DTYPE.itemsize if self.scaled(i) else 0)
+            for i in range(lay.num_layers)
         )
+        return 2 * lay.block_size * lay.num_kv_heads * sum(per_token_head)
 
-    def write(self, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    def bytes_per_block(self, fmt: int = 0) -> int:
+        return self.units_per_block(fmt) * self.unit_bytes
+
+    def bytes_per_token(self, fmt: int = 0) -> int:
+        return self.bytes_per_block(fmt) // self.layout.block_size
+
+    def units_for_budget(self, budget_bytes: int) -> int:
+        return budget_bytes // self.unit_bytes
+
+
+class LayerKV:
+    """One layer's storage, a ``KVBlocks`` view per format, and the three operations attention needs.
+
+    Each operation takes the pool's block tables and slots as the engine knows them; ``plan`` (from ``plan(meta)``,
+    None in a single-format pool) maps them to each format's view, and the results are combined: decode merges the
+    per-format attentions by their log-sum-exp, gather concatenates the per-format keys (attention does not depend
+    on the order of keys: positions are already rotated into them).
+    """
+
+    def __init__(self, views: list[KVBlocks], planner: "StepPlanner | None" = None,
+                 live_units: Callable[[int], torch.Tensor] | None = None) -> None:  # fmt: skip
+        self.views = views
+        self.planner = planner
+        self.calibrators = {
+            fmt: Fp8Calibrator(view.num_kv_heads, device=view.device)
+            for fmt, view in enumerate(views)
+            if view.spec.kind == "fp8"
+        }
+        self._live_units = live_units
+
+    @property
+    def blocks(self) -> KVBlocks:
+        """The storage of a single-format pool."""
+        if len(self.views) != 1:
+            raise RuntimeError("a mixed-format pool layer has one view per format; use views[fmt]")
+        return self.views[0]
+
+    def plan(self, meta: "AttentionMetadata") -> "StepPlan | None":
+        return None if self.planner is None else self.planner.for_step(meta)
+
+    def write(
+        self, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: "StepPlan | None" = None
+    ) -> None:
         """Store new tokens' K/V [T, KVH, D] at flat slots (quantizing); slots < 0 are skipped.
 
         The fp8 calibrator sees only the tokens that are stored: the action expert's K/V (all slots -1, ten denoising
         steps per chunk) would otherwise fill its window with values the pool never holds and move the scales.
         """
-        if self.calibrator is not None:
-            keep = slot_mapping >= 0
-            if bool(keep.any()):
-                self.calibrator.update(self.blocks, k[keep], v[keep])
-        write_kv(self.blocks, slot_mapping, k, v)
+        for fmt, slots in ((0, slot_mapping),) if plan is None else plan.write_slots():
+            view, calibrator = self.views[fmt], self.calibrators.get(fmt)
+            if calibrator is not None:
+                keep = slots >= 0
+                if bool(keep.any()):
+                    live = None if self._live_units is None else (lambda fmt=fmt: self._live_units(fmt))
+                    calibrator.update(view, k[keep], v[keep], live_blocks=live)
+            write_kv(view, slots, k, v)
 
     def gather(
-        self, block_tables: torch.Tensor, num_tokens: int, dtype: torch.dtype
+        self, block_tables: torch.Tensor, num_tokens: int, dtype: torch.dtype, plan: "StepPlan | None" = None,
+        lens: list[int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Dequantized K/V of the first ``num_tokens`` tokens of each table row: [B, num_tokens, KVH, D] each."""
-        return gather_kv(self.blocks, block_tables, num_tokens, dtype)
+        """Dequantized K/V of the first ``num_tokens`` tokens of each table row: [B, num_tokens, KVH, D] each (in a
+        mixed pool: row b's first ``lens[b]`` tokens, grouped by format, then padding)."""
+        if plan is None:
+            return gather_kv(self.views[0], block_tables, num_tokens, dtype)
+        v0 = self.views[0]
+        shape = (block_tables.shape[0], num_tokens, v0.num_kv_heads, v0.head_dim)
+        keys = torch.zeros(shape, dtype=dtype, device=v0.device)
+        values = torch.zeros_like(keys)
+        for seg in plan.segments(lens):
+            k, v = gather_kv(self.views[seg.fmt], seg.tables, max(seg.lens), dtype)
+            for i, (row, n, offset) in enumerate(zip(seg.rows, seg.lens, seg.offsets)):
+                keys[row, offset : offset + n] = k[i, :n]
+                values[row, offset : offset + n] = v[i, :n]
+        return keys, values
 
     def decode(
         self, q: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-        block_mass: torch.Tensor | None = None,
+        block_mass: torch.Tensor | None = None, plan: "StepPlan | None" = None, lens: list[int] | None = None,
     ) -> torch.Tensor:
-        """One query per sequence [B, H, D] over its whole context in the pool (the paged decode kernel)."""
-        return paged_decode_attention(q, self.blocks, block_tables, context_lens, scale, block_mass=block_mass)
+        """One query per sequence [B, H, D] over its whole context in the pool (the paged decode kernel); in a mixed
+        pool one kernel call per format, merged exactly by log-sum-exp."""
+        if plan is None:
+            return paged_decode_attention(q, self.views[0], block_tables, context_lens, scale, block_mass=block_mass)
+        segments = plan.segments(lens)
+        num_seqs, num_heads, _ = q.shape
+        lse = torch.full((len(segments), num_seqs, num_heads), float("-inf"), device=q.device)
+        out = torch.zeros((len(segments), *q.shape), dtype=torch.float32, device=q.device)
+        masses = []
+        for i, seg in enumerate(segments):
+            rows = seg.rows_tensor
+            mass = None if block_mass is None else torch.zeros(len(seg.rows), num_heads, seg.tables.shape[1],
+                                                                device=q.device)  # fmt: skip
+            part_lse = torch.empty(len(seg.rows), num_heads, device=q.device)
+            part = paged_decode_attention(q[rows], self.views[seg.fmt], seg.tables, seg.lens_tensor, scale,
+                                          block_mass=mass, lse=part_lse)  # fmt: skip
+            out[i, rows], lse[i, rows] = part.float(), part_lse
+            masses.append(mass)
+        weights = torch.softmax(lse, dim=0)  # each format's share of the softmax mass, per row and head
+        if block_mass is not None:  # per-head mass within a format, times that format's share, summed over heads
+            for i, (seg, mass) in enumerate(zip(segments, masses)):
+                rows = seg.rows_tensor
+                credit = (mass * weights[i, rows][:, :, None]).sum(dim=1)
+                block_mass.index_put_((rows[:, None].expand_as(seg.entries), seg.entries), credit, accumulate=True)
+        return (weights[..., None] * out).sum(dim=0).to(q.dtype)
 
 
 class KVCache:
-    """All layers' blocks, allocated once up front so serving never allocates KV memory."""
+    """All layers' storage, allocated once up front so serving never allocates KV memory.
 
-    def __init__(self, layout: KVLayout, num_blocks: int, device: torch.device) -> None:
-        self.layout = layout
-        self.num_blocks = num_blocks
-        self.layers = [
-            LayerKV(
-                KVBlocks.allocate(
-                    layout.layer_spec(i), num_blocks, layout.block_size, layout.num_kv_heads, layout.head_dim, device
-                )
-            )
-            for i in range(layout.num_layers)
-        ]
+    ``layout``: one format (``KVLayout``) or several (``PoolLayout``); a mixed pool needs ``attach(pool)`` before
+    its first step, since only the block pool knows each block's format and units.
+    """
+
+    def __init__(self, layout: KVLayout | PoolLayout, num_blocks: int, device: torch.device) -> None:
+        self.pool_layout = layout if isinstance(layout, PoolLayout) else PoolLayout.single(layout)
+        self.layout = self.pool_layout.layout
+        self.num_blocks = num_blocks  # units: blocks of the narrowest format
+        self.device = device
+        self.block_pool: BlockPool | None = None
+        planner = None
+        if self.pool_layout.mixed:
+            from oxygen_ros.engine.kv_plan import StepPlanner
+
+            planner = StepPlanner(self)
+        self.layers = [self._layer(i, planner) for i in range(self.layout.num_layers)]
+
+    def _layer(self, layer: int, planner: "StepPlanner | None") -> LayerKV:
+        pl, lay = self.pool_layout, self.layout
+        code_bytes = lay.block_size * lay.num_kv_heads * lay.head_dim * pl.unit_itemsize(layer)
+        arenas = [torch.zeros(self.num_blocks, code_bytes, dtype=torch.uint8, device=self.device) for _ in "kv"]
+        token_scales = None
+        if pl.scaled(layer):
+            shape = (self.num_blocks, lay.block_size, lay.num_kv_heads)
+            token_scales = [torch.ones(shape, dtype=SCALE_DTYPE, device=self.device) for _ in "kv"]
+        views = []
+        for fmt, fmt_layout in enumerate(pl.formats):
+            spec = fmt_layout.layer_spec(layer)
+            shape = (self.num_blocks, lay.block_size // pl.units_per_block(fmt), lay.num_kv_heads, lay.head_dim)
+            k, v = (arena.view(spec.storage_dtype).view(shape) for arena in arenas)
+            scales: list[torch.Tensor] | list[None] = [None, None]
+            if spec.kind == "int8":
+                scales = token_scales
+            elif spec.kind == "fp8":
+                scales = [torch.ones(lay.num_kv_heads, dtype=SCALE_DTYPE, device=self.device) for _ in "kv"]
+            views.append(KVBlocks(k, v, *scales))
+        return LayerKV(views, planner, self._live_units if pl.mixed else None)
+
+    def attach(self, pool: "BlockPool") -> None:
+        """Read block formats and units from ``pool`` (the engine's; needed by a mixed pool)."""
+        self.block_pool = pool
+
+    def _live_units(self, fmt: int) -> torch.Tensor:
+        """Units of blocks of format ``fmt`` that hold KV (in use or cached): what an fp8 rescale must requantize."""
+        assert self.block_pool is not None
+        return torch.tensor(self.block_pool.units_of_format(fmt), dtype=torch.long, device=self.device)
 
     @property
     def total_bytes(self) -> int:
-        return sum(layer.blocks.nbytes for layer in self.layers)
+        arenas = self.num_blocks * self.pool_layout.unit_bytes
+        fp8_scales = sum(
+            2 * view.num_kv_heads * SCALE_DTYPE.itemsize
+            for layer in self.layers for view in layer.views if view.spec.kind == "fp8"
+        )  # fmt: skip
+        return arenas + fp8_scales
 
     def copy_blocks(self, src: list[int], dst: list[int]) -> None:
         """Copy whole blocks (codes and scales) in every layer: copy-on-write of a shared partial block."""
-        device = self.layers[0].blocks.device
-        s, d = torch.tensor(src, device=device), torch.tensor(dst, device=device)
-        for layer in self.layers:
-            copy_blocks(layer.blocks, s, layer.blocks, d)
+        groups: dict[int, tuple[list[int], list[int]]] = {}
+        for s_id, d_id in zip(src, dst, strict=True):
+            fmt, s_units = self.units(s_id)
+            _, d_units = self.units(d_id)
+            pair = groups.setdefault(fmt, ([], []))
+            pair[0].extend(s_units)
+            pair[1].extend(d_units)
+        for fmt, (s_units, d_units) in groups.items():
+            s, d = torch.tensor(s_units, device=self.device), torch.tensor(d_units, device=self.device)
+            for layer in self.layers:
+                copy_blocks(layer.views[fmt], s, layer.views[fmt], d)
+
+    def units(self, block_id: int) -> tuple[int, list[int]]:
+        """A block's format and its units in that format's view, in token order."""
+        if not self.pool_layout.mixed:
+            return 0, [block_id]
+        assert self.block_pool is not None, "a mixed-format KVCache needs attach(pool)"
+        block = self.block_pool.blocks[block_id]
+        return block.fmt, [block_id, *block.extra_units]

@@ -1,9 +1,12 @@
 """Per-request view of the pool: block tables, prefix reuse, slot growth, copy-on-write, preemption, release.
 
-The block pool knows blocks; this class knows which request holds which blocks and what their tokens hash to.
+The block pool knows blocks; this class knows which request holds which blocks, what their tokens hash to and, in a
+mixed-format pool, which format each block of a request is stored in (``Request.block_format``).  Room is counted in
+pool units, so a wide block costs what it occupies.
 """
 
 import time
+from collections.abc import Callable
 
 from oxygen_ros.engine.block_hash import block_hash_chain, root_hash
 from oxygen_ros.engine.block_pool import BlockPool
@@ -26,6 +29,7 @@ class KVCacheManager:
         self.kv = kv
         self.tiers = tiers
         self.block_size = kv.layout.block_size
+        self.mixed = kv.pool_layout.mixed
         self.model_id = model_id
         self.kv_dtype = kv_dtype
         host = tiers.host if tiers is not None else None
@@ -45,7 +49,26 @@ class KVCacheManager:
         """
         reusable = (req.num_tokens - 1) // self.block_size
         tokens = req.all_token_ids[: reusable * self.block_size]
-        return block_hash_chain(self._root(req), tokens, self.block_size, req.mm_spans)
+        return block_hash_chain(self._root(req), tokens, self.block_size, req.mm_spans, block_format=self._fmt(req))
+
+    def _fmt(self, req: Request) -> Callable[[int], int] | None:
+        """What the block hashes must know of the formats: nothing in a single-format pool."""
+        return req.block_format if self.mixed else None
+
+    def _units(self, req: Request, first: int, count: int) -> int:
+        """Pool units that blocks ``first .. first + count - 1`` of ``req`` take."""
+        return sum(self.pool.units_for(1, req.block_format(i)) for i in range(first, first + count))
+
+    def _allocate(self, req: Request, first: int, count: int) -> list[int]:
+        """Blocks ``first .. first + count - 1`` of ``req``, each in its format (runs of one format at a time)."""
+        out: list[int] = []
+        while len(out) < count:
+            fmt = req.block_format(first + len(out))
+            run = 1
+            while len(out) + run < count and req.block_format(first + len(out) + run) == fmt:
+                run += 1
+            out += self.pool.allocate(run, fmt)
+        return out
 
     def admit(self, req: Request, hashes: list[bytes] | None = None) -> bool:
         """Give a waiting request blocks for all its tokens, reusing the longest cached prefix: the pool's blocks,
@@ -61,15 +84,15 @@ class KVCacheManager:
                 break
             hits.append(block_id)
         need = cdiv(req.num_tokens, self.block_size) - len(hits)
-        reclaimable_hits = sum(1 for b in hits if self.pool.blocks[b].ref_count == 0)
-        if need > self.pool.num_available - reclaimable_hits:
+        reclaimable_hits = sum(self.pool.blocks[b].num_units for b in hits if self.pool.blocks[b].ref_count == 0)
+        if self._units(req, len(hits), need) > self.pool.num_available - reclaimable_hits:
             return False
         self.pool.prefix_queries += len(hashes)
         self.pool.prefix_hits += len(hits)
         for block_id in hits:
             self.pool.acquire(block_id)
         in_tiers = self.tiers.available(hashes[len(hits) :]) if self.tiers is not None else 0
-        new = self.pool.allocate(need)
+        new = self._allocate(req, len(hits), need)
         start = time.perf_counter()
         restored = self.tiers.promote(hashes[len(hits) : len(hits) + in_tiers], new[:in_tiers]) if in_tiers else 0
         for block_id, h in zip(new[:restored], hashes[len(hits) :]):
@@ -84,10 +107,13 @@ class KVCacheManager:
         req.num_cached_tokens = min(max(req.num_cached_tokens, req.num_computed_tokens), req.num_prompt_tokens)
         return True
 
-    def blocks_needed(self, req: Request, num_new_tokens: int) -> int:
-        """Blocks to allocate before ``num_new_tokens`` more tokens can be written (copy-on-write included)."""
+    def units_needed(self, req: Request, num_new_tokens: int) -> int:
+        """Pool units to allocate before ``num_new_tokens`` more tokens can be written (copy-on-write included)."""
         need = cdiv(req.num_computed_tokens + num_new_tokens, self.block_size) - len(req.block_table)
-        return max(need, 0) + (1 if self._write_block_is_shared(req) else 0)
+        units = self._units(req, len(req.block_table), max(need, 0))
+        if self._write_block_is_shared(req):
+            units += self.pool.blocks[req.block_table[req.num_computed_tokens // self.block_size]].num_units
+        return units
 
     def _write_block_is_shared(self, req: Request) -> bool:
         idx = req.num_computed_tokens // self.block_size
@@ -97,18 +123,18 @@ class KVCacheManager:
 
     def reserve(self, req: Request, num_new_tokens: int) -> bool:
         """Make room to write ``num_new_tokens`` tokens; False, changing nothing, when the pool is too full."""
-        if self.blocks_needed(req, num_new_tokens) > self.pool.num_available:
+        if self.units_needed(req, num_new_tokens) > self.pool.num_available:
             return False
         if self._write_block_is_shared(req):
             idx = req.num_computed_tokens // self.block_size
             old = req.block_table[idx]
-            (new,) = self.pool.allocate(1)
+            (new,) = self.pool.allocate(1, self.pool.blocks[old].fmt)
             self.kv.copy_blocks([old], [new])
             self.pool.release([old])
             req.block_table[idx] = new
         need = cdiv(req.num_computed_tokens + num_new_tokens, self.block_size) - len(req.block_table)
         if need > 0:
-            req.block_table.extend(self.pool.allocate(need))
+            req.block_table.extend(self._allocate(req, len(req.block_table), need))
         return True
 
     def commit(self, req: Request) -> None:
@@ -118,7 +144,8 @@ class KVCacheManager:
             return
         parent = req.block_hashes[-1] if req.block_hashes else None
         tokens = req.all_token_ids[: num_full * self.block_size]
-        new = block_hash_chain(self._root(req), tokens, self.block_size, req.mm_spans, len(req.block_hashes), parent)
+        new = block_hash_chain(self._root(req), tokens, self.block_size, req.mm_spans, len(req.block_hashes), parent,
+                               self._fmt(req))
         for i, h in enumerate(new, start=len(req.block_hashes)):
             self.pool.register_hash(req.block_table[i], h)
         req.block_hashes.extend(new)

@@ -36,6 +36,9 @@ class Request:
     mm_spans: list[MultiModalSpan] = field(default_factory=list)
     bidirectional_len: int = 0  # leading tokens that see each other (a VLA's image tokens); computed in one step
     cache_salt: str = ""
+    kv_format: int = 0  # storage format of its blocks (the pool layout's format id) ...
+    observation_format: int = 0  # ... except its first observation_blocks blocks: the observation prefix's
+    observation_blocks: int = 0
     output_token_ids: list[int] = field(default_factory=list)
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)  # hashes of full blocks registered so far
@@ -50,6 +53,10 @@ class Request:
     first_scheduled_s: float | None = None
     first_token_s: float | None = None
     finished_s: float | None = None
+
+    def block_format(self, index: int) -> int:
+        """Storage format of block ``index`` of this request (mixed-format pools store observations apart)."""
+        return self.observation_format if index < self.observation_blocks else self.kv_format
 
     @property
     def all_token_ids(self) -> list[int]:

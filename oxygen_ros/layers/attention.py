@@ -11,12 +11,16 @@ whatever their order (a prefix-LM mask): pi0.5's image tokens attend to all imag
 all action tokens.  Such a region must be computed in one step (a later chunk could not be seen by an earlier one).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from oxygen_ros.engine.kv_cache import LayerKV
+
+if TYPE_CHECKING:
+    from oxygen_ros.engine.kv_plan import StepPlan
 
 
 @dataclass
@@ -29,6 +33,7 @@ class AttentionMetadata:
     block_tables: torch.Tensor  # [B, max_blocks] int64, padded with 0 (never read past context_lens)
     bidirectional_lens: list[int] | None = None  # per sequence: positions below it see each other; None = causal
     block_mass: torch.Tensor | None = None  # decode only: fp32 [B, max_blocks], every layer adds its attention mass
+    kv_plan: "StepPlan | None" = field(default=None, repr=False)  # mixed-format pools: set by the first layer
 
     @property
     def num_seqs(self) -> int:
@@ -47,17 +52,21 @@ def paged_attention(
     Decode steps read the whole context back from the pool (the new token included), exactly what the paged decode
     kernel does; prefill chunks read the cached prefix from the pool and use their own K/V as computed.
     """
-    cache.write(meta.slot_mapping, k, v)
+    plan = cache.plan(meta)
+    cache.write(meta.slot_mapping, k, v, plan)
     num_heads = q.shape[1]
     B = meta.num_seqs
     if meta.is_decode:
         context_lens = torch.tensor(meta.context_lens, device=q.device)
-        return cache.decode(q, meta.block_tables, context_lens, scale, block_mass=meta.block_mass)
+        return cache.decode(q, meta.block_tables, context_lens, scale, block_mass=meta.block_mass, plan=plan,
+                            lens=meta.context_lens)
     # Prefill (possibly mixed with decode rows): pad to [B, max_q] queries over [cached | new] keys.
     max_q = max(meta.query_lens)
     cached_lens = [c - n for c, n in zip(meta.context_lens, meta.query_lens)]
     max_cached = max(cached_lens)
-    past_k, past_v = cache.gather(meta.block_tables, max_cached, q.dtype) if max_cached else (None, None)
+    past_k, past_v = (None, None)
+    if max_cached:
+        past_k, past_v = cache.gather(meta.block_tables, max_cached, q.dtype, plan=plan, lens=cached_lens)
     kvh, d = k.shape[1], k.shape[2]
     qs = q.new_zeros(B, max_q, num_heads, d)
     new_k = k.new_zeros(B, max_q, kvh, d)

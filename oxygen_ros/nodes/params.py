@@ -59,6 +59,10 @@ DESCRIPTIONS: dict[str, str] = {
     "kv_cache_memory_fraction": "KV pool share of free device memory (CUDA) or available RAM (CPU)",
     "kv_dtype": "KV storage dtype: auto (= compute dtype), fp32, fp16, bf16, int8 or fp8",
     "kv_full_precision_layers": "layer indices whose KV stays at compute precision (integer list)",
+    "kv_observation_dtype": "KV storage of observation prefixes (image tokens, the scene text) that every task "
+    "shares; empty = the task's format",
+    "kv_task_dtypes": "per task type KV storage, a string list of type=dtype (e.g. navigation=int8); others use "
+    "kv_dtype; formats mix in one pool under one budget",
     "max_num_seqs": "requests decoding together",
     "max_model_len": "prompt + generated tokens per request",
     "max_num_batched_tokens": "tokens per forward pass; longer prefills continue in the next step",
@@ -104,20 +108,22 @@ def defaults() -> dict[str, Any]:
 
 
 def _coerce(name: str, value: Any, kind: Any) -> Any:
-    """The value as ``kind`` (str, int, float, bool, list[int]); ints are accepted where floats are expected."""
+    """The value as ``kind`` (str, int, float, bool, list[int], list[str]); ints are accepted where floats are
+    expected."""
     ok = {
         bool: isinstance(value, bool),
         int: isinstance(value, int) and not isinstance(value, bool),
         float: isinstance(value, int | float) and not isinstance(value, bool),
         str: isinstance(value, str),
         list[int]: isinstance(value, list | tuple | array.array) and all(type(v) is int for v in value),
+        list[str]: isinstance(value, list | tuple) and all(isinstance(v, str) for v in value),
     }
     if kind not in ok:  # a new EngineConfig field of another type: configure fails and says so
         raise EngineError(ErrorCode.INTERNAL, f"parameter {name} has a type the node cannot read: {kind}")
     if not ok[kind]:
         expected = getattr(kind, "__name__", str(kind))
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"parameter {name} must be {expected}, got {value!r}")
-    return list(value) if kind == list[int] else kind(value)
+    return list(value) if kind in (list[int], list[str]) else kind(value)
 
 
 def parse(values: dict[str, Any]) -> tuple[EngineConfig, NodeParams]:

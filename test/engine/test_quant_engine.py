@@ -98,14 +98,14 @@ def test_pi05_actions_and_text_through_a_quantized_pool(pi05_tiny, kv_dtype):
 
 
 def test_fp8_scales_follow_only_tokens_that_are_stored():
-    layer = LayerKV(KVBlocks.allocate(KVQuantSpec.parse("fp8"), 2, 16, 1, 8))
+    layer = LayerKV([KVBlocks.allocate(KVQuantSpec.parse("fp8"), 2, 16, 1, 8)])
     stored = torch.ones(4, 1, 8)
     layer.write(torch.arange(4), stored, stored)
     scales = (layer.blocks.k_scale.clone(), layer.blocks.v_scale.clone())
     unstored = torch.full((4, 1, 8), 1e4)  # e.g. the action expert's K/V: slots -1, never kept
     layer.write(torch.full((4,), -1), unstored, unstored)
     assert torch.equal(layer.blocks.k_scale, scales[0]) and torch.equal(layer.blocks.v_scale, scales[1])
-    assert float(layer.calibrator.target_scales().max()) < 1.0
+    assert float(layer.calibrators[0].target_scales().max()) < 1.0
 
 
 def _saturated_codes(engine) -> int:
@@ -121,7 +121,7 @@ def test_fp8_calibration_holds_over_many_requests(smollm2_bundle):
     finite, no code saturates, and the repeated wave decodes as it did the first time (no drift)."""
     engine = make_engine(smollm2_bundle, kv_dtype="fp8", enable_prefix_caching=False)
     for layer in engine.kv.layers:
-        layer.calibrator = Fp8Calibrator(layer.blocks.num_kv_heads, window=8)
+        layer.calibrators[0] = Fp8Calibrator(layer.blocks.num_kv_heads, window=8)
     questions = [f"Describe object number {i} on the kitchen table." for i in range(8)]
     waves = [(PROMPTS, 16), (questions[:4], 16), (questions[4:], 16), (PROMPTS, 8)]
     outputs, scales = [], []
@@ -188,5 +188,5 @@ def test_fp8_where_its_kernels_cannot_run_is_rejected_at_startup():
         env["CUDA_VISIBLE_DEVICES"] = ""
     out = subprocess.run([sys.executable, "-c", STARTUP], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("FAILED_PRECONDITION: kv_dtype 'fp8' cannot run here: fp8 KV kernels fail on cpu")
+    assert out.stdout.startswith("FAILED_PRECONDITION: KV format fp8 cannot run here: fp8 KV kernels fail on cpu")
     assert "TRITON_INTERPRET=1" in out.stdout

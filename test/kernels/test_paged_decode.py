@@ -34,15 +34,18 @@ CASES = [
 
 
 def naive_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], sm_scale: float):
-    """fp64 softmax attention, one sequence at a time, GQA by repeating kv-heads: (out [B, H, d], probs per row)."""
-    outs, probs = [], []
+    """fp64 softmax attention, one sequence at a time, GQA by repeating kv-heads: (out [B, H, d], probs per row,
+    log-sum-exp of the scores [B, H])."""
+    outs, probs, lses = [], [], []
     for b, (k, v) in enumerate(zip(keys, values, strict=True)):
         group = q.shape[1] // k.shape[1]
         k, v = (x.double().cpu().repeat_interleave(group, dim=1) for x in (k, v))
-        p = (torch.einsum("hd,nhd->hn", q[b].double().cpu(), k) * sm_scale).softmax(dim=-1)
+        scores = torch.einsum("hd,nhd->hn", q[b].double().cpu(), k) * sm_scale
+        p = scores.softmax(dim=-1)
         outs.append(torch.einsum("hn,nhd->hd", p, v))
         probs.append(p)
-    return torch.stack(outs), probs
+        lses.append(scores.logsumexp(dim=-1))
+    return torch.stack(outs), probs, torch.stack(lses)
 
 
 @pytest.mark.parametrize("dtype,kv_heads,group,block_size,lens,head_dim", CASES)
@@ -52,22 +55,24 @@ def test_paged_decode(dtype, kv_heads, group, block_size, lens, head_dim, make_p
     q_dtype = Q_DTYPE.get(dtype, torch.float32)
     q = torch.randn(len(lens), kv_heads * group, head_dim, generator=gen).to(device, q_dtype)
     sm_scale = head_dim**-0.5
-    mass = {}
-    out = {}
+    mass, out, lse = {}, {}, {}
     for backend in ("triton", "torch"):
         mass[backend] = torch.zeros(case.tables.shape, device=device)
+        lse[backend] = torch.zeros(q.shape[:2], device=device)
         out[backend] = paged_decode_attention(q, case.blocks, case.tables, case.lens, sm_scale,
-                                              block_mass=mass[backend], backend=backend)
+                                              block_mass=mass[backend], lse=lse[backend], backend=backend)
         assert out[backend].dtype == q_dtype and out[backend].shape == q.shape
     atol = OUTPUT_ATOL[q_dtype]
     torch.testing.assert_close(out["triton"], out["torch"], atol=atol, rtol=0)
 
     # Naive attention on the K/V as stored: gathered and dequantized by the Triton gather kernel.
     k_all, v_all = gather_kv(case.blocks, case.tables, max(lens), backend="triton")
-    stored, probs = naive_attention(q, [k_all[b, :n] for b, n in enumerate(lens)],
+    stored, probs, stored_lse = naive_attention(q, [k_all[b, :n] for b, n in enumerate(lens)],
                                     [v_all[b, :n] for b, n in enumerate(lens)], sm_scale)
     torch.testing.assert_close(out["triton"].double().cpu(), stored, atol=atol, rtol=0)
-    original, _ = naive_attention(q, case.k, case.v, sm_scale)
+    for backend in ("triton", "torch"):  # the log-sum-exp that lets partial attentions be merged
+        torch.testing.assert_close(lse[backend].double().cpu(), stored_lse, atol=1e-4, rtol=1e-5)
+    original, _, _ = naive_attention(q, case.k, case.v, sm_scale)
     torch.testing.assert_close(out["triton"].double().cpu(), original, atol=ORIGINAL_ATOL[dtype], rtol=0)
 
     # Block mass: per table entry, softmax probability summed over the block's tokens and all heads.
@@ -77,6 +82,11 @@ def test_paged_decode(dtype, kv_heads, group, block_size, lens, head_dim, make_p
         for entry in range(-(-lens[b] // block_size)):
             expected[b, entry] = per_token[entry * block_size : (entry + 1) * block_size].sum()
     torch.testing.assert_close(mass["triton"], mass["torch"], atol=1e-5, rtol=0)
+    for backend in ("triton", "torch"):  # per head: what merging partial attentions needs; each head's row sums to 1
+        per_head = torch.zeros(len(lens), q.shape[1], case.tables.shape[1], device=device)
+        paged_decode_attention(q, case.blocks, case.tables, case.lens, sm_scale, block_mass=per_head, backend=backend)
+        torch.testing.assert_close(per_head.sum(dim=1), mass[backend], atol=1e-5, rtol=0)
+        torch.testing.assert_close(per_head.sum(dim=2), torch.ones_like(per_head[:, :, 0]), atol=1e-5, rtol=0)
     torch.testing.assert_close(mass["triton"].double().cpu(), expected, atol=1e-4, rtol=0)
 
 

@@ -35,10 +35,12 @@ def test_shipped_config_names_only_declared_parameters():
 
 
 def test_ints_are_accepted_for_floats_and_arrays_become_lists():
-    values = params.defaults() | {"stats_rate_hz": 5, "kv_full_precision_layers": array.array("q", [0, 2])}
+    values = params.defaults() | {"stats_rate_hz": 5, "kv_full_precision_layers": array.array("q", [0, 2]),
+                                  "kv_task_dtypes": ("navigation=int8",)}  # fmt: skip
     engine_config, node_params = params.parse(values)
     assert node_params.stats_rate_hz == 5.0 and isinstance(node_params.stats_rate_hz, float)
     assert engine_config.kv_full_precision_layers == [0, 2]
+    assert engine_config.kv_task_dtypes == ["navigation=int8"]
 
 
 @pytest.mark.parametrize(
@@ -48,6 +50,8 @@ def test_ints_are_accepted_for_floats_and_arrays_become_lists():
         ("eager_prefill", 1, "eager_prefill must be bool"),
         ("max_queue", 2.5, "max_queue must be int"),
         ("kv_full_precision_layers", [0.5], "kv_full_precision_layers must be"),
+        ("kv_task_dtypes", [3], "kv_task_dtypes must be"),
+        ("kv_task_dtypes", ["vqa:int8"], "kv_task_dtypes entry 'vqa:int8'"),
         ("block_size", 12, "power of two"),
         ("stats_rate_hz", 0.0, "stats_rate_hz must be a positive number"),
         ("action_period_s", float("nan"), "action_period_s must be a positive number"),

@@ -1,0 +1,190 @@
+"""Several KV formats in one pool under one byte budget: unit accounting, the per-format kernels merged against a
+reference built from single-format storage, and the engine serving tasks whose observation prefix and own blocks
+are stored in different formats."""
+
+import numpy as np
+import pytest
+import torch
+from engine_helpers import make_engine
+
+from oxygen_ros.engine.block_pool import BlockPool
+from oxygen_ros.engine.eviction import LRUEviction
+from oxygen_ros.engine.io import GenerateRequest, Observation
+from oxygen_ros.engine.kv_cache import KVCache, KVLayout, PoolLayout
+from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.kernels import KVBlocks, KVQuantSpec, gather_kv, write_kv
+from oxygen_ros.layers.attention import AttentionMetadata
+
+BS, KVH, D, GROUP = 16, 2, 32, 3
+
+
+def _layouts(*names: str) -> PoolLayout:
+    return PoolLayout(tuple(KVLayout(1, KVH, D, BS, KVQuantSpec.parse(n).storage_dtype) for n in names))
+
+
+def test_units_one_budget_for_blocks_of_every_width():
+    pool = BlockPool(8, policy=LRUEviction(), units_per_block=(1, 4))
+    wide = pool.allocate(1, fmt=1)
+    narrow = pool.allocate(4, fmt=0)
+    assert (pool.num_free, pool.num_used) == (0, 8)
+    pool.check_invariants([wide, narrow])
+    with pytest.raises(MemoryError):
+        pool.allocate(1)
+    for i, block in enumerate(narrow):
+        pool.register_hash(block, bytes([i]))
+    pool.release(narrow)  # cached, reusable
+    assert (pool.num_cached, pool.num_available) == (4, 4)
+    pool.check_invariants([wide])
+    (second,) = pool.allocate(1, fmt=1)  # evicts all four narrow blocks for one wide one
+    assert pool.evictions == 4 and pool.num_cached == 0 and len(pool.blocks[second].extra_units) == 3
+    pool.check_invariants([wide, [second]])
+    pool.release([wide[0], second])
+    assert pool.num_free == 8
+    pool.check_invariants()
+
+
+def test_pool_layout_counts_units_and_bytes():
+    mixed = _layouts("fp32", "int8", "fp16")
+    assert [mixed.units_per_block(f) for f in range(3)] == [4, 1, 2]
+    assert mixed.unit_bytes == 2 * BS * KVH * (D + 4)  # int8 codes + their fp32 scales
+    fp32_alone = KVLayout(1, KVH, D, BS, torch.float32).bytes_per_block
+    assert fp32_alone < mixed.bytes_per_block(0) <= fp32_alone * (1 + 4 / D)  # a wide block pays the idle scales
+    with pytest.raises(ValueError, match="single-format"):
+        PoolLayout((KVLayout(1, KVH, D, BS, torch.int8, (0,)), KVLayout(1, KVH, D, BS, torch.float32)))
+
+
+def _reference_values(
+    spec_name: str, k: torch.Tensor, v: torch.Tensor, like: KVBlocks
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """K/V [n, KVH, D] as a single-format pool of ``spec_name`` stores and reads them back (independent of the
+    mixed pool's views and plans; fp8 with the per-head scales the mixed pool's calibrator chose, ``like``'s)."""
+    blocks = KVBlocks.allocate(KVQuantSpec.parse(spec_name), -(-len(k) // BS), BS, KVH, D)
+    if blocks.spec.kind == "fp8":
+        blocks.k_scale.copy_(like.k_scale)
+        blocks.v_scale.copy_(like.v_scale)
+    write_kv(blocks, torch.arange(len(k)), k, v)
+    keys, values = gather_kv(blocks, torch.arange(blocks.num_blocks)[None], len(k))
+    return keys[0], values[0]
+
+
+@pytest.mark.parametrize("names", [("fp32", "int8", "fp16"), ("int8", "fp8")], ids=["fp32+int8+fp16", "int8+fp8"])
+def test_mixed_decode_and_gather_equal_attention_over_each_formats_storage(names):
+    """Three sequences whose blocks alternate formats (an observation prefix in one, the rest in another, a
+    partial last block): the per-format kernels merged by log-sum-exp equal fp64 attention over the K/V each
+    format stores; block mass goes back to the right table entries; gather returns every stored token."""
+    pool_layout = _layouts(*names)
+    pool = BlockPool(64, policy=LRUEviction(), units_per_block=[pool_layout.units_per_block(f)
+                                                                 for f in range(len(names))])  # fmt: skip
+    kv = KVCache(pool_layout, 64, torch.device("cpu"))
+    kv.attach(pool)
+    layer = kv.layers[0]
+    gen = torch.Generator().manual_seed(3)
+    lens = [37, 16, 50]
+    formats = [[0, 0, 1], [1], [1, 0, 1, len(names) - 1]]  # per block
+    tables = [[pool.allocate(1, f)[0] for f in row] for row in formats]
+    k = [torch.randn(n, KVH, D, generator=gen) for n in lens]
+    v = [torch.randn(n, KVH, D, generator=gen) for n in lens]
+    slots = torch.tensor([t[i // BS] * BS + i % BS for t, n in zip(tables, lens) for i in range(n)])
+    width = max(map(len, tables))
+    block_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables])
+    meta = AttentionMetadata(slots, lens, lens, block_tables)
+    plan = layer.plan(meta)
+    layer.write(slots, torch.cat(k), torch.cat(v), plan)
+
+    # Reference: each format's tokens of each row stored in a pool of that format alone.
+    ref_k, ref_v, owner = [], [], []
+    for row, n in enumerate(lens):
+        fmt_of_token = torch.tensor([formats[row][i // BS] for i in range(n)])
+        parts = [(f, (fmt_of_token == f).nonzero().flatten()) for f in range(len(names))]
+        stored = [(f, idx, *_reference_values(names[f], k[row][idx], v[row][idx], layer.views[f]))
+                  for f, idx in parts if len(idx)]  # fmt: skip
+        ref_k.append(torch.cat([s[2] for s in stored]))
+        ref_v.append(torch.cat([s[3] for s in stored]))
+        owner.append(torch.cat([idx // BS for _, idx, _, _ in stored]))
+
+    q = torch.randn(len(lens), KVH * GROUP, D, generator=gen)
+    mass = torch.zeros(block_tables.shape)
+    out = layer.decode(q, block_tables, torch.tensor(lens), D**-0.5, block_mass=mass, plan=plan, lens=lens)
+    for row in range(len(lens)):
+        keys, values = (x.double().repeat_interleave(GROUP, dim=1) for x in (ref_k[row], ref_v[row]))
+        probs = (torch.einsum("hd,nhd->hn", q[row].double(), keys) * D**-0.5).softmax(dim=-1)
+        torch.testing.assert_close(out[row].double(), torch.einsum("hn,nhd->hd", probs, values), atol=2e-5, rtol=0)
+        expected = torch.zeros(width, dtype=torch.float64).index_add_(0, owner[row], probs.sum(dim=0))
+        torch.testing.assert_close(mass[row].double(), expected, atol=1e-5, rtol=0)
+
+    keys, values = layer.gather(block_tables, max(lens), torch.float32, plan=plan, lens=lens)
+    for row, n in enumerate(lens):
+        torch.testing.assert_close(keys[row, :n], ref_k[row], atol=0, rtol=0)
+        torch.testing.assert_close(values[row, :n], ref_v[row], atol=0, rtol=0)
+
+
+OBSERVATION = Observation(text="A red cup stands on the left of the table, a blue box on the right, a door ahead.")
+QUESTIONS = [("vqa", "What color is the cup?"), ("navigation", "Where is the door?"), ("vqa", "What is on the right?")]
+
+
+def _ask(engine, questions=QUESTIONS, max_new: int = 12):
+    requests = [GenerateRequest(q, task_id=t, task_type=t, observation=OBSERVATION, chat=True,
+                                sampling=SamplingParams(max_new_tokens=max_new, ignore_eos=True))
+                for t, q in questions]  # fmt: skip
+    return engine.generate(requests)
+
+
+def test_quantized_task_blocks_share_the_full_precision_observation(smollm2_bundle):
+    """Per-content policy: the observation prefix at full precision, navigation's own blocks in int8.  The vqa
+    answers are exactly the single-format pool's (which equal HF transformers, test_smollm2_vs_hf), navigation's
+    starts like it and reuses the observation blocks vqa computed, no block leaks, and while both run the stats
+    report each task's formats and bytes (an int8 block costs a quarter of an fp32 one)."""
+    reference = _ask(make_engine(smollm2_bundle))
+    engine = make_engine(smollm2_bundle, kv_observation_dtype="fp32", kv_task_dtypes=["navigation=int8"])
+    assert engine.kv_dtype_name == "fp32+int8"
+    outs = _ask(engine)
+    assert outs[0].token_ids == reference[0].token_ids and outs[2].token_ids == reference[2].token_ids
+    assert outs[1].token_ids[:2] == reference[1].token_ids[:2]
+    assert outs[1].reused_prefix_tokens >= 2 * 16  # the full blocks of the system turn that holds the observation
+    engine.check_invariants()
+    assert engine.pool.num_used == 0
+    for t, q in QUESTIONS[:2]:
+        engine.submit(GenerateRequest(q, task_id=t, task_type=t, observation=OBSERVATION, chat=True))
+    engine.step()
+    tasks = {t.task_id: t for t in engine.stats().tasks}
+    assert tasks["vqa"].kv_dtype == "fp32" and tasks["navigation"].kv_dtype == "fp32+int8"
+    unit = engine.pool_layout.unit_bytes
+    nav = [engine.pool.blocks[b] for r in engine.active_requests() if r.task_id == "navigation" for b in r.block_table]
+    assert tasks["navigation"].bytes == sum(4 * unit if b.fmt == 0 else unit for b in nav)
+    assert any(b.fmt == 1 for b in nav) and any(b.fmt == 0 for b in nav)
+
+
+def test_pi05_image_prefix_at_full_precision_with_int8_text(pi05_tiny):
+    rng = np.random.default_rng(0)
+    obs = Observation(images=[rng.integers(0, 256, (224, 224, 3), dtype=np.uint8) for _ in range(3)], state=[0.3])
+
+    def run(**overrides):
+        engine = make_engine(pi05_tiny, **overrides)
+        request = GenerateRequest("pick up the cup", task_type="instruction", observation=obs, want_actions=True,
+                                  sampling=SamplingParams(max_new_tokens=3, seed=5))
+        return engine, engine.generate([request])[0]
+
+    engine, out = run(kv_observation_dtype="fp32", kv_task_dtypes=["instruction=int8"])
+    _, reference = run()
+    assert out.ok and out.actions.shape == (10, 32)
+    np.testing.assert_allclose(out.actions, reference.actions, atol=1e-3)
+    assert out.token_ids == reference.token_ids
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"kv_task_dtypes": ["vqa"]}, "type=dtype"),
+        ({"kv_task_dtypes": ["robot=int8"]}, "type=dtype"),
+        ({"kv_task_dtypes": ["vqa=int8", "vqa=fp8"]}, "type=dtype"),
+        ({"kv_task_dtypes": ["vqa=int9"]}, "kv_task_dtypes must be auto or a KV storage format"),
+        ({"kv_observation_dtype": "fp4"}, "kv_observation_dtype must be auto or a KV storage format"),
+        ({"kv_task_dtypes": ["vqa=int8"], "kv_full_precision_layers": [0]}, "single-format"),
+        ({"kv_task_dtypes": ["vqa=int8"], "cpu_tier_bytes": 1 << 20}, "tiers hold one KV format"),
+    ],
+)
+def test_bad_mixed_configuration_is_rejected_at_startup(tiny_bundle, overrides, message):
+    with pytest.raises(EngineError, match=message) as err:
+        make_engine(tiny_bundle, **overrides)
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
