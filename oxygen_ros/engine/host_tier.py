@@ -2,8 +2,8 @@
 
 Format ``int8`` (the default) stores float layers as int8 with per token-head scales (fp16 -> int8 is the article's
 2:1, fp32 -> int8 about 3.8:1) and int8 / fp8 layers as they are; ``pool`` stores every layer in the pool's own
-format, so a block comes back bit for bit.  Moves in and out are one ``requantize_blocks`` per layer over all the
-blocks of a call.  Replacement is LRU over blocks; a block pushed out is handed back to the caller (for the disk
+format, so a block comes back bit for bit.  Moves in and out go through a ``BlockMover`` (``block_moves.py``): one
+requantization per layer over all the blocks of a call, on the pool's device, with compact codes crossing the bus.  Replacement is LRU over blocks; a block pushed out is handed back to the caller (for the disk
 tier) before its slot is reused.
 """
 
@@ -12,8 +12,9 @@ from dataclasses import replace
 
 import torch
 
+from oxygen_ros.engine.block_moves import BlockMover, take
 from oxygen_ros.engine.kv_cache import KVLayout
-from oxygen_ros.kernels import KVBlocks, KVQuantSpec, requantize_blocks
+from oxygen_ros.kernels import KVBlocks, KVQuantSpec
 
 HOST_FORMATS = ("int8", "pool")
 
@@ -31,22 +32,14 @@ def host_layout(layout: KVLayout, fmt: str) -> KVLayout:
 
 def take_blocks(layers: list[KVBlocks], index: int) -> list[KVBlocks]:
     """A copy of block ``index`` of every layer as one-block ``KVBlocks`` on the CPU (fp8: the layer's scales)."""
-
-    def one(t: torch.Tensor | None, per_block: bool) -> torch.Tensor | None:
-        if t is None:
-            return None
-        return (t[index : index + 1] if per_block else t).to("cpu", copy=True)
-
-    out = []
-    for blocks in layers:
-        per_block = blocks.spec.kind == "int8"
-        out.append(KVBlocks(one(blocks.k, True), one(blocks.v, True), one(blocks.k_scale, per_block),
-                            one(blocks.v_scale, per_block)))  # fmt: skip
-    return out
+    return [take(blocks, torch.tensor([index]), torch.device("cpu")) for blocks in layers]
 
 
 class HostTier:
-    def __init__(self, layout: KVLayout, capacity_bytes: int, fmt: str = "int8", pin: bool = False) -> None:
+    def __init__(
+        self, layout: KVLayout, capacity_bytes: int, fmt: str = "int8", device: torch.device = torch.device("cpu")
+    ) -> None:
+        """``device``: the pool's; on CUDA the arena is pinned and promotions copy on a side stream."""
         if fmt not in HOST_FORMATS:
             raise ValueError(f"cpu_tier_format must be one of {HOST_FORMATS}, got {fmt!r}")
         self.layout = host_layout(layout, fmt)
@@ -54,7 +47,8 @@ class HostTier:
         if self.num_slots < 1:
             raise ValueError(f"cpu_tier_bytes={capacity_bytes} holds no block of {self.layout.bytes_per_block} bytes")
         self.capacity_bytes = self.num_slots * self.layout.bytes_per_block
-        self.layers = [self._arena(i, pin) for i in range(layout.num_layers)]
+        self.layers = [self._arena(i, pin=device.type == "cuda") for i in range(layout.num_layers)]
+        self.mover = BlockMover(device)
         self._slots: OrderedDict[bytes, int] = OrderedDict()  # block hash -> slot, least recently used first
         self._free = list(range(self.num_slots - 1, -1, -1))
         self._fp8_scales_set = False
@@ -108,7 +102,7 @@ class HostTier:
             self._free.append(slot)
         slots = [self._free.pop() for _ in new]
         self._init_fp8_scales(src)
-        self._move(src, [i for _, i in new], self.layers, slots)
+        self.mover.move(src, [i for _, i in new], self.layers, slots)
         for (h, _), slot in zip(new, slots):
             self._slots[h] = slot
         return pushed
@@ -116,7 +110,7 @@ class HostTier:
     def restore(self, hashes: list[bytes], dst: list[KVBlocks], dst_ids: list[int]) -> None:
         """Write the stored blocks ``hashes`` into blocks ``dst_ids`` of the ``dst`` layers (in dst's format)."""
         self.touch(hashes)
-        self._move(self.layers, [self._slots[h] for h in hashes], dst, dst_ids)
+        self.mover.move(self.layers, [self._slots[h] for h in hashes], dst, dst_ids)
 
     def _init_fp8_scales(self, src: list[KVBlocks]) -> None:
         """fp8 layers keep the pool's per-head scales as of the first block stored (the pool's are calibrated by
@@ -128,9 +122,3 @@ class HostTier:
             if mine.spec.kind == "fp8" and theirs.spec.kind == "fp8":
                 mine.k_scale.copy_(theirs.k_scale)
                 mine.v_scale.copy_(theirs.v_scale)
-
-    @staticmethod
-    def _move(src: list[KVBlocks], src_ids: list[int], dst: list[KVBlocks], dst_ids: list[int]) -> None:
-        s, d = torch.tensor(src_ids), torch.tensor(dst_ids)
-        for a, b in zip(src, dst, strict=True):
-            requantize_blocks(a, s.to(a.device), b, d.to(b.device))

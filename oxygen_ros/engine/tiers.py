@@ -6,7 +6,8 @@ A prefix lookup that misses the pool continues down the tiers (``available``) an
 A block of that chain that is still in the pool (its parent was evicted before it) is copied from there: it cannot
 be shared, as a promotion cut short by a bad file leaves the rest of the chain to be recomputed in place.
 Disk reads run on a worker thread ``prefetch_degree`` blocks ahead of the block being restored, so decompression
-overlaps the copies (zstd and file reads release the GIL).  L1 keeps a promoted block too (inclusive), so a block
+overlaps the copies (zstd and file reads release the GIL); on CUDA the host-to-device copies of restored blocks run
+on a side stream as compact codes and are requantized on the GPU (``block_moves.py``).  L1 keeps a promoted block too (inclusive), so a block
 that bounces between the pool and L1 is copied out only once.
 
 Hit accounting: L0's hits and misses are the pool's prefix counters; a block that misses L0 and is restored from L1
@@ -25,13 +26,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 from oxygen_ros.config import EngineConfig
+from oxygen_ros.engine.block_moves import BlockMover
 from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.disk_tier import DiskTier
 from oxygen_ros.engine.host_tier import HostTier, take_blocks
 from oxygen_ros.engine.io import TierUsage
 from oxygen_ros.engine.kv_cache import KVCache
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.kernels import KVBlocks, copy_blocks, requantize_blocks
+from oxygen_ros.kernels import KVBlocks, copy_blocks
 
 
 class TierManager:
@@ -47,6 +49,7 @@ class TierManager:
         self.host_hits = 0
         self.disk_hits = 0
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="oxygen-kv-prefetch") if disk else None
+        self.mover = host.mover if host is not None else BlockMover(pool_layers[0].device)
 
     def demote(self, block_ids: list[int], hashes: list[bytes]) -> None:
         """Save evicted pool blocks before their ids are reused (the pool's ``on_evict`` hook)."""
@@ -129,10 +132,7 @@ class TierManager:
         return future.result() if future is not None else None
 
     def _write(self, layers: list[KVBlocks], dst_id: int) -> None:
-        zero = torch.zeros(1, dtype=torch.long)
-        dst = torch.tensor([dst_id])
-        for src, pool in zip(layers, self.pool_layers, strict=True):
-            requantize_blocks(src, zero, pool, dst.to(pool.device))
+        self.mover.move(layers, [0], self.pool_layers, [dst_id])
 
     def save(self, hashes: list[bytes], block_ids: list[int]) -> None:
         """Copy pool blocks (still held) into L1 under ``hashes``; L1's overflow goes to L2."""
@@ -201,7 +201,7 @@ def build_tiers(config: EngineConfig, kv: KVCache, pool: BlockPool, key: str) ->
         return None
     layout, device = kv.layout, kv.layers[0].blocks.device
     try:
-        host = HostTier(layout, config.cpu_tier_bytes, config.cpu_tier_format, pin=device.type == "cuda") \
+        host = HostTier(layout, config.cpu_tier_bytes, config.cpu_tier_format, device) \
             if config.cpu_tier_bytes else None  # fmt: skip
     except ValueError as exc:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
