@@ -107,12 +107,6 @@ class Engine:
             pool_layout = PoolLayout(layouts)
         except ValueError as exc:
             raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
-        if pool_layout.mixed and (cfg.cpu_tier_bytes or cfg.disk_tier_path):
-            raise EngineError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"the memory tiers hold one KV format; this pool mixes {pool_layout.name} (kv_task_dtypes / "
-                "kv_observation_dtype): turn the tiers off or use one format",
-            )
         for lay in layouts:
             for spec in dict.fromkeys(lay.layer_spec(i) for i in range(b.num_layers)):  # e.g. fp8 and fp32 layers
                 why = format_support_error(spec, self.device)

@@ -13,7 +13,7 @@ In a single-format pool a unit is a block and its id is the block's id: that is 
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,6 +28,7 @@ from oxygen_ros.kernels import (
     write_kv,
 )
 from oxygen_ros.kernels.quant_spec import SCALE_DTYPE
+from oxygen_ros.engine.block_moves import take
 
 if TYPE_CHECKING:
     from oxygen_ros.engine.block_pool import BlockPool
@@ -318,6 +319,54 @@ class KVCache:
             for layer in self.layers:
                 copy_blocks(layer.views[fmt], s, layer.views[fmt], d)
 
+    # --- whole blocks, as the memory tiers move them -----------------------------------------------------------
+    def _by_format(self, block_ids: list[int]) -> dict[int, tuple[list[int], list[int]]]:
+        """{format: (positions in ``block_ids``, their units flattened)}."""
+        groups: dict[int, tuple[list[int], list[int]]] = {}
+        for position, block_id in enumerate(block_ids):
+            fmt, units = self.units(block_id)
+            group = groups.setdefault(fmt, ([], []))
+            group[0].append(position)
+            group[1].extend(units)
+        return groups
+
+    def read_blocks(self, block_ids: list[int]) -> list[tuple[list[int], list[KVBlocks], list[int]]]:
+        """The blocks as ``block_size``-token blocks, grouped by format: (positions in ``block_ids``, one
+        ``KVBlocks`` per layer, indices into them).  A one-unit format is read in place; a wider one is copied out
+        (its units are not adjacent) and reshaped."""
+        out = []
+        for fmt, (positions, units) in self._by_format(block_ids).items():
+            width = self.pool_layout.units_per_block(fmt)
+            if width == 1:
+                out.append((positions, [layer.views[fmt] for layer in self.layers], units))
+                continue
+            flat = torch.tensor(units, device=self.device)
+            layers = [_whole(take(layer.views[fmt], flat, self.device), width) for layer in self.layers]
+            out.append((positions, layers, list(range(len(positions)))))
+        return out
+
+    def write_blocks(
+        self, block_ids: list[int], fill: Callable[[list[KVBlocks], list[int], list[int]], None]
+    ) -> None:
+        """Have ``fill(layers, indices, positions)`` write the blocks (``block_size``-token blocks of each layer,
+        one call per format): a one-unit format in place, a wider one into a buffer then scattered to its units."""
+        for fmt, (positions, units) in self._by_format(block_ids).items():
+            width = self.pool_layout.units_per_block(fmt)
+            if width == 1:
+                fill([layer.views[fmt] for layer in self.layers], units, positions)
+                continue
+            lay = self.pool_layout.formats[fmt]
+            buffers = [
+                KVBlocks.allocate(lay.layer_spec(i), len(positions), lay.block_size, lay.num_kv_heads, lay.head_dim,
+                                  self.device)
+                for i in range(lay.num_layers)
+            ]  # fmt: skip
+            fill(buffers, list(range(len(positions))), positions)
+            flat = torch.tensor(units, device=self.device)
+            every = torch.arange(len(units), device=self.device)
+            for layer, buffer in zip(self.layers, buffers, strict=True):
+                copy_blocks(_split(buffer, width), every, layer.views[fmt], flat)
+
     def units(self, block_id: int) -> tuple[int, list[int]]:
         """A block's format and its units in that format's view, in token order."""
         if not self.pool_layout.mixed:
@@ -325,3 +374,17 @@ class KVCache:
         assert self.block_pool is not None, "a mixed-format KVCache needs attach(pool)"
         block = self.block_pool.blocks[block_id]
         return block.fmt, [block_id, *block.extra_units]
+
+
+def _whole(units: KVBlocks, width: int) -> KVBlocks:
+    """``width`` consecutive units of a float format as one block each (wide formats have no scales)."""
+    n, tokens, heads, dim = units.k.shape
+    return replace(units, k=units.k.view(n // width, tokens * width, heads, dim),
+                   v=units.v.view(n // width, tokens * width, heads, dim))  # fmt: skip
+
+
+def _split(blocks: KVBlocks, width: int) -> KVBlocks:
+    """Blocks of a float format as ``width`` units each, in token order."""
+    n, tokens, heads, dim = blocks.k.shape
+    return replace(blocks, k=blocks.k.view(n * width, tokens // width, heads, dim),
+                   v=blocks.v.view(n * width, tokens // width, heads, dim))  # fmt: skip

@@ -27,13 +27,13 @@ class KVCacheManager:
     ) -> None:  # fmt: skip
         self.pool = pool
         self.kv = kv
+        self.mixed = kv.pool_layout.mixed
         self.tiers = tiers
         self.block_size = kv.layout.block_size
-        self.mixed = kv.pool_layout.mixed
         self.model_id = model_id
         self.kv_dtype = kv_dtype
         host = tiers.host if tiers is not None else None
-        lossless_host = host is not None and all(
+        lossless_host = host is not None and not self.mixed and all(
             host.layout.layer_spec(i) == kv.layout.layer_spec(i) for i in range(kv.layout.num_layers)
         )
         self.costs = PreemptionCosts(preemption_mode, lossless_host)
@@ -169,7 +169,7 @@ class KVCacheManager:
             keys.append(swap_key(req.request_id))
             ids.append(req.block_table[full])
         recompute = req.num_computed_tokens - (full - len(own)) * self.block_size
-        num_bytes = len(ids) * self.kv.layout.bytes_per_block
+        num_bytes = sum(self.pool.blocks[i].num_units for i in ids) * self.kv.pool_layout.unit_bytes
         if not self.costs.should_swap(num_bytes, recompute):
             self.costs.recomputed += 1
             self.free(req)
@@ -193,7 +193,7 @@ class KVCacheManager:
                 req.num_computed_tokens = record.tokens
                 restored += 1
             self.tiers.discard(record.tail_key)
-        self.costs.observe_swap(restored * self.kv.layout.bytes_per_block, time.perf_counter() - start)
+        self.costs.observe_swap(restored * self.kv.pool_layout.bytes_per_block(req.kv_format), time.perf_counter() - start)
 
     def free(self, req: Request) -> None:
         """Release every block (and anything a swap left in L1 for it); tail blocks go to the cached list first so

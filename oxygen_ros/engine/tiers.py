@@ -22,6 +22,7 @@ model and KV format starts with those prefixes on disk.
 """
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 
 import torch
 
@@ -33,31 +34,33 @@ from oxygen_ros.engine.host_tier import HostTier, take_blocks
 from oxygen_ros.engine.io import TierUsage
 from oxygen_ros.engine.kv_cache import KVCache
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.kernels import KVBlocks, copy_blocks
+from oxygen_ros.kernels import KVBlocks
 
 
 class TierManager:
     def __init__(
-        self, pool: BlockPool, pool_layers: list[KVBlocks], host: HostTier | None, disk: DiskTier | None,
-        prefetch_degree: int = 2,
+        self, pool: BlockPool, kv: KVCache, host: HostTier | None, disk: DiskTier | None, prefetch_degree: int = 2,
     ) -> None:  # fmt: skip
+        """``kv``: the pool's storage, read and written as whole blocks (``KVCache.read_blocks`` / ``write_blocks``),
+        so pools of one format and of several are handled alike."""
         self.pool = pool
-        self.pool_layers = pool_layers
+        self.kv = kv
         self.host = host
         self.disk = disk
         self.prefetch_degree = prefetch_degree
         self.host_hits = 0
         self.disk_hits = 0
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="oxygen-kv-prefetch") if disk else None
-        self.mover = host.mover if host is not None else BlockMover(pool_layers[0].device)
+        self.mover = host.mover if host is not None else BlockMover(kv.device)
 
     def demote(self, block_ids: list[int], hashes: list[bytes]) -> None:
         """Save evicted pool blocks before their ids are reused (the pool's ``on_evict`` hook)."""
         if self.host is not None:
-            self._to_host(hashes, self.pool_layers, block_ids)
+            self.save(hashes, block_ids)
         elif self.disk is not None:
-            for block_hash, block_id in zip(hashes, block_ids):
-                self.disk.store(block_hash, take_blocks(self.pool_layers, block_id))
+            for positions, layers, indices in self.kv.read_blocks(block_ids):
+                for position, index in zip(positions, indices):
+                    self.disk.store(hashes[position], take_blocks(layers, index))
 
     def _to_host(self, hashes: list[bytes], layers: list[KVBlocks], ids: list[int]) -> None:
         """Blocks into L1; what L1 pushes out goes to L2 when there is one."""
@@ -92,7 +95,7 @@ class TierManager:
                     continue
                 run = self._host_run(hashes[done:])
                 if run:
-                    self.host.restore(hashes[done : done + run], self.pool_layers, dst_ids[done : done + run])
+                    self._from_host(hashes[done : done + run], dst_ids[done : done + run])
                     self.host_hits += run
                     done += run
                     continue
@@ -117,9 +120,13 @@ class TierManager:
 
     def _copy_in_pool(self, src_id: int, dst_id: int) -> None:
         self.pool.prefix_hits += 1  # served by the pool after all
-        src, dst = torch.tensor([src_id]), torch.tensor([dst_id])
-        for layer in self.pool_layers:
-            copy_blocks(layer, src.to(layer.device), layer, dst.to(layer.device))
+        self.kv.copy_blocks([src_id], [dst_id])
+
+    def _from_host(self, hashes: list[bytes], dst_ids: list[int]) -> None:
+        def fill(layers: list[KVBlocks], indices: list[int], positions: list[int]) -> None:
+            self.host.restore([hashes[p] for p in positions], layers, indices)
+
+        self.kv.write_blocks(dst_ids, fill)
 
     def _disk_block(self, hashes: list[bytes], i: int, pending: dict[bytes, Future]) -> list[KVBlocks] | None:
         """Block ``i`` from disk, first queueing reads of the next ``prefetch_degree`` disk-only blocks."""
@@ -132,18 +139,20 @@ class TierManager:
         return future.result() if future is not None else None
 
     def _write(self, layers: list[KVBlocks], dst_id: int) -> None:
-        self.mover.move(layers, [0], self.pool_layers, [dst_id])
+        self.kv.write_blocks([dst_id], lambda pool_layers, indices, _: self.mover.move(layers, [0], pool_layers, indices))
 
     def save(self, hashes: list[bytes], block_ids: list[int]) -> None:
         """Copy pool blocks (still held) into L1 under ``hashes``; L1's overflow goes to L2."""
-        if self.host is not None:
-            self._to_host(hashes, self.pool_layers, block_ids)
+        if self.host is None:
+            return
+        for positions, layers, indices in self.kv.read_blocks(block_ids):
+            self._to_host([hashes[p] for p in positions], layers, indices)
 
     def restore_saved(self, key: bytes, dst_id: int) -> bool:
         """Write the L1 block ``key`` into pool block ``dst_id``; False when L1 no longer has it."""
         if self.host is None or key not in self.host:
             return False
-        self.host.restore([key], self.pool_layers, [dst_id])
+        self._from_host([key], [dst_id])
         return True
 
     def discard(self, key: bytes) -> None:
@@ -159,9 +168,8 @@ class TierManager:
         written least valuable first, so the disk's LRU order ranks them the same way after a restart."""
         if self.disk is None:
             return
-        pool_block_bytes = sum(layer.nbytes for layer in self.pool_layers) // self.pool.num_blocks
-        wanted = [(b.block_hash, self.pool_layers, b.block_id, pool_block_bytes)
-                  for b in self.pool.blocks if b.block_hash is not None]  # fmt: skip
+        pool_bytes = self.kv.pool_layout.bytes_per_block
+        wanted = [(b.block_hash, None, b.block_id, pool_bytes(b.fmt)) for b in self.pool.blocks if b.block_hash is not None]
         if self.host is not None:
             host_bytes = self.host.layout.bytes_per_block
             wanted += [(h, self.host.layers, slot, host_bytes) for h, slot in reversed(self.host.items())]
@@ -172,6 +180,8 @@ class TierManager:
             budget -= item[3]
             chosen.append(item)
         for block_hash, layers, index, _ in reversed(chosen):
+            if layers is None:  # a pool block: read one at a time (a wide format is copied out to be read)
+                ((_, layers, (index,)),) = self.kv.read_blocks([index])
             self.disk.store(block_hash, take_blocks(layers, index))
 
     def close(self) -> None:
@@ -199,7 +209,15 @@ def build_tiers(config: EngineConfig, kv: KVCache, pool: BlockPool, key: str) ->
     """The tiers ``config`` asks for behind pool ``kv`` (None when both are off); ``key`` = model id | KV format."""
     if not config.cpu_tier_bytes and not config.disk_tier_path:
         return None
-    layout, device = kv.layout, kv.layers[0].blocks.device
+    layout, device = kv.layout, kv.device
+    if kv.pool_layout.mixed and config.cpu_tier_bytes and config.cpu_tier_format != "int8":
+        raise EngineError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"cpu_tier_format {config.cpu_tier_format!r} keeps the pool's format, but this pool holds several "
+            f"({kv.pool_layout.name}): use int8",
+        )
+    if kv.pool_layout.mixed:
+        layout = replace(layout, dtype=torch.int8)  # L1 stores every format as int8
     try:
         host = HostTier(layout, config.cpu_tier_bytes, config.cpu_tier_format, device) \
             if config.cpu_tier_bytes else None  # fmt: skip
@@ -211,4 +229,4 @@ def build_tiers(config: EngineConfig, kv: KVCache, pool: BlockPool, key: str) ->
             if config.disk_tier_path else None  # fmt: skip
     except OSError as exc:
         raise EngineError(ErrorCode.FAILED_PRECONDITION, f"disk_tier_path unusable: {exc}") from exc
-    return TierManager(pool, [layer.blocks for layer in kv.layers], host, disk, config.prefetch_degree)
+    return TierManager(pool, kv, host, disk, config.prefetch_degree)

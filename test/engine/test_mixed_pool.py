@@ -119,6 +119,65 @@ def test_mixed_decode_and_gather_equal_attention_over_each_formats_storage(names
         torch.testing.assert_close(values[row, :n], ref_v[row], atol=0, rtol=0)
 
 
+def test_whole_blocks_read_and_written_across_units():
+    """What the tiers see of a mixed pool: a wide block read as one block_size-token block (copied out of its
+    scattered units) and written back into other units, bit for bit."""
+    pool_layout = _layouts("int8", "fp32")
+    pool = BlockPool(32, policy=LRUEviction(), units_per_block=(1, 4))
+    kv = KVCache(pool_layout, 32, torch.device("cpu"))
+    kv.attach(pool)
+    pool.allocate(1, 0)  # so the wide blocks' units are not in id order
+    wide, narrow = pool.allocate(2, 1), pool.allocate(1, 0)
+    gen = torch.Generator().manual_seed(5)
+    ids = [wide[0], narrow[0]]
+    slots = torch.tensor([b * BS + i for b in ids for i in range(BS)])
+    meta = AttentionMetadata(slots, [len(slots)], [len(slots)], torch.tensor([ids]))
+    k, v = (torch.randn(len(slots), KVH, D, generator=gen) for _ in "kv")
+    kv.layers[0].write(slots, k, v, kv.layers[0].plan(meta))
+
+    groups = kv.read_blocks(ids)
+    assert sorted(p for positions, _, _ in groups for p in positions) == [0, 1]
+    for positions, layers, indices in groups:
+        for position, index in zip(positions, indices):
+            stored = layers[0].k[index].float()
+            if position == 0:  # fp32: exactly what was written
+                torch.testing.assert_close(stored, k[:BS], atol=0, rtol=0)
+    wide_group = next(g for g in groups if g[0] == [0])
+
+    def fill(layers, indices, positions):
+        assert positions == [0]
+        layers[0].k[indices[0]] = wide_group[1][0].k[wide_group[2][0]]
+        layers[0].v[indices[0]] = wide_group[1][0].v[wide_group[2][0]]
+
+    kv.write_blocks([wide[1]], fill)
+    ((_, copied, (index,)),) = kv.read_blocks([wide[1]])
+    torch.testing.assert_close(copied[0].k[index], k[:BS], atol=0, rtol=0)
+    torch.testing.assert_close(copied[0].v[index], v[:BS], atol=0, rtol=0)
+
+
+def test_mixed_pool_spills_to_the_tiers_and_restores(smollm2_bundle, tmp_path):
+    """A pool of a few blocks under a full-precision observation / int8 navigation policy: evicted blocks of both
+    formats go to L1 (int8) and L2, revisits are restored from there into each block's own format and answer as
+    before, and a restarted engine finds them on disk."""
+    policy = {"kv_observation_dtype": "fp32", "kv_task_dtypes": ["navigation=int8"]}
+    expected = _ask(make_engine(smollm2_bundle, **policy))
+    tiers = {"cpu_tier_bytes": 1 << 20, "disk_tier_path": str(tmp_path)} | policy
+    engine = make_engine(smollm2_bundle, kv_cache_bytes=12 * 4 * make_engine(smollm2_bundle, **policy).pool_layout
+                         .unit_bytes, **tiers)  # fmt: skip
+    first = _ask(engine)
+    narrow = engine.task_formats["navigation"]  # int8: one unit per block
+    engine.pool.release(engine.pool.allocate(engine.pool.num_available, narrow))  # evict everything cached
+    again = _ask(engine)
+    for got in (first, again):
+        assert [o.token_ids[:4] for o in got] == [o.token_ids[:4] for o in expected]
+    assert engine.stats().tiers[1].hits > 0 and again[0].reused_prefix_tokens >= 2 * 16
+    engine.check_invariants()
+    engine.close()
+    restarted = make_engine(smollm2_bundle, **tiers)
+    assert [o.token_ids[:4] for o in _ask(restarted)] == [o.token_ids[:4] for o in expected]
+    assert restarted.stats().tiers[2].hits > 0
+
+
 OBSERVATION = Observation(text="A red cup stands on the left of the table, a blue box on the right, a door ahead.")
 QUESTIONS = [("vqa", "What color is the cup?"), ("navigation", "Where is the door?"), ("vqa", "What is on the right?")]
 
@@ -181,7 +240,7 @@ def test_pi05_image_prefix_at_full_precision_with_int8_text(pi05_tiny):
         ({"kv_task_dtypes": ["vqa=int9"]}, "kv_task_dtypes must be auto or a KV storage format"),
         ({"kv_observation_dtype": "fp4"}, "kv_observation_dtype must be auto or a KV storage format"),
         ({"kv_task_dtypes": ["vqa=int8"], "kv_full_precision_layers": [0]}, "single-format"),
-        ({"kv_task_dtypes": ["vqa=int8"], "cpu_tier_bytes": 1 << 20}, "tiers hold one KV format"),
+        ({"kv_task_dtypes": ["vqa=int8"], "cpu_tier_bytes": 1 << 20, "cpu_tier_format": "pool"}, "use int8"),
     ],
 )
 def test_bad_mixed_configuration_is_rejected_at_startup(tiny_bundle, overrides, message):
