@@ -73,9 +73,15 @@ def agreement(reference: list[list[int]], tokens: list[list[int]]) -> Agreement:
 def greedy_tokens(engine: Engine, prompts: list[str], new_tokens: int, label: str) -> list[list[int]]:
     """Greedy continuations of ``prompts`` (chat-formatted), exactly ``new_tokens`` each, decoded as one batch."""
     sampling = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
-    ids = [engine.submit(GenerateRequest(p, sampling=sampling)) for p in prompts]
+    return generate_tokens(engine, [GenerateRequest(p, sampling=sampling) for p in prompts], label)
+
+
+def generate_tokens(engine: Engine, requests: list[GenerateRequest], label: str) -> list[list[int]]:
+    """The output tokens of ``requests``, decoded as one batch, with a progress bar."""
+    ids = [engine.submit(r) for r in requests]
     done: dict[str, list[int]] = {}
-    with tqdm(total=len(prompts) * new_tokens, desc=f"greedy {label}", unit="tok", leave=False) as bar:
+    total = sum(r.sampling.max_new_tokens for r in requests)
+    with tqdm(total=total, desc=f"greedy {label}", unit="tok", leave=False) as bar:
         while engine.has_unfinished:
             done.update({out.request_id: out.token_ids for out in engine.step()})
             running = sum(len(r.output_token_ids) for r in engine.active_requests())

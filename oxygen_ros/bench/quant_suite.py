@@ -3,7 +3,8 @@
 The baseline is the same engine with full-precision KV (``kv_dtype=auto``: fp32 on CPU, bf16 on CUDA); every other
 run changes only ``kv_dtype``.  Language (SmolLM2): greedy agreement over fixed prompts and teacher-forced perplexity
 on a public-domain text shipped in the package (``quant_language``).  Actions (pi05-tiny): action chunks with the same
-noise (``quant_actions``).  Bytes: ``KVLayout.bytes_per_token``, scales included.  A format that misses its targets
+noise (``quant_actions``).  The per-content policy (``quant_policy``): questions about an observation with every
+block quantized vs with the observation prefix kept at fp16.  Bytes: ``KVLayout.bytes_per_token``, scales included.  A format that misses its targets
 gets a per-layer sensitivity sweep and the cost of keeping its worst layers at full precision (``quant_fallback``).
 bf16 KV is measured by default too: its rounding (2^-9 relative) is the noise floor a quantized format is judged
 against (``--param dtypes=fp16,bf16,int8,fp8`` adds fp16).  The default run takes 5-15 minutes on 2 CPU cores.
@@ -18,6 +19,7 @@ import torch
 from oxygen_ros.bench.quant_actions import action_chunks, observation_change_mse, observations
 from oxygen_ros.bench.quant_fallback import Targets, fallback, layer_sensitivity
 from oxygen_ros.bench.quant_language import PROMPTS, LanguageBench, LanguageQuality
+from oxygen_ros.bench.quant_policy import PolicyBench
 from oxygen_ros.bench.report import result
 from oxygen_ros.config import EngineConfig, resolve_dtype
 from oxygen_ros.engine.engine import Engine
@@ -70,6 +72,10 @@ def run(
     seconds["fallback"] = time.perf_counter() - start
 
     start = time.perf_counter()
+    metrics |= _policy_metrics(smollm2, [n for n in names if n in TARGETS], prompts, new_tokens, block_size)
+    seconds["policy"] = time.perf_counter() - start
+
+    start = time.perf_counter()
     pi05 = load_model("pi05-tiny", device, compute_dtype)
     metrics |= _action_metrics(pi05, names, action_observations, block_size)
     seconds["actions"] = time.perf_counter() - start
@@ -105,6 +111,25 @@ def _language_metrics(prefix: str, q: LanguageQuality, bundle: ModelBundle, bloc
         f"{p}bytes_per_token": deployed,
         f"{p}bytes_ratio_vs_fp16": deployed / fp16,
     }
+
+
+def _policy_metrics(
+    bundle: ModelBundle, names: list[str], prompts: int, new_tokens: int, block_size: int
+) -> dict[str, Any]:
+    """Observation questions: each format everywhere vs the observation prefix at fp16 and the rest in the format;
+    agreement with full precision and bytes per stored token relative to fp16 everywhere."""
+    bench = PolicyBench(bundle, prompts, new_tokens, block_size)
+    fp16 = _layout(bundle, "fp16", (), block_size).bytes_per_token
+    metrics: dict[str, Any] = {}
+    for name in names:
+        for label, observation in ((name, ""), (f"fp16_prefix_{name}", "fp16")):
+            q = bench.measure(name, observation)
+            metrics |= {
+                f"observation_{label}_token_agreement": q.token_agreement,
+                f"observation_{label}_prompts_identical": q.prompts_identical,
+                f"observation_{label}_bytes_ratio_vs_fp16": q.bytes_per_token / fp16,
+            }
+    return metrics
 
 
 def _action_metrics(bundle: ModelBundle, names: list[str], count: int, block_size: int) -> dict[str, float]:

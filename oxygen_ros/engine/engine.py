@@ -94,10 +94,9 @@ class Engine:
         def storage(name: str) -> torch.dtype:
             return self.dtype if name == "auto" else KVQuantSpec.parse(name).storage_dtype  # validated
 
-        default = storage(cfg.kv_dtype)
         per_task = {t: storage(cfg.task_kv_dtypes().get(t, cfg.kv_dtype)) for t in TASK_TYPES}
         observation = storage(cfg.kv_observation_dtype) if cfg.kv_observation_dtype else None
-        dtypes = list(dict.fromkeys([default, *per_task.values(), *([observation] if observation else [])]))
+        dtypes = list(dict.fromkeys([*per_task.values(), *([observation] if observation else [])]))  # used ones
         full_precision = tuple(sorted(set(cfg.kv_full_precision_layers)))
         layouts = tuple(
             KVLayout(b.num_layers, b.num_kv_heads, b.head_dim, cfg.block_size, d, full_precision, self.dtype)

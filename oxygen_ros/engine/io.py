@@ -82,7 +82,7 @@ class TierUsage:
 class PoolStats:
     model: str
     block_size: int
-    total_blocks: int
+    total_blocks: int  # counts in pool units: blocks of the narrowest KV format (= blocks in a one-format pool)
     free_blocks: int
     cached_blocks: int
     used_blocks: int
@@ -92,6 +92,6 @@ class PoolStats:
     evictions: int
     active_requests: int
     queued_requests: int
-    bytes_per_block: int
+    bytes_per_block: int  # of one unit
     tasks: list[TaskUsage] = field(default_factory=list)
     tiers: list[TierUsage] = field(default_factory=list)  # gpu first, then cpu and disk when configured

@@ -15,7 +15,8 @@ answer is the feedback's reasoning. It never gates motion: a text model is too s
 Results: success within `goal_tolerance_m`; INVALID_ARGUMENT for a NaN/inf target or another frame (accepted,
 then aborted); UNAVAILABLE when `/oxygen/infer` is absent, or when no odometry or camera frame newer than
 STALE_S came for `blocked_timeout_s` (the robot stands still meanwhile); OBSTACLE after `blocked_timeout_s` stopped
-for an obstacle; DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer goal. Every ending
+for an obstacle (each reason counts its own time: a stop for an obstacle that turns into one for stale inputs starts
+over); DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer goal. Every ending
 sends a zero Twist. The parameters other than the topics and the `/oxygen/infer` waits may be changed while the
 node runs (`ros2 param set`): each replan reads them; the replan and reasoning rates apply from the next goal.
 """
@@ -74,7 +75,7 @@ class Trip:
     start: float
     distance: float = math.nan
     reasoning: str = ""
-    blocked_since: float | None = None
+    blocked: tuple[ErrorCode, float] | None = None  # why the robot stands still, and since when
 
 
 def yaw_of(odom: Odometry) -> float:
@@ -154,14 +155,15 @@ class NavigationNode(TaskActionNode[Trip]):
         code, why = self._stop_reason(now - received, settings)
         cmd = Twist()
         if code is None:
-            trip.blocked_since, why = None, trip.reasoning
+            trip.blocked, why = None, trip.reasoning
             cmd.linear.x, cmd.angular.z = unicycle.command(
                 pose, trip.target, settings["max_linear_mps"], settings["max_angular_rps"]
             )
             self._publish_plan(pose, trip.target)
         else:
-            trip.blocked_since = trip.blocked_since or now
-            if now - trip.blocked_since >= settings["blocked_timeout_s"]:
+            if trip.blocked is None or trip.blocked[0] != code:  # each reason counts its own time
+                trip.blocked = (code, now)
+            if now - trip.blocked[1] >= settings["blocked_timeout_s"]:
                 trip.run.end(code, f"{why}; stopped for {settings['blocked_timeout_s']:g} s")
                 return
         self._cmd_vel.publish(cmd)

@@ -11,6 +11,7 @@ from engine_helpers import make_engine
 from oxygen_ros.bench.quant_actions import action_chunks, observation_change_mse, observations
 from oxygen_ros.bench.quant_fallback import Targets, fallback, layer_sensitivity
 from oxygen_ros.bench.quant_language import LanguageBench, agreement
+from oxygen_ros.bench.quant_policy import PolicyBench
 from oxygen_ros.bench.quant_text import TextReference, text_token_ids
 
 
@@ -55,3 +56,15 @@ def test_action_chunks_are_reproducible_and_follow_the_observation(pi05_tiny):
     assert first.shape == (2, 10, 32)
     np.testing.assert_array_equal(first, again)
     assert observation_change_mse(first) > 0.0
+
+
+def test_policy_bench_keeps_the_observation_prefix_in_its_own_format(tiny_bundle):
+    bench = PolicyBench(tiny_bundle, count=3, new_tokens=4)
+    same = bench.measure("auto")
+    assert (same.token_agreement, same.prompts_identical) == (1.0, 1.0)  # the reference engine agrees with itself
+    everywhere, kept = bench.measure("int8"), bench.measure("int8", "fp32")
+    assert (everywhere.layout, kept.layout) == ("int8", "int8+fp32")
+    fp32 = same.bytes_per_token  # tiny_bundle computes in fp32
+    idle_scales = 1 + 4 / tiny_bundle.head_dim  # an fp32 block's four int8 units each carry a scale it does not use
+    assert everywhere.bytes_per_token < kept.bytes_per_token < fp32 * idle_scales
+    assert all(0.0 <= q.token_agreement <= 1.0 for q in (everywhere, kept))
