@@ -11,6 +11,7 @@ from pathlib import Path
 
 import cv2
 import pytest
+from ros_harness import acquire_domain_id
 
 OXYGEN_ROS = Path(sys.prefix) / "bin" / "oxygen-ros"
 FRAME_PREFIX_BLOCKS = 8  # the scene text the tasks share is ~16 blocks; only its last sentences change per frame
@@ -24,10 +25,14 @@ def _number(pattern: str, text: str) -> float:
 
 @pytest.mark.slow
 def test_demo_runs_three_tasks_at_once_on_one_shared_pool(tmp_path):
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [OXYGEN_ROS, "demo", "--out", str(tmp_path)], capture_output=True, text=True, timeout=240, env=env
-    )
+    lease = acquire_domain_id()  # a domain of its own: a camera left publishing by another test would mix scenes
+    env = os.environ | {"OMP_NUM_THREADS": "1", "ROS_DOMAIN_ID": str(lease.domain_id)}
+    try:
+        result = subprocess.run(
+            [OXYGEN_ROS, "demo", "--out", str(tmp_path)], capture_output=True, text=True, timeout=240, env=env
+        )
+    finally:
+        lease.release()
     out = result.stdout
     assert result.returncode == 0, f"{out}\n{result.stderr}"
 
