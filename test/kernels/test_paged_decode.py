@@ -72,6 +72,9 @@ def test_paged_decode(dtype, kv_heads, group, block_size, lens, head_dim, make_p
     torch.testing.assert_close(out["triton"].double().cpu(), stored, atol=atol, rtol=0)
     for backend in ("triton", "torch"):  # the log-sum-exp that lets partial attentions be merged
         torch.testing.assert_close(lse[backend].double().cpu(), stored_lse, atol=1e-4, rtol=1e-5)
+        alone = torch.zeros(q.shape[:2], device=device)  # asked for without the block mass
+        paged_decode_attention(q, case.blocks, case.tables, case.lens, sm_scale, lse=alone, backend=backend)
+        torch.testing.assert_close(alone, lse[backend], atol=1e-5, rtol=0)
     original, _, _ = naive_attention(q, case.k, case.v, sm_scale)
     torch.testing.assert_close(out["triton"].double().cpu(), original, atol=ORIGINAL_ATOL[dtype], rtol=0)
 
