@@ -118,6 +118,9 @@ def pool_map(engine: Engine) -> PoolMap:
         else:
             states[block_id] = BlockState.USED
             owners[block_id] = index[next(iter(task_ids))]
+    for block in blocks:  # a wide format's block (mixed-format pools) also fills its other units
+        if block.extra_units:
+            states[block.extra_units], owners[block.extra_units] = states[block.block_id], owners[block.block_id]
     return PoolMap(engine.bundle.model_id, states, owners, tasks)
 
 

@@ -22,9 +22,9 @@ from oxygen_ros.viz.pool_map import (
 SCENE = Observation(text="A red cup stands on the wooden table next to a blue plate; the door is open. " * 3)
 
 
-def _busy_engine(tiny_bundle):
+def _busy_engine(tiny_bundle, **overrides):
     """Cached blocks from a finished request, a prefix shared by two tasks, and blocks only one task holds."""
-    engine = make_engine(tiny_bundle)
+    engine = make_engine(tiny_bundle, **overrides)
     engine.generate([GenerateRequest("warm up on another scene", sampling=SamplingParams(max_new_tokens=2))])
     long = SamplingParams(max_new_tokens=200, ignore_eos=True)
     for task_id, prompt in [("vqa-1", "What colour is the cup?"), ("nav-1", "Where is the door?")]:
@@ -35,8 +35,13 @@ def _busy_engine(tiny_bundle):
     return engine
 
 
-def test_states_agree_with_the_pool(tiny_bundle):
-    engine = _busy_engine(tiny_bundle)
+MIXED = {"kv_dtype": "int8", "kv_task_dtypes": ["generic=fp32"]}  # generic blocks take 4 int8-sized units
+
+
+@pytest.mark.parametrize("overrides", [{}, MIXED], ids=["one-format", "mixed"])
+def test_states_agree_with_the_pool(tiny_bundle, overrides):
+    """Counts are in pool units, which a mixed pool's wide blocks fill several of."""
+    engine = _busy_engine(tiny_bundle, **overrides)
     pmap = pool_map(engine)
     stats = engine.stats()
     assert pmap.tasks == ("chat-1", "nav-1", "vqa-1")
@@ -44,11 +49,14 @@ def test_states_agree_with_the_pool(tiny_bundle):
     assert pmap.count(BlockState.CACHED) == stats.cached_blocks
     assert pmap.count(BlockState.USED) + pmap.count(BlockState.SHARED) == stats.used_blocks
     assert pmap.count(BlockState.SHARED) > 0 and pmap.count(BlockState.CACHED) > 0
+    head = {u: b for b in engine.pool.blocks for u in b.extra_units}  # unit -> the wide block it belongs to
     for block in engine.pool.blocks:
         state = BlockState(pmap.states[block.block_id])
-        assert (state in (BlockState.USED, BlockState.SHARED)) == (block.ref_count > 0)
+        held = head.get(block.block_id, block)
+        assert (state in (BlockState.USED, BlockState.SHARED)) == (held.ref_count > 0)
         assert (pmap.owners[block.block_id] >= 0) == (state == BlockState.USED)
-    per_task = {t.task_id: t.blocks for t in stats.tasks}
+    assert bool(head) == bool(overrides)  # the mixed pool holds wide blocks
+    per_task = {t.task_id: t.bytes // stats.bytes_per_block for t in stats.tasks}  # in units
     shared = pmap.count(BlockState.SHARED)
     for entry in pmap.legend()[len(STATE_COLOURS) :]:
         assert entry.count <= per_task[entry.label] <= entry.count + shared
