@@ -58,6 +58,9 @@ def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread):
         Parameter("max_model_len", value=1024),
         Parameter("eager_prefill", value=True),
         Parameter("stats_rate_hz", value="fast"),  # wrong type: the first configure must say so
+        # a mixed-format pool: the image prefix at fp32 (shared with the eager prefill), the arm's own blocks int8
+        Parameter("kv_task_dtypes", value=["instruction=int8"]),
+        Parameter("kv_observation_dtype", value="fp32"),
     ]
     node = InferenceNode(context=ros_context, parameter_overrides=overrides)
     client = Node("lifecycle_test_client", context=ros_context)
@@ -86,6 +89,7 @@ def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread):
 
         assert transition(client, Transition.TRANSITION_CONFIGURE)
         assert lifecycle_state(client) == "inactive"
+        log.wait_for(lambda m: m.name == "oxygen_inference" and "(fp32+int8, " in m.msg, what="the pool's formats")
         _not_active(client, "inactive")
         assert pool_stats(client).total_blocks > 0
 
