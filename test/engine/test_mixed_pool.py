@@ -247,3 +247,25 @@ def test_bad_mixed_configuration_is_rejected_at_startup(tiny_bundle, overrides, 
     with pytest.raises(EngineError, match=message) as err:
         make_engine(tiny_bundle, **overrides)
     assert err.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_three_formats_under_pressure_answer_as_without_it(tiny_bundle):
+    """int8 by default, fp16 navigation, fp32 observations: eight requests in a pool far smaller than they need at
+    once are preempted (recomputed) and resumed, and answer token for token as in a roomy pool; no unit leaks."""
+    policy = {"kv_dtype": "int8", "kv_task_dtypes": ["navigation=fp16"], "kv_observation_dtype": "fp32"}
+    scenes = [Observation(text=f"Scene {i}: " + "a red cup, a blue box and an open door. " * 4) for i in range(2)]
+    types = ["vqa", "navigation", "instruction", "navigation"]
+    requests = [GenerateRequest(f"Question {i}: what is near the door?", task_id=f"t{i}", task_type=types[i % 4],
+                                observation=scenes[i % 2], chat=True,
+                                sampling=SamplingParams(max_new_tokens=24, ignore_eos=True))
+                for i in range(8)]  # fmt: skip
+    roomy = make_engine(tiny_bundle, **policy)
+    assert len(roomy.pool_layout.formats) == 3
+    expected = roomy.generate(requests)
+    tight = make_engine(tiny_bundle, kv_cache_bytes=48 * roomy.pool_layout.unit_bytes, **policy)
+    assert tight.pool.num_blocks == 48
+    got = tight.generate(requests)
+    assert [o.token_ids for o in got] == [o.token_ids for o in expected]
+    assert tight.kv_manager.costs.recomputed > 0  # requests really were preempted
+    tight.check_invariants()
+    assert tight.pool.num_used == 0
