@@ -80,15 +80,17 @@ class StepPlan:
 
     def _split(self, lens: list[int]) -> list[Segment]:
         bs, num_formats = self.kv.layout.block_size, len(self.kv.pool_layout.formats)
-        # per format: row -> (units, table columns, tokens)
-        parts: list[dict[int, tuple[list[int], list[int], int]]] = [{} for _ in range(num_formats)]
+        # per format: row -> [units, table columns, [tokens]]
+        parts: list[dict[int, tuple[list[int], list[int], list[int]]]] = [{} for _ in range(num_formats)]
         for row, (table, n) in enumerate(zip(self._tables, lens)):
             for col in range(-(-n // bs)):
                 fmt, units = self.kv.units(table[col])
                 tokens = min(bs, n - col * bs)
                 used = -(-tokens // (bs // len(units)))
-                unit_list, cols, count = parts[fmt].get(row, ([], [], 0))
-                parts[fmt][row] = (unit_list + units[:used], cols + [col] * used, count + tokens)
+                unit_list, cols, count = parts[fmt].setdefault(row, ([], [], [0]))
+                unit_list += units[:used]
+                cols += [col] * used
+                count[0] += tokens
         device = self.meta.block_tables.device
         offsets = [0] * len(lens)
         segments = []
@@ -103,7 +105,7 @@ class StepPlan:
                 units, cols, _ = by_row[r]
                 tables[i, : len(units)] = torch.tensor(units)
                 entries[i, : len(cols)] = torch.tensor(cols)
-            seg_lens = [by_row[r][2] for r in rows]
+            seg_lens = [by_row[r][2][0] for r in rows]
             segments.append(Segment(fmt, rows, seg_lens, [offsets[r] for r in rows], tables.to(device),
                                     entries.to(device)))  # fmt: skip
             for r, n in zip(rows, seg_lens):
