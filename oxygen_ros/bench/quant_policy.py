@@ -1,8 +1,10 @@
 """The per-content KV policy measured: questions about an observation, answered with every block quantized vs with
-the observation prefix (the chat system turn holding the scene text) kept at full precision and only the rest
-quantized, both against full precision.  Same greedy agreement as ``quant_language``; bytes per token as stored.
+the observation prefix (the chat system turn holding the scene text) kept in a wider format and only the rest
+quantized, both against full precision.  Same greedy agreement as ``quant_language``; bytes per token as stored; the
+batch's wall time against the full-precision run's (a mixed pool runs one decode kernel per format).
 """
 
+import time
 from dataclasses import dataclass
 
 from oxygen_ros.bench.quant_language import agreement, generate_tokens
@@ -46,6 +48,7 @@ class PolicyQuality:
     token_agreement: float
     prompts_identical: float
     bytes_per_token: float  # KV bytes of the requests' tokens as stored (every block counted, shared or not)
+    time_ratio: float  # wall time of the batch / the full-precision reference's (same run; below 1: faster)
 
 
 class PolicyBench:
@@ -55,22 +58,26 @@ class PolicyBench:
                  kv_cache_bytes: int = 256 << 20) -> None:  # fmt: skip
         self.bundle, self.count, self.new_tokens = bundle, count, new_tokens
         self.block_size, self.kv_cache_bytes = block_size, kv_cache_bytes
-        self.reference = self._tokens(self._engine(), "observation reference")
+        self.reference, self.reference_s = self._tokens(self._engine(), "observation reference")
 
     def _engine(self, **kv: str) -> Engine:
         config = EngineConfig(block_size=self.block_size, kv_cache_bytes=self.kv_cache_bytes, max_num_seqs=self.count,
                               **kv)  # fmt: skip
         return Engine(config, bundle=self.bundle)
 
-    def _tokens(self, engine: Engine, label: str) -> list[list[int]]:
-        return generate_tokens(engine, observation_requests(self.count, self.new_tokens), label)
+    def _tokens(self, engine: Engine, label: str) -> tuple[list[list[int]], float]:
+        """The batch's tokens and the seconds it took (prefill included)."""
+        start = time.perf_counter()
+        tokens = generate_tokens(engine, observation_requests(self.count, self.new_tokens), label)
+        return tokens, time.perf_counter() - start
 
     def measure(self, kv_dtype: str, observation_dtype: str = "") -> PolicyQuality:
         """Every block in ``kv_dtype``, or with ``observation_dtype`` the observation prefix in that format."""
         engine = self._engine(kv_dtype=kv_dtype, kv_observation_dtype=observation_dtype)
-        found = agreement(self.reference, self._tokens(engine, f"observation {engine.kv_dtype_name}"))
+        tokens, seconds = self._tokens(engine, f"observation {engine.kv_dtype_name}")
+        found = agreement(self.reference, tokens)
         return PolicyQuality(engine.kv_dtype_name, found.token_agreement, found.prompts_identical,
-                             self._bytes_per_token(engine))  # fmt: skip
+                             self._bytes_per_token(engine), seconds / self.reference_s)  # fmt: skip
 
     def _bytes_per_token(self, engine: Engine) -> float:
         """What the requests' KV takes in this engine's pool per token: observation blocks in their format, the

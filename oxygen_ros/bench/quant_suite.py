@@ -128,6 +128,7 @@ def _policy_metrics(
                 f"observation_{label}_token_agreement": q.token_agreement,
                 f"observation_{label}_prompts_identical": q.prompts_identical,
                 f"observation_{label}_bytes_ratio_vs_fp16": q.bytes_per_token / fp16,
+                f"observation_{label}_time_ratio_vs_reference": q.time_ratio,
             }
     return metrics
 

@@ -39,6 +39,11 @@ from oxygen_ros.models.registry import ModelBundle, load_model
 SYSTEM_PROMPT = "You are the assistant of a robot. Answer briefly and only from the observation."
 
 
+def _system_turn(observation_text: str) -> dict[str, str]:
+    """The chat turn that carries an observation: first in every prompt about it, so its KV is shared."""
+    return {"role": "system", "content": f"{SYSTEM_PROMPT}\nObservation: {observation_text}"}
+
+
 class Engine:
     def __init__(self, config: EngineConfig, bundle: ModelBundle | None = None) -> None:
         config.validate()
@@ -142,7 +147,7 @@ class Engine:
         messages = [{"role": "user", "content": greq.prompt}]  # no observation: the model's own default system turn
         obs = greq.observation
         if obs is not None and obs.text:
-            messages.insert(0, {"role": "system", "content": f"{SYSTEM_PROMPT}\nObservation: {obs.text}"})
+            messages.insert(0, _system_turn(obs.text))
         return self.tokenizer.encode(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
 
     def submit(self, greq: GenerateRequest) -> str:
@@ -206,8 +211,8 @@ class Engine:
         obs = greq.observation
         if not greq.chat or obs is None or not obs.text:
             return 0
-        system = [{"role": "system", "content": f"{SYSTEM_PROMPT}\nObservation: {obs.text}"}]
-        head = self.tokenizer.encode(self.tokenizer.apply_chat_template(system, add_generation_prompt=False))
+        head = self.tokenizer.encode(self.tokenizer.apply_chat_template([_system_turn(obs.text)],
+                                                                        add_generation_prompt=False))
         return len(head) if prompt_ids[: len(head)] == head else 0
 
     def _vla_prefix(self, greq: GenerateRequest) -> PreparedPrefix:

@@ -67,4 +67,4 @@ def test_policy_bench_keeps_the_observation_prefix_in_its_own_format(tiny_bundle
     fp32 = same.bytes_per_token  # tiny_bundle computes in fp32
     idle_scales = 1 + 4 / tiny_bundle.head_dim  # an fp32 block's four int8 units each carry a scale it does not use
     assert everywhere.bytes_per_token < kept.bytes_per_token < fp32 * idle_scales
-    assert all(0.0 <= q.token_agreement <= 1.0 for q in (everywhere, kept))
+    assert all(0.0 <= q.token_agreement <= 1.0 and q.time_ratio > 0 for q in (everywhere, kept))
