@@ -1,6 +1,6 @@
-"""Several KV formats in one pool under one byte budget: unit accounting, the per-format kernels merged against a
-reference built from single-format storage, and the engine serving tasks whose observation prefix and own blocks
-are stored in different formats."""
+"""Several KV formats in one pool under one byte budget: unit accounting, and the engine serving tasks whose
+observation prefix and own blocks are stored in different formats (the layer operations per kernel backend:
+test/kernels/test_mixed_pool_kernels.py)."""
 
 import numpy as np
 import pytest
@@ -10,13 +10,12 @@ from engine_helpers import make_engine
 from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.eviction import LRUEviction
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.kv_cache import KVCache, KVLayout, PoolLayout
+from oxygen_ros.engine.kv_cache import KVLayout, PoolLayout
 from oxygen_ros.engine.sampling import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.kernels import KVBlocks, KVQuantSpec, gather_kv, write_kv
-from oxygen_ros.layers.attention import AttentionMetadata
+from oxygen_ros.kernels import KVQuantSpec
 
-BS, KVH, D, GROUP = 16, 2, 32, 3
+BS, KVH, D = 16, 2, 32
 
 
 def _layouts(*names: str) -> PoolLayout:
@@ -52,107 +51,6 @@ def test_pool_layout_counts_units_and_bytes():
     assert fp32_alone < mixed.bytes_per_block(0) <= fp32_alone * (1 + 4 / D)  # a wide block pays the idle scales
     with pytest.raises(ValueError, match="single-format"):
         PoolLayout((KVLayout(1, KVH, D, BS, torch.int8, (0,)), KVLayout(1, KVH, D, BS, torch.float32)))
-
-
-def _reference_values(
-    spec_name: str, k: torch.Tensor, v: torch.Tensor, like: KVBlocks
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """K/V [n, KVH, D] as a single-format pool of ``spec_name`` stores and reads them back (independent of the
-    mixed pool's views and plans; fp8 with the per-head scales the mixed pool's calibrator chose, ``like``'s)."""
-    blocks = KVBlocks.allocate(KVQuantSpec.parse(spec_name), -(-len(k) // BS), BS, KVH, D)
-    if blocks.spec.kind == "fp8":
-        blocks.k_scale.copy_(like.k_scale)
-        blocks.v_scale.copy_(like.v_scale)
-    write_kv(blocks, torch.arange(len(k)), k, v)
-    keys, values = gather_kv(blocks, torch.arange(blocks.num_blocks)[None], len(k))
-    return keys[0], values[0]
-
-
-@pytest.mark.parametrize("names", [("fp32", "int8", "fp16"), ("int8", "fp8")], ids=["fp32+int8+fp16", "int8+fp8"])
-def test_mixed_decode_and_gather_equal_attention_over_each_formats_storage(names):
-    """Three sequences whose blocks alternate formats (an observation prefix in one, the rest in another, a
-    partial last block): the per-format kernels merged by log-sum-exp equal fp64 attention over the K/V each
-    format stores; block mass goes back to the right table entries; gather returns every stored token."""
-    pool_layout = _layouts(*names)
-    pool = BlockPool(64, policy=LRUEviction(), units_per_block=[pool_layout.units_per_block(f)
-                                                                 for f in range(len(names))])  # fmt: skip
-    kv = KVCache(pool_layout, 64, torch.device("cpu"))
-    kv.attach(pool)
-    layer = kv.layers[0]
-    gen = torch.Generator().manual_seed(3)
-    lens = [37, 16, 50]
-    formats = [[0, 0, 1], [1], [1, 0, 1, len(names) - 1]]  # per block
-    tables = [[pool.allocate(1, f)[0] for f in row] for row in formats]
-    k = [torch.randn(n, KVH, D, generator=gen) for n in lens]
-    v = [torch.randn(n, KVH, D, generator=gen) for n in lens]
-    slots = torch.tensor([t[i // BS] * BS + i % BS for t, n in zip(tables, lens) for i in range(n)])
-    width = max(map(len, tables))
-    block_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables])
-    meta = AttentionMetadata(slots, lens, lens, block_tables)
-    plan = layer.plan(meta)
-    layer.write(slots, torch.cat(k), torch.cat(v), plan)
-
-    # Reference: each format's tokens of each row stored in a pool of that format alone.
-    ref_k, ref_v, owner = [], [], []
-    for row, n in enumerate(lens):
-        fmt_of_token = torch.tensor([formats[row][i // BS] for i in range(n)])
-        parts = [(f, (fmt_of_token == f).nonzero().flatten()) for f in range(len(names))]
-        stored = [(f, idx, *_reference_values(names[f], k[row][idx], v[row][idx], layer.views[f]))
-                  for f, idx in parts if len(idx)]  # fmt: skip
-        ref_k.append(torch.cat([s[2] for s in stored]))
-        ref_v.append(torch.cat([s[3] for s in stored]))
-        owner.append(torch.cat([idx // BS for _, idx, _, _ in stored]))
-
-    q = torch.randn(len(lens), KVH * GROUP, D, generator=gen)
-    mass = torch.zeros(block_tables.shape)
-    out = layer.decode(q, block_tables, torch.tensor(lens), D**-0.5, block_mass=mass, plan=plan, lens=lens)
-    for row in range(len(lens)):
-        keys, values = (x.double().repeat_interleave(GROUP, dim=1) for x in (ref_k[row], ref_v[row]))
-        probs = (torch.einsum("hd,nhd->hn", q[row].double(), keys) * D**-0.5).softmax(dim=-1)
-        torch.testing.assert_close(out[row].double(), torch.einsum("hn,nhd->hd", probs, values), atol=2e-5, rtol=0)
-        expected = torch.zeros(width, dtype=torch.float64).index_add_(0, owner[row], probs.sum(dim=0))
-        torch.testing.assert_close(mass[row].double(), expected, atol=1e-5, rtol=0)
-
-    keys, values = layer.gather(block_tables, max(lens), torch.float32, plan=plan, lens=lens)
-    for row, n in enumerate(lens):
-        torch.testing.assert_close(keys[row, :n], ref_k[row], atol=0, rtol=0)
-        torch.testing.assert_close(values[row, :n], ref_v[row], atol=0, rtol=0)
-
-
-def test_whole_blocks_read_and_written_across_units():
-    """What the tiers see of a mixed pool: a wide block read as one block_size-token block (copied out of its
-    scattered units) and written back into other units, bit for bit."""
-    pool_layout = _layouts("int8", "fp32")
-    pool = BlockPool(32, policy=LRUEviction(), units_per_block=(1, 4))
-    kv = KVCache(pool_layout, 32, torch.device("cpu"))
-    kv.attach(pool)
-    pool.allocate(1, 0)  # so the wide blocks' units are not in id order
-    wide, narrow = pool.allocate(2, 1), pool.allocate(1, 0)
-    gen = torch.Generator().manual_seed(5)
-    ids = [wide[0], narrow[0]]
-    slots = torch.tensor([b * BS + i for b in ids for i in range(BS)])
-    meta = AttentionMetadata(slots, [len(slots)], [len(slots)], torch.tensor([ids]))
-    k, v = (torch.randn(len(slots), KVH, D, generator=gen) for _ in "kv")
-    kv.layers[0].write(slots, k, v, kv.layers[0].plan(meta))
-
-    groups = kv.read_blocks(ids)
-    assert sorted(p for positions, _, _ in groups for p in positions) == [0, 1]
-    for positions, layers, indices in groups:
-        for position, index in zip(positions, indices):
-            stored = layers[0].k[index].float()
-            if position == 0:  # fp32: exactly what was written
-                torch.testing.assert_close(stored, k[:BS], atol=0, rtol=0)
-    wide_group = next(g for g in groups if g[0] == [0])
-
-    def fill(layers, indices, positions):
-        assert positions == [0]
-        layers[0].k[indices[0]] = wide_group[1][0].k[wide_group[2][0]]
-        layers[0].v[indices[0]] = wide_group[1][0].v[wide_group[2][0]]
-
-    kv.write_blocks([wide[1]], fill)
-    ((_, copied, (index,)),) = kv.read_blocks([wide[1]])
-    torch.testing.assert_close(copied[0].k[index], k[:BS], atol=0, rtol=0)
-    torch.testing.assert_close(copied[0].v[index], v[:BS], atol=0, rtol=0)
 
 
 def test_mixed_pool_spills_to_the_tiers_and_restores(smollm2_bundle, tmp_path):
