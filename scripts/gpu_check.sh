@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU check of the KV kernels, under 5 minutes on a CUDA machine:
-#   1. test/kernels with the Triton kernels COMPILED (TRITON_INTERPRET unset; conftest then runs them on CUDA tensors);
+#   1. test/kernels with the Triton kernels COMPILED (TRITON_INTERPRET unset; conftest then runs them on CUDA tensors),
+#      which includes a mixed-format pool's layer operations and the tier moves between host and GPU (side stream);
 #   2. the paged-decode micro-benchmark per KV format vs torch SDPA on gathered contiguous KV (`bench --suite kernels`),
 #      printing time ratios (ours / SDPA) and errors; the full result goes to $RESULT (default gpu_check_kernels.json).
 # Runs from the source tree (PYTHONPATH), so it needs only torch with CUDA, triton, pytest and hypothesis in $PYTHON.
