@@ -40,7 +40,8 @@ def paged_decode_attention(
                                    or block_mass.dtype != torch.float32):  # fmt: skip
         raise ValueError(f"block_mass must be fp32 {tuple(block_tables.shape)} or {per_head_shape}, got "
                          f"{tuple(block_mass.shape)}")
-    if lse is not None and (lse.shape != (num_seqs, num_heads) or lse.dtype != torch.float32 or not lse.is_contiguous()):
+    if lse is not None and (lse.shape != (num_seqs, num_heads) or lse.dtype != torch.float32
+                            or not lse.is_contiguous()):  # fmt: skip
         raise ValueError(f"lse must be a contiguous fp32 {(num_seqs, num_heads)}, got {tuple(lse.shape)} {lse.dtype}")
     if use_triton(q.device, backend):
         from .triton_impl import paged_decode as impl

@@ -6,8 +6,9 @@ the math: codes go into the dots in fp32 and the per-token scales multiply score
 columns (V), so a scale costs one multiply per token instead of one per element.
 
 ``RETURN_LSE``: each program also writes, per query head, the log-sum-exp of the scores of the whole sequence
-(merging partial attentions); with ``BLOCK_LSE`` also that of every block, for the block mass.  A block's softmax mass for that head is ``exp(block_lse - lse)``; this is
-independent of the running maximum, so it needs no second pass over the keys.  The host sums it over heads.
+(merging partial attentions); with ``BLOCK_LSE`` also that of every block, for the block mass.  A block's softmax
+mass for that head is ``exp(block_lse - lse)``; this is independent of the running maximum, so it needs no second
+pass over the keys.  The host sums it over heads (or keeps the heads apart when asked).
 """
 
 import torch

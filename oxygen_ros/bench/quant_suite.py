@@ -4,10 +4,11 @@ The baseline is the same engine with full-precision KV (``kv_dtype=auto``: fp32 
 run changes only ``kv_dtype``.  Language (SmolLM2): greedy agreement over fixed prompts and teacher-forced perplexity
 on a public-domain text shipped in the package (``quant_language``).  Actions (pi05-tiny): action chunks with the same
 noise (``quant_actions``).  The per-content policy (``quant_policy``): questions about an observation with every
-block quantized vs with the observation prefix kept at fp16.  Bytes: ``KVLayout.bytes_per_token``, scales included.  A format that misses its targets
-gets a per-layer sensitivity sweep and the cost of keeping its worst layers at full precision (``quant_fallback``).
+block quantized vs with the observation prefix kept at fp16.  Bytes: ``KVLayout.bytes_per_token``, scales included.
+A format that misses its targets gets a per-layer sensitivity sweep and the cost of keeping its worst layers at full
+precision (``quant_fallback``).
 bf16 KV is measured by default too: its rounding (2^-9 relative) is the noise floor a quantized format is judged
-against (``--param dtypes=fp16,bf16,int8,fp8`` adds fp16).  The default run takes 5-15 minutes on 2 CPU cores.
+against (``--param dtypes=fp16,bf16,int8,fp8`` adds fp16).  The default run takes 6-15 minutes on 2 CPU cores.
 """
 
 import time

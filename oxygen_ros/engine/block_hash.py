@@ -4,8 +4,8 @@ hash(block i) = sha256(hash(block i-1) | token ids of block i | extra keys of bl
 that folds in the model id, the KV dtype and an optional per-request cache salt, so KV is never shared across models,
 precisions or tenants; extra keys carry the content hash of every image whose placeholder tokens overlap the block,
 so identical placeholder ids over different images never share KV; in a mixed-format pool they also carry the block's
-storage format, so a block is only ever reused in the format it was written in.  Encoding is explicit (no pickle, no Python
-``hash``), hence stable across processes: the disk tier can key files by it.
+storage format, so a block is only ever reused in the format it was written in.  Encoding is explicit (no pickle, no
+Python ``hash``), hence stable across processes: the disk tier can key files by it.
 """
 
 import hashlib

@@ -9,9 +9,10 @@ Every block is in exactly one state:
 - cached: ref_count 0, has a hash; its KV can be reused by a later prefix hit until it is evicted;
 - used:   ref_count > 0; owned by one request, or shared by several (ref_count > 1).
 ``check_invariants`` verifies free + used + cached = total (units), that every unit belongs to exactly one block or
-the free list and, given the block tables, that every ref_count equals the number of table references.  Allocation takes free blocks first and evicts cached ones only when none are left,
-in the order the eviction policy (``eviction.py``) chooses.  Evicted blocks are handed to ``on_evict`` (the memory
-tiers) before their ids are reused, so their KV can be demoted instead of lost.
+the free list and, given the block tables, that every ref_count equals the number of table references.  Allocation
+takes free units first and evicts cached blocks only when too few are left, in the order the eviction policy
+(``eviction.py``) chooses.  Evicted blocks are handed to ``on_evict`` (the memory tiers) before their units are
+reused, so their KV can be demoted instead of lost.
 """
 
 from collections import deque

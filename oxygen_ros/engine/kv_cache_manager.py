@@ -193,7 +193,8 @@ class KVCacheManager:
                 req.num_computed_tokens = record.tokens
                 restored += 1
             self.tiers.discard(record.tail_key)
-        self.costs.observe_swap(restored * self.kv.pool_layout.bytes_per_block(req.kv_format), time.perf_counter() - start)
+        restored_bytes = restored * self.kv.pool_layout.bytes_per_block(req.kv_format)
+        self.costs.observe_swap(restored_bytes, time.perf_counter() - start)
 
     def free(self, req: Request) -> None:
         """Release every block (and anything a swap left in L1 for it); tail blocks go to the cached list first so

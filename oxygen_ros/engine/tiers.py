@@ -7,8 +7,8 @@ A block of that chain that is still in the pool (its parent was evicted before i
 be shared, as a promotion cut short by a bad file leaves the rest of the chain to be recomputed in place.
 Disk reads run on a worker thread ``prefetch_degree`` blocks ahead of the block being restored, so decompression
 overlaps the copies (zstd and file reads release the GIL); on CUDA the host-to-device copies of restored blocks run
-on a side stream as compact codes and are requantized on the GPU (``block_moves.py``).  L1 keeps a promoted block too (inclusive), so a block
-that bounces between the pool and L1 is copied out only once.
+on a side stream as compact codes and are requantized on the GPU (``block_moves.py``).  L1 keeps a promoted block
+too (inclusive), so a block that bounces between the pool and L1 is copied out only once.
 
 Hit accounting: L0's hits and misses are the pool's prefix counters; a block that misses L0 and is restored from L1
 is an L1 hit, from L2 an L2 hit; the rest fall through as misses of every tier below.
@@ -139,7 +139,10 @@ class TierManager:
         return future.result() if future is not None else None
 
     def _write(self, layers: list[KVBlocks], dst_id: int) -> None:
-        self.kv.write_blocks([dst_id], lambda pool_layers, indices, _: self.mover.move(layers, [0], pool_layers, indices))
+        def fill(pool_layers: list[KVBlocks], indices: list[int], _: list[int]) -> None:
+            self.mover.move(layers, [0], pool_layers, indices)
+
+        self.kv.write_blocks([dst_id], fill)
 
     def save(self, hashes: list[bytes], block_ids: list[int]) -> None:
         """Copy pool blocks (still held) into L1 under ``hashes``; L1's overflow goes to L2."""
@@ -169,7 +172,8 @@ class TierManager:
         if self.disk is None:
             return
         pool_bytes = self.kv.pool_layout.bytes_per_block
-        wanted = [(b.block_hash, None, b.block_id, pool_bytes(b.fmt)) for b in self.pool.blocks if b.block_hash is not None]
+        wanted = [(b.block_hash, None, b.block_id, pool_bytes(b.fmt))
+                  for b in self.pool.blocks if b.block_hash is not None]  # fmt: skip
         if self.host is not None:
             host_bytes = self.host.layout.bytes_per_block
             wanted += [(h, self.host.layers, slot, host_bytes) for h, slot in reversed(self.host.items())]
