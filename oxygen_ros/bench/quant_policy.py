@@ -81,18 +81,11 @@ class PolicyBench:
 
     def _bytes_per_token(self, engine: Engine) -> float:
         """What the requests' KV takes in this engine's pool per token: observation blocks in their format, the
-        rest in the task's (computed from the requests, as the engine splits them)."""
-        layout, bs = engine.pool_layout, self.block_size
-        total_bytes = total_tokens = 0
+        rest in the task's, split as the engine splits them (``Engine.block_formats``)."""
+        total_units = total_tokens = 0
         for greq in observation_requests(self.count, self.new_tokens):
             prompt = engine.encode(greq)
-            tokens = len(prompt) + self.new_tokens
-            blocks = -(-tokens // bs)
-            task_fmt = engine.task_formats[greq.task_type]
-            obs_fmt = engine.observation_format
-            obs_blocks = engine.observation_len(greq, prompt) // bs if obs_fmt is not None else 0
-            obs_fmt = task_fmt if obs_fmt is None else obs_fmt
-            total_bytes += obs_blocks * layout.bytes_per_block(obs_fmt)
-            total_bytes += (blocks - obs_blocks) * layout.bytes_per_block(task_fmt)
-            total_tokens += blocks * bs
-        return total_bytes / total_tokens
+            tokens = -(-(len(prompt) + self.new_tokens) // self.block_size) * self.block_size
+            total_units += engine.units_of(engine.block_formats(greq, prompt), tokens)
+            total_tokens += tokens
+        return total_units * engine.pool_layout.unit_bytes / total_tokens

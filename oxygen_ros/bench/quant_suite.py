@@ -118,7 +118,8 @@ def _policy_metrics(
     bundle: ModelBundle, names: list[str], prompts: int, new_tokens: int, block_size: int
 ) -> dict[str, Any]:
     """Observation questions: each format everywhere vs the observation prefix at fp16 and the rest in the format;
-    agreement with full precision and bytes per stored token relative to fp16 everywhere."""
+    agreement with full precision, bytes per stored token relative to fp16 everywhere, and batch time relative to
+    the full-precision batch."""
     bench = PolicyBench(bundle, prompts, new_tokens, block_size)
     fp16 = _layout(bundle, "fp16", (), block_size).bytes_per_token
     metrics: dict[str, Any] = {}

@@ -68,11 +68,10 @@ class BlockMover:
         """Blocks ``s`` of device ``src`` into blocks ``d`` of host ``dst``: requantized on the device, then copied."""
         staged = compact_like(dst, len(s), src.device)
         requantize_blocks(src, s.to(src.device), staged, torch.arange(len(s), device=src.device))
-        back = take(staged, torch.arange(len(s)), dst.device)
-        for (data, scale), (out_data, out_scale) in zip(back.planes, dst.planes, strict=True):
-            out_data[d] = data
+        for (data, scale), (out_data, out_scale) in zip(staged.planes, dst.planes, strict=True):
+            out_data[d] = data.to(dst.device)
             if scale is not None and scale.dim() > 1:  # int8 token scales travel with their blocks
-                out_scale[d] = scale
+                out_scale[d] = scale.to(dst.device)
 
     def to_device(self, src: KVBlocks, s: torch.Tensor, dst: KVBlocks, d: torch.Tensor) -> None:
         """Blocks ``s`` of host ``src`` into blocks ``d`` of device ``dst``: codes copied (side stream), then

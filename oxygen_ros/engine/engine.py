@@ -99,7 +99,8 @@ class Engine:
         def storage(name: str) -> torch.dtype:
             return self.dtype if name == "auto" else KVQuantSpec.parse(name).storage_dtype  # validated
 
-        per_task = {t: storage(cfg.task_kv_dtypes().get(t, cfg.kv_dtype)) for t in TASK_TYPES}
+        task_dtypes = cfg.task_kv_dtypes()
+        per_task = {t: storage(task_dtypes.get(t, cfg.kv_dtype)) for t in TASK_TYPES}
         observation = storage(cfg.kv_observation_dtype) if cfg.kv_observation_dtype else None
         dtypes = list(dict.fromkeys([*per_task.values(), *([observation] if observation else [])]))  # used ones
         full_precision = tuple(sorted(set(cfg.kv_full_precision_layers)))
@@ -158,14 +159,8 @@ class Engine:
         prefix = self._vla_prefix(greq) if self.bundle.vla else None
         prompt_ids = prefix.token_ids if prefix else self.encode(greq)
         num_image_tokens = len(prefix.image_hashes) * self.bundle.model.config.tokens_per_image if prefix else 0
-        kv_format = self.task_formats[greq.task_type]
-        observation_blocks = 0
-        if self.observation_format is not None and self.observation_format != kv_format:
-            observation_len = num_image_tokens if prefix else self.observation_len(greq, prompt_ids)
-            observation_blocks = observation_len // self.config.block_size
-        observation_format = self.observation_format if observation_blocks else kv_format
-        self._check_fits(prompt_ids, greq.sampling.max_new_tokens, num_image_tokens,
-                         (kv_format, observation_format, observation_blocks))  # fmt: skip
+        formats = self.block_formats(greq, prompt_ids, num_image_tokens)
+        self._check_fits(prompt_ids, greq.sampling.max_new_tokens, num_image_tokens, formats)
         if len(self.scheduler.waiting) >= self.config.max_queue:
             raise EngineError(
                 ErrorCode.RESOURCE_EXHAUSTED, f"queue full ({self.config.max_queue} waiting requests); retry later"
@@ -191,9 +186,9 @@ class Engine:
             priority=greq.priority,
             deadline=arrival + greq.deadline_s if greq.deadline_s else 0.0,
             cache_salt=greq.cache_salt,
-            kv_format=kv_format,
-            observation_format=observation_format,
-            observation_blocks=observation_blocks,
+            kv_format=formats[0],
+            observation_format=formats[1],
+            observation_blocks=formats[2],
             generator=generator,
             arrival_s=arrival,
         )
@@ -206,7 +201,26 @@ class Engine:
         self.scheduler.add(req)
         return request_id
 
-    def observation_len(self, greq: GenerateRequest, prompt_ids: list[int]) -> int:
+    def block_formats(
+        self, greq: GenerateRequest, prompt_ids: list[int], num_image_tokens: int = 0
+    ) -> tuple[int, int, int]:
+        """Where a request's blocks are stored: (its format, its observation prefix's format, how many leading full
+        blocks are that prefix).  The prefix is a VLA's image tokens or the chat turn that carries the scene text."""
+        kv_format = self.task_formats[greq.task_type]
+        if self.observation_format is None or self.observation_format == kv_format:
+            return kv_format, kv_format, 0
+        observation_len = num_image_tokens if self.bundle.vla else self._observation_len(greq, prompt_ids)
+        observation_blocks = observation_len // self.config.block_size
+        return kv_format, self.observation_format if observation_blocks else kv_format, observation_blocks
+
+    def units_of(self, formats: tuple[int, int, int], num_tokens: int) -> int:
+        """Pool units ``num_tokens`` tokens of a request with these ``block_formats`` take."""
+        kv_format, observation_format, observation_blocks = formats
+        width = self.pool_layout.units_per_block
+        blocks = -(-num_tokens // self.config.block_size)
+        return (blocks - observation_blocks) * width(kv_format) + observation_blocks * width(observation_format)
+
+    def _observation_len(self, greq: GenerateRequest, prompt_ids: list[int]) -> int:
         """Leading prompt tokens that only the observation decides (the chat's system turn), 0 if none."""
         obs = greq.observation
         if not greq.chat or obs is None or not obs.text:
@@ -264,10 +278,7 @@ class Engine:
                 f"{prefix_bidirectional} image tokens must be computed in one step, more than "
                 f"max_num_batched_tokens={self.config.max_num_batched_tokens}",
             )
-        blocks = -(-total // self.config.block_size)
-        kv_format, observation_format, observation_blocks = formats
-        width = self.pool_layout.units_per_block
-        units = (blocks - observation_blocks) * width(kv_format) + observation_blocks * width(observation_format)
+        units = self.units_of(formats, total)
         if units > self.pool.num_blocks:
             raise EngineError(
                 ErrorCode.OUT_OF_RANGE,

@@ -307,14 +307,8 @@ class KVCache:
 
     def copy_blocks(self, src: list[int], dst: list[int]) -> None:
         """Copy whole blocks (codes and scales) in every layer: copy-on-write of a shared partial block."""
-        groups: dict[int, tuple[list[int], list[int]]] = {}
-        for s_id, d_id in zip(src, dst, strict=True):
-            fmt, s_units = self.units(s_id)
-            _, d_units = self.units(d_id)
-            pair = groups.setdefault(fmt, ([], []))
-            pair[0].extend(s_units)
-            pair[1].extend(d_units)
-        for fmt, (s_units, d_units) in groups.items():
+        for fmt, (positions, s_units) in self._by_format(src).items():
+            d_units = [u for p in positions for u in self.units(dst[p])[1]]
             s, d = torch.tensor(s_units, device=self.device), torch.tensor(d_units, device=self.device)
             for layer in self.layers:
                 copy_blocks(layer.views[fmt], s, layer.views[fmt], d)
