@@ -13,6 +13,9 @@ Ops, each with a torch reference (``*_torch``, the CPU runtime path) and a Trito
 * ``requantize_blocks`` - blocks of one format -> another (tiers, fp8 rescaling);
 * ``copy_blocks`` - bitwise block copies with their scales (copy-on-write, moves between pools).
 
+``cascade_decode_attention`` (``cascade_decode``) is the CPU's decode path: torch only, it reads blocks that several
+rows share once (``SharedPrefix``) and is tested against the kernel and its reference.
+
 ``Fp8Calibrator`` (``calibration``) keeps fp8 scales fitted to recent writes, rescaling stored blocks with them.
 ``format_support_error`` (``support``) tries a format on a device, so a pool in an unusable format fails at startup.
 
@@ -23,6 +26,7 @@ needs ``TRITON_INTERPRET=1`` before triton's first import), ``torch`` forces the
 
 from .blocks import copy_blocks, gather_kv, requantize_blocks
 from .calibration import Fp8Calibrator
+from .cascade_decode import SharedPrefix, cascade_decode_attention
 from .dispatch import ENV_VAR, use_triton
 from .paged_decode import paged_decode_attention
 from .quant_spec import KVBlocks, KVQuantSpec
@@ -34,6 +38,8 @@ __all__ = [
     "Fp8Calibrator",
     "KVBlocks",
     "KVQuantSpec",
+    "SharedPrefix",
+    "cascade_decode_attention",
     "copy_blocks",
     "format_support_error",
     "gather_kv",

@@ -24,7 +24,7 @@ from oxygen_ros.bench.quant_policy import PolicyBench
 from oxygen_ros.bench.report import result
 from oxygen_ros.config import EngineConfig, resolve_dtype
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.kv_cache import KVLayout
+from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.kernels import KVQuantSpec
 from oxygen_ros.models.registry import ModelBundle, load_model
 

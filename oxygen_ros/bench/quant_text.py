@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.layers.attention import AttentionMetadata
+from oxygen_ros.kv.step_context import StepContext
 
 TEXT_PATH = Path(__file__).with_name("data") / "declaration_of_independence.txt"  # public domain (1776)
 
@@ -43,8 +43,8 @@ def teacher_forced_logprobs(engine: Engine, ids: list[int], chunk: int) -> torch
             end = min(start + chunk, len(ids) - 1)  # positions start..end-1 predict tokens start+1..end
             positions = torch.arange(start, end, device=device)
             slots = table[0, positions // bs] * bs + positions % bs
-            meta = AttentionMetadata(slots, [end - start], [end], table)
-            logits = model.compute_logits(model(tokens[start:end], positions, meta, engine.kv))
+            ctx = StepContext(slots, [end - start], [end], table)
+            logits = model.compute_logits(model(tokens[start:end], positions, ctx, engine.kv))
             parts.append(torch.log_softmax(logits.float(), dim=-1).cpu())
     finally:
         engine.pool.release(blocks)

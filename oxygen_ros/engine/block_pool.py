@@ -121,6 +121,11 @@ class BlockPool:
         self._free.extend(block.extra_units)
         block.extra_units = []
 
+    def block_units(self, block_id: int) -> tuple[int, list[int]]:
+        """A block's format and its units in token order (the first is the block's id)."""
+        block = self.blocks[block_id]
+        return block.fmt, [block_id, *block.extra_units]
+
     def units_of_format(self, fmt: int) -> list[int]:
         """Every unit of the blocks of format ``fmt`` that hold KV (used or cached)."""
         return [u for b in self.blocks if b.fmt == fmt and self._holds_kv(b) for u in (b.block_id, *b.extra_units)]

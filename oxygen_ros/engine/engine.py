@@ -25,7 +25,8 @@ from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.eviction import make_policy
 from oxygen_ros.engine.frame_reuse import SimilarFrames
 from oxygen_ros.engine.io import GenerateRequest, PoolStats, RequestOutput, TaskUsage, TierUsage
-from oxygen_ros.engine.kv_cache import KVCache, KVLayout, PoolLayout
+from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.kv.layout import KVLayout, PoolLayout
 from oxygen_ros.engine.kv_cache_manager import KVCacheManager
 from oxygen_ros.engine.model_runner import ModelRunner, ScheduledBatch
 from oxygen_ros.engine.request import SERVE_ACTIONS, TASK_TYPES, Request, RequestStatus

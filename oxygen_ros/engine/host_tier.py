@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import torch
 
-from oxygen_ros.engine.block_moves import BlockMover, take
-from oxygen_ros.engine.kv_cache import KVLayout
+from oxygen_ros.kv.block_moves import BlockMover, take
+from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.kernels import KVBlocks, KVQuantSpec
 
 HOST_FORMATS = ("int8", "pool")

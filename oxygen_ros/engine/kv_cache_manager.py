@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from oxygen_ros.engine.block_hash import block_hash_chain, root_hash
 from oxygen_ros.engine.block_pool import BlockPool
-from oxygen_ros.engine.kv_cache import KVCache
+from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.engine.preemption import PreemptionCosts, SwapRecord, swap_key
 from oxygen_ros.engine.request import Request
 from oxygen_ros.engine.tiers import TierManager

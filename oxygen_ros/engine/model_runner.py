@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import torch
 
-from oxygen_ros.engine.kv_cache import KVCache
+from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.engine.request import Request
 from oxygen_ros.engine.sampling import sample
-from oxygen_ros.layers.attention import AttentionMetadata
+from oxygen_ros.kv.step_context import StepContext
 
 
 @dataclass
@@ -32,34 +32,37 @@ class ScheduledBatch:
 
 def block_tables(requests: list[Request], device: torch.device) -> torch.Tensor:
     """The requests' block tables as one [B, max_blocks] tensor, padded with block 0 (never read)."""
+    return torch.tensor(padded_tables(requests), dtype=torch.long, device=device)
+
+
+def padded_tables(requests: list[Request]) -> list[list[int]]:
     width = max(len(r.block_table) for r in requests)
-    tables = torch.zeros(len(requests), width, dtype=torch.long)
-    for i, req in enumerate(requests):
-        tables[i, : len(req.block_table)] = torch.tensor(req.block_table, dtype=torch.long)
-    return tables.to(device)
+    return [r.block_table + [0] * (width - len(r.block_table)) for r in requests]
 
 
-def build_metadata(
+def build_context(
     requests: list[Request], num_new_tokens: list[int], block_size: int, device: torch.device
-) -> tuple[AttentionMetadata, torch.Tensor]:
-    """Attention metadata and token positions for computing ``num_new_tokens`` tokens of each request."""
+) -> tuple[StepContext, torch.Tensor]:
+    """The step context and token positions for computing ``num_new_tokens`` tokens of each request."""
     slots: list[int] = []
     positions: list[int] = []
     context_lens: list[int] = []
     for req, n in zip(requests, num_new_tokens):
-        start = req.num_computed_tokens
-        for pos in range(start, start + n):
-            slots.append(req.block_table[pos // block_size] * block_size + pos % block_size)
+        start, table = req.num_computed_tokens, req.block_table
+        slots.extend(table[pos // block_size] * block_size + pos % block_size for pos in range(start, start + n))
         positions.extend(range(start, start + n))
         context_lens.append(start + n)
-    meta = AttentionMetadata(
+    tables = padded_tables(requests)
+    ctx = StepContext(
         slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
         query_lens=list(num_new_tokens),
         context_lens=context_lens,
-        block_tables=block_tables(requests, device),
+        block_tables=torch.tensor(tables, dtype=torch.long, device=device),
         bidirectional_lens=[r.bidirectional_len for r in requests] if any(r.bidirectional_len for r in requests) else None,
+        tables=tables,
+        slots=slots,
     )
-    return meta, torch.tensor(positions, dtype=torch.long, device=device)
+    return ctx, torch.tensor(positions, dtype=torch.long, device=device)
 
 
 MassHook = Callable[[torch.Tensor, torch.Tensor], None]
@@ -87,15 +90,15 @@ class ModelRunner:
         """Run one forward pass; returns the sampled token of every request whose prompt is now fully computed."""
         reqs, counts = batch.requests, batch.num_new_tokens
         self.tokens_computed += batch.total_tokens
-        meta, positions = build_metadata(reqs, counts, self.block_size, self.device)
+        ctx, positions = build_context(reqs, counts, self.block_size, self.device)
         ids = [t for r, n in zip(reqs, counts) for t in r.all_token_ids[r.num_computed_tokens : r.num_computed_tokens + n]]
         input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
         embeds = self._vla_embeds(reqs, counts) if self.vla else None
-        if self.on_block_mass is not None and meta.is_decode:
-            meta.block_mass = torch.zeros(meta.block_tables.shape, dtype=torch.float32, device=self.device)
-        hidden = self.model(input_ids, positions, meta, self.kv, input_embeds=embeds)
-        if meta.block_mass is not None:
-            self.on_block_mass(meta.block_tables, meta.block_mass)
+        if self.on_block_mass is not None and ctx.is_decode:
+            ctx.block_mass = torch.zeros(ctx.block_tables.shape, dtype=torch.float32, device=self.device)
+        hidden = self.model(input_ids, positions, ctx, self.kv, input_embeds=embeds)
+        if ctx.block_mass is not None:
+            self.on_block_mass(ctx.block_tables, ctx.block_mass)
         ends = torch.tensor(counts, device=self.device).cumsum(0) - 1
         sampling_rows = [
             i for i, (r, n) in enumerate(zip(reqs, counts)) if r.want_text and r.num_computed_tokens + n == r.num_tokens

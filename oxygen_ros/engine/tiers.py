@@ -27,12 +27,12 @@ from dataclasses import replace
 import torch
 
 from oxygen_ros.config import EngineConfig
-from oxygen_ros.engine.block_moves import BlockMover
+from oxygen_ros.kv.block_moves import BlockMover
 from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.disk_tier import DiskTier
 from oxygen_ros.engine.host_tier import HostTier, take_blocks
 from oxygen_ros.engine.io import TierUsage
-from oxygen_ros.engine.kv_cache import KVCache
+from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kernels import KVBlocks
 

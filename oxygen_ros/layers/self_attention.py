@@ -5,8 +5,9 @@ by name."""
 import torch
 from torch import nn
 
-from oxygen_ros.engine.kv_cache import KVCache
-from oxygen_ros.layers.attention import AttentionMetadata, paged_attention
+from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.kv.step_context import StepContext
+from oxygen_ros.layers.attention import paged_attention
 from oxygen_ros.layers.rotary import RotaryEmbedding
 
 
@@ -26,12 +27,34 @@ class PagedSelfAttention(nn.Module):
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
         self.rotary = rotary
         self.scale = head_dim**-0.5
+        self.qkv_proj: nn.Linear | None = None  # set by fuse_projections
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, kv: KVCache) -> torch.Tensor:
+    def fuse_projections(self) -> None:
+        """One [q | k | v] projection instead of three: one weight read per step instead of three calls (weights load
+        under Hugging Face's names first, then fuse)."""
+        parts = (self.q_proj, self.k_proj, self.v_proj)
+        fused = nn.Linear(parts[0].in_features, sum(p.out_features for p in parts), bias=parts[0].bias is not None)
+        fused.to(device=parts[0].weight.device, dtype=parts[0].weight.dtype)
+        with torch.no_grad():
+            fused.weight.copy_(torch.cat([p.weight for p in parts]))
+            if fused.bias is not None:
+                fused.bias.copy_(torch.cat([p.bias for p in parts]))
+        self.qkv_proj = fused
+        del self.q_proj, self.k_proj, self.v_proj
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.qkv_proj is None:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, ctx: StepContext, kv: KVCache) -> torch.Tensor:
         T = x.shape[0]
-        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        q, k, v = self._project(x)
+        q = q.view(T, self.num_heads, self.head_dim)
+        k = k.view(T, self.num_kv_heads, self.head_dim)
+        v = v.view(T, self.num_kv_heads, self.head_dim)
         q, k = self.rotary(positions, q, k)
-        out = paged_attention(q, k, v, meta, kv.layers[self.layer_idx], self.scale)
+        out = paged_attention(q, k, v, ctx, kv.layers[self.layer_idx], self.scale)
         return self.o_proj(out.reshape(T, -1))

@@ -1,7 +1,7 @@
 """Llama / Qwen2-family decoder whose attention runs over the unified paged KV pool.
 
 Parameter names are Hugging Face's without the leading ``model.`` so both the GGUF and the safetensors loaders fill
-the same ``state_dict``.  The forward pass takes a flattened ragged batch (see ``AttentionMetadata``): one call serves
+the same ``state_dict``.  The forward pass takes a flattened ragged batch (see ``StepContext``): one call serves
 a prefill of several prompts, a batched decode step, or both.
 """
 
@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oxygen_ros.engine.kv_cache import KVCache
-from oxygen_ros.layers.attention import AttentionMetadata
+from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.kv.step_context import StepContext
+from oxygen_ros.layers.packed_linear import PackedLinear, pack_linears
 from oxygen_ros.layers.rotary import RotaryEmbedding
 from oxygen_ros.layers.self_attention import PagedSelfAttention
 from oxygen_ros.models.args import LlamaArgs
@@ -37,9 +38,22 @@ class LlamaMLP(nn.Module):
         self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
         self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
         self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
+        self.gate_up_proj: nn.Linear | None = None  # set by fuse_projections
+
+    def fuse_projections(self) -> None:
+        """One [gate | up] projection instead of two (weights load under Hugging Face's names first, then fuse)."""
+        weight = torch.cat([self.gate_proj.weight, self.up_proj.weight])
+        self.gate_up_proj = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device,
+                                      dtype=weight.dtype)  # fmt: skip
+        with torch.no_grad():
+            self.gate_up_proj.weight.copy_(weight)
+        del self.gate_proj, self.up_proj
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_proj is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -52,8 +66,8 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.mlp = LlamaMLP(args)
 
-    def forward(self, h: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, kv: KVCache) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), positions, meta, kv)
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, ctx: StepContext, kv: KVCache) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), positions, ctx, kv)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -69,20 +83,37 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         if not args.tie_word_embeddings:
             self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.packed_head: PackedLinear | None = None
+
+    def pack_weights(self) -> None:
+        """Fuse q/k/v and gate/up, then prepack every projection and the LM head for this CPU (``packed_linear``);
+        call once, after loading.  A tied head gets its own packed copy: the embedding table stays row-major for
+        lookups."""
+        head = self.embed_tokens.weight if self.args.tie_word_embeddings else self.lm_head.weight
+        for layer in self.layers:
+            layer.self_attn.fuse_projections()
+            layer.mlp.fuse_projections()
+        pack_linears(self.layers)
+        self.packed_head = PackedLinear(head)
+        if not self.args.tie_word_embeddings:
+            del self.lm_head
 
     def forward(
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
-        meta: AttentionMetadata,
+        ctx: StepContext,
         kv: KVCache,
         input_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        kv.bind(ctx)
         h = self.embed_tokens(input_ids) if input_embeds is None else input_embeds
         for layer in self.layers:
-            h = layer(h, positions, meta, kv)
+            h = layer(h, positions, ctx, kv)
         return self.norm(h)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.packed_head is not None:
+            return self.packed_head(hidden)
         weight = self.embed_tokens.weight if self.args.tie_word_embeddings else self.lm_head.weight
         return F.linear(hidden, weight)

@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 
 from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.layers.packed_linear import can_pack
 from oxygen_ros.models.llama import LlamaModel
 from oxygen_ros.models.loaded import LoadedModel
 from oxygen_ros.models.tokenizer import Tokenizer
@@ -40,6 +41,8 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 
     model = LlamaModel(loaded.args)
     model.load_state_dict(loaded.state_dict, strict=True)
     model.to(device=device, dtype=dtype).eval()
+    if can_pack(device, dtype):
+        model.pack_weights()
     args = loaded.args
     return ModelBundle(
         model=model,

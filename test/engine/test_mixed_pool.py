@@ -10,7 +10,7 @@ from engine_helpers import make_engine
 from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.eviction import LRUEviction
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.kv_cache import KVLayout, PoolLayout
+from oxygen_ros.kv.layout import KVLayout, PoolLayout
 from oxygen_ros.engine.sampling import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kernels import KVQuantSpec

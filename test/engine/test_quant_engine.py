@@ -12,7 +12,8 @@ import torch
 from engine_helpers import make_engine
 
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.kv_cache import KVCache, KVLayout, LayerKV
+from oxygen_ros.kv.kv_cache import KVCache, LayerKV
+from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.engine.sampling import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kernels import Fp8Calibrator, KVBlocks, KVQuantSpec

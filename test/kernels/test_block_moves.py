@@ -8,7 +8,7 @@ and one back to the pool's (int8: absmax / 254 per step, fp8: 2^-4 relative, 16-
 import pytest
 import torch
 
-from oxygen_ros.engine.block_moves import BlockMover, take
+from oxygen_ros.kv.block_moves import BlockMover, take
 from oxygen_ros.kernels import KVBlocks, KVQuantSpec, gather_kv, write_kv
 
 ATOL = {"fp32": 1e-6, "fp16": 4e-3, "bf16": 3e-2, "int8": 4e-2, "fp8": 0.3}

@@ -9,9 +9,10 @@ import torch
 
 from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.eviction import LRUEviction
-from oxygen_ros.engine.kv_cache import KVCache, KVLayout, PoolLayout
+from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.kv.layout import KVLayout, PoolLayout
 from oxygen_ros.kernels import KVBlocks, KVQuantSpec, gather_kv, write_kv
-from oxygen_ros.layers.attention import AttentionMetadata
+from oxygen_ros.kv.step_context import StepContext
 
 BS, KVH, D, GROUP = 16, 2, 32, 3
 
@@ -66,8 +67,9 @@ def test_mixed_decode_and_gather_equal_attention_over_each_formats_storage(names
     slots = torch.tensor([t[i // BS] * BS + i % BS for t, n in zip(tables, lens) for i in range(n)], device=device)
     width = max(map(len, tables))
     block_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables], device=device)
-    meta = AttentionMetadata(slots, lens, lens, block_tables)
-    plan = layer.plan(meta)
+    ctx = StepContext(slots, lens, lens, block_tables)
+    kv.bind(ctx)
+    plan = ctx.format_plan
     layer.write(slots, torch.cat(k).to(device), torch.cat(v).to(device), plan)
 
     # Reference: each format's tokens of each row stored in a pool of that format alone.
@@ -108,9 +110,10 @@ def test_whole_blocks_read_and_written_across_units(backend, device):
     gen = torch.Generator().manual_seed(5)
     ids = [wide[0], narrow[0]]
     slots = torch.tensor([b * BS + i for b in ids for i in range(BS)], device=device)
-    meta = AttentionMetadata(slots, [len(slots)], [len(slots)], torch.tensor([ids], device=device))
+    ctx = StepContext(slots, [len(slots)], [len(slots)], torch.tensor([ids], device=device))
     k, v = (torch.randn(len(slots), KVH, D, generator=gen).to(device) for _ in "kv")
-    kv.layers[0].write(slots, k, v, kv.layers[0].plan(meta))
+    kv.bind(ctx)
+    kv.layers[0].write(slots, k, v, ctx.format_plan)
 
     groups = kv.read_blocks(ids)
     assert sorted(p for positions, _, _ in groups for p in positions) == [0, 1]

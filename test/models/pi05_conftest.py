@@ -11,8 +11,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from oxygen_ros.engine.kv_cache import KVCache
-from oxygen_ros.layers.attention import AttentionMetadata
+from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.models.pi05 import Pi05Model, PrefixInputs
 from oxygen_ros.models.pi05.config import PI05_TINY
 from oxygen_ros.models.pi05.gemma import GemmaDecoderLayer, GemmaRMSNorm
@@ -39,10 +39,10 @@ def image_len(prefix: PrefixInputs) -> int:
 def prefill(model: Pi05Model, kv: KVCache, prefix: PrefixInputs, blocks: list[int]) -> None:
     """The prefix in ONE step into ``blocks``: image tokens see each other, prompt tokens are causal."""
     T = len(prefix.token_ids)
-    meta = AttentionMetadata(
+    ctx = StepContext(
         torch.tensor(slots(blocks, 0, T)), [T], [T], block_tables([blocks]), bidirectional_lens=[image_len(prefix)]
     )
-    model(torch.tensor(prefix.token_ids), torch.arange(T), meta, kv, input_embeds=prefix.embeds)
+    model(torch.tensor(prefix.token_ids), torch.arange(T), ctx, kv, input_embeds=prefix.embeds)
 
 
 # ---- dense reference ------------------------------------------------------------------------------------------------

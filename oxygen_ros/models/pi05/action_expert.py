@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oxygen_ros.engine.kv_cache import KVCache
-from oxygen_ros.layers.attention import AttentionMetadata
+from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.rotary import RotaryEmbedding
 from oxygen_ros.models.pi05.config import Pi05Config
 from oxygen_ros.models.pi05.gemma import GemmaDecoderLayer, GemmaRMSNorm
@@ -24,9 +24,9 @@ TIME_MIN_PERIOD = 4e-3  # openpi's sine-cosine time embedding periods
 TIME_MAX_PERIOD = 4.0
 
 
-def action_metadata(block_tables: torch.Tensor, prefix_lens: list[int], horizon: int) -> AttentionMetadata:
-    """Attention metadata for ``horizon`` action tokens per sequence after a prefix already in the pool."""
-    return AttentionMetadata(
+def action_context(block_tables: torch.Tensor, prefix_lens: list[int], horizon: int) -> StepContext:
+    """The step context of ``horizon`` action tokens per sequence after a prefix already in the pool."""
+    return StepContext(
         slot_mapping=torch.full((len(prefix_lens) * horizon,), -1, dtype=torch.int64, device=block_tables.device),
         query_lens=[horizon] * len(prefix_lens),
         context_lens=[p + horizon for p in prefix_lens],
@@ -58,7 +58,7 @@ class ActionExpert(nn.Module):
         self.action_out_proj = nn.Linear(width, cfg.action_dim)
 
     def velocity(
-        self, x_t: torch.Tensor, t: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, kv: KVCache
+        self, x_t: torch.Tensor, t: torch.Tensor, positions: torch.Tensor, ctx: StepContext, kv: KVCache
     ) -> torch.Tensor:
         """Noisy actions x_t [B, H, A] at times t [B] -> velocity [B, H, A] (fp32)."""
         B, H, _ = x_t.shape
@@ -67,7 +67,7 @@ class ActionExpert(nn.Module):
         cond = time_embedding(t, h.shape[-1]).to(dtype)
         cond = F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(cond)))).repeat_interleave(H, dim=0)
         for layer in self.layers:
-            h = layer(h, positions, meta, kv, cond)
+            h = layer(h, positions, ctx, kv, cond)
         h = self.norm(h, cond)[0]
         return self.action_out_proj(h).view(B, H, -1).float()
 
@@ -82,11 +82,12 @@ class ActionExpert(nn.Module):
             raise ValueError(f"num_steps must be >= 1, got {num_steps}")
         B, H, _ = noise.shape
         device = noise.device
-        meta = action_metadata(block_tables, prefix_lens, H)
+        ctx = action_context(block_tables, prefix_lens, H)
+        kv.bind(ctx)  # once for every denoising step
         positions = torch.cat([torch.arange(p, p + H, device=device) for p in prefix_lens])
         x = noise.float()
         dt = -1.0 / num_steps
         for step in range(num_steps):
             t = torch.full((B,), 1.0 - step / num_steps, device=device)
-            x = x + dt * self.velocity(x, t, positions, meta, kv)
+            x = x + dt * self.velocity(x, t, positions, ctx, kv)
         return x

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oxygen_ros.engine.kv_cache import KVCache
-from oxygen_ros.layers.attention import AttentionMetadata
+from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.rotary import RotaryEmbedding
 from oxygen_ros.layers.self_attention import PagedSelfAttention
 from oxygen_ros.models.pi05.config import GemmaConfig
@@ -73,12 +73,12 @@ class GemmaDecoderLayer(nn.Module):
         self,
         h: torch.Tensor,
         positions: torch.Tensor,
-        meta: AttentionMetadata,
+        ctx: StepContext,
         kv: KVCache,
         cond: torch.Tensor | None = None,
     ) -> torch.Tensor:
         x, gate = self.input_layernorm(h, cond)
-        h = gated_residual(h, self.self_attn(x, positions, meta, kv), gate)
+        h = gated_residual(h, self.self_attn(x, positions, ctx, kv), gate)
         x, gate = self.post_attention_layernorm(h, cond)
         return gated_residual(h, self.mlp(x), gate)
 
@@ -107,14 +107,15 @@ class GemmaModel(nn.Module):
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
-        meta: AttentionMetadata,
+        ctx: StepContext,
         kv: KVCache,
         input_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """[T] ids (or ready [T, width] embeds) at ``positions`` -> [T, width]; K/V land in the pool per ``meta``."""
+        """[T] ids (or ready [T, width] embeds) at ``positions`` -> [T, width]; K/V land in the pool per ``ctx``."""
+        kv.bind(ctx)
         h = self.embed(input_ids) if input_embeds is None else input_embeds
         for layer in self.layers:
-            h = layer(h, positions, meta, kv)
+            h = layer(h, positions, ctx, kv)
         return self.norm(h)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,7 @@ How the engine uses it, per observation (one "frame"):
 
 1. ``embed_prefix(images, prompt_ids, state)`` -> the prefix [image tokens | prompt | state tokens] as embeddings, the
    token ids for the prefix-cache hash chain and the images' content hashes.
-2. Prefill it: ``forward(token_ids, arange(T), meta, kv, input_embeds=embeds)`` with ``meta.bidirectional_lens`` =
+2. Prefill it: ``forward(token_ids, arange(T), ctx, kv, input_embeds=embeds)`` with ``ctx.bidirectional_lens`` =
    the number of image tokens: image tokens see each other (so all image tokens go in ONE step), prompt tokens are
    causal.  PaliGemma makes the prompt bidirectional too; we keep it causal so the image blocks' K/V depends on the
    images only and is shared by every task asking about the same frame (the prefix-cache key of those blocks is
@@ -21,8 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from oxygen_ros.engine.kv_cache import KVCache, KVLayout
-from oxygen_ros.layers.attention import AttentionMetadata
+from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.kv.layout import KVLayout
+from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.models.pi05.action_expert import ActionExpert
 from oxygen_ros.models.pi05.config import PI05_CONFIGS, Pi05Config
 from oxygen_ros.models.pi05.gemma import GemmaModel
@@ -125,12 +126,12 @@ class Pi05Model(nn.Module):
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
-        meta: AttentionMetadata,
+        ctx: StepContext,
         kv: KVCache,
         input_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Backbone over a ragged batch (prefix prefill with ``input_embeds``, or language decode) -> [T, width]."""
-        return self.backbone(input_ids, positions, meta, kv, input_embeds)
+        return self.backbone(input_ids, positions, ctx, kv, input_embeds)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.backbone.compute_logits(hidden)

@@ -2,21 +2,18 @@
 
 The engine addresses KV by block id and slot (``block * block_size + offset``) whatever a block's format; each
 format's ``KVBlocks`` view is addressed by unit, with ``block_size / s`` tokens per unit for a format ``s`` units wide.
-A ``StepPlan`` translates once per forward pass (every layer reuses it): per format, the rows that have tokens in it,
+A ``FormatPlan`` translates once per step (``KVCache.bind``; every layer reuses it): per format, the rows that have tokens in it,
 their units in table order, how many tokens, and for each unit the table column it came from (to credit attention
 mass back to the block).  Only the last block of a row can be partial, so within each format too only the last
 unit of a row is partial, and a format's tokens of a row are a plain prefix of its unit list: what the kernels read.
 """
 
-from dataclasses import dataclass
-from functools import cached_property
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
-if TYPE_CHECKING:
-    from oxygen_ros.engine.kv_cache import KVCache
-    from oxygen_ros.layers.attention import AttentionMetadata
+BlockUnitsFn = Callable[[int], tuple[int, list[int]]]  # block id -> (format, its units in token order)
 
 
 @dataclass
@@ -30,45 +27,48 @@ class Segment:
     offsets: list[int]
     tables: torch.Tensor  # [n, max units] unit ids, padded with unit 0 (never read)
     entries: torch.Tensor  # [n, max units] block-table column of each unit
+    rows_tensor: torch.Tensor = field(init=False)
+    lens_tensor: torch.Tensor = field(init=False)
 
-    @cached_property
-    def rows_tensor(self) -> torch.Tensor:
-        return torch.tensor(self.rows, dtype=torch.long, device=self.tables.device)
-
-    @cached_property
-    def lens_tensor(self) -> torch.Tensor:
-        return torch.tensor(self.lens, dtype=torch.int32, device=self.tables.device)
+    def __post_init__(self) -> None:
+        self.rows_tensor = torch.tensor(self.rows, dtype=torch.long, device=self.tables.device)
+        self.lens_tensor = torch.tensor(self.lens, dtype=torch.int32, device=self.tables.device)
 
 
-class StepPlan:
-    """The translation of one ``AttentionMetadata``; computed lazily, at most once per kind of read."""
+class FormatPlan:
+    """The translation of one step's block tables and slots; each kind of read is computed at most once.
 
-    def __init__(self, kv: "KVCache", meta: "AttentionMetadata") -> None:
-        self.kv = kv
-        self.meta = meta
-        self._tables = meta.block_tables.tolist()
+    ``block_tables`` is the host copy of the step's tables (the step context keeps one), so nothing here syncs.
+    """
+
+    def __init__(self, units: BlockUnitsFn, block_size: int, num_formats: int, slot_mapping: torch.Tensor,
+                 slots: list[int], block_tables: torch.Tensor, tables: list[list[int]]) -> None:  # fmt: skip
+        self.units = units
+        self.block_size, self.num_formats = block_size, num_formats
+        self.slot_mapping, self._slot_list = slot_mapping, slots
+        self.block_tables, self._tables = block_tables, tables
         self._segments: dict[tuple[int, ...], list[Segment]] = {}
         self._slots: list[tuple[int, torch.Tensor]] | None = None
 
     def write_slots(self) -> list[tuple[int, torch.Tensor]]:
         """Per format present: the slot mapping into its view (-1 for tokens of other formats or not stored)."""
         if self._slots is None:
-            bs, num_formats = self.kv.layout.block_size, len(self.kv.pool_layout.formats)
-            slots = self.meta.slot_mapping.tolist()
+            bs, num_formats = self.block_size, self.num_formats
+            slots = self._slot_list
             out = [[-1] * len(slots) for _ in range(num_formats)]
             for t, slot in enumerate(slots):
                 if slot < 0:
                     continue
                 block, offset = divmod(slot, bs)
-                fmt, units = self.kv.units(block)
+                fmt, units = self.units(block)
                 unit_tokens = bs // len(units)
                 out[fmt][t] = units[offset // unit_tokens] * unit_tokens + offset % unit_tokens
-            device = self.meta.slot_mapping.device
+            device = self.slot_mapping.device
             self._slots = [
                 (fmt, torch.tensor(fmt_slots, dtype=torch.long, device=device))
                 for fmt, fmt_slots in enumerate(out)
                 if any(s >= 0 for s in fmt_slots)
-            ] or [(0, self.meta.slot_mapping)]
+            ] or [(0, self.slot_mapping)]
         return self._slots
 
     def segments(self, lens: list[int]) -> list[Segment]:
@@ -79,19 +79,19 @@ class StepPlan:
         return self._segments[key]
 
     def _split(self, lens: list[int]) -> list[Segment]:
-        bs, num_formats = self.kv.layout.block_size, len(self.kv.pool_layout.formats)
+        bs, num_formats = self.block_size, self.num_formats
         # per format: row -> [units, table columns, [tokens]]
         parts: list[dict[int, tuple[list[int], list[int], list[int]]]] = [{} for _ in range(num_formats)]
         for row, (table, n) in enumerate(zip(self._tables, lens)):
             for col in range(-(-n // bs)):
-                fmt, units = self.kv.units(table[col])
+                fmt, units = self.units(table[col])
                 tokens = min(bs, n - col * bs)
                 used = -(-tokens // (bs // len(units)))
                 unit_list, cols, count = parts[fmt].setdefault(row, ([], [], [0]))
                 unit_list += units[:used]
                 cols += [col] * used
                 count[0] += tokens
-        device = self.meta.block_tables.device
+        device = self.block_tables.device
         offsets = [0] * len(lens)
         segments = []
         for fmt, by_row in enumerate(parts):
@@ -111,15 +111,3 @@ class StepPlan:
             for r, n in zip(rows, seg_lens):
                 offsets[r] += n
         return segments
-
-
-class StepPlanner:
-    """Hands every layer of a step the same ``StepPlan`` (kept on the step's metadata)."""
-
-    def __init__(self, kv: "KVCache") -> None:
-        self.kv = kv
-
-    def for_step(self, meta: "AttentionMetadata") -> StepPlan:
-        if meta.kv_plan is None:
-            meta.kv_plan = StepPlan(self.kv, meta)
-        return meta.kv_plan

@@ -1,9 +1,9 @@
 """The pool's storage: K/V bytes allocated once, one ``LayerKV`` per layer, read and written in each block's format.
 
 A pool holds one format (``KVLayout``: a storage dtype per layer) or several (``PoolLayout``: e.g. observation
-prefixes at full precision and per-task decode blocks in int8) under ONE byte budget.  Storage is counted in units:
-a unit is one block in the pool's narrowest format, and a block of a format ``s`` times wider takes ``s`` units,
-which need not be adjacent (``BlockPool`` hands them out).  Per layer, the K and V codes are one byte arena each,
+prefixes at full precision and per-task decode blocks in int8) under ONE byte budget (``layout.py``).  Storage is
+counted in units: a unit is one block in the pool's narrowest format, and a block of a format ``s`` times wider takes
+``s`` units, which need not be adjacent (the engine's block pool hands them out).  Per layer, the K and V codes are one byte arena each,
 ``[num_units, unit bytes]``; every format sees it as its own contiguous ``KVBlocks`` view ``[num_units, block_size /
 s, kv_heads, head_dim]``, so the kernels read any format unchanged, a wide block being ``s`` consecutive table
 entries of its view.  int8's per-token scales are a second arena ``[num_units, block_size, kv_heads]`` (present only
@@ -13,155 +13,54 @@ In a single-format pool a unit is a block and its id is the block's id: that is 
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from oxygen_ros.kernels import (
     Fp8Calibrator,
     KVBlocks,
-    KVQuantSpec,
+    cascade_decode_attention,
     copy_blocks,
     gather_kv,
     paged_decode_attention,
+    use_triton,
     write_kv,
 )
 from oxygen_ros.kernels.quant_spec import SCALE_DTYPE
-from oxygen_ros.engine.block_moves import take
+from oxygen_ros.kv.block_moves import take
+from oxygen_ros.kv.format_plan import FormatPlan
+from oxygen_ros.kv.cascade import plan_cascade
+from oxygen_ros.kv.layout import KVLayout, PoolLayout
 
 if TYPE_CHECKING:
-    from oxygen_ros.engine.block_pool import BlockPool
-    from oxygen_ros.engine.kv_plan import StepPlan, StepPlanner
-    from oxygen_ros.layers.attention import AttentionMetadata
+    from oxygen_ros.kv.step_context import StepContext
 
 
-@dataclass(frozen=True)
-class KVLayout:
-    """Shape and storage formats of the KV pool; bytes per block follow from it."""
+class BlockUnits(Protocol):
+    """What a mixed-format pool must know of its blocks; the engine's block pool answers it."""
 
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    block_size: int
-    dtype: torch.dtype  # storage dtype of every layer (float32/16, bfloat16, int8, float8_e4m3fn) ...
-    full_precision_layers: tuple[int, ...] = ()  # ... except these, stored in ``full_precision_dtype``
-    full_precision_dtype: torch.dtype = torch.float32
+    def block_units(self, block_id: int) -> tuple[int, list[int]]:
+        """A block's format and its units in that format's view, in token order."""
+        ...
 
-    def layer_spec(self, layer: int) -> KVQuantSpec:
-        dtype = self.full_precision_dtype if layer in self.full_precision_layers else self.dtype
-        return KVQuantSpec(dtype)
-
-    @property
-    def name(self) -> str:
-        """E.g. ``int8`` or ``int8(fp32:0,29)``; part of every prefix-cache key, so formats never share KV."""
-        name = KVQuantSpec(self.dtype).name
-        if not self.full_precision_layers:
-            return name
-        layers = ",".join(map(str, self.full_precision_layers))
-        return f"{name}({KVQuantSpec(self.full_precision_dtype).name}:{layers})"
-
-    @property
-    def bytes_per_token(self) -> int:
-        """K and V of one token over every layer, per-token scales included."""
-        per_layer = (2 * self.num_kv_heads * self.layer_spec(i).bytes_per_token_head(self.head_dim)
-                     for i in range(self.num_layers))
-        return sum(per_layer)
-
-    @property
-    def bytes_per_block(self) -> int:
-        return self.bytes_per_token * self.block_size
-
-    def blocks_for_budget(self, budget_bytes: int) -> int:
-        return budget_bytes // self.bytes_per_block
-
-
-@dataclass(frozen=True)
-class PoolLayout:
-    """The formats one pool holds (format id = index; 0 is the default) and how they share its units."""
-
-    formats: tuple[KVLayout, ...]
-
-    def __post_init__(self) -> None:
-        first = self.formats[0]
-        geometry = (first.num_layers, first.num_kv_heads, first.head_dim, first.block_size)
-        for lay in self.formats:
-            if (lay.num_layers, lay.num_kv_heads, lay.head_dim, lay.block_size) != geometry:
-                raise ValueError("every format of one pool must share its layers, heads, head_dim and block size")
-        if self.mixed and any(lay.full_precision_layers for lay in self.formats):
-            raise ValueError("kv_full_precision_layers applies to a single-format pool, not to a mixed-format one")
-        if len({lay.name for lay in self.formats}) != len(self.formats):
-            raise ValueError(f"duplicate formats in {[lay.name for lay in self.formats]}")
-        for fmt in range(len(self.formats)):
-            ratios = {self._itemsize(fmt, i) // self.unit_itemsize(i) for i in range(first.num_layers)}
-            if len(ratios) != 1 or first.block_size % ratios.pop():
-                raise ValueError(f"format {self.formats[fmt].name} does not fit whole units of every layer")
-
-    @classmethod
-    def single(cls, layout: KVLayout) -> "PoolLayout":
-        return cls((layout,))
-
-    @property
-    def layout(self) -> KVLayout:
-        """The default format, whose geometry every format shares."""
-        return self.formats[0]
-
-    @property
-    def mixed(self) -> bool:
-        return len(self.formats) > 1
-
-    @property
-    def name(self) -> str:
-        """E.g. ``fp32`` or, mixed, ``fp32+int8``: part of every prefix-cache key."""
-        return "+".join(lay.name for lay in self.formats)
-
-    def _itemsize(self, fmt: int, layer: int) -> int:
-        return self.formats[fmt].layer_spec(layer).storage_dtype.itemsize
-
-    def unit_itemsize(self, layer: int) -> int:
-        """Bytes per code element of a unit in ``layer``: the narrowest format's."""
-        return min(self._itemsize(f, layer) for f in range(len(self.formats)))
-
-    def units_per_block(self, fmt: int) -> int:
-        return self._itemsize(fmt, 0) // self.unit_itemsize(0)
-
-    def scaled(self, layer: int) -> bool:
-        """Whether ``layer`` needs the int8 per-token scale arena."""
-        return any(lay.layer_spec(layer).kind == "int8" for lay in self.formats)
-
-    @property
-    def unit_bytes(self) -> int:
-        """K and V of one unit over every layer, int8 scales included (what the budget pays per unit)."""
-        lay = self.layout
-        per_token_head = (
-            lay.head_dim * self.unit_itemsize(i) + (SCALE_DTYPE.itemsize if self.scaled(i) else 0)
-            for i in range(lay.num_layers)
-        )
-        return 2 * lay.block_size * lay.num_kv_heads * sum(per_token_head)
-
-    def bytes_per_block(self, fmt: int = 0) -> int:
-        return self.units_per_block(fmt) * self.unit_bytes
-
-    def bytes_per_token(self, fmt: int = 0) -> int:
-        return self.bytes_per_block(fmt) // self.layout.block_size
-
-    def units_for_budget(self, budget_bytes: int) -> int:
-        return budget_bytes // self.unit_bytes
+    def units_of_format(self, fmt: int) -> list[int]:
+        """Every unit of the blocks of format ``fmt`` that hold KV (used or cached)."""
+        ...
 
 
 class LayerKV:
     """One layer's storage, a ``KVBlocks`` view per format, and the three operations attention needs.
 
-    Each operation takes the pool's block tables and slots as the engine knows them; ``plan`` (from ``plan(meta)``,
-    None in a single-format pool) maps them to each format's view, and the results are combined: decode merges the
+    Each operation takes the pool's block tables and slots as the engine knows them; ``plan`` (the step context's
+    ``format_plan``, None in a single-format pool) maps them to each format's view, and the results are combined: decode merges the
     per-format attentions by their log-sum-exp, gather concatenates the per-format keys (attention does not depend
     on the order of keys: positions are already rotated into them).
     """
 
-    def __init__(self, views: list[KVBlocks], planner: "StepPlanner | None" = None,
-                 live_units: Callable[[int], torch.Tensor] | None = None) -> None:  # fmt: skip
+    def __init__(self, views: list[KVBlocks], live_units: Callable[[int], torch.Tensor] | None = None) -> None:
         self.views = views
-        self.planner = planner
         self.calibrators = {
             fmt: Fp8Calibrator(view.num_kv_heads, device=view.device)
             for fmt, view in enumerate(views)
@@ -176,11 +75,8 @@ class LayerKV:
             raise RuntimeError("a mixed-format pool layer has one view per format; use views[fmt]")
         return self.views[0]
 
-    def plan(self, meta: "AttentionMetadata") -> "StepPlan | None":
-        return None if self.planner is None else self.planner.for_step(meta)
-
     def write(
-        self, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: "StepPlan | None" = None
+        self, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: FormatPlan | None = None
     ) -> None:
         """Store new tokens' K/V [T, KVH, D] at flat slots (quantizing); slots < 0 are skipped.
 
@@ -197,7 +93,7 @@ class LayerKV:
             write_kv(view, slots, k, v)
 
     def gather(
-        self, block_tables: torch.Tensor, num_tokens: int, dtype: torch.dtype, plan: "StepPlan | None" = None,
+        self, block_tables: torch.Tensor, num_tokens: int, dtype: torch.dtype, plan: FormatPlan | None = None,
         lens: list[int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Dequantized K/V of the first ``num_tokens`` tokens of each table row: [B, num_tokens, KVH, D] each (in a
@@ -215,9 +111,19 @@ class LayerKV:
                 values[row, offset : offset + n] = v[i, :n]
         return keys, values
 
+    def decode_step(self, q: torch.Tensor, ctx: "StepContext", scale: float) -> torch.Tensor:
+        """Decode attention of a step's queries [B, H, D] over their contexts, by the path ``KVCache.bind`` chose:
+        shared-prefix attention in torch, else the paged kernel (per format in a mixed pool)."""
+        plan = ctx.cascade
+        if plan is not None:
+            return cascade_decode_attention(q, self.views[0], plan.shared, plan.suffix_tables, plan.suffix_visible,
+                                            scale, block_mass=ctx.block_mass, suffix_columns=plan.suffix_columns)
+        return self.decode(q, ctx.block_tables, ctx.context_lens_tensor, scale, block_mass=ctx.block_mass,
+                           plan=ctx.format_plan, lens=ctx.context_lens)  # fmt: skip
+
     def decode(
         self, q: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-        block_mass: torch.Tensor | None = None, plan: "StepPlan | None" = None, lens: list[int] | None = None,
+        block_mass: torch.Tensor | None = None, plan: FormatPlan | None = None, lens: list[int] | None = None,
     ) -> torch.Tensor:
         """One query per sequence [B, H, D] over its whole context in the pool (the paged decode kernel); in a mixed
         pool one kernel call per format, merged exactly by log-sum-exp."""
@@ -250,7 +156,8 @@ class KVCache:
     """All layers' storage, allocated once up front so serving never allocates KV memory.
 
     ``layout``: one format (``KVLayout``) or several (``PoolLayout``); a mixed pool needs ``attach(pool)`` before
-    its first step, since only the block pool knows each block's format and units.
+    its first step, since only the block pool knows each block's format and units.  ``bind(ctx)`` adds to a step's
+    context what this pool's read path needs, once per step, before the first layer.
     """
 
     def __init__(self, layout: KVLayout | PoolLayout, num_blocks: int, device: torch.device) -> None:
@@ -258,15 +165,10 @@ class KVCache:
         self.layout = self.pool_layout.layout
         self.num_blocks = num_blocks  # units: blocks of the narrowest format
         self.device = device
-        self.block_pool: BlockPool | None = None
-        planner = None
-        if self.pool_layout.mixed:
-            from oxygen_ros.engine.kv_plan import StepPlanner
+        self.block_pool: BlockUnits | None = None
+        self.layers = [self._layer(i) for i in range(self.layout.num_layers)]
 
-            planner = StepPlanner(self)
-        self.layers = [self._layer(i, planner) for i in range(self.layout.num_layers)]
-
-    def _layer(self, layer: int, planner: "StepPlanner | None") -> LayerKV:
+    def _layer(self, layer: int) -> LayerKV:
         pl, lay = self.pool_layout, self.layout
         code_bytes = lay.block_size * lay.num_kv_heads * lay.head_dim * pl.unit_itemsize(layer)
         arenas = [torch.zeros(self.num_blocks, code_bytes, dtype=torch.uint8, device=self.device) for _ in "kv"]
@@ -285,11 +187,25 @@ class KVCache:
             elif spec.kind == "fp8":
                 scales = [torch.ones(lay.num_kv_heads, dtype=SCALE_DTYPE, device=self.device) for _ in "kv"]
             views.append(KVBlocks(k, v, *scales))
-        return LayerKV(views, planner, self._live_units if pl.mixed else None)
+        return LayerKV(views, self._live_units if pl.mixed else None)
 
-    def attach(self, pool: "BlockPool") -> None:
+    def attach(self, pool: BlockUnits) -> None:
         """Read block formats and units from ``pool`` (the engine's; needed by a mixed pool)."""
         self.block_pool = pool
+
+    def bind(self, ctx: "StepContext") -> None:
+        """Add what this pool's reads need to a step's context, once (a context serves every layer and, for the
+        action expert, every denoising step): the per-format plan of a mixed pool, or the shared-prefix plan of a
+        decode step whose attention runs in torch."""
+        if ctx.format_plan is not None or ctx.cascade is not None:
+            return
+        if self.pool_layout.mixed:
+            plan = ctx.format_plan = FormatPlan(self.units, self.layout.block_size, len(self.pool_layout.formats),
+                                                ctx.slot_mapping, ctx.slots, ctx.block_tables, ctx.tables)  # fmt: skip
+            plan.write_slots()
+            plan.segments(ctx.context_lens if ctx.prefill is None else ctx.prefill.cached_lens)
+        elif ctx.is_decode and not use_triton(self.device):  # the kernel reads blocks in place; torch gathers
+            ctx.cascade = plan_cascade(ctx.tables, ctx.context_lens, self.layout.block_size, ctx.block_tables.device)
 
     def _live_units(self, fmt: int) -> torch.Tensor:
         """Units of blocks of format ``fmt`` that hold KV (in use or cached): what an fp8 rescale must requantize."""
@@ -366,8 +282,7 @@ class KVCache:
         if not self.pool_layout.mixed:
             return 0, [block_id]
         assert self.block_pool is not None, "a mixed-format KVCache needs attach(pool)"
-        block = self.block_pool.blocks[block_id]
-        return block.fmt, [block_id, *block.extra_units]
+        return self.block_pool.block_units(block_id)
 
 
 def _whole(units: KVBlocks, width: int) -> KVBlocks:

@@ -1,0 +1,65 @@
+"""A step's layers build no tensor from host data and read nothing back to the host: what they need about the batch
+is in the step context, built once before the first layer (on a GPU each such call would stall the step once per
+layer, thirty times a token).  Checked by spying on the calls that do either while the decoder layers run."""
+
+import pytest
+import torch
+from engine_helpers import make_engine
+
+from oxygen_ros.engine.io import GenerateRequest, Observation
+from oxygen_ros.engine.sampling import SamplingParams
+
+BUILDERS = ("tensor", "as_tensor", "arange", "full", "from_numpy", "linspace")
+HOST_READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "numpy", "cpu")
+
+
+def _spy_on_layers(model: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list]:
+    """(names of the spied calls made between the first decoder layer's start and the last one's end, the hooks
+    that mark that span: remove them after)."""
+    calls: list[str] = []
+    inside = [False]
+
+    def spy(name: str, fn):
+        def wrapper(*args, **kwargs):
+            if inside[0]:
+                calls.append(name)
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    for name in BUILDERS:
+        monkeypatch.setattr(torch, name, spy(f"torch.{name}", getattr(torch, name)))
+    for name in HOST_READS:
+        monkeypatch.setattr(torch.Tensor, name, spy(f"Tensor.{name}", getattr(torch.Tensor, name)))
+    hooks = [
+        model.layers[0].register_forward_pre_hook(lambda *_: inside.__setitem__(0, True)),
+        model.layers[-1].register_forward_hook(lambda *_: inside.__setitem__(0, False)),
+    ]
+    return calls, hooks
+
+
+@pytest.mark.parametrize("kv_dtype", ["auto", "int8"])
+def test_layers_neither_build_tensors_nor_read_back(smollm2_bundle, monkeypatch, kv_dtype):
+    """Three questions on one observation (a shared prefix, the attention-aware eviction's block mass on), then a
+    fourth that joins from the prefix cache: a decode step and a prefill over a cached prefix both run clean."""
+    engine = make_engine(smollm2_bundle, debug_checks=False, kv_dtype=kv_dtype)
+    obs = Observation(text="A red cup, a blue box and a green ball lie on a grey table in front of the robot. " * 4)
+    sampling = SamplingParams(max_new_tokens=8, ignore_eos=True)
+    for question in ("What is on the table?", "Where is the cup?", "Count the objects."):
+        engine.submit(GenerateRequest(question, observation=obs, sampling=sampling))
+    engine.step()
+    engine.step()
+    calls, hooks = _spy_on_layers(smollm2_bundle.model, monkeypatch)
+    try:
+        engine.step()
+        assert engine.last_batch.is_decode and len(engine.last_batch.requests) == 3
+        assert calls == [], f"a decode step's layers called {sorted(set(calls))}"
+        engine.submit(GenerateRequest("Which object is green?", observation=obs, sampling=sampling))
+        engine.step()
+        assert not engine.last_batch.is_decode
+        assert calls == [], f"a prefill step's layers called {sorted(set(calls))}"
+    finally:
+        for hook in hooks:
+            hook.remove()
+    while engine.has_unfinished:
+        engine.step()

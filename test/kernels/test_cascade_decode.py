@@ -1,0 +1,151 @@
+"""Shared-prefix (cascade) decode attention, the CPU decode path: equal to the paged decode kernel (Triton,
+interpreted here) and its torch reference over the same tables, and to fp64 attention over the stored K/V, for every
+storage format, GQA, ragged lengths, block boundaries, shared and unshared rows; block mass lands on the same table
+entries.  Tolerances as in test_paged_decode.py (the same K/V, only the order of additions differs)."""
+
+import pytest
+import torch
+
+from oxygen_ros.kernels import KVBlocks, KVQuantSpec, cascade_decode_attention, gather_kv, paged_decode_attention, write_kv
+from oxygen_ros.kv.cascade import plan_cascade
+
+OUTPUT_ATOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+NUM_BLOCKS = 48
+
+# Rows (block ids, context length).  0-2 share 3 consecutive blocks (read as a view), 3-4 share 2 scattered blocks,
+# 5 is alone on a consecutive run, 6 alone on scattered blocks, 7 starts like 0-2 but leaves them after one block
+# (0-2 still share three), 8 ends exactly on a block boundary (its last block is its own).
+ROWS = [
+    ([4, 5, 6, 20, 21], 70),
+    ([4, 5, 6, 22], 49),
+    ([4, 5, 6, 23, 24], 80),
+    ([30, 12, 40], 45),
+    ([30, 12, 41, 42], 60),
+    ([8, 9, 10], 33),
+    ([44, 2, 35], 40),
+    ([4, 26], 17),
+    ([14, 15], 32),
+    ([9, 7, 11, 13], 49),  # alone on blocks whose first and last ids are a run apart, yet no run
+]
+CASES = [("fp32", 2, 1, 16, 64), ("fp16", 3, 3, 16, 64), ("bf16", 1, 8, 16, 64), ("int8", 3, 3, 16, 40),
+         ("fp8", 2, 4, 16, 64)]  # fmt: skip
+Q_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _pool(name: str, kv_heads: int, block_size: int, head_dim: int, device: torch.device) -> KVBlocks:
+    spec = KVQuantSpec.parse(name)
+    blocks = KVBlocks.allocate(spec, NUM_BLOCKS, block_size, kv_heads, head_dim, device)
+    gen = torch.Generator().manual_seed(11)
+    k, v = (torch.randn(NUM_BLOCKS * block_size, kv_heads, head_dim, generator=gen).to(device) for _ in "kv")
+    write_kv(blocks, torch.arange(NUM_BLOCKS * block_size, device=device), k, v)
+    return blocks
+
+
+def _naive(q: torch.Tensor, blocks: KVBlocks, tables: torch.Tensor, lens: list[int], scale: float):
+    """fp64 attention over the K/V as stored (gathered and dequantized): out [B, H, d], mass summed over heads
+    [B, max_blocks]."""
+    keys, values = gather_kv(blocks, tables, max(lens), backend="torch")
+    group = q.shape[1] // blocks.num_kv_heads
+    outs, masses = [], []
+    for b, n in enumerate(lens):
+        k, v = (x[b, :n].double().cpu().repeat_interleave(group, dim=1) for x in (keys, values))
+        probs = (torch.einsum("hd,nhd->hn", q[b].double().cpu(), k) * scale).softmax(dim=-1)
+        outs.append(torch.einsum("hn,nhd->hd", probs, v))
+        per_token = probs.sum(dim=0)
+        mass = torch.zeros(tables.shape[1], dtype=torch.float64)
+        mass.index_add_(0, torch.arange(n) // blocks.block_size, per_token)
+        masses.append(mass)
+    return torch.stack(outs), torch.stack(masses)
+
+
+@pytest.mark.parametrize("name,kv_heads,group,block_size,head_dim", CASES)
+def test_cascade_equals_paged_decode_and_naive(name, kv_heads, group, block_size, head_dim, device):
+    blocks = _pool(name, kv_heads, block_size, head_dim, device)
+    tables = [r[0] for r in ROWS]
+    lens = [r[1] for r in ROWS]
+    width = max(map(len, tables))
+    padded = [t + [0] * (width - len(t)) for t in tables]
+    table_tensor = torch.tensor(padded, device=device)
+    q_dtype = Q_DTYPE.get(name, torch.float32)
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(len(ROWS), kv_heads * group, head_dim, generator=gen).to(device, q_dtype)
+    scale = head_dim**-0.5
+
+    plan = plan_cascade(padded, lens, block_size, device)
+    mass = torch.zeros(table_tensor.shape, device=device)
+    out = cascade_decode_attention(q, blocks, plan.shared, plan.suffix_tables, plan.suffix_visible, scale,
+                                   block_mass=mass, suffix_columns=plan.suffix_columns)  # fmt: skip
+    assert out.dtype == q_dtype and out.shape == q.shape
+    atol = OUTPUT_ATOL[q_dtype]
+    for backend in ("triton", "torch"):
+        paged_mass = torch.zeros(table_tensor.shape, device=device)
+        paged = paged_decode_attention(q, blocks, table_tensor, torch.tensor(lens, device=device), scale,
+                                       block_mass=paged_mass, backend=backend)  # fmt: skip
+        torch.testing.assert_close(out, paged, atol=atol, rtol=0)
+        torch.testing.assert_close(mass, paged_mass, atol=1e-5, rtol=0)
+    naive_out, naive_mass = _naive(q, blocks, table_tensor, lens, scale)
+    torch.testing.assert_close(out.double().cpu(), naive_out, atol=atol, rtol=0)
+    torch.testing.assert_close(mass.double().cpu(), naive_mass, atol=1e-5, rtol=0)
+
+
+def test_plan_reads_shared_blocks_once_and_runs_in_place(device):
+    """Rows 0-2 share blocks 4-6 as one view; 3-4 share [30, 12] by index; a lone row is a group of one, read in
+    place when its blocks are a run (row 7's one full block is one), gathered when they are not (row 6)."""
+    tables = [r[0] for r in ROWS]
+    lens = [r[1] for r in ROWS]
+    width = max(map(len, tables))
+    plan = plan_cascade([t + [0] * (width - len(t)) for t in tables], lens, 16, device)
+    by_rows = {tuple(p.rows.tolist()): (p.blocks if isinstance(p.blocks, slice) else p.blocks.tolist(), p.num_blocks)
+               for p in plan.shared}  # fmt: skip
+    assert by_rows == {
+        (0, 1, 2): (slice(4, 7), 3),
+        (3, 4): ([30, 12], 2),
+        (5,): (slice(8, 10), 2),
+        (6,): ([44, 2], 2),
+        (7,): (slice(4, 5), 1),
+        (8,): (slice(14, 15), 1),  # 32 tokens: the second block holds the newest token, so it is the row's own
+        (9,): ([9, 7, 11], 3),
+    }
+    shared_blocks = [3, 3, 3, 2, 2, 2, 2, 1, 1, 3]
+    assert plan.suffix_lens == [n - 16 * s for n, s in zip(lens, shared_blocks)]
+    for row, (table, s) in enumerate(zip(tables, shared_blocks)):
+        count = -(-plan.suffix_lens[row] // 16)
+        assert plan.suffix_tables[row, :count].tolist() == table[s : s + count]
+        assert plan.suffix_columns[row, :count].tolist() == list(range(s, s + count))
+
+
+def test_one_row_and_rows_sharing_everything(device):
+    """Batch 1 (its run read in place) and a batch whose rows are one table: the group is every row (no index)."""
+    blocks = _pool("fp32", 3, 16, 64, device)
+    q = torch.randn(3, 9, 64).to(device)
+    for tables, lens in (([[0, 1, 2, 3]], [57]), ([[5, 6, 7]] * 3, [40, 40, 40])):
+        plan = plan_cascade(tables, lens, 16, device)
+        assert len(plan.shared) == 1 and plan.shared[0].rows is None
+        n = len(tables)
+        out = cascade_decode_attention(q[:n], blocks, plan.shared, plan.suffix_tables, plan.suffix_visible, 0.125)
+        ref = paged_decode_attention(q[:n], blocks, torch.tensor(tables, device=device),
+                                     torch.tensor(lens, device=device), 0.125, backend="torch")  # fmt: skip
+        torch.testing.assert_close(out, ref, atol=2e-5, rtol=0)
+
+
+def test_attention_does_not_depend_on_where_blocks_sit(device):
+    """The same contexts stored in consecutive blocks and in scattered ones (as after a restore from a memory tier)
+    give bit-identical attention: the split into shared and own parts follows from the sharing alone."""
+    blocks = KVBlocks.allocate(KVQuantSpec.parse("fp32"), NUM_BLOCKS, 16, 3, 64, device)
+    gen = torch.Generator().manual_seed(5)
+    lens = [70, 51, 52]
+    shared = torch.randn(48, 3, 64, generator=gen), torch.randn(48, 3, 64, generator=gen)  # 3 blocks all rows read
+    own = [(torch.randn(n - 48, 3, 64, generator=gen), torch.randn(n - 48, 3, 64, generator=gen)) for n in lens]
+    q = torch.randn(len(lens), 9, 64, generator=gen).to(device)
+    outs = []
+    for layout in ([[0, 1, 2, 3, 4], [0, 1, 2, 5, 6], [0, 1, 2, 7]], [[40, 9, 33, 3, 17], [40, 9, 33, 21, 5],
+                                                                       [40, 9, 33, 12]]):  # fmt: skip
+        for row, table in enumerate(layout):
+            k = torch.cat([shared[0], own[row][0]]).to(device)
+            v = torch.cat([shared[1], own[row][1]]).to(device)
+            slots = torch.tensor([table[i // 16] * 16 + i % 16 for i in range(lens[row])], device=device)
+            write_kv(blocks, slots, k, v)
+        width = max(map(len, layout))
+        plan = plan_cascade([t + [t[-1]] * (width - len(t)) for t in layout], lens, 16, device)
+        outs.append(cascade_decode_attention(q, blocks, plan.shared, plan.suffix_tables, plan.suffix_visible, 0.125))
+    assert torch.equal(outs[0], outs[1])
