@@ -23,6 +23,7 @@ from oxygen_ros.errors import EngineError, ErrorCode
 
 T = TypeVar("T")
 _MIN_DEADLINE_S = 1e-9  # a deadline already over while the request waited: the engine answers it at once
+STATS_MAX_AGE_S = 0.1  # while decoding, the stats snapshot is retaken at most this often (see _publish)
 log = logging.getLogger(__name__)
 
 
@@ -72,6 +73,7 @@ class AsyncEngine:
         self._last_error = ""
         self._ready: list[tuple[Future[RequestOutput], RequestOutput]] = []  # answers not yet handed out
         self._stats = self._snapshot()
+        self._stats_at = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -255,9 +257,12 @@ class AsyncEngine:
         self._ready.append((future, out))
 
     def _publish(self) -> None:
-        """Refresh the stats snapshot, then hand out the answers: a caller holding its answer sees stats that
-        already count it."""
-        self._stats = self._snapshot()
+        """Refresh the stats snapshot if answers go out, the engine goes idle or the snapshot is older than
+        ``STATS_MAX_AGE_S``, then hand out the answers: a caller holding its answer sees stats that already count it.
+        A snapshot walks every block table, which a decode step of many requests should not pay for."""
+        now = time.perf_counter()
+        if self._ready or not self.engine.has_unfinished or now - self._stats_at >= STATS_MAX_AGE_S:
+            self._stats, self._stats_at = self._snapshot(), now
         ready, self._ready = self._ready, []
         for future, out in ready:
             future.set_result(out)
