@@ -26,7 +26,7 @@ needs ``TRITON_INTERPRET=1`` before triton's first import), ``torch`` forces the
 
 from .blocks import copy_blocks, gather_kv, requantize_blocks
 from .calibration import Fp8Calibrator
-from .cascade_decode import SharedPrefix, cascade_decode_attention
+from .cascade_decode import CascadeLayout, LoneRow, SharedPrefix, cascade_decode_attention
 from .dispatch import ENV_VAR, use_triton
 from .paged_decode import paged_decode_attention
 from .quant_spec import KVBlocks, KVQuantSpec
@@ -34,10 +34,12 @@ from .support import format_support_error
 from .write_kv import write_kv
 
 __all__ = [
+    "CascadeLayout",
     "ENV_VAR",
     "Fp8Calibrator",
     "KVBlocks",
     "KVQuantSpec",
+    "LoneRow",
     "SharedPrefix",
     "cascade_decode_attention",
     "copy_blocks",

@@ -114,10 +114,8 @@ class LayerKV:
     def decode_step(self, q: torch.Tensor, ctx: "StepContext", scale: float) -> torch.Tensor:
         """Decode attention of a step's queries [B, H, D] over their contexts, by the path ``KVCache.bind`` chose:
         shared-prefix attention in torch, else the paged kernel (per format in a mixed pool)."""
-        plan = ctx.cascade
-        if plan is not None:
-            return cascade_decode_attention(q, self.views[0], plan.shared, plan.suffix_tables, plan.suffix_visible,
-                                            scale, block_mass=ctx.block_mass, suffix_columns=plan.suffix_columns)
+        if ctx.cascade is not None:
+            return cascade_decode_attention(q, self.views[0], ctx.cascade, scale, block_mass=ctx.block_mass)
         return self.decode(q, ctx.block_tables, ctx.context_lens_tensor, scale, block_mass=ctx.block_mass,
                            plan=ctx.format_plan, lens=ctx.context_lens)  # fmt: skip
 

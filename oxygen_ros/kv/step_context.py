@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from oxygen_ros.kv.cascade import CascadePlan
+from oxygen_ros.kernels import CascadeLayout
 from oxygen_ros.kv.format_plan import FormatPlan
 
 
@@ -50,7 +50,7 @@ class StepContext:
     context_lens_tensor: torch.Tensor = field(init=False, repr=False)
     prefill: PrefillLayout | None = field(init=False, repr=False)
     format_plan: FormatPlan | None = field(default=None, init=False, repr=False)  # mixed pools: KVCache.bind
-    cascade: CascadePlan | None = field(default=None, init=False, repr=False)  # CPU decode: KVCache.bind
+    cascade: CascadeLayout | None = field(default=None, init=False, repr=False)  # CPU decode: KVCache.bind
 
     def __post_init__(self) -> None:
         if self.tables is None:

@@ -1,28 +1,42 @@
-"""Rotary position embedding (RoPE), HF "rotate_half" convention, used by Llama and Gemma decoders."""
+"""Rotary position embedding (RoPE), HF "rotate_half" convention, used by Llama and Gemma decoders.
+
+A model computes the angles of a step's positions once (``RotaryEmbedding.angles``) and every layer applies them:
+the cosines and sines are the same in every layer, so computing them per layer was thirty times the work.
+"""
+
+from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 
-class RotaryEmbedding(nn.Module):
-    """Applies RoPE to q/k at arbitrary integer positions (tokens of a ragged batch sit at different positions).
+@dataclass(frozen=True)
+class RopeAngles:
+    """cos/sin [T, 1, head_dim] (fp32) of a ragged batch's positions, broadcast over heads."""
 
-    The inverse frequencies are kept in fp32 outside the module's buffers, so ``model.to(bfloat16)`` cannot round
-    them (in bf16 that would rotate position ~900 by more than a radian).
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def apply(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q [T, H, D], k [T, KVH, D] -> rotated q, k (same dtype)."""
+        return _rotate(q, self.cos, self.sin), _rotate(k, self.cos, self.sin)
+
+
+class RotaryEmbedding:
+    """The angles at arbitrary integer positions (tokens of a ragged batch sit at different positions).
+
+    The inverse frequencies are kept in fp32 and are no module buffer, so ``model.to(bfloat16)`` cannot round them
+    (in bf16 that would rotate position ~900 by more than a radian).
     """
 
     def __init__(self, head_dim: int, theta: float) -> None:
-        super().__init__()
         self._inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [T]; q [T, H, D], k [T, KVH, D] -> rotated q, k (same dtype)."""
+    def angles(self, positions: torch.Tensor) -> RopeAngles:
         if self._inv_freq.device != positions.device:
             self._inv_freq = self._inv_freq.to(positions.device)
         freqs = positions.to(torch.float32)[:, None] * self._inv_freq[None, :]
         emb = torch.cat([freqs, freqs], dim=-1)
-        cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+        return RopeAngles(emb.cos()[:, None, :], emb.sin()[:, None, :])
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

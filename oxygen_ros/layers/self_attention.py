@@ -8,7 +8,7 @@ from torch import nn
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.attention import paged_attention
-from oxygen_ros.layers.rotary import RotaryEmbedding
+from oxygen_ros.layers.rotary import RopeAngles
 
 
 class PagedSelfAttention(nn.Module):
@@ -16,7 +16,7 @@ class PagedSelfAttention(nn.Module):
 
     def __init__(
         self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, layer_idx: int,
-        rotary: RotaryEmbedding, qkv_bias: bool = False,
+        qkv_bias: bool = False,
     ) -> None:
         super().__init__()
         self.layer_idx = layer_idx
@@ -25,7 +25,6 @@ class PagedSelfAttention(nn.Module):
         self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=qkv_bias)
         self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=qkv_bias)
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
-        self.rotary = rotary
         self.scale = head_dim**-0.5
         self.qkv_proj: nn.Linear | None = None  # set by fuse_projections
 
@@ -49,12 +48,12 @@ class PagedSelfAttention(nn.Module):
         q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
         return q, k, v
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, ctx: StepContext, kv: KVCache) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RopeAngles, ctx: StepContext, kv: KVCache) -> torch.Tensor:
         T = x.shape[0]
         q, k, v = self._project(x)
         q = q.view(T, self.num_heads, self.head_dim)
         k = k.view(T, self.num_kv_heads, self.head_dim)
         v = v.view(T, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary(positions, q, k)
+        q, k = rope.apply(q, k)
         out = paged_attention(q, k, v, ctx, kv.layers[self.layer_idx], self.scale)
         return self.o_proj(out.reshape(T, -1))

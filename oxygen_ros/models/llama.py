@@ -12,7 +12,7 @@ from torch import nn
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.packed_linear import PackedLinear, pack_linears
-from oxygen_ros.layers.rotary import RotaryEmbedding
+from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
 from oxygen_ros.layers.self_attention import PagedSelfAttention
 from oxygen_ros.models.args import LlamaArgs
 
@@ -26,10 +26,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        h = F.rms_norm(x.to(torch.float32), self.weight.shape, eps=self.eps)  # one op; bit-equal to x * rsqrt(...)
+        return self.weight * h.to(x.dtype)
 
 
 class LlamaMLP(nn.Module):
@@ -57,17 +55,17 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, args: LlamaArgs, layer_idx: int, rotary: RotaryEmbedding) -> None:
+    def __init__(self, args: LlamaArgs, layer_idx: int) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.self_attn = PagedSelfAttention(
-            args.hidden_size, args.num_heads, args.num_kv_heads, args.head_dim, layer_idx, rotary, args.attention_bias
+            args.hidden_size, args.num_heads, args.num_kv_heads, args.head_dim, layer_idx, args.attention_bias
         )
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.mlp = LlamaMLP(args)
 
-    def forward(self, h: torch.Tensor, positions: torch.Tensor, ctx: StepContext, kv: KVCache) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), positions, ctx, kv)
+    def forward(self, h: torch.Tensor, rope: RopeAngles, ctx: StepContext, kv: KVCache) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), rope, ctx, kv)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -77,9 +75,9 @@ class LlamaModel(nn.Module):
     def __init__(self, args: LlamaArgs) -> None:
         super().__init__()
         self.args = args
-        rotary = RotaryEmbedding(args.head_dim, args.rope_theta)
+        self.rotary = RotaryEmbedding(args.head_dim, args.rope_theta)
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(args, i, rotary) for i in range(args.num_layers))
+        self.layers = nn.ModuleList(LlamaDecoderLayer(args, i) for i in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         if not args.tie_word_embeddings:
             self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
@@ -107,9 +105,10 @@ class LlamaModel(nn.Module):
         input_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
         kv.bind(ctx)
+        rope = self.rotary.angles(positions)
         h = self.embed_tokens(input_ids) if input_embeds is None else input_embeds
         for layer in self.layers:
-            h = layer(h, positions, ctx, kv)
+            h = layer(h, rope, ctx, kv)
         return self.norm(h)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -73,8 +73,7 @@ def test_cascade_equals_paged_decode_and_naive(name, kv_heads, group, block_size
 
     plan = plan_cascade(padded, lens, block_size, device)
     mass = torch.zeros(table_tensor.shape, device=device)
-    out = cascade_decode_attention(q, blocks, plan.shared, plan.suffix_tables, plan.suffix_visible, scale,
-                                   block_mass=mass, suffix_columns=plan.suffix_columns)  # fmt: skip
+    out = cascade_decode_attention(q, blocks, plan, scale, block_mass=mass)
     assert out.dtype == q_dtype and out.shape == q.shape
     atol = OUTPUT_ATOL[q_dtype]
     for backend in ("triton", "torch"):
@@ -89,40 +88,51 @@ def test_cascade_equals_paged_decode_and_naive(name, kv_heads, group, block_size
 
 
 def test_plan_reads_shared_blocks_once_and_runs_in_place(device):
-    """Rows 0-2 share blocks 4-6 as one view; 3-4 share [30, 12] by index; a lone row is a group of one, read in
-    place when its blocks are a run (row 7's one full block is one), gathered when they are not (row 6)."""
+    """Rows 0-2 share blocks 4-6 as one view, 3-4 share [30, 12] by index, each then reads its own suffix; rows
+    that share nothing are alone, read in place when their blocks are a run (5, 8), by index when not (6, 7, 9:
+    7 shares block 4 but not the blocks 0-2 share, so it is alone too)."""
     tables = [r[0] for r in ROWS]
     lens = [r[1] for r in ROWS]
     width = max(map(len, tables))
     plan = plan_cascade([t + [0] * (width - len(t)) for t in tables], lens, 16, device)
-    by_rows = {tuple(p.rows.tolist()): (p.blocks if isinstance(p.blocks, slice) else p.blocks.tolist(), p.num_blocks)
-               for p in plan.shared}  # fmt: skip
-    assert by_rows == {
+
+    def ids(blocks):
+        return blocks if isinstance(blocks, slice) else blocks.tolist()
+
+    assert plan.grouped_rows.tolist() == [0, 1, 2, 3, 4]
+    assert {tuple(p.rows.tolist()): (ids(p.blocks), p.num_blocks) for p in plan.shared} == {
         (0, 1, 2): (slice(4, 7), 3),
         (3, 4): ([30, 12], 2),
-        (5,): (slice(8, 10), 2),
-        (6,): ([44, 2], 2),
-        (7,): (slice(4, 5), 1),
-        (8,): (slice(14, 15), 1),  # 32 tokens: the second block holds the newest token, so it is the row's own
-        (9,): ([9, 7, 11], 3),
     }
-    shared_blocks = [3, 3, 3, 2, 2, 2, 2, 1, 1, 3]
-    assert plan.suffix_lens == [n - 16 * s for n, s in zip(lens, shared_blocks)]
-    for row, (table, s) in enumerate(zip(tables, shared_blocks)):
-        count = -(-plan.suffix_lens[row] // 16)
+    assert {lone.row: (ids(lone.blocks), lone.num_blocks, lone.length) for lone in plan.lone} == {
+        5: (slice(8, 11), 3, 33),
+        6: ([44, 2, 35], 3, 40),
+        7: ([4, 26], 2, 17),
+        8: (slice(14, 16), 2, 32),
+        9: ([9, 7, 11, 13], 4, 49),
+    }
+    shared_blocks = [3, 3, 3, 2, 2]
+    suffix_lens = plan.suffix_visible.sum(dim=1).tolist()
+    assert suffix_lens == [n - 16 * s for n, s in zip(lens, shared_blocks)]
+    for row, (table, s, n) in enumerate(zip(tables, shared_blocks, suffix_lens)):
+        count = -(-n // 16)
         assert plan.suffix_tables[row, :count].tolist() == table[s : s + count]
         assert plan.suffix_columns[row, :count].tolist() == list(range(s, s + count))
 
 
 def test_one_row_and_rows_sharing_everything(device):
-    """Batch 1 (its run read in place) and a batch whose rows are one table: the group is every row (no index)."""
+    """Batch 1 (one lone row, read in place) and a batch whose rows are one table (one group of every row, no
+    index)."""
     blocks = _pool("fp32", 3, 16, 64, device)
     q = torch.randn(3, 9, 64).to(device)
     for tables, lens in (([[0, 1, 2, 3]], [57]), ([[5, 6, 7]] * 3, [40, 40, 40])):
         plan = plan_cascade(tables, lens, 16, device)
-        assert len(plan.shared) == 1 and plan.shared[0].rows is None
         n = len(tables)
-        out = cascade_decode_attention(q[:n], blocks, plan.shared, plan.suffix_tables, plan.suffix_visible, 0.125)
+        if n == 1:
+            assert not plan.shared and [lone.blocks for lone in plan.lone] == [slice(0, 4)]
+        else:
+            assert not plan.lone and plan.grouped_rows is None and [p.rows for p in plan.shared] == [None]
+        out = cascade_decode_attention(q[:n], blocks, plan, 0.125)
         ref = paged_decode_attention(q[:n], blocks, torch.tensor(tables, device=device),
                                      torch.tensor(lens, device=device), 0.125, backend="torch")  # fmt: skip
         torch.testing.assert_close(out, ref, atol=2e-5, rtol=0)
@@ -130,22 +140,26 @@ def test_one_row_and_rows_sharing_everything(device):
 
 def test_attention_does_not_depend_on_where_blocks_sit(device):
     """The same contexts stored in consecutive blocks and in scattered ones (as after a restore from a memory tier)
-    give bit-identical attention: the split into shared and own parts follows from the sharing alone."""
+    give bit-identical attention: the split into shared and own parts follows from the sharing alone.  Rows 0-2
+    share three blocks, row 3 is alone."""
     blocks = KVBlocks.allocate(KVQuantSpec.parse("fp32"), NUM_BLOCKS, 16, 3, 64, device)
     gen = torch.Generator().manual_seed(5)
-    lens = [70, 51, 52]
-    shared = torch.randn(48, 3, 64, generator=gen), torch.randn(48, 3, 64, generator=gen)  # 3 blocks all rows read
-    own = [(torch.randn(n - 48, 3, 64, generator=gen), torch.randn(n - 48, 3, 64, generator=gen)) for n in lens]
+    lens = [70, 51, 52, 40]
+    shared = torch.randn(48, 3, 64, generator=gen), torch.randn(48, 3, 64, generator=gen)
+    own = [(torch.randn(n - 48, 3, 64, generator=gen), torch.randn(n - 48, 3, 64, generator=gen)) for n in lens[:3]]
+    own.append((torch.randn(lens[3], 3, 64, generator=gen), torch.randn(lens[3], 3, 64, generator=gen)))
     q = torch.randn(len(lens), 9, 64, generator=gen).to(device)
     outs = []
-    for layout in ([[0, 1, 2, 3, 4], [0, 1, 2, 5, 6], [0, 1, 2, 7]], [[40, 9, 33, 3, 17], [40, 9, 33, 21, 5],
-                                                                       [40, 9, 33, 12]]):  # fmt: skip
+    for layout in ([[0, 1, 2, 3, 4], [0, 1, 2, 5, 6], [0, 1, 2, 7], [8, 9, 10]],
+                   [[40, 9, 33, 3, 17], [40, 9, 33, 21, 5], [40, 9, 33, 12], [30, 2, 44]]):  # fmt: skip
         for row, table in enumerate(layout):
-            k = torch.cat([shared[0], own[row][0]]).to(device)
-            v = torch.cat([shared[1], own[row][1]]).to(device)
+            head = [] if row == 3 else [shared]
+            k = torch.cat([*(h[0] for h in head), own[row][0]]).to(device)
+            v = torch.cat([*(h[1] for h in head), own[row][1]]).to(device)
             slots = torch.tensor([table[i // 16] * 16 + i % 16 for i in range(lens[row])], device=device)
             write_kv(blocks, slots, k, v)
         width = max(map(len, layout))
         plan = plan_cascade([t + [t[-1]] * (width - len(t)) for t in layout], lens, 16, device)
-        outs.append(cascade_decode_attention(q, blocks, plan.shared, plan.suffix_tables, plan.suffix_visible, 0.125))
+        assert len(plan.shared) == 1 and [lone.row for lone in plan.lone] == [3]
+        outs.append(cascade_decode_attention(q, blocks, plan, 0.125))
     assert torch.equal(outs[0], outs[1])

@@ -16,7 +16,7 @@ from torch import nn
 
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.layers.rotary import RotaryEmbedding
+from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
 from oxygen_ros.models.pi05.config import Pi05Config
 from oxygen_ros.models.pi05.gemma import GemmaDecoderLayer, GemmaRMSNorm
 
@@ -49,16 +49,16 @@ class ActionExpert(nn.Module):
     def __init__(self, cfg: Pi05Config) -> None:
         super().__init__()
         e, width = cfg.expert, cfg.expert.hidden_size
-        rotary = RotaryEmbedding(e.head_dim, e.rope_theta)
+        self.rotary = RotaryEmbedding(e.head_dim, e.rope_theta)
         self.action_in_proj = nn.Linear(cfg.action_dim, width)
         self.time_mlp_in = nn.Linear(width, width)
         self.time_mlp_out = nn.Linear(width, width)
-        self.layers = nn.ModuleList(GemmaDecoderLayer(e, i, rotary, cond_dim=width) for i in range(e.num_layers))
+        self.layers = nn.ModuleList(GemmaDecoderLayer(e, i, cond_dim=width) for i in range(e.num_layers))
         self.norm = GemmaRMSNorm(width, e.rms_norm_eps, cond_dim=width)
         self.action_out_proj = nn.Linear(width, cfg.action_dim)
 
     def velocity(
-        self, x_t: torch.Tensor, t: torch.Tensor, positions: torch.Tensor, ctx: StepContext, kv: KVCache
+        self, x_t: torch.Tensor, t: torch.Tensor, rope: RopeAngles, ctx: StepContext, kv: KVCache
     ) -> torch.Tensor:
         """Noisy actions x_t [B, H, A] at times t [B] -> velocity [B, H, A] (fp32)."""
         B, H, _ = x_t.shape
@@ -67,7 +67,7 @@ class ActionExpert(nn.Module):
         cond = time_embedding(t, h.shape[-1]).to(dtype)
         cond = F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(cond)))).repeat_interleave(H, dim=0)
         for layer in self.layers:
-            h = layer(h, positions, ctx, kv, cond)
+            h = layer(h, rope, ctx, kv, cond)
         h = self.norm(h, cond)[0]
         return self.action_out_proj(h).view(B, H, -1).float()
 
@@ -84,10 +84,10 @@ class ActionExpert(nn.Module):
         device = noise.device
         ctx = action_context(block_tables, prefix_lens, H)
         kv.bind(ctx)  # once for every denoising step
-        positions = torch.cat([torch.arange(p, p + H, device=device) for p in prefix_lens])
+        rope = self.rotary.angles(torch.cat([torch.arange(p, p + H, device=device) for p in prefix_lens]))
         x = noise.float()
         dt = -1.0 / num_steps
         for step in range(num_steps):
             t = torch.full((B,), 1.0 - step / num_steps, device=device)
-            x = x + dt * self.velocity(x, t, positions, ctx, kv)
+            x = x + dt * self.velocity(x, t, rope, ctx, kv)
         return x

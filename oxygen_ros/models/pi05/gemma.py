@@ -13,7 +13,7 @@ from torch import nn
 
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.layers.rotary import RotaryEmbedding
+from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
 from oxygen_ros.layers.self_attention import PagedSelfAttention
 from oxygen_ros.models.pi05.config import GemmaConfig
 
@@ -36,8 +36,7 @@ class GemmaRMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, cond: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x [T, dim], cond [T, cond_dim] (adaptive mode only) -> (normalised x, gate [T, dim] or None)."""
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        h = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps)  # one op; bit-equal to h * rsqrt(mean(h^2) + eps)
         if cond is None:
             return (h * (1.0 + self.weight.float())).type_as(x), None
         scale, shift, gate = self.dense(cond).float().chunk(3, dim=-1)
@@ -60,11 +59,11 @@ class GemmaMLP(nn.Module):
 class GemmaDecoderLayer(nn.Module):
     """Pre-norm block; with ``cond_dim`` its norms are adaptive and their gates scale both residual branches."""
 
-    def __init__(self, cfg: GemmaConfig, layer_idx: int, rotary: RotaryEmbedding, cond_dim: int | None = None) -> None:
+    def __init__(self, cfg: GemmaConfig, layer_idx: int, cond_dim: int | None = None) -> None:
         super().__init__()
         self.input_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cond_dim)
         self.self_attn = PagedSelfAttention(
-            cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, layer_idx, rotary
+            cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, layer_idx
         )
         self.post_attention_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cond_dim)
         self.mlp = GemmaMLP(cfg)
@@ -72,13 +71,13 @@ class GemmaDecoderLayer(nn.Module):
     def forward(
         self,
         h: torch.Tensor,
-        positions: torch.Tensor,
+        rope: RopeAngles,
         ctx: StepContext,
         kv: KVCache,
         cond: torch.Tensor | None = None,
     ) -> torch.Tensor:
         x, gate = self.input_layernorm(h, cond)
-        h = gated_residual(h, self.self_attn(x, positions, ctx, kv), gate)
+        h = gated_residual(h, self.self_attn(x, rope, ctx, kv), gate)
         x, gate = self.post_attention_layernorm(h, cond)
         return gated_residual(h, self.mlp(x), gate)
 
@@ -93,9 +92,9 @@ class GemmaModel(nn.Module):
     def __init__(self, cfg: GemmaConfig, vocab_size: int) -> None:
         super().__init__()
         self.cfg = cfg
-        rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
         self.embed_tokens = nn.Embedding(vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(GemmaDecoderLayer(cfg, i, rotary) for i in range(cfg.num_layers))
+        self.layers = nn.ModuleList(GemmaDecoderLayer(cfg, i) for i in range(cfg.num_layers))
         self.norm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -113,9 +112,10 @@ class GemmaModel(nn.Module):
     ) -> torch.Tensor:
         """[T] ids (or ready [T, width] embeds) at ``positions`` -> [T, width]; K/V land in the pool per ``ctx``."""
         kv.bind(ctx)
+        rope = self.rotary.angles(positions)
         h = self.embed(input_ids) if input_embeds is None else input_embeds
         for layer in self.layers:
-            h = layer(h, positions, ctx, kv)
+            h = layer(h, rope, ctx, kv)
         return self.norm(h)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
