@@ -10,7 +10,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .ONESHELL:
 .DEFAULT_GOAL := install
-.PHONY: venv build install test lint demo bench clean
+.PHONY: venv build install test lint demo bench peers clean
 
 PYTHON ?= python3.11
 PYTEST_ARGS ?=
@@ -73,6 +73,24 @@ demo: install
 SUITE ?= engine
 bench: install
 	.venv/bin/oxygen-ros bench --suite $(SUITE) --json out/bench/$(SUITE).json
+
+# llama.cpp for `bench --suite peers`: its own venv, cached like ours and keyed by its pins, never used at run time
+# and not built by `make test` or CI. The suite finds it at .peers-venv (or $$OXYGEN_PEERS_PYTHON).
+PEERS_KEY := $(shell { cat requirements/peers.txt; $(PYTHON) -VV; } | sha256sum | cut -c1-16)
+PEERS_VENV := $(CACHE_ROOT)/peers-$(PEERS_KEY)
+peers: $(PEERS_VENV)/.complete
+	ln -sfn $(PEERS_VENV) .peers-venv
+
+$(PEERS_VENV)/.complete:
+	mkdir -p $(CACHE_ROOT)
+	exec 9>$(PEERS_VENV).lock
+	flock 9
+	[ -e $@ ] && exit 0
+	echo "building llama.cpp into $(PEERS_VENV) (about 20 min on 2 cores, once per machine and pin set)"
+	rm -rf $(PEERS_VENV)
+	$(PYTHON) -m venv $(PEERS_VENV)
+	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(PEERS_VENV)/bin/pip install -qq --disable-pip-version-check -r requirements/peers.txt
+	touch $@
 
 # The cached venv stays (other checkouts may share it); `rm -rf $(CACHE_ROOT)` resets it.
 clean:

@@ -12,6 +12,7 @@ SUITES = {
     "multitask": "oxygen_ros.bench.multitask_suite",
     "pacing": "oxygen_ros.bench.pacing_suite",
     "paper": "oxygen_ros.bench.paper_suite",
+    "peers": "oxygen_ros.bench.peers_suite",
     "quant": "oxygen_ros.bench.quant_suite",
     "tiers": "oxygen_ros.bench.tiers_suite",
 }

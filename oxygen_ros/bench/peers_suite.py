@@ -1,0 +1,271 @@
+"""`bench --suite peers`: our engine, transformers and llama.cpp on the same SmolLM2 GGUF, side by side in one run.
+
+Two workloads, the same prompt token ids for every peer, greedy, fixed lengths:
+
+* batch-1 decode: one prompt, ``batch1_tokens`` new tokens; decode tokens/s (prefill excluded), next to the bound
+  this machine sets: bytes of weights a token reads / the best read bandwidth measured here (``bandwidth``);
+* N questions on one shared ~500-token observation, N in ``ns``, ``new_tokens`` each: tokens/s over the whole run
+  (the observation's one prefill included) and the mean time to first token.  Ours submits all N at once (prefix
+  computed once, decoding batched); llama.cpp answers one at a time with its prompt cache keeping the shared prefix,
+  as a llama_ros node would; transformers one at a time, prefix recomputed (up to ``hf_max_n``: it is slow).
+
+With ``bf16`` ours also runs with bf16 weights and activations (``dtype: bfloat16``, the faster option on CPUs with
+AVX-512 BF16), and its quality is measured against our fp32 reference path: the share of each answer's greedy
+tokens before the first that differs (the fp32 path equals transformers token for token).
+
+llama.cpp runs in its own venv (``make peers``: llama-cpp-python, built from source) as a subprocess on the same
+file, with the same thread count; without it the suite says so and reports ours and transformers only.  The PNG
+(``plot``) shows both workloads.  Absolute numbers describe this machine only; the ratios are the point.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from oxygen_ros.bench.bandwidth import read_bandwidth
+from oxygen_ros.bench.engine_suite import QUESTIONS
+from oxygen_ros.bench.report import result
+from oxygen_ros.bench.scene_text import observation_text
+from oxygen_ros.config import EngineConfig
+from oxygen_ros.engine.engine import Engine
+from oxygen_ros.engine.io import GenerateRequest, Observation
+from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.models.args import LlamaArgs
+from oxygen_ros.models.gguf_loader import smollm2_gguf_path
+
+BATCH1_PROMPT = "Tell me a story about a robot that learns to cook."
+PEERS_PYTHON_ENV = "OXYGEN_PEERS_PYTHON"  # else .peers-venv/bin/python of the checkout (``make peers``)
+
+
+def run(
+    ns: str = "1,4,8,16,32", new_tokens: int = 64, batch1_tokens: int = 128, prefix_tokens: int = 500,
+    hf_max_n: int = 8, plot: str = "out/bench/peers.png", bf16: int = 1,
+) -> dict[str, Any]:
+    counts = [int(n) for n in str(ns).split(",")]
+    threads = torch.get_num_threads()
+    engine = Engine(EngineConfig(kv_cache_bytes=1 << 30, max_num_seqs=max(counts), max_model_len=2048))
+    obs = Observation(text=observation_text(engine.tokenizer, prefix_tokens))
+    batch1 = engine.encode(GenerateRequest(BATCH1_PROMPT))
+    workloads = {n: [_question(engine, obs, i) for i in range(n)] for n in counts}
+    prompts = {n: [engine.encode(r) for r in reqs] for n, reqs in workloads.items()}
+
+    bandwidth = read_bandwidth()
+    weight_bytes = _weight_bytes_per_token(engine)
+    bound = bandwidth / weight_bytes
+
+    ours = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros")
+    ours_bf16 = None
+    if bf16:
+        del engine
+        engine = Engine(EngineConfig(kv_cache_bytes=1 << 30, max_num_seqs=max(counts), max_model_len=2048,
+                                     dtype="bfloat16"))  # fmt: skip
+        ours_bf16 = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros bf16")
+    hf = _transformers(batch1, batch1_tokens, {n: p for n, p in prompts.items() if n <= hf_max_n}, new_tokens)
+    llama = _llamacpp(batch1, batch1_tokens, prompts, new_tokens, threads)
+
+    def tokens_per_s(side: dict[int, dict[str, Any]], n: int) -> float | None:
+        return n * new_tokens / side[n]["seconds"] if n in side else None
+
+    metrics: dict[str, Any] = {
+        "batch1_tokens_per_s": ours["batch1"],
+        "batch1_ratio_vs_hf": ours["batch1"] / hf["batch1"],
+        "batch1_fraction_of_bound": ours["batch1"] / bound,
+        "bound_tokens_per_s": bound,
+    }
+    for n in counts:
+        metrics[f"tokens_per_s_n{n}"] = tokens_per_s(ours["shared"], n)
+    if ours_bf16 is not None:
+        metrics["bf16_batch1_tokens_per_s"] = ours_bf16["batch1"]
+        for n in counts:
+            metrics[f"bf16_tokens_per_s_n{n}"] = tokens_per_s(ours_bf16["shared"], n)
+        metrics["bf16_greedy_agreement"] = _agreement(ours, ours_bf16, counts)
+    if llama is not None:
+        metrics["batch1_ratio_vs_llamacpp"] = ours["batch1"] / llama["batch1"]
+        for n in counts:
+            metrics[f"ratio_vs_llamacpp_n{n}"] = tokens_per_s(ours["shared"], n) / tokens_per_s(llama["shared"], n)
+    details = {
+        "threads": threads,
+        "read_bandwidth_gb_s": bandwidth / 1e9,
+        "weight_bytes_per_token": weight_bytes,
+        "prompt_tokens": {n: [len(p) for p in ps] for n, ps in prompts.items()},
+        "ours": ours,
+        "ours_bf16": ours_bf16,
+        "transformers": hf,
+        "llamacpp": llama if llama is not None else "not run: no llama.cpp peer (make peers)",
+    }
+    if plot:
+        _plot(Path(plot), counts, new_tokens, ours, ours_bf16, hf, llama, bound)
+        details["plot"] = plot
+    params = {"ns": ns, "new_tokens": new_tokens, "batch1_tokens": batch1_tokens, "prefix_tokens": prefix_tokens,
+              "hf_max_n": hf_max_n, "bf16": bf16}  # fmt: skip
+    return result("peers", metrics, details, params)
+
+
+def _question(engine: Engine, obs: Observation, i: int) -> GenerateRequest:
+    question = QUESTIONS[i % len(QUESTIONS)] + (f" (task {i})" if i >= len(QUESTIONS) else "")
+    return GenerateRequest(question, task_id=f"task-{i}", observation=obs)
+
+
+def _weight_bytes_per_token(engine: Engine) -> int:
+    """Bytes one decode token reads: every projection of every layer and the LM head (the embedding lookup reads
+    one row), in the model's weight dtype."""
+    args: LlamaArgs = engine.bundle.model.args
+    h, q, kv = args.hidden_size, args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
+    per_layer = h * (q + 2 * kv) + q * h + 3 * h * args.intermediate_size
+    return (args.num_layers * per_layer + args.vocab_size * h) * engine.dtype.itemsize
+
+
+def _ours(engine: Engine, counts: list[int], workloads: dict[int, list[GenerateRequest]], batch1_tokens: int,
+          new_tokens: int, name: str) -> dict[str, Any]:  # fmt: skip
+    out = {"batch1": _ours_batch1(engine, batch1_tokens), "shared": {}}
+    for n in tqdm(counts, desc=f"{name}: N questions", unit="run"):
+        out["shared"][n] = _ours_shared(engine, workloads[n], new_tokens)
+    return out
+
+
+def _agreement(reference: dict[str, Any], other: dict[str, Any], counts: list[int]) -> float:
+    """Mean share of an answer's tokens before the first one that differs from the reference's answer."""
+    shares = []
+    for n in counts:
+        for ref, got in zip(reference["shared"][n]["tokens"], other["shared"][n]["tokens"], strict=True):
+            same = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), len(ref))
+            shares.append(same / len(ref))
+    return sum(shares) / len(shares)
+
+
+def _ours_batch1(engine: Engine, new_tokens: int) -> float:
+    """Decode tokens/s of one request alone (from its first token to its last)."""
+    sampling = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
+    engine.generate([GenerateRequest("warm up", sampling=SamplingParams(max_new_tokens=4))])
+    rid = engine.submit(GenerateRequest(BATCH1_PROMPT, sampling=sampling))
+    req = engine.requests[rid]
+    while not req.output_token_ids:
+        engine.step()
+    start = time.perf_counter()
+    while engine.has_unfinished:
+        engine.step()
+    return (new_tokens - 1) / (time.perf_counter() - start)
+
+
+def _ours_shared(engine: Engine, reqs: list[GenerateRequest], new_tokens: int) -> dict[str, Any]:
+    """All N requests at once, from a pool that has forgotten every prefix."""
+    engine.pool.reset_prefix_cache()
+    sampling = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
+    start = time.perf_counter()
+    ids = [engine.submit(GenerateRequest(r.prompt, task_id=r.task_id, observation=r.observation, sampling=sampling))
+           for r in reqs]  # fmt: skip
+    pending, ttft, tokens = {i: engine.requests[i] for i in ids}, [], {}
+    while engine.has_unfinished:
+        tokens.update((out.request_id, out.token_ids) for out in engine.step())
+        started = [i for i, r in pending.items() if r.output_token_ids]
+        ttft += [time.perf_counter() - start] * len(started)
+        for i in started:
+            del pending[i]
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "ttft_s": ttft, "tokens": [tokens[i] for i in ids]}
+
+
+@torch.inference_mode()
+def _transformers(
+    batch1: list[int], batch1_tokens: int, prompts: dict[int, list[list[int]]], new_tokens: int
+) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM
+
+    path = smollm2_gguf_path()
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+
+    def generate(ids: list[int], n: int) -> float:
+        input_ids = torch.tensor([ids])
+        start = time.perf_counter()
+        model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=n, min_new_tokens=n,
+                       do_sample=False)  # fmt: skip
+        return time.perf_counter() - start
+
+    generate(batch1[:8], 2)  # warm up
+    decode_s = generate(batch1, batch1_tokens) - generate(batch1, 1)
+    out: dict[str, Any] = {"batch1": (batch1_tokens - 1) / decode_s, "shared": {}}
+    for n, ps in tqdm(prompts.items(), desc="transformers: N questions, one at a time", unit="run"):
+        ttft, seconds = [], 0.0
+        for ids in ps:
+            ttft.append(seconds + generate(ids, 1))
+            seconds += generate(ids, new_tokens)
+        out["shared"][n] = {"seconds": seconds, "ttft_s": ttft}
+    return out
+
+
+def _peers_python() -> Path | None:
+    explicit = os.environ.get(PEERS_PYTHON_ENV)
+    if explicit:
+        return Path(explicit)
+    for root in (Path.cwd(), *Path(__file__).resolve().parents):
+        candidate = root / ".peers-venv" / "bin" / "python"
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _llamacpp(batch1: list[int], batch1_tokens: int, prompts: dict[int, list[list[int]]], new_tokens: int,
+              threads: int) -> dict[str, Any] | None:  # fmt: skip
+    python = _peers_python()
+    if python is None:
+        print(f"llama.cpp peer skipped: no .peers-venv (run `make peers`) and no ${PEERS_PYTHON_ENV}", file=sys.stderr)
+        return None
+    job = {
+        "gguf": str(smollm2_gguf_path()),
+        "threads": threads,
+        "n_ctx": 2048,
+        "batch1": {"prompt": batch1, "new_tokens": batch1_tokens},
+        "shared": [{"prompts": ps, "new_tokens": new_tokens} for ps in prompts.values()],
+    }
+    print(f"llama.cpp ({python}): batch 1, then N questions one at a time ...", file=sys.stderr)
+    done = subprocess.run([str(python), str(Path(__file__).with_name("llamacpp_peer.py"))], input=json.dumps(job),
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"the llama.cpp peer failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    out = json.loads(done.stdout)
+    return {"batch1": out["batch1_decode_tokens_per_s"],
+            "shared": {run["n"]: {"seconds": run["seconds"], "ttft_s": run["ttft_s"]} for run in out["shared"]}}
+
+
+def _plot(path: Path, counts: list[int], new_tokens: int, ours: dict, ours_bf16: dict | None, hf: dict,
+          llama: dict | None, bound: float) -> None:  # fmt: skip
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sides = [("oxygen_ros", ours, "tab:orange")]
+    if ours_bf16 is not None:
+        sides.append(("oxygen_ros bf16", ours_bf16, "tab:red"))
+    sides.append(("transformers", hf, "tab:blue"))
+    if llama is not None:
+        sides.append(("llama.cpp (Q4_1, one at a time)", llama, "tab:green"))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    names = [name for name, _, _ in sides]
+    left.bar(names, [side["batch1"] for _, side, _ in sides], color=[c for _, _, c in sides])
+    left.axhline(bound, color="black", linestyle="--", label=f"fp32 weights / read bandwidth = {bound:.0f} tok/s")
+    left.set_ylabel("decode tokens/s")
+    left.set_title("batch 1")
+    left.legend(fontsize=8)
+    left.tick_params(axis="x", labelsize=8)
+    for name, side, color in sides:
+        ns = [n for n in counts if n in side["shared"]]
+        right.plot(ns, [n * new_tokens / side["shared"][n]["seconds"] for n in ns], marker="o", color=color,
+                   label=name)  # fmt: skip
+    right.set_xscale("log", base=2)
+    right.set_xticks(counts, [str(n) for n in counts])
+    right.set_xlabel("questions on one observation (N)")
+    right.set_ylabel("tokens/s, whole run")
+    right.set_title(f"N questions x {new_tokens} tokens, shared ~500-token prefix")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
