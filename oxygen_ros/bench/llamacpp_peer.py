@@ -1,27 +1,96 @@
 """llama.cpp's side of `bench --suite peers`, run by the peers venv's Python (``make peers``), never imported.
 
-It needs only the standard library and ``llama_cpp``, so it runs outside our venv: a JSON job on stdin (the GGUF
-file, threads, and the same prompt token ids our engine and transformers get), a JSON result on stdout.  llama.cpp
-serves one request at a time here, the way a llama_ros node does; its prompt cache keeps the longest common prefix of
-the previous request (``Llama.generate`` with ``reset=True``), so the shared observation is prefilled once per run,
-as in ours.  Greedy (top_k=1), exactly ``new_tokens`` tokens per request (EOS does not stop a generate loop).
+It needs only the standard library, numpy and ``llama_cpp``, so it runs outside our venv: a JSON job on stdin (the
+GGUF file, threads, and the same prompt token ids our engine and transformers get), a JSON result on stdout.  Two
+ways of serving N questions, greedy, exactly ``new_tokens`` tokens each:
+
+* one at a time, the way a llama_ros node serves: the prompt cache keeps the longest common prefix of the previous
+  request (``Llama.generate`` with ``reset=True``), so the shared observation is prefilled once per run;
+* parallel sequences, the way llama.cpp's own ``parallel`` example and its server's slots batch: one context with
+  N sequences in a unified KV cache, the shared prefix decoded once and shared by every sequence
+  (``llama_memory_seq_cp``), the question tails in one batch, then one batch of N tokens per step.
 """
 
+import ctypes
 import json
 import sys
 import time
 
+import numpy as np
 
-def _decode(llm, prompt: list[int], new_tokens: int) -> tuple[float, float]:
-    """(seconds to the first token, seconds to the last) of one greedy request."""
+
+def _decode(llm, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
+    """(seconds to the first token, seconds to the last, the tokens) of one greedy request."""
     start = time.perf_counter()
-    first = 0.0
-    for count, _ in enumerate(llm.generate(prompt, top_k=1, temp=0.0, reset=True), start=1):
-        if count == 1:
+    first, tokens = 0.0, []
+    for token in llm.generate(prompt, top_k=1, temp=0.0, reset=True):
+        tokens.append(int(token))
+        if len(tokens) == 1:
             first = time.perf_counter() - start
-        if count == new_tokens:
+        if len(tokens) == new_tokens:
             break
-    return first, time.perf_counter() - start
+    return first, time.perf_counter() - start, tokens
+
+
+def _parallel(model_path: str, threads: int, prompts: list[list[int]], new_tokens: int) -> dict:
+    """N sequences decoded together (see the module docstring): run seconds and each sequence's first-token time."""
+    import llama_cpp as ll
+
+    n = len(prompts)
+    common = 0
+    while all(len(p) > common + 1 and p[common] == prompts[0][common] for p in prompts):
+        common += 1
+    model = ll.llama_model_load_from_file(model_path.encode(), ll.llama_model_default_params())
+    params = ll.llama_context_default_params()
+    params.n_ctx = common + sum(len(p) - common for p in prompts) + n * new_tokens + 64
+    params.n_batch = params.n_ubatch = 512
+    params.n_seq_max = n
+    params.kv_unified = True
+    params.n_threads = params.n_threads_batch = threads
+    ctx = ll.llama_init_from_model(model, params)
+    vocab = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(model))
+    memory = ll.llama_get_memory(ctx)
+    batch = ll.llama_batch_init(512, 0, n)
+
+    def decode(entries: list[tuple[int, int, list[int], bool]]) -> list[int]:
+        """(token, position, sequences, wants logits) in chunks of n_batch; argmax of each entry wanting logits."""
+        chosen = []
+        for first in range(0, len(entries), 512):
+            chunk = entries[first : first + 512]
+            batch.n_tokens = len(chunk)
+            for i, (token, pos, seqs, logits) in enumerate(chunk):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, len(seqs), logits
+                for j, seq in enumerate(seqs):
+                    batch.seq_id[i][j] = seq
+            if ll.llama_decode(ctx, batch):
+                raise RuntimeError("llama_decode failed")
+            for i, (_, _, _, logits) in enumerate(chunk):
+                if logits:
+                    row = np.ctypeslib.as_array(ctypes.cast(ll.llama_get_logits_ith(ctx, i),
+                                                            ctypes.POINTER(ctypes.c_float)), shape=(vocab,))
+                    chosen.append(int(row.argmax()))
+        return chosen
+
+    start = time.perf_counter()
+    decode([(t, pos, [0], False) for pos, t in enumerate(prompts[0][:common])])
+    for seq in range(1, n):
+        ll.llama_memory_seq_cp(memory, 0, seq, -1, -1)
+    tails = [(t, common + i, [seq], common + i == len(p) - 1) for seq, p in enumerate(prompts)
+             for i, t in enumerate(p[common:])]
+    tokens = decode(tails)
+    ttft = [time.perf_counter() - start] * n
+    answers = [[t] for t in tokens]
+    positions = [len(p) for p in prompts]
+    for _ in range(new_tokens - 1):
+        tokens = decode([(t, positions[seq], [seq], True) for seq, t in enumerate(tokens)])
+        positions = [p + 1 for p in positions]
+        for answer, t in zip(answers, tokens):
+            answer.append(t)
+    seconds = time.perf_counter() - start
+    ll.llama_batch_free(batch)
+    ll.llama_free(ctx)
+    ll.llama_model_free(model)
+    return {"n": n, "seconds": seconds, "ttft_s": ttft, "tokens": answers}
 
 
 def main() -> int:
@@ -31,18 +100,21 @@ def main() -> int:
     llm = Llama(job["gguf"], n_ctx=job["n_ctx"], n_threads=job["threads"], n_batch=512, verbose=False)
     _decode(llm, job["batch1"]["prompt"][:8], 4)  # warm up
     llm.reset()
-    first, total = _decode(llm, job["batch1"]["prompt"], job["batch1"]["new_tokens"])
+    first, total, _ = _decode(llm, job["batch1"]["prompt"], job["batch1"]["new_tokens"])
     result = {"batch1_decode_tokens_per_s": (job["batch1"]["new_tokens"] - 1) / (total - first), "shared": []}
     for run in job["shared"]:
         llm.reset()  # each run prefills its observation once, like ours
         start = time.perf_counter()
-        ttfts = []
+        ttfts, answers = [], []
         for prompt in run["prompts"]:
             begun = time.perf_counter() - start
-            first, _ = _decode(llm, prompt, run["new_tokens"])
+            first, _, tokens = _decode(llm, prompt, run["new_tokens"])
             ttfts.append(begun + first)  # a request waits for those before it: one at a time
+            answers.append(tokens)
         seconds = time.perf_counter() - start
-        result["shared"].append({"n": len(run["prompts"]), "seconds": seconds, "ttft_s": ttfts})
+        result["shared"].append({"n": len(run["prompts"]), "seconds": seconds, "ttft_s": ttfts, "tokens": answers})
+        result.setdefault("parallel", []).append(_parallel(job["gguf"], job["threads"], run["prompts"],
+                                                           run["new_tokens"]))  # fmt: skip
     json.dump(result, sys.stdout)
     return 0
 
