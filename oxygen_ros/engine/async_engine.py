@@ -19,9 +19,11 @@ from typing import TypeVar
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, PoolStats, RequestOutput
 from oxygen_ros.engine.pacing import FramePacer
+from oxygen_ros.engine.text_stream import TextStream
 from oxygen_ros.errors import EngineError, ErrorCode
 
 T = TypeVar("T")
+TextCallback = Callable[[str, int], None]  # (text added since the last call, tokens generated so far)
 _MIN_DEADLINE_S = 1e-9  # a deadline already over while the request waited: the engine answers it at once
 STATS_MAX_AGE_S = 0.1  # while decoding, the stats snapshot is retaken at most this often (see _publish)
 log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ class AsyncEngine:
         self._inbox: list[Callable[[], None]] = []
         self._stopping = False
         self._futures: dict[str, tuple[Future[RequestOutput], float]] = {}  # engine thread only: (future, inbox ms)
+        self._streams: dict[str, _Stream] = {}  # engine thread only: requests whose text is streamed
         self._completed = 0
         self._generated_tokens = 0
         self._errors: dict[str, int] = {}
@@ -78,11 +81,17 @@ class AsyncEngine:
         self._thread.start()
 
     # --- callers' side ------------------------------------------------------------------------------------------
-    def submit(self, greq: GenerateRequest) -> Future[RequestOutput]:
-        """Queue a request; the future always completes with a RequestOutput (``error_code`` set on failure)."""
+    def submit(self, greq: GenerateRequest, on_text: TextCallback | None = None,
+               text_every: int = 1) -> Future[RequestOutput]:  # fmt: skip
+        """Queue a request; the future always completes with a RequestOutput (``error_code`` set on failure).
+
+        ``on_text(piece, tokens)`` is called on the engine thread (keep it short) with the answer's new text at most
+        every ``text_every`` tokens and once more with the rest just before the future completes: the pieces add up
+        to the result's text exactly."""
         future: Future[RequestOutput] = Future()
         arrival = time.perf_counter()  # taken here: the engine thread may be mid-step for a while
-        if not self._post(lambda: self._submit(greq, future, arrival)):
+        stream = None if on_text is None else _Stream(on_text, max(1, text_every))
+        if not self._post(lambda: self._submit(greq, future, arrival, stream)):
             future.set_result(error_output(greq, ErrorCode.UNAVAILABLE, "the engine is shut down"))
         return future
 
@@ -179,7 +188,8 @@ class AsyncEngine:
             return 0.0
         return self.pacer.hold_s(time.perf_counter(), self.engine.pending_language_tokens())
 
-    def _submit(self, greq: GenerateRequest, future: Future[RequestOutput], arrival: float) -> None:
+    def _submit(self, greq: GenerateRequest, future: Future[RequestOutput], arrival: float,
+                stream: "_Stream | None" = None) -> None:  # fmt: skip
         """The time a request waited in the inbox (behind a running step) counts: its deadline started at the
         caller's submit, and its queue and latency times include the wait."""
         if greq.want_actions and self.pacer is not None:
@@ -198,6 +208,9 @@ class AsyncEngine:
             self._complete(future, waited_s * 1e3, error_output(greq, ErrorCode.INTERNAL, self._last_error))
             return
         self._futures[request_id] = (future, waited_s * 1e3)
+        if stream is not None:
+            stream.text = TextStream(self.engine.tokenizer.decode, greq.sampling.stop)
+            self._streams[request_id] = stream
 
     def _step(self) -> None:
         served_actions, tokens = self.engine.owes_actions, self.engine.pending_language_tokens()
@@ -210,6 +223,10 @@ class AsyncEngine:
             return
         if self.pacer is not None:
             self.pacer.step_done(served_actions, time.perf_counter() - start, tokens)
+        for request_id, stream in self._streams.items():
+            req = self.engine.requests.get(request_id)
+            if req is not None and len(req.output_token_ids) - stream.reported >= stream.every:
+                stream.report(stream.text.update(req.output_token_ids), len(req.output_token_ids))
         for out in outputs:
             pending = self._futures.pop(out.request_id, None)
             if pending is not None:
@@ -247,6 +264,9 @@ class AsyncEngine:
                 log.exception("aborting %s failed", request_id)
 
     def _complete(self, future: Future[RequestOutput], waited_ms: float, out: RequestOutput) -> None:
+        stream = self._streams.pop(out.request_id, None)
+        if stream is not None and stream.text is not None:
+            stream.report(stream.text.finish(out.text), out.generated_tokens, final=True)
         out.queue_ms += waited_ms
         out.latency_ms += waited_ms
         self._generated_tokens += out.generated_tokens
@@ -281,3 +301,21 @@ class AsyncEngine:
             errors=dict(self._errors),
             last_error=self._last_error,
         )
+
+
+@dataclass
+class _Stream:
+    """A streamed request's callback and how much of its answer it has been given."""
+
+    callback: TextCallback
+    every: int
+    text: TextStream | None = None
+    reported: int = 0  # tokens covered by the last call
+
+    def report(self, piece: str, tokens: int, final: bool = False) -> None:
+        self.reported = tokens
+        if piece or final:
+            try:
+                self.callback(piece, tokens)
+            except Exception:  # the caller's callback failed: its request still completes
+                log.exception("a text stream callback raised")
