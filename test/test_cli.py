@@ -52,3 +52,32 @@ def test_generate_answers_offline_with_the_real_model():
 def test_generate_reports_an_unknown_model_clearly():
     result = _run("generate", "--model", "no-such-model", "hi")
     assert result.returncode == 2 and "NOT_FOUND" in result.stderr and "smollm2-135m" in result.stderr
+
+
+def test_generate_answers_about_image_files_with_a_vision_language_folder(tmp_path):
+    """A tiny random Idefics3 folder: the answer's token ids are transformers' greedy ones on the same PNGs."""
+    import cv2
+    import numpy as np
+    from idefics3_folders import hf_greedy, processor_inputs, random_image, reference_processor, write_folder
+    from transformers import AutoModelForImageTextToText
+
+    folder = write_folder(tmp_path / "vlm")
+    rng = np.random.default_rng(3)
+    frames = [random_image(rng, 70, 90), random_image(rng, 40, 120)]
+    paths = [tmp_path / f"frame{i}.png" for i in range(2)]
+    for path, frame in zip(paths, frames):
+        cv2.imwrite(str(path), cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    question = "What is on the table?"
+    result = _run("generate", "--json", "--model", str(folder), "--max-new-tokens", "16", "--image", str(paths[0]),
+                  "--image", str(paths[1]), question)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    reference = AutoModelForImageTextToText.from_pretrained(folder).eval()
+    inputs = processor_inputs(reference_processor(folder, split=True), question, frames)
+    eos = [json.loads((folder / "config.json").read_text())["text_config"]["eos_token_id"]]
+    assert answer["token_ids"] == hf_greedy(reference, inputs, 16, eos)[: len(answer["token_ids"])]
+    assert answer["prompt_tokens"] == inputs["input_ids"].shape[1]
+
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    result = _run("generate", "--model", str(folder), "--image", str(tmp_path / "broken.png"), question)
+    assert result.returncode == 2 and "INVALID_ARGUMENT" in result.stderr and "broken.png" in result.stderr

@@ -11,6 +11,9 @@ def register(subparsers) -> None:
     parser.add_argument("prompt", help="the user message")
     parser.add_argument("--model", default="smollm2-135m", help="registered model name or Hugging Face folder")
     parser.add_argument("--observation", default="", help="scene text given to the model as the system turn")
+    parser.add_argument("--image", action="append", default=[], metavar="FILE",
+                        help="an image file (PNG, JPEG, ...) the question is about; repeat for several; needs a "
+                             "vision-language model folder (SmolVLM / Idefics3)")  # fmt: skip
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--top-p", type=float, default=1.0)
@@ -26,13 +29,17 @@ def run(args: argparse.Namespace) -> int:
     from oxygen_ros.engine.engine import Engine
     from oxygen_ros.engine.io import GenerateRequest, Observation
     from oxygen_ros.engine.sampling import SamplingParams
-    from oxygen_ros.errors import EngineError
+    from oxygen_ros.errors import EngineError, ErrorCode
 
     try:
+        images = [_read_image(path) for path in args.image]
         engine = Engine(EngineConfig(model=args.model, device=args.device, kv_cache_bytes=256 << 20))
+        if images and not (engine.bundle.vision or engine.bundle.vla):
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"model {engine.bundle.model_id!r} has no vision encoder: "
+                              "--image needs a SmolVLM / Idefics3 folder")  # fmt: skip
         request = GenerateRequest(
             args.prompt,
-            observation=Observation(text=args.observation) if args.observation else None,
+            observation=Observation(text=args.observation, images=images) if args.observation or images else None,
             chat=not args.raw,
             sampling=SamplingParams(
                 max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
@@ -51,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         json.dumps(
             {
                 "text": out.text,
+                "token_ids": out.token_ids,
                 "finish_reason": out.finish_reason,
                 "prompt_tokens": out.prompt_tokens,
                 "reused_prefix_tokens": out.reused_prefix_tokens,
@@ -63,3 +71,16 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _read_image(path: str):
+    """An image file as the HxWx3 uint8 RGB array the engine takes; EngineError if it cannot be decoded."""
+    import cv2
+
+    from oxygen_ros.errors import EngineError, ErrorCode
+
+    image = cv2.imread(path, cv2.IMREAD_COLOR)
+    if image is None:
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot read image {path!r}: missing or not an image format "
+                          "OpenCV decodes")  # fmt: skip
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)

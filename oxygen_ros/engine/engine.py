@@ -78,7 +78,8 @@ class Engine:
             )
         self.scheduler = Scheduler(config, self.kv_manager)
         mass_hook = policy.observe if policy.wants_attention else None
-        self.runner = ModelRunner(b.model, self.kv, self.device, vla=b.vla, on_block_mass=mass_hook)
+        self.runner = ModelRunner(b.model, self.kv, self.device, takes_images=b.vla or b.vision,
+                                  on_block_mass=mass_hook)  # fmt: skip
         threshold = config.reuse_similarity_threshold
         self.similar_frames = SimilarFrames(threshold) if threshold > 0 else None  # approximate reuse (opt-in)
         self.requests: dict[str, Request] = {}
@@ -143,7 +144,10 @@ class Engine:
     # --- requests -----------------------------------------------------------------------------------------------
     def encode(self, greq: GenerateRequest) -> list[int]:
         """Prompt token ids; with ``chat`` the observation text is the system turn, so every task asking about the
-        same observation shares the same leading tokens (and so the same KV blocks)."""
+        same observation shares the same leading tokens (and so the same KV blocks).  A vision-language model's
+        prompt carries the frames instead (see ``_vision_prompt``)."""
+        if self.bundle.vision:
+            return self._vision_prompt(greq).token_ids
         if not greq.chat:
             return self.tokenizer.encode(greq.prompt)
         messages = [{"role": "user", "content": greq.prompt}]  # no observation: the model's own default system turn
@@ -158,9 +162,11 @@ class Engine:
         if self.similar_frames is not None and greq.observation is not None:
             greq = replace(greq, observation=self.similar_frames.resolve(greq.observation))
         prefix = self._vla_prefix(greq) if self.bundle.vla else None
-        prompt_ids = prefix.token_ids if prefix else self.encode(greq)
+        vision = self._vision_prompt(greq) if self.bundle.vision else None
+        prompt_ids = prefix.token_ids if prefix else vision.token_ids if vision else self.encode(greq)
         num_image_tokens = len(prefix.image_hashes) * self.bundle.model.config.tokens_per_image if prefix else 0
-        formats = self.block_formats(greq, prompt_ids, num_image_tokens)
+        image_end = sum(vision.image_spans[-1]) if vision and vision.image_spans else num_image_tokens
+        formats = self.block_formats(greq, prompt_ids, image_end)
         self._check_fits(prompt_ids, greq.sampling.max_new_tokens, num_image_tokens, formats)
         if len(self.scheduler.waiting) >= self.config.max_queue:
             raise EngineError(
@@ -198,19 +204,25 @@ class Engine:
             req.mm_spans = [MultiModalSpan(0, num_image_tokens, images_key)]  # every image token sees every image
             req.bidirectional_len = num_image_tokens
             req.pixels = prefix.pixels
+        if vision is not None and vision.image_spans:  # causal: each image's tokens are keyed by that image alone
+            req.mm_spans = [MultiModalSpan(start, length, bytes.fromhex(image_hash))
+                            for (start, length), image_hash in zip(vision.image_spans, vision.image_hashes)]  # fmt: skip
+            req.pixels = vision.pixels
         self.requests[request_id] = req
         self.scheduler.add(req)
         return request_id
 
     def block_formats(
-        self, greq: GenerateRequest, prompt_ids: list[int], num_image_tokens: int = 0
+        self, greq: GenerateRequest, prompt_ids: list[int], image_end: int = 0
     ) -> tuple[int, int, int]:
         """Where a request's blocks are stored: (its format, its observation prefix's format, how many leading full
-        blocks are that prefix).  The prefix is a VLA's image tokens or the chat turn that carries the scene text."""
+        blocks are that prefix).  The prefix is the prompt up to the last image token (a VLA's or a VLM's) or the
+        chat turn that carries the scene text."""
         kv_format = self.task_formats[greq.task_type]
         if self.observation_format is None or self.observation_format == kv_format:
             return kv_format, kv_format, 0
-        observation_len = num_image_tokens if self.bundle.vla else self._observation_len(greq, prompt_ids)
+        images = self.bundle.vla or self.bundle.vision
+        observation_len = image_end if images else self._observation_len(greq, prompt_ids)
         observation_blocks = observation_len // self.config.block_size
         return kv_format, self.observation_format if observation_blocks else kv_format, observation_blocks
 
@@ -237,6 +249,31 @@ class Engine:
             return self.bundle.model.prepare_prefix(
                 obs.images if obs else [], self.tokenizer.encode(greq.prompt), obs.state if obs and obs.state else None
             )
+        except ValueError as exc:
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
+
+    def _vision_prompt(self, greq: GenerateRequest) -> VisionPrompt:
+        """A vision-language prompt: with ``chat``, one user turn holding the frames first, then the observation
+        text (if any), then the question, so every task asking about a frame shares the tokens, and the KV, up to
+        its question; without ``chat``, the prompt itself places one ``<image>`` per frame.  Too many frames ->
+        OUT_OF_RANGE, bad frames or placeholders -> INVALID_ARGUMENT."""
+        obs = greq.observation
+        images = list(obs.images) if obs else []
+        cfg = self.bundle.model.config
+        if len(images) > max_images(cfg):
+            raise EngineError(
+                ErrorCode.OUT_OF_RANGE, f"{len(images)} images, more than the {max_images(cfg)} this model's context "
+                f"of {cfg.text.max_position_embeddings} tokens holds at their largest tiling",
+            )  # fmt: skip
+        text = greq.prompt
+        if greq.chat:
+            content = [{"type": "image"} for _ in images]
+            if obs is not None and obs.text:
+                content.append({"type": "text", "text": f"Observation: {obs.text}\n"})
+            content.append({"type": "text", "text": greq.prompt})
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": content}])
+        try:
+            return prepare_prompt(cfg, self.tokenizer, text, images)
         except ValueError as exc:
             raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from oxygen_ros.engine.image_features import ImageFeatureCache
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.engine.request import Request
 from oxygen_ros.engine.sampling import sample
@@ -74,12 +75,13 @@ class ModelRunner:
     decode kernel as a by-product."""
 
     def __init__(
-        self, model: torch.nn.Module, kv: KVCache, device: torch.device, vla: bool = False,
+        self, model: torch.nn.Module, kv: KVCache, device: torch.device, takes_images: bool = False,
         on_block_mass: MassHook | None = None,
     ) -> None:
         self.model = model
         self.on_block_mass = on_block_mass
-        self.vla = vla
+        self.takes_images = takes_images  # a VLA or VLM: has encode_images / embed_span
+        self.image_features = ImageFeatureCache()
         self.kv = kv
         self.device = device
         self.block_size = kv.layout.block_size
@@ -93,7 +95,7 @@ class ModelRunner:
         ctx, positions = build_context(reqs, counts, self.block_size, self.device)
         ids = [t for r, n in zip(reqs, counts) for t in r.all_token_ids[r.num_computed_tokens : r.num_computed_tokens + n]]
         input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
-        embeds = self._vla_embeds(reqs, counts) if self.vla else None
+        embeds = self._image_embeds(reqs, counts) if self.takes_images else None
         if self.on_block_mass is not None and ctx.is_decode:
             ctx.block_mass = torch.zeros(ctx.block_tables.shape, dtype=torch.float32, device=self.device)
         hidden = self.model(input_ids, positions, ctx, self.kv, input_embeds=embeds)
@@ -112,16 +114,22 @@ class ModelRunner:
         tokens = sample(logits, [r.sampling for r in chosen], [r.generator for r in chosen])
         return {r.request_id: t for r, t in zip(chosen, tokens)}
 
-    def _vla_embeds(self, reqs: list[Request], counts: list[int]) -> torch.Tensor:
-        """Input rows of a VLA batch: image tokens from the vision encoder (run once per request, only if some of its
-        image tokens are not in the prefix cache), text tokens from the embedding table."""
+    def _image_embeds(self, reqs: list[Request], counts: list[int]) -> torch.Tensor | None:
+        """Input rows of a batch of an image model: image tokens from the vision encoder (run once per image set,
+        only if some of a request's image tokens are not in the prefix cache; held by the request until its last
+        one is computed), text tokens from the embedding table.  None when no row is an image token (decode
+        steps): the model embeds the ids."""
+        ends = [max((s.start + s.length for s in r.mm_spans), default=0) for r in reqs]
+        if all(r.num_computed_tokens >= end for r, end in zip(reqs, ends)):
+            return None
         parts = []
-        for req, n in zip(reqs, counts):
+        for req, n, end in zip(reqs, counts, ends):
             start = req.num_computed_tokens
-            if start < req.bidirectional_len and req.image_tokens is None:
-                req.image_tokens = self.model.encode_images(req.pixels)
-            parts.append(self.model.embed_span(req.all_token_ids[start : start + n], start, req.image_tokens))
-            if start + n >= req.bidirectional_len:
+            if start < end and req.image_tokens is None:
+                key = b"".join(span.content_hash for span in req.mm_spans)
+                req.image_tokens = self.image_features.get(key, lambda: self.model.encode_images(req.pixels))
+            parts.append(self.model.embed_span(req.all_token_ids, start, n, req.image_tokens))
+            if start + n >= end:
                 req.image_tokens = None
         return torch.cat(parts)
 

@@ -31,7 +31,7 @@ class Request:
     want_actions: bool = False
     priority: int = 0  # higher is served first, within a service class
     deadline: float = 0.0  # perf_counter time by which it must be finished; 0 = none
-    pixels: torch.Tensor | None = None  # preprocessed images of a VLA prefix [N, 3, S, S]
+    pixels: torch.Tensor | None = None  # preprocessed images (tiles) of a VLA or VLM prompt [N, 3, S, S]
     image_tokens: torch.Tensor | None = None  # their encoder output, kept only while the prefix is being computed
     mm_spans: list[MultiModalSpan] = field(default_factory=list)
     bidirectional_len: int = 0  # leading tokens that see each other (a VLA's image tokens); computed in one step

@@ -32,7 +32,8 @@ def _sliding_window_active(config: dict) -> bool:
     return config.get("max_window_layers", 0) < config["num_hidden_layers"]
 
 
-def _read_args(config: dict, source: Path) -> LlamaArgs:
+def read_llama_args(config: dict, source: Path) -> LlamaArgs:
+    """A Llama-family config.json (or an Idefics3 text_config) -> LlamaArgs; ValueError for what we do not run."""
     model_type = config.get("model_type")
     if model_type not in _SUPPORTED_MODEL_TYPES:
         supported = sorted(_SUPPORTED_MODEL_TYPES)
@@ -66,7 +67,7 @@ def _read_args(config: dict, source: Path) -> LlamaArgs:
     )
 
 
-def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
+def read_tensors(folder: Path) -> dict[str, torch.Tensor]:
     """All tensors of a single-file or sharded checkpoint, as fp32 under our names (no `model.` prefix)."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
@@ -89,8 +90,8 @@ def load_hf_folder(path: str | Path) -> LoadedModel:
     folder = Path(path)
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder")
-    args = _read_args(json.loads((folder / "config.json").read_text()), folder)
-    state_dict = _read_tensors(folder)
+    args = read_llama_args(json.loads((folder / "config.json").read_text()), folder)
+    state_dict = read_tensors(folder)
     if args.tie_word_embeddings:
         state_dict.pop("lm_head.weight", None)  # some exporters save the tied copy too
     check_state_dict(state_dict, args, str(folder))

@@ -1,5 +1,6 @@
 """Model names the config may use, and how each is built."""
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ class ModelBundle:
     head_dim: int
     max_position_embeddings: int
     vla: bool = False  # has an action expert: images in, action chunks out (a Pi05Model)
+    vision: bool = False  # a vision-language model: images in the prompt, text out (an Idefics3Model)
 
 
 def known_models() -> list[str]:
@@ -37,6 +39,9 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 
     """Build ``name`` (a registered name or a Hugging Face folder) on ``device``; EngineError if it cannot."""
     if name in VLA_MODELS:
         return _load_vla(name, device, dtype, seed)
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file() and _is_idefics3(path):
+        return _load_idefics3(path, device, dtype)
     loaded = _read(name)
     model = LlamaModel(loaded.args)
     model.load_state_dict(loaded.state_dict, strict=True)
@@ -77,6 +82,39 @@ def _load_vla(name: str, device: torch.device, dtype: torch.dtype, seed: int) ->
         head_dim=cfg.head_dim,
         max_position_embeddings=8192,  # Gemma's context
         vla=True,
+    )
+
+
+def _is_idefics3(folder: Path) -> bool:
+    from oxygen_ros.models.idefics3.config import is_idefics3_config
+
+    try:
+        return is_idefics3_config(json.loads((folder / "config.json").read_text()))
+    except (json.JSONDecodeError, AttributeError):
+        return False  # the text loader reports the broken file
+
+
+def _load_idefics3(folder: Path, device: torch.device, dtype: torch.dtype) -> ModelBundle:
+    """A SmolVLM / Idefics3 folder: vision encoder, connector and Llama decoder, fp32 weights cast to ``dtype``."""
+    from oxygen_ros.models.idefics3.loader import load_idefics3_folder
+
+    try:
+        model, tokenizer, model_id = load_idefics3_folder(folder)
+    except (ValueError, FileNotFoundError) as exc:
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load model folder {folder}: {exc}") from exc
+    model.to(device=device, dtype=dtype).eval()
+    if can_pack(device, dtype):
+        model.pack_weights()
+    args = model.args
+    return ModelBundle(
+        model=model,
+        tokenizer=tokenizer,
+        model_id=model_id,
+        num_layers=args.num_layers,
+        num_kv_heads=args.num_kv_heads,
+        head_dim=args.head_dim,
+        max_position_embeddings=args.max_position_embeddings,
+        vision=True,
     )
 
 

@@ -100,9 +100,12 @@ class Pi05Model(nn.Module):
         return self.image_encoder(pixels.to(device=weight.device, dtype=weight.dtype))
 
     @torch.no_grad()
-    def embed_span(self, token_ids: Sequence[int], start: int, image_tokens: torch.Tensor | None) -> torch.Tensor:
-        """Embeddings of ``token_ids`` standing at positions ``start ...`` of a prefix whose image tokens (output of
+    def embed_span(
+        self, token_ids: Sequence[int], start: int, n: int, image_tokens: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Embeddings of positions ``start .. start+n-1`` of ``token_ids``, a prefix whose image tokens (output of
         ``encode_images``) come first: image rows are taken from ``image_tokens``, text rows embedded."""
+        token_ids = token_ids[start : start + n]
         num_image = 0 if image_tokens is None else image_tokens.shape[0]
         split = min(max(num_image - start, 0), len(token_ids))
         parts = []
@@ -119,7 +122,7 @@ class Pi05Model(nn.Module):
         """The whole prefix at once (``prepare_prefix`` + ``encode_images`` + ``embed_span``) -> PrefixInputs."""
         prepared = self.prepare_prefix(images, prompt_ids, state)
         image_tokens = self.encode_images(prepared.pixels) if images else None
-        embeds = self.embed_span(prepared.token_ids, 0, image_tokens)
+        embeds = self.embed_span(prepared.token_ids, 0, len(prepared.token_ids), image_tokens)
         return PrefixInputs(embeds, prepared.token_ids, prepared.image_hashes)
 
     def forward(

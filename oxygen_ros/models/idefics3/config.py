@@ -1,0 +1,199 @@
+"""What an Idefics3 / SmolVLM folder says about its networks and its image processor, validated field by field.
+
+Every refusal is a ValueError that names the file and the field, so a user pointing the node at a folder we cannot
+serve learns what to change at configure, not at the first image.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from oxygen_ros.models.args import LlamaArgs
+from oxygen_ros.models.hf_loader import read_llama_args
+from oxygen_ros.models.pi05.config import SiglipConfig
+
+ARCHITECTURES = ("Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration")
+_MODEL_TYPES = ("idefics3", "smolvlm")
+_VISION_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "image_size",
+                "patch_size")  # fmt: skip
+MAX_IMAGE_SIDE = 4096  # transformers' cap on the resized image (its MAX_IMAGE_SIZE)
+_RESAMPLE = {int(f): f.name for f in Image.Resampling}  # transformers writes PIL's filter codes (1 = LANCZOS)
+
+
+@dataclass(frozen=True)
+class ImageProcessing:
+    """The settings of transformers' Idefics3ImageProcessor that change pixel values or the tile layout."""
+
+    tile_size: int  # max_image_size.longest_edge: side of every square tile the encoder sees
+    longest_edge: int | None  # size.longest_edge of the first resize; None = do_resize off
+    split: bool  # do_image_splitting: a grid of tiles plus the global image, else one squashed tile
+    resample: int  # PIL filter code
+    rescale_factor: float | None  # None = do_rescale off
+    mean: tuple[float, float, float] | None  # None = do_normalize off
+    std: tuple[float, float, float] | None
+
+    @property
+    def max_tiles(self) -> int:
+        """Most tiles one image can become: the grid of the first resize's longest edge, plus the global image."""
+        if not self.split:
+            return 1
+        side = -(-(self.longest_edge or MAX_IMAGE_SIDE) // self.tile_size)
+        return side * side + 1
+
+
+@dataclass(frozen=True)
+class Idefics3Config:
+    """SigLIP-like vision tower + pixel-shuffle connector + Llama decoder, and how images become tokens."""
+
+    vision: SiglipConfig
+    text: LlamaArgs
+    scale_factor: int
+    image_token_id: int
+    processing: ImageProcessing
+
+    @property
+    def image_seq_len(self) -> int:
+        """Image tokens per tile: the patch grid, shrunk by the pixel shuffle in each direction."""
+        side = self.vision.image_size // self.vision.patch_size // self.scale_factor
+        return side * side
+
+
+def _json(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")  # noqa: TRY004 - one error type for every bad file
+    return data
+
+
+def is_idefics3_config(config: dict) -> bool:
+    """True for config.json of an Idefics3 or SmolVLM model (the two share weights' names and code)."""
+    return config.get("model_type") in _MODEL_TYPES or any(a in ARCHITECTURES for a in config.get("architectures") or [])
+
+
+def _field(data: dict, key: str, source: str, kind: type | tuple[type, ...] = int) -> Any:
+    value = data.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ValueError(f"{source}: field {key!r} must be {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+def _vision(config: dict, source: str) -> SiglipConfig:
+    vision = config.get("vision_config")
+    if not isinstance(vision, dict):
+        raise ValueError(f"{source}: field 'vision_config' is missing")  # noqa: TRY004
+    where = f"{source} vision_config"
+    sizes = {key: _field(vision, key, where) for key in _VISION_KEYS}
+    if vision.get("hidden_act", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+        raise ValueError(f"{where}: field 'hidden_act' {vision['hidden_act']!r} is not implemented (gelu_pytorch_tanh)")
+    if vision.get("num_channels", 3) != 3:
+        raise ValueError(f"{where}: field 'num_channels' must be 3 (RGB), got {vision['num_channels']!r}")
+    if sizes["image_size"] % sizes["patch_size"] or sizes["hidden_size"] % sizes["num_attention_heads"]:
+        raise ValueError(f"{where}: image_size must be a multiple of patch_size and hidden_size of the head count")
+    return SiglipConfig(
+        hidden_size=sizes["hidden_size"],
+        intermediate_size=sizes["intermediate_size"],
+        num_layers=sizes["num_hidden_layers"],
+        num_heads=sizes["num_attention_heads"],
+        patch_size=sizes["patch_size"],
+        image_size=sizes["image_size"],
+        layer_norm_eps=float(vision.get("layer_norm_eps", 1e-6)),
+    )
+
+
+def _processor_settings(folder: Path) -> tuple[dict, str]:
+    """The image processor's settings: preprocessor_config.json (Hub folders) or, as transformers 5 saves them,
+    the "image_processor" entry of processor_config.json."""
+    if (folder / "preprocessor_config.json").is_file():
+        return _json(folder / "preprocessor_config.json"), "preprocessor_config.json"
+    if (folder / "processor_config.json").is_file():
+        nested = _json(folder / "processor_config.json").get("image_processor")
+        if isinstance(nested, dict):
+            return nested, "processor_config.json image_processor"
+    raise FileNotFoundError(f"{folder} has no preprocessor_config.json (nor an image_processor in processor_config.json)")
+
+
+def _edge(data: dict, key: str, source: str) -> int:
+    value = data.get(key)
+    if not isinstance(value, dict) or not isinstance(value.get("longest_edge"), int) or value["longest_edge"] <= 0:
+        raise ValueError(f"{source}: field {key!r} must be {{'longest_edge': <positive int>}}, got {value!r}")
+    return value["longest_edge"]
+
+
+def _triple(data: dict, key: str, source: str) -> tuple[float, float, float]:
+    value = data.get(key)
+    if isinstance(value, (int, float)):
+        value = [value] * 3
+    if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, (int, float)) for v in value)):
+        raise ValueError(f"{source}: field {key!r} must be three numbers, got {value!r}")
+    if key == "image_std" and any(v == 0 for v in value):
+        raise ValueError(f"{source}: field 'image_std' must not contain 0")
+    return (float(value[0]), float(value[1]), float(value[2]))
+
+
+def _processing(folder: Path, tile_size: int) -> ImageProcessing:
+    data, source = _processor_settings(folder)
+    processor_type = data.get("image_processor_type", "")
+    if processor_type.removesuffix("Pil") not in ("Idefics3ImageProcessor", "SmolVLMImageProcessor"):
+        raise ValueError(f"{source}: field 'image_processor_type' {processor_type!r} is not an Idefics3/SmolVLM one")
+    if _edge(data, "max_image_size", source) != tile_size:
+        raise ValueError(
+            f"{source}: field 'max_image_size' longest_edge {data['max_image_size']['longest_edge']} differs from "
+            f"config.json vision_config.image_size {tile_size}: tiles must be the encoder's image size"
+        )
+    resample = data.get("resample", int(Image.Resampling.LANCZOS))
+    if resample not in _RESAMPLE:
+        raise ValueError(f"{source}: field 'resample' {resample!r} is not a PIL filter ({_RESAMPLE})")
+    return ImageProcessing(
+        tile_size=tile_size,
+        longest_edge=_edge(data, "size", source) if data.get("do_resize", True) else None,
+        split=bool(data.get("do_image_splitting", True)),
+        resample=resample,
+        rescale_factor=float(data.get("rescale_factor", 1 / 255)) if data.get("do_rescale", True) else None,
+        mean=_triple(data, "image_mean", source) if data.get("do_normalize", True) else None,
+        std=_triple(data, "image_std", source) if data.get("do_normalize", True) else None,
+    )
+
+
+def _check_image_seq_len(folder: Path, expected: int) -> None:
+    """processor_config.json's image_seq_len drives transformers' prompt expansion: it must match the connector."""
+    path = folder / "processor_config.json"
+    if path.is_file():
+        value = _json(path).get("image_seq_len", expected)
+        if value != expected:
+            raise ValueError(
+                f"{path}: field 'image_seq_len' {value!r} differs from the {expected} tokens per tile that "
+                f"config.json's vision_config (image_size / patch_size) and scale_factor give"
+            )
+
+
+def read_idefics3_config(folder: Path) -> Idefics3Config:
+    """Parse and cross-check config.json and the processor files; ValueError / FileNotFoundError say what is wrong."""
+    source = str(folder / "config.json")
+    config = _json(folder / "config.json")
+    if not is_idefics3_config(config):
+        raise ValueError(f"{source}: field 'architectures' must name one of {list(ARCHITECTURES)}")
+    vision = _vision(config, source)
+    scale = _field(config, "scale_factor", source)
+    side = vision.image_size // vision.patch_size
+    if scale <= 0 or side % scale:
+        raise ValueError(f"{source}: field 'scale_factor' {scale} must divide the {side}-patch side of a tile")
+    text_config = config.get("text_config")
+    if not isinstance(text_config, dict):
+        raise ValueError(f"{source}: field 'text_config' is missing")  # noqa: TRY004
+    text_config = {"model_type": "llama"} | text_config  # older Idefics3 configs leave the Llama default implicit
+    if text_config["model_type"] != "llama":
+        raise ValueError(f"{source}: field 'text_config.model_type' {text_config['model_type']!r} is not llama")
+    text = read_llama_args(text_config, Path(f"{source} text_config"))
+    cfg = Idefics3Config(vision, text, scale, _field(config, "image_token_id", source), _processing(folder, vision.image_size))
+    if not 0 <= cfg.image_token_id < text.vocab_size:
+        raise ValueError(f"{source}: field 'image_token_id' {cfg.image_token_id} is outside the text vocabulary")
+    _check_image_seq_len(folder, cfg.image_seq_len)
+    return cfg
