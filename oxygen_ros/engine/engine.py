@@ -34,10 +34,17 @@ from oxygen_ros.engine.scheduler import Scheduler
 from oxygen_ros.engine.tiers import build_tiers
 from oxygen_ros.errors import NO_ACTION_HEAD, EngineError, ErrorCode
 from oxygen_ros.kernels import KVQuantSpec, format_support_error
+from oxygen_ros.models.idefics3.inputs import VisionPrompt, max_images, prepare_prompt
 from oxygen_ros.models.pi05.model import PreparedPrefix
 from oxygen_ros.models.registry import ModelBundle, load_model
 
 SYSTEM_PROMPT = "You are the assistant of a robot. Answer briefly and only from the observation."
+
+
+def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
+    """``text`` up to the first stop string it contains (the stop string excluded), and whether one was found."""
+    cuts = [i for i in (text.find(s) for s in stop) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
 
 
 def _system_turn(observation_text: str) -> dict[str, str]:
@@ -291,11 +298,7 @@ class Engine:
             )
         if not (greq.want_text or greq.want_actions):
             raise bad("the request asks for neither text nor actions")
-        s = greq.sampling
-        if s.max_new_tokens <= 0:
-            raise bad(f"max_new_tokens must be at least 1, got {s.max_new_tokens}")
-        if not (s.temperature >= 0.0 and 0.0 < s.top_p <= 1.0):  # also rejects NaN
-            raise bad(f"temperature must be >= 0 and top_p in (0, 1], got {s.temperature}, {s.top_p}")
+        greq.sampling.check()
         if not 0.0 <= greq.deadline_s < math.inf:  # also rejects NaN
             raise bad(f"deadline_s must be a finite number of seconds >= 0 (0 = none), got {greq.deadline_s}")
 
@@ -428,6 +431,8 @@ class Engine:
         s = req.sampling
         if token in s.stop_token_ids or (not s.ignore_eos and token in self.tokenizer.eos_token_ids):
             return "stop"
+        if s.stop and cut_at_stop(self.tokenizer.decode(req.output_token_ids), s.stop)[1]:
+            return "stop"
         if len(req.output_token_ids) >= s.max_new_tokens or req.num_tokens >= self.max_model_len:
             return "length"
         return ""
@@ -444,7 +449,7 @@ class Engine:
             request_id=req.request_id,
             task_id=req.task_id,
             task_type=req.task_type,
-            text=self.tokenizer.decode(req.output_token_ids),
+            text=cut_at_stop(self.tokenizer.decode(req.output_token_ids), req.sampling.stop)[0],
             token_ids=list(req.output_token_ids),
             finish_reason=req.finish_reason,
             prompt_tokens=req.num_prompt_tokens,

@@ -111,7 +111,8 @@ class ModelRunner:
             return {}
         logits = self.model.compute_logits(hidden[ends[sampling_rows]])
         chosen = [reqs[i] for i in sampling_rows]
-        tokens = sample(logits, [r.sampling for r in chosen], [r.generator for r in chosen])
+        histories = [r.all_token_ids if r.sampling.repetition_penalty != 1.0 else [] for r in chosen]
+        tokens = sample(logits, [r.sampling for r in chosen], [r.generator for r in chosen], histories)
         return {r.request_id: t for r, t in zip(chosen, tokens)}
 
     def _image_embeds(self, reqs: list[Request], counts: list[int]) -> torch.Tensor | None:

@@ -4,6 +4,7 @@ naming the field."""
 
 import pytest
 import torch
+from engine_helpers import make_engine
 from transformers.generation.logits_process import (
     LogitsProcessorList,
     MinPLogitsWarper,
@@ -13,6 +14,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from oxygen_ros.engine.io import GenerateRequest
 from oxygen_ros.engine.sampling import SamplingParams, distribution, repetition_penalty, sample
 from oxygen_ros.errors import EngineError, ErrorCode
 
@@ -99,3 +101,20 @@ def test_bad_settings_are_refused_naming_the_field(field, value):
     with pytest.raises(EngineError) as err:
         SamplingParams(**{field: value}).check()
     assert err.value.code == ErrorCode.INVALID_ARGUMENT and err.value.message.startswith(field)
+
+
+def test_the_engine_cuts_at_a_stop_string_and_samples_seeded_rows_alike_batched(smollm2_bundle):
+    """Through the engine on SmolLM2: a stop string ends the answer before it; a seeded request with every control
+    set gives the same tokens alone and batched with a request of other settings."""
+    engine = make_engine(smollm2_bundle)
+    stop = SamplingParams(max_new_tokens=20, stop=["Paris"])
+    out = engine.generate([GenerateRequest("What is the capital of France?", sampling=stop)])[0]
+    assert out.text == "The capital of France is " and out.finish_reason == "stop"
+    seeded = SamplingParams(max_new_tokens=12, temperature=0.8, top_k=20, top_p=0.9, min_p=0.02,
+                            repetition_penalty=1.2, seed=7, ignore_eos=True)  # fmt: skip
+    other = SamplingParams(max_new_tokens=12, temperature=1.3, seed=3, ignore_eos=True)
+    alone = engine.generate([GenerateRequest("Tell me about robots.", sampling=seeded)])[0]
+    batched = engine.generate([GenerateRequest("Tell me about robots.", sampling=seeded),
+                               GenerateRequest("Name a color.", sampling=other)])[0]  # fmt: skip
+    assert alone.token_ids == batched.token_ids and len(set(alone.token_ids)) > 3
+    engine.check_invariants()
