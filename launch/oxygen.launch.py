@@ -4,6 +4,11 @@ Every node reads its parameters from one YAML file (default: the installed confi
 `oxygen-ros up` reads); `model` and `camera_topic` override that file only when given, so the YAML stays the single
 source of defaults. The inference node is a lifecycle node: configure it to load the model, activate it to serve
 (`ros2 lifecycle set /oxygen_inference configure`, then `activate`).
+
+A process per node; the camera and the task nodes are started again RESPAWN_DELAY_S after they die (their clients
+see UNAVAILABLE meanwhile). The inference node is not respawned here: a new process would come up unconfigured and
+wait for `ros2 lifecycle set` again; `oxygen-ros up` (oxygen_ros/supervisor.py) restarts it and configures and
+activates it itself.
 """
 
 import os
@@ -13,6 +18,8 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
+
+RESPAWN_DELAY_S = 1.0
 
 
 def _nodes(context):
@@ -38,15 +45,27 @@ def _nodes(context):
             namespace="",
             output="screen",
             parameters=[config, {"camera_topic": overrides["camera_topic"]} if "camera_topic" in overrides else {}],
+            respawn=True,
+            respawn_delay=RESPAWN_DELAY_S,
         ),
-        # the task nodes: no model, each calls /oxygen/infer
-        Node(package="oxygen_ros", executable="vqa_node", name="vqa_node", output="screen", parameters=[config]),
+        # the task nodes: no model, each calls /oxygen/infer (literal names: test/test_launch.py reads them)
+        Node(
+            package="oxygen_ros",
+            executable="vqa_node",
+            name="vqa_node",
+            output="screen",
+            parameters=[config],
+            respawn=True,
+            respawn_delay=RESPAWN_DELAY_S,
+        ),
         Node(
             package="oxygen_ros",
             executable="instruction_node",
             name="instruction_node",
             output="screen",
             parameters=[config],
+            respawn=True,
+            respawn_delay=RESPAWN_DELAY_S,
         ),
         Node(
             package="oxygen_ros",
@@ -54,6 +73,8 @@ def _nodes(context):
             name="navigation_node",
             output="screen",
             parameters=[config],
+            respawn=True,
+            respawn_delay=RESPAWN_DELAY_S,
         ),
     ]
 

@@ -1,8 +1,10 @@
-"""The Python bringup: the nodes `ros2 launch oxygen_ros oxygen.launch.py` starts, in one process.
+"""The nodes `ros2 launch oxygen_ros oxygen.launch.py` starts, in one process: for `oxygen-ros demo`, the multitask
+benchmark and tests, which want the whole graph fast and in reach (`oxygen-ros up` runs a process per node instead,
+as the robot does: oxygen_ros/supervisor.py).
 
-`launch`/`launch_ros` are not installable from PyPI, so here (and in `oxygen-ros up` / `demo`) the graph runs as
-nodes of one MultiThreadedExecutor.  Parameters come from the same YAML file the launch file passes (the installed
-config/oxygen.yaml by default), through rclpy's own ``--params-file`` handling, so the two bringups cannot drift.
+`launch`/`launch_ros` are not installable from PyPI, so here the graph runs as nodes of one MultiThreadedExecutor.
+Parameters come from the same YAML file the launch file passes (the installed config/oxygen.yaml by default),
+through rclpy's own ``--params-file`` handling, so the bringups cannot drift.
 """
 
 import threading
@@ -22,15 +24,7 @@ from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.navigation_node import NavigationNode
 from oxygen_ros.nodes.vqa_node import VqaNode
-
-
-def default_config() -> Path:
-    """config/oxygen.yaml as installed beside this package: ``<prefix>/share/oxygen_ros`` where the package sits in
-    ``<prefix>/lib/pythonX.Y/site-packages/oxygen_ros`` (the venv here, ``install/oxygen_ros`` in a colcon
-    workspace, ``/opt/ros/<distro>`` for a binary install)."""
-    prefix = Path(__file__).resolve().parents[4]
-    return prefix / "share" / "oxygen_ros" / "config" / "oxygen.yaml"
-
+from oxygen_ros.share import default_config
 
 # The inference node's absolute names: a node in namespace NS serves them as /NS/... instead.
 INFERENCE_NAMES = (

@@ -13,7 +13,7 @@ NO_ACTION_HEAD = "has no action head"
 
 class ErrorCode(str, Enum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"  # the request itself is wrong (empty prompt, NaN image, bad task type)
-    OUT_OF_RANGE = "OUT_OF_RANGE"  # valid but larger than this engine can ever hold (context, pool)
+    OUT_OF_RANGE = "OUT_OF_RANGE"  # valid but larger than this engine can ever hold (context, pool) or a bound allows
     NOT_FOUND = "NOT_FOUND"  # unknown model, observation id or request id
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"  # the queue is full right now; retry later
     CANCELLED = "CANCELLED"  # aborted by the caller

@@ -6,15 +6,21 @@ share one prefix in the KV pool. A frame that could not be decoded is remembered
 """
 
 import hashlib
+import sys
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from oxygen_ros.engine.io import Observation
 from oxygen_ros.errors import EngineError, ErrorCode
+
+RING_BYTES = 256 << 20  # default byte bound of a ring (the inference node's observation_ring_bytes)
+ENTRY_BYTES = 1024  # what an entry costs besides its payload (dict slot, dataclasses, id), so tiny ones count too
+FLOAT_BYTES = 32  # a state value: a Python float and its list slot
 
 
 def content_id(text: str, images: Sequence[np.ndarray], state: Sequence[float]) -> str:
@@ -32,18 +38,37 @@ def content_id(text: str, images: Sequence[np.ndarray], state: Sequence[float]) 
 class Rejected:
     observation_id: str
     reason: str
+    code: ErrorCode = ErrorCode.INVALID_ARGUMENT  # what a request about it is answered
+
+
+@dataclass(frozen=True)
+class _Kept:
+    entry: Observation | Rejected
+    arrived: float  # clock seconds
+    nbytes: int
 
 
 class ObservationRing:
-    """The last ``capacity`` observations (or rejections); thread-safe. ``''`` means the latest one, and when a scene
-    describer runs, the latest one it described: a frame's camera Image arrives a moment before its text, and a
-    text-only model asked about that bare frame would see no scene at all."""
+    """Recent observations (or rejections); thread-safe. One stays addressable while it is among the last
+    ``capacity`` or younger than ``keep_s``, whatever the frame rate, as long as all fit in ``max_bytes``: past that
+    the oldest go first (those beyond the last ``capacity``, then the oldest of those), never the newest one.
 
-    def __init__(self, capacity: int) -> None:
+    ``''`` means the latest one, and when a scene describer runs, the latest one it described: a frame's camera Image
+    arrives a moment before its text, and a text-only model asked about that bare frame would see no scene at all."""
+
+    def __init__(
+        self,
+        capacity: int,
+        keep_s: float = 0.0,
+        max_bytes: int = RING_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"the observation ring needs room for at least one observation, got {capacity}")
-        self.capacity = capacity
-        self._entries: OrderedDict[str, Observation | Rejected] = OrderedDict()
+        self.capacity, self.keep_s, self.max_bytes = capacity, keep_s, max_bytes
+        self._clock = clock
+        self._entries: OrderedDict[str, _Kept] = OrderedDict()  # oldest arrival first
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def add(self, entry: Observation | Rejected) -> bool:
@@ -52,48 +77,69 @@ class ObservationRing:
         The same frame arrives twice, as a camera Image and as an Observation carrying the describer's text, in
         either order: the two are merged so neither loses what the other brought."""
         with self._lock:
-            old = self._entries.get(entry.observation_id)
-            new = old is None
-            if isinstance(old, Observation) and isinstance(entry, Observation):
-                entry = _merge(old, entry)
-            self._entries[entry.observation_id] = entry
-            self._entries.move_to_end(entry.observation_id)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
-            return new
+            now = self._clock()
+            old = self._entries.pop(entry.observation_id, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+                if isinstance(old.entry, Observation) and isinstance(entry, Observation):
+                    entry = _merge(old.entry, entry)
+            kept = _Kept(entry, now, _footprint(entry))
+            self._entries[entry.observation_id] = kept
+            self._bytes += kept.nbytes
+            self._evict(now)
+            return old is None
+
+    def _evict(self, now: float) -> None:
+        """Drop from the oldest while it is beyond the count and older than keep_s, or the ring is over its bytes."""
+        while len(self._entries) > 1:
+            oldest = next(iter(self._entries.values()))
+            expired = len(self._entries) > self.capacity and now - oldest.arrived >= self.keep_s
+            if not (expired or self._bytes > self.max_bytes):
+                return
+            self._entries.popitem(last=False)
+            self._bytes -= oldest.nbytes
 
     def get(self, observation_id: str) -> Observation | None:
         """The observation, None when ``''`` is asked before anything arrived; EngineError NOT_FOUND for an id not
-        (or no longer) in the ring, INVALID_ARGUMENT for a rejected one."""
+        (or no longer) in the ring, the rejection's code (INVALID_ARGUMENT, OUT_OF_RANGE) for a rejected one."""
         with self._lock:
             if not observation_id:
-                entry = next(reversed(self._entries.values()), None)
+                newest_first = (kept.entry for kept in reversed(self._entries.values()))
+                entry = next(newest_first, None)
                 if entry is None:
                     return None
                 if isinstance(entry, Observation) and not entry.text:
-                    described = (e for e in reversed(self._entries.values()) if isinstance(e, Observation) and e.text)
+                    described = (e for e in newest_first if isinstance(e, Observation) and e.text)
                     entry = next(described, entry)
             else:
-                entry = self._entries.get(observation_id)
-                if entry is None:
+                kept = self._entries.get(observation_id)
+                if kept is None:
                     latest = next(reversed(self._entries), None)
                     raise EngineError(
                         ErrorCode.NOT_FOUND,
-                        f"no observation {observation_id!r} among the last {len(self._entries)} kept "
-                        f"(ring size {self.capacity}, latest {latest!r})",
+                        f"no observation {observation_id!r} among the {len(self._entries)} kept (ring size "
+                        f"{self.capacity}, and those of the last {self.keep_s:g} s within {self.max_bytes} bytes; "
+                        f"latest {latest!r})",
                     )
+                entry = kept.entry
         if isinstance(entry, Rejected):
-            raise EngineError(
-                ErrorCode.INVALID_ARGUMENT, f"observation {entry.observation_id!r} was rejected: {entry.reason}"
-            )
+            raise EngineError(entry.code, f"observation {entry.observation_id!r} was rejected: {entry.reason}")
         return entry
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _footprint(entry: Observation | Rejected) -> int:
+    if isinstance(entry, Rejected):
+        return ENTRY_BYTES + sys.getsizeof(entry.reason)
+    images = sum(image.nbytes for image in entry.images)
+    return ENTRY_BYTES + sys.getsizeof(entry.text) + images + FLOAT_BYTES * len(entry.state)
 
 
 def _merge(old: Observation, new: Observation) -> Observation:

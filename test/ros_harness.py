@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import IO
 
 import rclpy
-from rclpy.action import ActionClient
 from rclpy.action.client import ClientGoalHandle
 from rclpy.context import Context
 from rclpy.node import Node
+from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.executor import Executor
 
 DOMAIN_IDS = range(100, 200)
@@ -111,7 +111,8 @@ class Goal:
 
 
 def send_goal(node: Node, action_type, name: str, goal, timeout: float = 10.0) -> Goal:
-    """Send `goal` from `node` (spinning on another thread); return it once accepted."""
+    """Send `goal` from `node` (spinning on another thread: hence the project's ActionClient); return it once
+    accepted."""
     client = ActionClient(node, action_type, name)
     if not client.wait_for_server(timeout_sec=timeout):
         raise TimeoutError(f"action server {name} not available within {timeout} s")

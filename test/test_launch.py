@@ -115,3 +115,17 @@ def test_nodes_and_overridable_arguments_match_the_config():
     assert all(launched.values()), "every launched node has a ros__parameters section in the config"
     for argument in _declared_arguments() - {"config"}:
         assert any(argument in parameters for parameters in launched.values()), f"{argument} is no node's parameter"
+
+
+def test_the_camera_and_task_nodes_respawn_and_the_supervisor_runs_the_same_nodes():
+    from oxygen_ros.supervisor import GRAPH
+
+    calls = {_keyword(call, "name"): call for call in _node_calls()}
+    respawned = {name for name, call in calls.items() if any(k.arg == "respawn" for k in call.keywords)}
+    assert respawned == {"camera_sim", "vqa_node", "instruction_node", "navigation_node"}
+    for name in respawned:
+        assert _keyword(calls[name], "respawn") is True
+        assert any(k.arg == "respawn_delay" for k in calls[name].keywords), f"{name} respawns without a delay"
+    assert {(spec.name, spec.executable) for spec in GRAPH} == {
+        (name, _keyword(call, "executable")) for name, call in calls.items()
+    }

@@ -6,6 +6,11 @@ Everything printed is measured in this run through the nodes' own interfaces: th
 real model's, chunk and command times are arrivals on /arm/action_chunk and /cmd_vel, pool numbers are
 /oxygen/get_pool_stats snapshots polled while the tasks run, tokens and reused prefix blocks are the inference
 node's /diagnostics counters. Writes the node's pool image at the most shared moment and a timeline to ``--out``.
+
+The demo runs every node in this one process (``bringup.Graph``), unlike `oxygen-ros up` (a process per node, as on
+the robot): it is a 30-second showcase, not a robot that must survive a crashing node, and on two cores five
+interpreters each importing torch would add seconds to its start and take CPU from the model it measures. The
+nodes, their interfaces and the YAML are the same either way.
 """
 
 import argparse
@@ -25,7 +30,11 @@ POLL_S = 0.2  # pool snapshots while the tasks run: often enough for the timelin
 def register(subparsers) -> None:
     from oxygen_ros.cli.up import add_graph_arguments
 
-    parser = subparsers.add_parser("demo", help="VQA, instruction following and navigation at once on one graph")
+    parser = subparsers.add_parser(
+        "demo",
+        help="VQA, instruction following and navigation at once on one graph (every node in this one process: a "
+        "short showcase; `up` runs a process per node)",
+    )
     add_graph_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("out/demo"), help="where the PNGs go")
     parser.add_argument("--rate", type=float, default=10.0, metavar="HZ", help="the instruction stream's rate")
@@ -77,10 +86,10 @@ def _demo(graph, args: argparse.Namespace) -> int:
 
 
 def _connect(node) -> dict:
-    """Clients of the task nodes and the pool stats, once each server is there."""
-    from rclpy.action import ActionClient
-
+    """Clients of the task nodes and the pool stats, once each server is there. ``node`` already spins on the
+    graph's executor: its action clients are the ones safe to create then (see nodes/action_client.py)."""
     from oxygen_ros.action import FollowInstruction, Navigate
+    from oxygen_ros.nodes.action_client import ActionClient
     from oxygen_ros.srv import AskQuestion, GetPoolStats
 
     clients = {

@@ -13,6 +13,7 @@ TURN_IN_PLACE_RAD = math.radians(45)  # heading errors beyond this are turned ou
 HEADING_GAIN = 2.0  # rad/s per rad of heading error
 DISTANCE_GAIN = 1.0  # m/s per metre to go
 PATH_STEP_M = 0.1
+MAX_PATH_POINTS = 1000  # a farther goal gets its points spaced wider, never more of them
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,12 @@ def command(pose: Pose2D, goal: tuple[float, float], max_linear: float, max_angu
 
 
 def straight_path(pose: Pose2D, goal: tuple[float, float]) -> list[tuple[float, float]]:
-    """Points from the robot to the goal every PATH_STEP_M, both ends included."""
-    n = max(1, math.ceil(math.hypot(goal[0] - pose.x, goal[1] - pose.y) / PATH_STEP_M))
+    """Points from the robot to the goal every PATH_STEP_M (wider past MAX_PATH_POINTS), both ends included;
+    ValueError for a goal at no finite distance."""
+    distance = math.hypot(goal[0] - pose.x, goal[1] - pose.y)
+    if not math.isfinite(distance):
+        raise ValueError(f"a straight path needs a goal at a finite distance, got {distance}")
+    n = min(MAX_PATH_POINTS - 1, max(1, math.ceil(distance / PATH_STEP_M)))
     return [(pose.x + (goal[0] - pose.x) * i / n, pose.y + (goal[1] - pose.y) * i / n) for i in range(n + 1)]
 
 

@@ -1,7 +1,8 @@
 """Messages <-> engine data: images, observations, Infer requests and responses, pool statistics.
 
 Pure functions with no node state, so the node only wires callbacks to them and each conversion is tested on its
-own. Bad input raises ValueError with a sentence that names the field, which the node passes on as the reason.
+own. Bad input raises EngineError (INVALID_ARGUMENT, or OUT_OF_RANGE past a bound of ``bounds``) with a sentence that
+names the field, which the node passes on as the reason; every size is checked before anything is copied.
 """
 
 import array
@@ -15,9 +16,10 @@ from std_msgs.msg import Header
 from oxygen_ros.engine.async_engine import ServingStats
 from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
 from oxygen_ros.engine.sampling import SamplingParams
-from oxygen_ros.errors import ErrorCode
+from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk, KvPoolStats, TaskKvUsage, TierStats
 from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.nodes import bounds
 from oxygen_ros.observations import content_id
 from oxygen_ros.srv import Infer
 
@@ -36,19 +38,22 @@ ENCODINGS: dict[str, tuple[int, tuple[int, int, int]]] = {
 def image_to_rgb(msg: Image) -> np.ndarray:
     """HxWx3 uint8 RGB copy of an 8-bit image (row padding in ``step`` is dropped)."""
     if msg.encoding not in ENCODINGS:
-        raise ValueError(f"unsupported image encoding {msg.encoding!r}; supported: {', '.join(ENCODINGS)}")
+        bounds.text("image encoding", msg.encoding, bounds.ID_CHARS)  # too long to quote in the refusal
+        raise _invalid(f"unsupported image encoding {msg.encoding!r}; supported: {', '.join(ENCODINGS)}")
     channels, order = ENCODINGS[msg.encoding]
-    height, width = msg.height, msg.width
+    height, width, step = msg.height, msg.width, msg.step
     if height == 0 or width == 0:
-        raise ValueError(f"zero-size image ({width}x{height})")
+        raise _invalid(f"zero-size image ({width}x{height})")
+    bounds.at_most("image width", width, bounds.IMAGE_SIDE, "pixels")
+    bounds.at_most("image height", height, bounds.IMAGE_SIDE, "pixels")
     row = width * channels
-    step = msg.step or row
     if step < row:
-        raise ValueError(f"image step {step} is shorter than a row of {width} {msg.encoding} pixels ({row} bytes)")
-    data = np.frombuffer(msg.data, dtype=np.uint8)
-    if data.size < step * height:
-        raise ValueError(f"image data has {data.size} bytes, {height} rows of {step} need {step * height}")
-    pixels = data[: step * height].reshape(height, step)[:, :row].reshape(height, width, channels)
+        raise _invalid(f"image step {step} is shorter than a row of {width} {msg.encoding} pixels ({row} bytes)")
+    bounds.at_most("image data (step x height)", step * height, bounds.IMAGE_BYTES, "bytes")
+    bounds.at_most("image RGB copy (width x height x 3)", width * height * 3, bounds.IMAGE_BYTES, "bytes")
+    if len(msg.data) != step * height:
+        raise _invalid(f"image data has {len(msg.data)} bytes, {height} rows of {step} need {step * height}")
+    pixels = np.frombuffer(msg.data, dtype=np.uint8).reshape(height, step)[:, :row].reshape(height, width, channels)
     return np.ascontiguousarray(pixels[..., list(order)])
 
 
@@ -66,17 +71,37 @@ def camera_observation(msg: Image) -> Observation:
     return Observation(observation_id=content_id("", [rgb], []), images=[rgb])
 
 
-def observation_from_msg(msg: ObservationMsg) -> Observation:
+def check_observation(msg: ObservationMsg) -> None:
+    """The fields of an Observation whose bounds do not depend on the receiver: its id, image count and state."""
+    bounds.text("observation_id", msg.observation_id, bounds.ID_CHARS)
+    bounds.items("images", msg.images, bounds.IMAGES, "images")
+    bounds.items("state", msg.state, bounds.STATE)
+    for i, value in enumerate(msg.state):
+        bounds.finite(f"state[{i}]", value)
+
+
+def observation_from_msg(msg: ObservationMsg, max_text_chars: int) -> Observation:
     """The message's own observation_id if it has one, else a content hash."""
+    check_observation(msg)
+    bounds.text("text", msg.text, max_text_chars)
     images = []
     for i, image in enumerate(msg.images):
         try:
             images.append(image_to_rgb(image))
-        except ValueError as exc:
-            raise ValueError(f"image {i}: {exc}") from exc
+        except EngineError as exc:
+            raise EngineError(exc.code, f"image {i}: {exc.message}") from exc
     state = [float(v) for v in msg.state]
     observation_id = msg.observation_id or content_id(msg.text, images, state)
     return Observation(observation_id=observation_id, text=msg.text, images=images, state=state)
+
+
+def check_infer_request(req: Infer.Request, max_prompt_chars: int) -> None:
+    """The Infer fields the engine does not bound itself before it sizes work (it bounds max_new_tokens by the
+    context and the pool; priority is a uint8)."""
+    for field in ("task_id", "task_type", "observation_id"):
+        bounds.text(field, getattr(req, field), bounds.ID_CHARS)
+    bounds.text("prompt", req.prompt, max_prompt_chars)
+    bounds.within("deadline_s", req.deadline_s, 0.0, bounds.DEADLINE_S, note=" s (0 = none)")
 
 
 def generate_request(req: Infer.Request, observation: Observation | None) -> GenerateRequest:
@@ -92,6 +117,10 @@ def generate_request(req: Infer.Request, observation: Observation | None) -> Gen
         priority=req.priority,
         deadline_s=req.deadline_s,
     )
+
+
+def _invalid(message: str) -> EngineError:
+    return EngineError(ErrorCode.INVALID_ARGUMENT, message)
 
 
 def error_response(response: R, code: ErrorCode, message: str) -> R:

@@ -4,7 +4,9 @@ configure reads the parameters and loads the model (a bad parameter or a missing
 unconfigured), activate serves, deactivate refuses new requests (FAILED_PRECONDITION) while in-flight ones finish,
 cleanup cancels everything and frees the pool. The node only translates messages: the engine runs on its own thread
 (AsyncEngine) and `/oxygen/infer` is a coroutine awaiting it, so 50 concurrent calls need no executor threads and
-never block the camera, stats or lifecycle callbacks.
+never block the camera, stats or lifecycle callbacks. Every request and subscribed message is checked against
+``bounds`` before it sizes anything (docs/reliability.md); observations stay addressable by count and by time
+(ObservationRing).
 """
 
 import gc
@@ -21,7 +23,7 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.exceptions import InvalidTopicNameException
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import QoSProfile, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from rclpy.task import Future
 from rclpy.validate_topic_name import validate_topic_name
 from sensor_msgs.msg import Image
@@ -46,9 +48,6 @@ from oxygen_ros.viz.pool_map import draw_pool_image, pool_map
 
 T = TypeVar("T")
 NODE_NAME = "oxygen_inference"
-# DDS keeps only this many untaken requests per service (the ROS default is 10): a burst from many task nodes must
-# reach the engine, whose bounded queue then answers the excess RESOURCE_EXHAUSTED instead of dropping it silently.
-SERVICE_QUEUE_DEPTH = 256
 PREFILL_TASK = "oxygen/eager_prefill"
 
 
@@ -70,7 +69,7 @@ class InferenceNode(LifecycleNode):
         self._outputs: dict[str, Any] = {}  # lifecycle publishers made by configure
         self._drawing = False
         self._last_report: ServingStats | None = None
-        queue = QoSProfile(depth=SERVICE_QUEUE_DEPTH)
+        queue = SERVICE_QUEUE  # a burst from many task nodes reaches the engine's bounded queue (nodes/qos.py)
         self.create_service(Infer, "/oxygen/infer", self._on_infer, qos_profile=queue, callback_group=self._group)
         self.create_service(GetPoolStats, "/oxygen/get_pool_stats", self._on_get_pool_stats, qos_profile=queue,
                             callback_group=self._group)  # fmt: skip
@@ -121,7 +120,9 @@ class InferenceNode(LifecycleNode):
         with self._lock:
             pacer = FramePacer(settings.decode_steps_per_frame) if settings.frame_pacing else None
             self._engine, self._settings = AsyncEngine(engine, pacer=pacer), settings
-            self._ring = ObservationRing(settings.observation_ring)
+            self._ring = ObservationRing(
+                settings.observation_ring, settings.observation_keep_s, settings.observation_ring_bytes
+            )
             self._inputs, self._outputs = inputs, publishers
             self._timer = self.create_timer(1.0 / settings.stats_rate_hz, self._publish_pool, callback_group=group)
             self._state = "inactive"
@@ -179,12 +180,16 @@ class InferenceNode(LifecycleNode):
 
     # --- inputs -------------------------------------------------------------------------------------------------
     def _on_camera(self, msg: Image) -> None:
-        self._remember(lambda: convert.camera_observation(msg), "camera-frame")
+        self._remember(lambda _: convert.camera_observation(msg), "camera-frame")
 
     def _on_observation(self, msg: ObservationMsg) -> None:
-        self._remember(lambda: convert.observation_from_msg(msg), msg.observation_id or "unnamed-observation")
+        named = msg.observation_id and len(msg.observation_id) <= bounds.ID_CHARS  # else no request can name it
+        self._remember(
+            lambda settings: convert.observation_from_msg(msg, settings.max_prompt_chars),
+            msg.observation_id if named else "unnamed-observation",
+        )
 
-    def _remember(self, decode: Callable[[], Observation], name_if_rejected: str) -> None:
+    def _remember(self, decode: Callable[[params.NodeParams], Observation], name_if_rejected: str) -> None:
         """Put the observation in the ring; a frame that cannot be decoded is remembered as rejected (see
         ObservationRing). A new one is prefilled at once with ``eager_prefill``."""
         with self._lock:
@@ -192,9 +197,9 @@ class InferenceNode(LifecycleNode):
         if ring is None:
             return
         try:
-            observation = decode()
-        except ValueError as exc:
-            ring.add(Rejected(name_if_rejected, str(exc)))
+            observation = decode(settings)
+        except EngineError as exc:
+            ring.add(Rejected(name_if_rejected, exc.message, exc.code))
             self.get_logger().warning(f"rejected observation {name_if_rejected}: {exc}", throttle_duration_sec=5.0)
             return
         if ring.add(observation) and settings.eager_prefill and active:
@@ -234,6 +239,10 @@ class InferenceNode(LifecycleNode):
             engine = self._engine
         if not request.task_id:
             return convert.error_response(response, ErrorCode.INVALID_ARGUMENT, "task_id must not be empty")
+        try:
+            bounds.text("task_id", request.task_id, bounds.ID_CHARS)
+        except EngineError as exc:
+            return convert.error_response(response, exc.code, exc.message)
         if engine is None:
             return convert.error_response(response, ErrorCode.FAILED_PRECONDITION, "node is not configured")
         try:

@@ -15,12 +15,13 @@ controller path. Every chunk goes out on `/arm/action_chunk` (ActionChunk), on `
 (JointTrajectory whose joints are the action dimensions) and as feedback with the newest narration. The result
 counts the chunks and measures the rate: (chunks - 1) / (time between the first and the last chunk).
 
-A bad goal (empty instruction, rate_hz <= 0 or > max_rate_hz, duration_s < 0 or NaN) is accepted and aborted with
-INVALID_ARGUMENT; UNAVAILABLE when `/oxygen/infer` is absent. A newer goal preempts the running one (CANCELLED,
-"preempted"). Once streaming, a failing language head only shows in the narration: the arm keeps its rate.
+A bad goal (empty instruction, rate_hz < 0.01 or > max_rate_hz, duration_s < 0, NaN or over a day) is accepted and
+aborted with INVALID_ARGUMENT, an instruction over ``bounds.TEXT_CHARS`` with OUT_OF_RANGE; UNAVAILABLE when
+`/oxygen/infer` is absent. A newer goal preempts the running one (CANCELLED, "preempted"). Once streaming, a failing
+language head only shows in the narration: the arm keeps its rate. A stream keeps counts, not a list per chunk, so
+one that runs until cancelled holds the same memory after a day as after a second.
 """
 
-import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,8 +37,9 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros.action import FollowInstruction
 from oxygen_ros.control import reach
-from oxygen_ros.errors import NO_ACTION_HEAD, ErrorCode
+from oxygen_ros.errors import NO_ACTION_HEAD, EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
+from oxygen_ros.nodes import bounds
 from oxygen_ros.nodes.convert import action_chunk
 from oxygen_ros.nodes.declare import Table, keep_positive
 from oxygen_ros.nodes.goal_run import GoalRun
@@ -71,7 +73,9 @@ class Stream:
     started: float = field(default_factory=time.monotonic)  # when streaming began (duration_s counts from it)
     arm: reach.Arm = field(default_factory=reach.Arm)
     narration: str = ""
-    times: list[float] = field(default_factory=list)  # when each chunk went out (monotonic seconds)
+    chunks_sent: int = 0
+    first_chunk_at: float = 0.0  # when the first and the latest chunk went out (monotonic seconds)
+    last_chunk_at: float = 0.0
     awaiting_chunk: bool = False  # VLA path: a chunk request is in flight
     target: tuple[float, float] | None = None  # where the named object is (base_link, metres); None = not seen
     clock: threading.Thread | None = None  # runs the ticks
@@ -87,15 +91,12 @@ class InstructionNode(TaskActionNode[Stream]):
         self._chunks = self.create_publisher(ActionChunk, "/arm/action_chunk", 10)
         self._trajectories = self.create_publisher(JointTrajectory, "/arm/joint_trajectory", 10)
 
-    def invalid(self, goal: FollowInstruction.Goal) -> str:
-        top = self.settings["max_rate_hz"]
+    def check(self, goal: FollowInstruction.Goal) -> None:
+        bounds.text("instruction", goal.instruction, bounds.TEXT_CHARS)
         if not goal.instruction.strip():
-            return "the instruction is empty"
-        if not (math.isfinite(goal.rate_hz) and 0 < goal.rate_hz <= top):
-            return f"rate_hz must be in (0, {top:g}], got {goal.rate_hz}"
-        if not (math.isfinite(goal.duration_s) and goal.duration_s >= 0):
-            return f"duration_s must be >= 0 (0 = until cancelled), got {goal.duration_s}"
-        return ""
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, "the instruction is empty")
+        bounds.within("rate_hz", goal.rate_hz, bounds.MIN_RATE_HZ, self.settings["max_rate_hz"], note=" Hz")
+        bounds.within("duration_s", goal.duration_s, 0.0, bounds.GOAL_DURATION_S, note=" s (0 = until cancelled)")
 
     async def prepare(self, run: GoalRun, goal: FollowInstruction.Goal) -> Stream | None:
         """Ask for actions once: the answer decides between the model's action head and the controller."""
@@ -127,9 +128,9 @@ class InstructionNode(TaskActionNode[Stream]):
 
     def finish(self, stream: Stream, result: FollowInstruction.Result) -> None:
         stream.clock.join()  # it stops as soon as the goal ends
-        times = stream.times
-        result.chunks_sent = len(times)
-        result.achieved_rate_hz = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+        n, span = stream.chunks_sent, stream.last_chunk_at - stream.first_chunk_at
+        result.chunks_sent = n
+        result.achieved_rate_hz = (n - 1) / span if n > 1 else 0.0
 
     def _actions_request(self, task_id: str, instruction: str, rate_hz: float) -> Infer.Request:
         return Infer.Request(
@@ -148,7 +149,8 @@ class InstructionNode(TaskActionNode[Stream]):
         late is still sent at once (the next one keeps the schedule); after a stall of over a period the lost
         periods are lost, not sent in a burst."""
         period = 1.0 / stream.rate_hz
-        due = time.monotonic() + (period if stream.times else 0.0)  # a VLA probe's chunk was the first period's
+        # a VLA probe's chunk was the first period's
+        due = time.monotonic() + (period if stream.chunks_sent else 0.0)
         while True:
             now = time.monotonic()
             if due < now - period:
@@ -190,7 +192,10 @@ class InstructionNode(TaskActionNode[Stream]):
     def _send(self, stream: Stream, chunk: ActionChunk) -> None:
         if not stream.run.running:
             return
-        stream.times.append(time.monotonic())
+        stream.last_chunk_at = time.monotonic()
+        if not stream.chunks_sent:
+            stream.first_chunk_at = stream.last_chunk_at
+        stream.chunks_sent += 1
         chunk.header.frame_id = BASE_FRAME
         self._chunks.publish(chunk)
         self._trajectories.publish(self._trajectory(chunk, stream.vla))

@@ -1,7 +1,9 @@
 """The newest camera frame a task node has seen, with its detections computed once, when first asked for.
 
 Task nodes subscribe to `/oxygen/observation` (camera_sim's frames with their scene text) and read positions from
-the pixels with the same detector the describer uses, so the controllers and the language model see one frame.
+the pixels with the same detector the describer uses, so the controllers and the language model see one frame. A
+frame out of ``bounds`` (an id too long to ask about, too many images or state values) is ignored; an image that
+cannot be decoded has no detections.
 """
 
 import math
@@ -12,12 +14,14 @@ from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 
 from oxygen_ros.msg import Observation as ObservationMsg
-from oxygen_ros.nodes.convert import image_to_rgb
+from oxygen_ros.errors import EngineError
+from oxygen_ros.nodes.convert import check_observation, image_to_rgb
 from oxygen_ros.perception.detect import Detections, detect
 
 
 class LatestFrame:
     def __init__(self, node: Node, topic: str, group: CallbackGroup) -> None:
+        self._logger = node.get_logger()
         self._lock = threading.Lock()
         self._msg: ObservationMsg | None = None
         self._received = -math.inf
@@ -25,6 +29,11 @@ class LatestFrame:
         node.create_subscription(ObservationMsg, topic, self._on_observation, 1, callback_group=group)
 
     def _on_observation(self, msg: ObservationMsg) -> None:
+        try:
+            check_observation(msg)
+        except EngineError as exc:
+            self._logger.warning(f"ignoring an observation: {exc.message}", throttle_duration_sec=5.0)
+            return
         with self._lock:
             self._msg, self._received = msg, time.monotonic()
 
@@ -48,7 +57,7 @@ class LatestFrame:
             return seen
         try:
             found = detect(image_to_rgb(msg.images[0]))
-        except ValueError:
+        except EngineError:
             found = None
         with self._lock:
             self._detected = (msg.observation_id, found)

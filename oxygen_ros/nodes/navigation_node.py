@@ -13,7 +13,9 @@ The language head (`/oxygen/infer`, task_type navigation) is asked about the sce
 answer is the feedback's reasoning. It never gates motion: a text model is too slow to steer at the replan rate.
 
 Results: success within `goal_tolerance_m`; INVALID_ARGUMENT for a NaN/inf target or another frame (accepted,
-then aborted); UNAVAILABLE when `/oxygen/infer` is absent, or when no odometry or camera frame newer than
+then aborted); OUT_OF_RANGE for a target farther than `max_target_distance_m` from the robot (checked on the goal,
+and on each replan for a goal that came before any odometry; non-finite odometry is ignored) or a hint over
+``bounds.TEXT_CHARS``; UNAVAILABLE when `/oxygen/infer` is absent, or when no odometry or camera frame newer than
 STALE_S came for `blocked_timeout_s` (the robot stands still meanwhile); OBSTACLE after `blocked_timeout_s` stopped
 for an obstacle (each reason counts its own time: a stop for an obstacle that turns into one for stale inputs starts
 over); DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer goal. Every ending
@@ -37,7 +39,8 @@ from rclpy.timer import Timer
 from oxygen_ros.action import Navigate
 from oxygen_ros.control import unicycle
 from oxygen_ros.control.unicycle import Pose2D
-from oxygen_ros.errors import ErrorCode
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.nodes import bounds
 from oxygen_ros.nodes.declare import Table, current, keep_positive
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.spin import run
@@ -50,6 +53,10 @@ PARAMETERS: Table = {
     "replan_rate_hz": (5.0, "how often the path and the velocity command are recomputed, per second"),
     "safety_clearance_cm": (25.0, "stop when an obstacle ahead is closer than this (gap between the bodies), cm"),
     "goal_tolerance_m": (0.1, "the goal is reached within this distance, metres"),
+    "max_target_distance_m": (
+        bounds.TARGET_DISTANCE_M,
+        "targets farther from the robot are aborted OUT_OF_RANGE, metres",
+    ),
     "max_linear_mps": (0.3, "top forward speed, m/s"),
     "max_angular_rps": (1.0, "top turn rate, rad/s"),
     "blocked_timeout_s": (10.0, "abort OBSTACLE after being stopped this long, seconds"),
@@ -99,18 +106,31 @@ class NavigationNode(TaskActionNode[Trip]):
         self._plan = self.create_publisher(Path, "/plan", 1)
 
     def _on_odom(self, msg: Odometry) -> None:
+        pose = Pose2D(msg.pose.pose.position.x, msg.pose.pose.position.y, yaw_of(msg))
+        if not all(math.isfinite(v) for v in (pose.x, pose.y, pose.yaw)):  # no basis for driving: it goes stale
+            self.get_logger().warning(f"ignoring a non-finite pose on {self.settings['odom_topic']}: {pose}",
+                                      throttle_duration_sec=5.0)  # fmt: skip
+            return
         with self._lock:
-            self._pose = Pose2D(msg.pose.pose.position.x, msg.pose.pose.position.y, yaw_of(msg)), time.monotonic()
+            self._pose = pose, time.monotonic()
 
-    def invalid(self, goal: Navigate.Goal) -> str:
+    def check(self, goal: Navigate.Goal) -> None:
+        bounds.text("instruction", goal.instruction, bounds.TEXT_CHARS)
         target = goal.target
         p, q = target.pose.position, target.pose.orientation
-        if not all(math.isfinite(v) for v in (p.x, p.y, p.z, q.x, q.y, q.z, q.w)):
-            return f"the target pose must be finite, got position ({p.x}, {p.y}, {p.z})"
+        axes = {f"position.{a}": getattr(p, a) for a in "xyz"} | {f"orientation.{a}": getattr(q, a) for a in "xyzw"}
+        for name, value in axes.items():
+            bounds.finite(f"target pose {name}", value)
         frame_id = self.get_parameter("frame_id").value
+        bounds.text("target frame_id", target.header.frame_id, bounds.ID_CHARS)
         if target.header.frame_id not in ("", frame_id):
-            return f"the target must be in frame {frame_id!r}, got {target.header.frame_id!r}"
-        return ""
+            raise EngineError(
+                ErrorCode.INVALID_ARGUMENT, f"the target must be in frame {frame_id!r}, got {target.header.frame_id!r}"
+            )
+        with self._lock:
+            pose, _ = self._pose or (None, None)
+        if pose is not None:
+            self._check_reach(pose, (p.x, p.y))
 
     async def prepare(self, run: GoalRun, goal: Navigate.Goal) -> Trip | None:
         if not await self.infer.available():
@@ -145,7 +165,11 @@ class NavigationNode(TaskActionNode[Trip]):
         with self._lock:
             pose, received = self._pose or (None, -math.inf)
         if pose is not None:
-            trip.distance = math.hypot(trip.target[0] - pose.x, trip.target[1] - pose.y)
+            try:
+                trip.distance = self._check_reach(pose, trip.target)
+            except EngineError as exc:
+                trip.run.end(exc.code, exc.message)
+                return
             if trip.distance <= settings["goal_tolerance_m"]:
                 trip.run.end(None, f"reached the target, {trip.distance:.2f} m away")
                 return
@@ -169,6 +193,13 @@ class NavigationNode(TaskActionNode[Trip]):
         self._cmd_vel.publish(cmd)
         feedback = Navigate.Feedback(cmd=cmd, reasoning=why, distance_remaining=trip.distance)
         trip.run.goal_handle.publish_feedback(feedback)
+
+    def _check_reach(self, pose: Pose2D, target: tuple[float, float]) -> float:
+        """The target's distance from the robot; OUT_OF_RANGE beyond `max_target_distance_m`."""
+        distance = math.hypot(target[0] - pose.x, target[1] - pose.y)
+        bound = self.get_parameter("max_target_distance_m").value
+        bounds.at_most("the target's distance from the robot", distance, bound, "m")
+        return distance
 
     def _stop_reason(self, odom_age: float, settings: dict[str, Any]) -> tuple[ErrorCode | None, str]:
         """Why the robot must stand still now, as (the code if it lasts, the reason); (None, '') = it may drive.

@@ -13,6 +13,8 @@ from typing import Any, get_type_hints
 
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.nodes import bounds
+from oxygen_ros.observations import RING_BYTES
 
 
 @dataclass
@@ -20,6 +22,9 @@ class NodeParams:
     camera_topic: str = "/camera/image_raw"
     observation_topic: str = "/oxygen/observation"
     observation_ring: int = 8
+    observation_keep_s: float = 5.0
+    observation_ring_bytes: int = RING_BYTES
+    max_prompt_chars: int = bounds.PROMPT_CHARS
     eager_prefill: bool = False
     stats_rate_hz: float = 2.0
     marker_frame_id: str = "map"
@@ -38,6 +43,11 @@ class NodeParams:
                 raise bad(f"{name} must not be empty")
         if self.observation_ring < 1:
             raise bad(f"observation_ring must be at least 1, got {self.observation_ring}")
+        if not (math.isfinite(self.observation_keep_s) and self.observation_keep_s >= 0):
+            raise bad(f"observation_keep_s must be a number of seconds >= 0, got {self.observation_keep_s}")
+        for name in ("observation_ring_bytes", "max_prompt_chars"):
+            if getattr(self, name) < 1:
+                raise bad(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("marker_max_cubes", "decode_steps_per_frame"):
             if getattr(self, name) < 0:
                 raise bad(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -86,7 +96,12 @@ DESCRIPTIONS: dict[str, str] = {
     # NodeParams
     "camera_topic": "sensor_msgs/Image input (sensor-data QoS); each frame becomes an observation",
     "observation_topic": "oxygen_ros/Observation input (text + images + state, e.g. from a scene describer)",
-    "observation_ring": "recent observations addressable by observation_id",
+    "observation_ring": "recent observations addressable by observation_id (at least this many)",
+    "observation_keep_s": "an observation stays addressable at least this long, seconds, whatever the camera rate "
+    "(within observation_ring_bytes)",
+    "observation_ring_bytes": "bound on the kept observations' images, text and state; past it the oldest go first, "
+    "the newest always stays",
+    "max_prompt_chars": "longest Infer.prompt and Observation.text, characters (OUT_OF_RANGE beyond)",
     "eager_prefill": "prefill each new observation at once, so the first question about it reuses its prefix",
     "stats_rate_hz": "rate of /oxygen/pool_stats, /oxygen/pool_markers and /oxygen/pool_image",
     "marker_frame_id": "frame_id of /oxygen/pool_markers (set rviz's fixed frame to it)",

@@ -1,9 +1,10 @@
 """What the action-serving task nodes (instruction_node, navigation_node) share: parameters, the `/oxygen/infer`
 client, the newest camera frame, and the life of a goal.
 
-A goal is checked (a bad one is accepted, then aborted INVALID_ARGUMENT with the reason), prepared by the node
-(which may end it, e.g. UNAVAILABLE), preempts the goal running before it (one arm, one base), then runs on the
-node's timers until something ends it (see GoalRun); the timers are removed and the node fills in the result.
+A goal is checked against ``bounds`` before anything is sized by it (a bad one is accepted, then aborted
+INVALID_ARGUMENT or OUT_OF_RANGE with the reason), prepared by the node (which may end it, e.g. UNAVAILABLE), preempts
+the goal running before it (one arm, one base), then runs on the node's timers until something ends it (see
+GoalRun); the timers are removed and the node fills in the result.
 Everything waits as coroutines, so no goal holds an executor thread while it runs.
 """
 
@@ -16,11 +17,12 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.timer import Timer
 
-from oxygen_ros.errors import ErrorCode
+from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.declare import Table, declare
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.infer_client import InferClient
 from oxygen_ros.nodes.latest_frame import LatestFrame
+from oxygen_ros.nodes.qos import SERVICE_QUEUE
 from oxygen_ros.srv import Infer
 
 State = TypeVar("State")
@@ -30,7 +32,7 @@ RESULT_KEEP_S = 300
 
 
 class TaskActionNode(Node, Generic[State]):
-    """Subclasses implement ``invalid``, ``prepare``, ``start`` and ``finish`` (and ``stopped`` if they command
+    """Subclasses implement ``check``, ``prepare``, ``start`` and ``finish`` (and ``stopped`` if they command
     hardware). The table must hold ``service_wait_s``, ``infer_timeout_s`` and ``observation_topic``."""
 
     def __init__(
@@ -53,6 +55,9 @@ class TaskActionNode(Node, Generic[State]):
             cancel_callback=lambda _: CancelResponse.ACCEPT,
             callback_group=self.group,
             result_timeout=RESULT_KEEP_S,
+            goal_service_qos_profile=SERVICE_QUEUE,
+            result_service_qos_profile=SERVICE_QUEUE,
+            cancel_service_qos_profile=SERVICE_QUEUE,
         )
 
     def destroy_node(self) -> None:
@@ -62,8 +67,8 @@ class TaskActionNode(Node, Generic[State]):
         super().destroy_node()
 
     # --- what a node implements -------------------------------------------------------------------------------
-    def invalid(self, goal: Any) -> str:
-        """Why the goal cannot be run ('' = it can)."""
+    def check(self, goal: Any) -> None:
+        """Raise EngineError (INVALID_ARGUMENT, OUT_OF_RANGE) saying why the goal cannot be run."""
         raise NotImplementedError
 
     async def prepare(self, run: GoalRun, goal: Any) -> State | None:
@@ -86,9 +91,10 @@ class TaskActionNode(Node, Generic[State]):
         number = self._newest = next(self._goal_ids)
         run = GoalRun(self, goal_handle, f"{self.get_name()}/{number}")
         goal, result = goal_handle.request, self._action_type.Result()
-        problem = self.invalid(goal)
-        if problem:
-            run.end(ErrorCode.INVALID_ARGUMENT, problem)
+        try:
+            self.check(goal)
+        except EngineError as exc:
+            run.end(exc.code, exc.message)
             return run.report(result)
         state = await self.prepare(run, goal)
         if state is None:

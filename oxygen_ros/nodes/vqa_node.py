@@ -3,8 +3,9 @@
 It loads no model: each question becomes one `/oxygen/infer` call (task_type vqa), so the observation's prefix is
 the one the other tasks share in the inference node's pool. The callback is a coroutine (see infer_client), so
 many questions can wait at once without holding executor threads. Errors come back in ``error_code``:
-INVALID_ARGUMENT for an empty question, UNAVAILABLE when the inference node is not running (the next question
-after it returns is answered), and whatever the inference node says (e.g. NOT_FOUND for an unknown observation).
+INVALID_ARGUMENT for an empty question, OUT_OF_RANGE for a question or observation_id over its ``bounds``,
+UNAVAILABLE when the inference node is not running (the next question after it returns is answered), and whatever
+the inference node says (e.g. NOT_FOUND for an unknown observation; it bounds max_new_tokens by its context).
 
 "The latest observation" ('') is the newest one received on `/oxygen/observation` (camera_sim's frames with their
 scene text), named explicitly: the inference node also hears the bare camera image of a frame, which may arrive
@@ -21,10 +22,12 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from oxygen_ros.nodes.executor import Executor
 from rclpy.node import Node
 
-from oxygen_ros.errors import ErrorCode
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.nodes import bounds
 from oxygen_ros.nodes.declare import Table, declare
 from oxygen_ros.nodes.infer_client import InferClient
 from oxygen_ros.nodes.latest_frame import LatestFrame
+from oxygen_ros.nodes.qos import SERVICE_QUEUE
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.srv import AskQuestion, Infer
 
@@ -48,12 +51,14 @@ class VqaNode(Node):
         self._infer = InferClient(self, group, value["service_wait_s"], value["infer_timeout_s"])
         self._ids = itertools.count()
         self._frame = LatestFrame(self, value["observation_topic"], group)
-        self.create_service(AskQuestion, "/vqa/ask", self._on_ask, callback_group=group)
+        self.create_service(AskQuestion, "/vqa/ask", self._on_ask, qos_profile=SERVICE_QUEUE, callback_group=group)
 
     async def _on_ask(self, request: AskQuestion.Request, response: AskQuestion.Response) -> AskQuestion.Response:
         start = time.perf_counter()
-        if not request.question.strip():
-            out = Infer.Response(error_code=ErrorCode.INVALID_ARGUMENT.value, message="the question is empty")
+        try:
+            check_question(request)
+        except EngineError as exc:
+            out = Infer.Response(error_code=exc.code.value, message=exc.message)
         else:
             infer = Infer.Request(
                 task_id=f"{NODE_NAME}/{next(self._ids)}",
@@ -71,6 +76,13 @@ class VqaNode(Node):
         response.answer, response.reused_prefix_tokens = out.text.strip(), out.reused_prefix_tokens
         response.latency_ms = (time.perf_counter() - start) * 1e3
         return response
+
+
+def check_question(request: AskQuestion.Request) -> None:
+    bounds.text("question", request.question, bounds.TEXT_CHARS)
+    bounds.text("observation_id", request.observation_id, bounds.ID_CHARS)
+    if not request.question.strip():
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, "the question is empty")
 
 
 def main(args: list[str] | None = None) -> int:

@@ -12,11 +12,12 @@ from visualization_msgs.msg import Marker
 
 from oxygen_ros.engine.async_engine import ServingStats
 from oxygen_ros.engine.io import PoolStats, RequestOutput, TaskUsage, TierUsage
-from oxygen_ros.errors import ErrorCode
+from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import convert
 from oxygen_ros.nodes.pool_markers import pool_markers
 from oxygen_ros.viz.pool_map import BlockState, PoolMap
 
+TEXT_CHARS = 100  # the receiver's bound on Observation.text
 RGB = np.random.default_rng(0).integers(0, 256, size=(5, 7, 3), dtype=np.uint8)
 GREY = RGB[..., 0]
 ENCODED = {  # encoding -> (pixels as sent, what the engine must get)
@@ -51,14 +52,16 @@ def test_supported_encodings_decode_to_rgb(encoding, padding):
         (Image(height=2, width=2, encoding="16UC1", step=4, data=bytes(8)), "unsupported image encoding '16UC1'"),
         (Image(height=0, width=4, encoding="rgb8", step=12), "zero-size image (4x0)"),
         (Image(height=2, width=2, encoding="rgb8", step=6, data=bytes(11)), "image data has 11 bytes"),
+        (Image(height=2, width=2, encoding="rgb8", step=6, data=bytes(13)), "image data has 13 bytes"),
         (Image(height=2, width=2, encoding="rgb8", step=5, data=bytes(12)), "step 5 is shorter"),
+        (Image(height=2, width=2, encoding="rgb8", step=0, data=bytes(12)), "step 0 is shorter"),
     ],
-    ids=["encoding", "zero-size", "truncated", "short-step"],
+    ids=["encoding", "zero-size", "truncated", "too-long", "short-step", "no-step"],
 )
 def test_bad_images_are_refused_with_the_reason(image, phrase):
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(EngineError) as err:
         convert.image_to_rgb(image)
-    assert phrase in str(err.value)
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT and phrase in err.value.message
 
 
 def test_rgb_round_trip_through_a_message():
@@ -69,17 +72,17 @@ def test_rgb_round_trip_through_a_message():
 
 def test_observation_ids():
     msg = ObservationMsg(text="a cup", images=[_image(RGB, "rgb8")], state=[0.5])
-    auto = convert.observation_from_msg(msg)
+    auto = convert.observation_from_msg(msg, TEXT_CHARS)
     same_as_bgr = convert.observation_from_msg(ObservationMsg(text="a cup", images=[_image(RGB[..., ::-1], "bgr8")],
-                                                              state=[0.5]))  # fmt: skip
+                                                              state=[0.5]), TEXT_CHARS)  # fmt: skip
     assert auto.observation_id.startswith("obs-") and auto.observation_id == same_as_bgr.observation_id
-    named = convert.observation_from_msg(ObservationMsg(observation_id="kitchen", text="a cup"))
+    named = convert.observation_from_msg(ObservationMsg(observation_id="kitchen", text="a cup"), TEXT_CHARS)
     assert named.observation_id == "kitchen"
     bad = ObservationMsg(images=[_image(RGB, "rgb8"), Image(encoding="rgb8")])
-    with pytest.raises(ValueError, match="image 1: zero-size"):
-        convert.observation_from_msg(bad)
+    with pytest.raises(EngineError, match="image 1: zero-size"):
+        convert.observation_from_msg(bad, TEXT_CHARS)
     assert convert.camera_observation(_image(RGB, "rgb8")).observation_id == convert.observation_from_msg(
-        ObservationMsg(images=[_image(RGB, "rgb8")])
+        ObservationMsg(images=[_image(RGB, "rgb8")]), TEXT_CHARS
     ).observation_id
 
 

@@ -1,15 +1,23 @@
 """The project's executor vs rclpy 9.1.2's MultiThreadedExecutor: a coroutine awaiting a slow future while a fast timer
 fires. rclpy's lists the waiting task again on every pass (its bookkeeping grows with time, ros2/rclpy#1452); ours
-keeps it once and still resumes it. If the stock executor stops growing, rclpy fixed it: drop the workaround."""
+keeps it once and still resumes it. If the stock executor stops growing, rclpy fixed it: drop the workaround.
+
+And one fault never stops the spin: a callback that raises is logged with its node and the rest is still served,
+and action clients created on a node that is spinning (ros2/rclpy#1589) leave the executor serving."""
 
 import threading
 import time
 
 import pytest
+from oxygen_ros.action import FollowInstruction
+from oxygen_ros.srv import GetPoolStats
+from rclpy.action import ActionClient as RclpyActionClient
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.task import Future
+from ros_harness import call_service, spin_nodes, wait_until
 
+from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.executor import Executor
 
 WAIT_S = 1.0
@@ -59,3 +67,70 @@ def test_stock_executor_still_has_the_growth_this_works_around(executor_type, ro
     largest, result = _await_slow_future(executor_type, ros_context)
     assert result == "answered"
     assert largest > 50, "rclpy no longer re-lists waiting tasks: oxygen_ros.nodes.executor can go"
+
+
+CLIENTS = 20  # action clients created one after another on the spinning node
+
+
+class SlowLoggerNode(Node):
+    """A node whose get_logger takes a moment, as any call may on a busy machine: rclpy 9.1.2's ActionClient calls
+    it between registering itself with the node (which wakes the executor) and creating its lock."""
+
+    def get_logger(self):
+        time.sleep(0.02)
+        return super().get_logger()
+
+
+def _probe_server(context, name: str) -> Node:
+    """A node with a service that answers at once and a 1 kHz timer keeping the executor busy."""
+    node = Node(name, context=context)
+    node.create_service(GetPoolStats, f"/{name}/stats", lambda _, response: response)
+    node.create_timer(0.001, lambda: None)
+    return node
+
+
+@pytest.mark.parametrize("client_type", [ActionClient, RclpyActionClient], ids=["oxygen_ros", "rclpy"])
+def test_action_clients_made_on_a_spinning_node_leave_the_graph_serving(client_type, ros_context, capfd):
+    server, maker = _probe_server(ros_context, "busy"), SlowLoggerNode("client_maker", context=ros_context)
+    with spin_nodes(ros_context, server, maker):
+        for _ in range(CLIENTS):
+            client_type(maker, FollowInstruction, "/follow_instruction").destroy()
+            call_service(maker, GetPoolStats, "/busy/stats", GetPoolStats.Request(), timeout=5.0)
+    log = capfd.readouterr().err
+    if client_type is ActionClient:
+        assert "Error" not in log, log
+    else:  # the executor survived the race this test provokes
+        assert "has no attribute '_lock'" in log, "rclpy fixed #1589: nodes/action_client.py can go"
+
+
+class Stderr:
+    """What the nodes logged so far (rcutils writes to file descriptor 2)."""
+
+    def __init__(self, capfd) -> None:
+        self.capfd, self.text = capfd, ""
+
+    def has(self, *phrases: str) -> bool:
+        self.text += self.capfd.readouterr().err
+        return all(phrase in self.text for phrase in phrases)
+
+
+def test_a_callback_that_raises_is_logged_with_its_node_and_the_rest_is_served(ros_context, capfd):
+    server, faulty = _probe_server(ros_context, "healthy"), Node("faulty_node", context=ros_context)
+    stderr, ticks = Stderr(capfd), []
+
+    def tick() -> None:
+        ticks.append(time.monotonic())
+        if len(ticks) <= 3:
+            raise RuntimeError(f"tick {len(ticks)} failed")
+
+    async def orphan() -> None:
+        raise ValueError("a task of no node failed")
+
+    faulty.create_timer(0.01, tick)
+    with spin_nodes(ros_context, server, faulty) as executor:
+        wait_until(lambda: len(ticks) > 10, 5.0, "the failing timer firing again")
+        executor.create_task(orphan)
+        wait_until(lambda: stderr.has("a task of no node failed"), 5.0, "the task's failure logged")
+        call_service(server, GetPoolStats, "/healthy/stats", GetPoolStats.Request(), timeout=5.0)
+    assert stderr.has("[faulty_node]: a callback raised RuntimeError: tick 1 failed", "tick 3 failed", "in tick")
+    assert stderr.has("[oxygen_ros.executor]: a callback raised ValueError: a task of no node failed")

@@ -1,11 +1,12 @@
-"""Observation ids are content hashes; the ring keeps the latest few and explains what it cannot give."""
+"""Observation ids are content hashes; the ring keeps the latest few, and those of the last few seconds whatever the
+frame rate, within a byte bound, and explains what it cannot give."""
 
 import numpy as np
 import pytest
 
 from oxygen_ros.engine.io import Observation
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.observations import ObservationRing, Rejected, content_id
+from oxygen_ros.observations import ENTRY_BYTES, ObservationRing, Rejected, content_id
 
 IMAGE = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
 
@@ -73,3 +74,65 @@ def test_camera_frame_and_described_observation_of_one_frame_merge_in_either_ord
         assert ring.add(first) and not ring.add(second)
         merged = ring.get(frame_id)
         assert merged.text == "a red cup" and len(merged.images) == 1 and len(ring) == 1
+
+
+class Clock:
+    """Seconds that pass only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _found(ring: ObservationRing, observation_id: str) -> bool:
+    try:
+        return ring.get(observation_id) is not None
+    except EngineError as err:
+        assert err.code == ErrorCode.NOT_FOUND
+        return False
+
+
+def test_at_30_hz_an_id_read_stays_answerable_for_keep_s():
+    clock, hz, keep_s = Clock(), 30, 5.0
+    ring = ObservationRing(8, keep_s=keep_s, clock=clock)
+    ring.add(Observation(observation_id="read", text="the frame a client just read"))
+    read_at, frames = clock.now, int(keep_s * hz) - 1
+    for k in range(1, frames + 1):  # a camera at 30 Hz, for just under keep_s
+        clock.now = read_at + k / hz
+        ring.add(Observation(observation_id=f"frame-{k}", text="later"))
+    assert frames > 8 * 10 and _found(ring, "read")  # far more frames than the count, still there
+    clock.now = read_at + keep_s
+    ring.add(Observation(observation_id="one-more", text="later"))
+    assert not _found(ring, "read")  # beyond the count and keep_s old: gone
+    assert len(ring) == frames + 1  # what the last keep_s brought, no more
+
+
+def test_keep_s_zero_is_a_ring_of_the_count():
+    ring = ObservationRing(3, keep_s=0.0, clock=Clock())
+    for i in range(10):
+        ring.add(Observation(observation_id=f"f{i}"))
+    assert len(ring) == 3 and _found(ring, "f7") and not _found(ring, "f6")
+
+
+def test_over_the_byte_bound_the_oldest_go_first_and_the_newest_always_stays():
+    image = np.zeros((10, 10, 3), dtype=np.uint8)  # 300 bytes
+    size = ENTRY_BYTES + 300 + 100  # an entry with this image and a short text, roughly
+    ring = ObservationRing(2, keep_s=60.0, max_bytes=4 * size, clock=Clock())
+    for i in range(6):
+        ring.add(Observation(observation_id=f"f{i}", images=[image]))
+    assert len(ring) == 4 and not _found(ring, "f1") and _found(ring, "f2")  # within 60 s but over the bytes
+    huge = np.zeros((100, 100, 3), dtype=np.uint8)
+    ring.add(Observation(observation_id="huge", images=[huge]))  # alone larger than the bound: kept, alone
+    assert len(ring) == 1 and _found(ring, "huge")
+    ring.add(Observation(observation_id="small", images=[image]))  # still over the bytes with both: the oldest goes
+    assert len(ring) == 1 and _found(ring, "small")
+
+
+def test_a_rejection_keeps_its_code():
+    ring = ObservationRing(2)
+    ring.add(Rejected("big", "image width is 9000 pixels, more than the bound of 8192 pixels", ErrorCode.OUT_OF_RANGE))
+    with pytest.raises(EngineError) as err:
+        ring.get("big")
+    assert err.value.code == ErrorCode.OUT_OF_RANGE and "9000 pixels" in err.value.message

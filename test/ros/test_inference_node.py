@@ -31,7 +31,8 @@ from ros_harness import call_service, make_context, spin_nodes, wait_for, wait_u
 from sensor_msgs.msg import Image
 from visualization_msgs.msg import Marker, MarkerArray
 
-from oxygen_ros.nodes.inference_node import SERVICE_QUEUE_DEPTH, InferenceNode
+from oxygen_ros.nodes.inference_node import InferenceNode
+from oxygen_ros.nodes.qos import SERVICE_QUEUE_DEPTH
 
 SMOLLM2_BLOCK_BYTES = 30 * 2 * 3 * 64 * 16 * 4  # layers x (K, V) x KV heads x head_dim x tokens x float32
 TOTAL_BLOCKS = 68
@@ -45,6 +46,7 @@ PARAMETERS = {
     "stats_rate_hz": 5.0,
     "marker_frame_id": "oxygen_pool",
     "debug_checks": True,  # the pool's invariants are checked after every step
+    "observation_keep_s": 1.5,  # short, so the test of keeping observations by time stays short
 }
 KITCHEN = "There is a red apple on the kitchen table."
 # Set to a path (e.g. docs/pool_image.png) to keep the pool image the node draws in test_pool_topics.
@@ -130,6 +132,8 @@ BAD_REQUESTS = {
     "unknown-observation": ({"observation_id": "nowhere"}, "NOT_FOUND", "no observation 'nowhere'"),
     "wrong-image-encoding": ({"observation_id": "depth"}, "INVALID_ARGUMENT", "unsupported image encoding '16UC1'"),
     "zero-size-image": ({"observation_id": "empty-image"}, "INVALID_ARGUMENT", "zero-size image (0x0)"),
+    "too-wide-image": ({"observation_id": "wide-image"}, "OUT_OF_RANGE", "image width is 9000 pixels"),
+    "over-long-prompt": ({"prompt": "x" * 70000}, "OUT_OF_RANGE", "prompt has 70000 characters"),
     "zero-max-new-tokens": ({"max_new_tokens": 0}, "INVALID_ARGUMENT", "max_new_tokens must be at least 1"),
     "actions-from-a-language-model": ({"want_actions": True}, "FAILED_PRECONDITION", "no action head"),
 }
@@ -140,6 +144,8 @@ def bad_observations(served):
     depth = Image(height=2, width=2, encoding="16UC1", step=4, data=bytes(8))
     served.publish(_bad_image_observation("depth", depth))
     served.publish(_bad_image_observation("empty-image", Image(encoding="rgb8")))
+    wide = Image(width=9000, height=1, encoding="rgb8", step=27000, data=bytes(27000))
+    served.publish(_bad_image_observation("wide-image", wide))
 
 
 @pytest.mark.parametrize("case", BAD_REQUESTS)
@@ -279,3 +285,31 @@ def test_diagnostics_report_the_pool(served):
     assert status.level == DiagnosticStatus.OK and status.hardware_id == MODEL_ID
     assert (values["state"], values["total_blocks"], values["max_queue"]) == ("active", str(TOTAL_BLOCKS), "8")
     assert int(values["completed_requests"]) > 0
+
+
+def _known(client: Node, observation_id: str) -> bool:
+    """Whether the node has the observation: a request about it with no token budget is refused for the budget."""
+    return infer(client, "probe", observation_id=observation_id, max_new_tokens=0).error_code != "NOT_FOUND"
+
+
+def _publish_at_30_hz(served: Served, seconds: float, name: str) -> int:
+    frames = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        frames += 1
+        served.observations.publish(ObservationMsg(observation_id=f"{name}-{frames}", text="a later frame"))
+        time.sleep(1 / 30)
+    return frames
+
+
+def test_an_observation_read_stays_answerable_for_observation_keep_s_at_30_hz(served):
+    """Last in this module: its stream of frames pushes the older observations out (kitchen is published again)."""
+    keep_s = PARAMETERS["observation_keep_s"]
+    served.publish(ObservationMsg(observation_id="read-by-a-client", text="the frame a client read"))
+    read = time.monotonic()
+    assert _publish_at_30_hz(served, 0.8 * keep_s, "during") > 8 * 3  # three times the ring's count
+    assert _known(served.client, "read-by-a-client")
+    time.sleep(max(0.0, read + keep_s - time.monotonic()))
+    _publish_at_30_hz(served, 0.5, "after")  # beyond the count and older than keep_s: it goes
+    wait_until(lambda: not _known(served.client, "read-by-a-client"), 5.0, "the old observation to go")
+    served.publish(ObservationMsg(observation_id="kitchen", text=KITCHEN))

@@ -1,10 +1,11 @@
 """`navigation_node` through real rclpy nodes in the closed simulation loop (camera_sim drives the robot by
 /cmd_vel and publishes /odom) with the real SmolLM2 as language head: it reaches a target in the map frame, plans
 on /plan, stops for an obstacle ahead (OBSTACLE after the blocked timeout), cancels promptly with a zero Twist
-and no KV block leaked, stands still without fresh odometry and frames, and answers INVALID_ARGUMENT / UNAVAILABLE
-with a clear code."""
+and no KV block leaked, stands still without fresh odometry and frames, and answers INVALID_ARGUMENT / OUT_OF_RANGE
+/ UNAVAILABLE with a clear code (a target 1e30 m away at once, without memory growth)."""
 
 import math
+import os
 import time
 
 import pytest
@@ -59,14 +60,29 @@ def test_unavailable_while_the_inference_node_is_absent(graph):
     graph.start_inference()
 
 
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 @pytest.mark.parametrize(
-    "x, y, frame_id, complaint",
-    [(math.nan, 1.0, "map", "finite"), (1.0, math.inf, "map", "finite"), (1.0, 1.0, "odom", "frame 'map'")],
+    "x, y, frame_id, code, complaint",
+    [
+        (math.nan, 1.0, "map", "INVALID_ARGUMENT", "finite"),
+        (1.0, math.inf, "map", "INVALID_ARGUMENT", "finite"),
+        (1e30, 1.0, "map", "OUT_OF_RANGE", "more than the bound of 100 m"),  # once grew a path of 1e31 points
+        (1e6, 1.0, "map", "OUT_OF_RANGE", "more than the bound of 100 m"),
+        (1.0, 1.0, "odom", "INVALID_ARGUMENT", "frame 'map'"),
+    ],
 )
-def test_bad_targets_are_aborted_with_invalid_argument(graph, x, y, frame_id, complaint):
+def test_bad_targets_are_refused_at_once_without_memory_growth(graph, x, y, frame_id, code, complaint):
+    graph.odom.wait_for(lambda _: True)  # the robot's pose is known: the distance is checked on the goal itself
+    rss, start = resident_bytes(), time.monotonic()
     out = navigate(graph, x, y, frame_id).result()
+    assert time.monotonic() - start < 1.0
     assert out.status == GoalStatus.STATUS_ABORTED
-    assert out.result.error_code == "INVALID_ARGUMENT" and complaint in out.result.message
+    assert out.result.error_code == code and complaint in out.result.message, out.result.message
+    assert resident_bytes() - rss < 64 << 20
 
 
 def test_drives_to_the_target_in_the_map_frame(graph):

@@ -1,0 +1,67 @@
+"""The bound on every field of a request, goal or subscribed message that could size work (an allocation, a loop, a
+wait), and the checks the nodes and ``convert`` apply before anything is sized (table: docs/reliability.md).
+
+Two kinds of refusal, each naming the field, the value and the bound: INVALID_ARGUMENT for a malformed value (NaN,
+inf, negative, zero where a positive number is needed, inconsistent sizes) or a rate or duration outside its
+interval; OUT_OF_RANGE for a well-formed value larger than a bound on size (characters, elements, pixels, bytes,
+metres). The bounds a deployment may need to change are node parameters whose defaults are the constants here.
+"""
+
+import math
+from collections.abc import Sized
+
+from oxygen_ros.errors import EngineError, ErrorCode
+
+ID_CHARS = 256  # Infer.task_id, task_type, observation_id; CancelTask.task_id; Observation.observation_id
+TEXT_CHARS = 8192  # a task's own text: AskQuestion.question, FollowInstruction.instruction, Navigate.instruction
+PROMPT_CHARS = 65536  # default of the inference node's max_prompt_chars: Infer.prompt and Observation.text
+IMAGES = 3  # images per Observation (a VLA's camera slots)
+IMAGE_SIDE = 8192  # Image.width and Image.height, pixels
+IMAGE_BYTES = 64 << 20  # an image's data (step x height) and its RGB copy (width x height x 3), bytes
+STATE = 1024  # Observation.state elements
+DEADLINE_S = 3600.0  # Infer.deadline_s
+MIN_RATE_HZ = 0.01  # FollowInstruction.rate_hz: its period sizes the chunk clock's waits and each request's deadline
+GOAL_DURATION_S = 86400.0  # FollowInstruction.duration_s (0 = until cancelled)
+TARGET_DISTANCE_M = 100.0  # default of navigation_node's max_target_distance_m
+PREVIEW_CHARS = 24  # of an over-long text, quoted in the refusal
+
+
+def text(field: str, value: str, bound: int) -> None:
+    """OUT_OF_RANGE when ``value`` has more than ``bound`` characters."""
+    if len(value) > bound:
+        preview = repr(value[:PREVIEW_CHARS]) + ("..." if len(value) > PREVIEW_CHARS else "")
+        raise EngineError(
+            ErrorCode.OUT_OF_RANGE, f"{field} has {len(value)} characters ({preview}), more than the bound of {bound}"
+        )
+
+
+def items(field: str, value: Sized, bound: int, unit: str = "elements") -> None:
+    """OUT_OF_RANGE when ``value`` holds more than ``bound`` items."""
+    at_most(field, len(value), bound, unit)
+
+
+def at_most(field: str, amount: float, bound: float, unit: str) -> None:
+    """OUT_OF_RANGE when ``amount`` is larger than ``bound`` (INVALID_ARGUMENT when it is not a number)."""
+    finite(field, amount)
+    if amount > bound:
+        message = f"{field} is {_number(amount)} {unit}, more than the bound of {_number(bound)} {unit}"
+        raise EngineError(ErrorCode.OUT_OF_RANGE, message)
+
+
+def finite(field: str, value: float) -> None:
+    """INVALID_ARGUMENT when ``value`` is NaN or infinite."""
+    if not math.isfinite(value):
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"{field} must be a finite number, got {value}")
+
+
+def within(field: str, value: float, low: float, high: float, note: str = "") -> None:
+    """INVALID_ARGUMENT unless ``value`` is finite and in [low, high] (``note``: the unit, what an end means)."""
+    if not (math.isfinite(value) and low <= value <= high):
+        raise EngineError(
+            ErrorCode.INVALID_ARGUMENT, f"{field} must be in [{_number(low)}, {_number(high)}]{note}, got {value}"
+        )
+
+
+def _number(value: float) -> str:
+    """Counts as integers, measures as short floats (1e+30, 0.5)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"

@@ -1,0 +1,58 @@
+"""A task node whose `/oxygen/infer` server vanishes mid-call answers UNAVAILABLE within a second, not after
+infer_timeout_s: a dead server never answers. Also when a new server took its place at once (a restarted inference
+node never got the request): the call watches the server it went to, not whether some server is there."""
+
+import threading
+import time
+
+import pytest
+from oxygen_ros.srv import AskQuestion, Infer
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.task import Future
+from ros_harness import spin_nodes, wait_for
+
+from oxygen_ros.nodes.vqa_node import VqaNode
+
+INFER_TIMEOUT_S = 30.0
+
+
+def _silent_server(context, received: threading.Event) -> Node:
+    """An `/oxygen/infer` that takes every request and never answers (a process about to die)."""
+    node = Node("silent_inference", context=context)
+
+    async def never(request: Infer.Request, response: Infer.Response) -> Infer.Response:
+        received.set()
+        return await Future(executor=node.executor)
+
+    node.create_service(Infer, "/oxygen/infer", never)
+    return node
+
+
+@pytest.mark.parametrize("replaced", [False, True], ids=["gone", "replaced-at-once"])
+def test_a_call_whose_server_vanished_is_answered_unavailable_at_once(ros_context, replaced):
+    overrides = [Parameter("infer_timeout_s", value=INFER_TIMEOUT_S), Parameter("service_wait_s", value=0.5)]
+    vqa = VqaNode(context=ros_context, parameter_overrides=overrides)
+    client = Node("infer_client_test", context=ros_context)
+    received = threading.Event()
+    with spin_nodes(ros_context, vqa, client) as executor:
+        server = _silent_server(ros_context, received)
+        executor.add_node(server)
+        ask = client.create_client(AskQuestion, "/vqa/ask")
+        assert ask.wait_for_service(timeout_sec=10)
+        answer = ask.call_async(AskQuestion.Request(question="Is the path ahead clear?"))
+        assert received.wait(10), "the question reached /oxygen/infer"
+        executor.remove_node(server)
+        server.destroy_node()
+        start = time.monotonic()
+        successor = _silent_server(ros_context, threading.Event()) if replaced else None
+        if successor:
+            executor.add_node(successor)
+        out = wait_for(answer, INFER_TIMEOUT_S)
+        elapsed = time.monotonic() - start
+        if successor:
+            executor.remove_node(successor)
+            successor.destroy_node()
+    assert (out.success, out.error_code) == (False, "UNAVAILABLE"), out.message
+    assert "went away" in out.message
+    assert elapsed < 2.0, f"answered {elapsed:.1f} s after the server vanished"
