@@ -16,7 +16,11 @@ def register(subparsers) -> None:
                              "vision-language model folder (SmolVLM / Idefics3)")  # fmt: skip
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus mass kept; 1 = off")
+    parser.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off")
+    parser.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min_p x the top one's; 0 = off")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1 discourages repeats; 1 = off")
+    parser.add_argument("--stop", action="append", default=[], metavar="TEXT", help="end the answer before TEXT")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
@@ -42,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
             observation=Observation(text=args.observation, images=images) if args.observation or images else None,
             chat=not args.raw,
             sampling=SamplingParams(
-                max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
+                max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                min_p=args.min_p, repetition_penalty=args.repetition_penalty, stop=args.stop, seed=args.seed,
             ),
         )
         start = time.perf_counter()

@@ -1,4 +1,5 @@
-"""Messages <-> engine data: images, observations, Infer requests and responses, pool statistics.
+"""Messages <-> engine data: images, observations, Infer requests and responses, Generate goals and results, pool
+statistics.
 
 Pure functions with no node state, so the node only wires callbacks to them and each conversion is tested on its
 own. Bad input raises EngineError (INVALID_ARGUMENT, or OUT_OF_RANGE past a bound of ``bounds``) with a sentence that
@@ -17,7 +18,8 @@ from oxygen_ros.engine.async_engine import ServingStats
 from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
 from oxygen_ros.engine.sampling import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.msg import ActionChunk, KvPoolStats, TaskKvUsage, TierStats
+from oxygen_ros.action import Generate
+from oxygen_ros.msg import ActionChunk, KvPoolStats, Sampling, TaskKvUsage, TierStats
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes import bounds
 from oxygen_ros.observations import content_id
@@ -104,19 +106,39 @@ def check_infer_request(req: Infer.Request, max_prompt_chars: int) -> None:
     bounds.within("deadline_s", req.deadline_s, 0.0, bounds.DEADLINE_S, note=" s (0 = none)")
 
 
-def generate_request(req: Infer.Request, observation: Observation | None) -> GenerateRequest:
-    """The engine validates (empty prompt, task type, token budget); this only moves fields across."""
+def check_generate_goal(goal: Generate.Goal, max_prompt_chars: int, max_feedback_every: int) -> None:
+    """A Generate goal's fields that size work, as for Infer, and how often it wants feedback."""
+    check_infer_request(goal, max_prompt_chars)
+    bounds.at_most("feedback_every", goal.feedback_every, max_feedback_every, "tokens")
+
+
+def generate_request(req: Infer.Request | Generate.Goal, observation: Observation | None) -> GenerateRequest:
+    """The engine validates (empty prompt, task type, token budget, sampling ranges); this only moves fields
+    across ('' task type = generic).  A Generate goal asks for text only."""
     return GenerateRequest(
         prompt=req.prompt,
         task_id=req.task_id or "default",
-        task_type=req.task_type,
+        task_type=req.task_type or "generic",
         observation=observation,
-        sampling=SamplingParams(max_new_tokens=req.max_new_tokens),
-        want_text=req.want_text,
-        want_actions=req.want_actions,
+        sampling=sampling_params(req.sampling, req.max_new_tokens),
+        want_text=getattr(req, "want_text", True),
+        want_actions=getattr(req, "want_actions", False),
         priority=req.priority,
         deadline_s=req.deadline_s,
     )
+
+
+def sampling_params(msg: Sampling, max_new_tokens: int) -> SamplingParams:
+    """A Sampling message's controls (seed -1 = the node's); the engine checks their ranges."""
+    return SamplingParams(
+        max_new_tokens=max_new_tokens, temperature=msg.temperature, top_p=msg.top_p, top_k=msg.top_k,
+        min_p=msg.min_p, repetition_penalty=msg.repetition_penalty, seed=None if msg.seed == -1 else msg.seed,
+        stop=list(msg.stop),
+    )  # fmt: skip
+
+
+def fill_generate_result(result: Generate.Result, out: RequestOutput) -> Generate.Result:
+    return _fill_answer(result, out)
 
 
 def _invalid(message: str) -> EngineError:
@@ -139,19 +161,24 @@ def action_chunk(actions: np.ndarray, task_id: str, period_s: float, stamp: Time
 
 
 def fill_response(response: Infer.Response, out: RequestOutput, period_s: float, stamp: Time) -> Infer.Response:
-    if not out.ok:
-        error_response(response, out.error_code, out.message)
-    else:
-        response.success, response.message = True, out.finish_reason
-    response.text = out.text
     if out.actions is not None:
         response.actions = action_chunk(out.actions, out.task_id, period_s, stamp)
-    response.prompt_tokens = out.prompt_tokens
-    response.reused_prefix_tokens = out.reused_prefix_tokens
-    response.generated_tokens = out.generated_tokens
-    response.queue_ms = out.queue_ms
-    response.latency_ms = out.latency_ms
-    return response
+    return _fill_answer(response, out)
+
+
+def _fill_answer(target: R, out: RequestOutput) -> R:
+    """The fields an Infer response and a Generate result share: outcome, text and token/time counts."""
+    if not out.ok:
+        error_response(target, out.error_code, out.message)
+    else:
+        target.success, target.message = True, out.finish_reason
+    target.text = out.text
+    target.prompt_tokens = out.prompt_tokens
+    target.reused_prefix_tokens = out.reused_prefix_tokens
+    target.generated_tokens = out.generated_tokens
+    target.queue_ms = out.queue_ms
+    target.latency_ms = out.latency_ms
+    return target
 
 
 def pool_stats_msg(stats: ServingStats, stamp: Time) -> KvPoolStats:

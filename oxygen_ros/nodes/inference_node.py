@@ -38,9 +38,11 @@ from oxygen_ros.engine.sampling import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import KvPoolStats
 from oxygen_ros.msg import Observation as ObservationMsg
-from oxygen_ros.nodes import convert, health, params
+from oxygen_ros.nodes import bounds, convert, health, params
 from oxygen_ros.nodes.executor import Executor
+from oxygen_ros.nodes.generate_server import GenerateServer
 from oxygen_ros.nodes.pool_markers import pool_markers
+from oxygen_ros.nodes.qos import SERVICE_QUEUE
 from oxygen_ros.nodes.spin import spin_until_shutdown
 from oxygen_ros.observations import ObservationRing, Rejected
 from oxygen_ros.srv import CancelTask, GetPoolStats, Infer
@@ -75,6 +77,7 @@ class InferenceNode(LifecycleNode):
                             callback_group=self._group)  # fmt: skip
         self.create_service(CancelTask, "/oxygen/cancel_task", self._on_cancel_task, qos_profile=queue,
                             callback_group=self._group)  # fmt: skip
+        self._generate = GenerateServer(self, self._serving, self._await, self._group)  # before the node spins
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_timer(1.0, self._publish_diagnostics, callback_group=self._group)
 
@@ -221,11 +224,26 @@ class InferenceNode(LifecycleNode):
         if state != "active":
             return convert.error_response(response, ErrorCode.FAILED_PRECONDITION, f"node is not active ({state})")
         try:
-            observation = ring.get(request.observation_id)
+            convert.check_infer_request(request, settings.max_prompt_chars)
+            observation = self._observation_of(request, ring, settings)
         except EngineError as exc:
             return convert.error_response(response, exc.code, exc.message)
         out = await self._await(engine.submit(convert.generate_request(request, observation)))
         return convert.fill_response(response, out, settings.action_period_s, self.get_clock().now().to_msg())
+
+    @staticmethod
+    def _observation_of(request: Any, ring: ObservationRing, settings: params.NodeParams) -> Observation | None:
+        """A request's inline observation (hashed by content like a published one, so the same image shares its
+        KV either way), else the ring's ``observation_id`` ('' = the latest)."""
+        if request.observation:
+            return convert.observation_from_msg(request.observation[0], settings.max_prompt_chars)
+        return ring.get(request.observation_id)
+
+    def _serving(self) -> tuple:
+        """For /oxygen/generate: (engine, observation resolver, settings, state) as they are now."""
+        with self._lock:
+            engine, ring, settings, state = self._engine, self._ring, self._settings, self._state
+        return engine, lambda goal: self._observation_of(goal, ring, settings), settings, state
 
     def _on_get_pool_stats(self, request: GetPoolStats.Request, response: GetPoolStats.Response):
         """The latest snapshot; an unconfigured node has no pool and answers an empty one (total_blocks 0)."""

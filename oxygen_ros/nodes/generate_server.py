@@ -1,0 +1,91 @@
+"""`/oxygen/generate`: generation as a ROS action, the answer streamed as feedback (llama_ros' GenerateResponse).
+
+A caller (a behaviour tree, `oxygen-ros ask`, a task node) gets the text as it is decoded, can cancel, and never
+holds a thread while it waits.  The goal carries the Infer request's fields, sampling controls and optionally an
+inline observation; feedback is the text added since the last feedback, at most every ``feedback_every`` tokens, and
+the pieces add up to the result's text exactly (``TextStream``).  A cancel aborts the request in the engine: it ends
+within one decode step, CANCELLED, its KV blocks freed.
+"""
+
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future as ConcurrentFuture
+from typing import Any
+
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.action.server import ServerGoalHandle
+
+from oxygen_ros.action import Generate
+from oxygen_ros.engine.async_engine import AsyncEngine
+from oxygen_ros.engine.io import Observation, RequestOutput
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.nodes import convert
+from oxygen_ros.nodes.params import NodeParams
+
+Serving = Callable[[], tuple[AsyncEngine | None, Callable[[Any], Observation | None] | None, NodeParams | None, str]]
+MAX_FEEDBACK_EVERY = 1024
+
+
+class GenerateServer:
+    """The action server, on ``node``; ``serving()`` gives (engine, observation resolver, settings, node state) now,
+    ``wait(future)`` awaits an engine future inside an executor coroutine."""
+
+    def __init__(self, node: Any, serving: Serving, wait: Callable[[ConcurrentFuture], Awaitable[Any]],
+                 callback_group: Any) -> None:  # fmt: skip
+        self._serving, self._wait = serving, wait
+        self._requests: dict[bytes, tuple[AsyncEngine, str]] = {}  # goal id -> (engine, request id), while running
+        self.server = ActionServer(node, Generate, "/oxygen/generate", execute_callback=self._execute,
+                                   goal_callback=lambda _: GoalResponse.ACCEPT, cancel_callback=self._cancel,
+                                   callback_group=callback_group)  # fmt: skip
+
+    def _cancel(self, goal_handle: ServerGoalHandle) -> CancelResponse:
+        running = self._requests.get(bytes(goal_handle.goal_id.uuid))
+        if running is not None:
+            engine, request_id = running
+            engine.abort(request_id)
+        return CancelResponse.ACCEPT
+
+    async def _execute(self, goal_handle: ServerGoalHandle) -> Generate.Result:
+        goal = goal_handle.request
+        result = Generate.Result()
+        engine, resolve, settings, state = self._serving()
+        if state != "active":
+            return _end(goal_handle, result, ErrorCode.FAILED_PRECONDITION, f"node is not active ({state})")
+        try:
+            convert.check_generate_goal(goal, settings.max_prompt_chars, MAX_FEEDBACK_EVERY)
+            greq = convert.generate_request(goal, resolve(goal))
+        except EngineError as exc:
+            return _end(goal_handle, result, exc.code, exc.message)
+        greq.request_id = f"generate-{uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))}"
+        key = bytes(goal_handle.goal_id.uuid)
+        self._requests[key] = (engine, greq.request_id)
+
+        def on_text(piece: str, tokens: int) -> None:
+            if piece:
+                goal_handle.publish_feedback(Generate.Feedback(text=piece, generated_tokens=tokens))
+
+        try:
+            if goal_handle.is_cancel_requested:
+                return _end(goal_handle, result, ErrorCode.CANCELLED, "cancelled before it started")
+            out: RequestOutput = await self._wait(engine.submit(greq, on_text=on_text,
+                                                                text_every=goal.feedback_every or 1))  # fmt: skip
+        finally:
+            self._requests.pop(key, None)
+        convert.fill_generate_result(result, out)
+        if out.error_code is None:
+            goal_handle.succeed()
+        elif out.error_code == ErrorCode.CANCELLED and goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        else:
+            goal_handle.abort()
+        return result
+
+
+def _end(goal_handle: ServerGoalHandle, result: Generate.Result, code: ErrorCode, message: str) -> Generate.Result:
+    """A goal that never reached the engine: aborted (or cancelled) with the reason."""
+    result.success, result.error_code, result.message = False, code.value, message
+    if code == ErrorCode.CANCELLED:
+        goal_handle.canceled()
+    else:
+        goal_handle.abort()
+    return result

@@ -1,0 +1,94 @@
+"""`/oxygen/generate` on a real `oxygen_inference` (SmolLM2) through rclpy: the answer streams as feedback before the
+result and the pieces add up to it, a cancel mid-stream ends it CANCELLED with no block held, sampling controls and
+inline observations work on /oxygen/infer and /oxygen/generate alike, bad values are refused naming the field."""
+
+import pytest
+import torch
+from action_msgs.msg import GoalStatus
+from inference_client import configure_and_activate, infer, pool_stats
+from oxygen_ros.action import Generate
+from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.msg import Sampling
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from ros_harness import make_context, send_goal, spin_nodes, wait_until
+
+from oxygen_ros.nodes.inference_node import InferenceNode
+
+PARAMETERS = {"model": "smollm2-135m", "kv_cache_bytes": 64 << 20, "max_model_len": 512, "max_num_seqs": 4,
+              "debug_checks": True}  # fmt: skip
+SCENE = "A red apple and a green pear lie on the kitchen table."
+
+
+@pytest.fixture(scope="module")
+def client(ros_domain_id):
+    saved_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    context = make_context(ros_domain_id)
+    node = InferenceNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in PARAMETERS.items()])
+    client = Node("generate_test_client", context=context)
+    try:
+        with spin_nodes(context, node, client):
+            configure_and_activate(client)
+            yield client
+    finally:
+        context.try_shutdown()
+        torch.set_num_threads(saved_threads)
+
+
+def _no_block_held(client: Node) -> bool:
+    stats = pool_stats(client)
+    return stats.total_blocks - stats.free_blocks - stats.cached_blocks == 0 and stats.active_requests == 0
+
+
+def test_feedback_streams_the_answer_before_the_result(client):
+    goal = Generate.Goal(prompt="Name three fruits.", task_id="gen-1", max_new_tokens=24, feedback_every=2,
+                         observation=[ObservationMsg(text=SCENE)])  # fmt: skip
+    sent = send_goal(client, Generate, "/oxygen/generate", goal, timeout=30)
+    done = sent.result(timeout=120)
+    assert done.status == GoalStatus.STATUS_SUCCEEDED and done.result.success, done.result.message
+    pieces = [f.text for f in sent.feedback]
+    assert len(pieces) >= 2 and "".join(pieces) == done.result.text and done.result.text
+    counts = [f.generated_tokens for f in sent.feedback]
+    assert counts == sorted(counts) and counts[-1] <= done.result.generated_tokens  # an end token adds no text
+
+
+def test_cancel_mid_stream_ends_it_and_frees_its_blocks(client):
+    goal = Generate.Goal(prompt="Count from one to two hundred, in words.", task_id="gen-2", max_new_tokens=400,
+                         feedback_every=1)  # fmt: skip
+    sent = send_goal(client, Generate, "/oxygen/generate", goal, timeout=30)
+    sent.wait_feedback(2, timeout=120)
+    sent.cancel()
+    done = sent.result(timeout=30)
+    assert done.status == GoalStatus.STATUS_CANCELED and done.result.error_code == "CANCELLED"
+    assert 0 < done.result.generated_tokens < 400
+    wait_until(lambda: _no_block_held(client), 10, "the cancelled request's blocks back in the pool")
+
+
+def test_inline_observation_shares_kv_with_the_published_one_and_sampling_is_seeded(client):
+    """The same scene inline twice: the second reuses the first one's prefix; a seeded sampled answer repeats; a
+    stop string cuts the greedy answer before it."""
+    scene = [ObservationMsg(text=SCENE)]
+    seeded = Sampling(temperature=0.9, top_k=20, top_p=0.9, repetition_penalty=1.1, seed=11)
+    first = infer(client, "What is on the table?", observation=scene, sampling=seeded, max_new_tokens=12)
+    second = infer(client, "What is on the table?", observation=scene, sampling=seeded, max_new_tokens=12)
+    assert first.success and second.success, (first.message, second.message)
+    assert second.reused_prefix_tokens > 0 and second.text == first.text
+    greedy = infer(client, "What is on the table?", observation=scene, max_new_tokens=24)
+    word = greedy.text.split()[2]
+    stopped = infer(client, "What is on the table?", observation=scene, max_new_tokens=24,
+                    sampling=Sampling(stop=[word]))  # fmt: skip
+    assert stopped.success and stopped.text == greedy.text[: greedy.text.find(word)]
+
+
+@pytest.mark.parametrize("field,value", [("temperature", float("nan")), ("top_p", 2.0), ("top_k", -3),
+                                         ("repetition_penalty", 0.0)])  # fmt: skip
+def test_bad_sampling_values_are_refused_naming_the_field(client, field, value):
+    bad = Sampling(**{field: value})
+    response = infer(client, "Hello?", sampling=bad)
+    assert response.error_code == "INVALID_ARGUMENT" and field in response.message
+    sent = send_goal(client, Generate, "/oxygen/generate", Generate.Goal(prompt="Hello?", sampling=bad,
+                                                                          max_new_tokens=4))  # fmt: skip
+    done = sent.result(timeout=30)
+    assert done.status == GoalStatus.STATUS_ABORTED and done.result.error_code == "INVALID_ARGUMENT"
+    assert field in done.result.message
