@@ -18,6 +18,11 @@ import time
 
 import numpy as np
 
+try:
+    import llama_cpp
+except ImportError as exc:  # run by the peers venv only (make peers); never a dependency of the package
+    raise SystemExit("llamacpp_peer needs llama-cpp-python: run it with the peers venv (make peers)") from exc
+
 
 def _decode(llm, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
     """(seconds to the first token, seconds to the last, the tokens) of one greedy request."""
@@ -34,8 +39,7 @@ def _decode(llm, prompt: list[int], new_tokens: int) -> tuple[float, float, list
 
 def _parallel(model_path: str, threads: int, prompts: list[list[int]], new_tokens: int) -> dict:
     """N sequences decoded together (see the module docstring): run seconds and each sequence's first-token time."""
-    import llama_cpp as ll
-
+    ll = llama_cpp
     n = len(prompts)
     common = 0
     while all(len(p) > common + 1 and p[common] == prompts[0][common] for p in prompts):
@@ -94,10 +98,8 @@ def _parallel(model_path: str, threads: int, prompts: list[list[int]], new_token
 
 
 def main() -> int:
-    from llama_cpp import Llama
-
     job = json.load(sys.stdin)
-    llm = Llama(job["gguf"], n_ctx=job["n_ctx"], n_threads=job["threads"], n_batch=512, verbose=False)
+    llm = llama_cpp.Llama(job["gguf"], n_ctx=job["n_ctx"], n_threads=job["threads"], n_batch=512, verbose=False)
     _decode(llm, job["batch1"]["prompt"][:8], 4)  # warm up
     llm.reset()
     first, total, _ = _decode(llm, job["batch1"]["prompt"], job["batch1"]["new_tokens"])

@@ -179,8 +179,10 @@ def _ours_shared(engine: Engine, reqs: list[GenerateRequest], new_tokens: int) -
 def _transformers(
     batch1: list[int], batch1_tokens: int, prompts: dict[int, list[list[int]]], new_tokens: int
 ) -> dict[str, Any]:
-    from transformers import AutoModelForCausalLM
-
+    try:
+        from transformers import AutoModelForCausalLM
+    except ImportError as exc:
+        raise SystemExit("the peers suite compares against transformers: pip install -r requirements/test.txt") from exc
     path = smollm2_gguf_path()
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
 

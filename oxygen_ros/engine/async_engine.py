@@ -25,7 +25,7 @@ from oxygen_ros.errors import EngineError, ErrorCode
 T = TypeVar("T")
 TextCallback = Callable[[str, int], None]  # (text added since the last call, tokens generated so far)
 _MIN_DEADLINE_S = 1e-9  # a deadline already over while the request waited: the engine answers it at once
-STATS_MAX_AGE_S = 0.1  # while decoding, the stats snapshot is retaken at most this often (see _publish)
+STATS_MAX_AGE_S = 0.1  # during pure decode the stats snapshot is retaken at most this often (see _publish)
 log = logging.getLogger(__name__)
 
 
@@ -277,11 +277,14 @@ class AsyncEngine:
         self._ready.append((future, out))
 
     def _publish(self) -> None:
-        """Refresh the stats snapshot if answers go out, the engine goes idle or the snapshot is older than
-        ``STATS_MAX_AGE_S``, then hand out the answers: a caller holding its answer sees stats that already count it.
-        A snapshot walks every block table, which a decode step of many requests should not pay for."""
+        """Refresh the stats snapshot if answers go out, the engine goes idle, a step prefilled (requests came in:
+        samplers of the pool's use see them) or the snapshot is older than ``STATS_MAX_AGE_S``, then hand out the
+        answers: a caller holding its answer sees stats that already count it.  A snapshot walks every block table,
+        which a pure decode step of many requests should not pay for."""
         now = time.perf_counter()
-        if self._ready or not self.engine.has_unfinished or now - self._stats_at >= STATS_MAX_AGE_S:
+        engine = self.engine
+        if (self._ready or not engine.has_unfinished or not engine.last_batch.is_decode
+                or now - self._stats_at >= STATS_MAX_AGE_S):  # fmt: skip
             self._stats, self._stats_at = self._snapshot(), now
         ready, self._ready = self._ready, []
         for future, out in ready:

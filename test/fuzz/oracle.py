@@ -61,14 +61,37 @@ def infer(req, max_prompt_chars: int, max_model_len: int) -> Expect:
         range_prompt=too_long(req.prompt, max_prompt_chars),
         invalid_deadline=outside(req.deadline_s, 0.0, bounds.DEADLINE_S),
     )
+    if req.observation:  # an inline observation is checked like a published one, before the engine
+        inline = req.observation[0]
+        codes = codes.union(observation(inline, max_prompt_chars).codes,
+                            _codes(range_id=too_long(inline.observation_id, bounds.ID_CHARS)))  # fmt: skip
     refused = (
         not arrived(req.prompt).strip()
-        or arrived(req.task_type) not in TASK_TYPES
+        or arrived(req.task_type) not in (*TASK_TYPES, "")  # '' = generic
         or req.want_actions  # SmolLM2 has no action head
         or not req.want_text
         or not 0 < req.max_new_tokens < max_model_len
+        or bad_sampling(req.sampling)
     )
     return Expect(codes, refused)
+
+
+def bad_sampling(msg) -> bool:
+    """Out of SamplingParams' ranges (the engine refuses it, after the checks that come before it)."""
+    ok = (
+        math.isfinite(f32(msg.temperature)) and f32(msg.temperature) >= 0.0
+        and 0.0 < f32(msg.top_p) <= 1.0
+        and msg.top_k >= 0
+        and 0.0 <= f32(msg.min_p) < 1.0
+        and math.isfinite(f32(msg.repetition_penalty)) and f32(msg.repetition_penalty) > 0.0
+        and msg.seed >= -1
+        and all(0 < len(arrived(s)) <= 256 for s in msg.stop)
+    )  # fmt: skip
+    return not ok
+
+
+def f32(value: float) -> float:
+    return float(np.float32(value))
 
 
 def question(req, max_model_len: int) -> Expect:

@@ -14,6 +14,7 @@ from geometry_msgs.msg import PoseStamped
 from hypothesis import strategies as st
 from oxygen_ros.action import FollowInstruction, Navigate
 from oxygen_ros.msg import Observation
+from oxygen_ros.msg import Sampling
 from oxygen_ros.srv import AskQuestion, CancelTask, Infer
 from sensor_msgs.msg import Image
 
@@ -25,6 +26,7 @@ CHANNELS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
 UINT32_MAX = 2**32 - 1
 FLOAT32_MAX = 3.4028234663852886e38
 PROMPTS = ("What is on the table?", "Say hello.", "Which object is closest to the robot?")
+MAX_STOP_CHARS = 256  # SamplingParams' bound on one stop string
 
 
 def texts(bound: int, usual: tuple[str, ...] = ()) -> st.SearchStrategy[str]:
@@ -86,6 +88,22 @@ def _fuzzed_infer_requests() -> st.SearchStrategy[Infer.Request]:
         max_new_tokens=counts(8),
         priority=st.integers(0, 255),
         deadline_s=st.one_of(st.just(0.0), float32s(0.0, bounds.DEADLINE_S)),
+        sampling=st.one_of(st.builds(Sampling), samplings()),
+        observation=st.one_of(st.just([]), st.lists(observations(0, 4096), max_size=1)),
+    )
+
+
+def samplings() -> st.SearchStrategy[Sampling]:
+    """Every sampling control across its range and past it (the message bounds stop to 16 strings)."""
+    return st.builds(
+        Sampling,
+        temperature=float32s(0.0, 4.0),
+        top_p=float32s(0.0, 1.0),
+        top_k=st.one_of(st.integers(0, 100), st.integers(-(2**31), 2**31 - 1)),
+        min_p=float32s(0.0, 1.0),
+        repetition_penalty=float32s(0.0, 4.0),
+        seed=st.one_of(st.just(-1), st.integers(0, 100), st.integers(-(2**63), 2**63 - 1)),
+        stop=st.lists(texts(MAX_STOP_CHARS, (".", "Paris")), max_size=16),
     )
 
 
