@@ -8,6 +8,7 @@ import torch
 
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.layers.packed_linear import can_pack
+from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.llama import LlamaModel
 from oxygen_ros.models.loaded import LoadedModel
 from oxygen_ros.models.tokenizer import Tokenizer
@@ -45,19 +46,7 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 
     loaded = _read(name)
     model = LlamaModel(loaded.args)
     model.load_state_dict(loaded.state_dict, strict=True)
-    model.to(device=device, dtype=dtype).eval()
-    if can_pack(device, dtype):
-        model.pack_weights()
-    args = loaded.args
-    return ModelBundle(
-        model=model,
-        tokenizer=loaded.tokenizer,
-        model_id=loaded.name,
-        num_layers=args.num_layers,
-        num_kv_heads=args.num_kv_heads,
-        head_dim=args.head_dim,
-        max_position_embeddings=args.max_position_embeddings,
-    )
+    return _ready(model, loaded.tokenizer, loaded.name, loaded.args, device, dtype)
 
 
 def _load_vla(name: str, device: torch.device, dtype: torch.dtype, seed: int) -> ModelBundle:
@@ -102,20 +91,21 @@ def _load_idefics3(folder: Path, device: torch.device, dtype: torch.dtype) -> Mo
         model, tokenizer, model_id = load_idefics3_folder(folder)
     except (ValueError, FileNotFoundError) as exc:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load model folder {folder}: {exc}") from exc
+    return _ready(model, tokenizer, model_id, model.args, device, dtype, vision=True)
+
+
+def _ready(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str, args: LlamaArgs, device: torch.device,
+           dtype: torch.dtype, vision: bool = False) -> ModelBundle:  # fmt: skip
+    """A loaded Llama-decoder model on ``device`` in ``dtype``, its weights prepacked where this CPU reads that faster,
+    with what the engine needs to know about it."""
     model.to(device=device, dtype=dtype).eval()
     if can_pack(device, dtype):
         model.pack_weights()
-    args = model.args
     return ModelBundle(
-        model=model,
-        tokenizer=tokenizer,
-        model_id=model_id,
-        num_layers=args.num_layers,
-        num_kv_heads=args.num_kv_heads,
-        head_dim=args.head_dim,
-        max_position_embeddings=args.max_position_embeddings,
-        vision=True,
-    )
+        model=model, tokenizer=tokenizer, model_id=model_id, num_layers=args.num_layers,
+        num_kv_heads=args.num_kv_heads, head_dim=args.head_dim, max_position_embeddings=args.max_position_embeddings,
+        vision=vision,
+    )  # fmt: skip
 
 
 def _read(name: str) -> LoadedModel:
