@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from oxygen_ros.cli.demo_metrics import chunk_timing, most_shared, shared_by_all
+from oxygen_ros.cli.demo_metrics import chunk_timing, most_shared, read_by_every_type, shared_by_all
 
 
 def test_a_steady_stream_meets_every_tick_whatever_its_phase():
@@ -53,3 +53,9 @@ def test_the_most_shared_snapshot_wins():
     quiet = _stats(16, _task("vqa", 16), _task("instruction", 16))
     busy = _stats(16, _task("vqa", 16), _task("instruction", 12), _task("navigation", 16))
     assert most_shared([(0.5, quiet), (1.0, busy)]) == (1.0, busy)
+
+
+def test_blocks_read_by_every_type_count_three_or_more_reader_types():
+    stats = SimpleNamespace(blocks_by_reader_types=[5, 3, 2, 1])  # 5 read by one type, 3 by two, 2 by three, 1 by 4
+    assert read_by_every_type(stats) == 3
+    assert read_by_every_type(SimpleNamespace(blocks_by_reader_types=[5, 3])) == 0

@@ -204,7 +204,7 @@ def _report(rec, frame, instruction, target, answers, results, before, after, id
 def _report_pool(rec, before: dict[str, int], after: dict[str, int], idle: float) -> None:
     """The inference node's side: tokens decoded and prefix blocks reused over the run, and the pool at its most
     shared moment."""
-    from oxygen_ros.cli.demo_metrics import held_blocks, most_shared, per_type, shared_by_all
+    from oxygen_ros.cli.demo_metrics import TASK_TYPES, held_blocks, most_shared, per_type, read_by_every_type, shared_by_all
 
     tokens = after["generated_tokens"] - before["generated_tokens"]
     reused = after["prefix_hit_blocks"] - before["prefix_hit_blocks"]
@@ -213,6 +213,8 @@ def _report_pool(rec, before: dict[str, int], after: dict[str, int], idle: float
         f"\nlanguage: {tokens} tokens in {idle:.1f} s for the three tasks: {tokens / idle:.1f} tokens/s; "
         f"{reused * final.block_size} prompt tokens ({reused} blocks) reused from the shared pool"
     )
+    computed_once = max(read_by_every_type(stats) for _, stats in rec.pool)
+    print(f"{computed_once} blocks computed once and read by requests of all {len(TASK_TYPES)} task types")
     at, peak = most_shared(rec.pool)
     print(
         f"pool at its most shared ({at:.1f} s): {peak.total_blocks} blocks of {peak.block_size} tokens, "

@@ -71,6 +71,13 @@ def shared_by_all(stats: Any, task_types: tuple[str, ...] = TASK_TYPES) -> int:
     return max(0, total - (len(task_types) - 1) * stats.shared_blocks)
 
 
+def read_by_every_type(stats: Any, task_types: tuple[str, ...] = TASK_TYPES) -> int:
+    """Blocks in a KvPoolStats snapshot whose KV, computed once, requests of as many task types as
+    ``task_types`` have read (the pool keeps this per block, so it does not depend on the tasks overlapping in
+    time)."""
+    return sum(stats.blocks_by_reader_types[len(task_types) - 1 :])
+
+
 def most_shared(samples: list[tuple[float, Any]]) -> tuple[float, Any]:
     """The (time, KvPoolStats) sample with the most blocks shared by all three task types, then the most shared."""
     return max(samples, key=lambda sample: (shared_by_all(sample[1]), sample[1].shared_blocks))

@@ -523,6 +523,7 @@ class Engine:
             queued_requests=len(self.scheduler.waiting),
             bytes_per_block=self.pool_layout.unit_bytes,
             tasks=tasks,
+            blocks_by_reader_types=self.kv_manager.reader_histogram(),
             tiers=self._tier_usage(),
         )
 

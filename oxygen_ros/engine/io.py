@@ -94,4 +94,6 @@ class PoolStats:
     queued_requests: int
     bytes_per_block: int  # of one unit
     tasks: list[TaskUsage] = field(default_factory=list)
+    # [k]: blocks holding KV that requests of k + 1 distinct task types read since it was written (computed once)
+    blocks_by_reader_types: list[int] = field(default_factory=list)
     tiers: list[TierUsage] = field(default_factory=list)  # gpu first, then cpu and disk when configured

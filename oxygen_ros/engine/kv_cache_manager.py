@@ -38,6 +38,9 @@ class KVCacheManager:
         )
         self.costs = PreemptionCosts(preemption_mode, lossless_host)
         self.swapped: dict[str, SwapRecord] = {}  # preempted requests whose KV waits in L1, by request id
+        # Task types that have read each block since its KV was written (stale for free blocks: the next
+        # allocation overwrites it). What shows an observation's prefix computed once and read by every task.
+        self.readers: dict[int, set[str]] = {}
 
     def _root(self, req: Request) -> bytes:
         return root_hash(self.model_id, self.kv_dtype, req.cache_salt)
@@ -68,7 +71,28 @@ class KVCacheManager:
             while len(out) + run < count and req.block_format(first + len(out) + run) == fmt:
                 run += 1
             out += self.pool.allocate(run, fmt)
+        self._written_by(req, out)
         return out
+
+    def _written_by(self, req: Request, block_ids: list[int]) -> None:
+        for block_id in block_ids:
+            self.readers[block_id] = {req.task_type}
+
+    def _read_by(self, req: Request, block_ids: list[int]) -> None:
+        for block_id in block_ids:
+            self.readers.setdefault(block_id, set()).add(req.task_type)
+
+    def reader_histogram(self) -> list[int]:
+        """``[k]``: blocks holding KV (used or cached) that requests of k + 1 distinct task types have read since
+        it was written."""
+        counts: list[int] = []
+        for block in self.pool.blocks:
+            if block.ref_count > 0 or block.block_hash is not None:
+                k = len(self.readers.get(block.block_id, ()))
+                if k:
+                    counts.extend([0] * (k - len(counts)))
+                    counts[k - 1] += 1
+        return counts
 
     def admit(self, req: Request, hashes: list[bytes] | None = None) -> bool:
         """Give a waiting request blocks for all its tokens, reusing the longest cached prefix: the pool's blocks,
@@ -91,6 +115,7 @@ class KVCacheManager:
         self.pool.prefix_hits += len(hits)
         for block_id in hits:
             self.pool.acquire(block_id)
+        self._read_by(req, hits)
         in_tiers = self.tiers.available(hashes[len(hits) :]) if self.tiers is not None else 0
         new = self._allocate(req, len(hits), need)
         start = time.perf_counter()
@@ -129,6 +154,7 @@ class KVCacheManager:
             idx = req.num_computed_tokens // self.block_size
             old = req.block_table[idx]
             (new,) = self.pool.allocate(1, self.pool.blocks[old].fmt)
+            self._written_by(req, [new])
             self.kv.copy_blocks([old], [new])
             self.pool.release([old])
             req.block_table[idx] = new
@@ -154,6 +180,7 @@ class KVCacheManager:
         """``dst`` continues from ``src``'s KV without copying: the blocks are shared, the tail copied on write."""
         for block_id in src.block_table:
             self.pool.acquire(block_id)
+        self._read_by(dst, src.block_table)
         dst.block_table = list(src.block_table)
         dst.block_hashes = list(src.block_hashes)
         dst.num_computed_tokens = src.num_computed_tokens

@@ -197,6 +197,7 @@ def pool_stats_msg(stats: ServingStats, stamp: Time) -> KvPoolStats:
         evictions=pool.evictions,
         active_requests=pool.active_requests,
         queued_requests=pool.queued_requests,
+        blocks_by_reader_types=pool.blocks_by_reader_types,
     )
     msg.header.stamp = stamp
     msg.tasks = [

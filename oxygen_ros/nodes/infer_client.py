@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rclpy.callback_groups import CallbackGroup
+from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
 from rclpy.task import Future
 
@@ -59,7 +60,11 @@ async def wait(
     def watch() -> None:
         deadline = time.monotonic() + timeout_s
         while not finished.wait(min(period, max(0.0, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline or (give_up and give_up()):
+            try:
+                stop = time.monotonic() >= deadline or (give_up is not None and give_up())
+            except InvalidHandle:  # the node was destroyed (shutdown) while the call waited: nobody is left to ask
+                stop = True
+            if stop:
                 finish(False, None)
                 return
 

@@ -99,3 +99,25 @@ def test_fork_shares_blocks_and_copies_the_partial_block_on_write(tiny_bundle):
     manager.free(parent)
     manager.free(child)
     assert engine.pool.num_used == 0
+
+
+def test_blocks_remember_which_task_types_read_them_after_their_requests_ended(tiny_bundle):
+    """Tasks one after another, never overlapping: the observation's blocks are computed by the first and read by
+    the other two from the cache, and the pool says so per block; a block whose KV is rewritten starts over."""
+    obs = Observation(observation_id="frame-1", text=observation_text(tiny_bundle.tokenizer, 400))
+    engine = make_engine(tiny_bundle)
+    for t, q in QUESTIONS:
+        sampling = SamplingParams(max_new_tokens=4)
+        engine.submit(GenerateRequest(q, task_id=t, task_type=t, observation=obs, sampling=sampling))
+        while engine.has_unfinished:
+            engine.step()
+        assert engine.pool.num_used == 0
+    histogram = engine.stats().blocks_by_reader_types
+    assert len(histogram) == 3 and histogram[2] >= 400 // engine.config.block_size
+    engine.check_invariants()
+
+    engine.pool.reset_prefix_cache()  # every cached block back to free: the next request writes new KV
+    engine.submit(GenerateRequest("Hello", task_id="vqa", task_type="vqa", sampling=SamplingParams(max_new_tokens=2)))
+    while engine.has_unfinished:
+        engine.step()
+    assert len(engine.stats().blocks_by_reader_types) == 1  # every block holding KV now read by one task type
