@@ -4,7 +4,7 @@
 import torch
 
 from .dispatch import Backend, use_triton
-from .quant import dequantize, select_scale, store_quantized
+from .quant import dequantize, select_scale, store_quantized, take_rows
 from .quant_spec import KVBlocks
 
 
@@ -30,7 +30,7 @@ def gather_kv_torch(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Torch reference and CPU runtime path of ``gather_kv``."""
     index = block_tables[:, : -(-num_tokens // blocks.block_size)]
-    k, v = (dequantize(data[index], select_scale(scale, index)).flatten(1, 2)[:, :num_tokens].to(dtype)
+    k, v = (dequantize(take_rows(data, index), select_scale(scale, index)).flatten(1, 2)[:, :num_tokens].to(dtype)
             for data, scale in blocks.planes)
     return k, v
 
@@ -57,7 +57,7 @@ def requantize_blocks_torch(src: KVBlocks, src_ids: torch.Tensor, dst: KVBlocks,
     """Torch reference and CPU (and cross-device) path of ``requantize_blocks``."""
     dst_ids = dst_ids.to(dst.device)
     for (src_data, src_scale), (dst_data, dst_scale) in zip(src.planes, dst.planes, strict=True):
-        values = dequantize(src_data[src_ids], select_scale(src_scale, src_ids))
+        values = dequantize(take_rows(src_data, src_ids), select_scale(src_scale, src_ids))
         store_quantized(dst_data, dst_scale, dst_ids, values.to(dst.device))
 
 

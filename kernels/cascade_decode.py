@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from .blocks import gather_kv_torch
-from .quant import dequantize
+from .quant import dequantize, take_rows
 from .quant_spec import KVBlocks
 
 
@@ -51,7 +51,7 @@ class CascadeLayout:
     grouped_rows: torch.Tensor | None  # batch rows that are in a group, ascending; None = every row
     shared: list[SharedPrefix]
     suffix_tables: torch.Tensor | None  # [R, S] a grouped row's blocks after its group's, padded with a valid id
-    suffix_visible: torch.Tensor | None  # [R, max suffix] bool: the tokens of the suffix (a prefix of each row)
+    suffix_bias: torch.Tensor | None  # [R, 1, 1, max suffix] fp32: 0 on the tokens of each row's suffix, -inf after
     suffix_columns: torch.Tensor | None  # [R, S] the block-table column of each suffix entry (block mass goes there)
     lone: list[LoneRow]
 
@@ -65,7 +65,8 @@ def cascade_decode_attention(
 
     ``block_mass`` (fp32 ``[B, max_blocks]``, summed over heads) gains each block's softmax mass, as in
     ``paged_decode_attention``: a shared prefix's and a lone row's blocks are the table's first columns, a suffix
-    entry's column is given (padding entries repeat a column and add 0).
+    entry's column is given (padding entries repeat a column and add 0).  The mass is computed beside the output,
+    never into it, so measuring it or not leaves the attention bit for bit the same.
 
     A row's numerics depend only on which rows share its blocks (its group), never on where the blocks sit.
     """
@@ -90,73 +91,95 @@ def cascade_decode_attention(
 
 def _alone(q: torch.Tensor, blocks: KVBlocks, lone: LoneRow, sm_scale: float,
            block_mass: torch.Tensor | None) -> torch.Tensor:  # fmt: skip
-    """One row's attention over its whole context: q [kvh, g, d] -> [kvh, g, d]."""
-    k, v = (x[: lone.length] for x in _read(blocks, lone.blocks))  # [L, kvh, d]
-    probs = torch.softmax(torch.matmul(q, k.permute(1, 2, 0)) * sm_scale, dim=-1)  # [kvh, g, L]
+    """One row's attention over its whole context: q [kvh, g, d] -> [kvh, g, d] (each kv-head's g query heads are
+    its queries: one fused attention call, no GQA expansion)."""
+    k, v = (x[: lone.length].permute(1, 0, 2) for x in _read(blocks, lone.blocks))  # [kvh, L, d]
+    out = F.scaled_dot_product_attention(q[None], k[None], v[None], scale=sm_scale)[0]
     if block_mass is not None:
+        probs = torch.softmax(torch.matmul(q, k.transpose(1, 2)) * sm_scale, dim=-1)  # [kvh, g, L]
         per_token = F.pad(probs.sum(dim=(0, 1)), (0, lone.num_blocks * blocks.block_size - lone.length))
         block_mass[lone.row, : lone.num_blocks] += per_token.view(lone.num_blocks, blocks.block_size).sum(-1)
-    return torch.matmul(probs, v.permute(1, 0, 2))
+    return out
 
 
 def _grouped(qf: torch.Tensor, blocks: KVBlocks, layout: CascadeLayout, sm_scale: float,
              block_mass: torch.Tensor | None) -> torch.Tensor:  # fmt: skip
-    """The grouped rows: q [R, kvh, g, d] -> [R, kvh, g, d]; ``block_mass`` [R, max_blocks] if given."""
-    num_rows, kv_heads, group, head_dim = qf.shape
-    block_size = blocks.block_size
-    max_suffix = layout.suffix_visible.shape[1]
-    keys, values = gather_kv_torch(blocks, layout.suffix_tables, max_suffix)  # [R, L, kvh, d]
-    scores = torch.matmul(qf, keys.permute(0, 2, 3, 1)) * sm_scale  # [R, kvh, g, L]
-    scores.masked_fill_(~layout.suffix_visible[:, None, None, :], float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)  # [R, kvh, g]
-    probs = torch.exp(scores - lse[..., None])
-    out = torch.matmul(probs, values.permute(0, 2, 1, 3))  # [R, kvh, g, d]
-    suffix_weight = torch.ones_like(lse) if block_mass is not None else None
+    """The grouped rows: q [R, kvh, g, d] -> [R, kvh, g, d]; ``block_mass`` [R, max_blocks] if given.
 
+    Each part is one fused attention call that also returns its log-sum-exp: every row's own suffix (padding masked
+    by ``suffix_bias``), then each shared prefix with the queries of all its rows at once; a prefix's share of a
+    row's softmax mass is sigmoid(lse_prefix - lse_suffix), so the merge is one lerp."""
+    num_rows, kv_heads, group, head_dim = qf.shape
+    keys, values = gather_kv_torch(blocks, layout.suffix_tables, layout.suffix_bias.shape[-1])  # [R, L, kvh, d]
+    keys, values = keys.transpose(1, 2), values.transpose(1, 2)  # [R, kvh, L, d]
+    out, lse = _attention_with_lse(qf, keys, values, layout.suffix_bias, sm_scale)  # [R, kvh, g, d], [R, kvh, g]
+    prefix_parts = []
     for prefix in layout.shared:
         rows = prefix.rows
-        k_s, v_s = _read(blocks, prefix.blocks)  # [n_tokens, kvh, d]
+        k_s, v_s = (x.permute(1, 0, 2)[None] for x in _read(blocks, prefix.blocks))  # [1, kvh, n_tokens, d]
         q_rows = qf if rows is None else qf[rows]
         n = q_rows.shape[0]
-        q_g = q_rows.permute(1, 0, 2, 3).reshape(kv_heads, n * group, head_dim)
-        s_scores = torch.bmm(q_g, k_s.permute(1, 2, 0)) * sm_scale  # [kvh, n*g, n_tokens]
-        s_lse = torch.logsumexp(s_scores, dim=-1)
-        s_probs = torch.exp(s_scores - s_lse[..., None])
-        s_out = torch.bmm(s_probs, v_s.permute(1, 0, 2)).view(kv_heads, n, group, head_dim).permute(1, 0, 2, 3)
-        s_lse = s_lse.view(kv_heads, n, group).permute(1, 0, 2)  # [n, kvh, g]
+        q_g = q_rows.permute(1, 0, 2, 3).reshape(1, kv_heads, n * group, head_dim)
+        s_out, s_lse = _attention_with_lse(q_g, k_s, v_s, None, sm_scale)
+        s_out = s_out[0].view(kv_heads, n, group, head_dim).permute(1, 0, 2, 3)
+        s_lse = s_lse[0].view(kv_heads, n, group).permute(1, 0, 2)  # [n, kvh, g]
         t_lse, t_out = (lse, out) if rows is None else (lse[rows], out[rows])
-        total = torch.logaddexp(s_lse, t_lse)
-        w_shared, w_suffix = torch.exp(s_lse - total), torch.exp(t_lse - total)
-        merged = s_out * w_shared[..., None] + t_out * w_suffix[..., None]
+        merged = torch.lerp(t_out, s_out, torch.sigmoid(s_lse - t_lse)[..., None])
+        row_lse = torch.logaddexp(s_lse, t_lse) if block_mass is not None else None
         if rows is None:
             out = merged
         else:
             out[rows] = merged
-        if block_mass is not None:
-            if rows is None:
-                suffix_weight = w_suffix
-            else:
-                suffix_weight[rows] = w_suffix
-            mass = (s_probs * w_shared.permute(1, 0, 2).reshape(kv_heads, n * group, 1))
-            mass = mass.view(kv_heads, n, group, prefix.num_blocks, block_size).sum(dim=(0, 2, 4))  # [n, blocks]
-            if rows is None:
-                block_mass[:, : prefix.num_blocks] += mass
-            else:
-                block_mass[rows, : prefix.num_blocks] += mass
-
+        prefix_parts.append((prefix, q_g, k_s, row_lse))
     if block_mass is not None:
-        per_token = (probs * suffix_weight[..., None]).sum(dim=(1, 2))  # [R, L]
-        width = layout.suffix_tables.shape[1]
-        per_block = F.pad(per_token, (0, width * block_size - max_suffix)).view(num_rows, width, block_size).sum(-1)
-        block_mass.scatter_add_(1, layout.suffix_columns, per_block)
+        _grouped_mass(qf, keys, layout, prefix_parts, lse, sm_scale, blocks.block_size, block_mass)
     return out
+
+
+def _attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                        sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """softmax(q k^T * scale + bias) v and its log-sum-exp, [B, h, Lq, d] -> ([B, h, Lq, d], [B, h, Lq]): torch's
+    fused CPU attention, which returns the log-sum-exp the merge needs (the public SDPA does not)."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias, scale=sm_scale)
+
+
+def _grouped_mass(qf: torch.Tensor, keys: torch.Tensor, layout: CascadeLayout, prefix_parts: list, suffix_lse:
+                  torch.Tensor, sm_scale: float, block_size: int, block_mass: torch.Tensor) -> None:  # fmt: skip
+    """Each block's share of every grouped row's softmax (summed over heads) added to ``block_mass`` [R, blocks]:
+    the scores again, against each row's final log-sum-exp (suffix and its prefix merged)."""
+    num_rows, kv_heads, group, _ = qf.shape
+    final_lse = suffix_lse.clone()
+    for prefix, q_g, k_s, row_lse in prefix_parts:
+        rows = prefix.rows
+        if rows is None:
+            final_lse = row_lse
+        else:
+            final_lse[rows] = row_lse
+        n = q_g.shape[2] // group
+        lse_g = row_lse.permute(1, 0, 2).reshape(kv_heads, n * group, 1)
+        probs = torch.exp(torch.bmm(q_g[0], k_s[0].transpose(1, 2)) * sm_scale - lse_g)  # [kvh, n*g, n_tokens]
+        mass = probs.view(kv_heads, n, group, prefix.num_blocks, block_size).sum(dim=(0, 2, 4))  # [n, blocks]
+        if rows is None:
+            block_mass[:, : prefix.num_blocks] += mass
+        else:
+            block_mass[rows, : prefix.num_blocks] += mass
+    scores = torch.matmul(qf, keys.transpose(2, 3)) * sm_scale + layout.suffix_bias  # [R, kvh, g, L]
+    per_token = torch.exp(scores - final_lse[..., None]).sum(dim=(1, 2))  # [R, L]
+    width, max_suffix = layout.suffix_tables.shape[1], per_token.shape[1]
+    per_block = F.pad(per_token, (0, width * block_size - max_suffix)).view(num_rows, width, block_size).sum(-1)
+    block_mass.scatter_add_(1, layout.suffix_columns, per_block)
 
 
 def _read(blocks: KVBlocks, ids: torch.Tensor | slice) -> tuple[torch.Tensor, torch.Tensor]:
     """Dequantized K and V of whole blocks as ``[n_blocks * block_size, kvh, d]`` fp32 (a view for a slice of an
     fp32 pool)."""
     k, v = (
-        dequantize(data[ids], None if scale is None else scale if scale.dim() == 1 else scale[ids]).flatten(0, 1)
+        dequantize(_of_blocks(data, ids), scale if scale is None or scale.dim() == 1 else _of_blocks(scale, ids))
+        .flatten(0, 1)
         for data, scale in blocks.planes
     )
     return k, v
+
+
+def _of_blocks(x: torch.Tensor, ids: torch.Tensor | slice) -> torch.Tensor:
+    return x[ids] if isinstance(ids, slice) else take_rows(x, ids)

@@ -8,10 +8,12 @@ from .quant_spec import KVBlocks
 
 
 def write_kv(
-    blocks: KVBlocks, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, backend: Backend | None = None
+    blocks: KVBlocks, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, backend: Backend | None = None,
+    all_stored: bool = False,
 ) -> None:
     """Store K/V ``[T, kvh, d]`` (fp32/fp16/bf16) at flat slots ``slot_mapping`` ``[T]`` (``block * block_size +
-    offset``); slots < 0 are skipped (tokens whose K/V is never kept).
+    offset``); slots < 0 are skipped (tokens whose K/V is never kept). ``all_stored``: the caller vouches that no
+    slot is < 0, so the torch path needs no mask (a boolean mask is a host sync).
 
     Float storage converts; int8 computes each token-head's scale from its absmax and writes it with the codes;
     fp8 divides by ``blocks``' per-head scales (keep them current with ``Fp8Calibrator.update`` first) and
@@ -25,13 +27,16 @@ def write_kv(
 
         impl.write_kv(blocks, slot_mapping, k, v)
     else:
-        write_kv_torch(blocks, slot_mapping, k, v)
+        write_kv_torch(blocks, slot_mapping, k, v, all_stored)
 
 
-def write_kv_torch(blocks: KVBlocks, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def write_kv_torch(
+    blocks: KVBlocks, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor, all_stored: bool = False
+) -> None:
     """Torch reference and CPU runtime path of ``write_kv``."""
-    keep = slot_mapping >= 0
-    slots = slot_mapping[keep]
+    if not all_stored:
+        keep = slot_mapping >= 0
+        slot_mapping, k, v = slot_mapping[keep], k[keep], v[keep]
     for (data, scale), x in zip(blocks.planes, (k, v), strict=True):
         flat_scale = scale.view(-1, scale.shape[-1]) if scale is not None and scale.dim() > 1 else scale
-        store_quantized(data.view(-1, *data.shape[2:]), flat_scale, slots, x[keep])
+        store_quantized(data.view(-1, *data.shape[2:]), flat_scale, slot_mapping, x)

@@ -28,7 +28,7 @@ from oxygen_ros.engine.io import GenerateRequest, PoolStats, RequestOutput, Task
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout, PoolLayout
 from oxygen_ros.engine.kv_cache_manager import KVCacheManager
-from oxygen_ros.engine.model_runner import ModelRunner, ScheduledBatch
+from oxygen_ros.engine.model_runner import ATTENTION_MASS_EVERY, ModelRunner, ScheduledBatch
 from oxygen_ros.engine.request import SERVE_ACTIONS, TASK_TYPES, Request, RequestStatus
 from oxygen_ros.engine.scheduler import Scheduler
 from oxygen_ros.engine.tiers import build_tiers
@@ -67,7 +67,8 @@ class Engine:
         self.max_model_len = min(config.max_model_len, b.max_position_embeddings)
         num_blocks = self._num_blocks()
         self.kv = KVCache(self.pool_layout, num_blocks, self.device)
-        policy = make_policy(config.eviction_policy, num_blocks, config.eviction_alpha, config.eviction_history_window)
+        window = -(-config.eviction_history_window // ATTENTION_MASS_EVERY)  # measured steps in the window
+        policy = make_policy(config.eviction_policy, num_blocks, config.eviction_alpha, window)
         units = [self.pool_layout.units_per_block(f) for f in range(len(self.pool_layout.formats))]
         self.pool = BlockPool(num_blocks, config.enable_prefix_caching, policy, units)
         self.kv.attach(self.pool)

@@ -18,10 +18,15 @@ import torch
 
 from oxygen_ros.kernels import CascadeLayout, LoneRow, SharedPrefix
 
+# A group of rows costs a fused attention call and a merge per layer, about what reading this many blocks once per
+# row costs; rows sharing fewer blocks beyond their parent group stay in it and read those blocks as their own.
+MIN_SAVED_BLOCK_READS = 32
 
-def plan_cascade(tables: list[list[int]], context_lens: list[int], block_size: int,
-                 device: torch.device) -> CascadeLayout:  # fmt: skip
-    """Group the rows of a decode step (see the module docstring)."""
+
+def plan_cascade(tables: list[list[int]], context_lens: list[int], block_size: int, device: torch.device,
+                 min_saved_reads: int = MIN_SAVED_BLOCK_READS) -> CascadeLayout:  # fmt: skip
+    """Group the rows of a decode step (see the module docstring); a group that would save fewer than
+    ``min_saved_reads`` block reads is not formed."""
     num_rows = len(tables)
     # full blocks before the one holding each row's newest token: what may be read as a shared prefix
     limits = [(n - 1) // block_size for n in context_lens]
@@ -29,15 +34,20 @@ def plan_cascade(tables: list[list[int]], context_lens: list[int], block_size: i
     alone: list[int] = []
 
     def split(rows: list[int], depth: int) -> None:
-        """``rows`` share their first ``depth`` blocks; rows that share more go deeper, the rest end here."""
+        """``rows`` share their first ``depth`` blocks; rows that share more go deeper, the rest end here. Rows that
+        would save too few reads deeper stay with the rows ending here (alone, at the root)."""
         by_next: dict[int, list[int]] = {}
         for r in rows:
             if limits[r] > depth:
                 by_next.setdefault(tables[r][depth], []).append(r)
-        deeper = [part for part in by_next.values() if len(part) > 1]
-        for part in deeper:
+        parts = [part for part in by_next.values() if len(part) > 1]
+        ending = sorted(set(rows).difference(r for part in parts for r in part))
+        for part in parts:
+            groups_before, alone_before = len(groups), len(alone)
             split(part, depth + 1)
-        ending = sorted(set(rows).difference(r for part in deeper for r in part))
+            if (ending or not depth) and _saved_reads(groups[groups_before:], depth) < min_saved_reads:
+                del groups[groups_before:], alone[alone_before:]
+                ending = sorted(ending + part)
         if depth and len(ending) > 1:
             groups.append((ending, depth))
         else:
@@ -72,10 +82,17 @@ def plan_cascade(tables: list[list[int]], context_lens: list[int], block_size: i
         None if len(grouped) == num_rows else torch.tensor(grouped, device=device),
         shared,
         torch.tensor(suffix_tables, dtype=torch.long, device=device),
-        torch.arange(max(suffix_lens), device=device)[None, :] < lens[:, None],
+        torch.where(torch.arange(max(suffix_lens), device=device)[None, :] < lens[:, None], 0.0,
+                    float("-inf"))[:, None, None, :],
         torch.tensor(suffix_columns, dtype=torch.long, device=device),
         lone,
     )
+
+
+def _saved_reads(groups: list[tuple[list[int], int]], depth: int) -> int:
+    """Block reads that ``groups`` (all deeper than ``depth``) save over reading their blocks past ``depth`` once
+    per row."""
+    return sum((len(rows) - 1) * (count - depth) for rows, count in groups)
 
 
 def _blocks(ids: list[int], device: torch.device) -> torch.Tensor | slice:

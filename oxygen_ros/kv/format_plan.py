@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from oxygen_ros.kv.kv_write import KVWrite, stored_tokens
+
 BlockUnitsFn = Callable[[int], tuple[int, list[int]]]  # block id -> (format, its units in token order)
 
 
@@ -48,10 +50,10 @@ class FormatPlan:
         self.slot_mapping, self._slot_list = slot_mapping, slots
         self.block_tables, self._tables = block_tables, tables
         self._segments: dict[tuple[int, ...], list[Segment]] = {}
-        self._slots: list[tuple[int, torch.Tensor]] | None = None
+        self._slots: list[KVWrite] | None = None
 
-    def write_slots(self) -> list[tuple[int, torch.Tensor]]:
-        """Per format present: the slot mapping into its view (-1 for tokens of other formats or not stored)."""
+    def write_slots(self) -> list[KVWrite]:
+        """Per format present: its stored tokens and their slots in its view."""
         if self._slots is None:
             bs, num_formats = self.block_size, self.num_formats
             slots = self._slot_list
@@ -64,11 +66,8 @@ class FormatPlan:
                 unit_tokens = bs // len(units)
                 out[fmt][t] = units[offset // unit_tokens] * unit_tokens + offset % unit_tokens
             device = self.slot_mapping.device
-            self._slots = [
-                (fmt, torch.tensor(fmt_slots, dtype=torch.long, device=device))
-                for fmt, fmt_slots in enumerate(out)
-                if any(s >= 0 for s in fmt_slots)
-            ] or [(0, self.slot_mapping)]
+            writes = (stored_tokens(fmt, fmt_slots, device) for fmt, fmt_slots in enumerate(out))
+            self._slots = [w for w in writes if w is not None]
         return self._slots
 
     def segments(self, lens: list[int]) -> list[Segment]:

@@ -31,6 +31,7 @@ from oxygen_ros.kernels import (
 from oxygen_ros.kernels.quant_spec import SCALE_DTYPE
 from oxygen_ros.kv.block_moves import take
 from oxygen_ros.kv.format_plan import FormatPlan
+from oxygen_ros.kv.kv_write import KVWrite
 from oxygen_ros.kv.cascade import plan_cascade
 from oxygen_ros.kv.layout import KVLayout, PoolLayout
 
@@ -75,22 +76,19 @@ class LayerKV:
             raise RuntimeError("a mixed-format pool layer has one view per format; use views[fmt]")
         return self.views[0]
 
-    def write(
-        self, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: FormatPlan | None = None
-    ) -> None:
-        """Store new tokens' K/V [T, KVH, D] at flat slots (quantizing); slots < 0 are skipped.
+    def write(self, k: torch.Tensor, v: torch.Tensor, writes: list[KVWrite]) -> None:
+        """Store new tokens' K/V [T, KVH, D] as ``writes`` say (quantizing); tokens they do not name are not kept.
 
         The fp8 calibrator sees only the tokens that are stored: the action expert's K/V (all slots -1, ten denoising
         steps per chunk) would otherwise fill its window with values the pool never holds and move the scales.
         """
-        for fmt, slots in ((0, slot_mapping),) if plan is None else plan.write_slots():
-            view, calibrator = self.views[fmt], self.calibrators.get(fmt)
+        for write in writes:
+            view, calibrator = self.views[write.fmt], self.calibrators.get(write.fmt)
+            ks, vs = (x if write.rows is None else x.index_select(0, write.rows) for x in (k, v))
             if calibrator is not None:
-                keep = slots >= 0
-                if bool(keep.any()):
-                    live = None if self._live_units is None else (lambda fmt=fmt: self._live_units(fmt))
-                    calibrator.update(view, k[keep], v[keep], live_blocks=live)
-            write_kv(view, slots, k, v)
+                live = None if self._live_units is None else (lambda fmt=write.fmt: self._live_units(fmt))
+                calibrator.update(view, ks, vs, live_blocks=live)
+            write_kv(view, write.slots, ks, vs, all_stored=True)
 
     def gather(
         self, block_tables: torch.Tensor, num_tokens: int, dtype: torch.dtype, plan: FormatPlan | None = None,

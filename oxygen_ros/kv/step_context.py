@@ -20,6 +20,7 @@ import torch
 
 from oxygen_ros.kernels import CascadeLayout
 from oxygen_ros.kv.format_plan import FormatPlan
+from oxygen_ros.kv.kv_write import KVWrite, stored_tokens
 
 
 @dataclass
@@ -48,6 +49,7 @@ class StepContext:
     is_decode: bool = field(init=False)
     max_context: int = field(init=False)
     context_lens_tensor: torch.Tensor = field(init=False, repr=False)
+    writes: list[KVWrite] = field(init=False, repr=False)  # a one-format pool's; a mixed pool's are the plan's
     prefill: PrefillLayout | None = field(init=False, repr=False)
     format_plan: FormatPlan | None = field(default=None, init=False, repr=False)  # mixed pools: KVCache.bind
     cascade: CascadeLayout | None = field(default=None, init=False, repr=False)  # CPU decode: KVCache.bind
@@ -61,12 +63,18 @@ class StepContext:
         self.is_decode = all(n == 1 for n in self.query_lens)
         self.max_context = max(self.context_lens)
         self.context_lens_tensor = torch.tensor(self.context_lens, dtype=torch.long, device=device)
+        self.writes = [w for w in (stored_tokens(0, self.slots, device, self.slot_mapping),) if w is not None]
         self.prefill = None if self.is_decode else _prefill_layout(self.query_lens, self.context_lens,
                                                                    self.bidirectional_lens, device)  # fmt: skip
 
     @property
     def num_seqs(self) -> int:
         return len(self.query_lens)
+
+    @property
+    def kv_writes(self) -> list[KVWrite]:
+        """Where this step's new K/V goes, per format."""
+        return self.format_plan.write_slots() if self.format_plan is not None else self.writes
 
 
 def _prefill_layout(

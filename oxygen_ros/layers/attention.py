@@ -18,7 +18,7 @@ def paged_attention(
 ) -> torch.Tensor:
     """Store new K/V in the pool, then attend: q [T, H, D], k/v [T, KVH, D] -> out [T, H, D]."""
     plan = ctx.format_plan
-    cache.write(ctx.slot_mapping, k, v, plan)
+    cache.write(k, v, ctx.kv_writes)
     if ctx.is_decode:
         return cache.decode_step(q, ctx, scale)
     layout = ctx.prefill
@@ -34,13 +34,12 @@ def paged_attention(
     ).transpose(1, 2)  # fmt: skip  [B, max_q, H, D]
     if layout.pad_index is None:
         return out[0]
-    return out.reshape(num_seqs * max_q, *out.shape[2:])[layout.pad_index]
+    return out.reshape(num_seqs * max_q, *out.shape[2:]).index_select(0, layout.pad_index)
 
 
 def _pad(x: torch.Tensor, pad_index: torch.Tensor | None, num_seqs: int, max_q: int) -> torch.Tensor:
     """Ragged rows [T, heads, D] -> [B, max_q, heads, D] (zeros past each row's queries)."""
     if pad_index is None:
         return x[None]
-    padded = x.new_zeros(num_seqs * max_q, *x.shape[1:])
-    padded[pad_index] = x
+    padded = x.new_zeros(num_seqs * max_q, *x.shape[1:]).index_copy_(0, pad_index, x)  # whole rows, not elements
     return padded.view(num_seqs, max_q, *x.shape[1:])

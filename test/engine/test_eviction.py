@@ -5,6 +5,7 @@ import torch
 from engine_helpers import TINY, make_engine
 
 from oxygen_ros.config import EngineConfig
+from oxygen_ros.engine.model_runner import ATTENTION_MASS_EVERY
 from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.eviction import AttentionEviction, LRUEviction
 from oxygen_ros.engine.io import GenerateRequest
@@ -65,12 +66,16 @@ def test_decode_steps_feed_attention_mass_to_the_policy(tiny_bundle):
     seen = []
     observe = engine.pool.policy.observe
     engine.runner.on_block_mass = lambda tables, mass: (seen.append(mass.clone()), observe(tables, mass))
-    engine.generate([GenerateRequest("one two three " * 12, sampling=SamplingParams(max_new_tokens=4, ignore_eos=True))])
-    assert len(seen) == 3  # the first token comes from the prefill, three decode steps follow
+    new_tokens = 2 * ATTENTION_MASS_EVERY + 2
+    sampling = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
+    engine.generate([GenerateRequest("one two three " * 12, sampling=sampling)])
+    # the first token comes from the prefill; of the decode steps that follow, the first of every ATTENTION_MASS_EVERY
+    measured = -(-(new_tokens - 1) // ATTENTION_MASS_EVERY)
+    assert len(seen) == measured == 3
     heads_x_layers = TINY.num_heads * TINY.num_layers
     for mass in seen:
         assert mass.sum().item() == pytest.approx(heads_x_layers, rel=1e-5)  # every step's probabilities sum to 1
-    assert engine.pool.policy._activity.sum() == pytest.approx(3 * heads_x_layers, rel=1e-5)
+    assert engine.pool.policy._activity.sum() == pytest.approx(measured * heads_x_layers, rel=1e-5)
 
 
 def test_lru_engine_gathers_no_mass(tiny_bundle):

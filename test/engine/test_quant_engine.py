@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from oxygen_ros.kv.kv_write import stored_tokens
 from engine_helpers import make_engine
 
 from oxygen_ros.engine.io import GenerateRequest, Observation
@@ -101,10 +103,12 @@ def test_pi05_actions_and_text_through_a_quantized_pool(pi05_tiny, kv_dtype):
 def test_fp8_scales_follow_only_tokens_that_are_stored():
     layer = LayerKV([KVBlocks.allocate(KVQuantSpec.parse("fp8"), 2, 16, 1, 8)])
     stored = torch.ones(4, 1, 8)
-    layer.write(torch.arange(4), stored, stored)
+    layer.write(stored, stored, [stored_tokens(0, [0, 1, 2, 3], torch.device("cpu"))])
     scales = (layer.blocks.k_scale.clone(), layer.blocks.v_scale.clone())
     unstored = torch.full((4, 1, 8), 1e4)  # e.g. the action expert's K/V: slots -1, never kept
-    layer.write(torch.full((4,), -1), unstored, unstored)
+    writes = [w for w in (stored_tokens(0, [-1] * 4, torch.device("cpu")),) if w is not None]
+    assert not writes  # nothing to store: the layer is not even asked
+    layer.write(unstored, unstored, writes)
     assert torch.equal(layer.blocks.k_scale, scales[0]) and torch.equal(layer.blocks.v_scale, scales[1])
     assert float(layer.calibrators[0].target_scales().max()) < 1.0
 

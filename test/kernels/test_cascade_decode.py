@@ -71,7 +71,7 @@ def test_cascade_equals_paged_decode_and_naive(name, kv_heads, group, block_size
     q = torch.randn(len(ROWS), kv_heads * group, head_dim, generator=gen).to(device, q_dtype)
     scale = head_dim**-0.5
 
-    plan = plan_cascade(padded, lens, block_size, device)
+    plan = plan_cascade(padded, lens, block_size, device, min_saved_reads=0)  # groups of a few blocks, too
     mass = torch.zeros(table_tensor.shape, device=device)
     out = cascade_decode_attention(q, blocks, plan, scale, block_mass=mass)
     assert out.dtype == q_dtype and out.shape == q.shape
@@ -94,7 +94,7 @@ def test_plan_reads_shared_blocks_once_and_runs_in_place(device):
     tables = [r[0] for r in ROWS]
     lens = [r[1] for r in ROWS]
     width = max(map(len, tables))
-    plan = plan_cascade([t + [0] * (width - len(t)) for t in tables], lens, 16, device)
+    plan = plan_cascade([t + [0] * (width - len(t)) for t in tables], lens, 16, device, min_saved_reads=0)
 
     def ids(blocks):
         return blocks if isinstance(blocks, slice) else blocks.tolist()
@@ -112,7 +112,7 @@ def test_plan_reads_shared_blocks_once_and_runs_in_place(device):
         9: ([9, 7, 11, 13], 4, 49),
     }
     shared_blocks = [3, 3, 3, 2, 2]
-    suffix_lens = plan.suffix_visible.sum(dim=1).tolist()
+    suffix_lens = (plan.suffix_bias[:, 0, 0] == 0).sum(dim=1).tolist()
     assert suffix_lens == [n - 16 * s for n, s in zip(lens, shared_blocks)]
     for row, (table, s, n) in enumerate(zip(tables, shared_blocks, suffix_lens)):
         count = -(-n // 16)
@@ -126,7 +126,7 @@ def test_one_row_and_rows_sharing_everything(device):
     blocks = _pool("fp32", 3, 16, 64, device)
     q = torch.randn(3, 9, 64).to(device)
     for tables, lens in (([[0, 1, 2, 3]], [57]), ([[5, 6, 7]] * 3, [40, 40, 40])):
-        plan = plan_cascade(tables, lens, 16, device)
+        plan = plan_cascade(tables, lens, 16, device, min_saved_reads=0)
         n = len(tables)
         if n == 1:
             assert not plan.shared and [lone.blocks for lone in plan.lone] == [slice(0, 4)]
@@ -159,7 +159,33 @@ def test_attention_does_not_depend_on_where_blocks_sit(device):
             slots = torch.tensor([table[i // 16] * 16 + i % 16 for i in range(lens[row])], device=device)
             write_kv(blocks, slots, k, v)
         width = max(map(len, layout))
-        plan = plan_cascade([t + [t[-1]] * (width - len(t)) for t in layout], lens, 16, device)
+        plan = plan_cascade([t + [t[-1]] * (width - len(t)) for t in layout], lens, 16, device, min_saved_reads=0)
         assert len(plan.shared) == 1 and [lone.row for lone in plan.lone] == [3]
         outs.append(cascade_decode_attention(q, blocks, plan, 0.125))
     assert torch.equal(outs[0], outs[1])
+
+
+def test_rows_sharing_a_few_more_blocks_stay_in_their_group(device):
+    """Eight rows share a 40-block observation; three of them share one more block (their questions start alike).
+    A group of their own would re-read 41 blocks to save 2 reads, so all eight stay one group and the three read the
+    extra block as their own; rows sharing only a short prompt are not grouped at all."""
+    obs = list(range(40))
+    tables = [obs + [40, 41 + i] for i in range(3)] + [obs + [50 + i, 60 + i] for i in range(5)]
+    tables += [[70, 71, 80 + i] for i in range(2)]  # two rows sharing two blocks: 2 reads saved
+    lens = [16 * 41 + 5] * 8 + [40, 40]
+    plan = plan_cascade(tables, lens, 16, device)
+    assert plan.grouped_rows.tolist() == list(range(8))
+    assert [(p.rows, p.num_blocks) for p in plan.shared] == [(None, 40)]  # rows None: every grouped row
+    assert [lone.row for lone in plan.lone] == [8, 9]
+    blocks = KVBlocks.allocate(KVQuantSpec.parse("fp32"), 96, 16, 3, 64, device)
+    gen = torch.Generator().manual_seed(2)
+    write_kv(blocks, torch.arange(96 * 16, device=device), *(torch.randn(96 * 16, 3, 64, generator=gen).to(device)
+                                                             for _ in "kv"))  # fmt: skip
+    q = torch.randn(len(tables), 9, 64, generator=gen).to(device)
+    table_tensor = torch.tensor([t + [0] * (42 - len(t)) for t in tables], device=device)
+    mass, paged_mass = torch.zeros(table_tensor.shape, device=device), torch.zeros(table_tensor.shape, device=device)
+    out = cascade_decode_attention(q, blocks, plan, 0.125, block_mass=mass)
+    ref = paged_decode_attention(q, blocks, table_tensor, torch.tensor(lens, device=device), 0.125,
+                                 block_mass=paged_mass, backend="torch")  # fmt: skip
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=0)
+    torch.testing.assert_close(mass, paged_mass, atol=1e-5, rtol=0)

@@ -70,7 +70,7 @@ def test_mixed_decode_and_gather_equal_attention_over_each_formats_storage(names
     ctx = StepContext(slots, lens, lens, block_tables)
     kv.bind(ctx)
     plan = ctx.format_plan
-    layer.write(slots, torch.cat(k).to(device), torch.cat(v).to(device), plan)
+    layer.write(torch.cat(k).to(device), torch.cat(v).to(device), ctx.kv_writes)
 
     # Reference: each format's tokens of each row stored in a pool of that format alone.
     ref_k, ref_v, owner = [], [], []
@@ -113,7 +113,7 @@ def test_whole_blocks_read_and_written_across_units(backend, device):
     ctx = StepContext(slots, [len(slots)], [len(slots)], torch.tensor([ids], device=device))
     k, v = (torch.randn(len(slots), KVH, D, generator=gen).to(device) for _ in "kv")
     kv.bind(ctx)
-    kv.layers[0].write(slots, k, v, ctx.format_plan)
+    kv.layers[0].write(k, v, ctx.kv_writes)
 
     groups = kv.read_blocks(ids)
     assert sorted(p for positions, _, _ in groups for p in positions) == [0, 1]
