@@ -46,12 +46,21 @@ def parameter_shapes(args: LlamaArgs) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def check_state_dict(state_dict: dict[str, torch.Tensor], args: LlamaArgs, source: str) -> None:
-    """Raise a ValueError naming what is missing, unexpected or misshapen, instead of failing later in the model."""
-    expected = parameter_shapes(args)
-    missing, unexpected = sorted(expected.keys() - state_dict.keys()), sorted(state_dict.keys() - expected.keys())
+def check_tensors(tensors: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], source: str,
+                  against: str = "the config", named: dict[str, str] | None = None) -> None:  # fmt: skip
+    """Raise a ValueError naming what is missing, unexpected or misshapen, instead of failing later in the model.
+    ``named`` maps a tensor's name here to its name in the file, for the unexpected and misshapen ones."""
+    named = named or {}
+    missing, unexpected = sorted(expected.keys() - tensors.keys()), sorted(tensors.keys() - expected.keys())
     if missing or unexpected:
-        raise ValueError(f"{source}: tensors do not fit the config: missing {missing[:8]} unexpected {unexpected[:8]}")
-    wrong = [f"{n} {tuple(t.shape)} != {expected[n]}" for n, t in state_dict.items() if tuple(t.shape) != expected[n]]
+        unexpected = [named.get(n, n) for n in unexpected]
+        raise ValueError(f"{source}: tensors do not fit {against}: missing {missing[:8]} unexpected {unexpected[:8]}")
+    wrong = [f"{named.get(n, n)} {tuple(t.shape)} != {expected[n]}" for n, t in tensors.items()
+             if tuple(t.shape) != expected[n]]  # fmt: skip
     if wrong:
-        raise ValueError(f"{source}: tensor shapes do not match the config: {wrong[:8]}")
+        raise ValueError(f"{source}: tensor shapes do not match {against}: {wrong[:8]}")
+
+
+def check_state_dict(state_dict: dict[str, torch.Tensor], args: LlamaArgs, source: str) -> None:
+    """``check_tensors`` against the parameters of the Llama built from ``args``."""
+    check_tensors(state_dict, parameter_shapes(args), source)

@@ -61,7 +61,8 @@ class Idefics3Config:
         return side * side
 
 
-def _json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
+    """A JSON object file; FileNotFoundError / ValueError naming the file."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing")
     try:
@@ -78,19 +79,21 @@ def is_idefics3_config(config: dict) -> bool:
     return config.get("model_type") in _MODEL_TYPES or any(a in ARCHITECTURES for a in config.get("architectures") or [])
 
 
-def _field(data: dict, key: str, source: str, kind: type | tuple[type, ...] = int) -> Any:
+def config_field(data: dict, key: str, source: str, kind: type | tuple[type, ...] = int) -> Any:
+    """``data[key]`` if it has type ``kind`` (bools are no ints), else a ValueError naming ``source`` and the field."""
     value = data.get(key)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise ValueError(f"{source}: field {key!r} must be {getattr(kind, '__name__', kind)}, got {value!r}")
     return value
 
 
-def _vision(config: dict, source: str) -> SiglipConfig:
+def read_siglip_config(config: dict, source: str) -> SiglipConfig:
+    """``config['vision_config']`` (a SigLIP tower, as Idefics3 and PaliGemma configs write it) -> SiglipConfig."""
     vision = config.get("vision_config")
     if not isinstance(vision, dict):
         raise ValueError(f"{source}: field 'vision_config' is missing")  # noqa: TRY004
     where = f"{source} vision_config"
-    sizes = {key: _field(vision, key, where) for key in _VISION_KEYS}
+    sizes = {key: config_field(vision, key, where) for key in _VISION_KEYS}
     if vision.get("hidden_act", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
         raise ValueError(f"{where}: field 'hidden_act' {vision['hidden_act']!r} is not implemented (gelu_pytorch_tanh)")
     if vision.get("num_channels", 3) != 3:
@@ -112,9 +115,9 @@ def _processor_settings(folder: Path) -> tuple[dict, str]:
     """The image processor's settings: preprocessor_config.json (Hub folders) or, as transformers 5 saves them,
     the "image_processor" entry of processor_config.json."""
     if (folder / "preprocessor_config.json").is_file():
-        return _json(folder / "preprocessor_config.json"), "preprocessor_config.json"
+        return read_json(folder / "preprocessor_config.json"), "preprocessor_config.json"
     if (folder / "processor_config.json").is_file():
-        nested = _json(folder / "processor_config.json").get("image_processor")
+        nested = read_json(folder / "processor_config.json").get("image_processor")
         if isinstance(nested, dict):
             return nested, "processor_config.json image_processor"
     raise FileNotFoundError(f"{folder} has no preprocessor_config.json (nor an image_processor in processor_config.json)")
@@ -166,7 +169,7 @@ def _check_image_seq_len(folder: Path, expected: int) -> None:
     """processor_config.json's image_seq_len drives transformers' prompt expansion: it must match the connector."""
     path = folder / "processor_config.json"
     if path.is_file():
-        value = _json(path).get("image_seq_len", expected)
+        value = read_json(path).get("image_seq_len", expected)
         if value != expected:
             raise ValueError(
                 f"{path}: field 'image_seq_len' {value!r} differs from the {expected} tokens per tile that "
@@ -177,11 +180,11 @@ def _check_image_seq_len(folder: Path, expected: int) -> None:
 def read_idefics3_config(folder: Path) -> Idefics3Config:
     """Parse and cross-check config.json and the processor files; ValueError / FileNotFoundError say what is wrong."""
     source = str(folder / "config.json")
-    config = _json(folder / "config.json")
+    config = read_json(folder / "config.json")
     if not is_idefics3_config(config):
         raise ValueError(f"{source}: field 'architectures' must name one of {list(ARCHITECTURES)}")
-    vision = _vision(config, source)
-    scale = _field(config, "scale_factor", source)
+    vision = read_siglip_config(config, source)
+    scale = config_field(config, "scale_factor", source)
     side = vision.image_size // vision.patch_size
     if scale <= 0 or side % scale:
         raise ValueError(f"{source}: field 'scale_factor' {scale} must divide the {side}-patch side of a tile")
@@ -192,7 +195,7 @@ def read_idefics3_config(folder: Path) -> Idefics3Config:
     if text_config["model_type"] != "llama":
         raise ValueError(f"{source}: field 'text_config.model_type' {text_config['model_type']!r} is not llama")
     text = read_llama_args(text_config, Path(f"{source} text_config"))
-    cfg = Idefics3Config(vision, text, scale, _field(config, "image_token_id", source), _processing(folder, vision.image_size))
+    cfg = Idefics3Config(vision, text, scale, config_field(config, "image_token_id", source), _processing(folder, vision.image_size))
     if not 0 <= cfg.image_token_id < text.vocab_size:
         raise ValueError(f"{source}: field 'image_token_id' {cfg.image_token_id} is outside the text vocabulary")
     _check_image_seq_len(folder, cfg.image_seq_len)

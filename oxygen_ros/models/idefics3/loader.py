@@ -12,6 +12,7 @@ from oxygen_ros.models.hf_loader import read_tensors
 from oxygen_ros.models.idefics3.config import Idefics3Config, read_idefics3_config
 from oxygen_ros.models.idefics3.model import Idefics3Model
 from oxygen_ros.models.idefics3.prompt import FAKE, IMAGE
+from oxygen_ros.models.loaded import check_tensors
 from oxygen_ros.models.tokenizer import Tokenizer
 
 _POSITION_KEY = "vision_model.embeddings.position_embedding.weight"
@@ -76,13 +77,7 @@ def load_idefics3_folder(folder: Path) -> tuple[Idefics3Model, Tokenizer, str]:
     tokenizer = _tokenizer(folder, cfg)
     model = Idefics3Model(cfg)
     expected = {name: tuple(p.shape) for name, p in model.state_dict().items()}
-    missing, unexpected = sorted(expected.keys() - tensors.keys()), sorted(tensors.keys() - expected.keys())
-    if missing or unexpected:
-        raise ValueError(f"{folder / 'model.safetensors'}: tensors do not fit config.json: missing {missing[:6]} "
-                         f"unexpected {unexpected[:6]}")  # fmt: skip
-    wrong = [f"{n} {tuple(t.shape)} != {expected[n]}" for n, t in tensors.items() if tuple(t.shape) != expected[n]]
-    if wrong:
-        raise ValueError(f"{folder / 'model.safetensors'}: tensor shapes do not match config.json: {wrong[:6]}")
+    check_tensors(tensors, expected, str(folder / "model.safetensors"), "config.json")
     model.load_state_dict(tensors, strict=True)
     digest = hashlib.sha256()
     for name in ("config.json", "preprocessor_config.json", "processor_config.json"):

@@ -48,6 +48,20 @@ class GemmaConfig:
     rms_norm_eps: float = 1e-6
 
 
+def check_mixture(backbone: GemmaConfig, expert: GemmaConfig) -> None:
+    """The expert attends to the backbone's K/V layer by layer (a Mixture-of-Transformers), so both must have the
+    same depth, heads, KV heads and head_dim; ValueError otherwise."""
+
+    def layout(g: GemmaConfig) -> tuple[int, int, int, int]:
+        return g.num_layers, g.num_heads, g.num_kv_heads, g.head_dim
+
+    if layout(backbone) != layout(expert):
+        raise ValueError(
+            f"the action expert (layers, heads, KV heads, head_dim) {layout(expert)} must equal the backbone's "
+            f"{layout(backbone)}"
+        )
+
+
 @dataclass(frozen=True)
 class Pi05Config:
     """The whole VLA.  ``vocab_size`` is SmolLM2's 49152, not PaliGemma's 257152: PaliGemma's SentencePiece model is
@@ -68,12 +82,7 @@ class Pi05Config:
     state_bins: int = 256  # pi0.5 discretises each state dim into 256 bins over [-1, 1]
 
     def __post_init__(self) -> None:
-        # The expert attends to the backbone's K/V layer by layer, so the attention layout must be identical.
-        def layout(g: GemmaConfig) -> tuple[int, int, int, int]:
-            return g.num_layers, g.num_heads, g.num_kv_heads, g.head_dim
-
-        if layout(self.backbone) != layout(self.expert):
-            raise ValueError("the action expert must have the backbone's depth, heads, KV heads and head_dim")
+        check_mixture(self.backbone, self.expert)
         # paged_attention reads single-token queries from the pool (decode path); expert K/V is never stored there.
         if self.action_horizon < 2:
             raise ValueError("action_horizon must be >= 2")

@@ -19,16 +19,12 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from torch import nn
 
 from oxygen_ros.kv.kv_cache import KVCache
-from oxygen_ros.kv.layout import KVLayout
-from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.models.pi05.action_expert import ActionExpert
+from oxygen_ros.models.pi05.action_expert import ActionExpert, starting_noise
 from oxygen_ros.models.pi05.config import PI05_CONFIGS, Pi05Config
-from oxygen_ros.models.pi05.gemma import GemmaModel
+from oxygen_ros.models.pi05.paligemma import PaliGemmaPrefix
 from oxygen_ros.models.pi05.preprocess import discretize_state, image_content_hash, preprocess_images
-from oxygen_ros.models.pi05.siglip import ImageEncoder
 
 
 class PreparedPrefix(NamedTuple):
@@ -47,24 +43,12 @@ class PrefixInputs(NamedTuple):
     image_hashes: list[str]  # image_content_hash of each input image, in order
 
 
-
-class Pi05Model(nn.Module):
-    """pi0.5-shaped VLA.  ``forward`` / ``compute_logits`` mirror ``LlamaModel`` so the engine drives both alike."""
+class Pi05Model(PaliGemmaPrefix):
+    """pi0.5-shaped VLA: the shared PaliGemma prefix plus pi0.5's state-as-tokens prompt and adaRMS expert."""
 
     def __init__(self, cfg: Pi05Config) -> None:
-        super().__init__()
-        self.config = cfg
-        self.image_encoder = ImageEncoder(cfg.vision, cfg.backbone.hidden_size)
-        self.backbone = GemmaModel(cfg.backbone, cfg.vocab_size)
+        super().__init__(cfg)
         self.expert = ActionExpert(cfg)
-
-    @property
-    def args(self) -> Pi05Config:
-        """Has ``num_layers``, ``num_kv_heads``, ``head_dim`` and ``vocab_size`` like ``LlamaArgs``."""
-        return self.config
-
-    def kv_layout(self, block_size: int, dtype: torch.dtype) -> KVLayout:
-        return KVLayout(self.config.num_layers, self.config.num_kv_heads, self.config.head_dim, block_size, dtype)
 
     def state_token_ids(self, state: np.ndarray | Sequence[float]) -> list[int]:
         """pi0.5 writes the discretised state into the prompt as text.  Without PaliGemma's tokenizer we map bin b to
@@ -93,29 +77,6 @@ class Pi05Model(nn.Module):
         token_ids = [cfg.image_token_id] * (len(images) * cfg.tokens_per_image) + text_ids
         return PreparedPrefix(token_ids, pixels, [image_content_hash(im) for im in images])
 
-    @torch.no_grad()
-    def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Preprocessed images [N, 3, S, S] -> image tokens [N * tokens_per_image, width] (the SigLIP pass)."""
-        weight = self.backbone.embed_tokens.weight
-        return self.image_encoder(pixels.to(device=weight.device, dtype=weight.dtype))
-
-    @torch.no_grad()
-    def embed_span(
-        self, token_ids: Sequence[int], start: int, n: int, image_tokens: torch.Tensor | None
-    ) -> torch.Tensor:
-        """Embeddings of positions ``start .. start+n-1`` of ``token_ids``, a prefix whose image tokens (output of
-        ``encode_images``) come first: image rows are taken from ``image_tokens``, text rows embedded."""
-        token_ids = token_ids[start : start + n]
-        num_image = 0 if image_tokens is None else image_tokens.shape[0]
-        split = min(max(num_image - start, 0), len(token_ids))
-        parts = []
-        if split:
-            parts.append(image_tokens[start : start + split])
-        if split < len(token_ids):
-            ids = torch.tensor(token_ids[split:], device=self.backbone.embed_tokens.weight.device)
-            parts.append(self.backbone.embed(ids))
-        return torch.cat(parts)
-
     def embed_prefix(
         self, images: Sequence[np.ndarray], prompt_ids: Sequence[int], state: np.ndarray | Sequence[float] | None = None
     ) -> PrefixInputs:
@@ -124,20 +85,6 @@ class Pi05Model(nn.Module):
         image_tokens = self.encode_images(prepared.pixels) if images else None
         embeds = self.embed_span(prepared.token_ids, 0, len(prepared.token_ids), image_tokens)
         return PrefixInputs(embeds, prepared.token_ids, prepared.image_hashes)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        ctx: StepContext,
-        kv: KVCache,
-        input_embeds: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Backbone over a ragged batch (prefix prefill with ``input_embeds``, or language decode) -> [T, width]."""
-        return self.backbone(input_ids, positions, ctx, kv, input_embeds)
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.backbone.compute_logits(hidden)
 
     @torch.no_grad()
     def sample_actions(
@@ -158,9 +105,7 @@ class Pi05Model(nn.Module):
         cfg = self.config
         device = block_tables.device
         if noise is None:
-            gen_device = generator.device if generator is not None else device
-            shape = (len(prefix_lens), cfg.action_horizon, cfg.action_dim)
-            noise = torch.randn(shape, generator=generator, device=gen_device)
+            noise = starting_noise((len(prefix_lens), cfg.action_horizon, cfg.action_dim), generator, device)
         steps = cfg.num_denoise_steps if num_steps is None else num_steps
         return self.expert.sample_actions(block_tables, prefix_lens, kv, steps, noise.to(device))
 

@@ -1,0 +1,7 @@
+"""pi0 (Physical Intelligence's flow-matching VLA) from a real checkpoint folder, over the paged KV pool."""
+
+from oxygen_ros.models.pi0.config import Pi0Config, is_pi0_config, read_pi0_config
+from oxygen_ros.models.pi0.loader import load_pi0_folder
+from oxygen_ros.models.pi0.model import Pi0Model
+
+__all__ = ["Pi0Config", "Pi0Model", "is_pi0_config", "load_pi0_folder", "read_pi0_config"]
