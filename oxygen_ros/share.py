@@ -17,6 +17,11 @@ def default_config() -> Path:
     return PREFIX / "share" / PACKAGE / "config" / "oxygen.yaml"
 
 
+def presets_dir() -> Path:
+    """config/models as installed: one model preset YAML per model (oxygen_ros/nodes/presets.py)."""
+    return PREFIX / "share" / PACKAGE / "config" / "models"
+
+
 def dds_profile() -> Path:
     """The Fast DDS profile `oxygen-ros up` gives its node processes (config/fastdds_profile.xml)."""
     return PREFIX / "share" / PACKAGE / "config" / "fastdds_profile.xml"

@@ -9,8 +9,9 @@ Each node runs its installed executable (``lib/oxygen_ros/<name>``, what `ros2 r
 thread per node waits on its process; when it exits the node is started again after a backoff (0.5 s, doubling,
 at most ``max_delay_s``); more than ``per_minute`` restarts within a minute and the supervisor gives up on it
 (``failed``), since a node that dies at once every time (a bad parameter) would otherwise loop forever. The
-inference node is a lifecycle node: each start of it is configured and activated (the model loads) before it
-serves, while the other nodes go on serving (their calls answer UNAVAILABLE meanwhile).
+inference node is a lifecycle node: with ``autostart`` (the default) each start of it is configured and activated
+(the model loads) before it serves, while the other nodes go on serving (their calls answer UNAVAILABLE meanwhile);
+without, every start of it stays unconfigured for `ros2 lifecycle set`, as the launch file's `autostart:=false`.
 
 Stopping sends SIGINT to every process (rclpy shuts down cleanly, the inference node persists its KV tiers) and
 SIGKILL to one that has not exited after ``stop_timeout_s``. No orphans: each child is started with
@@ -113,7 +114,8 @@ def _exit_reason(code: int) -> str:
 
 class Supervisor:
     """``with Supervisor(config) as graph:`` every node of ``nodes`` runs (the inference node configured and
-    active) until the block ends; ``pids()`` and ``restarts()`` say what runs now and how often each restarted.
+    active, with ``autostart``) until the block ends; ``pids()`` and ``restarts()`` say what runs now and how often
+    each restarted.
 
     ``overrides`` maps a node name to parameters that replace the file's; ``output`` receives every child's stdout
     and stderr (None: this process's own, like ``output='screen'``)."""
@@ -127,6 +129,7 @@ class Supervisor:
         output: IO | None = None,
         startup_timeout_s: float = 300.0,
         stop_timeout_s: float = 30.0,
+        autostart: bool = True,
     ) -> None:
         self.config = config or share.default_config()
         if not self.config.is_file():
@@ -135,6 +138,7 @@ class Supervisor:
             if not os.access(share.node_executable(spec.executable), os.X_OK):
                 raise FileNotFoundError(f"{share.node_executable(spec.executable)} is not installed (make install)")
         self.policy, self.startup_timeout_s, self.stop_timeout_s = policy, startup_timeout_s, stop_timeout_s
+        self.autostart = autostart
         self._children = {spec.name: _Child(spec) for spec in nodes}
         self._output = output
         self._folder = Path(tempfile.mkdtemp(prefix="oxygen_supervisor_"))
@@ -160,9 +164,9 @@ class Supervisor:
 
     # --- what callers use -------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start every node; return once the lifecycle nodes are active. RuntimeError (after stopping what was
-        started) when one cannot be brought up the first time: its log says why (a missing model, a bad
-        parameter); later failures are restarted instead."""
+        """Start every node; return once the lifecycle nodes are active (with ``autostart``; started, without).
+        RuntimeError (after stopping what was started) when one cannot be brought up the first time: its log says
+        why (a missing model, a bad parameter); later failures are restarted instead."""
         try:
             for child in self._children.values():
                 child.thread = threading.Thread(target=self._keep, args=(child,), name=f"keep-{child.spec.name}")
@@ -224,7 +228,7 @@ class Supervisor:
         it: PR_SET_PDEATHSIG fires when the thread that forked exits)."""
         spec = child.spec
         while (process := self._spawn(child)) is not None:
-            up = self._bring_up(spec, process) if spec.lifecycle else True
+            up = self._bring_up(spec, process) if spec.lifecycle and self.autostart else True
             if not child.up.is_set():
                 child.up_ok = up
                 child.up.set()

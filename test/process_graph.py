@@ -100,8 +100,9 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
-def process_graph(tmp_path: Path, changes: dict[str, dict]) -> Iterator[ProcessGraph]:
-    """`oxygen-ros up --config` the installed config with ``changes``, once it printed that it is up."""
+def process_graph(tmp_path: Path, changes: dict[str, dict], arguments: tuple[str, ...] = ()) -> Iterator[ProcessGraph]:
+    """`oxygen-ros up --config` the installed config with ``changes`` (and more ``arguments``, e.g. `--preset`),
+    once it printed that it is up."""
     config = yaml.safe_load(CONFIG.read_text())
     for node, parameters in changes.items():
         config[node]["ros__parameters"].update(parameters)
@@ -109,7 +110,7 @@ def process_graph(tmp_path: Path, changes: dict[str, dict]) -> Iterator[ProcessG
     log_path = tmp_path / "up.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [str(OXYGEN_ROS), "up", "--config", str(tmp_path / "oxygen.yaml")],
+            [str(OXYGEN_ROS), "up", "--config", str(tmp_path / "oxygen.yaml"), *arguments],
             stdout=log, stderr=subprocess.STDOUT, env=os.environ | {"OMP_NUM_THREADS": "1"},
         )  # fmt: skip
     graph = ProcessGraph(process, log_path)

@@ -81,3 +81,13 @@ def test_generate_answers_about_image_files_with_a_vision_language_folder(tmp_pa
     (tmp_path / "broken.png").write_bytes(b"not a png")
     result = _run("generate", "--model", str(folder), "--image", str(tmp_path / "broken.png"), question)
     assert result.returncode == 2 and "INVALID_ARGUMENT" in result.stderr and "broken.png" in result.stderr
+
+
+def test_up_and_demo_refuse_an_unknown_preset_naming_it_and_the_folder():
+    folder = Path(sys.prefix) / "share" / "oxygen_ros" / "config" / "models"
+    for command in ("up", "demo"):
+        result = _run(command, "--preset", "no-such-model")
+        assert result.returncode == 2, result.stderr
+        assert f"unknown model preset 'no-such-model': no no-such-model.yaml in {folder}" in result.stderr
+        assert "smollm2-135m" in result.stderr  # the presets there
+    assert "--no-autostart" in _run("up", "--help").stdout

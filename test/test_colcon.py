@@ -24,6 +24,8 @@ from rclpy.serialization import deserialize_message, serialize_message
 import oxygen_ros
 import oxygen_ros.cli.main
 import oxygen_ros.kernels
+from oxygen_ros import share
+from oxygen_ros.nodes import presets
 from oxygen_ros.action import FollowInstruction, Navigate
 from oxygen_ros.msg import ActionChunk, KvPoolStats, Observation
 from oxygen_ros.srv import AskQuestion, GetPoolStats, Infer
@@ -33,6 +35,7 @@ assert oxygen_ros.__version__  # our __init__.py, not the one rosidl generates f
 for module in (oxygen_ros, oxygen_ros.msg, oxygen_ros.kernels, oxygen_ros.cli.main):
     assert Path(module.__file__).resolve().is_relative_to(install), module.__file__
 assert Path(get_package_share_directory("oxygen_ros")).resolve() == install / "oxygen_ros" / "share" / "oxygen_ros"
+assert share.presets_dir().resolve().is_relative_to(install) and presets.load("smollm2-135m")["model"]
 
 stats = KvPoolStats(model="colcon", tasks=[], tiers=[])
 assert deserialize_message(serialize_message(stats), KvPoolStats).model == "colcon"
@@ -73,6 +76,8 @@ def test_colcon_build_and_use_install_space(package_source, tmp_path):
     for launcher in ("bin/oxygen-ros", "lib/oxygen_ros/inference_node"):
         assert os.access(prefix / launcher, os.X_OK), launcher
     assert (prefix / "share" / "oxygen_ros" / "config" / "oxygen.yaml").is_file()
+    installed_presets = {p.name for p in (prefix / "share" / "oxygen_ros" / "config" / "models").glob("*.yaml")}
+    assert installed_presets == {p.name for p in (package_source / "config" / "models").glob("*.yaml")}
 
     source_install = f". {install / 'local_setup.bash'} && "
     check = _run(

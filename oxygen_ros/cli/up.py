@@ -1,11 +1,13 @@
 """`oxygen-ros up`: the robot graph of `ros2 launch oxygen_ros oxygen.launch.py`, a process per node, each restarted
-when it dies (oxygen_ros/supervisor.py). Ctrl-C or SIGTERM stops every node cleanly, then exits 0; exit 1 when the
-inference node cannot come up or a node keeps dying."""
+when it dies (oxygen_ros/supervisor.py). `--preset` and `--no-autostart` are the launch file's `model_preset:=` and
+`autostart:=false`. Ctrl-C or SIGTERM stops every node cleanly, then exits 0; exit 1 when the inference node cannot
+come up or a node keeps dying, 2 for an unknown or invalid preset."""
 
 import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def register(subparsers) -> None:
@@ -15,24 +17,53 @@ def register(subparsers) -> None:
         "(Ctrl-C to stop)",
     )
     add_graph_arguments(parser)
+    parser.add_argument(
+        "--autostart",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="configure and activate the inference node after each start (default); --no-autostart leaves it "
+        "unconfigured, as the launch file's autostart:=false",
+    )
     parser.set_defaults(func=run)
 
 
 def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None, help="parameter YAML (default: installed oxygen.yaml)")
-    parser.add_argument("--model", default="", help="override the config's model")
+    parser.add_argument(
+        "--preset",
+        default="",
+        metavar="NAME",
+        help="model preset config/models/NAME.yaml: its values replace the config's (--model replaces its model)",
+    )
+    parser.add_argument("--model", default="", help="override the config's (and the preset's) model")
+
+
+def preset_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The inference node's parameters from ``--preset`` ({} without one); ValueError naming the preset and the
+    folder, or the field, when it is unknown or wrong."""
+    if not args.preset:
+        return {}
+    from oxygen_ros.nodes import presets
+
+    return presets.load(args.preset)
 
 
 def run(args: argparse.Namespace) -> int:
     from oxygen_ros.supervisor import Supervisor
 
+    try:
+        inference = preset_values(args) | ({"model": args.model} if args.model else {})  # explicit beats preset
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     # SIGTERM (systemd, docker stop, a test) is Ctrl-C: the same clean shutdown of every node.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    overrides = {"oxygen_inference": {"model": args.model}} if args.model else None
+    overrides = {"oxygen_inference": inference} if inference else None
     try:
-        with Supervisor(args.config, overrides) as graph:
+        with Supervisor(args.config, overrides, autostart=args.autostart) as graph:
             nodes = ", ".join(f"{name} (pid {pid})" for name, pid in graph.pids().items())
-            print(f"oxygen_ros is up: {nodes} (Ctrl-C to stop)", flush=True)
+            waiting = "" if args.autostart else "; oxygen_inference is unconfigured (--no-autostart)"
+            print(f"oxygen_ros is up: {nodes}{waiting} (Ctrl-C to stop)", flush=True)
             while not graph.failed.wait(0.5):  # short waits: the signal is handled between them
                 pass
             print(f"error: {graph.failure}", file=sys.stderr)

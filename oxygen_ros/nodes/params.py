@@ -122,7 +122,7 @@ def defaults() -> dict[str, Any]:
     return out
 
 
-def _coerce(name: str, value: Any, kind: Any) -> Any:
+def coerce(name: str, value: Any, kind: Any) -> Any:
     """The value as ``kind`` (str, int, float, bool, list[int], list[str]); ints are accepted where floats are
     expected."""
     ok = {
@@ -147,7 +147,7 @@ def parse(values: dict[str, Any]) -> tuple[EngineConfig, NodeParams]:
     built = []
     for cls in (EngineConfig, NodeParams):
         hints = get_type_hints(cls)
-        built.append(cls(**{f.name: _coerce(f.name, values[f.name], hints[f.name]) for f in fields(cls)}))
+        built.append(cls(**{f.name: coerce(f.name, values[f.name], hints[f.name]) for f in fields(cls)}))
     engine_config, node_params = built
     engine_config.validate()
     node_params.validate()
