@@ -60,27 +60,28 @@ def image_processor_settings(split: bool) -> dict:
     }  # fmt: skip
 
 
-def _config(cls: type, image_token_id: int, eos_token_id: int) -> Idefics3Config | SmolVLMConfig:
+def _config(cls: type, image_token_id: int, eos_token_id: int, context: int) -> Idefics3Config | SmolVLMConfig:
     return cls(
         vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
                        "image_size": TILE, "patch_size": 8, "initializer_range": 0.3},
         text_config={"model_type": "llama", "vocab_size": VOCAB_SIZE, "hidden_size": 64, "intermediate_size": 128,
                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                     "max_position_embeddings": 2048, "rope_theta": 100000.0, "initializer_range": 0.3,
+                     "max_position_embeddings": context, "rope_theta": 100000.0, "initializer_range": 0.3,
                      "tie_word_embeddings": False, "eos_token_id": eos_token_id},
         scale_factor=2, image_token_id=image_token_id, initializer_range=0.3,
     )  # fmt: skip
 
 
-def write_folder(folder: Path, split: bool = True, smolvlm: bool = False, seed: int = 0) -> Path:
-    """A tiny random Idefics3ForConditionalGeneration (or SmolVLMForConditionalGeneration) folder."""
+def write_folder(folder: Path, split: bool = True, smolvlm: bool = False, seed: int = 0, context: int = 2048) -> Path:
+    """A tiny random Idefics3ForConditionalGeneration (or SmolVLMForConditionalGeneration) folder; ``context``: its
+    text model's max_position_embeddings (a short one allows fewer images per prompt)."""
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = write_tokenizer(folder)
     image_id, eos_id = (tokenizer.convert_tokens_to_ids(t) for t in ("<image>", "<end_of_utterance>"))
     cls, model_cls = (SmolVLMConfig, SmolVLMForConditionalGeneration) if smolvlm else (
         Idefics3Config, Idefics3ForConditionalGeneration)  # fmt: skip
     torch.manual_seed(seed)
-    model_cls(_config(cls, image_id, eos_id)).eval().save_pretrained(folder)
+    model_cls(_config(cls, image_id, eos_id, context)).eval().save_pretrained(folder)
     if smolvlm:
         settings = image_processor_settings(split) | {"image_processor_type": "SmolVLMImageProcessor"}
         (folder / "preprocessor_config.json").write_text(json.dumps(settings))

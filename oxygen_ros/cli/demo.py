@@ -44,9 +44,15 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from oxygen_ros.bringup import Graph
+    from oxygen_ros.cli.up import preset_values
 
+    try:  # the config's values < the preset's < the demo's pool size < --model
+        overrides = preset_values(args) | {"kv_cache_bytes": DEMO_POOL_BYTES}
+    except ValueError as exc:  # a bad argument, as `up` exits for it
+        print(f"demo failed: {exc}", file=sys.stderr)
+        return 2
     try:
-        with Graph(args.config, args.model, {"kv_cache_bytes": DEMO_POOL_BYTES}) as graph:
+        with Graph(args.config, args.model, overrides) as graph:
             return _demo(graph, args)
     except (FileNotFoundError, RuntimeError, ValueError, TimeoutError) as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
@@ -170,11 +176,14 @@ def _report(rec, frame, instruction, target, answers, results, before, after, id
         f"three tasks at once: {args.duration:g} s of '{instruction}' at {args.rate:g} Hz, a drive to "
         f"({target[0]:.2f}, {target[1]:.2f}) m, {len(QUESTIONS)} questions\n"
     )
+    reads_images = rec.pool[-1][1].max_images > 0  # the model reads the frame's pixels, not the scene text
     for span, answer in zip(rec.requests, answers, strict=True):
         print(f"[vqa] {span.label}")
         print(f"  -> {answer.answer}" if answer.success else f"  -> {answer.error_code}: {answer.message}")
+        images = f" ({answer.reused_image_tokens} of them the frame's image tokens)" if reads_images else ""
         print(
-            f"     {answer.reused_prefix_tokens} prompt tokens reused from the shared pool, {answer.latency_ms:.0f} ms"
+            f"     {answer.reused_prefix_tokens} prompt tokens reused from the shared pool{images}, "
+            f"{answer.latency_ms:.0f} ms"
         )
 
     timing = chunk_timing(rec.chunks, args.rate, args.duration)

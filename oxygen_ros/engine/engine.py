@@ -285,6 +285,12 @@ class Engine:
         except ValueError as exc:
             raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
 
+    def image_limit(self) -> int:
+        """Images one request may carry: a VLM's as its context allows, a VLA's camera slots, 0 for a text model."""
+        if self.bundle.vision:
+            return max_images(self.bundle.model.config)
+        return self.bundle.model.config.max_images if self.bundle.vla else 0
+
     def _validate(self, greq: GenerateRequest) -> None:
         def bad(msg: str) -> EngineError:
             return EngineError(ErrorCode.INVALID_ARGUMENT, msg)
@@ -455,6 +461,7 @@ class Engine:
             finish_reason=req.finish_reason,
             prompt_tokens=req.num_prompt_tokens,
             reused_prefix_tokens=req.num_cached_tokens,
+            reused_image_tokens=req.num_cached_image_tokens,
             generated_tokens=len(req.output_token_ids),
             queue_ms=(start - req.arrival_s) * 1e3,
             latency_ms=(req.finished_s - req.arrival_s) * 1e3,
@@ -523,6 +530,7 @@ class Engine:
             active_requests=len(self.scheduler.running),
             queued_requests=len(self.scheduler.waiting),
             bytes_per_block=self.pool_layout.unit_bytes,
+            max_images=self.image_limit(),
             tasks=tasks,
             blocks_by_reader_types=self.kv_manager.reader_histogram(),
             tiers=self._tier_usage(),

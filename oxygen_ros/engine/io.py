@@ -46,6 +46,7 @@ class RequestOutput:
     message: str = ""
     prompt_tokens: int = 0
     reused_prefix_tokens: int = 0
+    reused_image_tokens: int = 0  # of those, tokens of the observation's images (their spans in the prompt)
     generated_tokens: int = 0
     queue_ms: float = 0.0
     latency_ms: float = 0.0
@@ -93,6 +94,7 @@ class PoolStats:
     active_requests: int
     queued_requests: int
     bytes_per_block: int  # of one unit
+    max_images: int = 0  # images one request's observation may carry; 0 = a text-only model (scene text only)
     tasks: list[TaskUsage] = field(default_factory=list)
     # [k]: blocks holding KV that requests of k + 1 distinct task types read since it was written (computed once)
     blocks_by_reader_types: list[int] = field(default_factory=list)

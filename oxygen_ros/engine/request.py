@@ -71,6 +71,12 @@ class Request:
         return len(self.prompt_token_ids)
 
     @property
+    def num_cached_image_tokens(self) -> int:
+        """Of the tokens reused from the prefix cache, those inside an image's span: image KV nobody recomputed."""
+        cached = self.num_cached_tokens
+        return sum(max(0, min(s.start + s.length, cached) - s.start) for s in self.mm_spans)
+
+    @property
     def prefill_done(self) -> bool:
         return self.num_computed_tokens >= self.num_prompt_tokens
 

@@ -175,6 +175,7 @@ def _fill_answer(target: R, out: RequestOutput) -> R:
     target.text = out.text
     target.prompt_tokens = out.prompt_tokens
     target.reused_prefix_tokens = out.reused_prefix_tokens
+    target.reused_image_tokens = out.reused_image_tokens
     target.generated_tokens = out.generated_tokens
     target.queue_ms = out.queue_ms
     target.latency_ms = out.latency_ms
@@ -187,6 +188,7 @@ def pool_stats_msg(stats: ServingStats, stamp: Time) -> KvPoolStats:
     pool = stats.pool
     msg = KvPoolStats(
         model=pool.model,
+        max_images=pool.max_images,
         block_size=pool.block_size,
         total_blocks=pool.total_blocks,
         free_blocks=pool.free_blocks,

@@ -1,80 +1,48 @@
-"""How a task node calls `/oxygen/infer`: from an executor coroutine, never blocking a thread, with a timeout and
-every failure turned into an ``Infer.Response`` whose ``error_code`` says what happened.
+"""How a task node calls the inference node: `/oxygen/infer`, or `/oxygen/generate` when the answer should stream,
+from an executor coroutine, never blocking a thread, with a timeout and every failure turned into an
+``Infer.Response`` whose ``error_code`` says what happened.
 
-- The service is absent (the inference node is not running, or restarting): UNAVAILABLE after ``wait_s``; the next
-  call checks again, so a task node recovers on its own when the inference node returns.
+- The service (or action server) is absent (the inference node is not running, or restarting): UNAVAILABLE after
+  ``wait_s``; the next call checks again, so a task node recovers on its own when the inference node returns.
 - The server a call went to vanishes while it waits (the inference node's process died): UNAVAILABLE as soon as
   discovery notices, not after ``timeout_s``: a dead server never answers. The servers are polled every
-  ``_GONE_POLL_S`` by the id of their request reader, so a server restarted meanwhile (which never got the request)
+  ``GONE_POLL_S`` by the id of their request reader, so a server restarted meanwhile (which never got the request)
   does not hide that the old one is gone. Discovery drops a SIGKILLed process after its DDS lease: 2 s for the
   processes of `oxygen-ros up` (config/fastdds_profile.xml), 20 s by Fast DDS's default.
 - No answer within ``timeout_s``: DEADLINE_EXCEEDED. Text requests carry the same ``deadline_s``, so the engine
   drops a request nobody waits for any more and frees its KV blocks instead of decoding it to the end.
-- Anything the inference node answers (INVALID_ARGUMENT, FAILED_PRECONDITION, ...) is passed on unchanged.
+- Anything the inference node answers (INVALID_ARGUMENT, FAILED_PRECONDITION, ...) is passed on unchanged; a streamed
+  answer's Generate result comes back as the Infer response it equals (the inference node fills both alike).
 - A goal that ends cancels its task (``cancel_task``): calls still in flight answer CANCELLED and their KV blocks are
   freed at once, instead of decoding narration nobody will read until their deadline.
-
-rclpy resumes a waiting coroutine only when its executor wakes, so every future completed here wakes it.
 """
 
-import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from rclpy.callback_groups import CallbackGroup
-from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
-from rclpy.task import Future
 
+from oxygen_ros.action import Generate
 from oxygen_ros.errors import ErrorCode
+from oxygen_ros.nodes.action_client import ActionClient
+from oxygen_ros.nodes.future_wait import wait
+from oxygen_ros.nodes.latest_frame import LatestFrame
 from oxygen_ros.nodes.qos import SERVICE_QUEUE
+from oxygen_ros.nodes.served_model import ServedModel
 from oxygen_ros.srv import CancelTask, Infer
 
-T = TypeVar("T")
 SERVICE = "/oxygen/infer"
+GENERATE = "/oxygen/generate"
 REQUEST_TOPIC = f"rq{SERVICE}Request"  # the service's request topic as DDS names it (every DDS rmw): its readers
 CANCEL_SERVICE = "/oxygen/cancel_task"
 _POLL_S = 0.05  # how often a call waiting for the service to appear looks for it again
-_GONE_POLL_S = 0.25  # how often a call waiting for an answer checks that the server is still there
-
-
-async def wait(
-    node: Node, future: Future | None, timeout_s: float, give_up: Callable[[], bool] | None = None
-) -> tuple[bool, Any]:
-    """(True, result) when ``future`` completes within ``timeout_s``, else (False, None), also as soon as
-    ``give_up()`` is true (polled every ``_GONE_POLL_S`` on a watcher thread: the executor wakes only once). A None
-    ``future`` never completes: ``await wait(node, None, s)`` sleeps ``s`` seconds without holding an executor
-    thread."""
-    executor = node.executor
-    done: Future = Future(executor=executor)
-    finished = threading.Event()
-    period = _GONE_POLL_S if give_up else timeout_s
-
-    def finish(ok: bool, value: Any) -> None:
-        if not done.done():
-            done.set_result((ok, value))
-            executor.wake()
-        finished.set()
-
-    def watch() -> None:
-        deadline = time.monotonic() + timeout_s
-        while not finished.wait(min(period, max(0.0, deadline - time.monotonic()))):
-            try:
-                stop = time.monotonic() >= deadline or (give_up is not None and give_up())
-            except InvalidHandle:  # the node was destroyed (shutdown) while the call waited: nobody is left to ask
-                stop = True
-            if stop:
-                finish(False, None)
-                return
-
-    threading.Thread(target=watch, name="infer-wait", daemon=True).start()
-    if future is not None:
-        future.add_done_callback(lambda f: finish(True, f.result()) if f.exception() is None else finish(False, None))
-    try:
-        return await done
-    finally:
-        finished.set()
+FEEDBACK_EVERY = 4  # tokens per streamed piece: a few words at a time, not a message per token
+# A Generate goal is an Infer request's text fields (plus feedback_every); its result is an Infer response's fields
+GOAL_FIELDS = [name for name in Generate.Goal.get_fields_and_field_types() if name != "feedback_every"]
+RESULT_FIELDS = list(Generate.Result.get_fields_and_field_types())
+TextCallback = Callable[[str, int], None]  # (the answer's text added since the last call, tokens decoded so far)
 
 
 def error(code: ErrorCode, message: str) -> Infer.Response:
@@ -88,48 +56,91 @@ class InferClient:
         self._node = node
         self._client = node.create_client(Infer, SERVICE, qos_profile=SERVICE_QUEUE, callback_group=group)
         self._cancel = node.create_client(CancelTask, CANCEL_SERVICE, qos_profile=SERVICE_QUEUE, callback_group=group)
+        self._generate = ActionClient(node, Generate, GENERATE, callback_group=group,
+                                      goal_service_qos_profile=SERVICE_QUEUE, result_service_qos_profile=SERVICE_QUEUE,
+                                      cancel_service_qos_profile=SERVICE_QUEUE)  # fmt: skip
+        self.model = ServedModel(node, group, wait_s)
         self.wait_s, self.timeout_s = wait_s, timeout_s
 
-    def ready(self) -> bool:
-        return self._client.service_is_ready()
+    def ready(self, streaming: bool = False) -> bool:
+        return self._client.service_is_ready() and (not streaming or self._generate.server_is_ready())
 
-    async def available(self) -> bool:
-        """Whether the service appears within ``wait_s`` (polled, so no executor thread is held)."""
+    async def available(self, streaming: bool = False) -> bool:
+        """Whether the service (and with ``streaming`` the action server) appears within ``wait_s`` (polled, so no
+        executor thread is held)."""
         for _ in range(max(1, round(self.wait_s / _POLL_S))):
-            if self.ready():
+            if self.ready(streaming):
                 return True
             await wait(self._node, None, _POLL_S)
-        return self.ready()
+        return self.ready(streaming)
 
     def cancel_task(self, task_id: str) -> None:
         """Cancel every request of ``task_id`` in the inference node; fire and forget (an absent node has none)."""
         if self._cancel.service_is_ready():
             self._cancel.call_async(CancelTask.Request(task_id=task_id))
 
-    async def ask_about(self, request: Infer.Request, observation_id: str) -> Infer.Response:
-        """``request`` about ``observation_id`` (a frame this node saw); when the inference node does not have that
-        frame (NOT_FOUND: it just started, or has moved past it) about its own latest observation instead."""
+    async def ask_about(self, request: Infer.Request, frame: LatestFrame,
+                        on_text: TextCallback | None = None) -> Infer.Response:  # fmt: skip
+        """``request`` about ``frame``'s newest observation. A model that reads images gets the frame's images inline
+        and no scene text: the engine puts them first in the prompt, so every task asking about the frame shares
+        its image tokens' KV up to its own words. A text-only model gets the frame by id, so the inference node adds
+        the describer's text; when it does not have that frame (NOT_FOUND: it just started, or has moved past it)
+        the request is about its own latest observation instead."""
+        inline = frame.inline(await self.model.max_images())
+        if inline:
+            request.observation = inline
+            return await self.call(request, on_text)
+        observation_id = frame.observation_id()
         request.observation_id = observation_id
-        response = await self.call(request)
+        response = await self.call(request, on_text)
         if response.error_code == ErrorCode.NOT_FOUND.value and observation_id:
             request.observation_id = ""
-            response = await self.call(request)
+            response = await self.call(request, on_text)
         return response
 
-    async def call(self, request: Infer.Request) -> Infer.Response:
-        if not await self.available():
+    async def call(self, request: Infer.Request, on_text: TextCallback | None = None) -> Infer.Response:
+        """One request; with ``on_text`` its text answer streams through `/oxygen/generate` (actions are not
+        streamed) and ``on_text(piece, tokens)`` runs on each feedback, the pieces adding up to the answer."""
+        if not await self.available(streaming=on_text is not None):
             return error(ErrorCode.UNAVAILABLE, f"{SERVICE} is not available (is the inference node running?)")
         if request.want_text and not request.deadline_s:
             request.deadline_s = self.timeout_s
         servers = self._servers()
-        future = self._client.call_async(request)
-        ok, response = await wait(self._node, future, self.timeout_s, give_up=lambda: self._gone(servers))
+
+        def give_up() -> bool:
+            return self._gone(servers)
+
+        ok, response = await (self._stream(request, on_text, give_up) if on_text else self._ask(request, give_up))
         if ok:
             return response
-        self._client.remove_pending_request(future)
         if self._gone(servers):
             return error(ErrorCode.UNAVAILABLE, f"{SERVICE} went away while answering (did the inference node die?)")
         return error(ErrorCode.DEADLINE_EXCEEDED, f"{SERVICE} did not answer within {self.timeout_s:g} s")
+
+    async def _ask(self, request: Infer.Request, give_up: Callable[[], bool]) -> tuple[bool, Any]:
+        future = self._client.call_async(request)
+        ok, response = await wait(self._node, future, self.timeout_s, give_up)
+        if not ok:
+            self._client.remove_pending_request(future)
+        return ok, response
+
+    async def _stream(self, request: Infer.Request, on_text: TextCallback,
+                      give_up: Callable[[], bool]) -> tuple[bool, Any]:  # fmt: skip
+        goal = Generate.Goal(feedback_every=FEEDBACK_EVERY, **{name: getattr(request, name) for name in GOAL_FIELDS})
+        end = time.monotonic() + self.timeout_s
+        sent = self._generate.send_goal_async(
+            goal, feedback_callback=lambda msg: on_text(msg.feedback.text, msg.feedback.generated_tokens)
+        )
+        ok, handle = await wait(self._node, sent, self.timeout_s, give_up)
+        if not ok:
+            return False, None
+        if not handle.accepted:
+            return True, error(ErrorCode.FAILED_PRECONDITION, f"{GENERATE} refused the goal")
+        ok, got = await wait(self._node, handle.get_result_async(), max(0.0, end - time.monotonic()), give_up)
+        if not ok:
+            handle.cancel_goal_async()  # nobody waits for the rest: its blocks go back now
+            return False, None
+        return True, Infer.Response(**{name: getattr(got.result, name) for name in RESULT_FIELDS})
 
     def _servers(self) -> set[bytes]:
         """The ids of the servers' request readers now (empty where the rmw does not name them)."""

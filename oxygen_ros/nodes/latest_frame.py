@@ -1,4 +1,5 @@
-"""The newest camera frame a task node has seen, with its detections computed once, when first asked for.
+"""The newest camera frame a task node has seen, with its detections computed once, when first asked for, and
+its images to send a model that reads them.
 
 Task nodes subscribe to `/oxygen/observation` (camera_sim's frames with their scene text) and read positions from
 the pixels with the same detector the describer uses, so the controllers and the language model see one frame. A
@@ -45,6 +46,16 @@ class LatestFrame:
     def observation_id(self) -> str:
         with self._lock:
             return self._msg.observation_id if self._msg else ""
+
+    def inline(self, max_images: int) -> list[ObservationMsg]:
+        """The newest frame's first ``max_images`` images as an inline observation ([] without a frame, images, or
+        ``max_images``). No scene text and no id: the model reads the pixels, and the inference node names them
+        by their content hash, as it names the same frame's camera image."""
+        with self._lock:
+            msg = self._msg
+        if msg is None or not msg.images or max_images < 1:
+            return []
+        return [ObservationMsg(header=msg.header, images=list(msg.images[:max_images]))]
 
     def detections(self) -> Detections | None:
         """The newest frame's detections; None before the first frame, or when it carries no image (text only)

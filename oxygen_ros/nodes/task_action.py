@@ -119,8 +119,11 @@ class TaskActionNode(Node, Generic[State]):
         return run.report(result)
 
     async def language_head(self, run: GoalRun, task_type: str, prompt: str) -> str | None:
-        """The language head's text about the newest frame, one call per goal at a time (None while one is
-        already running, or once the goal ended); a failure comes back as a parenthesised error line."""
+        """The language head's text about the newest frame (its pixels for a model that reads images, else its scene
+        text: ``InferClient.ask_about``), one call per goal at a time (None while one is already running, or once
+        the goal ended); a failure comes back as a parenthesised error line. Not streamed: the narration and the
+        reasoning are state the controllers read (the target is looked up in the narration), so they change to a
+        whole answer, never to half a sentence."""
         if run.asking or not run.running:
             return None
         run.asking = True
@@ -129,7 +132,7 @@ class TaskActionNode(Node, Generic[State]):
             request = Infer.Request(
                 task_id=run.task_id, task_type=task_type, prompt=prompt, want_text=True, max_new_tokens=max_new_tokens
             )
-            out = await self.infer.ask_about(request, self.frame.observation_id())
+            out = await self.infer.ask_about(request, self.frame)
         finally:
             run.asking = False
         return out.text.strip() if out.success else f"(language head: {out.error_code}: {out.message})"

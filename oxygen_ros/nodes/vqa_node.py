@@ -1,34 +1,43 @@
-"""`vqa_node`: answers `/vqa/ask` (AskQuestion) about the latest or a named observation with the shared model.
+"""`vqa_node`: answers questions about the latest or a named observation with the shared model, as the `/vqa/ask`
+service (AskQuestion: the whole answer at once) and as the `/vqa/ask` action (the answer streams as feedback while
+it is decoded; cancel ends it and frees its KV blocks at once), so a behaviour tree or a UI can show it growing.
 
-It loads no model: each question becomes one `/oxygen/infer` call (task_type vqa), so the observation's prefix is
-the one the other tasks share in the inference node's pool. The callback is a coroutine (see infer_client), so
-many questions can wait at once without holding executor threads. Errors come back in ``error_code``:
-INVALID_ARGUMENT for an empty question, OUT_OF_RANGE for a question or observation_id over its ``bounds``,
-UNAVAILABLE when the inference node is not running (the next question after it returns is answered), and whatever
-the inference node says (e.g. NOT_FOUND for an unknown observation; it bounds max_new_tokens by its context).
+It loads no model: each question becomes one request to the inference node (task_type vqa: `/oxygen/infer` for the
+service, `/oxygen/generate` for the action), so the observation's prefix is the one the other tasks share in the
+inference node's pool. The callbacks are coroutines (see infer_client), so many questions can wait at once without
+holding executor threads. Errors come back in ``error_code``: INVALID_ARGUMENT for an empty question, OUT_OF_RANGE
+for a question or observation_id over its ``bounds``, UNAVAILABLE when the inference node is not running (the next
+question after it returns is answered), CANCELLED for a cancelled goal, and whatever the inference node says (e.g.
+NOT_FOUND for an unknown observation; it bounds max_new_tokens by its context).
 
 "The latest observation" ('') is the newest one received on `/oxygen/observation` (camera_sim's frames with their
-scene text), named explicitly: the inference node also hears the bare camera image of a frame, which may arrive
-before its text, and a text-only model asked about that would see no scene at all. Only when the inference node
-does not know that frame (it just started) is its own latest observation used.
+scene text). A model that reads images is sent that frame's images (InferClient.ask_about); a text-only model gets
+it by id, named explicitly: the inference node also hears the bare camera image of a frame, which may arrive before
+its text, and a text-only model asked about that would see no scene at all. Only when the inference node does not
+know that frame (it just started) is its own latest observation used. A named observation is asked about by id.
 """
 
 import itertools
-from functools import partial
 import time
+import uuid
+from functools import partial
 from typing import Any
 
+from rclpy.action import ActionServer, CancelResponse
+from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
-from oxygen_ros.nodes.executor import Executor
 from rclpy.node import Node
 
+from oxygen_ros.action import AskQuestion as AskQuestionAction
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import bounds
 from oxygen_ros.nodes.declare import Table, declare
-from oxygen_ros.nodes.infer_client import InferClient
+from oxygen_ros.nodes.executor import Executor
+from oxygen_ros.nodes.infer_client import InferClient, TextCallback
 from oxygen_ros.nodes.latest_frame import LatestFrame
 from oxygen_ros.nodes.qos import SERVICE_QUEUE
 from oxygen_ros.nodes.spin import run
+from oxygen_ros.nodes.task_action import RESULT_KEEP_S
 from oxygen_ros.srv import AskQuestion, Infer
 
 NODE_NAME = "vqa_node"
@@ -50,10 +59,41 @@ class VqaNode(Node):
         group = ReentrantCallbackGroup()
         self._infer = InferClient(self, group, value["service_wait_s"], value["infer_timeout_s"])
         self._ids = itertools.count()
-        self._frame = LatestFrame(self, value["observation_topic"], group)
+        self.frame = LatestFrame(self, value["observation_topic"], group)
         self.create_service(AskQuestion, "/vqa/ask", self._on_ask, qos_profile=SERVICE_QUEUE, callback_group=group)
+        self._server = ActionServer(self, AskQuestionAction, "/vqa/ask", execute_callback=self._on_goal,
+                                    cancel_callback=self._on_cancel, callback_group=group,
+                                    result_timeout=RESULT_KEEP_S, goal_service_qos_profile=SERVICE_QUEUE,
+                                    result_service_qos_profile=SERVICE_QUEUE,
+                                    cancel_service_qos_profile=SERVICE_QUEUE)  # fmt: skip
+
+    def destroy_node(self) -> None:
+        self._server.destroy()
+        super().destroy_node()
 
     async def _on_ask(self, request: AskQuestion.Request, response: AskQuestion.Response) -> AskQuestion.Response:
+        return await self._answer(request, response, f"{NODE_NAME}/{next(self._ids)}")
+
+    async def _on_goal(self, goal_handle: ServerGoalHandle) -> AskQuestionAction.Result:
+        def relay(piece: str, tokens: int) -> None:
+            goal_handle.publish_feedback(AskQuestionAction.Feedback(text=piece, generated_tokens=tokens))
+
+        result = await self._answer(goal_handle.request, AskQuestionAction.Result(), _task_of(goal_handle), relay)
+        if result.success:
+            goal_handle.succeed()
+        elif result.error_code == ErrorCode.CANCELLED.value and goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        else:
+            goal_handle.abort()
+        return result
+
+    def _on_cancel(self, goal_handle: ServerGoalHandle) -> CancelResponse:
+        """The goal's request is cancelled in the inference node: its result comes back CANCELLED at once."""
+        self._infer.cancel_task(_task_of(goal_handle))
+        return CancelResponse.ACCEPT
+
+    async def _answer(self, request: Any, target: Any, task_id: str, on_text: TextCallback | None = None) -> Any:
+        """Fill ``target`` (the service's response or the action's result) with the answer to ``request``."""
         start = time.perf_counter()
         try:
             check_question(request)
@@ -61,24 +101,30 @@ class VqaNode(Node):
             out = Infer.Response(error_code=exc.code.value, message=exc.message)
         else:
             infer = Infer.Request(
-                task_id=f"{NODE_NAME}/{next(self._ids)}",
+                task_id=task_id,
                 task_type="vqa",
                 prompt=request.question,
-                observation_id=request.observation_id,
                 want_text=True,
                 max_new_tokens=request.max_new_tokens or self._max_new_tokens,
             )
             if request.observation_id:  # a named frame: NOT_FOUND when the inference node has no such frame
-                out = await self._infer.call(infer)
+                infer.observation_id = request.observation_id
+                out = await self._infer.call(infer, on_text)
             else:
-                out = await self._infer.ask_about(infer, self._frame.observation_id())
-        response.success, response.error_code, response.message = out.success, out.error_code, out.message
-        response.answer, response.reused_prefix_tokens = out.text.strip(), out.reused_prefix_tokens
-        response.latency_ms = (time.perf_counter() - start) * 1e3
-        return response
+                out = await self._infer.ask_about(infer, self.frame, on_text)
+        target.success, target.error_code, target.message = out.success, out.error_code, out.message
+        target.answer, target.reused_prefix_tokens = out.text.strip(), out.reused_prefix_tokens
+        target.reused_image_tokens = out.reused_image_tokens
+        target.latency_ms = (time.perf_counter() - start) * 1e3
+        return target
 
 
-def check_question(request: AskQuestion.Request) -> None:
+def _task_of(goal_handle: ServerGoalHandle) -> str:
+    """A goal's task_id in the inference node, from its goal id: what its cancel cancels."""
+    return f"{NODE_NAME}/goal-{uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))}"
+
+
+def check_question(request: AskQuestion.Request | AskQuestionAction.Goal) -> None:
     bounds.text("question", request.question, bounds.TEXT_CHARS)
     bounds.text("observation_id", request.observation_id, bounds.ID_CHARS)
     if not request.question.strip():

@@ -94,10 +94,20 @@ def test_same_frame_reuses_its_blocks_from_the_cache(setup: Setup, images: list[
     image_end = max(i for i, t in enumerate(first_ids) if t == engine.bundle.model.config.image_token_id) + 1
     for req, out in zip(reqs, first + rest):
         _assert_same(out, setup.theirs(req.prompt, frame))
+    assert first[0].reused_image_tokens == 0
     for req, out in zip(reqs[1:], rest):
         common = len(os.path.commonprefix([first_ids, engine.encode(req)]))
         assert common >= image_end
         assert out.reused_prefix_tokens == common // bs * bs >= image_end // bs * bs
+        assert out.reused_image_tokens == _image_tokens_below(setup, req, out.reused_prefix_tokens) > 0
+
+
+def _image_tokens_below(setup: Setup, req: GenerateRequest, end: int) -> int:
+    """Positions before ``end`` inside the frame's image span (first to last image token) of transformers'
+    processor's prompt."""
+    ids = processor_inputs(setup.processor, req.prompt, req.observation.images)["input_ids"][0].tolist()
+    image = [i for i, t in enumerate(ids) if t == setup.bundle.model.config.image_token_id]
+    return max(0, min(image[-1] + 1, end) - image[0])
 
 
 def test_one_pixel_apart_never_shares(setup: Setup, images: list[np.ndarray]) -> None:
@@ -110,6 +120,7 @@ def test_one_pixel_apart_never_shares(setup: Setup, images: list[np.ndarray]) ->
     prompt = engine.encode(_request(QUESTIONS[0], [other]))
     first_image = prompt.index(engine.bundle.model.config.image_token_id)
     assert out.reused_prefix_tokens <= first_image // engine.config.block_size * engine.config.block_size
+    assert out.reused_image_tokens == 0
     _assert_same(out, setup.theirs(QUESTIONS[0], [other]))
 
 

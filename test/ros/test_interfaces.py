@@ -8,6 +8,7 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from ros_harness import call_service, send_goal, spin_nodes
 
+from oxygen_ros.action import AskQuestion as AskQuestionAction
 from oxygen_ros.action import FollowInstruction, Navigate
 from oxygen_ros.msg import ActionChunk, KvPoolStats, Observation, TaskKvUsage, TierStats
 from oxygen_ros.srv import AskQuestion, GetPoolStats, Infer
@@ -31,6 +32,10 @@ CONTRACT = {
     AskQuestion.Request: "question:string observation_id:string max_new_tokens:uint32",
     AskQuestion.Response: "success:boolean error_code:string message:string answer:string "
     "reused_prefix_tokens:uint32 latency_ms:float",
+    AskQuestionAction.Goal: "question:string observation_id:string max_new_tokens:uint32",
+    AskQuestionAction.Result: "success:boolean error_code:string message:string answer:string "
+    "reused_prefix_tokens:uint32 reused_image_tokens:uint32 latency_ms:float",
+    AskQuestionAction.Feedback: "text:string generated_tokens:uint32",
     GetPoolStats.Request: "",
     GetPoolStats.Response: "stats:oxygen_ros/KvPoolStats",
     FollowInstruction.Goal: "instruction:string rate_hz:float duration_s:float",

@@ -1,14 +1,17 @@
 """`vqa_node` through real rclpy nodes and the real SmolLM2: UNAVAILABLE while the inference node is absent and an
 answer as soon as it is back (also after a restart), answers about the latest or a named camera frame that reuse
-the frame's prefix, INVALID_ARGUMENT / NOT_FOUND for bad questions, and no KV block left held afterwards."""
+the frame's prefix, the `/vqa/ask` action streaming its answer as feedback and a cancel ending it, INVALID_ARGUMENT /
+NOT_FOUND for bad questions, and no KV block left held afterwards."""
 
 import time
 
 import pytest
+from action_msgs.msg import GoalStatus
 from inference_client import MODEL_TIMEOUT, Capture
+from oxygen_ros.action import AskQuestion as AskQuestionAction
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.srv import AskQuestion
-from ros_harness import call_service
+from ros_harness import call_service, send_goal
 from task_graph import TOTAL_BLOCKS, task_graph
 
 from oxygen_ros.nodes.vqa_node import VqaNode
@@ -52,6 +55,23 @@ def test_answers_about_a_named_frame_and_reuses_its_prefix(graph):
     assert first.success and second.success, (first.message, second.message)
     assert first.answer and second.answer
     assert second.reused_prefix_tokens > 0, "the second question about a frame reuses its prefix from the pool"
+
+
+def test_the_ask_action_streams_the_answer_and_a_cancel_frees_its_blocks(graph):
+    goal = AskQuestionAction.Goal(question="Which object is closest to the robot?", max_new_tokens=MAX_NEW_TOKENS)
+    asked = send_goal(graph.client, AskQuestionAction, "/vqa/ask", goal, timeout=30)
+    done = asked.result(MODEL_TIMEOUT)
+    assert done.status == GoalStatus.STATUS_SUCCEEDED and done.result.success, done.result.message
+    pieces = [f.text for f in asked.feedback]
+    assert len(pieces) >= 2 and "".join(pieces).strip() == done.result.answer != ""
+    assert done.result.reused_prefix_tokens > 0  # at least the system turn's head, shared by every question
+    long = AskQuestionAction.Goal(question="Count from one to two hundred, in words.", max_new_tokens=200)
+    counting = send_goal(graph.client, AskQuestionAction, "/vqa/ask", long, timeout=30)
+    counting.wait_feedback(1, MODEL_TIMEOUT)
+    counting.cancel()
+    cancelled = counting.result(30)
+    assert cancelled.status == GoalStatus.STATUS_CANCELED and cancelled.result.error_code == "CANCELLED"
+    graph.idle_pool(30)
 
 
 def test_bad_questions_get_a_clear_error_code(graph):
