@@ -1,0 +1,51 @@
+"""The streamed fp32 matrix-vector product (batch-1 decode on a CPU) against fp64 torch, over shapes that end inside
+an eight-row block and inside a 16-float vector, and the packed layer's choice between it and oneDNN."""
+
+import pytest
+import torch
+
+from oxygen_ros.layers import cpu_matvec
+from oxygen_ros.layers.packed_linear import PackedLinear, can_pack
+
+matvec = cpu_matvec.matvec_kernel()
+needs_kernel = pytest.mark.skipif(
+    matvec is None, reason=f"{cpu_matvec.SOURCE.name} does not run here: no AVX-512, no C compiler, or disabled"
+)
+
+
+@needs_kernel
+@pytest.mark.parametrize("n,k", [(1, 16), (7, 5), (8, 16), (37, 50), (576, 576), (1536, 576), (576, 1536), (3, 1001)])
+def test_matvec_equals_fp64(n, k):
+    gen = torch.Generator().manual_seed(n * 1000 + k)
+    weight, x = torch.randn(n, k, generator=gen), torch.randn(k, generator=gen)
+    out = matvec(weight, x)
+    assert out.shape == (n,) and out.dtype == torch.float32
+    reference = weight.double() @ x.double()
+    torch.testing.assert_close(out.double(), reference, atol=1e-5 * k**0.5, rtol=0)  # fp32 sums of k terms
+
+
+@needs_kernel
+def test_matvec_uses_torchs_thread_count():
+    weight, x = torch.randn(4096, 576), torch.randn(576)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = matvec(weight, x)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, matvec(weight, x))  # rows are independent: the split over threads changes nothing
+
+
+@pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="oneDNN packing is unavailable")
+def test_packed_layer_streams_one_row_and_packs_the_rest():
+    gen = torch.Generator().manual_seed(0)
+    linear = torch.nn.Linear(576, 960)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(960, 576, generator=gen))
+        linear.bias.copy_(torch.randn(960, generator=gen))
+    layer = PackedLinear(linear.weight, linear.bias)
+    assert (layer.matvec is not None) == (matvec is not None)
+    for rows in (1, 3):
+        x = torch.randn(rows, 576, generator=gen)
+        with torch.inference_mode():
+            torch.testing.assert_close(layer(x), linear(x), atol=1e-4, rtol=0)
