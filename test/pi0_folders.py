@@ -12,10 +12,16 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer as Backend
+from tokenizers import decoders, models, pre_tokenizers, trainers
 from transformers import PI0Config, PI0ForConditionalGeneration
+
+from oxygen_ros.models.tokenizer import Tokenizer
 
 VOCAB, IMAGE_SIZE, PATCH = 300, 32, 8  # 16 image tokens per camera
 CHUNK, STATE_DIM, ACTION_DIM, STEPS = 5, 6, 7, 4
+INSTRUCTIONS = ["pick up the red block\n", "put the cup on the plate\n", "open the top drawer\n", "stack the blocks\n",
+                "move the arm to the left\n", "push the button\n", "close the gripper slowly\n"]  # fmt: skip
 
 
 def pi0_config() -> PI0Config:
@@ -47,10 +53,24 @@ def build_pi0(seed: int = 0) -> PI0ForConditionalGeneration:
 
 
 def write_folder(folder: Path, seed: int = 0) -> PI0ForConditionalGeneration:
-    """``save_pretrained`` of ``build_pi0(seed)`` into ``folder``; returns the model."""
+    """``save_pretrained`` of ``build_pi0(seed)`` into ``folder``, with ``write_tokenizer``'s; returns the model."""
     model = build_pi0(seed)
     model.save_pretrained(folder)
+    write_tokenizer(folder)
     return model
+
+
+def write_tokenizer(folder: Path) -> None:
+    """A small SentencePiece-style BPE (Gemma's ids for <pad> <eos> <bos> <unk>, spaces as "▁", no prefix space),
+    trained offline on robot instructions, saved as tokenizer.json + tokenizer_config.json: what a pi0 folder must
+    carry in place of PaliGemma's 257k-token one, in its vocabulary of VOCAB ids."""
+    backend = Backend(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="never")
+    backend.decoder = decoders.Metaspace(prepend_scheme="never")
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<pad>", "<eos>", "<bos>", "<unk>"],
+                                  show_progress=False)  # fmt: skip
+    backend.train_from_iterator(INSTRUCTIONS, trainer)
+    Tokenizer(backend, None, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>").save_hf(folder)
 
 
 def rewrite_tensors(folder: Path, rename) -> None:

@@ -10,7 +10,6 @@ step ends after its deadline keeps its result but is answered DEADLINE_EXCEEDED 
 stale action chunk for a timely one.
 """
 
-import hashlib
 import itertools
 import math
 import os
@@ -32,9 +31,11 @@ from oxygen_ros.engine.model_runner import ATTENTION_MASS_EVERY, ModelRunner, Sc
 from oxygen_ros.engine.request import SERVE_ACTIONS, TASK_TYPES, Request, RequestStatus
 from oxygen_ros.engine.scheduler import Scheduler
 from oxygen_ros.engine.tiers import build_tiers
+from oxygen_ros.engine.vla_spans import vla_spans
 from oxygen_ros.errors import NO_ACTION_HEAD, EngineError, ErrorCode
 from oxygen_ros.kernels import KVQuantSpec, format_support_error
 from oxygen_ros.models.idefics3.inputs import VisionPrompt, max_images, prepare_prompt
+from oxygen_ros.models.pi0.model import Pi0Model
 from oxygen_ros.models.pi05.model import PreparedPrefix
 from oxygen_ros.models.registry import ModelBundle, load_model
 
@@ -172,10 +173,10 @@ class Engine:
         prefix = self._vla_prefix(greq) if self.bundle.vla else None
         vision = self._vision_prompt(greq) if self.bundle.vision else None
         prompt_ids = prefix.token_ids if prefix else vision.token_ids if vision else self.encode(greq)
-        num_image_tokens = len(prefix.image_hashes) * self.bundle.model.config.tokens_per_image if prefix else 0
-        image_end = sum(vision.image_spans[-1]) if vision and vision.image_spans else num_image_tokens
+        bidirectional_len = prefix.bidirectional_len if prefix else 0
+        image_end = sum(vision.image_spans[-1]) if vision and vision.image_spans else bidirectional_len
         formats = self.block_formats(greq, prompt_ids, image_end)
-        self._check_fits(prompt_ids, greq.sampling.max_new_tokens, num_image_tokens, formats)
+        self._check_fits(prompt_ids, greq.sampling.max_new_tokens, bidirectional_len, formats)
         if len(self.scheduler.waiting) >= self.config.max_queue:
             raise EngineError(
                 ErrorCode.RESOURCE_EXHAUSTED, f"queue full ({self.config.max_queue} waiting requests); retry later"
@@ -207,11 +208,9 @@ class Engine:
             generator=generator,
             arrival_s=arrival,
         )
-        if num_image_tokens:
-            images_key = hashlib.sha256("|".join(prefix.image_hashes).encode()).digest()
-            req.mm_spans = [MultiModalSpan(0, num_image_tokens, images_key)]  # every image token sees every image
-            req.bidirectional_len = num_image_tokens
-            req.pixels = prefix.pixels
+        if prefix is not None:
+            req.mm_spans = vla_spans(prefix, self.bundle.model.config.tokens_per_image)
+            req.bidirectional_len, req.pixels, req.state = prefix.bidirectional_len, prefix.pixels, prefix.state
         if vision is not None and vision.image_spans:  # causal: each image's tokens are keyed by that image alone
             req.mm_spans = [MultiModalSpan(start, length, bytes.fromhex(image_hash))
                             for (start, length), image_hash in zip(vision.image_spans, vision.image_hashes)]  # fmt: skip
@@ -224,8 +223,8 @@ class Engine:
         self, greq: GenerateRequest, prompt_ids: list[int], image_end: int = 0
     ) -> tuple[int, int, int]:
         """Where a request's blocks are stored: (its format, its observation prefix's format, how many leading full
-        blocks are that prefix).  The prefix is the prompt up to the last image token (a VLA's or a VLM's) or the
-        chat turn that carries the scene text."""
+        blocks are that prefix).  The prefix is the prompt up to the last image token of a VLM, a VLA's
+        bidirectional region (its images; pi0's images and prompt) or the chat turn that carries the scene text."""
         kv_format = self.task_formats[greq.task_type]
         if self.observation_format is None or self.observation_format == kv_format:
             return kv_format, kv_format, 0
@@ -251,12 +250,18 @@ class Engine:
         return len(head) if prompt_ids[: len(head)] == head else 0
 
     def _vla_prefix(self, greq: GenerateRequest) -> PreparedPrefix:
-        """[image tokens | prompt | state] of a VLA request; bad images or an over-long prompt -> INVALID_ARGUMENT."""
-        obs = greq.observation
+        """[image tokens | prompt | state] of a VLA request; bad images or state, too many images or an over-long
+        prompt -> INVALID_ARGUMENT.  pi0 needs the state and decodes no text (its state token, written by the
+        action expert, would sit in the text's context) -> INVALID_ARGUMENT / FAILED_PRECONDITION."""
+        obs, model = greq.observation, self.bundle.model
+        state = obs.state if obs is not None and len(obs.state) else None
+        if isinstance(model, Pi0Model) and greq.want_text:
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"model {self.bundle.model_id!r} (pi0) serves action "
+                              "chunks only: ask with want_text=False")  # fmt: skip
+        if isinstance(model, Pi0Model) and state is None:
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, "pi0 needs the robot state (observation.state)")
         try:
-            return self.bundle.model.prepare_prefix(
-                obs.images if obs else [], self.tokenizer.encode(greq.prompt), obs.state if obs and obs.state else None
-            )
+            return model.prepare_prefix(obs.images if obs else [], model.encode_prompt(self.tokenizer, greq.prompt), state)
         except ValueError as exc:
             raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
 
@@ -323,7 +328,7 @@ class Engine:
         if prefix_bidirectional > self.config.max_num_batched_tokens:
             raise EngineError(
                 ErrorCode.OUT_OF_RANGE,
-                f"{prefix_bidirectional} image tokens must be computed in one step, more than "
+                f"{prefix_bidirectional} prefix tokens that see each other must be computed in one step, more than "
                 f"max_num_batched_tokens={self.config.max_num_batched_tokens}",
             )
         units = self.units_of(formats, total)

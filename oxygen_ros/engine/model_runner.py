@@ -96,9 +96,29 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> dict[str, int]:
-        """Run one forward pass; returns the sampled token of every request whose prompt is now fully computed."""
-        reqs, counts = batch.requests, batch.num_new_tokens
+        """Run one forward pass; returns the sampled token of every request whose prompt is now fully computed.
+
+        A pi0 request's last prompt token is its state token: the backbone computes the tokens before it, then the
+        action expert writes the state's K/V into its slot (``write_state``), attending to the prefix just written.
+        """
         self.tokens_computed += batch.total_tokens
+        stated = [r.state is not None and r.num_computed_tokens + n == r.num_prompt_tokens
+                  for r, n in zip(batch.requests, batch.num_new_tokens)]  # fmt: skip
+        rows = [(r, n - s) for r, n, s in zip(batch.requests, batch.num_new_tokens, stated) if n - s]
+        sampled = self._forward([r for r, _ in rows], [n for _, n in rows]) if rows else {}
+        if any(stated):
+            self._write_states([r for r, s in zip(batch.requests, stated) if s])
+        return sampled
+
+    def _write_states(self, reqs: list[Request]) -> None:
+        """pi0: each request's state token into the pool right after its prefix, through the action expert."""
+        prefix_lens = [r.num_prompt_tokens - 1 for r in reqs]
+        self.model.write_state([r.state for r in reqs], block_tables(reqs, self.device), prefix_lens, self.kv)
+        for req in reqs:
+            req.num_computed_tokens += 1
+
+    def _forward(self, reqs: list[Request], counts: list[int]) -> dict[str, int]:
+        """The backbone over ``counts[i]`` new tokens of each request; sampled tokens as ``execute`` returns them."""
         ctx, positions = build_context(reqs, counts, self.block_size, self.device)
         ids = [t for r, n in zip(reqs, counts) for t in r.all_token_ids[r.num_computed_tokens : r.num_computed_tokens + n]]
         input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
@@ -129,14 +149,14 @@ class ModelRunner:
         only if some of a request's image tokens are not in the prefix cache; held by the request until its last
         one is computed), text tokens from the embedding table.  None when no row is an image token (decode
         steps): the model embeds the ids."""
-        ends = [max((s.start + s.length for s in r.mm_spans), default=0) for r in reqs]
+        ends = [max((s.start + s.length for s in r.mm_spans if s.image), default=0) for r in reqs]
         if all(r.num_computed_tokens >= end for r, end in zip(reqs, ends)):
             return None
         parts = []
         for req, n, end in zip(reqs, counts, ends):
             start = req.num_computed_tokens
             if start < end and req.image_tokens is None:
-                key = b"".join(span.content_hash for span in req.mm_spans)
+                key = b"".join(span.content_hash for span in req.mm_spans if span.image)
                 req.image_tokens = self.image_features.get(key, lambda: self.model.encode_images(req.pixels))
             parts.append(self.model.embed_span(req.all_token_ids, start, n, req.image_tokens))
             if start + n >= end:

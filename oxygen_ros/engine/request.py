@@ -4,6 +4,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
+import numpy as np
 import torch
 
 from oxygen_ros.engine.block_hash import MultiModalSpan
@@ -35,6 +36,7 @@ class Request:
     image_tokens: torch.Tensor | None = None  # their encoder output, kept only while the prefix is being computed
     mm_spans: list[MultiModalSpan] = field(default_factory=list)
     bidirectional_len: int = 0  # leading tokens that see each other (a VLA's image tokens); computed in one step
+    state: np.ndarray | None = None  # pi0: the robot state its last prompt token stands for (the action expert's)
     cache_salt: str = ""
     kv_format: int = 0  # storage format of its blocks (the pool layout's format id) ...
     observation_format: int = 0  # ... except its first observation_blocks blocks: the observation prefix's
@@ -74,7 +76,7 @@ class Request:
     def num_cached_image_tokens(self) -> int:
         """Of the tokens reused from the prefix cache, those inside an image's span: image KV nobody recomputed."""
         cached = self.num_cached_tokens
-        return sum(max(0, min(s.start + s.length, cached) - s.start) for s in self.mm_spans)
+        return sum(max(0, min(s.start + s.length, cached) - s.start) for s in self.mm_spans if s.image)
 
     @property
     def prefill_done(self) -> bool:

@@ -1,6 +1,7 @@
 """Model names the config may use, and how each is built."""
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ class ModelBundle:
     num_kv_heads: int
     head_dim: int
     max_position_embeddings: int
-    vla: bool = False  # has an action expert: images in, action chunks out (a Pi05Model)
+    vla: bool = False  # has an action expert: images in, action chunks out (a Pi05Model or Pi0Model)
     vision: bool = False  # a vision-language model: images in the prompt, text out (an Idefics3Model)
 
 
@@ -43,6 +44,8 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 
     path = Path(name).expanduser()
     if (path / "config.json").is_file() and _is_idefics3(path):
         return _load_idefics3(path, device, dtype)
+    if (path / "config.json").is_file() and _is_pi0(path):
+        return _load_pi0(path, device, dtype)
     loaded = _read(name)
     model = LlamaModel(loaded.args)
     model.load_state_dict(loaded.state_dict, strict=True)
@@ -77,10 +80,38 @@ def _load_vla(name: str, device: torch.device, dtype: torch.dtype, seed: int) ->
 def _is_idefics3(folder: Path) -> bool:
     from oxygen_ros.models.idefics3.config import is_idefics3_config
 
+    return _config_is(folder, is_idefics3_config)
+
+
+def _is_pi0(folder: Path) -> bool:
+    from oxygen_ros.models.pi0 import is_pi0_config
+
+    return _config_is(folder, is_pi0_config)
+
+
+def _config_is(folder: Path, test: Callable[[dict], bool]) -> bool:
     try:
-        return is_idefics3_config(json.loads((folder / "config.json").read_text()))
+        return test(json.loads((folder / "config.json").read_text()))
     except (json.JSONDecodeError, AttributeError):
         return False  # the text loader reports the broken file
+
+
+def _load_pi0(folder: Path, device: torch.device, dtype: torch.dtype) -> ModelBundle:
+    """A pi0 folder (transformers' or LeRobot's layout) with PaliGemma's tokenizer beside it, checked first so a
+    folder without one is refused before gigabytes of weights are read."""
+    from oxygen_ros.models.pi0 import load_pi0_folder, load_pi0_tokenizer, read_pi0_config
+
+    try:
+        tokenizer = load_pi0_tokenizer(folder, read_pi0_config(folder).vocab_size)
+        model, model_id = load_pi0_folder(folder)
+    except (ValueError, FileNotFoundError) as exc:
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load model folder {folder}: {exc}") from exc
+    cfg = model.config
+    return ModelBundle(
+        model=model.to(device=device, dtype=dtype).eval(), tokenizer=tokenizer, model_id=model_id,
+        num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+        max_position_embeddings=8192, vla=True,  # Gemma's context
+    )  # fmt: skip
 
 
 def _load_idefics3(folder: Path, device: torch.device, dtype: torch.dtype) -> ModelBundle:

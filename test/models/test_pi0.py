@@ -3,6 +3,7 @@ same tiny random weights: prefix K/V per layer and the action chunk of ``sample_
 pi0 checkpoint comes in; bad folders refused naming what is wrong."""
 
 import json
+from dataclasses import replace
 import shutil
 from pathlib import Path
 
@@ -231,3 +232,20 @@ def test_lerobot_config_gives_pi0_base_shapes(tmp_path: Path) -> None:
     with torch.device("meta"):
         total = sum(p.numel() for p in Pi0Model(cfg).parameters())
     assert 3.2e9 < total < 3.4e9  # openpi's pi0: ~3.3B parameters
+
+
+def test_chunk_is_cut_to_the_robots_action_dims(tmp_path: Path, folder: Path, ours: Pi0Model, noise: torch.Tensor) -> None:
+    """LeRobot's output_features.action.shape names the robot's action dims: the flow runs at max_action_dim (the
+    noise's width), the chunk comes out cut to them, as LeRobot's policy cuts it; more than max_action_dim is
+    refused."""
+    config = {"type": "pi0", "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
+              "output_features": {"action": {"type": "ACTION", "shape": [4]}}}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert read_pi0_config(tmp_path).output_action_dim == 4
+    config["output_features"]["action"]["shape"] = [33]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"'output_features.action.shape' \[33\] must be \[1..32\]"):
+        read_pi0_config(tmp_path)
+    robot = load_pi0_folder(folder)[0]
+    robot.config = replace(robot.config, robot_action_dim=4)
+    assert torch.equal(pool_actions(robot, noise), pool_actions(ours, noise)[..., :4])

@@ -33,7 +33,8 @@ class Pi0Config:
     vocab_size: int
     action_horizon: int = 50  # chunk_size
     state_dim: int = 32  # max_state_dim: shorter robot states are zero-padded
-    action_dim: int = 32  # max_action_dim
+    action_dim: int = 32  # max_action_dim: the expert's width of an action, noise drawn at it
+    robot_action_dim: int = 0  # LeRobot's output_features.action.shape[0]: the chunk is cut to it; 0 = action_dim
     num_denoise_steps: int = 10  # num_inference_steps
     min_period: float = 4e-3  # of the sine-cosine time embedding
     max_period: float = 4.0
@@ -46,6 +47,11 @@ class Pi0Config:
             raise ValueError("action_horizon must be >= 2")
 
     @property
+    def output_action_dim(self) -> int:
+        """Action dims of a chunk as the robot takes it (LeRobot cuts the padded chunk to these)."""
+        return self.robot_action_dim or self.action_dim
+
+    @property
     def tokens_per_image(self) -> int:
         return self.vision.num_patches
 
@@ -53,6 +59,11 @@ class Pi0Config:
     def image_token_id(self) -> int:
         """Placeholder id at image positions, one past the vocabulary like PaliGemma's ``<image>`` (257152)."""
         return self.vocab_size
+
+    @property
+    def state_token_id(self) -> int:
+        """Placeholder id of the state token that ends a prefix in the pool (its K/V comes from the action expert)."""
+        return self.vocab_size + 1
 
     # The KV pool's shape, named like LlamaArgs so the engine sizes the pool the same way for every model.
     @property
@@ -158,20 +169,34 @@ def _camera_slots(config: dict) -> int:
     return len(set(visual) | set(empty)) or CAMERA_SLOTS
 
 
+def _robot_action_dim(config: dict, source: str, action_dim: int) -> int:
+    """output_features.action.shape[0] of LeRobot's config (at most ``action_dim``), 0 when it names none."""
+    action = (config.get("output_features") or {}).get("action")
+    if action is None:
+        return 0
+    shape = action.get("shape") if isinstance(action, dict) else None
+    if not (isinstance(shape, list) and len(shape) == 1 and isinstance(shape[0], int) and 0 < shape[0] <= action_dim):
+        raise ValueError(f"{source}: field 'output_features.action.shape' {shape!r} must be [1..{action_dim}] "
+                         "(at most max_action_dim)")  # fmt: skip
+    return shape[0]
+
+
 def _from_lerobot(config: dict, source: str) -> Pi0Config:
     resolution = config.get("image_resolution", [224, 224])
     if not (isinstance(resolution, list) and len(resolution) == 2 and resolution[0] == resolution[1]
             and isinstance(resolution[0], int) and resolution[0] % PI05_FULL.vision.patch_size == 0):  # fmt: skip
         raise ValueError(f"{source}: field 'image_resolution' {resolution!r} must be a square multiple of "
                          f"{PI05_FULL.vision.patch_size}")  # fmt: skip
+    flow = _flow(config, source)
     return Pi0Config(
         vision=replace(PI05_FULL.vision, image_size=resolution[0]),
         backbone=_variant(config, "paligemma_variant", source),
         expert=_variant(config, "action_expert_variant", source),
         vocab_size=PALIGEMMA_VOCAB_SIZE,
         max_images=_camera_slots(config),
+        robot_action_dim=_robot_action_dim(config, source, flow["action_dim"]),
         max_prompt_tokens=_positive(config, "tokenizer_max_length", source, PROMPT_TOKENS),
-        **_flow(config, source),
+        **flow,
     )
 
 

@@ -2,9 +2,9 @@
 
 Per observation:
 
-1. ``prepare_prefix(images, prompt_ids)`` -> [image tokens of every present camera | prompt tokens].  A camera slot
-   given as None (missing camera) contributes no tokens: openpi and transformers mask its tokens out of attention
-   and positions, which computes the same thing.
+1. ``prepare_prefix(images, encode_prompt(tokenizer, text), state)`` -> [image tokens of every present camera |
+   prompt tokens | state token].  A camera slot given as None (missing camera) contributes no tokens: openpi and
+   transformers mask its tokens out of attention and positions, which computes the same thing.
 2. Prefill it with ``forward(..., input_embeds=embed_span(...))`` and ``ctx.bidirectional_lens`` = the whole
    prefix: in pi0 every prefix token sees every other one (images and prompt alike), so the prefix is one step and
    an image's K/V depends on the prompt.
@@ -21,10 +21,22 @@ import torch
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.models.pi0.action_expert import Pi0ActionExpert
 from oxygen_ros.models.pi0.config import Pi0Config
+from oxygen_ros.models.pi0.prompt import encode_prompt
 from oxygen_ros.models.pi05.action_expert import starting_noise
 from oxygen_ros.models.pi05.model import PreparedPrefix
 from oxygen_ros.models.pi05.paligemma import PaliGemmaPrefix
 from oxygen_ros.models.pi05.preprocess import image_content_hash, preprocess_images
+from oxygen_ros.models.tokenizer import Tokenizer
+
+
+def state_values(state: np.ndarray | Sequence[float], dim: int, index: int = 0) -> np.ndarray:
+    """A robot state as fp64 values; ValueError for one that is longer than ``dim``, not 1-D, empty or not finite."""
+    values = np.asarray(state, dtype=np.float64)
+    if values.ndim != 1 or not 0 < values.size <= dim:
+        raise ValueError(f"state {index}: expected a 1-D vector of 1..{dim} values, got shape {values.shape}")
+    if not np.isfinite(values).all():
+        raise ValueError(f"state {index}: contains NaN or infinite values")
+    return values
 
 
 class Pi0Model(PaliGemmaPrefix):
@@ -34,11 +46,21 @@ class Pi0Model(PaliGemmaPrefix):
         super().__init__(cfg)
         self.expert = Pi0ActionExpert(cfg)
 
-    def prepare_prefix(self, images: Sequence[np.ndarray | None], prompt_ids: Sequence[int]) -> PreparedPrefix:
+    def encode_prompt(self, tokenizer: Tokenizer, text: str) -> list[int]:
+        """``<bos>`` + text + newline, as pi0 was trained (see ``pi0/prompt.py``)."""
+        return encode_prompt(tokenizer, text)
+
+    def prepare_prefix(
+        self, images: Sequence[np.ndarray | None], prompt_ids: Sequence[int],
+        state: np.ndarray | Sequence[float] | None = None,
+    ) -> PreparedPrefix:
         """Validate and lay out the prefix without running any network.  ``images`` holds one entry per camera slot
-        in the checkpoint's order (None = that camera is missing).  ValueError on bad images, too many slots,
-        out-of-vocab ids, a prompt over ``max_prompt_tokens`` or an empty prefix."""
+        in the checkpoint's order (None = that camera is missing).  With ``state``, one state token follows the
+        bidirectional [images | prompt] region, so the block table holds its slot (``write_state`` fills it).
+        ValueError on bad images or state, too many slots, out-of-vocab ids, a prompt over
+        ``max_prompt_tokens`` or an empty prefix."""
         cfg = self.config
+        values = None if state is None else state_values(state, cfg.state_dim)
         if len(images) > cfg.max_images:
             raise ValueError(f"{len(images)} camera slots, this checkpoint has {cfg.max_images}")
         present = [image for image in images if image is not None]
@@ -51,20 +73,15 @@ class Pi0Model(PaliGemmaPrefix):
             raise ValueError(f"prompt token ids must lie in [0, {cfg.vocab_size})")
         pixels = preprocess_images(present, cfg.vision.image_size, cfg.max_images)
         token_ids = [cfg.image_token_id] * (len(present) * cfg.tokens_per_image) + ids
-        return PreparedPrefix(token_ids, pixels, [image_content_hash(im) for im in present])
+        state_ids = [] if values is None else [cfg.state_token_id]
+        hashes = [image_content_hash(im) for im in present]
+        return PreparedPrefix(token_ids + state_ids, pixels, hashes, len(token_ids), values)
 
     def state_tensor(self, states: Sequence[np.ndarray | Sequence[float]]) -> torch.Tensor:
         """Robot states -> [B, state_dim] fp32, each zero-padded to ``state_dim`` as openpi pads it; ValueError for a
         state that is longer, not 1-D, empty or not finite."""
         dim = self.config.state_dim
-        rows = []
-        for b, state in enumerate(states):
-            values = np.asarray(state, dtype=np.float64)
-            if values.ndim != 1 or not 0 < values.size <= dim:
-                raise ValueError(f"state {b}: expected a 1-D vector of 1..{dim} values, got shape {values.shape}")
-            if not np.isfinite(values).all():
-                raise ValueError(f"state {b}: contains NaN or infinite values")
-            rows.append(np.pad(values, (0, dim - values.size)))
+        rows = [np.pad(values, (0, dim - values.size)) for values in (state_values(s, dim, b) for b, s in enumerate(states))]
         return torch.tensor(np.stack(rows), dtype=torch.float32, device=self.backbone.embed_tokens.weight.device)
 
     @torch.no_grad()
@@ -85,12 +102,14 @@ class Pi0Model(PaliGemmaPrefix):
         generator: torch.Generator | None = None,
         noise: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Action chunks [B, action_horizon, action_dim] (fp32, normalised units, padded to action_dim) for B
-        sequences whose first ``context_lens[b]`` pool tokens are [prefix | state token].  Noise and steps as in
-        ``Pi05Model.sample_actions``."""
+        """Action chunks [B, action_horizon, output_action_dim] (fp32, normalised units: the flow runs at the padded
+        action_dim, then the chunk is cut to the robot's dims as LeRobot cuts it) for B sequences whose first
+        ``context_lens[b]`` pool tokens are [prefix | state token].  Noise [B, action_horizon, action_dim] and steps
+        as in ``Pi05Model.sample_actions``."""
         cfg = self.config
         device = block_tables.device
         if noise is None:
             noise = starting_noise((len(context_lens), cfg.action_horizon, cfg.action_dim), generator, device)
         steps = cfg.num_denoise_steps if num_steps is None else num_steps
-        return self.expert.sample_actions(block_tables, context_lens, kv, steps, noise.to(device))
+        chunk = self.expert.sample_actions(block_tables, context_lens, kv, steps, noise.to(device))
+        return chunk[..., : cfg.output_action_dim]

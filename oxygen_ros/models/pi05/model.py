@@ -33,6 +33,8 @@ class PreparedPrefix(NamedTuple):
     token_ids: list[int]  # Pi05Config.image_token_id at image positions, then prompt ids, then state ids
     pixels: torch.Tensor  # [N, 3, S, S] preprocessed images (N may be 0)
     image_hashes: list[str]  # image_content_hash of each input image, in order
+    bidirectional_len: int  # leading tokens that see each other: pi0.5's image tokens, pi0's images + prompt
+    state: np.ndarray | None = None  # pi0: the validated state its last token stands for (the action expert's)
 
 
 class PrefixInputs(NamedTuple):
@@ -74,8 +76,9 @@ class Pi05Model(PaliGemmaPrefix):
         if any(not 0 <= i < cfg.vocab_size for i in text_ids):
             raise ValueError(f"prompt token ids must lie in [0, {cfg.vocab_size})")
         pixels = preprocess_images(images, cfg.vision.image_size, cfg.max_images)
-        token_ids = [cfg.image_token_id] * (len(images) * cfg.tokens_per_image) + text_ids
-        return PreparedPrefix(token_ids, pixels, [image_content_hash(im) for im in images])
+        num_image_tokens = len(images) * cfg.tokens_per_image
+        token_ids = [cfg.image_token_id] * num_image_tokens + text_ids
+        return PreparedPrefix(token_ids, pixels, [image_content_hash(im) for im in images], num_image_tokens)
 
     def embed_prefix(
         self, images: Sequence[np.ndarray], prompt_ids: Sequence[int], state: np.ndarray | Sequence[float] | None = None

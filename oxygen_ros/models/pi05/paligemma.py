@@ -13,6 +13,7 @@ from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.models.pi05.config import GemmaConfig, SiglipConfig
 from oxygen_ros.models.pi05.gemma import GemmaModel
 from oxygen_ros.models.pi05.siglip import ImageEncoder
+from oxygen_ros.models.tokenizer import Tokenizer
 
 
 class PaliGemmaShapes(Protocol):
@@ -39,6 +40,10 @@ class PaliGemmaPrefix(nn.Module):
     def args(self) -> PaliGemmaShapes:
         """Has ``num_layers``, ``num_kv_heads``, ``head_dim`` and ``vocab_size`` like ``LlamaArgs``."""
         return self.config
+
+    def encode_prompt(self, tokenizer: Tokenizer, text: str) -> list[int]:
+        """The prompt's token ids as this VLA was trained on them; here the bare text (pi0 overrides it)."""
+        return tokenizer.encode(text)
 
     def kv_layout(self, block_size: int, dtype: torch.dtype) -> KVLayout:
         return KVLayout(self.config.num_layers, self.config.num_kv_heads, self.config.head_dim, block_size, dtype)
