@@ -48,6 +48,13 @@ def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
     return (text[: min(cuts)], True) if cuts else (text, False)
 
 
+def _stop_window(stop: list[str]) -> int:
+    """Newest tokens that hold any stop string the newest token can have completed: a character takes at most 4
+    byte-level tokens (one per UTF-8 byte), plus one for a token cut in half at the window's start. Checking only
+    them keeps the check per token constant instead of decoding the whole answer again."""
+    return 4 * max(len(text) for text in stop) + 1
+
+
 def _system_turn(observation_text: str) -> dict[str, str]:
     """The chat turn that carries an observation: first in every prompt about it, so its KV is shared."""
     return {"role": "system", "content": f"{SYSTEM_PROMPT}\nObservation: {observation_text}"}
@@ -443,7 +450,7 @@ class Engine:
         s = req.sampling
         if token in s.stop_token_ids or (not s.ignore_eos and token in self.tokenizer.eos_token_ids):
             return "stop"
-        if s.stop and cut_at_stop(self.tokenizer.decode(req.output_token_ids), s.stop)[1]:
+        if s.stop and cut_at_stop(self.tokenizer.decode(req.output_token_ids[-_stop_window(s.stop) :]), s.stop)[1]:
             return "stop"
         if len(req.output_token_ids) >= s.max_new_tokens or req.num_tokens >= self.max_model_len:
             return "length"
