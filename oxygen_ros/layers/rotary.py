@@ -20,6 +20,11 @@ class RopeAngles:
         """q [T, H, D], k [T, KVH, D] -> rotated q, k (same dtype)."""
         return _rotate(q, self.cos, self.sin), _rotate(k, self.cos, self.sin)
 
+    def apply_joined(self, qk: torch.Tensor) -> torch.Tensor:
+        """q and k side by side as [T, H + KVH, D] (a fused projection's first columns) -> both rotated, in one pass:
+        the same arithmetic per element, half the ops per layer."""
+        return _rotate(qk, self.cos, self.sin)
+
 
 class RotaryEmbedding:
     """The angles at arbitrary integer positions (tokens of a ragged batch sit at different positions).

@@ -41,19 +41,17 @@ class PagedSelfAttention(nn.Module):
         self.qkv_proj = fused
         del self.q_proj, self.k_proj, self.v_proj
 
-    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        if self.qkv_proj is None:
-            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
-        return q, k, v
-
     def forward(self, x: torch.Tensor, rope: RopeAngles, ctx: StepContext, kv: KVCache) -> torch.Tensor:
         T = x.shape[0]
-        q, k, v = self._project(x)
-        q = q.view(T, self.num_heads, self.head_dim)
-        k = k.view(T, self.num_kv_heads, self.head_dim)
-        v = v.view(T, self.num_kv_heads, self.head_dim)
-        q, k = rope.apply(q, k)
+        if self.qkv_proj is None:
+            q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
+            k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
+            v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
+            q, k = rope.apply(q, k)
+        else:  # q and k are the fused projection's first heads: rotate them together
+            qkv = self.qkv_proj(x).view(T, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
+            qk = rope.apply_joined(qkv[:, : self.num_heads + self.num_kv_heads])
+            q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+            v = qkv[:, self.num_heads + self.num_kv_heads :]
         out = paged_attention(q, k, v, ctx, kv.layers[self.layer_idx], self.scale)
         return self.o_proj(out.reshape(T, -1))

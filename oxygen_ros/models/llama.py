@@ -26,6 +26,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 == self.weight.dtype:  # the weight inside the one op: (x * rsqrt(...)) * w, as HF
+            return F.rms_norm(x, self.weight.shape, self.weight, eps=self.eps)
         h = F.rms_norm(x.to(torch.float32), self.weight.shape, eps=self.eps)  # one op; bit-equal to x * rsqrt(...)
         return self.weight * h.to(x.dtype)
 
