@@ -21,7 +21,7 @@ class RequestStatus(Enum):
     FINISHED = "finished"
 
 
-@dataclass
+@dataclass(eq=False)  # a request is itself: the scheduler's `req in running` must not compare every field
 class Request:
     request_id: str
     task_id: str
