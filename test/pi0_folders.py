@@ -60,16 +60,16 @@ def write_folder(folder: Path, seed: int = 0) -> PI0ForConditionalGeneration:
     return model
 
 
-def write_tokenizer(folder: Path) -> None:
+def write_tokenizer(folder: Path, texts: list[str] = INSTRUCTIONS) -> None:
     """A small SentencePiece-style BPE (Gemma's ids for <pad> <eos> <bos> <unk>, spaces as "▁", no prefix space),
-    trained offline on robot instructions, saved as tokenizer.json + tokenizer_config.json: what a pi0 folder must
-    carry in place of PaliGemma's 257k-token one, in its vocabulary of VOCAB ids."""
+    trained offline on ``texts`` (robot instructions), saved as tokenizer.json + tokenizer_config.json: what a pi0
+    folder must carry in place of PaliGemma's 257k-token one, in its vocabulary of VOCAB ids."""
     backend = Backend(models.BPE(unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="never")
     backend.decoder = decoders.Metaspace(prepend_scheme="never")
     trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<pad>", "<eos>", "<bos>", "<unk>"],
                                   show_progress=False)  # fmt: skip
-    backend.train_from_iterator(INSTRUCTIONS, trainer)
+    backend.train_from_iterator(texts, trainer)
     Tokenizer(backend, None, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>").save_hf(folder)
 
 

@@ -15,6 +15,8 @@ Names arrive without their leading ``model.`` (``hf_loader.read_tensors`` strips
 policy wrapper).  Names we do not know are kept, so the loader reports them as unexpected under the file's name.
 """
 
+from collections.abc import Callable
+
 import torch
 
 TIED_HEAD = "backbone.lm_head.weight"  # PaliGemma's LM head: the token embedding itself (tied); hub files keep only it
@@ -48,13 +50,15 @@ def our_name(name: str) -> str:
     return name
 
 
-def rename_tensors(tensors: dict[str, torch.Tensor], source: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """(tensors under our names, our name -> the file's name); ValueError when two file tensors are one of ours
-    (e.g. a file mixing layouts)."""
+def rename_tensors(
+    tensors: dict[str, torch.Tensor], source: str, rename: Callable[[str], str] = our_name
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(tensors under our names by ``rename``, our name -> the file's name); ValueError when two file tensors are
+    one of ours (e.g. a file mixing layouts)."""
     renamed: dict[str, torch.Tensor] = {}
     origin: dict[str, str] = {}
     for name, tensor in tensors.items():
-        ours = our_name(name)
+        ours = rename(name)
         if ours in origin:
             raise ValueError(f"{source}: tensors {origin[ours]!r} and {name!r} are both {ours}")
         renamed[ours], origin[ours] = tensor, name

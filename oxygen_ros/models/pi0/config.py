@@ -181,7 +181,9 @@ def _robot_action_dim(config: dict, source: str, action_dim: int) -> int:
     return shape[0]
 
 
-def _from_lerobot(config: dict, source: str) -> Pi0Config:
+def from_lerobot(config: dict, source: str, prompt_tokens: int = PROMPT_TOKENS) -> Pi0Config:
+    """LeRobot's config.json of pi0 or pi0.5 (the two share these fields; ``prompt_tokens`` is the default
+    ``tokenizer_max_length``, which differs) -> Pi0Config; ValueError naming the field."""
     resolution = config.get("image_resolution", [224, 224])
     if not (isinstance(resolution, list) and len(resolution) == 2 and resolution[0] == resolution[1]
             and isinstance(resolution[0], int) and resolution[0] % PI05_FULL.vision.patch_size == 0):  # fmt: skip
@@ -195,7 +197,7 @@ def _from_lerobot(config: dict, source: str) -> Pi0Config:
         vocab_size=PALIGEMMA_VOCAB_SIZE,
         max_images=_camera_slots(config),
         robot_action_dim=_robot_action_dim(config, source, flow["action_dim"]),
-        max_prompt_tokens=_positive(config, "tokenizer_max_length", source, PROMPT_TOKENS),
+        max_prompt_tokens=_positive(config, "tokenizer_max_length", source, prompt_tokens),
         **flow,
     )
 
@@ -207,5 +209,5 @@ def read_pi0_config(folder: Path) -> Pi0Config:
     if config.get("model_type") == "pi0":
         return _from_transformers(config, source)
     if config.get("type") == "pi0":
-        return _from_lerobot(config, source)
+        return from_lerobot(config, source)
     raise ValueError(f"{source}: field 'model_type' (transformers) or 'type' (LeRobot) must be 'pi0'")

@@ -39,6 +39,27 @@ def state_values(state: np.ndarray | Sequence[float], dim: int, index: int = 0) 
     return values
 
 
+def bidirectional_prefix(
+    cfg: Pi0Config, images: Sequence[np.ndarray | None], prompt_ids: Sequence[int]
+) -> PreparedPrefix:
+    """[image tokens of every present camera | prompt], validated, one bidirectional region (pi0's and pi0.5's
+    prefix alike); ValueError on bad images, too many slots, out-of-vocab ids, a prompt over ``max_prompt_tokens``
+    or an empty prefix."""
+    if len(images) > cfg.max_images:
+        raise ValueError(f"{len(images)} camera slots, this checkpoint has {cfg.max_images}")
+    present = [image for image in images if image is not None]
+    ids = [int(i) for i in prompt_ids]
+    if not ids and not present:
+        raise ValueError("empty prefix: give at least one image or one prompt token")
+    if len(ids) > cfg.max_prompt_tokens:
+        raise ValueError(f"prompt is {len(ids)} tokens, more than {cfg.max_prompt_tokens}")
+    if any(not 0 <= i < cfg.vocab_size for i in ids):
+        raise ValueError(f"prompt token ids must lie in [0, {cfg.vocab_size})")
+    pixels = preprocess_images(present, cfg.vision.image_size, cfg.max_images)
+    token_ids = [cfg.image_token_id] * (len(present) * cfg.tokens_per_image) + ids
+    return PreparedPrefix(token_ids, pixels, [image_content_hash(im) for im in present], len(token_ids))
+
+
 class Pi0Model(PaliGemmaPrefix):
     """pi0: the shared PaliGemma prefix plus pi0's state-token action expert."""
 
@@ -61,21 +82,10 @@ class Pi0Model(PaliGemmaPrefix):
         ``max_prompt_tokens`` or an empty prefix."""
         cfg = self.config
         values = None if state is None else state_values(state, cfg.state_dim)
-        if len(images) > cfg.max_images:
-            raise ValueError(f"{len(images)} camera slots, this checkpoint has {cfg.max_images}")
-        present = [image for image in images if image is not None]
-        ids = [int(i) for i in prompt_ids]
-        if not ids and not present:
-            raise ValueError("empty prefix: give at least one image or one prompt token")
-        if len(ids) > cfg.max_prompt_tokens:
-            raise ValueError(f"prompt is {len(ids)} tokens, more than {cfg.max_prompt_tokens}")
-        if any(not 0 <= i < cfg.vocab_size for i in ids):
-            raise ValueError(f"prompt token ids must lie in [0, {cfg.vocab_size})")
-        pixels = preprocess_images(present, cfg.vision.image_size, cfg.max_images)
-        token_ids = [cfg.image_token_id] * (len(present) * cfg.tokens_per_image) + ids
-        state_ids = [] if values is None else [cfg.state_token_id]
-        hashes = [image_content_hash(im) for im in present]
-        return PreparedPrefix(token_ids + state_ids, pixels, hashes, len(token_ids), values)
+        prefix = bidirectional_prefix(cfg, images, prompt_ids)
+        if values is None:
+            return prefix
+        return prefix._replace(token_ids=[*prefix.token_ids, cfg.state_token_id], state=values)
 
     def state_tensor(self, states: Sequence[np.ndarray | Sequence[float]]) -> torch.Tensor:
         """Robot states -> [B, state_dim] fp32, each zero-padded to ``state_dim`` as openpi pads it; ValueError for a

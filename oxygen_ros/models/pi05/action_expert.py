@@ -10,6 +10,7 @@ pi0).  Positions continue after the prefix, as openpi's suffix positions do.
 
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +19,7 @@ from torch import nn
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
-from oxygen_ros.models.pi05.config import Pi05Config
+from oxygen_ros.models.pi05.config import GemmaConfig
 from oxygen_ros.models.pi05.gemma import GemmaDecoderLayer, GemmaRMSNorm
 
 TIME_MIN_PERIOD = 4e-3  # openpi's sine-cosine time embedding periods
@@ -83,12 +84,23 @@ def integrate_flow(
     return x
 
 
-class ActionExpert(nn.Module):
-    """Predicts the flow-matching velocity of an action chunk given the prefix in the pool."""
+class ExpertShapes(Protocol):
+    """What the adaRMS expert needs of a config (our Pi05Config and the LeRobot pi0.5's Pi0Config both have it)."""
 
-    def __init__(self, cfg: Pi05Config) -> None:
+    expert: GemmaConfig
+    action_dim: int
+    min_period: float
+    max_period: float
+
+
+class ActionExpert(nn.Module):
+    """Predicts the flow-matching velocity of an action chunk given the prefix in the pool.  Parameter names are
+    LeRobot's pi0.5 names under ``model.`` (``action_in_proj``, ``time_mlp_in``, ``layers.N.input_layernorm.dense``)."""
+
+    def __init__(self, cfg: ExpertShapes) -> None:
         super().__init__()
         e, width = cfg.expert, cfg.expert.hidden_size
+        self.min_period, self.max_period = cfg.min_period, cfg.max_period
         self.rotary = RotaryEmbedding(e.head_dim, e.rope_theta)
         self.action_in_proj = nn.Linear(cfg.action_dim, width)
         self.time_mlp_in = nn.Linear(width, width)
@@ -97,15 +109,20 @@ class ActionExpert(nn.Module):
         self.norm = GemmaRMSNorm(width, e.rms_norm_eps, cond_dim=width)
         self.action_out_proj = nn.Linear(width, cfg.action_dim)
 
+    def condition(self, t: torch.Tensor) -> torch.Tensor:
+        """Times t [B] -> the adaRMS conditioning [B, width]: silu(mlp_out(silu(mlp_in(sincos(t))))), the sine-cosine
+        embedding in fp64 then cast to the weights' dtype, as openpi and LeRobot compute it."""
+        dtype = self.time_mlp_in.weight.dtype
+        emb = time_embedding(t, self.time_mlp_in.in_features, self.min_period, self.max_period).to(dtype)
+        return F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(emb))))
+
     def velocity(
         self, x_t: torch.Tensor, t: torch.Tensor, rope: RopeAngles, ctx: StepContext, kv: KVCache
     ) -> torch.Tensor:
         """Noisy actions x_t [B, H, A] at times t [B] -> velocity [B, H, A] (fp32)."""
         B, H, _ = x_t.shape
-        dtype = self.action_in_proj.weight.dtype
-        h = self.action_in_proj(x_t.to(dtype)).flatten(0, 1)
-        cond = time_embedding(t, h.shape[-1]).to(dtype)
-        cond = F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(cond)))).repeat_interleave(H, dim=0)
+        h = self.action_in_proj(x_t.to(self.action_in_proj.weight.dtype)).flatten(0, 1)
+        cond = self.condition(t).repeat_interleave(H, dim=0)
         for layer in self.layers:
             h = layer(h, rope, ctx, kv, cond)
         h = self.norm(h, cond)[0]

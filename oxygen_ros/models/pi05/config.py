@@ -80,6 +80,8 @@ class Pi05Config:
     action_dim: int = 32
     num_denoise_steps: int = 10
     state_bins: int = 256  # pi0.5 discretises each state dim into 256 bins over [-1, 1]
+    min_period: float = 4e-3  # of the action expert's sine-cosine time embedding (openpi's)
+    max_period: float = 4.0
 
     def __post_init__(self) -> None:
         check_mixture(self.backbone, self.expert)
