@@ -1,5 +1,11 @@
-"""Robot bringup: `ros2 launch oxygen_ros oxygen.launch.py [autostart:=true] [model_preset:=NAME] [model:=...]
-[config:=...] [camera_topic:=...]`.
+"""Robot bringup: `ros2 launch oxygen_ros oxygen.launch.py [use_sim:=false] [namespace:=robot1] [use_sim_time:=false]
+[log_level:=info] [autostart:=true] [model_preset:=NAME] [model:=...] [config:=...] [camera_topic:=...]`.
+
+On a robot (the default, `use_sim:=false`) no node of this file publishes odometry, TF or camera frames: the inference
+node and the task nodes read the robot's camera on `camera_topic`, and the task nodes command the robot's own
+`cmd_vel` and `arm/joint_trajectory`. `use_sim:=true` adds camera_sim (simulated frames, odometry, a simulated base
+and arm) and the parameters of ``oxygen_ros.simulation``. Every name is relative, so `namespace:=robot1` moves the
+whole graph (`/diagnostics` stays global).
 
 Every node reads its parameters from one YAML file (default: the installed config/oxygen.yaml, the same file
 `oxygen-ros up` reads). The inference node's parameters, lowest first: that file, then the model preset
@@ -32,10 +38,11 @@ from launch_ros.events.lifecycle import ChangeState
 from launch_ros.parameter_descriptions import ParameterValue
 from lifecycle_msgs.msg import Transition
 
+from oxygen_ros import simulation
 from oxygen_ros.nodes import presets
 
 RESPAWN_DELAY_S = 1.0
-TASK_NODES = ("vqa_node", "instruction_node", "navigation_node")  # no model: each calls /oxygen/infer
+TASK_NODES = simulation.TASK_NODES  # no model: each calls oxygen/infer
 
 
 def _share(*parts: str) -> str:
@@ -81,40 +88,47 @@ def _autostart(inference: LifecycleNode) -> list:
     ]
 
 
+def _flag(context, name: str) -> bool:
+    return LaunchConfiguration(name).perform(context) == "true"
+
+
 def _nodes(context) -> list:
     config = LaunchConfiguration("config").perform(context)
     camera = _typed(_given(context, "camera_topic"))
+    use_sim = _flag(context, "use_sim")
+    simulated = simulation.parameters() if use_sim else {}
+    clock = {"use_sim_time": _flag(context, "use_sim_time")}
+    common = {
+        "namespace": LaunchConfiguration("namespace").perform(context),
+        "ros_arguments": ["--log-level", LaunchConfiguration("log_level").perform(context)],
+        "output": "screen",
+    }
     inference = LifecycleNode(
         package="oxygen_ros",
         executable="inference_node",
         name="oxygen_inference",
-        namespace="",
-        output="screen",
-        parameters=[config, _typed(_preset(context)), _typed(_given(context, "model")) | camera],
+        parameters=[config, _typed(_preset(context)), _typed(_given(context, "model")) | camera,
+                    clock | simulated.get("oxygen_inference", {})],  # fmt: skip
+        **common,
     )
-    camera_sim = Node(
-        package="oxygen_ros",
-        executable="camera_sim",
-        name="camera_sim",
-        namespace="",
-        output="screen",
-        parameters=[config, camera],
-        respawn=True,
-        respawn_delay=RESPAWN_DELAY_S,
-    )
+    nodes = [inference]
+    if use_sim:
+        nodes.append(Node(package="oxygen_ros", executable="camera_sim", name="camera_sim",
+                          parameters=[config, camera | clock], respawn=True, respawn_delay=RESPAWN_DELAY_S,
+                          **common))  # fmt: skip
     tasks = [
         Node(
             package="oxygen_ros",
             executable=name,
             name=name,
-            output="screen",
-            parameters=[config],
+            parameters=[config, camera | clock | simulated.get(name, {})],
             respawn=True,
             respawn_delay=RESPAWN_DELAY_S,
+            **common,
         )
         for name in TASK_NODES
     ]
-    return [inference, camera_sim, *tasks, *_autostart(inference)]
+    return [*nodes, *tasks, *_autostart(inference)]
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -132,7 +146,28 @@ def generate_launch_description() -> LaunchDescription:
                 "model", default_value="", description="model name or folder; '' = the preset's or config's"
             ),
             DeclareLaunchArgument(
-                "camera_topic", default_value="", description="sensor_msgs/Image topic; '' = the config's"
+                "camera_topic", default_value="", description="the robot's sensor_msgs/Image topic; '' = the config's"
+            ),
+            DeclareLaunchArgument(
+                "use_sim",
+                default_value="false",
+                choices=["true", "false"],
+                description="run camera_sim (simulated camera, odometry, base and arm); false = the robot's own",
+            ),
+            DeclareLaunchArgument(
+                "namespace", default_value="", description="namespace of every node and name; '' = none"
+            ),
+            DeclareLaunchArgument(
+                "use_sim_time",
+                default_value="false",
+                choices=["true", "false"],
+                description="every node's use_sim_time (a simulator's or a bag's /clock)",
+            ),
+            DeclareLaunchArgument(
+                "log_level",
+                default_value="info",
+                choices=["debug", "info", "warn", "error", "fatal"],
+                description="every node's log level",
             ),
             DeclareLaunchArgument(
                 "autostart",

@@ -24,28 +24,24 @@ from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.navigation_node import NavigationNode
 from oxygen_ros.nodes.vqa_node import VqaNode
+from oxygen_ros import simulation
 from oxygen_ros.share import default_config
 
-# The inference node's absolute names: a node in namespace NS serves them as /NS/... instead.
-INFERENCE_NAMES = (
-    "/oxygen/infer", "/oxygen/get_pool_stats", "/oxygen/pool_stats", "/oxygen/pool_markers", "/oxygen/pool_image",
-    "/diagnostics",
-)  # fmt: skip
-
-
 def remaps(namespace: str) -> list[str]:
-    """Arguments that move an inference node into ``namespace`` ('' = none) with every name it serves, so several
-    engines, each with its own pool, can run side by side (the multitask benchmark's isolated setting).  Such a node
-    takes its parameters from the declared defaults and the overrides, not from the file's `oxygen_inference`."""
-    if not namespace:
-        return []
-    rules = [f"__ns:=/{namespace}"] + [f"{name}:=/{namespace}{name}" for name in INFERENCE_NAMES]
-    return ["--ros-args", *(arg for rule in rules for arg in ("-r", rule))]
+    """Arguments that move an inference node into ``namespace`` ('' = none): its names are relative, so every name
+    it serves moves with it (`/diagnostics` stays global), and several engines, each with its own pool, can run side
+    by side (the multitask benchmark's isolated setting).  Such a node takes its parameters from the declared
+    defaults and the overrides, not from the file's `oxygen_inference`."""
+    return ["--ros-args", "-r", f"__ns:=/{namespace}"] if namespace else []
+
+
+def _overrides(values: dict) -> list[Parameter]:
+    return [Parameter(name, value=value) for name, value in values.items()]
 
 
 class Graph:
-    """The inference node (configured and active), the camera and the task nodes (vqa, instruction, navigation),
-    spinning on a background thread.  With several ``namespaces`` there is one inference node per namespace (see
+    """The simulated graph (``simulation``): the inference node (configured and active), the camera and the task
+    nodes (vqa, instruction, navigation), spinning on a background thread.  With several ``namespaces`` there is one inference node per namespace (see
     ``remaps``); ``inference`` is the first; the task nodes call the one without a namespace.
 
     ``with Graph(...) as graph:`` brings them up and tears everything down on exit; ``graph.context`` lets a
@@ -65,8 +61,9 @@ class Graph:
             raise FileNotFoundError(f"parameter file {self.config} not found")
         self.context = Context()
         rclpy.init(args=["--ros-args", "--params-file", str(self.config)], context=self.context, domain_id=domain_id)
-        values = (overrides or {}) | ({"model": model} if model else {})
-        parameters = [Parameter(name, value=value) for name, value in values.items()]
+        simulated = simulation.parameters()
+        values = simulated["oxygen_inference"] | (overrides or {}) | ({"model": model} if model else {})
+        parameters = _overrides(values)
         self.executor = Executor(num_threads=6, context=self.context)
         self.nodes: list[Node] = []
         try:
@@ -76,7 +73,10 @@ class Graph:
             ]
             self.inference = self.inferences[0]
             self.camera = self._add(CameraSim(context=self.context))
-            self.tasks = [self._add(task(context=self.context)) for task in (VqaNode, InstructionNode, NavigationNode)]
+            self.tasks = [
+                self._add(task(context=self.context, parameter_overrides=_overrides(simulated[name])))
+                for name, task in zip(simulation.TASK_NODES, (VqaNode, InstructionNode, NavigationNode), strict=True)
+            ]
         except BaseException:
             self.close()
             raise

@@ -80,13 +80,21 @@ def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> Non
         time.sleep(0.01)
 
 
-def call_service(node: Node, srv_type, name: str, request, timeout: float = 10.0):
-    """Call a service from `node`, which must be spinning on another thread (see spin_nodes)."""
+def call_service(node: Node, srv_type, name: str, request, timeout: float = 10.0, resend_s: float | None = None):
+    """Call a service from `node`, which must be spinning on another thread (see spin_nodes). ``resend_s``: for a
+    query, send it again after that long without an answer, until ``timeout``: just after discovery a server can
+    see the request before its reply writer has matched the client, and that reply is lost (DDS services)."""
     client = node.create_client(srv_type, name)
     try:
         if not client.wait_for_service(timeout_sec=timeout):
             raise TimeoutError(f"service {name} not available within {timeout} s")
-        return wait_for(client.call_async(request), timeout)
+        deadline = time.monotonic() + timeout
+        while resend_s is not None and time.monotonic() + resend_s < deadline:
+            try:
+                return wait_for(client.call_async(request), resend_s)
+            except TimeoutError:
+                continue
+        return wait_for(client.call_async(request), max(0.0, deadline - time.monotonic()))
     finally:
         node.destroy_client(client)
 

@@ -16,12 +16,15 @@ import yaml
 from launch_stand_ins import LAUNCH_FILE, ChangeState, EmitEvent, LifecycleNode, ParameterValue, RegisterEventHandler
 from lifecycle_msgs.msg import Transition
 
+from oxygen_ros import simulation
 from oxygen_ros.nodes import presets
 from oxygen_ros.supervisor import GRAPH
 
 PREFIX = Path(sys.prefix)
 SHARE = PREFIX / "share" / "oxygen_ros"
-ARGUMENTS = {"config", "model_preset", "model", "camera_topic", "autostart"}
+ARGUMENTS = {"config", "model_preset", "model", "camera_topic", "autostart", "use_sim", "namespace", "use_sim_time",
+             "log_level"}  # fmt: skip
+CLOCK = {"use_sim_time": False}
 TASK_NODES = {"vqa_node", "instruction_node", "navigation_node"}
 
 # Names these modules export in ROS 2 Jazzy and Kilted (a subset: what a bringup file plausibly uses).
@@ -84,13 +87,16 @@ def test_uses_real_launch_api():
             assert names <= REAL_API.get(node.module, set()), f"not in the launch API: {node.module} {names}"
 
 
-def test_declares_config_preset_model_camera_and_autostart(launch):
+def test_declares_config_preset_model_camera_autostart_sim_namespace_clock_and_log_level(launch):
     declared = {argument.name: argument for argument in launch().arguments}
     assert set(declared) == ARGUMENTS
     assert declared["config"].default_value == str(SHARE / "config" / "oxygen.yaml")
     assert (SHARE / "config" / "oxygen.yaml").is_file()
     assert declared["autostart"].default_value == "true" and set(declared["autostart"].choices) == {"true", "false"}
-    assert all(declared[name].default_value == "" for name in ("model_preset", "model", "camera_topic"))
+    for name in ("use_sim", "use_sim_time"):  # a robot launch simulates nothing unless asked
+        assert declared[name].default_value == "false" and set(declared[name].choices) == {"true", "false"}
+    assert declared["log_level"].default_value == "info" and "debug" in declared["log_level"].choices
+    assert all(declared[name].default_value == "" for name in ("model_preset", "model", "camera_topic", "namespace"))
     assert all(argument.description for argument in declared.values())
 
 
@@ -107,7 +113,7 @@ def test_every_executable_is_installed_and_importable(launch):
 
 
 def test_nodes_match_the_config_and_the_supervisor_and_only_non_lifecycle_nodes_respawn(launch):
-    nodes = launch().nodes()
+    nodes = launch(use_sim="true").nodes()
     assert set(nodes) == {"oxygen_inference", "camera_sim", *TASK_NODES}
     assert all(_config_section(name) for name in nodes), "every node has a ros__parameters section in the config"
     assert {(spec.name, spec.executable, spec.lifecycle) for spec in GRAPH} == {
@@ -123,14 +129,39 @@ def test_the_task_nodes_come_from_one_loop(launch):
     lines = {name: node.line for name, node in nodes.items()}
     assert {name for name, line in lines.items() if line == lines["vqa_node"]} == TASK_NODES, lines
     for name in TASK_NODES:
-        assert (nodes[name].executable, nodes[name].parameters) == (name, [str(SHARE / "config" / "oxygen.yaml")])
+        assert (nodes[name].executable, nodes[name].parameters) == (name, [str(SHARE / "config" / "oxygen.yaml"), CLOCK])
 
 
-def test_without_arguments_every_node_reads_only_the_config(launch):
+def test_without_arguments_no_simulator_runs_and_every_node_reads_only_the_config(launch):
     nodes = launch().nodes()
     config = str(SHARE / "config" / "oxygen.yaml")
-    assert nodes["oxygen_inference"].parameters == [config, {}, {}]
-    assert nodes["camera_sim"].parameters == [config, {}]
+    assert set(nodes) == {"oxygen_inference", *TASK_NODES}, "no camera_sim: nothing publishes odom, TF or frames"
+    assert nodes["oxygen_inference"].parameters == [config, {}, {}, CLOCK]
+    assert all(nodes[name].parameters == [config, CLOCK] for name in TASK_NODES)
+    config_values = {name: _config_section(name) for name in TASK_NODES}
+    assert all(values["use_sim"] is False for values in config_values.values()), "the config is a robot's"
+    assert _config_section("oxygen_inference")["allow_random_weights"] is False
+
+
+def test_use_sim_adds_the_simulator_and_the_simulation_parameters(launch):
+    nodes = launch(use_sim="true").nodes()
+    config = str(SHARE / "config" / "oxygen.yaml")
+    assert nodes["camera_sim"].parameters == [config, CLOCK]
+    simulated = simulation.parameters()
+    assert nodes["oxygen_inference"].parameters[-1] == CLOCK | simulated["oxygen_inference"]
+    for name in TASK_NODES:
+        assert nodes[name].parameters == [config, CLOCK | simulated[name]]
+        assert simulated[name]["use_sim"] is True
+
+
+def test_namespace_clock_and_log_level_reach_every_node(launch):
+    nodes = launch(use_sim="true", namespace="robot1", use_sim_time="true", log_level="debug").nodes()
+    for name, node in nodes.items():
+        assert node.namespace == "robot1", name
+        assert node.ros_arguments == ["--log-level", "debug"], name
+        assert node.parameters[-1]["use_sim_time"] is True, name
+    with pytest.raises(ValueError, match="log_level"):
+        launch(log_level="loud")
 
 
 def test_a_preset_replaces_the_configs_values_and_explicit_arguments_replace_the_presets(launch, tmp_path):
@@ -146,7 +177,7 @@ def test_a_preset_replaces_the_configs_values_and_explicit_arguments_replace_the
     assert (resolved["max_model_len"], resolved["seed"]) == (preset["max_model_len"], preset["seed"])  # preset > file
     assert resolved["stats_rate_hz"] == 4.0  # what the preset does not set stays the file's
     assert resolved["camera_topic"] == "/cam/image"
-    assert nodes["camera_sim"].parameters[1]["camera_topic"].value == "/cam/image"
+    assert all(nodes[name].parameters[1]["camera_topic"].value == "/cam/image" for name in TASK_NODES)
     strings = [v for entry in nodes["oxygen_inference"].parameters[1:] for v in entry.values() if not isinstance(
         v, int | float)]  # fmt: skip
     assert all(isinstance(v, ParameterValue) and v.value_type is str for v in strings), "a string stays a string"
@@ -212,6 +243,7 @@ def test_the_real_launch_description_where_launch_ros_is_installed():
     assert {argument.name for argument in declared} == ARGUMENTS
     for argument in declared:
         argument.execute(context)
+    context.launch_configurations["use_sim"] = "true"  # every node of the supervisor's graph
     actions = [a for e in description.entities if isinstance(e, OpaqueFunction) for a in e.execute(context)]
 
     def text(value) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
-from geometry_msgs.msg import Twist
+from geometry_msgs.msg import TwistStamped
 from rclpy.node import Node
 from rclpy.task import Future
 from sensor_msgs.msg import Image
@@ -59,7 +59,7 @@ class Recorder:
         self._node = node
         self._frames = node.create_subscription(Observation, "/oxygen/observation", self._on_frame, 1)
         node.create_subscription(ActionChunk, "/arm/action_chunk", lambda _: self.chunks.append(self.now()), 50)
-        node.create_subscription(Twist, "/cmd_vel", self._on_cmd_vel, 50)
+        node.create_subscription(TwistStamped, "/cmd_vel", self._on_cmd_vel, 50)  # as navigation_node sends it
         node.create_subscription(Image, "/oxygen/pool_image", lambda m: self.pool_images.append((self.now(), m)), 5)
         node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
 
@@ -85,8 +85,8 @@ class Recorder:
         self._node.destroy_subscription(self._frames)
         return self.frame
 
-    def _on_cmd_vel(self, msg: Twist) -> None:
-        self.cmd_vel.append((self.now(), msg.linear.x, msg.angular.z))
+    def _on_cmd_vel(self, msg: TwistStamped) -> None:
+        self.cmd_vel.append((self.now(), msg.twist.linear.x, msg.twist.angular.z))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:

@@ -49,6 +49,7 @@ def preset_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from oxygen_ros import simulation
     from oxygen_ros.supervisor import Supervisor
 
     try:
@@ -58,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # SIGTERM (systemd, docker stop, a test) is Ctrl-C: the same clean shutdown of every node.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    overrides = {"oxygen_inference": inference} if inference else None
+    overrides = simulation.parameters()  # `up` runs the simulator (camera_sim), as `demo` does
+    overrides["oxygen_inference"] |= inference
     try:
         with Supervisor(args.config, overrides, autostart=args.autostart) as graph:
             nodes = ", ".join(f"{name} (pid {pid})" for name, pid in graph.pids().items())

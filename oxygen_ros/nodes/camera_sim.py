@@ -6,9 +6,9 @@ The observation_id is the content hash of the frame alone, the same id the infer
 arrives on the camera topic, so both messages name one observation. All logic lives in ``oxygen_ros.perception``;
 this node declares parameters, ticks a timer and moves results into messages.
 
-With the simulator the loop is closed: geometry_msgs/Twist on `/cmd_vel` drives the simulated robot (so the frames
+With the simulator the loop is closed: the velocity command on `cmd_vel` (TwistStamped, or Twist) drives the simulated robot (so the frames
 and their descriptions change as it moves; a command older than CMD_TIMEOUT_S stops it, like a real base's
-watchdog) and each frame's true pose goes out as nav_msgs/Odometry on `/odom`, in metres in the `map` frame (the
+watchdog) and each frame's true pose goes out as nav_msgs/Odometry on `odom`, in metres in the `map` frame (the
 room: origin at its south-west corner, x east, y north; child frame `base_link`).
 """
 
@@ -17,7 +17,6 @@ from typing import Any
 import math
 import time
 
-from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
@@ -27,6 +26,7 @@ from std_msgs.msg import Header
 
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes.convert import rgb_to_image
+from oxygen_ros.nodes import velocity
 from oxygen_ros.nodes.declare import declare
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.observations import content_id
@@ -44,11 +44,12 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "rate_hz": (10.0, "frames (and observations) published per second; a video is replayed at this rate"),
     "width": (640, "simulated frame width in pixels (video and folder frames keep their size)"),
     "height": (480, "simulated frame height in pixels"),
-    "frame_id": ("camera", "header.frame_id of the images and observations"),
-    "camera_topic": ("/camera/image_raw", "sensor_msgs/Image output (sensor-data QoS)"),
-    "observation_topic": ("/oxygen/observation", "oxygen_ros/Observation output"),
-    "cmd_vel_topic": ("/cmd_vel", "geometry_msgs/Twist input driving the simulated robot (source sim)"),
-    "odom_topic": ("/odom", "nav_msgs/Odometry output: the simulated robot's pose in the map frame (source sim)"),
+    "frame_id": ("camera_optical_frame", "header.frame_id of the images and observations (REP 103 optical frame)"),
+    "camera_topic": ("camera/image_raw", "sensor_msgs/Image output (sensor-data QoS)"),
+    "observation_topic": ("oxygen/observation", "oxygen_ros/Observation output"),
+    "cmd_vel_topic": ("cmd_vel", "velocity command input driving the simulated robot (source sim)"),
+    "cmd_vel_stamped": (True, "cmd_vel is geometry_msgs/TwistStamped; false = Twist (as navigation_node sends)"),
+    "odom_topic": ("odom", "nav_msgs/Odometry output: the simulated robot's pose in the map frame (source sim)"),
 }
 
 
@@ -72,11 +73,13 @@ class CameraSim(Node):
         self._command_time = -math.inf
         if isinstance(self._source, SimSource):
             self._odometry = self.create_publisher(Odometry, value["odom_topic"], 10)
-            self.create_subscription(Twist, value["cmd_vel_topic"], self._on_cmd_vel, 10)
+            kind = velocity.command_type(value["cmd_vel_stamped"])
+            self.create_subscription(kind, value["cmd_vel_topic"], self._on_cmd_vel, 10)
         self.create_timer(1.0 / value["rate_hz"], self._tick)
 
-    def _on_cmd_vel(self, msg: Twist) -> None:
-        self._source.command = (msg.linear.x * 100.0, msg.angular.z)
+    def _on_cmd_vel(self, msg: velocity.Command) -> None:
+        twist = velocity.twist_of(msg)
+        self._source.command = (twist.linear.x * 100.0, twist.angular.z)
         self._command_time = time.monotonic()
 
     def _tick(self) -> None:

@@ -34,7 +34,7 @@ class GenerateServer:
                  callback_group: Any) -> None:  # fmt: skip
         self._serving, self._wait = serving, wait
         self._requests: dict[bytes, tuple[AsyncEngine, str]] = {}  # goal id -> (engine, request id), while running
-        self.server = ActionServer(node, Generate, "/oxygen/generate", execute_callback=self._execute,
+        self.server = ActionServer(node, Generate, "oxygen/generate", execute_callback=self._execute,
                                    goal_callback=lambda _: GoalResponse.ACCEPT, cancel_callback=self._cancel,
                                    callback_group=callback_group)  # fmt: skip
 

@@ -30,19 +30,27 @@ from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.latest_frame import LatestFrame
 from oxygen_ros.nodes.qos import SERVICE_QUEUE
-from oxygen_ros.nodes.served_model import ServedModel
+from oxygen_ros.nodes.served_model import STATS_SERVICE, STATS_TOPIC, ServedModel
 from oxygen_ros.srv import CancelTask, Infer
 
-SERVICE = "/oxygen/infer"
-GENERATE = "/oxygen/generate"
-REQUEST_TOPIC = f"rq{SERVICE}Request"  # the service's request topic as DDS names it (every DDS rmw): its readers
-CANCEL_SERVICE = "/oxygen/cancel_task"
+SERVICE = "oxygen/infer"
+GENERATE = "oxygen/generate"
+CANCEL_SERVICE = "oxygen/cancel_task"
 _POLL_S = 0.05  # how often a call waiting for the service to appear looks for it again
 FEEDBACK_EVERY = 4  # tokens per streamed piece: a few words at a time, not a message per token
 # A Generate goal is an Infer request's text fields (plus feedback_every); its result is an Infer response's fields
 GOAL_FIELDS = [name for name in Generate.Goal.get_fields_and_field_types() if name != "feedback_every"]
 RESULT_FIELDS = list(Generate.Result.get_fields_and_field_types())
 TextCallback = Callable[[str, int], None]  # (the answer's text added since the last call, tokens decoded so far)
+
+
+def inference_at(namespace: str) -> list[str]:
+    """ROS arguments pointing a task node at the inference node of ``namespace`` ('/' = the root) instead of its own
+    namespace's, so several robots share one pool; the task ids carry each task node's full name, so their requests
+    and per-task KV reports stay apart."""
+    target = namespace.rstrip("/")
+    names = (SERVICE, GENERATE, CANCEL_SERVICE, STATS_TOPIC, STATS_SERVICE)
+    return ["--ros-args", *(arg for name in names for arg in ("-r", f"{name}:={target}/{name}"))]
 
 
 def error(code: ErrorCode, message: str) -> Infer.Response:
@@ -60,6 +68,9 @@ class InferClient:
                                       goal_service_qos_profile=SERVICE_QUEUE, result_service_qos_profile=SERVICE_QUEUE,
                                       cancel_service_qos_profile=SERVICE_QUEUE)  # fmt: skip
         self.model = ServedModel(node, group, wait_s)
+        # the service's request topic as DDS names it (every DDS rmw), for the node's namespace and remaps
+        self.service = node.resolve_service_name(SERVICE)  # the full name, as messages quote it
+        self._request_topic = f"rq{self.service}Request"
         self.wait_s, self.timeout_s = wait_s, timeout_s
 
     def ready(self, streaming: bool = False) -> bool:
@@ -102,7 +113,7 @@ class InferClient:
         """One request; with ``on_text`` its text answer streams through `/oxygen/generate` (actions are not
         streamed) and ``on_text(piece, tokens)`` runs on each feedback, the pieces adding up to the answer."""
         if not await self.available(streaming=on_text is not None):
-            return error(ErrorCode.UNAVAILABLE, f"{SERVICE} is not available (is the inference node running?)")
+            return error(ErrorCode.UNAVAILABLE, f"{self.service} is not available (is the inference node running?)")
         if request.want_text and not request.deadline_s:
             request.deadline_s = self.timeout_s
         servers = self._servers()
@@ -114,8 +125,8 @@ class InferClient:
         if ok:
             return response
         if self._gone(servers):
-            return error(ErrorCode.UNAVAILABLE, f"{SERVICE} went away while answering (did the inference node die?)")
-        return error(ErrorCode.DEADLINE_EXCEEDED, f"{SERVICE} did not answer within {self.timeout_s:g} s")
+            return error(ErrorCode.UNAVAILABLE, f"{self.service} went away while answering (did the inference node die?)")
+        return error(ErrorCode.DEADLINE_EXCEEDED, f"{self.service} did not answer within {self.timeout_s:g} s")
 
     async def _ask(self, request: Infer.Request, give_up: Callable[[], bool]) -> tuple[bool, Any]:
         future = self._client.call_async(request)
@@ -144,7 +155,7 @@ class InferClient:
 
     def _servers(self) -> set[bytes]:
         """The ids of the servers' request readers now (empty where the rmw does not name them)."""
-        readers = self._node.get_subscriptions_info_by_topic(REQUEST_TOPIC, no_mangle=True)
+        readers = self._node.get_subscriptions_info_by_topic(self._request_topic, no_mangle=True)
         return {bytes(reader.endpoint_gid) for reader in readers}
 
     def _gone(self, servers: set[bytes]) -> bool:

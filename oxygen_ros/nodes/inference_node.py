@@ -36,6 +36,7 @@ from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
 from oxygen_ros.engine.pacing import FramePacer
 from oxygen_ros.engine.sampling import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.models.registry import VLA_MODELS
 from oxygen_ros.msg import KvPoolStats
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes import bounds, convert, health, params
@@ -51,6 +52,7 @@ from oxygen_ros.viz.pool_map import draw_pool_image, pool_map
 T = TypeVar("T")
 NODE_NAME = "oxygen_inference"
 PREFILL_TASK = "oxygen/eager_prefill"
+RANDOM_WEIGHTS = "the model has random weights"
 
 
 class InferenceNode(LifecycleNode):
@@ -66,16 +68,17 @@ class InferenceNode(LifecycleNode):
         self._engine: AsyncEngine | None = None
         self._ring: ObservationRing | None = None
         self._settings: params.NodeParams | None = None
+        self._random_weights = False  # the loaded model's weights are seeded noise (registry.VLA_MODELS)
         self._inputs: list[Any] = []  # subscriptions made by configure
         self._timer: Any = None  # the pool publishing timer made by configure
         self._outputs: dict[str, Any] = {}  # lifecycle publishers made by configure
         self._drawing = False
         self._last_report: ServingStats | None = None
         queue = SERVICE_QUEUE  # a burst from many task nodes reaches the engine's bounded queue (nodes/qos.py)
-        self.create_service(Infer, "/oxygen/infer", self._on_infer, qos_profile=queue, callback_group=self._group)
-        self.create_service(GetPoolStats, "/oxygen/get_pool_stats", self._on_get_pool_stats, qos_profile=queue,
+        self.create_service(Infer, "oxygen/infer", self._on_infer, qos_profile=queue, callback_group=self._group)
+        self.create_service(GetPoolStats, "oxygen/get_pool_stats", self._on_get_pool_stats, qos_profile=queue,
                             callback_group=self._group)  # fmt: skip
-        self.create_service(CancelTask, "/oxygen/cancel_task", self._on_cancel_task, qos_profile=queue,
+        self.create_service(CancelTask, "oxygen/cancel_task", self._on_cancel_task, qos_profile=queue,
                             callback_group=self._group)  # fmt: skip
         self._generate = GenerateServer(self, self._serving, self._await, self._group)  # before the node spins
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -116,13 +119,14 @@ class InferenceNode(LifecycleNode):
                                      callback_group=group),
         ]  # fmt: skip
         publishers = {
-            "stats": self.create_lifecycle_publisher(KvPoolStats, "/oxygen/pool_stats", 10),
-            "markers": self.create_lifecycle_publisher(MarkerArray, "/oxygen/pool_markers", 1),
-            "image": self.create_lifecycle_publisher(Image, "/oxygen/pool_image", 1),
+            "stats": self.create_lifecycle_publisher(KvPoolStats, "oxygen/pool_stats", 10),
+            "markers": self.create_lifecycle_publisher(MarkerArray, "oxygen/pool_markers", 1),
+            "image": self.create_lifecycle_publisher(Image, "oxygen/pool_image", 1),
         }
         with self._lock:
             pacer = FramePacer(settings.decode_steps_per_frame) if settings.frame_pacing else None
             self._engine, self._settings = AsyncEngine(engine, pacer=pacer), settings
+            self._random_weights = engine_config.model in VLA_MODELS
             self._ring = ObservationRing(
                 settings.observation_ring, settings.observation_keep_s, settings.observation_ring_bytes
             )
@@ -223,6 +227,9 @@ class InferenceNode(LifecycleNode):
             engine, ring, settings, state = self._engine, self._ring, self._settings, self._state
         if state != "active":
             return convert.error_response(response, ErrorCode.FAILED_PRECONDITION, f"node is not active ({state})")
+        if request.want_actions and self._random_weights and not settings.allow_random_weights:
+            message = f"{RANDOM_WEIGHTS}: its actions are noise (allow_random_weights: true for a simulator or a test)"
+            return convert.error_response(response, ErrorCode.FAILED_PRECONDITION, message)
         try:
             convert.check_infer_request(request, settings.max_prompt_chars)
             observation = self._observation_of(request, ring, settings)

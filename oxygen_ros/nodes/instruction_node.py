@@ -11,8 +11,10 @@ with none, the arm holds still.
 Each goal first asks `/oxygen/infer` for actions (want_actions, deadline 1/rate_hz). A VLA model (pi05-*) answers
 with a chunk and the goal runs on the model: each tick asks for the next chunk (one in flight at a time, due
 within the period) and publishes it on arrival; a late one is dropped, so the rate is what the model sustains. FAILED_PRECONDITION (no action head) selects the
-controller path. Every chunk goes out on `/arm/action_chunk` (ActionChunk), on `/arm/joint_trajectory`
-(JointTrajectory whose joints are the action dimensions) and as feedback with the newest narration. The result
+controller path. Every chunk goes out on `arm/action_chunk` (ActionChunk: the controller's are Cartesian
+end-effector waypoints, ``reach.ACTION_NAMES``, never dressed as joints) and as feedback with the newest narration;
+a joint-space model's chunk also goes out on `arm/joint_trajectory` (trajectory_msgs/JointTrajectory for a
+ros2_control joint_trajectory_controller) when `joint_names` names as many joints as it has action dimensions. The result
 counts the chunks and measures the rate: (chunks - 1) / (time between the first and the last chunk).
 
 A bad goal (empty instruction, rate_hz < 0.01 or > max_rate_hz, duration_s < 0, NaN or over a day) is accepted and
@@ -30,6 +32,9 @@ from typing import Any
 
 import numpy as np
 from builtin_interfaces.msg import Duration
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.parameter import Parameter
 from oxygen_ros.nodes.executor import Executor
 from rclpy.timer import Timer
 from std_msgs.msg import Header
@@ -39,9 +44,9 @@ from oxygen_ros.action import FollowInstruction
 from oxygen_ros.control import reach
 from oxygen_ros.errors import NO_ACTION_HEAD, EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
-from oxygen_ros.nodes import bounds
+from oxygen_ros.nodes import bounds, latest_frame
 from oxygen_ros.nodes.convert import action_chunk
-from oxygen_ros.nodes.declare import Table, keep_positive
+from oxygen_ros.nodes.declare import Ranges, Table, keep_positive
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.task_action import TaskActionNode
@@ -57,7 +62,16 @@ PARAMETERS: Table = {
     "max_new_tokens": (24, "narration token budget"),
     "infer_timeout_s": (60.0, "longest wait for /oxygen/infer to answer, seconds"),
     "service_wait_s": (1.0, "how long to wait for /oxygen/infer to appear before aborting UNAVAILABLE, seconds"),
-    "observation_topic": ("/oxygen/observation", "oxygen_ros/Observation input: the frames the target is found in"),
+    **latest_frame.PARAMETERS,
+}
+JOINT_NAMES = "joint_names"  # a string array: not in the table (an empty array cannot be a YAML default)
+RANGES: Ranges = {
+    "max_rate_hz": (0.0, 1000.0),
+    "horizon": (1, 1000),
+    "narration_period_s": (0.0, 3600.0),
+    "max_new_tokens": (1, 4096),
+    "infer_timeout_s": (0.0, 3600.0),
+    "service_wait_s": (0.0, 600.0),
 }
 
 
@@ -85,11 +99,18 @@ class InstructionNode(TaskActionNode[Stream]):
     """Raises ValueError naming a bad parameter."""
 
     def __init__(self, **kwargs: Any) -> None:
-        positive = [name for name in PARAMETERS if name != "observation_topic"]
-        super().__init__(NODE_NAME, FollowInstruction, "/follow_instruction", PARAMETERS, positive, **kwargs)
-        keep_positive(self, *positive)
-        self._chunks = self.create_publisher(ActionChunk, "/arm/action_chunk", 10)
-        self._trajectories = self.create_publisher(JointTrajectory, "/arm/joint_trajectory", 10)
+        numbers = list(RANGES)  # all read once (settings): read-only, so a later set is refused, not ignored
+        super().__init__(
+            NODE_NAME, FollowInstruction, "follow_instruction", PARAMETERS, numbers, RANGES, list(PARAMETERS), **kwargs
+        )
+        keep_positive(self, *numbers)
+        description = "the arm's joints, in the order of a joint-space model's action dimensions (ros2_control)"
+        self.declare_parameter(
+            JOINT_NAMES, Parameter.Type.STRING_ARRAY, ParameterDescriptor(description=description, read_only=True)
+        )
+        self._joint_names = joint_names(self)
+        self._chunks = self.create_publisher(ActionChunk, "arm/action_chunk", 10)
+        self._trajectories = self.create_publisher(JointTrajectory, "arm/joint_trajectory", 10)
 
     def check(self, goal: FollowInstruction.Goal) -> None:
         bounds.text("instruction", goal.instruction, bounds.TEXT_CHARS)
@@ -198,22 +219,14 @@ class InstructionNode(TaskActionNode[Stream]):
         stream.chunks_sent += 1
         chunk.header.frame_id = BASE_FRAME
         self._chunks.publish(chunk)
-        self._trajectories.publish(self._trajectory(chunk, stream.vla))
+        if stream.vla and len(self._joint_names) == chunk.action_dim:
+            self._trajectories.publish(trajectory(chunk, self._joint_names))
+        elif stream.vla:
+            self.get_logger().warning(
+                f"no arm/joint_trajectory: the model's {chunk.action_dim} action dimensions need as many "
+                f"{JOINT_NAMES}, {len(self._joint_names)} are set", throttle_duration_sec=10.0)  # fmt: skip
         feedback = FollowInstruction.Feedback(chunk=chunk, narration=stream.narration)
         stream.run.goal_handle.publish_feedback(feedback)
-
-    @staticmethod
-    def _trajectory(chunk: ActionChunk, vla: bool) -> JointTrajectory:
-        """The chunk's rows as trajectory points, one period apart; the joints are the action dimensions."""
-        names = [f"action_{i}" for i in range(chunk.action_dim)] if vla else list(reach.ACTION_NAMES)
-        rows = np.asarray(chunk.actions, dtype=np.float64).reshape(chunk.horizon, chunk.action_dim)
-        points = []
-        for i, row in enumerate(rows, start=1):
-            seconds = i * chunk.period_s
-            since = Duration(sec=int(seconds), nanosec=int(round(seconds % 1 * 1e9)) % 1_000_000_000)
-            points.append(JointTrajectoryPoint(positions=row.tolist(), time_from_start=since))
-        header = Header(stamp=chunk.header.stamp, frame_id=BASE_FRAME)
-        return JointTrajectory(header=header, joint_names=names, points=points)
 
     async def _ask_actions(self, stream: Stream) -> None:
         try:
@@ -232,6 +245,30 @@ class InstructionNode(TaskActionNode[Stream]):
         text = await self.language_head(stream.run, "instruction", prompt)
         if text is not None:
             stream.narration = text
+
+
+def joint_names(node: InstructionNode) -> list[str]:
+    """The configured joint names ([] when none are: then no JointTrajectory is sent); ValueError for an empty or
+    repeated name, or more than ``bounds.STATE`` of them."""
+    try:
+        names = list(node.get_parameter(JOINT_NAMES).value)
+    except ParameterUninitializedException:
+        return []
+    if len(names) > bounds.STATE or len(set(names)) != len(names) or not all(names):
+        node.destroy_node()
+        raise ValueError(f"parameter {JOINT_NAMES} must be distinct non-empty names (at most {bounds.STATE}): {names}")
+    return names
+
+
+def trajectory(chunk: ActionChunk, names: list[str]) -> JointTrajectory:
+    """A joint-space chunk's rows as trajectory points one period apart, for a joint_trajectory_controller."""
+    rows = np.asarray(chunk.actions, dtype=np.float64).reshape(chunk.horizon, chunk.action_dim)
+    points = []
+    for i, row in enumerate(rows, start=1):
+        seconds = i * chunk.period_s
+        since = Duration(sec=int(seconds), nanosec=int(round(seconds % 1 * 1e9)) % 1_000_000_000)
+        points.append(JointTrajectoryPoint(positions=row.tolist(), time_from_start=since))
+    return JointTrajectory(header=Header(stamp=chunk.header.stamp), joint_names=names, points=points)
 
 
 def main(args: list[str] | None = None) -> int:

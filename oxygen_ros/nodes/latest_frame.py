@@ -1,10 +1,13 @@
 """The newest camera frame a task node has seen, with its detections computed once, when first asked for, and
 its images to send a model that reads them.
 
-Task nodes subscribe to `/oxygen/observation` (camera_sim's frames with their scene text) and read positions from
-the pixels with the same detector the describer uses, so the controllers and the language model see one frame. A
-frame out of ``bounds`` (an id too long to ask about, too many images or state values) is ignored; an image that
-cannot be decoded has no detections.
+Frames come from the robot's camera (`camera_topic`, sensor_msgs/Image, sensor-data QoS), each made the same
+observation the inference node makes of it (its content hash names it), and from `observation_topic` (camera_sim's
+frames with their scene text, the same ids). Positions are read from the pixels with the OpenCV detector only with
+``use_sim``: it is tuned to camera_sim's coloured shapes, and on a real camera its "obstacles" and "targets" would be
+noise steering a real robot (there the base's own safety layer, e.g. nav2's costmaps, stops it). A frame out of
+``bounds`` (an id too long to ask about, too many images or state values, an image too large) is ignored; an image
+that cannot be decoded has no detections.
 """
 
 import math
@@ -13,21 +16,44 @@ import time
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import Image
 
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.errors import EngineError
 from oxygen_ros.nodes.convert import check_observation, image_to_rgb
+from oxygen_ros.nodes.declare import Table
+from oxygen_ros.observations import content_id
 from oxygen_ros.perception.detect import Detections, detect
+
+PARAMETERS: Table = {
+    "camera_topic": ("camera/image_raw", "sensor_msgs/Image input (sensor-data QoS): the robot's camera"),
+    "observation_topic": ("oxygen/observation", "oxygen_ros/Observation input: camera_sim's frames with their text"),
+    "use_sim": (False, "frames are camera_sim's: trust the OpenCV detector (tuned to its scene) for positions"),
+}
 
 
 class LatestFrame:
-    def __init__(self, node: Node, topic: str, group: CallbackGroup) -> None:
+    def __init__(self, node: Node, settings: dict, group: CallbackGroup) -> None:
         self._logger = node.get_logger()
+        self._use_sim = settings["use_sim"]
         self._lock = threading.Lock()
         self._msg: ObservationMsg | None = None
         self._received = -math.inf
         self._detected: tuple[str, Detections | None] = ("", None)
-        node.create_subscription(ObservationMsg, topic, self._on_observation, 1, callback_group=group)
+        node.create_subscription(ObservationMsg, settings["observation_topic"], self._on_observation, 1,
+                                 callback_group=group)  # fmt: skip
+        node.create_subscription(Image, settings["camera_topic"], self._on_image, qos_profile_sensor_data,
+                                 callback_group=group)  # fmt: skip
+
+    def _on_image(self, msg: Image) -> None:
+        """A camera frame as an observation named by its content hash, as the inference node names it."""
+        try:
+            observation_id = content_id("", [image_to_rgb(msg)], [])
+        except EngineError as exc:
+            self._logger.warning(f"ignoring a camera frame: {exc.message}", throttle_duration_sec=5.0)
+            return
+        self._on_observation(ObservationMsg(header=msg.header, observation_id=observation_id, images=[msg]))
 
     def _on_observation(self, msg: ObservationMsg) -> None:
         try:
@@ -58,11 +84,11 @@ class LatestFrame:
         return [ObservationMsg(header=msg.header, images=list(msg.images[:max_images]))]
 
     def detections(self) -> Detections | None:
-        """The newest frame's detections; None before the first frame, or when it carries no image (text only)
-        or one the detector cannot read."""
+        """The newest frame's detections; None without ``use_sim``, before the first frame, or when it carries no
+        image (text only) or one the detector cannot read."""
         with self._lock:
             msg, (seen_id, seen) = self._msg, self._detected
-        if msg is None or not msg.images:
+        if not self._use_sim or msg is None or not msg.images:
             return None
         if msg.observation_id == seen_id and seen_id:
             return seen

@@ -3,7 +3,7 @@
 Coordinates: the target's frame must be `map` (the ``frame_id`` parameter; '' is taken as it), which camera_sim's
 `/odom` uses too: the simulated room in metres, origin at its south-west corner, x east, y north. At
 `replan_rate_hz` the node reads the newest odometry and camera frame, replans a straight line to the target
-(nav_msgs/Path on `/plan`) and sends a unicycle command (geometry_msgs/Twist on `/cmd_vel`,
+(nav_msgs/Path on `plan`) and sends a unicycle command (TwistStamped, or Twist, on `cmd_vel`,
 ``oxygen_ros.control.unicycle``). Safety stop: when the newest frame shows an obstacle in front of the robot closer
 than `safety_clearance_cm` (gap between the bodies, from the detector), it sends a zero Twist and the feedback says
 why; the obstacle in the simulator walks on, and the robot drives again once it is clear. The target's orientation
@@ -19,8 +19,9 @@ and on each replan for a goal that came before any odometry; non-finite odometry
 STALE_S came for `blocked_timeout_s` (the robot stands still meanwhile); OBSTACLE after `blocked_timeout_s` stopped
 for an obstacle (each reason counts its own time: a stop for an obstacle that turns into one for stale inputs starts
 over); DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer goal. Every ending
-sends a zero Twist. The parameters other than the topics and the `/oxygen/infer` waits may be changed while the
-node runs (`ros2 param set`): each replan reads them; the replan and reasoning rates apply from the next goal.
+sends a zero Twist. The numbers other than the `oxygen/infer` waits may be changed while the node runs (`ros2 param set`,
+within their ranges): each replan reads them; the replan and reasoning rates apply from the next goal. The rest is
+read once and read-only. Names are relative (`navigate`, `plan`, `odom`, `cmd_vel`), so a namespace moves them.
 """
 
 import math
@@ -40,15 +41,14 @@ from oxygen_ros.action import Navigate
 from oxygen_ros.control import unicycle
 from oxygen_ros.control.unicycle import Pose2D
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes import bounds
-from oxygen_ros.nodes.declare import Table, current, keep_positive
+from oxygen_ros.nodes import bounds, latest_frame, velocity
+from oxygen_ros.nodes.declare import Ranges, Table, current, keep_positive
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.task_action import TaskActionNode
 
 NODE_NAME = "navigation_node"
 STALE_S = 1.0  # odometry or camera frames older than this are no basis for driving: the robot stops
-TOPICS = ("frame_id", "odom_topic", "observation_topic", "cmd_vel_topic")
 PARAMETERS: Table = {
     "replan_rate_hz": (5.0, "how often the path and the velocity command are recomputed, per second"),
     "safety_clearance_cm": (25.0, "stop when an obstacle ahead is closer than this (gap between the bodies), cm"),
@@ -65,10 +65,28 @@ PARAMETERS: Table = {
     "max_new_tokens": (24, "reasoning token budget"),
     "infer_timeout_s": (60.0, "longest wait for /oxygen/infer to answer, seconds"),
     "service_wait_s": (1.0, "how long to wait for /oxygen/infer to appear before aborting UNAVAILABLE, seconds"),
-    "frame_id": ("map", "the frame of targets, odometry and /plan"),
-    "odom_topic": ("/odom", "nav_msgs/Odometry input: the robot's pose in frame_id"),
-    "observation_topic": ("/oxygen/observation", "oxygen_ros/Observation input: the frames obstacles are found in"),
-    "cmd_vel_topic": ("/cmd_vel", "geometry_msgs/Twist output"),
+    "frame_id": ("map", "the frame of targets, odometry and plan"),
+    "odom_topic": ("odom", "nav_msgs/Odometry input: the robot's pose in frame_id (others are ignored)"),
+    "cmd_vel_topic": ("cmd_vel", "velocity command output (geometry_msgs/TwistStamped, or Twist: cmd_vel_stamped)"),
+    "cmd_vel_stamped": (True, "send TwistStamped (Jazzy's diff_drive_controller, nav2); false = Twist (older stacks)"),
+    **latest_frame.PARAMETERS,
+}
+# Read once, at start: refused when set later (read_only). The others are read on every replan.
+READ_ONCE = ["service_wait_s", "infer_timeout_s", "frame_id", "odom_topic", "cmd_vel_topic", "cmd_vel_stamped",
+             *latest_frame.PARAMETERS]  # fmt: skip
+RANGES: Ranges = {
+    "replan_rate_hz": (0.0, 100.0),
+    "safety_clearance_cm": (0.0, 1000.0),
+    "goal_tolerance_m": (0.0, 10.0),
+    "max_target_distance_m": (0.0, 1e4),
+    "max_linear_mps": (0.0, 10.0),
+    "max_angular_rps": (0.0, 20.0),
+    "blocked_timeout_s": (0.0, 3600.0),
+    "max_duration_s": (0.0, bounds.GOAL_DURATION_S),
+    "reasoning_period_s": (0.0, 3600.0),
+    "max_new_tokens": (1, 4096),
+    "infer_timeout_s": (0.0, 3600.0),
+    "service_wait_s": (0.0, 600.0),
 }
 
 
@@ -94,21 +112,28 @@ class NavigationNode(TaskActionNode[Trip]):
     """Raises ValueError naming a bad parameter."""
 
     def __init__(self, **kwargs: Any) -> None:
-        tunable = [name for name in PARAMETERS if name not in TOPICS]
-        super().__init__(NODE_NAME, Navigate, "/navigate", PARAMETERS, tunable, **kwargs)
-        keep_positive(self, *tunable)
+        numbers = list(RANGES)
+        super().__init__(NODE_NAME, Navigate, "navigate", PARAMETERS, numbers, RANGES, READ_ONCE, **kwargs)
+        keep_positive(self, *numbers)
         self._replans = MutuallyExclusiveCallbackGroup()  # one replan at a time, never behind other callbacks
         self._lock = threading.Lock()
         self._pose: tuple[Pose2D, float] | None = None  # and when it arrived (monotonic seconds)
         odom_topic = self.settings["odom_topic"]
+        self._odom_name = self.resolve_topic_name(odom_topic)  # the full name, as messages quote it
         self.create_subscription(Odometry, odom_topic, self._on_odom, 10, callback_group=self.group)
-        self._cmd_vel = self.create_publisher(Twist, self.settings["cmd_vel_topic"], 10)
-        self._plan = self.create_publisher(Path, "/plan", 1)
+        self._stamped = self.settings["cmd_vel_stamped"]
+        self._cmd_vel = self.create_publisher(velocity.command_type(self._stamped), self.settings["cmd_vel_topic"], 10)
+        self._plan = self.create_publisher(Path, "plan", 1)
 
     def _on_odom(self, msg: Odometry) -> None:
+        frame_id = self.settings["frame_id"]
+        if msg.header.frame_id not in ("", frame_id):  # a pose in another frame would be compared with map targets
+            self.get_logger().warning(f"ignoring odometry in frame {msg.header.frame_id!r}: targets are in "
+                                      f"{frame_id!r}", throttle_duration_sec=5.0)  # fmt: skip
+            return
         pose = Pose2D(msg.pose.pose.position.x, msg.pose.pose.position.y, yaw_of(msg))
         if not all(math.isfinite(v) for v in (pose.x, pose.y, pose.yaw)):  # no basis for driving: it goes stale
-            self.get_logger().warning(f"ignoring a non-finite pose on {self.settings['odom_topic']}: {pose}",
+            self.get_logger().warning(f"ignoring a non-finite pose on {self._odom_name}: {pose}",
                                       throttle_duration_sec=5.0)  # fmt: skip
             return
         with self._lock:
@@ -121,7 +146,7 @@ class NavigationNode(TaskActionNode[Trip]):
         axes = {f"position.{a}": getattr(p, a) for a in "xyz"} | {f"orientation.{a}": getattr(q, a) for a in "xyzw"}
         for name, value in axes.items():
             bounds.finite(f"target pose {name}", value)
-        frame_id = self.get_parameter("frame_id").value
+        frame_id = self.settings["frame_id"]
         bounds.text("target frame_id", target.header.frame_id, bounds.ID_CHARS)
         if target.header.frame_id not in ("", frame_id):
             raise EngineError(
@@ -134,7 +159,7 @@ class NavigationNode(TaskActionNode[Trip]):
 
     async def prepare(self, run: GoalRun, goal: Navigate.Goal) -> Trip | None:
         if not await self.infer.available():
-            run.end(ErrorCode.UNAVAILABLE, "/oxygen/infer is not available (is the inference node running?)")
+            run.end(ErrorCode.UNAVAILABLE, f"{self.infer.service} is not available (is the inference node running?)")
             return None
         target = (goal.target.pose.position.x, goal.target.pose.position.y)
         self.get_logger().info(f"{run.task_id}: to ({target[0]:.2f}, {target[1]:.2f}) {goal.instruction!r}")
@@ -154,7 +179,10 @@ class NavigationNode(TaskActionNode[Trip]):
         result.distance_remaining = trip.distance  # NaN when no odometry ever arrived: unknown, not "arrived"
 
     def stopped(self) -> None:
-        self._cmd_vel.publish(Twist())
+        self._send(Twist())
+
+    def _send(self, twist: Twist) -> None:
+        self._cmd_vel.publish(velocity.command(twist, self._stamped, self.get_clock().now().to_msg()))
 
     def _tick(self, trip: Trip) -> None:
         """One replan: end the goal when due, else stop (obstacle ahead, stale inputs) or drive a fresh straight
@@ -190,7 +218,7 @@ class NavigationNode(TaskActionNode[Trip]):
             if now - trip.blocked[1] >= settings["blocked_timeout_s"]:
                 trip.run.end(code, f"{why}; stopped for {settings['blocked_timeout_s']:g} s")
                 return
-        self._cmd_vel.publish(cmd)
+        self._send(cmd)
         feedback = Navigate.Feedback(cmd=cmd, reasoning=why, distance_remaining=trip.distance)
         trip.run.goal_handle.publish_feedback(feedback)
 
@@ -204,7 +232,7 @@ class NavigationNode(TaskActionNode[Trip]):
     def _stop_reason(self, odom_age: float, settings: dict[str, Any]) -> tuple[ErrorCode | None, str]:
         """Why the robot must stand still now, as (the code if it lasts, the reason); (None, '') = it may drive.
         Without recent odometry and camera frames it cannot know where it is or what is ahead."""
-        for what, age in ((f"odometry on {settings['odom_topic']}", odom_age), ("camera frame", self.frame.age())):
+        for what, age in ((f"odometry on {self._odom_name}", odom_age), ("camera frame", self.frame.age())):
             if age > STALE_S:
                 return ErrorCode.UNAVAILABLE, f"stopped: no {what} in the last {STALE_S:g} s"
         detections = self.frame.detections()
@@ -218,7 +246,7 @@ class NavigationNode(TaskActionNode[Trip]):
 
     def _publish_plan(self, pose: Pose2D, target: tuple[float, float]) -> None:
         path = Path()
-        path.header.frame_id = self.get_parameter("frame_id").value
+        path.header.frame_id = self.settings["frame_id"]
         path.header.stamp = self.get_clock().now().to_msg()
         for x, y in unicycle.straight_path(pose, target):
             waypoint = PoseStamped(header=path.header)

@@ -19,8 +19,8 @@ from oxygen_ros.observations import RING_BYTES
 
 @dataclass
 class NodeParams:
-    camera_topic: str = "/camera/image_raw"
-    observation_topic: str = "/oxygen/observation"
+    camera_topic: str = "camera/image_raw"
+    observation_topic: str = "oxygen/observation"
     observation_ring: int = 8
     observation_keep_s: float = 5.0
     observation_ring_bytes: int = RING_BYTES
@@ -33,6 +33,7 @@ class NodeParams:
     action_period_s: float = 0.02
     frame_pacing: bool = True
     decode_steps_per_frame: int = 0
+    allow_random_weights: bool = False
 
     def validate(self) -> None:
         def bad(msg: str) -> EngineError:
@@ -110,6 +111,8 @@ DESCRIPTIONS: dict[str, str] = {
     "action_period_s": "time between consecutive steps of an action chunk (ActionChunk.period_s), seconds",
     "frame_pacing": "hold language steps that would delay the next chunk of an action stream (period learned from arrivals)",
     "decode_steps_per_frame": "with frame_pacing: language steps between two action chunks; 0 = as many as fit",
+    "allow_random_weights": "serve action chunks from a random-weight model (pi05-tiny, pi05-full): simulation and "
+    "tests only; false refuses them FAILED_PRECONDITION, so noise never reaches an arm",
 }
 
 

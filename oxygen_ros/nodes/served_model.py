@@ -17,8 +17,8 @@ from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.qos import SERVICE_QUEUE
 from oxygen_ros.srv import GetPoolStats
 
-STATS_TOPIC = "/oxygen/pool_stats"
-STATS_SERVICE = "/oxygen/get_pool_stats"
+STATS_TOPIC = "oxygen/pool_stats"
+STATS_SERVICE = "oxygen/get_pool_stats"
 
 
 class ServedModel:

@@ -18,7 +18,7 @@ from rclpy.node import Node
 from rclpy.timer import Timer
 
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes.declare import Table, declare
+from oxygen_ros.nodes.declare import Ranges, Table, declare
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.infer_client import InferClient
 from oxygen_ros.nodes.latest_frame import LatestFrame
@@ -33,16 +33,25 @@ RESULT_KEEP_S = 300
 
 class TaskActionNode(Node, Generic[State]):
     """Subclasses implement ``check``, ``prepare``, ``start`` and ``finish`` (and ``stopped`` if they command
-    hardware). The table must hold ``service_wait_s``, ``infer_timeout_s`` and ``observation_topic``."""
+    hardware). The table must hold ``service_wait_s``, ``infer_timeout_s`` and latest_frame's PARAMETERS;
+    ``read_only`` names what is read once (``ranges``: see declare)."""
 
     def __init__(
-        self, name: str, action_type: Any, action_name: str, table: Table, positive: list[str], **kwargs: Any
+        self,
+        name: str,
+        action_type: Any,
+        action_name: str,
+        table: Table,
+        positive: list[str],
+        ranges: Ranges,
+        read_only: list[str],
+        **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
-        self.settings = declare(self, table, positive)
+        self.settings = declare(self, table, positive, ranges, read_only)
         self.group = ReentrantCallbackGroup()
         self.infer = InferClient(self, self.group, self.settings["service_wait_s"], self.settings["infer_timeout_s"])
-        self.frame = LatestFrame(self, self.settings["observation_topic"], self.group)
+        self.frame = LatestFrame(self, self.settings, self.group)
         self._action_type = action_type
         self._goal_ids = itertools.count()
         self._newest = -1  # the number of the latest goal accepted
@@ -89,7 +98,7 @@ class TaskActionNode(Node, Generic[State]):
     # --- the goal's life ----------------------------------------------------------------------------------------
     async def _execute(self, goal_handle: ServerGoalHandle) -> Any:
         number = self._newest = next(self._goal_ids)
-        run = GoalRun(self, goal_handle, f"{self.get_name()}/{number}")
+        run = GoalRun(self, goal_handle, f"{self.get_fully_qualified_name()}/{number}")
         goal, result = goal_handle.request, self._action_type.Result()
         try:
             self.check(goal)

@@ -10,8 +10,8 @@ for a question or observation_id over its ``bounds``, UNAVAILABLE when the infer
 question after it returns is answered), CANCELLED for a cancelled goal, and whatever the inference node says (e.g.
 NOT_FOUND for an unknown observation; it bounds max_new_tokens by its context).
 
-"The latest observation" ('') is the newest one received on `/oxygen/observation` (camera_sim's frames with their
-scene text). A model that reads images is sent that frame's images (InferClient.ask_about); a text-only model gets
+"The latest observation" ('') is the newest frame received on `camera_topic` or `observation_topic` (camera_sim's
+frames with their scene text; see latest_frame). A model that reads images is sent that frame's images (InferClient.ask_about); a text-only model gets
 it by id, named explicitly: the inference node also hears the bare camera image of a frame, which may arrive before
 its text, and a text-only model asked about that would see no scene at all. Only when the inference node does not
 know that frame (it just started) is its own latest observation used. A named observation is asked about by id.
@@ -30,8 +30,8 @@ from rclpy.node import Node
 
 from oxygen_ros.action import AskQuestion as AskQuestionAction
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes import bounds
-from oxygen_ros.nodes.declare import Table, declare
+from oxygen_ros.nodes import bounds, latest_frame
+from oxygen_ros.nodes.declare import Ranges, Table, declare
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.infer_client import InferClient, TextCallback
 from oxygen_ros.nodes.latest_frame import LatestFrame
@@ -45,8 +45,9 @@ PARAMETERS: Table = {
     "max_new_tokens": (32, "answer token budget when a request gives 0"),
     "infer_timeout_s": (60.0, "longest wait for /oxygen/infer to answer, seconds"),
     "service_wait_s": (1.0, "how long to wait for /oxygen/infer to appear before answering UNAVAILABLE, seconds"),
-    "observation_topic": ("/oxygen/observation", "oxygen_ros/Observation input: what 'the latest observation' is"),
+    **latest_frame.PARAMETERS,
 }
+RANGES: Ranges = {"max_new_tokens": (1, 4096), "infer_timeout_s": (0.0, 3600.0), "service_wait_s": (0.0, 600.0)}
 
 
 class VqaNode(Node):
@@ -54,14 +55,15 @@ class VqaNode(Node):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
-        value = declare(self, PARAMETERS, positive=("max_new_tokens", "infer_timeout_s", "service_wait_s"))
+        # every value is read once here: set later, it is refused (read_only) rather than silently ignored
+        value = declare(self, PARAMETERS, ("max_new_tokens", "infer_timeout_s", "service_wait_s"), RANGES, PARAMETERS)
         self._max_new_tokens = value["max_new_tokens"]
         group = ReentrantCallbackGroup()
         self._infer = InferClient(self, group, value["service_wait_s"], value["infer_timeout_s"])
         self._ids = itertools.count()
-        self.frame = LatestFrame(self, value["observation_topic"], group)
-        self.create_service(AskQuestion, "/vqa/ask", self._on_ask, qos_profile=SERVICE_QUEUE, callback_group=group)
-        self._server = ActionServer(self, AskQuestionAction, "/vqa/ask", execute_callback=self._on_goal,
+        self.frame = LatestFrame(self, value, group)
+        self.create_service(AskQuestion, "vqa/ask", self._on_ask, qos_profile=SERVICE_QUEUE, callback_group=group)
+        self._server = ActionServer(self, AskQuestionAction, "vqa/ask", execute_callback=self._on_goal,
                                     cancel_callback=self._on_cancel, callback_group=group,
                                     result_timeout=RESULT_KEEP_S, goal_service_qos_profile=SERVICE_QUEUE,
                                     result_service_qos_profile=SERVICE_QUEUE,
@@ -72,13 +74,13 @@ class VqaNode(Node):
         super().destroy_node()
 
     async def _on_ask(self, request: AskQuestion.Request, response: AskQuestion.Response) -> AskQuestion.Response:
-        return await self._answer(request, response, f"{NODE_NAME}/{next(self._ids)}")
+        return await self._answer(request, response, f"{self.get_fully_qualified_name()}/{next(self._ids)}")
 
     async def _on_goal(self, goal_handle: ServerGoalHandle) -> AskQuestionAction.Result:
         def relay(piece: str, tokens: int) -> None:
             goal_handle.publish_feedback(AskQuestionAction.Feedback(text=piece, generated_tokens=tokens))
 
-        result = await self._answer(goal_handle.request, AskQuestionAction.Result(), _task_of(goal_handle), relay)
+        result = await self._answer(goal_handle.request, AskQuestionAction.Result(), self._task_of(goal_handle), relay)
         if result.success:
             goal_handle.succeed()
         elif result.error_code == ErrorCode.CANCELLED.value and goal_handle.is_cancel_requested:
@@ -89,8 +91,13 @@ class VqaNode(Node):
 
     def _on_cancel(self, goal_handle: ServerGoalHandle) -> CancelResponse:
         """The goal's request is cancelled in the inference node: its result comes back CANCELLED at once."""
-        self._infer.cancel_task(_task_of(goal_handle))
+        self._infer.cancel_task(self._task_of(goal_handle))
         return CancelResponse.ACCEPT
+
+    def _task_of(self, goal_handle: ServerGoalHandle) -> str:
+        """A goal's task_id in the inference node, from its goal id: what its cancel cancels. The node's full
+        name keeps two robots' questions apart in the shared pool and its per-task KV report."""
+        return f"{self.get_fully_qualified_name()}/goal-{uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))}"
 
     async def _answer(self, request: Any, target: Any, task_id: str, on_text: TextCallback | None = None) -> Any:
         """Fill ``target`` (the service's response or the action's result) with the answer to ``request``."""
@@ -117,11 +124,6 @@ class VqaNode(Node):
         target.reused_image_tokens = out.reused_image_tokens
         target.latency_ms = (time.perf_counter() - start) * 1e3
         return target
-
-
-def _task_of(goal_handle: ServerGoalHandle) -> str:
-    """A goal's task_id in the inference node, from its goal id: what its cancel cancels."""
-    return f"{NODE_NAME}/goal-{uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))}"
 
 
 def check_question(request: AskQuestion.Request | AskQuestionAction.Goal) -> None:

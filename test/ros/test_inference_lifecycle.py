@@ -61,6 +61,7 @@ def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread):
         # a mixed-format pool: the image prefix at fp32 (shared with the eager prefill), the arm's own blocks int8
         Parameter("kv_task_dtypes", value=["instruction=int8"]),
         Parameter("kv_observation_dtype", value="fp32"),
+        Parameter("allow_random_weights", value=True),  # pi05-tiny's actions are asked for below
     ]
     node = InferenceNode(context=ros_context, parameter_overrides=overrides)
     client = Node("lifecycle_test_client", context=ros_context)

@@ -1,6 +1,6 @@
 """`navigation_node` through real rclpy nodes in the closed simulation loop (camera_sim drives the robot by
 /cmd_vel and publishes /odom) with the real SmolLM2 as language head: it reaches a target in the map frame, plans
-on /plan, stops for an obstacle ahead (OBSTACLE after the blocked timeout), cancels promptly with a zero Twist
+on /plan, stops for an obstacle ahead (OBSTACLE after the blocked timeout), cancels promptly with a zero TwistStamped
 and no KV block leaked, stands still without fresh odometry and frames, and answers INVALID_ARGUMENT / OUT_OF_RANGE
 / UNAVAILABLE with a clear code (a target 1e30 m away at once, without memory growth)."""
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 from action_msgs.msg import GoalStatus
-from geometry_msgs.msg import PoseStamped, Twist
+from geometry_msgs.msg import PoseStamped, Twist, TwistStamped
 from inference_client import MODEL_TIMEOUT, Capture
 from nav_msgs.msg import Odometry, Path
 from oxygen_ros.action import Navigate
@@ -28,7 +28,7 @@ def graph(ros_domain_id):
     parameters = {"service_wait_s": 0.5, "reasoning_period_s": 2.0, "max_new_tokens": 8}
     with task_graph(ros_domain_id, NavigationNode, **parameters) as (graph, node):
         graph.node = node
-        graph.cmd_vel = Capture(graph.client, Twist, "/cmd_vel", 100)
+        graph.cmd_vel = Capture(graph.client, TwistStamped, "/cmd_vel", 100)  # Jazzy's diff_drive_controller
         graph.plans = Capture(graph.client, Path, "/plan", 100)
         graph.odom = Capture(graph.client, Odometry, "/odom", 100)
         yield graph
@@ -40,6 +40,13 @@ def navigate(graph, x: float, y: float, frame_id: str = "map", instruction: str 
     target.pose.position.x, target.pose.position.y = x, y
     target.pose.orientation.w = 1.0
     return send_goal(graph.client, Navigate, "/navigate", Navigate.Goal(target=target, instruction=instruction))
+
+
+def twists(graph) -> list[Twist]:
+    """The velocity commands sent so far; each is stamped in the base frame (REP 105)."""
+    sent = list(graph.cmd_vel.messages)
+    assert all(msg.header.frame_id == "base_link" for msg in sent)
+    return [msg.twist for msg in sent]
 
 
 def tune(graph, **values) -> None:
@@ -91,9 +98,9 @@ def test_drives_to_the_target_in_the_map_frame(graph):
     out = goal.result(timeout=60.0)
     assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
     assert out.result.success and out.result.distance_remaining <= PARAMETERS["goal_tolerance_m"][0]
-    wait_until(lambda: graph.cmd_vel.messages[-1] == Twist(), 2.0, "a final zero Twist")
-    assert any(t.linear.x > 0.05 for t in graph.cmd_vel.messages), "it drove forwards"
-    assert any(abs(t.angular.z) > 0.1 for t in graph.cmd_vel.messages), "it turned towards the target"
+    wait_until(lambda: twists(graph)[-1] == Twist(), 2.0, "a final zero Twist")
+    assert any(t.linear.x > 0.05 for t in twists(graph)), "it drove forwards"
+    assert any(abs(t.angular.z) > 0.1 for t in twists(graph)), "it turned towards the target"
     time.sleep(0.5)  # camera_sim publishes the pose of the next frames
     end = position(graph.odom.messages[-1])
     assert math.dist(end, BELOW_THE_OBSTACLE) <= 0.12, end
@@ -117,7 +124,7 @@ def test_safety_stop_then_obstacle_after_the_blocked_timeout(graph):
     assert out.result.error_code == "OBSTACLE" and "safety stop" in out.result.message
     stops = [f for f in goal.feedback if f.reasoning.startswith("safety stop")]
     assert stops and all(f.cmd == Twist() for f in stops)
-    assert graph.cmd_vel.messages[-1] == Twist()
+    assert twists(graph)[-1] == Twist()
 
 
 def test_cancel_stops_the_robot_promptly_without_leaking_blocks(graph):
@@ -136,7 +143,7 @@ def test_cancel_stops_the_robot_promptly_without_leaking_blocks(graph):
     assert time.monotonic() - cancelled_at < 2.0
     assert out.status == GoalStatus.STATUS_CANCELED and out.result.error_code == "CANCELLED"
     assert 0 < out.result.distance_remaining < 1.6
-    wait_until(lambda: graph.cmd_vel.messages[-1] == Twist(), 2.0, "a zero Twist after the cancel")
+    wait_until(lambda: twists(graph)[-1] == Twist(), 2.0, "a zero Twist after the cancel")
     time.sleep(0.6)  # let camera_sim integrate the zero command
     here = position(graph.odom.messages[-1])
     time.sleep(0.6)

@@ -39,10 +39,10 @@ def test_up_layers_config_preset_and_model_and_no_autostart_leaves_the_node_unco
             client = Node("preset_test_client", context=context)
             with spin_nodes(context, client):
                 time.sleep(STAYS_S)
-                state = call_service(client, GetState, "/oxygen_inference/get_state", GetState.Request(), 30.0)
+                state = call_service(client, GetState, "/oxygen_inference/get_state", GetState.Request(), 30.0, resend_s=5.0)
                 assert state.current_state.label == "unconfigured", graph.log()[-4000:]
                 request = GetParameters.Request(names=NAMES)
-                reply = call_service(client, GetParameters, "/oxygen_inference/get_parameters", request, 30.0)
+                reply = call_service(client, GetParameters, "/oxygen_inference/get_parameters", request, 30.0, resend_s=5.0)
             assert [parameter_value_to_python(value) for value in reply.values] == _expected()
             assert graph.stop() == 0
     finally:
