@@ -93,6 +93,8 @@ def run(
         for n in counts:
             best = max(tokens_per_s(llama["shared"], n), tokens_per_s(llama["parallel"], n))
             metrics[f"ratio_vs_llamacpp_n{n}"] = tokens_per_s(ours["shared"], n) / best
+        # how far its Q4_1 answers follow the fp32 ones: the yardstick for a lossy weight format of ours (bf16)
+        metrics["llamacpp_greedy_agreement"] = _agreement(ours, llama, counts)
     details = {
         "threads": threads,
         "read_bandwidth_gb_s": bandwidth / 1e9,
