@@ -18,9 +18,14 @@ DISPLAYS = {
     "Odometry": "Odometry", "Pose": "PoseStamped", "PoseArray": "PoseArray", "PointCloud2": "PointCloud2",
     "LaserScan": "LaserScan", "Map": "OccupancyGrid", "TwistStamped": "TwistStamped",
 }  # fmt: skip
-# create_publisher(Type, "/topic", ...) and parameter tables of the form "x_topic": ("/topic", "pkg/Type output ...")
-PUBLISHER = re.compile(r'create_(?:lifecycle_)?publisher\(\s*(\w+),\s*"(/[^"]+)"')
-OUTPUT_PARAMETER = re.compile(r'"\w+_topic":\s*\(\s*"(/[^"]+)",\s*"\w+/(\w+) output')
+# create_publisher(Type, "topic", ...) and parameter tables of the form "x_topic": ("topic", "pkg/Type output ...");
+# names are relative (a namespaced bringup moves them), so rviz's absolute ones are those of a bringup without one
+PUBLISHER = re.compile(r'create_(?:lifecycle_)?publisher\(\s*(\w+),\s*"([^"]+)"')
+OUTPUT_PARAMETER = re.compile(r'"\w+_topic":\s*\(\s*"([^"]+)",\s*"\w+/(\w+) output')
+
+
+def _absolute(topic: str) -> str:
+    return topic if topic.startswith("/") else f"/{topic}"
 
 
 def published_topics() -> dict[str, str]:
@@ -28,8 +33,8 @@ def published_topics() -> dict[str, str]:
     topics: dict[str, str] = {}
     for source in (REPO / "oxygen_ros" / "nodes").glob("*.py"):
         text = source.read_text()
-        topics |= {topic: msg_type for msg_type, topic in PUBLISHER.findall(text)}
-        topics |= {topic: msg_type for topic, msg_type in OUTPUT_PARAMETER.findall(text)}
+        topics |= {_absolute(topic): msg_type for msg_type, topic in PUBLISHER.findall(text)}
+        topics |= {_absolute(topic): msg_type for topic, msg_type in OUTPUT_PARAMETER.findall(text)}
     return topics
 
 

@@ -7,7 +7,7 @@ import math
 import time
 
 import numpy as np
-from geometry_msgs.msg import Twist
+from geometry_msgs.msg import TwistStamped
 from nav_msgs.msg import Odometry
 from oxygen_ros.msg import Observation as ObservationMsg
 from rclpy.node import Node
@@ -40,7 +40,7 @@ def test_publishes_images_and_observations_of_the_same_frames(ros_context):
 
     image_ids = {}
     for image in images:
-        assert (image.encoding, image.width, image.height, image.header.frame_id) == ("rgb8", 320, 240, "camera")
+        assert (image.encoding, image.width, image.height, image.header.frame_id) == ("rgb8", 320, 240, "camera_optical_frame")
         rgb = image_to_rgb(image)
         image_ids[content_id("", [rgb], [])] = rgb
     matched = [obs for obs in observations if obs.observation_id in image_ids]
@@ -50,7 +50,7 @@ def test_publishes_images_and_observations_of_the_same_frames(ros_context):
         (attached,) = obs.images
         assert np.array_equal(image_to_rgb(attached), frame)
         assert obs.text and obs.text == describe(frame).text
-        assert obs.header.frame_id == "camera"
+        assert obs.header.frame_id == "camera_optical_frame"  # REP 103: z forward, x right, y down
     assert len({obs.observation_id for obs in observations}) == len(observations)  # the obstacle moves: new frames
 
 
@@ -68,9 +68,10 @@ def test_cmd_vel_drives_the_simulated_robot_and_odom_follows_the_frames(ros_cont
     observations: list[ObservationMsg] = []
     driver.create_subscription(Odometry, "/odom", odom.append, 10)
     driver.create_subscription(ObservationMsg, "/oxygen/observation", observations.append, 10)
-    cmd_vel = driver.create_publisher(Twist, "/cmd_vel", 10)
-    forward = Twist()
-    forward.linear.x = 0.3
+    cmd_vel = driver.create_publisher(TwistStamped, "/cmd_vel", 10)  # what nav2 / diff_drive_controller send
+    forward = TwistStamped()
+    forward.header.frame_id = "base_link"
+    forward.twist.linear.x = 0.3
     with spin_nodes(ros_context, camera, driver):
         wait_until(lambda: len(odom) >= 2, timeout=20.0, what="odometry")
         start = odom[-1]
