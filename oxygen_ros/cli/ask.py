@@ -1,7 +1,9 @@
-"""`oxygen-ros ask "..."`: one question to the running graph's VQA node (/vqa/ask), answered about the latest camera
-observation or a named one."""
+"""`oxygen-ros ask "..."`: one question to the running graph's VQA node (the /vqa/ask action), answered about the
+latest camera observation or a named one; the answer is printed as it streams, and Ctrl-C cancels it (its KV
+blocks are freed at once)."""
 
 import argparse
+import sys
 
 
 def register(subparsers) -> None:
@@ -22,15 +24,37 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ask(client, args: argparse.Namespace) -> int:
-    from oxygen_ros.cli.client import failed
-    from oxygen_ros.srv import AskQuestion
+    from oxygen_ros.action import AskQuestion
+    from oxygen_ros.cli.client import EXIT_BAD_REQUEST, EXIT_CANCELLED, failed
 
-    request = AskQuestion.Request(
+    goal = AskQuestion.Goal(
         question=args.question, observation_id=args.observation, max_new_tokens=max(args.max_new_tokens, 0)
     )
-    response = client.call(AskQuestion, "/vqa/ask", request, args.timeout)
-    if not response.success:
-        return failed(response.error_code, response.message)
-    print(response.answer.strip())
-    print(f"({response.reused_prefix_tokens} prompt tokens reused from the shared pool, {response.latency_ms:.0f} ms)")
+    pieces: list[str] = []  # what was printed
+    held = [""]  # whitespace at the end of the text so far: printed only if more text follows
+
+    def show(feedback) -> None:
+        """Print the new text as it comes, without the answer's surrounding whitespace (the result strips it)."""
+        text = held[0] + feedback.text
+        text = text if pieces else text.lstrip()
+        body = text.rstrip()
+        held[0] = text[len(body) :]
+        if body:
+            pieces.append(body)
+            print(body, end="", flush=True)
+
+    handle = client.send_goal(AskQuestion, "/vqa/ask", goal, args.timeout, show)
+    if handle is None:
+        print("/vqa/ask rejected the question", file=sys.stderr)
+        return EXIT_BAD_REQUEST
+    result, cancelled = client.follow(handle, "/vqa/ask")
+    if pieces:
+        print()
+    if cancelled:
+        return EXIT_CANCELLED
+    if not result.success:
+        return failed(result.error_code, result.message)
+    if not pieces:  # an answer too short to stream: the result still has it
+        print(result.answer.strip())
+    print(f"({result.reused_prefix_tokens} prompt tokens reused from the shared pool, {result.latency_ms:.0f} ms)")
     return 0
