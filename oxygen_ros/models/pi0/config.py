@@ -14,7 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from oxygen_ros.models.idefics3.config import config_field, read_json, read_siglip_config
-from oxygen_ros.models.pi05.config import PALIGEMMA_VOCAB_SIZE, PI05_FULL, GemmaConfig, SiglipConfig, check_mixture
+from oxygen_ros.models.pi05.config import (
+    PALIGEMMA_VOCAB_SIZE, PI05_FULL, BackbonePoolShape, GemmaConfig, SiglipConfig, check_mixture,
+)  # fmt: skip
 
 CAMERA_SLOTS = 3  # openpi's pi0: base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb
 PROMPT_TOKENS = 48  # openpi / LeRobot tokenizer_max_length for pi0
@@ -24,7 +26,7 @@ _GELU_TANH = "gelu_pytorch_tanh"
 
 
 @dataclass(frozen=True)
-class Pi0Config:
+class Pi0Config(BackbonePoolShape):
     """The whole VLA: PaliGemma (``vision`` + ``backbone``), the action ``expert`` and the flow."""
 
     vision: SiglipConfig
@@ -65,18 +67,6 @@ class Pi0Config:
         """Placeholder id of the state token that ends a prefix in the pool (its K/V comes from the action expert)."""
         return self.vocab_size + 1
 
-    # The KV pool's shape, named like LlamaArgs so the engine sizes the pool the same way for every model.
-    @property
-    def num_layers(self) -> int:
-        return self.backbone.num_layers
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.backbone.num_kv_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.backbone.head_dim
 
 
 def is_pi0_config(config: dict) -> bool:

@@ -62,8 +62,27 @@ def check_mixture(backbone: GemmaConfig, expert: GemmaConfig) -> None:
         )
 
 
+class BackbonePoolShape:
+    """The KV pool's shape of a model whose pool holds its ``backbone``'s layers, named like LlamaArgs so the engine
+    sizes the pool the same way for every model."""
+
+    backbone: GemmaConfig
+
+    @property
+    def num_layers(self) -> int:
+        return self.backbone.num_layers
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.backbone.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.backbone.head_dim
+
+
 @dataclass(frozen=True)
-class Pi05Config:
+class Pi05Config(BackbonePoolShape):
     """The whole VLA.  ``vocab_size`` is SmolLM2's 49152, not PaliGemma's 257152: PaliGemma's SentencePiece model is
     not available offline and the engine needs a tokenizer whose ids the embedding covers and whose decoder understands
     every id the LM head can emit.  Swap it with ``dataclasses.replace`` once the real tokenizer is wired in.
@@ -103,18 +122,6 @@ class Pi05Config:
     def max_prefix_len(self) -> int:
         return self.max_images * self.tokens_per_image + self.max_prompt_tokens
 
-    # The KV pool's shape, named like LlamaArgs so the engine sizes the pool the same way for every model.
-    @property
-    def num_layers(self) -> int:
-        return self.backbone.num_layers
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.backbone.num_kv_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.backbone.head_dim
 
 
 PI05_FULL = Pi05Config(
