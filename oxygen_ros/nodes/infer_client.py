@@ -73,6 +73,11 @@ class InferClient:
         self._request_topic = f"rq{self.service}Request"
         self.wait_s, self.timeout_s = wait_s, timeout_s
 
+    def destroy(self) -> None:
+        """Destroy the action client with the node: rclpy's destroy_node leaves action clients alive, and a node
+        handle still in use is only freed by the garbage collector, where Fast DDS's teardown can deadlock."""
+        self._generate.destroy()
+
     def ready(self, streaming: bool = False) -> bool:
         return self._client.service_is_ready() and (not streaming or self._generate.server_is_ready())
 

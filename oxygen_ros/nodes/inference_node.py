@@ -161,6 +161,7 @@ class InferenceNode(LifecycleNode):
 
     def destroy_node(self) -> None:
         self._release("finalized")
+        self._generate.server.destroy()  # rclpy's destroy_node leaves action servers alive (see InferClient.destroy)
         super().destroy_node()
 
     def _release(self, new_state: str) -> None:

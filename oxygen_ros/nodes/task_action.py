@@ -73,6 +73,7 @@ class TaskActionNode(Node, Generic[State]):
         if self._current is not None:  # its threads and timers stop with it
             self._current.end(ErrorCode.CANCELLED, "the node is shutting down")
         self._server.destroy()
+        self.infer.destroy()
         super().destroy_node()
 
     # --- what a node implements -------------------------------------------------------------------------------

@@ -71,6 +71,7 @@ class VqaNode(Node):
 
     def destroy_node(self) -> None:
         self._server.destroy()
+        self._infer.destroy()
         super().destroy_node()
 
     async def _on_ask(self, request: AskQuestion.Request, response: AskQuestion.Response) -> AskQuestion.Response:
