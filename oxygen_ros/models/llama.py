@@ -5,12 +5,15 @@ the same ``state_dict``.  The forward pass takes a flattened ragged batch (see `
 a prefill of several prompts, a batched decode step, or both.
 """
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
+from oxygen_ros.layers.cpu_decode_row import RowDecoder, RowLayerWeights, RowShape, row_decoder
 from oxygen_ros.layers.packed_linear import PackedLinear, pack_linears
 from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
 from oxygen_ros.layers.self_attention import PagedSelfAttention
@@ -84,6 +87,7 @@ class LlamaModel(nn.Module):
         if not args.tie_word_embeddings:
             self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
         self.packed_head: PackedLinear | None = None
+        self._row: tuple[weakref.ref, RowDecoder | None] | None = None  # the one-call batch-1 decoder, per pool
 
     def pack_weights(self) -> None:
         """Fuse q/k/v and gate/up, then prepack every projection and the LM head for this CPU (``packed_linear``);
@@ -109,9 +113,34 @@ class LlamaModel(nn.Module):
         kv.bind(ctx)
         rope = self.rotary.angles(positions)
         h = self.embed_tokens(input_ids) if input_embeds is None else input_embeds
+        row = self._row_decoder(kv) if ctx.is_decode and ctx.num_seqs == 1 else None
+        if row is not None and h.dtype == torch.float32:
+            h = h.contiguous() if input_embeds is None else h.clone()  # updated in place
+            row(h, rope, ctx)
+            return self.norm(h)
         for layer in self.layers:
             h = layer(h, rope, ctx, kv)
         return self.norm(h)
+
+    def _row_decoder(self, kv: KVCache) -> RowDecoder | None:
+        """The whole stack in one C call for a batch-1 decode token over ``kv`` (None: decode layer by layer)."""
+        if self._row is not None and self._row[0]() is kv:
+            return self._row[1]
+        decoder = None
+        attn = self.layers[0].self_attn
+        if self.packed_head is not None and getattr(attn.qkv_proj, "rows", None) is not None:
+            shape = RowShape(self.args.hidden_size, attn.num_heads, attn.num_kv_heads, attn.head_dim,
+                             self.args.intermediate_size, self.args.rms_norm_eps)  # fmt: skip
+            weights = [
+                RowLayerWeights(layer.input_layernorm.weight.detach(), layer.self_attn.qkv_proj.rows,
+                                layer.self_attn.qkv_proj.bias, layer.self_attn.o_proj.rows,
+                                layer.post_attention_layernorm.weight.detach(), layer.mlp.gate_up_proj.rows,
+                                layer.mlp.down_proj.rows)
+                for layer in self.layers
+            ]  # fmt: skip
+            decoder = row_decoder(shape, weights, kv)
+        self._row = (weakref.ref(kv), decoder)
+        return decoder
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.packed_head is not None:

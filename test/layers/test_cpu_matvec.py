@@ -9,7 +9,7 @@ from oxygen_ros.layers.packed_linear import PackedLinear, can_pack
 
 matvec = cpu_matvec.matvec_kernel()
 needs_kernel = pytest.mark.skipif(
-    matvec is None, reason=f"{cpu_matvec.SOURCE.name} does not run here: no AVX-512, no C compiler, or disabled"
+    matvec is None, reason="the CPU decode kernels do not run here: no AVX-512, no C compiler, or disabled"
 )
 
 

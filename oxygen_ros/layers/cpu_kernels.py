@@ -1,0 +1,62 @@
+"""The CPU decode kernels (``cpu_matvec.c``, ``cpu_decode_row.c``): plain C with no torch headers, built by the
+machine's C compiler at first use and called through ctypes with the tensors' pointers.
+
+gcc builds them in about a second, once per machine (cached by sources, compiler and flags under
+``~/.cache/oxygen_ros/kernels``, written atomically so concurrent builders agree). They need AVX-512 and a C compiler;
+where either is missing, or with ``OXYGEN_CPU_MATVEC=0``, ``library()`` is None and callers keep torch's ops.
+"""
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).parent
+SOURCES = (HERE / "cpu_matvec.c", HERE / "cpu_decode_row.c")
+HEADERS = (HERE / "cpu_vector.h",)
+FLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC")
+ENV_VAR = "OXYGEN_CPU_MATVEC"  # 0 = never use them (measure torch's ops alone)
+log = logging.getLogger(__name__)
+
+
+@cache
+def library() -> ctypes.CDLL | None:
+    """The loaded kernels, or None where they cannot run (logged once)."""
+    if os.environ.get(ENV_VAR, "1") == "0" or torch.backends.cpu.get_cpu_capability() != "AVX512":
+        return None
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        log.warning("no C compiler: batch-1 decode runs on torch's slower ops")
+        return None
+    try:
+        return ctypes.CDLL(str(_build(compiler)))
+    except subprocess.CalledProcessError as exc:
+        log.warning("building the CPU decode kernels failed: %s: batch-1 decode runs on torch's ops", exc.stderr or exc)
+    except OSError as exc:
+        log.warning("loading the CPU decode kernels failed (%s): batch-1 decode runs on torch's ops", exc)
+    return None
+
+
+def _build(compiler: str) -> Path:
+    """The shared library for these sources, compiler and flags, built once."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
+    digest = hashlib.sha256(version.encode() + " ".join(FLAGS).encode())
+    for path in (*SOURCES, *HEADERS):
+        digest.update(path.read_bytes())
+    cache_root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "oxygen_ros" / "kernels"
+    built_library = cache_root / f"libcpu_decode-{digest.hexdigest()[:16]}.so"
+    if not built_library.exists():
+        cache_root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache_root) as tmp:
+            built = Path(tmp) / built_library.name
+            command = [compiler, *FLAGS, *map(str, SOURCES), "-o", str(built)]
+            subprocess.run(command, capture_output=True, text=True, check=True)
+            os.replace(built, built_library)
+    return built_library

@@ -1,0 +1,90 @@
+"""The one-call batch-1 decoder (``cpu_decode_row.c``) against the layer-by-layer torch path it replaces, on a random
+Llama-shaped model over a pool whose blocks are scattered: the token's output, the K/V it stores and the attention
+mass per block must agree, for GQA and MHA, with and without q/k/v biases (Qwen2), a context ending inside a block
+and exactly at its end. (The real SmolLM2 against transformers, token for token, runs through this path too:
+test/engine/test_smollm2_vs_hf.py.)"""
+
+import pytest
+import torch
+
+from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.kv.layout import KVLayout
+from oxygen_ros.kv.step_context import StepContext
+from oxygen_ros.layers.cpu_kernels import library
+from oxygen_ros.models.args import LlamaArgs
+from oxygen_ros.models.llama import LlamaModel
+
+pytestmark = pytest.mark.skipif(library() is None, reason="the CPU decode kernels do not run here (no AVX-512 / cc)")
+BLOCK = 16
+TABLE = [5, 2, 9, 0, 7]  # scattered and out of order: read through the table, never as a run
+
+
+def _model(heads: int, kv_heads: int, head_dim: int, bias: bool) -> LlamaModel:
+    torch.manual_seed(heads * 100 + kv_heads * 10 + head_dim + bias)
+    args = LlamaArgs(vocab_size=97, hidden_size=heads * head_dim, intermediate_size=200, num_layers=3,
+                     num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, attention_bias=bias)  # fmt: skip
+    model = LlamaModel(args).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)  # norms and biases too: nothing left at 1 / 0 by construction
+    model.pack_weights()
+    return model
+
+
+def _context(tokens: list[int], start: int, with_mass: bool) -> tuple[StepContext, torch.Tensor]:
+    n = len(tokens)
+    slots = [TABLE[p // BLOCK] * BLOCK + p % BLOCK for p in range(start, start + n)]
+    ctx = StepContext(slot_mapping=torch.tensor(slots), query_lens=[n], context_lens=[start + n],
+                      block_tables=torch.tensor([TABLE]), tables=[TABLE], slots=slots)  # fmt: skip
+    if with_mass:
+        ctx.block_mass = torch.zeros(1, len(TABLE))
+    return ctx, torch.arange(start, start + n)
+
+
+def _decode(model: LlamaModel, prompt: list[int], token: int, row_path: bool) -> tuple[torch.Tensor, KVCache,
+                                                                                            torch.Tensor]:  # fmt: skip
+    """(the decode token's output, the pool after it, the block mass of its step) from a fresh pool."""
+    a = model.args
+    kv = KVCache(KVLayout(a.num_layers, a.num_kv_heads, a.head_dim, BLOCK, torch.float32), 10, torch.device("cpu"))
+    with torch.inference_mode():
+        ctx, positions = _context(prompt, 0, with_mass=False)
+        model(torch.tensor(prompt), positions, ctx, kv)  # prefill: layer by layer either way
+        ctx, positions = _context([token], len(prompt), with_mass=True)
+        if not row_path:
+            model._row = None
+            model._row_decoder = lambda kv: None
+        out = model(torch.tensor([token]), positions, ctx, kv)
+        if not row_path:
+            del model._row_decoder
+            model._row = None
+    return out, kv, ctx.block_mass
+
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim,bias", [(4, 2, 32, False), (3, 3, 64, True), (6, 2, 16, True)])
+@pytest.mark.parametrize("prompt_len", [40, 47])  # the decode token ends inside the third block / fills it
+def test_row_decoder_equals_layer_by_layer(heads, kv_heads, head_dim, bias, prompt_len):
+    model = _model(heads, kv_heads, head_dim, bias)
+    assert model._row_decoder(KVCache(KVLayout(3, kv_heads, head_dim, BLOCK, torch.float32), 2,
+                                      torch.device("cpu"))) is not None  # fmt: skip
+    gen = torch.Generator().manual_seed(prompt_len)
+    prompt = torch.randint(0, 97, (prompt_len,), generator=gen).tolist()
+    fast, fast_kv, fast_mass = _decode(model, prompt, 11, row_path=True)
+    slow, slow_kv, slow_mass = _decode(model, prompt, 11, row_path=False)
+    torch.testing.assert_close(fast, slow, atol=2e-5, rtol=1e-5)
+    slot = TABLE[prompt_len // BLOCK] * BLOCK + prompt_len % BLOCK
+    for fast_layer, slow_layer in zip(fast_kv.layers, slow_kv.layers, strict=True):
+        for a, b in ((fast_layer.blocks.k, slow_layer.blocks.k), (fast_layer.blocks.v, slow_layer.blocks.v)):
+            flat_a, flat_b = a.flatten(0, 1), b.flatten(0, 1)
+            torch.testing.assert_close(flat_a[slot], flat_b[slot], atol=1e-5, rtol=1e-5)  # the new token's K/V
+            assert flat_a[slot].abs().sum() > 0
+    assert fast_mass[0].sum().item() == pytest.approx(model.args.num_layers * heads, rel=1e-5)  # each head sums to 1
+    torch.testing.assert_close(fast_mass, slow_mass, atol=1e-5, rtol=1e-5)
+
+
+def test_row_decoder_declines_what_it_cannot_read(monkeypatch):
+    model = _model(4, 2, 32, False)
+    int8 = KVCache(KVLayout(3, 2, 32, BLOCK, torch.int8), 2, torch.device("cpu"))
+    assert model._row_decoder(int8) is None  # quantized pools decode layer by layer
+    monkeypatch.setenv("OXYGEN_CPU_DECODE_ROW", "0")
+    model._row = None
+    assert model._row_decoder(KVCache(KVLayout(3, 2, 32, BLOCK, torch.float32), 2, torch.device("cpu"))) is None
