@@ -12,6 +12,7 @@ when a format is int8; the units of wider blocks leave theirs unused), fp8's per
 In a single-format pool a unit is a block and its id is the block's id: that is the fast path, with no mapping.
 """
 
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
@@ -28,6 +29,7 @@ from oxygen_ros.kernels import (
     use_triton,
     write_kv,
 )
+from oxygen_ros.kernels.cpu_paged_decode import can_read, cpu_paged_decode
 from oxygen_ros.kernels.quant_spec import SCALE_DTYPE
 from oxygen_ros.kv.block_moves import take
 from oxygen_ros.kv.format_plan import FormatPlan
@@ -37,6 +39,8 @@ from oxygen_ros.kv.layout import KVLayout, PoolLayout
 
 if TYPE_CHECKING:
     from oxygen_ros.kv.step_context import StepContext
+
+IN_PLACE_ENV_VAR = "OXYGEN_CPU_PAGED_DECODE"  # 0 = CPU decode attention by shared-prefix torch ops (measure it)
 
 
 class BlockUnits(Protocol):
@@ -68,6 +72,7 @@ class LayerKV:
             if view.spec.kind == "fp8"
         }
         self._live_units = live_units
+        self.reads_in_place = len(views) == 1 and can_read(views[0])  # the C decode attention reads this storage
 
     @property
     def blocks(self) -> KVBlocks:
@@ -111,9 +116,13 @@ class LayerKV:
 
     def decode_step(self, q: torch.Tensor, ctx: "StepContext", scale: float) -> torch.Tensor:
         """Decode attention of a step's queries [B, H, D] over their contexts, by the path ``KVCache.bind`` chose:
-        shared-prefix attention in torch, else the paged kernel (per format in a mixed pool)."""
+        shared-prefix attention in torch, the C kernel reading an fp32 pool in place on a CPU, else the paged kernel
+        (per format in a mixed pool)."""
         if ctx.cascade is not None:
             return cascade_decode_attention(q, self.views[0], ctx.cascade, scale, block_mass=ctx.block_mass)
+        if ctx.format_plan is None and self.reads_in_place and not use_triton(q.device):
+            return cpu_paged_decode(q, self.views[0], ctx.block_tables, ctx.context_lens_tensor, ctx.max_context,
+                                    scale, block_mass=ctx.block_mass)  # fmt: skip
         return self.decode(q, ctx.block_tables, ctx.context_lens_tensor, scale, block_mass=ctx.block_mass,
                            plan=ctx.format_plan, lens=ctx.context_lens)  # fmt: skip
 
@@ -163,6 +172,9 @@ class KVCache:
         self.device = device
         self.block_pool: BlockUnits | None = None
         self.layers = [self._layer(i) for i in range(self.layout.num_layers)]
+        # CPU decode attention: the C kernel where it reads every layer (see bind), else shared-prefix torch ops
+        self.decodes_in_place = (all(layer.reads_in_place for layer in self.layers)
+                                 and os.environ.get(IN_PLACE_ENV_VAR, "1") != "0")  # fmt: skip
 
     def _layer(self, layer: int) -> LayerKV:
         pl, lay = self.pool_layout, self.layout
@@ -192,7 +204,7 @@ class KVCache:
     def bind(self, ctx: "StepContext") -> None:
         """Add what this pool's reads need to a step's context, once (a context serves every layer and, for the
         action expert, every denoising step): the per-format plan of a mixed pool, or the shared-prefix plan of a
-        decode step whose attention runs in torch."""
+        decode step whose attention runs in torch ops."""
         if ctx.format_plan is not None or ctx.cascade is not None:
             return
         if self.pool_layout.mixed:
@@ -200,8 +212,13 @@ class KVCache:
                                                 ctx.slot_mapping, ctx.slots, ctx.block_tables, ctx.tables)  # fmt: skip
             plan.write_slots()
             plan.segments(ctx.context_lens if ctx.prefill is None else ctx.prefill.cached_lens)
-        elif ctx.is_decode and not use_triton(self.device):  # the kernel reads blocks in place; torch gathers
-            ctx.cascade = plan_cascade(ctx.tables, ctx.context_lens, self.layout.block_size, ctx.block_tables.device)
+        elif ctx.is_decode and not use_triton(self.device):
+            plan = plan_cascade(ctx.tables, ctx.context_lens, self.layout.block_size, ctx.block_tables.device)
+            # Rows sharing a prefix: torch's fused attention over the shared keys (a matrix product per kv head) beats
+            # the C kernel's row-by-row dot products; rows alone, or a step that measures block mass (torch would
+            # compute the scores twice), go to the C kernel where it reads the pool.
+            if not self.decodes_in_place or (plan.shared and ctx.block_mass is None):
+                ctx.cascade = plan
 
     def _live_units(self, fmt: int) -> torch.Tensor:
         """Units of blocks of format ``fmt`` that hold KV (in use or cached): what an fp8 rescale must requantize."""

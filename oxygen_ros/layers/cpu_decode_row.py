@@ -1,10 +1,10 @@
-"""A batch-1 decode token through the whole decoder stack in one C call (``cpu_decode_row.c``).
+"""A batch-1 decode token through the whole decoder stack in one C call (``kernels/cpu/decode_row.c``).
 
 One sequence decoding alone is the robot's common case (one task asking, or the others between their frames), and
 there the step is ~40 small torch ops per layer whose dispatch costs as much again as reading the weights. The C
 kernel runs every layer of the token (norms, fused products, RoPE, the K/V store, paged attention, SiLU, residuals)
 in one OpenMP region, reading the row-major weights the packed layers keep for one-row products and the pool's
-blocks in place. It serves a single-format fp32 pool on a CPU with the C kernels built (``cpu_kernels``); anything
+blocks in place. It serves a single-format fp32 pool on a CPU with the C kernels built (``kernels.cpu_library``); anything
 else, or ``OXYGEN_CPU_DECODE_ROW=0``, takes the layer-by-layer path, which stays the reference it is tested against.
 """
 
@@ -16,7 +16,7 @@ import torch
 
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.layers.cpu_kernels import library
+from oxygen_ros.kernels.cpu_library import library
 from oxygen_ros.layers.rotary import RopeAngles
 
 ENV_VAR = "OXYGEN_CPU_DECODE_ROW"  # 0 = decode layer by layer (measure the difference)

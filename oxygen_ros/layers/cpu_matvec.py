@@ -2,9 +2,9 @@
 
 A decode step of one sequence multiplies every weight once by one vector, so its time is the time the weights take
 to stream in. oneDNN's fp32 product reads them at about half the rate a plain sum over the same bytes does here (18-22
-vs 33-38 GB/s, two threads); ``cpu_matvec.c``, eight rows per AVX-512 register block, reads them at ~93% of it. The
-decoder layers of a batch-1 token run whole in ``cpu_decode_row.c``; this product serves the LM head and any other
-packed layer given one row. Where the C kernels do not run (``cpu_kernels``), ``matvec_kernel()`` is None and callers
+vs 33-38 GB/s, two threads); ``kernels/cpu/matvec.c``, eight rows per AVX-512 register block, reads them at ~93% of it. The
+decoder layers of a batch-1 token run whole in ``kernels/cpu/decode_row.c``; this product serves the LM head and any other
+packed layer given one row. Where the C kernels do not run (``kernels.cpu_library``), ``matvec_kernel()`` is None and callers
 keep oneDNN.
 """
 
@@ -14,7 +14,7 @@ from functools import cache
 
 import torch
 
-from oxygen_ros.layers.cpu_kernels import library
+from oxygen_ros.kernels.cpu_library import library
 
 Matvec = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

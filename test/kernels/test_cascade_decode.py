@@ -6,61 +6,20 @@ entries.  Tolerances as in test_paged_decode.py (the same K/V, only the order of
 import pytest
 import torch
 
-from oxygen_ros.kernels import KVBlocks, KVQuantSpec, cascade_decode_attention, gather_kv, paged_decode_attention, write_kv
+from paged_contexts import NUM_BLOCKS, ROWS, naive, pool
+
+from oxygen_ros.kernels import KVBlocks, KVQuantSpec, cascade_decode_attention, paged_decode_attention, write_kv
 from oxygen_ros.kv.cascade import plan_cascade
 
 OUTPUT_ATOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
-NUM_BLOCKS = 48
-
-# Rows (block ids, context length).  0-2 share 3 consecutive blocks (read as a view), 3-4 share 2 scattered blocks,
-# 5 is alone on a consecutive run, 6 alone on scattered blocks, 7 starts like 0-2 but leaves them after one block
-# (0-2 still share three), 8 ends exactly on a block boundary (its last block is its own).
-ROWS = [
-    ([4, 5, 6, 20, 21], 70),
-    ([4, 5, 6, 22], 49),
-    ([4, 5, 6, 23, 24], 80),
-    ([30, 12, 40], 45),
-    ([30, 12, 41, 42], 60),
-    ([8, 9, 10], 33),
-    ([44, 2, 35], 40),
-    ([4, 26], 17),
-    ([14, 15], 32),
-    ([9, 7, 11, 13], 49),  # alone on blocks whose first and last ids are a run apart, yet no run
-]
 CASES = [("fp32", 2, 1, 16, 64), ("fp16", 3, 3, 16, 64), ("bf16", 1, 8, 16, 64), ("int8", 3, 3, 16, 40),
          ("fp8", 2, 4, 16, 64)]  # fmt: skip
 Q_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _pool(name: str, kv_heads: int, block_size: int, head_dim: int, device: torch.device) -> KVBlocks:
-    spec = KVQuantSpec.parse(name)
-    blocks = KVBlocks.allocate(spec, NUM_BLOCKS, block_size, kv_heads, head_dim, device)
-    gen = torch.Generator().manual_seed(11)
-    k, v = (torch.randn(NUM_BLOCKS * block_size, kv_heads, head_dim, generator=gen).to(device) for _ in "kv")
-    write_kv(blocks, torch.arange(NUM_BLOCKS * block_size, device=device), k, v)
-    return blocks
-
-
-def _naive(q: torch.Tensor, blocks: KVBlocks, tables: torch.Tensor, lens: list[int], scale: float):
-    """fp64 attention over the K/V as stored (gathered and dequantized): out [B, H, d], mass summed over heads
-    [B, max_blocks]."""
-    keys, values = gather_kv(blocks, tables, max(lens), backend="torch")
-    group = q.shape[1] // blocks.num_kv_heads
-    outs, masses = [], []
-    for b, n in enumerate(lens):
-        k, v = (x[b, :n].double().cpu().repeat_interleave(group, dim=1) for x in (keys, values))
-        probs = (torch.einsum("hd,nhd->hn", q[b].double().cpu(), k) * scale).softmax(dim=-1)
-        outs.append(torch.einsum("hn,nhd->hd", probs, v))
-        per_token = probs.sum(dim=0)
-        mass = torch.zeros(tables.shape[1], dtype=torch.float64)
-        mass.index_add_(0, torch.arange(n) // blocks.block_size, per_token)
-        masses.append(mass)
-    return torch.stack(outs), torch.stack(masses)
-
-
 @pytest.mark.parametrize("name,kv_heads,group,block_size,head_dim", CASES)
 def test_cascade_equals_paged_decode_and_naive(name, kv_heads, group, block_size, head_dim, device):
-    blocks = _pool(name, kv_heads, block_size, head_dim, device)
+    blocks = pool(name, kv_heads, block_size, head_dim, device)
     tables = [r[0] for r in ROWS]
     lens = [r[1] for r in ROWS]
     width = max(map(len, tables))
@@ -82,7 +41,7 @@ def test_cascade_equals_paged_decode_and_naive(name, kv_heads, group, block_size
                                        block_mass=paged_mass, backend=backend)  # fmt: skip
         torch.testing.assert_close(out, paged, atol=atol, rtol=0)
         torch.testing.assert_close(mass, paged_mass, atol=1e-5, rtol=0)
-    naive_out, naive_mass = _naive(q, blocks, table_tensor, lens, scale)
+    naive_out, naive_mass = naive(q, blocks, table_tensor, lens, scale)
     torch.testing.assert_close(out.double().cpu(), naive_out, atol=atol, rtol=0)
     torch.testing.assert_close(mass.double().cpu(), naive_mass, atol=1e-5, rtol=0)
 
@@ -123,7 +82,7 @@ def test_plan_reads_shared_blocks_once_and_runs_in_place(device):
 def test_one_row_and_rows_sharing_everything(device):
     """Batch 1 (one lone row, read in place) and a batch whose rows are one table (one group of every row, no
     index)."""
-    blocks = _pool("fp32", 3, 16, 64, device)
+    blocks = pool("fp32", 3, 16, 64, device)
     q = torch.randn(3, 9, 64).to(device)
     for tables, lens in (([[0, 1, 2, 3]], [57]), ([[5, 6, 7]] * 3, [40, 40, 40])):
         plan = plan_cascade(tables, lens, 16, device, min_saved_reads=0)

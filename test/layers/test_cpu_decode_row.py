@@ -1,4 +1,4 @@
-"""The one-call batch-1 decoder (``cpu_decode_row.c``) against the layer-by-layer torch path it replaces, on a random
+"""The one-call batch-1 decoder (``kernels/cpu/decode_row.c``) against the layer-by-layer torch path it replaces, on a random
 Llama-shaped model over a pool whose blocks are scattered: the token's output, the K/V it stores and the attention
 mass per block must agree, for GQA and MHA, with and without q/k/v biases (Qwen2), a context ending inside a block
 and exactly at its end. (The real SmolLM2 against transformers, token for token, runs through this path too:
@@ -10,7 +10,7 @@ import torch
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.layers.cpu_kernels import library
+from oxygen_ros.kernels.cpu_library import library
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.llama import LlamaModel
 

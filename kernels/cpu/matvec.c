@@ -3,7 +3,7 @@
  */
 #include <omp.h>
 
-#include "cpu_vector.h"
+#include "vector.h"
 
 void matvec_f32(const float* w, const float* x, float* y, int64_t n, int64_t k, int threads) {
   const int64_t blocks = matvec_blocks(n);

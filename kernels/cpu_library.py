@@ -1,5 +1,9 @@
-"""The CPU decode kernels (``cpu_matvec.c``, ``cpu_decode_row.c``): plain C with no torch headers, built by the
-machine's C compiler at first use and called through ctypes with the tensors' pointers.
+"""The CPU decode kernels (``cpu/*.c``): plain C with no torch headers, built by the machine's C compiler at first use
+and called through ctypes with the tensors' pointers.
+
+On a GPU the Triton kernels read the pool in place; on a CPU these do the same for fp32 pools and weights: the
+one-row matrix-vector product (``matvec.c``), a batch-1 token through the whole decoder stack (``decode_row.c``),
+and a batch's decode attention over its paged contexts (``paged_decode.c``).
 
 gcc builds them in about a second, once per machine (cached by sources, compiler and flags under
 ``~/.cache/oxygen_ros/kernels``, written atomically so concurrent builders agree). They need AVX-512 and a C compiler;
@@ -18,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).parent
-SOURCES = (HERE / "cpu_matvec.c", HERE / "cpu_decode_row.c")
-HEADERS = (HERE / "cpu_vector.h",)
+HERE = Path(__file__).parent / "cpu"
+SOURCES = tuple(HERE / name for name in ("matvec.c", "decode_row.c", "paged_decode.c"))
+HEADERS = tuple(HERE / name for name in ("vector.h", "attention.h"))
 FLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC")
 ENV_VAR = "OXYGEN_CPU_MATVEC"  # 0 = never use them (measure torch's ops alone)
 log = logging.getLogger(__name__)

@@ -9,12 +9,9 @@
  * All math is fp32 over an fp32 pool, as in the torch path; the attention mass of each block (summed over heads)
  * is added to block_mass when it is given, as the eviction policy reads it.
  */
-#include <math.h>
 #include <omp.h>
 
-#include "cpu_vector.h"
-
-#define MAX_HEAD_VECTORS 16 /* head_dim <= 256 */
+#include "attention.h"
 
 typedef struct { /* one decoder layer: row-major fp32 weights and its pool view [units, block_size, kv_heads, d] */
   const float *input_norm, *qkv, *qkv_bias, *o, *post_norm, *gate_up, *down;
@@ -35,11 +32,9 @@ typedef struct { /* the step: the token's hidden state (updated in place) and wh
   float* scratch;         /* decode_row_scratch floats */
 } RowStep;
 
-static int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
-
 int64_t decode_row_scratch(const RowModel* m, int64_t length) {
   const int64_t qkv = (m->heads + 2 * m->kv_heads) * m->head_dim;
-  return 2 * m->hidden + qkv + m->heads * m->head_dim + 3 * m->intermediate + m->heads * padded(length);
+  return 2 * m->hidden + qkv + m->heads * m->head_dim + 3 * m->intermediate + m->heads * padded16(length);
 }
 
 static void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) {
@@ -70,46 +65,9 @@ static void rotate(float* x, int64_t heads, int64_t d, const float* cos, const f
   }
 }
 
-static inline const float* token_row(const float* cache, const RowModel* m, const int64_t* table, int64_t t,
-                                     int64_t kv_head) {
-  const int64_t slot = table[t / m->block_size] * m->block_size + t % m->block_size;
-  return cache + (slot * m->kv_heads + kv_head) * m->head_dim;
-}
-
-/* One query head over the context: softmax(q K^T * scale) V into out; probs keeps the normalized weights. */
-static void attend(const RowModel* m, const RowLayer* L, const RowStep* s, const float* q, int64_t kv_head,
-                   float* probs, float* out) {
-  const int64_t d = m->head_dim, vectors = d / 16, n = s->length;
-  __m512 qv[MAX_HEAD_VECTORS], acc[MAX_HEAD_VECTORS];
-  for (int64_t j = 0; j < vectors; ++j) { qv[j] = _mm512_loadu_ps(q + 16 * j); acc[j] = _mm512_setzero_ps(); }
-  float top = -INFINITY;
-  for (int64_t t = 0; t < n; ++t) {
-    const float* k = token_row(L->k_cache, m, s->table, t, kv_head);
-    __m512 dot = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
-    for (int64_t j = 1; j < vectors; ++j) dot = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(k + 16 * j), dot);
-    probs[t] = _mm512_reduce_add_ps(dot) * m->scale;
-    top = probs[t] > top ? probs[t] : top;
-  }
-  const __m512 shift = _mm512_set1_ps(top);
-  __m512 total = _mm512_setzero_ps();
-  for (int64_t t = 0; t < n; t += 16) {
-    const __mmask16 mask = n - t >= 16 ? (__mmask16)0xFFFF : lanes(n - t);
-    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, probs + t), shift));
-    total = _mm512_add_ps(total, _mm512_maskz_mov_ps(mask, e));
-    _mm512_mask_storeu_ps(probs + t, mask, e);
-  }
-  const float inv = 1.0f / _mm512_reduce_add_ps(total);
-  for (int64_t t = 0; t < n; ++t) {
-    const float* v = token_row(L->v_cache, m, s->table, t, kv_head);
-    const __m512 p = _mm512_set1_ps(probs[t] *= inv);
-    for (int64_t j = 0; j < vectors; ++j) acc[j] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16 * j), acc[j]);
-  }
-  for (int64_t j = 0; j < vectors; ++j) _mm512_storeu_ps(out + 16 * j, acc[j]);
-}
-
 void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int threads) {
   const int64_t H = m->hidden, d = m->head_dim, heads = m->heads, kvh = m->kv_heads, I = m->intermediate;
-  const int64_t nqkv = (heads + 2 * kvh) * d, group = heads / kvh, cap = padded(s->length);
+  const int64_t nqkv = (heads + 2 * kvh) * d, group = heads / kvh, cap = padded16(s->length);
   const int64_t blocks = (s->length + m->block_size - 1) / m->block_size;
   float *h = s->h, *x = s->scratch, *tmp = x + H, *qkv = tmp + H, *attn = qkv + nqkv, *gate_up = attn + heads * d;
   float *act = gate_up + 2 * I, *probs = act + I;
@@ -127,17 +85,14 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
       float *k = L->k_cache + s->slot * kvh * d, *v = L->v_cache + s->slot * kvh * d;
       for (int64_t j = 0; j < kvh * d; ++j) { k[j] = qkv[heads * d + j]; v[j] = qkv[(heads + kvh) * d + j]; }
     }
+    const PagedContext context = {L->k_cache, L->v_cache, s->table, s->length, m->block_size, kvh, d};
     #pragma omp for schedule(static)
-    for (int64_t hd = 0; hd < heads; ++hd) attend(m, L, s, qkv + hd * d, hd / group, probs + hd * cap, attn + hd * d);
+    for (int64_t g = 0; g < kvh; ++g)
+      attend_heads(&context, g, qkv + g * group * d, group, m->scale, probs + g * group * cap, cap,
+                   attn + g * group * d);
     if (s->block_mass) {
       #pragma omp for schedule(static)
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t t1 = (b + 1) * m->block_size < s->length ? (b + 1) * m->block_size : s->length;
-        float mass = 0.0f;
-        for (int64_t hd = 0; hd < heads; ++hd)
-          for (int64_t t = b * m->block_size; t < t1; ++t) mass += probs[hd * cap + t];
-        s->block_mass[b] += mass;
-      }
+      for (int64_t b = 0; b < blocks; ++b) credit_blocks(probs, heads, cap, s->length, m->block_size, s->block_mass, b);
     }
     matvec(L->o, attn, tmp, H, heads * d);
     #pragma omp single

@@ -1,0 +1,109 @@
+/* Decode attention of one query head over a paged context, read in place: what the CPU decode kernels share.
+ *
+ * Two passes over the context (scores, then weights times values) with an exact softmax between them, all fp32; the
+ * normalized weights stay in `probs`, so a caller can credit each block its attention mass.
+ */
+#pragma once
+#include <math.h>
+
+#include "vector.h"
+
+typedef struct { /* one sequence's context in one layer's pool view [units, block_size, kv_heads, head_dim] */
+  const float *k, *v;
+  const int64_t* table; /* the sequence's block ids, in order */
+  int64_t length, block_size, kv_heads, head_dim;
+} PagedContext;
+
+static inline int64_t padded16(int64_t n) { return (n + 15) / 16 * 16; }
+
+static inline const float* paged_row(const float* cache, const PagedContext* c, int64_t t, int64_t kv_head) {
+  const int64_t slot = c->table[t / c->block_size] * c->block_size + t % c->block_size;
+  return cache + (slot * c->kv_heads + kv_head) * c->head_dim;
+}
+
+/* softmax(q_j K^T * scale) V for the G query heads q_j (head_dim = 16 V floats each, consecutive in q) that read
+ * kv head `kv_head`: each K and V row is loaded once for all G heads. V and G are compile-time constants (see
+ * attend_heads), so queries and accumulators live in registers. probs + j * stride keeps head j's normalized
+ * weights. */
+static inline __attribute__((always_inline)) void attend_fixed(const PagedContext* c, int64_t kv_head,
+                                                                const float* q, float scale, float* probs,
+                                                                int64_t stride, float* out, const int V,
+                                                                const int G) {
+  const int64_t n = c->length;
+  __m512 qv[G][V], acc[G][V];
+  float top[G];
+  for (int j = 0; j < G; ++j) {
+    top[j] = -INFINITY;
+    for (int i = 0; i < V; ++i) { qv[j][i] = _mm512_loadu_ps(q + (j * V + i) * 16); acc[j][i] = _mm512_setzero_ps(); }
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    const float* k = paged_row(c->k, c, t, kv_head);
+    __m512 kv[V];
+    for (int i = 0; i < V; ++i) kv[i] = _mm512_loadu_ps(k + 16 * i);
+    for (int j = 0; j < G; ++j) {
+      __m512 dot = _mm512_mul_ps(qv[j][0], kv[0]);
+      for (int i = 1; i < V; ++i) dot = _mm512_fmadd_ps(qv[j][i], kv[i], dot);
+      const float score = _mm512_reduce_add_ps(dot) * scale;
+      probs[j * stride + t] = score;
+      top[j] = score > top[j] ? score : top[j];
+    }
+  }
+  float inv[G];
+  for (int j = 0; j < G; ++j) {
+    float* p = probs + j * stride;
+    const __m512 shift = _mm512_set1_ps(top[j]);
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t t = 0; t < n; t += 16) {
+      const __mmask16 mask = n - t >= 16 ? (__mmask16)0xFFFF : lanes(n - t);
+      const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, p + t), shift));
+      total = _mm512_add_ps(total, _mm512_maskz_mov_ps(mask, e));
+      _mm512_mask_storeu_ps(p + t, mask, e);
+    }
+    inv[j] = 1.0f / _mm512_reduce_add_ps(total);
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    const float* v = paged_row(c->v, c, t, kv_head);
+    __m512 vv[V];
+    for (int i = 0; i < V; ++i) vv[i] = _mm512_loadu_ps(v + 16 * i);
+    for (int j = 0; j < G; ++j) {
+      const __m512 w = _mm512_set1_ps(probs[j * stride + t] *= inv[j]);
+      for (int i = 0; i < V; ++i) acc[j][i] = _mm512_fmadd_ps(w, vv[i], acc[j][i]);
+    }
+  }
+  for (int j = 0; j < G; ++j)
+    for (int i = 0; i < V; ++i) _mm512_storeu_ps(out + (j * V + i) * 16, acc[j][i]);
+}
+
+#define ATTEND_G(V, G) attend_fixed(c, kv_head, q + h * d, scale, probs + h * stride, stride, out + h * d, V, G)
+#define ATTEND_V(V)                                                   \
+  case V:                                                             \
+    for (; heads - h >= 3; h += 3) ATTEND_G(V, 3);                    \
+    for (; h < heads; ++h) ATTEND_G(V, 1);                            \
+    break;
+
+/* The `heads` query heads at q (consecutive, head_dim = 16 * V floats each; head_dim a multiple of 16, at most 256)
+ * that read kv head `kv_head`, three at a time. */
+static void attend_heads(const PagedContext* c, int64_t kv_head, const float* q, int64_t heads, float scale,
+                         float* probs, int64_t stride, float* out) {
+  const int64_t d = c->head_dim;
+  int64_t h = 0;
+  switch (d / 16) {
+    ATTEND_V(1) ATTEND_V(2) ATTEND_V(3) ATTEND_V(4) ATTEND_V(5) ATTEND_V(6) ATTEND_V(7) ATTEND_V(8)
+    default:
+      for (; h < heads; ++h) switch (d / 16) {
+        case 9: ATTEND_G(9, 1); break;   case 10: ATTEND_G(10, 1); break; case 11: ATTEND_G(11, 1); break;
+        case 12: ATTEND_G(12, 1); break; case 13: ATTEND_G(13, 1); break; case 14: ATTEND_G(14, 1); break;
+        case 15: ATTEND_G(15, 1); break; default: ATTEND_G(16, 1); break;
+      }
+  }
+}
+
+/* mass[b] += the weights of block b's tokens, summed over `heads` rows of probs (each `stride` floats apart). */
+static void credit_blocks(const float* probs, int64_t heads, int64_t stride, int64_t length, int64_t block_size,
+                          float* mass, int64_t b) {
+  const int64_t t0 = b * block_size, t1 = t0 + block_size < length ? t0 + block_size : length;
+  float sum = 0.0f;
+  for (int64_t hd = 0; hd < heads; ++hd)
+    for (int64_t t = t0; t < t1; ++t) sum += probs[hd * stride + t];
+  mass[b] += sum;
+}

@@ -1,0 +1,70 @@
+"""``cpu_paged_decode``: a decode step's attention over an fp32 pool on a CPU, read in place (``cpu/paged_decode.c``).
+
+The torch path (``cascade_decode``) must copy what it reads out of the pool and then merge partial attentions; the C
+kernel reads each sequence's blocks where they are, through its block table, one (sequence, query head) per
+OpenMP item ordered so that blocks several sequences share are read from cache by all of them. Same contract as
+``paged_decode_attention`` with a ``[B, max_blocks]`` block mass, for fp32 storage only; callers ask ``can_read``.
+"""
+
+import ctypes
+from functools import cache
+
+import torch
+
+from .cpu_library import library
+from .quant_spec import KVBlocks
+
+MAX_HEAD_DIM = 256  # a query head is kept in 16 vector registers
+
+
+class _PagedDecode(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("q", "k", "v", "tables", "lengths", "out", "block_mass", "scratch")]  # fmt: skip
+    _fields_ += [(name, ctypes.c_int64) for name in
+                 ("seqs", "heads", "kv_heads", "head_dim", "block_size", "width", "max_length")]  # fmt: skip
+    _fields_ += [("scale", ctypes.c_float)]
+
+
+@cache
+def _functions() -> tuple | None:
+    kernels = library()
+    if kernels is None:
+        return None
+    run, scratch = kernels.paged_decode_f32, kernels.paged_decode_scratch
+    run.argtypes, run.restype = [ctypes.POINTER(_PagedDecode), ctypes.c_int], None
+    scratch.argtypes, scratch.restype = [ctypes.POINTER(_PagedDecode)], ctypes.c_int64
+    return run, scratch
+
+
+def can_read(blocks: KVBlocks) -> bool:
+    """Whether the kernel runs here and reads this layer's storage (fp32 on a CPU, head_dim a multiple of 16)."""
+    return (_functions() is not None and blocks.k.dtype == torch.float32 and blocks.k.device.type == "cpu"
+            and blocks.head_dim % 16 == 0 and blocks.head_dim <= MAX_HEAD_DIM)  # fmt: skip
+
+
+def cpu_paged_decode(
+    q: torch.Tensor, blocks: KVBlocks, block_tables: torch.Tensor, context_lens: torch.Tensor, max_context: int,
+    sm_scale: float, *, block_mass: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention of ``q`` ``[B, H, d]`` over each sequence's first ``context_lens[b]`` pool tokens (int64 ``[B]``,
+    ``max_context`` its largest value, known to the caller: reading it back would sync); ``block_mass`` fp32 ``[B,
+    max_blocks]`` gains each table entry's mass summed over heads. Returns ``[B, H, d]`` in q's dtype."""
+    run, scratch_floats = _functions()
+    num_seqs, num_heads, head_dim = q.shape
+    if num_heads % blocks.num_kv_heads or head_dim != blocks.head_dim:
+        raise ValueError(f"cpu_paged_decode: q {tuple(q.shape)} does not fit {blocks.num_kv_heads} kv-heads of dim "
+                         f"{blocks.head_dim}")
+    queries = q.float().contiguous()
+    tables = block_tables.to(torch.int64).contiguous()
+    lengths = context_lens.to(torch.int64).contiguous()
+    out = torch.empty_like(queries)
+    if block_mass is not None and (block_mass.shape != tables.shape or not block_mass.is_contiguous()):
+        raise ValueError(f"block_mass must be a contiguous fp32 {tuple(tables.shape)}, got {tuple(block_mass.shape)}")
+    args = _PagedDecode(queries.data_ptr(), blocks.k.data_ptr(), blocks.v.data_ptr(), tables.data_ptr(),
+                        lengths.data_ptr(), out.data_ptr(), 0 if block_mass is None else block_mass.data_ptr(), 0,
+                        num_seqs, num_heads, blocks.num_kv_heads, head_dim, blocks.block_size, tables.shape[1],
+                        max_context, sm_scale)  # fmt: skip
+    scratch = torch.empty(scratch_floats(ctypes.byref(args)))
+    args.scratch = scratch.data_ptr()
+    run(ctypes.byref(args), torch.get_num_threads())
+    return out.to(q.dtype)

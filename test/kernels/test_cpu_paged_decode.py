@@ -1,0 +1,65 @@
+"""The C decode attention over an fp32 pool (``cpu/paged_decode.c``, the CPU's decode path for fp32 pools) against
+the paged decode kernel (Triton, interpreted here), its torch reference, the shared-prefix torch path it replaces
+and fp64 attention, on the rows of test_cascade_decode.py: blocks shared by several rows as a run or scattered,
+rows alone, ragged lengths, a context ending on a block boundary; MHA and GQA; block mass on the same entries."""
+
+import pytest
+import torch
+from paged_contexts import ROWS, naive, pool
+
+from oxygen_ros.kernels import cascade_decode_attention, paged_decode_attention
+from oxygen_ros.kernels.cpu_paged_decode import can_read, cpu_paged_decode
+from oxygen_ros.kv.cascade import plan_cascade
+
+CPU = torch.device("cpu")
+pytestmark = pytest.mark.skipif(not can_read(pool("fp32", 1, 16, 64, CPU)),
+                                reason="the CPU decode kernels do not run here (no AVX-512 or no C compiler)")
+
+
+@pytest.mark.parametrize("kv_heads,group,head_dim", [(2, 1, 64), (3, 3, 64), (1, 8, 32), (2, 4, 128)])
+def test_equals_paged_decode_cascade_and_naive(kv_heads, group, head_dim):
+    blocks = pool("fp32", kv_heads, 16, head_dim, CPU)
+    tables, lens = [r[0] for r in ROWS], [r[1] for r in ROWS]
+    width = max(map(len, tables))
+    padded = [t + [0] * (width - len(t)) for t in tables]
+    table_tensor, lens_tensor = torch.tensor(padded), torch.tensor(lens)
+    q = torch.randn(len(ROWS), kv_heads * group, head_dim, generator=torch.Generator().manual_seed(5))
+    scale = head_dim**-0.5
+    mass = torch.zeros(table_tensor.shape)
+    out = cpu_paged_decode(q, blocks, table_tensor, lens_tensor, max(lens), scale, block_mass=mass)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    for backend in ("triton", "torch"):
+        paged_mass = torch.zeros(table_tensor.shape)
+        paged = paged_decode_attention(q, blocks, table_tensor, lens_tensor, scale, block_mass=paged_mass,
+                                       backend=backend)  # fmt: skip
+        torch.testing.assert_close(out, paged, atol=2e-5, rtol=0)
+        torch.testing.assert_close(mass, paged_mass, atol=1e-5, rtol=0)
+    cascade_mass = torch.zeros(table_tensor.shape)
+    cascade = cascade_decode_attention(q, blocks, plan_cascade(padded, lens, 16, CPU, min_saved_reads=0), scale,
+                                       block_mass=cascade_mass)  # fmt: skip
+    torch.testing.assert_close(out, cascade, atol=2e-5, rtol=0)
+    torch.testing.assert_close(mass, cascade_mass, atol=1e-5, rtol=0)
+    naive_out, naive_mass = naive(q, blocks, table_tensor, lens, scale)
+    torch.testing.assert_close(out.double(), naive_out, atol=2e-5, rtol=0)
+    torch.testing.assert_close(mass.double(), naive_mass, atol=1e-5, rtol=0)
+
+
+def test_threads_change_nothing_and_mass_is_optional():
+    blocks = pool("fp32", 3, 16, 64, CPU)
+    tables = torch.tensor([r[0] + [0] * (5 - len(r[0])) for r in ROWS])
+    lens = [r[1] for r in ROWS]
+    q = torch.randn(len(ROWS), 9, 64, generator=torch.Generator().manual_seed(6))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = cpu_paged_decode(q, blocks, tables, torch.tensor(lens), max(lens), 0.125)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, cpu_paged_decode(q, blocks, tables, torch.tensor(lens), max(lens), 0.125,
+                                             block_mass=torch.zeros(tables.shape)))  # fmt: skip
+
+
+def test_declines_quantized_storage():
+    assert not can_read(pool("int8", 2, 16, 64, CPU))
+    assert not can_read(pool("fp16", 2, 16, 64, CPU))
+    assert not can_read(pool("fp32", 2, 16, 40, CPU))  # head_dim not a multiple of 16
