@@ -13,8 +13,10 @@ Ops, each with a torch reference (``*_torch``, the CPU runtime path) and a Trito
 * ``requantize_blocks`` - blocks of one format -> another (tiers, fp8 rescaling);
 * ``copy_blocks`` - bitwise block copies with their scales (copy-on-write, moves between pools).
 
-``cascade_decode_attention`` (``cascade_decode``) is the CPU's decode path: torch only, it reads blocks that several
-rows share once (``SharedPrefix``) and is tested against the kernel and its reference.
+On a CPU, decode attention takes one of two paths, both tested against the kernel and its reference:
+``cascade_decode_attention`` (``cascade_decode``), torch ops that read blocks several rows share once
+(``SharedPrefix``), and ``cpu_paged_decode`` (``cpu_paged_decode``), C (``cpu/*.c``, built at first use by
+``cpu_library``) that reads an fp32 pool in place; ``cpu/decode_row.c`` runs a batch-1 token's whole decoder stack.
 
 ``Fp8Calibrator`` (``calibration``) keeps fp8 scales fitted to recent writes, rescaling stored blocks with them.
 ``format_support_error`` (``support``) tries a format on a device, so a pool in an unusable format fails at startup.

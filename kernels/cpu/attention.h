@@ -16,10 +16,18 @@ typedef struct { /* one sequence's context in one layer's pool view [units, bloc
 
 static inline int64_t padded16(int64_t n) { return (n + 15) / 16 * 16; }
 
-static inline const float* paged_row(const float* cache, const PagedContext* c, int64_t t, int64_t kv_head) {
-  const int64_t slot = c->table[t / c->block_size] * c->block_size + t % c->block_size;
-  return cache + (slot * c->kv_heads + kv_head) * c->head_dim;
+/* The first row of kv head `kv_head` in block entry b of the context's table; the block's next tokens follow
+ * kv_heads * head_dim floats apart. Walking the context block by block needs no division per token. */
+static inline const float* block_start(const PagedContext* c, const float* cache, int64_t b, int64_t kv_head) {
+  return cache + (c->table[b] * c->block_size * c->kv_heads + kv_head) * c->head_dim;
 }
+
+/* for each token t of the context, with row pointing at its row of kv head `kv_head` in cache */
+#define FOR_EACH_TOKEN(c, cache, kv_head, t, row)                                                        \
+  for (int64_t t##_block = 0, t = 0; t < (c)->length; ++t##_block)                                     \
+    for (const float *row = block_start((c), (cache), t##_block, (kv_head)),                            \
+                     *t##_end = row + (c)->block_size * (c)->kv_heads * (c)->head_dim;                  \
+         row < t##_end && t < (c)->length; row += (c)->kv_heads * (c)->head_dim, ++t)
 
 /* softmax(q_j K^T * scale) V for the G query heads q_j (head_dim = 16 V floats each, consecutive in q) that read
  * kv head `kv_head`: each K and V row is loaded once for all G heads. V and G are compile-time constants (see
@@ -36,8 +44,7 @@ static inline __attribute__((always_inline)) void attend_fixed(const PagedContex
     top[j] = -INFINITY;
     for (int i = 0; i < V; ++i) { qv[j][i] = _mm512_loadu_ps(q + (j * V + i) * 16); acc[j][i] = _mm512_setzero_ps(); }
   }
-  for (int64_t t = 0; t < n; ++t) {
-    const float* k = paged_row(c->k, c, t, kv_head);
+  FOR_EACH_TOKEN(c, c->k, kv_head, t, k) {
     __m512 kv[V];
     for (int i = 0; i < V; ++i) kv[i] = _mm512_loadu_ps(k + 16 * i);
     for (int j = 0; j < G; ++j) {
@@ -61,8 +68,7 @@ static inline __attribute__((always_inline)) void attend_fixed(const PagedContex
     }
     inv[j] = 1.0f / _mm512_reduce_add_ps(total);
   }
-  for (int64_t t = 0; t < n; ++t) {
-    const float* v = paged_row(c->v, c, t, kv_head);
+  FOR_EACH_TOKEN(c, c->v, kv_head, t, v) {
     __m512 vv[V];
     for (int i = 0; i < V; ++i) vv[i] = _mm512_loadu_ps(v + 16 * i);
     for (int j = 0; j < G; ++j) {
