@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).parent / "cpu"
-SOURCES = tuple(HERE / name for name in ("matvec.c", "decode_row.c", "paged_decode.c"))
+SOURCES = tuple(HERE / name for name in ("matvec.c", "decode_row.c", "paged_decode.c", "row_ops.c"))
 HEADERS = tuple(HERE / name for name in ("vector.h", "attention.h"))
 FLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC")
 ENV_VAR = "OXYGEN_CPU_MATVEC"  # 0 = never use them (measure torch's ops alone)

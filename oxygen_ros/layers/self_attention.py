@@ -8,6 +8,7 @@ from torch import nn
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.attention import paged_attention
+from oxygen_ros.layers.cpu_row_ops import rotate_heads_
 from oxygen_ros.layers.rotary import RopeAngles
 
 
@@ -50,8 +51,9 @@ class PagedSelfAttention(nn.Module):
             q, k = rope.apply(q, k)
         else:  # q and k are the fused projection's first heads: rotate them together
             qkv = self.qkv_proj(x).view(T, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
-            qk = rope.apply_joined(qkv[:, : self.num_heads + self.num_kv_heads])
-            q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
-            v = qkv[:, self.num_heads + self.num_kv_heads :]
+            rotated = self.num_heads + self.num_kv_heads
+            qk = qkv if rotate_heads_(qkv, rotated, rope) else rope.apply_joined(qkv[:, :rotated])
+            q, k = qk[:, : self.num_heads], qk[:, self.num_heads : rotated]
+            v = qkv[:, rotated:]
         out = paged_attention(q, k, v, ctx, kv.layers[self.layer_idx], self.scale)
         return self.o_proj(out.reshape(T, -1))

@@ -13,6 +13,7 @@ from torch import nn
 
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
+from oxygen_ros.layers import cpu_row_ops
 from oxygen_ros.layers.cpu_decode_row import RowDecoder, RowLayerWeights, RowShape, row_decoder
 from oxygen_ros.layers.packed_linear import PackedLinear, pack_linears
 from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
@@ -30,9 +31,20 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32 == self.weight.dtype:  # the weight inside the one op: (x * rsqrt(...)) * w, as HF
-            return F.rms_norm(x, self.weight.shape, self.weight, eps=self.eps)
+            out = cpu_row_ops.rms_norm(x, self.weight, self.eps)
+            return out if out is not None else F.rms_norm(x, self.weight.shape, self.weight, eps=self.eps)
         h = F.rms_norm(x.to(torch.float32), self.weight.shape, eps=self.eps)  # one op; bit-equal to x * rsqrt(...)
         return self.weight * h.to(x.dtype)
+
+    def add_forward(self, h: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(h + delta, norm(h + delta))``: a residual connection and the norm after it, in one pass where the CPU
+        kernel runs."""
+        if h.dtype == torch.float32 == self.weight.dtype:
+            fused = cpu_row_ops.add_rms_norm(h, delta, self.weight, self.eps)
+            if fused is not None:
+                return fused
+        total = h + delta
+        return total, self(total)
 
 
 class LlamaMLP(nn.Module):
@@ -55,8 +67,12 @@ class LlamaMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_proj is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        gate_up = self.gate_up_proj(x)
+        act = cpu_row_ops.silu_mul(gate_up)
+        if act is None:
+            gate, up = gate_up.chunk(2, dim=-1)
+            act = F.silu(gate) * up
+        return self.down_proj(act)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -70,8 +86,8 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = LlamaMLP(args)
 
     def forward(self, h: torch.Tensor, rope: RopeAngles, ctx: StepContext, kv: KVCache) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), rope, ctx, kv)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        h, x = self.post_attention_layernorm.add_forward(h, self.self_attn(self.input_layernorm(h), rope, ctx, kv))
+        return h + self.mlp(x)
 
 
 class LlamaModel(nn.Module):
