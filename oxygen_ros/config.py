@@ -28,7 +28,7 @@ class EngineConfig:
     max_queue: int = 256  # waiting requests beyond this are refused with RESOURCE_EXHAUSTED
     enable_prefix_caching: bool = True
     seed: int = 0  # model init for random-weight models and default sampling seed
-    num_denoise_steps: int = 10  # flow-matching steps per action chunk (VLA models)
+    num_denoise_steps: int = 0  # flow-matching steps per action chunk (VLAs); 0 = the checkpoint's num_inference_steps
     debug_checks: bool = False  # run pool invariant checks after every step (tests)
     eviction_policy: str = "attention"  # attention (alpha * activity + (1 - alpha) * recency) | lru
     eviction_alpha: float = 0.7  # weight of attention activity vs recency in the attention policy
@@ -61,11 +61,13 @@ class EngineConfig:
             raise bad(f"kv_cache_bytes must be >= 0, got {self.kv_cache_bytes}")
         if not 0.0 < self.kv_cache_memory_fraction <= 1.0:
             raise bad(f"kv_cache_memory_fraction must be in (0, 1], got {self.kv_cache_memory_fraction}")
-        names = ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "max_queue", "num_denoise_steps",
-                 "eviction_history_window", "disk_tier_bytes")  # fmt: skip
+        names = ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "max_queue", "eviction_history_window",
+                 "disk_tier_bytes")  # fmt: skip
         for name in names:
             if getattr(self, name) <= 0:
                 raise bad(f"{name} must be positive, got {getattr(self, name)}")
+        if self.num_denoise_steps < 0:
+            raise bad(f"num_denoise_steps must be >= 0 (0 = the checkpoint's), got {self.num_denoise_steps}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise bad(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():

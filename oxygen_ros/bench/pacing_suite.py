@@ -5,7 +5,7 @@ period as its deadline) while language requests arrive and decode on the same en
 language step that starts just before a chunk is asked for delays that chunk by up to a whole step (a new question's
 prefill is the long one); with pacing (``oxygen_ros.engine.pacing``) the thread learns the stream's period and
 holds such steps. Every ``every`` frames a question about a new ``context``-token text observation arrives and
-decodes ``tokens`` tokens. Each run uses a fresh pi05-tiny engine on its own AsyncEngine thread, fed by this thread
+decodes ``tokens`` tokens. Each run uses a fresh pi05-causal-tiny engine on its own AsyncEngine thread, fed by this thread
 at the stream's rate; paced and unpaced runs alternate ``repeats`` times so machine load hits both alike. Reported:
 action latency (the caller's submit -> chunk) p50/p99, deadline miss rate, language tokens/s, time language was held.
 """
@@ -96,8 +96,8 @@ def run(
     k: int = 0,
 ) -> dict[str, Any]:
     torch.set_num_threads(1)
-    bundle: ModelBundle = load_model("pi05-tiny", torch.device("cpu"), torch.float32, seed=0)
-    config = EngineConfig(model="pi05-tiny", kv_cache_bytes=128 << 20, max_model_len=2048)
+    bundle: ModelBundle = load_model("pi05-causal-tiny", torch.device("cpu"), torch.float32, seed=0)
+    config = EngineConfig(model="pi05-causal-tiny", kv_cache_bytes=128 << 20, max_model_len=2048)
     period = 1.0 / rate_hz
     runs: dict[str, list[StreamRun]] = {"paced": [], "unpaced": []}
     for _ in tqdm(range(repeats), desc="pacing: paced / unpaced runs", unit="pair"):

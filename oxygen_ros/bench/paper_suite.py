@@ -1,4 +1,6 @@
-"""`bench --suite paper`: the OxyGen paper's experiment (arXiv 2603.14371) on pi05-tiny, same engine, three modes.
+"""`bench --suite paper`: the OxyGen paper's experiment (arXiv 2603.14371), same engine, three modes, by default on
+pi0.5 as it runs (``pi05-random-tiny``: the whole prefix, images + prompt with the state, bidirectional; random
+weights at pi0.5's tiny shapes, chunk 50).
 
 Every frame a new observation (``images`` camera images + state) arrives with one action request (N denoise steps)
 and ``rate`` language requests on average (uniform or Poisson) that decode M tokens each.  The modes
@@ -62,7 +64,7 @@ def run(
     arrival: str = "uniform",
     rate: float = 1.0,
     images: int = 3,
-    model: str = "pi05-tiny",
+    model: str = "pi05-random-tiny",
     kv_mib: int = 512,
     threads: int = 1,
     seed: int = 0,
@@ -71,7 +73,7 @@ def run(
     plot: str = "docs/paper_sweep.png",
 ) -> dict[str, Any]:
     """The three modes at one setting; with ``sweep=1`` also N, M and k varied one at a time, plotted to ``plot``."""
-    torch.set_num_threads(threads)  # pi05-tiny's matmuls are small: one thread is fastest and steady under load
+    torch.set_num_threads(threads)  # the tiny VLAs' matmuls are small: one thread is fastest and steady under load
     setting = Setting(N, M, k, frames, warmup, arrival, rate, images, seed)
     config = EngineConfig(model=model, kv_cache_bytes=kv_mib << 20, max_model_len=2048, seed=seed)
     device = config.torch_device()

@@ -1,7 +1,7 @@
-"""Action-side measurement of a quantized KV pool: pi05-tiny action chunks with the prefix K/V read from the pool.
+"""Action-side measurement of a quantized KV pool: pi05-causal-tiny action chunks with the prefix K/V read from the pool.
 
 Every observation gets the same starting noise (one seed), so between two KV formats only the stored prefix differs,
-and between two observations of one format only the observation does.  pi05-tiny has random weights (no pi0.5
+and between two observations of one format only the observation does.  pi05-causal-tiny has random weights (no pi0.5
 weights are available offline), so the action error is reported against two yardsticks of the same model: the
 variance of the chunks and how much the chunks move when the observation (images and state) changes.
 """

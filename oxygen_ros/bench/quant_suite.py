@@ -2,7 +2,7 @@
 
 The baseline is the same engine with full-precision KV (``kv_dtype=auto``: fp32 on CPU, bf16 on CUDA); every other
 run changes only ``kv_dtype``.  Language (SmolLM2): greedy agreement over fixed prompts and teacher-forced perplexity
-on a public-domain text shipped in the package (``quant_language``).  Actions (pi05-tiny): action chunks with the same
+on a public-domain text shipped in the package (``quant_language``).  Actions (pi05-causal-tiny): action chunks with the same
 noise (``quant_actions``).  The per-content policy (``quant_policy``): questions about an observation with every
 block quantized vs with the observation prefix kept at fp16.  Bytes: ``KVLayout.bytes_per_token``, scales included.
 A format that misses its targets gets a per-layer sensitivity sweep and the cost of keeping its worst layers at full
@@ -77,7 +77,7 @@ def run(
     seconds["policy"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    pi05 = load_model("pi05-tiny", device, compute_dtype)
+    pi05 = load_model("pi05-causal-tiny", device, compute_dtype)
     metrics |= _action_metrics(pi05, names, action_observations, block_size)
     seconds["actions"] = time.perf_counter() - start
 
@@ -141,7 +141,7 @@ def _action_metrics(bundle: ModelBundle, names: list[str], count: int, block_siz
     obs = observations(count)
 
     def chunks(kv_dtype: str) -> np.ndarray:
-        config = EngineConfig(model="pi05-tiny", kv_dtype=kv_dtype, block_size=block_size, kv_cache_bytes=64 << 20)
+        config = EngineConfig(model="pi05-causal-tiny", kv_dtype=kv_dtype, block_size=block_size, kv_cache_bytes=64 << 20)
         return action_chunks(Engine(config, bundle=bundle), obs, kv_dtype)
 
     reference = chunks("auto")

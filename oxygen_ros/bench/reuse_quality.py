@@ -4,7 +4,7 @@ The simulated room at 10 Hz while the robot drives slowly (20 cm/s, turning 0.2 
 camera noise and a few centimetres of motion.  Every frame is served twice, by an exact engine (reuse off) and by
 one with the threshold, on the same weights and seeds:
 
-- pi05-tiny: one action chunk per frame (its camera image + the robot state); the cost is the action error, mean
+- pi05-causal-tiny: one action chunk per frame (its camera image + the robot state); the cost is the action error, mean
   |reused - exact| over the chunk relative to mean |exact|, averaged over the frames that were reused.
 - SmolLM2 (text): the frame's scene description (``perception.describe``) is the observation, one question per
   frame.  A text model has no image KV: reuse serves the earlier frame's description (and so its KV), so the answer

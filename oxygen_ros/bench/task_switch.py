@@ -1,6 +1,6 @@
 """Zero-copy task switching vs copying the KV, on the same running request in the same run.
 
-A request holding an observation's whole prefix (pi05-tiny: 868 tokens) is handed from one task to another and back,
+A request holding an observation's whole prefix (pi05-causal-tiny: 868 tokens) is handed from one task to another and back,
 ``repeats`` times each way:
 
 - ``task_switch_us``: ``Engine.transfer``, what the unified pool does: only the request's labels change, its block

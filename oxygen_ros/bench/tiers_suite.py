@@ -1,6 +1,6 @@
 """`bench --suite tiers`: restoring a prefix from the host / disk tier vs recomputing it, and eviction hit rates.
 
-Restore: one pi05-tiny observation (3 camera images + a 100-token prompt = an 868-token prefix) is asked about
+Restore: one pi05-causal-tiny observation (3 camera images + a 100-token prompt = an 868-token prefix) is asked about
 (one text token) by three engines on the same weights: without tiers (the prefix is recomputed: SigLIP and the
 backbone prefill), with an L1 host tier only, with an L2 disk tier only.  Before each timed request of the tiered
 engines the prefix is pushed out of the device pool (every pool block allocated and released: eviction demotes it),
@@ -16,7 +16,7 @@ and what it chose; each must answer what a roomy pool answers.
 
 Task switching (``task_switch``): handing the running request that holds the 868-token prefix to another task by
 ``Engine.transfer`` (block tables only) vs by copying its KV.  Approximate observation reuse (``reuse_quality``):
-its action error on pi05-tiny and answer changes on SmolLM2 at ``reuse_threshold``, against exact serving.
+its action error on pi05-causal-tiny and answer changes on SmolLM2 at ``reuse_threshold``, against exact serving.
 """
 
 import statistics
@@ -48,7 +48,7 @@ def run(
     answer_tokens: int = 6, reuse_threshold: float = 0.006, reuse_frames: int = 8,
 ) -> dict[str, Any]:  # fmt: skip
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    pi05, smollm2 = load_model("pi05-tiny", device, torch.float32), load_model("smollm2-135m", device, torch.float32)
+    pi05, smollm2 = load_model("pi05-causal-tiny", device, torch.float32), load_model("smollm2-135m", device, torch.float32)
     restore = _restore(pi05, images, prompt_tokens, repeats)
     hit_rates = _hit_rates(smollm2, rounds, scene_tokens, answer_tokens)
     switch = task_switch.measure(Engine(EngineConfig(**RESTORE_POOL), bundle=pi05), _observation_request(
@@ -90,7 +90,7 @@ def _push_out_of_pool(engine: Engine) -> None:
 
 
 def _observation_request(bundle: ModelBundle, images: int, prompt_tokens: int) -> GenerateRequest:
-    """One text token about a pi05-tiny observation of ``images`` camera images and a ``prompt_tokens`` prompt."""
+    """One text token about a pi05-causal-tiny observation of ``images`` camera images and a ``prompt_tokens`` prompt."""
     rng = np.random.default_rng(0)
     obs = Observation("scene", images=[camera_image(int(rng.integers(2**31))) for _ in range(images)])
     return GenerateRequest(_prompt(bundle, prompt_tokens), observation=obs, sampling=SamplingParams(max_new_tokens=1))

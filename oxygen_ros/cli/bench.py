@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 SUITES = {
+    "causal": "oxygen_ros.bench.causal_suite",
     "engine": "oxygen_ros.bench.engine_suite",
     "kernels": "oxygen_ros.bench.kernel_suite",
     "multitask": "oxygen_ros.bench.multitask_suite",

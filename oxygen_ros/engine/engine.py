@@ -98,6 +98,9 @@ class Engine:
                                   on_block_mass=mass_hook)  # fmt: skip
         threshold = config.reuse_similarity_threshold
         self.similar_frames = SimilarFrames(threshold) if threshold > 0 else None  # approximate reuse (opt-in)
+        # Flow steps per chunk: EngineConfig.num_denoise_steps when set (> 0), else the model's own (a checkpoint's
+        # num_inference_steps from its config.json; 10 for the random-weight VLAs).
+        self.denoise_steps = config.num_denoise_steps or (b.model.config.num_denoise_steps if b.vla else 0)
         self.requests: dict[str, Request] = {}
         self.last_batch = ScheduledBatch([], [])  # what the latest step computed, for benchmarks and timelines
         self._ids = itertools.count()
@@ -257,18 +260,17 @@ class Engine:
         return len(head) if prompt_ids[: len(head)] == head else 0
 
     def _vla_prefix(self, greq: GenerateRequest) -> PreparedPrefix:
-        """[image tokens | prompt | state] of a VLA request; bad images or state, too many images or an over-long
-        prompt -> INVALID_ARGUMENT.  pi0 needs the state and decodes no text (its state token, written by the
-        action expert, would sit in the text's context) -> INVALID_ARGUMENT / FAILED_PRECONDITION."""
+        """[image tokens | prompt | state] of a VLA request, laid out by the model (``observation_prefix``: pi0.5
+        writes the normalised state into its prompt, pi0 appends a state token); bad images or state, a state pi0 /
+        pi0.5 need and did not get, too many images or an over-long prompt -> INVALID_ARGUMENT.  pi0 decodes no text
+        (its state token, written by the action expert, would sit in the text's context) -> FAILED_PRECONDITION."""
         obs, model = greq.observation, self.bundle.model
         state = obs.state if obs is not None and len(obs.state) else None
         if isinstance(model, Pi0Model) and greq.want_text:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"model {self.bundle.model_id!r} (pi0) serves action "
                               "chunks only: ask with want_text=False")  # fmt: skip
-        if isinstance(model, Pi0Model) and state is None:
-            raise EngineError(ErrorCode.INVALID_ARGUMENT, "pi0 needs the robot state (observation.state)")
         try:
-            return model.prepare_prefix(obs.images if obs else [], model.encode_prompt(self.tokenizer, greq.prompt), state)
+            return model.observation_prefix(self.tokenizer, greq.prompt, obs.images if obs else [], state)
         except ValueError as exc:
             raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
 
@@ -410,7 +412,7 @@ class Engine:
         acting = [r for r in batch.requests if r.want_actions and r.actions is None and r.prefill_done]
         if acting:
             start = self.synchronized_clock()
-            self.runner.sample_actions(acting, self.config.num_denoise_steps)
+            self.runner.sample_actions(acting, self.denoise_steps)
             batch.denoise_s = self.synchronized_clock() - start
         for req in batch.requests:
             self.kv_manager.commit(req)

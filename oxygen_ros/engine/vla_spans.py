@@ -2,9 +2,10 @@
 
 * Image tokens: keyed by the images' content hashes (one key over all of them: every image token of a VLA sees
   every image), and fed from the vision encoder.
-* A bidirectional region wider than the images (pi0: images + prompt): every token's K/V depends on the whole
-  region, so each block overlapping it is keyed by the hash of the whole region (images and prompt ids).  Two
-  requests share those blocks exactly when frame and instruction are identical, never across prompts.
+* A bidirectional region wider than the images (pi0: images + prompt; pi0.5: images + prompt with the state as
+  text): every token's K/V depends on the whole region, so each block overlapping it is keyed by the hash of the
+  whole region (images and prompt ids).  Two requests share those blocks exactly when frame and instruction (and,
+  for pi0.5, the state) are identical, never across prompts.
 * pi0's state token: keyed by the state values, so the block holding it (and every block after) follows the state.
 """
 

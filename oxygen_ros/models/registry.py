@@ -15,7 +15,13 @@ from oxygen_ros.models.loaded import LoadedModel
 from oxygen_ros.models.tokenizer import Tokenizer
 
 LANGUAGE_MODELS = ("smollm2-135m",)
-VLA_MODELS = ("pi05-tiny", "pi05-full")  # random-init pi0.5 shapes; no pi0.5 weights can be had offline
+# Random-weight VLAs (no pi0.5 weights can be had offline), for tests and benchmarks.  pi05-random-*: pi0.5 as it
+# runs (models/pi05_lerobot: the whole prefix bidirectional, state as text).  pi05-causal-*: the approximation whose
+# prompt is causal after bidirectional images (models/pi05), so image blocks are shared across prompts.
+RANDOM_VLA_MODELS = ("pi05-random-tiny", "pi05-random-full")
+CAUSAL_VLA_MODELS = ("pi05-causal-tiny", "pi05-causal-full")
+VLA_MODELS = (*RANDOM_VLA_MODELS, *CAUSAL_VLA_MODELS)  # every random-weight VLA name
+RENAMED = {"pi05-tiny": "pi05-causal-tiny", "pi05-full": "pi05-causal-full"}  # refused, naming the new name
 
 
 @dataclass
@@ -29,7 +35,7 @@ class ModelBundle:
     num_kv_heads: int
     head_dim: int
     max_position_embeddings: int
-    vla: bool = False  # has an action expert: images in, action chunks out (a Pi05Model or Pi0Model)
+    vla: bool = False  # has an action expert: images in, action chunks out (a Pi05Model or a LeRobotPolicy)
     vision: bool = False  # a vision-language model: images in the prompt, text out (an Idefics3Model)
 
 
@@ -39,13 +45,17 @@ def known_models() -> list[str]:
 
 def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 0) -> ModelBundle:
     """Build ``name`` (a registered name or a Hugging Face folder) on ``device``; EngineError if it cannot."""
+    if name in RENAMED:
+        raise EngineError(ErrorCode.NOT_FOUND, f"model {name!r} is now {RENAMED[name]!r} (pi0.5's shapes with the "
+                          "prompt causal after the images: an approximation); pi0.5 itself at random weights is "
+                          f"{name.replace('pi05-', 'pi05-random-')!r}")  # fmt: skip
     if name in VLA_MODELS:
         return _load_vla(name, device, dtype, seed)
     path = Path(name).expanduser()
     if (path / "config.json").is_file() and _is_idefics3(path):
         return _load_idefics3(path, device, dtype)
-    if (path / "config.json").is_file() and _is_pi0(path):
-        return _load_pi0(path, device, dtype)
+    if (path / "config.json").is_file() and (_is_pi0(path) or _is_pi05(path)):
+        return _load_policy(path, device, dtype)
     loaded = _read(name)
     model = LlamaModel(loaded.args)
     model.load_state_dict(loaded.state_dict, strict=True)
@@ -53,28 +63,27 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 
 
 
 def _load_vla(name: str, device: torch.device, dtype: torch.dtype, seed: int) -> ModelBundle:
-    """pi0.5-shaped VLA with seeded random weights; text goes through the SmolLM2 tokenizer (same vocabulary size)."""
+    """A random-weight VLA (``VLA_MODELS``), seeded; text goes through the SmolLM2 tokenizer (same vocabulary size)."""
     from gguf import GGUFReader
 
     from oxygen_ros.models.gguf_loader import smollm2_gguf_path
     from oxygen_ros.models.pi05 import build_pi05
+    from oxygen_ros.models.pi05_lerobot import build_random_pi05
 
     try:
         tokenizer = Tokenizer.from_gguf_metadata(GGUFReader(smollm2_gguf_path()))
     except FileNotFoundError as exc:
         raise EngineError(ErrorCode.NOT_FOUND, str(exc)) from exc
-    model = build_pi05(name, device, dtype, seed)
+    build = build_random_pi05 if name in RANDOM_VLA_MODELS else build_pi05
+    return _vla_bundle(build(name, device, dtype, seed), tokenizer, f"{name}@seed{seed}")
+
+
+def _vla_bundle(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str) -> ModelBundle:
     cfg = model.config
     return ModelBundle(
-        model=model,
-        tokenizer=tokenizer,
-        model_id=f"{name}@seed{seed}",
-        num_layers=cfg.num_layers,
-        num_kv_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim,
-        max_position_embeddings=8192,  # Gemma's context
-        vla=True,
-    )
+        model=model.eval(), tokenizer=tokenizer, model_id=model_id, num_layers=cfg.num_layers,
+        num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, max_position_embeddings=8192, vla=True,  # Gemma's context
+    )  # fmt: skip
 
 
 def _is_idefics3(folder: Path) -> bool:
@@ -89,6 +98,12 @@ def _is_pi0(folder: Path) -> bool:
     return _config_is(folder, is_pi0_config)
 
 
+def _is_pi05(folder: Path) -> bool:
+    from oxygen_ros.models.pi05_lerobot import is_pi05_lerobot_config
+
+    return _config_is(folder, is_pi05_lerobot_config)
+
+
 def _config_is(folder: Path, test: Callable[[dict], bool]) -> bool:
     try:
         return test(json.loads((folder / "config.json").read_text()))
@@ -96,22 +111,21 @@ def _config_is(folder: Path, test: Callable[[dict], bool]) -> bool:
         return False  # the text loader reports the broken file
 
 
-def _load_pi0(folder: Path, device: torch.device, dtype: torch.dtype) -> ModelBundle:
-    """A pi0 folder (transformers' or LeRobot's layout) with PaliGemma's tokenizer beside it, checked first so a
-    folder without one is refused before gigabytes of weights are read."""
+def _load_policy(folder: Path, device: torch.device, dtype: torch.dtype) -> ModelBundle:
+    """A pi0 folder (transformers' or LeRobot's layout) or a LeRobot pi0.5 one, with PaliGemma's tokenizer beside it
+    (checked first, so a folder without one is refused before gigabytes of weights are read) and the processors'
+    normalization stats when present."""
     from oxygen_ros.models.pi0 import load_pi0_folder, load_pi0_tokenizer, read_pi0_config
+    from oxygen_ros.models.pi05_lerobot import load_pi05_folder, read_pi05_config
 
+    read, load = (read_pi05_config, load_pi05_folder) if _is_pi05(folder) else (read_pi0_config, load_pi0_folder)
     try:
-        tokenizer = load_pi0_tokenizer(folder, read_pi0_config(folder).vocab_size)
-        model, model_id = load_pi0_folder(folder)
+        config = read(folder)
+        tokenizer = load_pi0_tokenizer(folder, config.vocab_size)
+        model, model_id = load(folder, config)
     except (ValueError, FileNotFoundError) as exc:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load model folder {folder}: {exc}") from exc
-    cfg = model.config
-    return ModelBundle(
-        model=model.to(device=device, dtype=dtype).eval(), tokenizer=tokenizer, model_id=model_id,
-        num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-        max_position_embeddings=8192, vla=True,  # Gemma's context
-    )  # fmt: skip
+    return _vla_bundle(model.to(device=device, dtype=dtype), tokenizer, model_id)
 
 
 def _load_idefics3(folder: Path, device: torch.device, dtype: torch.dtype) -> ModelBundle:

@@ -15,10 +15,11 @@ from oxygen_ros.models.registry import load_model
 
 def test_paper_suite_measures_the_three_modes():
     out = paper_suite.run(N=2, M=4, k=2, frames=2, images=0, kv_mib=32)
+    assert out["params"]["model"] == "pi05-random-tiny"  # the faithful pi0.5 prefix, at random weights
     m = out["metrics"]
     for mode in Mode:
         assert m[f"{mode}_frame_latency_ms"] > 0 and math.isclose(
-            m[f"{mode}_action_hz"], 10 * 1e3 / m[f"{mode}_frame_latency_ms"], rel_tol=1e-9
+            m[f"{mode}_action_hz"], 50 * 1e3 / m[f"{mode}_frame_latency_ms"], rel_tol=1e-9  # pi0.5's chunk of 50
         )
         parts = sum(m[f"{mode}_{phase}_ms"] for phase in ("prefill", "denoise", "decode", "other"))
         assert math.isclose(parts, m[f"{mode}_frame_latency_ms"], rel_tol=1e-6)
@@ -33,7 +34,7 @@ def test_paper_suite_measures_the_three_modes():
 
 def test_sweep_is_plotted(tmp_path):
     torch.set_num_threads(1)
-    bundle = load_model("pi05-tiny", torch.device("cpu"), torch.float32)
+    bundle = load_model("pi05-random-tiny", torch.device("cpu"), torch.float32)
     base = paper_suite.Setting(N=2, M=4, k=2, frames=1, warmup=0, arrival="poisson", rate=1.5, images=0, seed=0)
     points = paper_suite.run_sweep(bundle, EngineConfig(kv_cache_bytes=32 << 20), base, {"N": (1, 2), "k": (1, 4)})
     assert [(p["vary"], p["N"], p["k"]) for p in points] == [("N", 1, 2), ("N", 2, 2), ("k", 2, 1), ("k", 2, 4)]

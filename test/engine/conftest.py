@@ -27,6 +27,6 @@ def tiny_bundle() -> ModelBundle:
 
 @pytest.fixture(scope="session")
 def pi05_tiny() -> ModelBundle:
-    """pi05-tiny (seeded random weights) on one thread: its small matmuls are fastest, and steady, on one core."""
+    """pi05-causal-tiny (seeded random weights) on one thread: its small matmuls are fastest, and steady, on one core."""
     torch.set_num_threads(1)
-    return load_model("pi05-tiny", torch.device("cpu"), torch.float32)
+    return load_model("pi05-causal-tiny", torch.device("cpu"), torch.float32)

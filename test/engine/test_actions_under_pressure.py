@@ -1,4 +1,4 @@
-"""Acceptance: a 10 Hz action stream (pi05-tiny) keeps ``action_deadline_miss_rate`` <= 0.01 while language requests
+"""Acceptance: a 10 Hz action stream (pi05-causal-tiny) keeps ``action_deadline_miss_rate`` <= 0.01 while language requests
 overfill the pool, so every frame's chunk is served by preempting language (swapped to the host tier or
 recomputed) and cached blocks are evicted to the tiers; the language requests still all finish, nothing leaks.
 As in test_frames, the period is 10 Hz unless this CPU cannot serve an action step in a quarter of it."""

@@ -1,5 +1,5 @@
 """Approximate observation reuse (``reuse_similarity_threshold``): a frame that differs from a recent one by less than
-the threshold is served from that one's KV (pi05-tiny: its image prefix; a text model: its scene text too); a
+the threshold is served from that one's KV (pi05-causal-tiny: its image prefix; a text model: its scene text too); a
 frame that differs more, or any frame with reuse off, is computed exactly."""
 
 import pytest

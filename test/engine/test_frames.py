@@ -1,4 +1,4 @@
-"""The cross-frame driver on pi05-tiny: a paced action stream keeps its deadline while language decodes, VQA goes
+"""The cross-frame driver on pi05-causal-tiny: a paced action stream keeps its deadline while language decodes, VQA goes
 ahead of older language, cancel / abort / a full queue leave no leaked blocks, and the paper's three modes compute
 the same text and actions (only the cost differs)."""
 
@@ -140,7 +140,7 @@ def test_only_the_baseline_prefills_the_observation_twice(pi05_by_mode):
 
 
 def test_three_modes_give_identical_greedy_text_on_a_real_language_model(smollm2_bundle):
-    """pi05-tiny's random weights echo their last prompt token; SmolLM2's text depends on the whole context."""
+    """pi05-causal-tiny's random weights echo their last prompt token; SmolLM2's text depends on the whole context."""
     frames = []
     for i, questions in enumerate([["What is on the table?", "Which object is the tallest?"], ["Name a red object."]]):
         scene = Observation(text=observation_text(smollm2_bundle.tokenizer, 40, seed=i))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from engine_helpers import make_engine
-from pi0_folders import ACTION_DIM, CHUNK, STATE_DIM, STEPS, camera, hf_inputs, write_folder
+from pi0_folders import ACTION_DIM, CHUNK, STATE_DIM, STEPS, camera, hf_inputs
 from transformers import AutoTokenizer, PI0ForConditionalGeneration
 
 from oxygen_ros.engine.io import GenerateRequest, Observation
@@ -24,21 +24,9 @@ REORDERED = "stack the blocks and put the cup on the plate"  # the same tokens i
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("pi0")
-    write_folder(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def bundle(folder: Path) -> ModelBundle:
+def bundle(pi0_folder: Path) -> ModelBundle:
     torch.set_num_threads(1)  # tiny matmuls: one thread is fastest, and steady, on a loaded 2-core machine
-    return load_model(str(folder), torch.device("cpu"), torch.float32)
-
-
-@pytest.fixture(scope="module")
-def hf(folder: Path) -> PI0ForConditionalGeneration:
-    return PI0ForConditionalGeneration.from_pretrained(folder, attn_implementation="eager").eval()
+    return load_model(str(pi0_folder), torch.device("cpu"), torch.float32)
 
 
 def _request(text: str, images: list[np.ndarray], state: list[float], seed: int = 5, task: str = "a") -> GenerateRequest:
@@ -58,7 +46,7 @@ def _assert_nothing_leaked(engine) -> None:
     assert pool.num_free + pool.num_used + pool.num_cached == pool.num_blocks
 
 
-def test_actions_equal_transformers(bundle: ModelBundle, hf: PI0ForConditionalGeneration, folder: Path) -> None:
+def test_actions_equal_transformers(bundle: ModelBundle, pi0_hf: PI0ForConditionalGeneration, pi0_folder: Path) -> None:
     """Two requests in one batch: two cameras / one camera (the other slot missing), different prompts and states
     (shorter than max_state_dim), the checkpoint's 4 Euler steps.  transformers' prompt ids are PI0Processor's
     text line, ``f"{bos_token}{text}\\n"``, through transformers' own load of the folder's tokenizer (the processor
@@ -68,10 +56,10 @@ def test_actions_equal_transformers(bundle: ModelBundle, hf: PI0ForConditionalGe
     states, seeds = [[0.3, -1.2, 0.8, 0.05], [1.5, -0.4, 0.0, 0.7, -2.0, 0.25]], [11, 12]
     outs = engine.generate([_request(t, [c for c in cams if c is not None], s, seed, f"task{seed}")
                             for t, cams, s, seed in zip(texts, cameras, states, seeds)])  # fmt: skip
-    tok = AutoTokenizer.from_pretrained(folder)
+    tok = AutoTokenizer.from_pretrained(pi0_folder)
     prompts = [tok(f"{tok.bos_token}{t}\n")["input_ids"] for t in texts]
     noise = torch.stack([_noise(s) for s in seeds])
-    expected = hf.sample_actions(**hf_inputs(cameras, prompts, states), noise=noise)
+    expected = pi0_hf.sample_actions(**hf_inputs(cameras, prompts, states), noise=noise)
     assert [o.prompt_tokens for o in outs] == [32 + len(prompts[0]) + 1, 16 + len(prompts[1]) + 1]  # + state token
     got = torch.tensor(np.stack([o.actions for o in outs]))
     assert got.shape == (2, CHUNK, ACTION_DIM) and all(o.ok and o.finish_reason == "actions" for o in outs)
@@ -137,11 +125,11 @@ def test_bad_inputs_are_refused(bundle: ModelBundle, name: str, change: dict, co
     _assert_nothing_leaked(engine)
 
 
-def test_folder_without_tokenizer_is_refused_naming_it(folder: Path, tmp_path: Path) -> None:
+def test_folder_without_tokenizer_is_refused_naming_it(pi0_folder: Path, tmp_path: Path) -> None:
     copy = tmp_path / "no-tokenizer"
     copy.mkdir()
     for name in ("config.json", "model.safetensors"):
-        (copy / name).write_bytes((folder / name).read_bytes())
+        (copy / name).write_bytes((pi0_folder / name).read_bytes())
     with pytest.raises(EngineError) as err:
         load_model(str(copy), torch.device("cpu"), torch.float32)
     assert err.value.code == ErrorCode.INVALID_ARGUMENT

@@ -1,4 +1,4 @@
-"""int8 and fp8 KV through the engine's paged pool: SmolLM2 and pi05-tiny run end to end, stats and byte accounting
+"""int8 and fp8 KV through the engine's paged pool: SmolLM2 and pi05-causal-tiny run end to end, stats and byte accounting
 follow the format, the fp8 calibrator holds its scales over many requests, and bad KV settings fail at startup."""
 
 import os
@@ -71,7 +71,7 @@ def _layout(shape: tuple[int, int, int], dtype: torch.dtype) -> KVLayout:
     return KVLayout(*shape, block_size=16, dtype=dtype)
 
 
-@pytest.mark.parametrize("shape", [(30, 3, 64), (6, 1, 256), (18, 1, 256)], ids=["smollm2", "pi05-tiny", "pi05"])
+@pytest.mark.parametrize("shape", [(30, 3, 64), (6, 1, 256), (18, 1, 256)], ids=["smollm2", "pi05-causal-tiny", "pi05"])
 @pytest.mark.parametrize("kv_dtype", ["int8", "fp8"])
 def test_quantized_tokens_cost_at_most_057_of_fp16_scales_included(shape, kv_dtype):
     layout = _layout(shape, STORAGE[kv_dtype])

@@ -1,4 +1,4 @@
-"""pi05-tiny through the engine: the observation's image tokens are computed once and shared by every task, action
+"""pi05-causal-tiny through the engine: the observation's image tokens are computed once and shared by every task, action
 chunks equal the model driven by hand, and images are part of the prefix-cache key."""
 
 import numpy as np
@@ -15,7 +15,7 @@ from oxygen_ros.models.registry import load_model
 @pytest.fixture(scope="module")
 def pi05_bundle():
     torch.set_num_threads(1)  # tiny matmuls: one thread is fastest, and robust on a loaded 2-core machine
-    return load_model("pi05-tiny", torch.device("cpu"), torch.float32)
+    return load_model("pi05-causal-tiny", torch.device("cpu"), torch.float32)
 
 
 def _camera(seed: int) -> np.ndarray:
@@ -57,7 +57,7 @@ def test_engine_actions_equal_the_model_driven_by_hand(pi05_bundle):
     prefill(model, kv, prefix, blocks)
     noise = torch.randn(10, 32, generator=torch.Generator().manual_seed(11))[None]
     table = torch.tensor([blocks])
-    expected = model.sample_actions(table, [len(prefix.token_ids)], kv, engine.config.num_denoise_steps, noise=noise)
+    expected = model.sample_actions(table, [len(prefix.token_ids)], kv, engine.denoise_steps, noise=noise)
     np.testing.assert_allclose(out.actions, expected[0].numpy(), atol=1e-5)
 
 

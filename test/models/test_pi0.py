@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from pi0_folders import ACTION_DIM, CHUNK, STATE_DIM, camera, hf_inputs, rewrite_tensors, write_folder
+from pi0_folders import ACTION_DIM, CHUNK, STATE_DIM, camera, hf_inputs, rewrite_tensors
 from safetensors.torch import load_file, save_file
 from transformers import PI0ForConditionalGeneration
 
@@ -27,21 +27,8 @@ STATES = [[0.3, -1.2, 0.8, 0.05], [1.5, -0.4, 0.0, 0.7, -2.0, 0.25]]  # shorter 
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("pi0")
-    write_folder(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def hf(folder: Path) -> PI0ForConditionalGeneration:
-    """transformers' own load of the folder (its conversion mapping reads the LeRobot names save_pretrained wrote)."""
-    return PI0ForConditionalGeneration.from_pretrained(folder, attn_implementation="eager").eval()
-
-
-@pytest.fixture(scope="module")
-def ours(folder: Path) -> Pi0Model:
-    return load_pi0_folder(folder)[0]
+def ours(pi0_folder: Path) -> Pi0Model:
+    return load_pi0_folder(pi0_folder)[0]
 
 
 @pytest.fixture(scope="module")
@@ -90,24 +77,24 @@ def hf_actions(hf: PI0ForConditionalGeneration, noise: torch.Tensor, prompts: li
     return hf.sample_actions(**hf_inputs(CAMERAS, prompts, STATES), noise=noise.clone())
 
 
-def test_actions_equal_transformers(ours: Pi0Model, hf: PI0ForConditionalGeneration, noise: torch.Tensor) -> None:
+def test_actions_equal_transformers(ours: Pi0Model, pi0_hf: PI0ForConditionalGeneration, noise: torch.Tensor) -> None:
     """Two rows of different lengths (right-padded for transformers, ragged in our pool), a missing camera in each,
     states shorter than max_state_dim, the config's 4 Euler steps.  Measured here: max |diff| 1.3e-6 on actions up
     to 4.3 (with the time embedding in fp64 instead of the reference's fp32 it would be 3.9e-5)."""
-    got, expected = pool_actions(ours, noise), hf_actions(hf, noise)
+    got, expected = pool_actions(ours, noise), hf_actions(pi0_hf, noise)
     assert got.shape == (2, CHUNK, ACTION_DIM)
     assert expected.abs().max() > 0.5 and (expected[0] - expected[1]).abs().max() > 0.5  # not degenerate
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=RTOL)
 
 
 @torch.no_grad()
-def test_prefix_kv_equal_transformers(ours: Pi0Model, hf: PI0ForConditionalGeneration) -> None:
+def test_prefix_kv_equal_transformers(ours: Pi0Model, pi0_hf: PI0ForConditionalGeneration) -> None:
     """PaliGemma's prefix with its whole-prefix bidirectional mask, K (after RoPE) and V per layer, read back from
     the pool through the block tables."""
     inputs = hf_inputs(CAMERAS, PROMPTS, STATES)
-    embeds = hf.model.embed_prefix(inputs["input_ids"], inputs["pixel_values"], inputs["pixel_attention_mask"])
+    embeds = pi0_hf.model.embed_prefix(inputs["input_ids"], inputs["pixel_values"], inputs["pixel_attention_mask"])
     mask = inputs["attention_mask"]
-    cache = hf.model.vlm(inputs_embeds=embeds, attention_mask=mask, position_ids=mask.cumsum(-1) - 1,
+    cache = pi0_hf.model.vlm(inputs_embeds=embeds, attention_mask=mask, position_ids=mask.cumsum(-1) - 1,
                          token_type_ids=torch.zeros_like(mask), use_cache=True).cache  # fmt: skip
     kv, tables, lens = pool_prefix(ours, CAMERAS, PROMPTS)
     for i, layer in enumerate(cache.layers):
@@ -139,10 +126,10 @@ def lerobot_hub_name(name: str) -> str | None:
 
 
 def test_lerobot_key_names_load_to_the_same_actions(
-    folder: Path, tmp_path: Path, ours: Pi0Model, noise: torch.Tensor
+    pi0_folder: Path, tmp_path: Path, ours: Pi0Model, noise: torch.Tensor
 ) -> None:
     copy = tmp_path / "lerobot"
-    shutil.copytree(folder, copy)
+    shutil.copytree(pi0_folder, copy)
     head = {"model.paligemma_with_expert.paligemma.lm_head.weight": ours.backbone.embed_tokens.weight.detach()}
     renamed = {lerobot_hub_name(n): t for n, t in load_file(copy / "model.safetensors").items()}
     save_file({n: t for n, t in renamed.items() if n is not None} | head, copy / "model.safetensors")
@@ -151,13 +138,13 @@ def test_lerobot_key_names_load_to_the_same_actions(
 
 
 def test_transformers_module_names_load_to_the_same_actions(
-    tmp_path: Path, hf: PI0ForConditionalGeneration, ours: Pi0Model, folder: Path, noise: torch.Tensor
+    tmp_path: Path, pi0_hf: PI0ForConditionalGeneration, ours: Pi0Model, pi0_folder: Path, noise: torch.Tensor
 ) -> None:
     """A folder whose safetensors holds PI0ForConditionalGeneration's own state-dict names (model.vlm.*, ...)."""
     copy = tmp_path / "modules"
     copy.mkdir()
-    shutil.copy(folder / "config.json", copy / "config.json")
-    save_file({n: t.contiguous() for n, t in hf.state_dict().items()}, copy / "model.safetensors")
+    shutil.copy(pi0_folder / "config.json", copy / "config.json")
+    save_file({n: t.contiguous() for n, t in pi0_hf.state_dict().items()}, copy / "model.safetensors")
     assert torch.equal(pool_actions(load_pi0_folder(copy)[0], noise), pool_actions(ours, noise))
 
 
@@ -197,9 +184,9 @@ def _tensors(folder: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize(("name", "damage", "named"), BAD_FOLDERS, ids=[b[0] for b in BAD_FOLDERS])
-def test_bad_checkpoint_is_refused_naming_it(folder: Path, tmp_path: Path, name: str, damage, named: str) -> None:
+def test_bad_checkpoint_is_refused_naming_it(pi0_folder: Path, tmp_path: Path, name: str, damage, named: str) -> None:
     copy = tmp_path / "copy"
-    shutil.copytree(folder, copy)
+    shutil.copytree(pi0_folder, copy)
     damage(copy)
     with pytest.raises((ValueError, FileNotFoundError)) as caught:
         load_pi0_folder(copy)
@@ -234,7 +221,7 @@ def test_lerobot_config_gives_pi0_base_shapes(tmp_path: Path) -> None:
     assert 3.2e9 < total < 3.4e9  # openpi's pi0: ~3.3B parameters
 
 
-def test_chunk_is_cut_to_the_robots_action_dims(tmp_path: Path, folder: Path, ours: Pi0Model, noise: torch.Tensor) -> None:
+def test_chunk_is_cut_to_the_robots_action_dims(tmp_path: Path, pi0_folder: Path, ours: Pi0Model, noise: torch.Tensor) -> None:
     """LeRobot's output_features.action.shape names the robot's action dims: the flow runs at max_action_dim (the
     noise's width), the chunk comes out cut to them, as LeRobot's policy cuts it; more than max_action_dim is
     refused."""
@@ -246,6 +233,6 @@ def test_chunk_is_cut_to_the_robots_action_dims(tmp_path: Path, folder: Path, ou
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"'output_features.action.shape' \[33\] must be \[1..32\]"):
         read_pi0_config(tmp_path)
-    robot = load_pi0_folder(folder)[0]
+    robot = load_pi0_folder(pi0_folder)[0]
     robot.config = replace(robot.config, robot_action_dim=4)
     assert torch.equal(pool_actions(robot, noise), pool_actions(ours, noise)[..., :4])

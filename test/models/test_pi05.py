@@ -1,4 +1,4 @@
-"""pi05-tiny over the paged pool: SigLIP vs transformers, Gemma vs transformers, the expert and language decode vs a
+"""pi05-causal-tiny over the paged pool: SigLIP vs transformers, Gemma vs transformers, the expert and language decode vs a
 dense recomputation without the pool, and the action chunk's contract (shape, seed, dependence on the image)."""
 
 from collections.abc import Iterator
@@ -55,7 +55,7 @@ def one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def model() -> Pi05Model:
-    return build_pi05("pi05-tiny", seed=0)
+    return build_pi05("pi05-causal-tiny", seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ PaliGemmaForConditionalGeneration with the whole prefix bidirectional; the exper
 copy of that prefix's cache, with adaRMS reduced to plain RMSNorm; the time MLP, adaRMS and Euler loop against
 LeRobot's formulas; the state-as-text prompt against values derived by hand from LeRobot's format."""
 
-import copy
 import json
 import math
 import shutil
@@ -14,17 +13,17 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from pi0_folders import IMAGE_SIZE, PATCH, VOCAB, camera, pixel_values, rewrite_tensors, write_tokenizer
-from safetensors.torch import save_file
-from transformers import GemmaConfig as HFGemmaConfig
-from transformers import GemmaForCausalLM, PaliGemmaConfig, PaliGemmaForConditionalGeneration
+from pi0_folders import camera, rewrite_tensors, write_tokenizer
+from pi05_folders import (
+    ACTION_DIM, BIN_TEXTS, CHUNK, EXPERT_WIDTH, TINY, hf_modules, hf_prefix, hf_velocity, lerobot_euler,
+    write_lerobot_folder,
+)
 
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.models.pi0.config import Pi0Config
 from oxygen_ros.models.pi0.loader import load_weights
 from oxygen_ros.models.pi05.action_expert import action_context, integrate_flow
-from oxygen_ros.models.pi05.config import PI05_FULL, GemmaConfig, SiglipConfig
+from oxygen_ros.models.pi05.config import PI05_FULL
 from oxygen_ros.models.pi05.gemma import GemmaRMSNorm
 from oxygen_ros.models.pi05_lerobot import (
     Pi05LeRobotModel, encode_prompt, format_prompt, load_pi05_folder, read_pi05_config,
@@ -35,78 +34,10 @@ from oxygen_ros.models.tokenizer import Tokenizer
 BLOCK_SIZE = 16
 ATOL = RTOL = 1e-5  # fp32; measured max |ours - reference|: prefix K/V 5.0e-6 (|k| <= 5.5), logits 3.7e-6 (<= 7.2),
 # expert velocity 2.1e-6 (<= 4.1); a causal prompt instead would move layer-1 K by ~5
-EXPERT_WIDTH, CHUNK, STATE_DIM, ACTION_DIM = 48, 5, 6, 7
-TINY = Pi0Config(
-    vision=SiglipConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2, patch_size=PATCH,
-                        image_size=IMAGE_SIZE),
-    backbone=GemmaConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32),
-    expert=GemmaConfig(hidden_size=EXPERT_WIDTH, intermediate_size=96, num_layers=2, num_heads=2, num_kv_heads=1,
-                       head_dim=32),
-    vocab_size=VOCAB, action_horizon=CHUNK, state_dim=STATE_DIM, action_dim=ACTION_DIM, num_denoise_steps=4,
-    max_prompt_tokens=200,
-)  # fmt: skip
 TASKS = ["pick up the red block", "put_the cup on the plate\n"]
 STATES = [[0.3, -0.9, 0.8, 0.05], [0.5, -0.4, 0.0, 0.7, -1.0, 0.25]]  # normalised, as LeRobot's processor gets them
 CAMERAS = [[camera(1), None, camera(2)], [camera(3), camera(4), None]]  # a missing camera in each row
-PROMPT_TEXTS = [format_prompt(t, s) for t, s in zip(TASKS, STATES)] + [f"Task: x, State: {i} -{i};\nAction: "
-                                                                       for i in range(256)]  # fmt: skip
-PALIGEMMA = "model.paligemma_with_expert.paligemma."
-EXPERT = "model.paligemma_with_expert.gemma_expert."
-
-
-def hf_modules(seed: int) -> tuple[PaliGemmaForConditionalGeneration, GemmaForCausalLM, dict[str, torch.nn.Linear]]:
-    """Stock PaliGemma, a stock Gemma expert and pi0.5's four linear heads, every weight random (std 0.2, norms and
-    biases std 0.1) so each one moves the outputs."""
-    text = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 2,
-            "num_key_value_heads": 1, "head_dim": 32, "vocab_size": VOCAB, "hidden_activation": "gelu_pytorch_tanh"}
-    vision = {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64, "patch_size": PATCH,
-              "image_size": IMAGE_SIZE, "num_hidden_layers": 2, "num_attention_heads": 2, "vision_use_head": False}
-    expert = dict(text, hidden_size=EXPERT_WIDTH, intermediate_size=96)  # fmt: skip
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        paligemma = PaliGemmaForConditionalGeneration(PaliGemmaConfig(
-            text_config={"model_type": "gemma", **text}, vision_config=vision, image_token_id=VOCAB, projection_dim=64,
-            attn_implementation="eager"))  # fmt: skip
-        gemma = GemmaForCausalLM(HFGemmaConfig(**expert, attn_implementation="eager"))
-        heads = {"action_in_proj": torch.nn.Linear(ACTION_DIM, EXPERT_WIDTH),
-                 "action_out_proj": torch.nn.Linear(EXPERT_WIDTH, ACTION_DIM),
-                 "time_mlp_in": torch.nn.Linear(EXPERT_WIDTH, EXPERT_WIDTH),
-                 "time_mlp_out": torch.nn.Linear(EXPERT_WIDTH, EXPERT_WIDTH)}  # fmt: skip
-        with torch.no_grad():
-            for module in (paligemma, gemma, *heads.values()):
-                for name, p in module.named_parameters():
-                    p.normal_(std=0.1 if name.endswith("bias") or "norm" in name else 0.2)
-    return paligemma.eval(), gemma.eval(), heads
-
-
-def adarms_reduced(gemma: GemmaForCausalLM) -> dict[str, torch.Tensor]:
-    """The stock expert's tensors under LeRobot's names, each RMSNorm weight w as adaRMS with dense weight 0 and a
-    bias giving scale w / shift 0 / gate 1: exactly Gemma's norm (1 + w) and ungated residuals."""
-    out = {}
-    for name, tensor in gemma.state_dict().items():
-        if name == "model.embed_tokens.weight":
-            continue  # LeRobot sets the expert's embedding to None; its lm_head stays in the file
-        if "norm.weight" in name:
-            width = tensor.shape[0]
-            base = EXPERT + name.removesuffix("weight")
-            out[base + "dense.weight"] = torch.zeros(3 * width, width)
-            out[base + "dense.bias"] = torch.cat([tensor, torch.zeros(width), torch.ones(width)])
-        else:
-            out[EXPERT + name] = tensor
-    return out
-
-
-def write_lerobot_folder(folder: Path, paligemma: PaliGemmaForConditionalGeneration, gemma: GemmaForCausalLM,
-                         heads: dict[str, torch.nn.Linear]) -> None:  # fmt: skip
-    """model.safetensors under lerobot/pi05_base's names (``model.`` wrapper, lm_head kept and the embedding it is
-    tied to dropped), a LeRobot config.json and a tokenizer trained on pi0.5 prompts."""
-    tensors = {PALIGEMMA + n: t for n, t in paligemma.state_dict().items() if "embed_tokens" not in n}
-    tensors |= adarms_reduced(gemma)
-    tensors |= {f"model.{h}.{n}": t for h, lin in heads.items() for n, t in lin.state_dict().items()}
-    save_file({n: t.detach().clone().contiguous() for n, t in tensors.items()}, folder / "model.safetensors")
-    (folder / "config.json").write_text(json.dumps({"type": "pi05", "paligemma_variant": "gemma_2b",
-                                                    "action_expert_variant": "gemma_300m"}))  # fmt: skip
-    write_tokenizer(folder, PROMPT_TEXTS)
+PROMPT_TEXTS = [format_prompt(t, s) for t, s in zip(TASKS, STATES)]
 
 
 @pytest.fixture(scope="module", params=["zero", "weights"])
@@ -121,7 +52,7 @@ def reference(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
                 if "norm" in name:
                     p.zero_()
     folder = tmp_path_factory.mktemp(f"pi05-{request.param}")
-    write_lerobot_folder(folder, paligemma, gemma, heads)
+    write_lerobot_folder(folder, paligemma, gemma, heads, PROMPT_TEXTS)
     ours = Pi05LeRobotModel(TINY)
     load_weights(folder, ours, pi05_name)
     return paligemma, gemma, heads, ours, Tokenizer.from_hf_folder(folder), folder
@@ -151,17 +82,6 @@ def pool_prefix(model: Pi05LeRobotModel, prompts: list[list[int]]) -> tuple[KVCa
 
 def prompts_of(tokenizer: Tokenizer) -> list[list[int]]:
     return [encode_prompt(tokenizer, t, s) for t, s in zip(TASKS, STATES)]
-
-
-@torch.no_grad()
-def hf_prefix(paligemma: PaliGemmaForConditionalGeneration, cams: list, prompt: list[int]):
-    """One row through stock PaliGemma: [image tokens of the present cameras | prompt], a 4-D all-visible mask (the
-    whole prefix bidirectional, as LeRobot's prefix mask is), positions from 0 as LeRobot counts them."""
-    present = [c for c in cams if c is not None]
-    ids = torch.tensor([[VOCAB] * (IMAGE_SIZE // PATCH) ** 2 * len(present) + prompt])
-    n = ids.shape[1]
-    return paligemma(input_ids=ids, pixel_values=torch.stack([pixel_values(c) for c in present]),
-                     attention_mask=torch.zeros(1, 1, n, n), position_ids=torch.arange(n)[None], use_cache=True)  # fmt: skip
 
 
 def test_prefix_kv_and_language_head_equal_paligemma(reference: tuple) -> None:
@@ -207,12 +127,7 @@ def test_expert_equals_stock_gemma_on_the_prefix(reference: tuple) -> None:
     rope = ours.expert.rotary.angles(torch.cat([torch.arange(n, n + CHUNK) for n in lens]))
     got = ours.expert.velocity(x_t, torch.tensor([0.7, 0.3]), rope, ctx, kv)
     for b, (cams, prompt) in enumerate(zip(CAMERAS, prompts)):
-        cache = copy.deepcopy(hf_prefix(paligemma, cams, prompt).cache)
-        n = lens[b]
-        out = gemma.model(inputs_embeds=heads["action_in_proj"](x_t[b : b + 1]), cache=cache,
-                          attention_mask=torch.zeros(1, 1, CHUNK, n + CHUNK),
-                          position_ids=torch.arange(n, n + CHUNK)[None], use_cache=True)  # fmt: skip
-        expected = heads["action_out_proj"](out.last_hidden_state[0])
+        expected = hf_velocity(gemma, heads, hf_prefix(paligemma, cams, prompt).cache, x_t[b : b + 1])
         assert expected.abs().max() > 0.5
         torch.testing.assert_close(got[b], expected, atol=ATOL, rtol=RTOL)
 
@@ -264,9 +179,7 @@ def test_euler_loop_equals_lerobots() -> None:
     kv = KVCache(model.kv_layout(BLOCK_SIZE, torch.float32), 4, torch.device("cpu"))
     got = integrate_flow(velocity, model.expert.rotary, torch.tensor([[0], [1]]), [3, 5], kv, 10, noise)
     ours_times, seen = seen, []
-    dt, x = -1.0 / 10, noise
-    for step in range(10):
-        x = x + dt * velocity(x, torch.tensor(1.0 + step * dt, dtype=torch.float32).expand(2))
+    x = lerobot_euler(velocity, noise, 10)
     assert all(torch.equal(a, b) for a, b in zip(ours_times, seen, strict=True))
     torch.testing.assert_close(got, x, atol=1e-6, rtol=0)
 
@@ -278,7 +191,7 @@ def test_prompt_is_lerobots_format(tmp_path: Path) -> None:
     state = [-1.0, -0.99, 0.0, 1 / 128, 0.5, 0.999, 1.0, 1.5, -1.5]
     text = format_prompt("  pick_up the\ncube ", state)
     assert text == "Task: pick up the cube, State: 0 1 128 129 192 255 255 255 -1;\nAction: "
-    write_tokenizer(tmp_path, PROMPT_TEXTS + [text])
+    write_tokenizer(tmp_path, PROMPT_TEXTS + BIN_TEXTS + [text])
     tokenizer = Tokenizer.from_hf_folder(tmp_path)
     ids = encode_prompt(tokenizer, "  pick_up the\ncube ", state)
     assert ids[0] == tokenizer.bos_token_id == 2 and ids[1:] == tokenizer.encode(text)

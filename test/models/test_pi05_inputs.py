@@ -32,7 +32,7 @@ def test_full_config_has_real_pi05_shapes() -> None:
 
 
 def test_tiny_config_is_the_fixed_scaling_rule() -> None:
-    assert scale_down(PI05_FULL, "pi05-tiny") == PI05_TINY
+    assert scale_down(PI05_FULL, "pi05-causal-tiny") == PI05_TINY
     assert PI05_TINY.vision == SiglipConfig(hidden_size=144, intermediate_size=538, num_layers=9, num_heads=16)
     assert PI05_TINY.vision.head_dim == 9  # width / heads, as transformers' SigLIP requires
     assert PI05_TINY.backbone == GemmaConfig(
@@ -43,7 +43,7 @@ def test_tiny_config_is_the_fixed_scaling_rule() -> None:
 
 
 def test_full_model_parameters_have_transformers_shapes() -> None:
-    """pi05-full's tower and backbone, built on the meta device, have exactly the parameter shapes transformers gives
+    """pi05-causal-full's tower and backbone, built on the meta device, have exactly the parameter shapes transformers gives
     SigLIP So400m/14 and Gemma 2B; with Gemma's own vocabulary the backbone has Gemma 2B's published size."""
     v, b = PI05_FULL.vision, PI05_FULL.backbone
     with torch.device("meta"):
@@ -83,7 +83,7 @@ def test_parameter_counts_of_both_sizes(record_property: Callable[[str, object],
     tiny, full = parameter_counts(PI05_TINY), parameter_counts(PI05_FULL)
     record_property("pi05_tiny_parameters", tiny)
     record_property("pi05_full_parameters", full)
-    print(f"pi05-tiny parameters: {tiny}\npi05-full parameters: {full}")
+    print(f"pi05-causal-tiny parameters: {tiny}\npi05-causal-full parameters: {full}")
     assert tiny["total"] == sum(tiny[k] for k in ("image_encoder", "backbone", "expert"))
     assert 36e6 < tiny["total"] < 38e6  # ~13 M of it is the 49152 x 256 embedding
     assert 2.9e9 < full["total"] < 3.0e9  # ~3.35 B with PaliGemma's 257152-token vocabulary, as pi0.5
@@ -140,3 +140,27 @@ def test_state_is_discretised_into_256_bins_over_minus_one_one() -> None:
     for bad in ([], [[0.0]], [float("nan")]):
         with pytest.raises(ValueError, match="state"):
             discretize_state(bad)
+
+
+def test_old_names_are_refused_naming_the_new_ones() -> None:
+    """``pi05-tiny`` / ``pi05-full`` made the prompt causal: refused, naming the approximation and the faithful
+    random-weight model, so a stale config cannot silently run the approximation as "pi0.5"."""
+    from oxygen_ros.errors import EngineError, ErrorCode
+    from oxygen_ros.models.registry import load_model
+
+    for old, new in (("pi05-tiny", "pi05-causal-tiny"), ("pi05-full", "pi05-causal-full")):
+        with pytest.raises(EngineError) as err:
+            load_model(old, torch.device("cpu"), torch.float32)
+        assert err.value.code == ErrorCode.NOT_FOUND and repr(new) in err.value.message
+        assert repr(old.replace("pi05-", "pi05-random-")) in err.value.message
+
+
+def test_random_faithful_models_have_pi05_shapes() -> None:
+    """``pi05-random-*``: the faithful model (``pi05_lerobot``) on the causal models' towers, pi0.5's chunk of 50."""
+    from oxygen_ros.models.pi05_lerobot import RANDOM_CONFIGS
+
+    full, tiny = RANDOM_CONFIGS["pi05-random-full"], RANDOM_CONFIGS["pi05-random-tiny"]
+    assert (full.vision, full.backbone, full.expert) == (PI05_FULL.vision, PI05_FULL.backbone, PI05_FULL.expert)
+    assert (tiny.vision, tiny.backbone, tiny.expert) == (PI05_TINY.vision, PI05_TINY.backbone, PI05_TINY.expert)
+    assert (tiny.action_horizon, tiny.action_dim, tiny.num_denoise_steps, tiny.max_prompt_tokens) == (50, 32, 10, 200)
+    assert tiny.vocab_size == SMOLLM2_VOCAB_SIZE

@@ -2,15 +2,16 @@
 
 Per observation:
 
-1. ``prepare_prefix(images, encode_prompt(tokenizer, text), state)`` -> [image tokens of every present camera |
-   prompt tokens | state token].  A camera slot given as None (missing camera) contributes no tokens: openpi and
+1. ``observation_prefix(tokenizer, text, images, state)`` (the state normalised with the folder's stats, then
+   ``prepare_prefix``) -> [image tokens of every present camera | prompt tokens | state token].  A camera slot given as None (missing camera) contributes no tokens: openpi and
    transformers mask its tokens out of attention and positions, which computes the same thing.
 2. Prefill it with ``forward(..., input_embeds=embed_span(...))`` and ``ctx.bidirectional_lens`` = the whole
    prefix: in pi0 every prefix token sees every other one (images and prompt alike), so the prefix is one step and
    an image's K/V depends on the prompt.
 3. ``write_state(state, block_tables, prefix_lens, kv)``: the state token's K/V after the prefix (see
    ``Pi0ActionExpert``).
-4. ``sample_actions(block_tables, prefix_lens + 1, kv)``: the action chunk, reading [prefix | state] from the pool.
+4. ``sample_actions(block_tables, prefix_lens + 1, kv)``: the action chunk (robot units), reading [prefix | state]
+   from the pool.
 """
 
 from collections.abc import Sequence
@@ -22,54 +23,27 @@ from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.models.pi0.action_expert import Pi0ActionExpert
 from oxygen_ros.models.pi0.config import Pi0Config
 from oxygen_ros.models.pi0.prompt import encode_prompt
-from oxygen_ros.models.pi05.action_expert import starting_noise
+from oxygen_ros.models.pi0.policy import LeRobotPolicy, bidirectional_prefix, state_values
 from oxygen_ros.models.pi05.model import PreparedPrefix
-from oxygen_ros.models.pi05.paligemma import PaliGemmaPrefix
-from oxygen_ros.models.pi05.preprocess import image_content_hash, preprocess_images
 from oxygen_ros.models.tokenizer import Tokenizer
 
 
-def state_values(state: np.ndarray | Sequence[float], dim: int, index: int = 0) -> np.ndarray:
-    """A robot state as fp64 values; ValueError for one that is longer than ``dim``, not 1-D, empty or not finite."""
-    values = np.asarray(state, dtype=np.float64)
-    if values.ndim != 1 or not 0 < values.size <= dim:
-        raise ValueError(f"state {index}: expected a 1-D vector of 1..{dim} values, got shape {values.shape}")
-    if not np.isfinite(values).all():
-        raise ValueError(f"state {index}: contains NaN or infinite values")
-    return values
-
-
-def bidirectional_prefix(
-    cfg: Pi0Config, images: Sequence[np.ndarray | None], prompt_ids: Sequence[int]
-) -> PreparedPrefix:
-    """[image tokens of every present camera | prompt], validated, one bidirectional region (pi0's and pi0.5's
-    prefix alike); ValueError on bad images, too many slots, out-of-vocab ids, a prompt over ``max_prompt_tokens``
-    or an empty prefix."""
-    if len(images) > cfg.max_images:
-        raise ValueError(f"{len(images)} camera slots, this checkpoint has {cfg.max_images}")
-    present = [image for image in images if image is not None]
-    ids = [int(i) for i in prompt_ids]
-    if not ids and not present:
-        raise ValueError("empty prefix: give at least one image or one prompt token")
-    if len(ids) > cfg.max_prompt_tokens:
-        raise ValueError(f"prompt is {len(ids)} tokens, more than {cfg.max_prompt_tokens}")
-    if any(not 0 <= i < cfg.vocab_size for i in ids):
-        raise ValueError(f"prompt token ids must lie in [0, {cfg.vocab_size})")
-    pixels = preprocess_images(present, cfg.vision.image_size, cfg.max_images)
-    token_ids = [cfg.image_token_id] * (len(present) * cfg.tokens_per_image) + ids
-    return PreparedPrefix(token_ids, pixels, [image_content_hash(im) for im in present], len(token_ids))
-
-
-class Pi0Model(PaliGemmaPrefix):
+class Pi0Model(LeRobotPolicy):
     """pi0: the shared PaliGemma prefix plus pi0's state-token action expert."""
 
     def __init__(self, cfg: Pi0Config) -> None:
-        super().__init__(cfg)
-        self.expert = Pi0ActionExpert(cfg)
+        super().__init__(cfg, Pi0ActionExpert(cfg))
 
     def encode_prompt(self, tokenizer: Tokenizer, text: str) -> list[int]:
         """``<bos>`` + text + newline, as pi0 was trained (see ``pi0/prompt.py``)."""
         return encode_prompt(tokenizer, text)
+
+    def observation_prefix(
+        self, tokenizer: Tokenizer, text: str, images: Sequence[np.ndarray | None],
+        state: np.ndarray | Sequence[float] | None,
+    ) -> PreparedPrefix:
+        """One observation's prefix, the state normalised (``robot_state``); ValueError as ``prepare_prefix``."""
+        return self.prepare_prefix(images, self.encode_prompt(tokenizer, text), self.robot_state(state))
 
     def prepare_prefix(
         self, images: Sequence[np.ndarray | None], prompt_ids: Sequence[int],
@@ -101,25 +75,3 @@ class Pi0Model(PaliGemmaPrefix):
     ) -> None:
         """Each sequence's state token into the pool at position ``prefix_lens[b]`` (its block table must hold it)."""
         self.expert.write_state(self.state_tensor(states), block_tables, prefix_lens, kv)
-
-    @torch.no_grad()
-    def sample_actions(
-        self,
-        block_tables: torch.Tensor,
-        context_lens: list[int],
-        kv: KVCache,
-        num_steps: int | None = None,
-        generator: torch.Generator | None = None,
-        noise: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Action chunks [B, action_horizon, output_action_dim] (fp32, normalised units: the flow runs at the padded
-        action_dim, then the chunk is cut to the robot's dims as LeRobot cuts it) for B sequences whose first
-        ``context_lens[b]`` pool tokens are [prefix | state token].  Noise [B, action_horizon, action_dim] and steps
-        as in ``Pi05Model.sample_actions``."""
-        cfg = self.config
-        device = block_tables.device
-        if noise is None:
-            noise = starting_noise((len(context_lens), cfg.action_horizon, cfg.action_dim), generator, device)
-        steps = cfg.num_denoise_steps if num_steps is None else num_steps
-        chunk = self.expert.sample_actions(block_tables, context_lens, kv, steps, noise.to(device))
-        return chunk[..., : cfg.output_action_dim]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from oxygen_ros.models.tokenizer import Tokenizer
 
-TOKENIZER_SOURCE = "google/paligemma-3b-pt-224"  # the tokenizer LeRobot's pi0 processor loads
+TOKENIZER_SOURCE = "google/paligemma-3b-pt-224"  # the tokenizer LeRobot's pi0 and pi0.5 processors load
 
 
 def encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
@@ -27,8 +27,8 @@ def load_pi0_tokenizer(folder: Path, vocab_size: int) -> Tokenizer:
     """The folder's tokenizer; FileNotFoundError / ValueError naming the missing file or token."""
     path = folder / "tokenizer.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: pi0 checkpoints do not ship their tokenizer; copy tokenizer.json "
-                                f"and tokenizer_config.json of {TOKENIZER_SOURCE} into {folder}")  # fmt: skip
+        raise FileNotFoundError(f"{path} is missing: pi0 / pi0.5 checkpoints do not ship their tokenizer; copy "
+                                f"tokenizer.json and tokenizer_config.json of {TOKENIZER_SOURCE} into {folder}")  # fmt: skip
     tokenizer = Tokenizer.from_hf_folder(folder)
     bos = tokenizer.bos_token_id
     if bos is None or bos >= vocab_size:

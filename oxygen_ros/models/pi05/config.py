@@ -1,6 +1,8 @@
-"""pi0.5 shapes: the real ones (``pi05-full``) and the CPU-sized model derived from them by one fixed rule.
+"""pi0.5 shapes: the real ones (``PI05_FULL``) and the CPU-sized ones derived from them by one fixed rule, here for
+the causal-prompt approximation (``pi05-causal-full`` / ``pi05-causal-tiny``, see ``pi05/model.py``); the faithful
+pi0.5 at random weights (``pi05_lerobot/config.py``) takes the same shapes.
 
-``pi05-tiny`` is never tuned: every width and MLP dim is the real one / 8, every depth / 3, and head counts, KV heads,
+The tiny shapes are never tuned: every width and MLP dim is the real one / 8, every depth / 3, and head counts, KV heads,
 Gemma's head_dim 256, patch size, image size, token counts, action horizon and action dim are kept.  So the tiny model
 has pi0.5's KV layout per layer (1 KV head x 256) and exactly its 868-token prefix, only fewer and narrower layers.
 """
@@ -125,7 +127,7 @@ class Pi05Config(BackbonePoolShape):
 
 
 PI05_FULL = Pi05Config(
-    name="pi05-full",
+    name="pi05-causal-full",
     vision=SiglipConfig(hidden_size=1152, intermediate_size=4304, num_layers=27, num_heads=16),  # So400m/14
     backbone=GemmaConfig(hidden_size=2048, intermediate_size=16384, num_layers=18),  # Gemma 2B
     expert=GemmaConfig(hidden_size=1024, intermediate_size=4096, num_layers=18),  # Gemma 300M
@@ -149,5 +151,5 @@ def scale_down(cfg: Pi05Config, name: str) -> Pi05Config:
     return replace(cfg, name=name, vision=shrink(cfg.vision), backbone=shrink(cfg.backbone), expert=shrink(cfg.expert))
 
 
-PI05_TINY = scale_down(PI05_FULL, "pi05-tiny")
+PI05_TINY = scale_down(PI05_FULL, "pi05-causal-tiny")
 PI05_CONFIGS = {c.name: c for c in (PI05_TINY, PI05_FULL)}

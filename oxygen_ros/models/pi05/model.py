@@ -1,4 +1,8 @@
-"""``Pi05Model``: SigLIP + Gemma backbone + action expert, driven by the engine over the shared paged KV pool.
+"""``Pi05Model``: the CAUSAL-PROMPT APPROXIMATION of pi0.5 (registry names ``pi05-causal-tiny`` /
+``pi05-causal-full``, random weights only): SigLIP + Gemma backbone + adaRMS action expert over the shared pool,
+with the prompt causal after bidirectional images and the state as reserved token ids.  Real pi0.5 makes the whole
+prefix bidirectional and writes the state as text: that is ``models/pi05_lerobot`` (``pi05-random-*`` at random
+weights, or a LeRobot folder); docs/benchmarks.md measures the action error of this approximation against it.
 
 How the engine uses it, per observation (one "frame"):
 
@@ -14,8 +18,8 @@ How the engine uses it, per observation (one "frame"):
    it never writes the pool, so it can run before, between or after decode steps on the same blocks.
 """
 
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -25,6 +29,9 @@ from oxygen_ros.models.pi05.action_expert import ActionExpert, starting_noise
 from oxygen_ros.models.pi05.config import PI05_CONFIGS, Pi05Config
 from oxygen_ros.models.pi05.paligemma import PaliGemmaPrefix
 from oxygen_ros.models.pi05.preprocess import discretize_state, image_content_hash, preprocess_images
+from oxygen_ros.models.tokenizer import Tokenizer
+
+M = TypeVar("M", bound=torch.nn.Module)
 
 
 class PreparedPrefix(NamedTuple):
@@ -46,7 +53,7 @@ class PrefixInputs(NamedTuple):
 
 
 class Pi05Model(PaliGemmaPrefix):
-    """pi0.5-shaped VLA: the shared PaliGemma prefix plus pi0.5's state-as-tokens prompt and adaRMS expert."""
+    """pi0.5-shaped VLA, causal prompt: the shared PaliGemma prefix plus state-as-tokens and the adaRMS expert."""
 
     def __init__(self, cfg: Pi05Config) -> None:
         super().__init__(cfg)
@@ -58,6 +65,12 @@ class Pi05Model(PaliGemmaPrefix):
         the vocabulary's tail): one token per state dim, the same information and a cache key that follows the state."""
         cfg = self.config
         return (cfg.vocab_size - cfg.state_bins + discretize_state(state, cfg.state_bins)).tolist()
+
+    def observation_prefix(
+        self, tokenizer: Tokenizer, text: str, images: Sequence[np.ndarray], state: np.ndarray | Sequence[float] | None
+    ) -> PreparedPrefix:
+        """One observation's prefix: the bare text's ids, then ``prepare_prefix`` (state optional here)."""
+        return self.prepare_prefix(images, self.encode_prompt(tokenizer, text), state)
 
     def prepare_prefix(
         self, images: Sequence[np.ndarray], prompt_ids: Sequence[int], state: np.ndarray | Sequence[float] | None = None
@@ -116,22 +129,27 @@ class Pi05Model(PaliGemmaPrefix):
 def build_pi05(
     name: str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0
 ) -> Pi05Model:
-    """Seeded random init (no pi0.5 weights are available offline), built on ``device``; the global RNG is untouched.
-    The same seed gives the same weights on the same device type."""
+    """The causal-prompt approximation ``name`` at seeded random weights (see ``seeded_init``)."""
     if name not in PI05_CONFIGS:
         raise ValueError(f"unknown pi0.5 model {name!r}: use one of {sorted(PI05_CONFIGS)}")
+    return seeded_init(lambda: Pi05Model(PI05_CONFIGS[name]), device, dtype, seed)
+
+
+def seeded_init(make: Callable[[], M], device: torch.device | str, dtype: torch.dtype, seed: int) -> M:
+    """``make()`` built on ``device`` with its random init seeded (no pi0.5 weights are available offline), in
+    ``dtype``, eval mode; the global RNG is untouched.  The same seed gives the same weights on the same device type."""
     device = torch.device(device)
     cuda_devices = []
     if device.type == "cuda":
         cuda_devices = [torch.cuda.current_device() if device.index is None else device.index]
     with torch.random.fork_rng(devices=cuda_devices), device:
         torch.manual_seed(seed)
-        model = Pi05Model(PI05_CONFIGS[name])
+        model = make()
     return model.to(dtype=dtype).eval()
 
 
 def parameter_counts(cfg: Pi05Config) -> dict[str, int]:
-    """Parameters per component, counted on the meta device (nothing allocated, so pi05-full is free to count)."""
+    """Parameters per component, counted on the meta device (nothing allocated, so pi05-causal-full is free to count)."""
     with torch.device("meta"):
         model = Pi05Model(cfg)
     counts = {name: sum(p.numel() for p in part.parameters()) for name, part in model.named_children()}

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from oxygen_ros.models.idefics3.config import read_json
 from oxygen_ros.models.pi0.config import Pi0Config, from_lerobot
+from oxygen_ros.models.pi05.config import PI05_FULL, PI05_TINY, SMOLLM2_VOCAB_SIZE, Pi05Config
 
 PROMPT_TOKENS = 200  # LeRobot PI05Config.tokenizer_max_length
 _MEMORY_FLAGS = ("use_visual_memory", "use_proprioceptive_memory")  # LeRobot's MEM variants: not pi0.5's prefix
@@ -26,3 +27,14 @@ def read_pi05_config(folder: Path) -> Pi0Config:
         if config.get(flag):
             raise ValueError(f"{source}: field {flag!r} is true: LeRobot's MEM variant is not implemented")
     return from_lerobot(config, source, PROMPT_TOKENS)
+
+
+def _random(shapes: Pi05Config) -> Pi0Config:
+    """pi0.5 (LeRobot's defaults: chunk 50, 32-dim state and action, 10 steps, 3 cameras, 200 prompt tokens) with
+    these tower shapes and SmolLM2's vocabulary: the tokenizer available offline (PaliGemma's is not)."""
+    return Pi0Config(vision=shapes.vision, backbone=shapes.backbone, expert=shapes.expert,
+                     vocab_size=SMOLLM2_VOCAB_SIZE, max_prompt_tokens=PROMPT_TOKENS)  # fmt: skip
+
+
+# The faithful pi0.5 at seeded random weights, for tests and benchmarks: pi05_base's shapes, and the tiny ones.
+RANDOM_CONFIGS = {"pi05-random-full": _random(PI05_FULL), "pi05-random-tiny": _random(PI05_TINY)}

@@ -1,0 +1,164 @@
+"""Tiny pi0.5 checkpoints in LeRobot's layout, built offline from stock transformers modules (PaliGemma, a Gemma
+expert) and pi0.5's four linear heads, every weight random: what test_pi05_faithful checks piece by piece against
+those modules and the engine tests serve.  ``TINY`` is their shape: LeRobot's config.json names only the full-size
+variants (gemma_2b / gemma_300m), so a test that loads such a folder through the registry reads its shape from
+here (see ``tiny_shapes``)."""
+
+import contextlib
+import copy
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from pi0_folders import IMAGE_SIZE, PATCH, VOCAB, pixel_values, write_tokenizer
+from safetensors.torch import save_file
+from transformers import GemmaConfig as HFGemmaConfig
+from transformers import GemmaForCausalLM, PaliGemmaConfig, PaliGemmaForConditionalGeneration
+
+import oxygen_ros.models.pi05_lerobot as pi05_lerobot
+from oxygen_ros.models.pi0.config import Pi0Config
+from oxygen_ros.models.pi05.config import GemmaConfig, SiglipConfig
+
+EXPERT_WIDTH, CHUNK, STATE_DIM, ACTION_DIM = 48, 5, 6, 7
+TINY = Pi0Config(
+    vision=SiglipConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2, patch_size=PATCH,
+                        image_size=IMAGE_SIZE),
+    backbone=GemmaConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32),
+    expert=GemmaConfig(hidden_size=EXPERT_WIDTH, intermediate_size=96, num_layers=2, num_heads=2, num_kv_heads=1,
+                       head_dim=32),
+    vocab_size=VOCAB, action_horizon=CHUNK, state_dim=STATE_DIM, action_dim=ACTION_DIM, num_denoise_steps=4,
+    max_prompt_tokens=200,
+)  # fmt: skip
+CAMERA_NAMES = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")  # openpi's pi0.5 camera slots
+BIN_TEXTS = [f"Task: x, State: {i} -{i};\nAction: " for i in range(256)]  # every state bin in the tokenizer
+PALIGEMMA = "model.paligemma_with_expert.paligemma."
+EXPERT = "model.paligemma_with_expert.gemma_expert."
+
+
+def hf_modules(seed: int) -> tuple[PaliGemmaForConditionalGeneration, GemmaForCausalLM, dict[str, torch.nn.Linear]]:
+    """Stock PaliGemma, a stock Gemma expert and pi0.5's four linear heads, every weight random (std 0.2, norms and
+    biases std 0.1) so each one moves the outputs."""
+    text = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 2,
+            "num_key_value_heads": 1, "head_dim": 32, "vocab_size": VOCAB, "hidden_activation": "gelu_pytorch_tanh"}
+    vision = {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64, "patch_size": PATCH,
+              "image_size": IMAGE_SIZE, "num_hidden_layers": 2, "num_attention_heads": 2, "vision_use_head": False}
+    expert = dict(text, hidden_size=EXPERT_WIDTH, intermediate_size=96)  # fmt: skip
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        paligemma = PaliGemmaForConditionalGeneration(PaliGemmaConfig(
+            text_config={"model_type": "gemma", **text}, vision_config=vision, image_token_id=VOCAB, projection_dim=64,
+            attn_implementation="eager"))  # fmt: skip
+        gemma = GemmaForCausalLM(HFGemmaConfig(**expert, attn_implementation="eager"))
+        heads = {"action_in_proj": torch.nn.Linear(ACTION_DIM, EXPERT_WIDTH),
+                 "action_out_proj": torch.nn.Linear(EXPERT_WIDTH, ACTION_DIM),
+                 "time_mlp_in": torch.nn.Linear(EXPERT_WIDTH, EXPERT_WIDTH),
+                 "time_mlp_out": torch.nn.Linear(EXPERT_WIDTH, EXPERT_WIDTH)}  # fmt: skip
+        with torch.no_grad():
+            for module in (paligemma, gemma, *heads.values()):
+                for name, p in module.named_parameters():
+                    p.normal_(std=0.1 if name.endswith("bias") or "norm" in name else 0.2)
+    return paligemma.eval(), gemma.eval(), heads
+
+
+def adarms_reduced(gemma: GemmaForCausalLM) -> dict[str, torch.Tensor]:
+    """The stock expert's tensors under LeRobot's names, each RMSNorm weight w as adaRMS with dense weight 0 and a
+    bias giving scale w / shift 0 / gate 1: exactly Gemma's norm (1 + w) and ungated residuals."""
+    out = {}
+    for name, tensor in gemma.state_dict().items():
+        if name == "model.embed_tokens.weight":
+            continue  # LeRobot sets the expert's embedding to None; its lm_head stays in the file
+        if "norm.weight" in name:
+            width = tensor.shape[0]
+            base = EXPERT + name.removesuffix("weight")
+            out[base + "dense.weight"] = torch.zeros(3 * width, width)
+            out[base + "dense.bias"] = torch.cat([tensor, torch.zeros(width), torch.ones(width)])
+        else:
+            out[EXPERT + name] = tensor
+    return out
+
+
+def write_lerobot_folder(folder: Path, paligemma: PaliGemmaForConditionalGeneration, gemma: GemmaForCausalLM,
+                         heads: dict[str, torch.nn.Linear], texts: list[str], **config: object) -> None:  # fmt: skip
+    """model.safetensors under lerobot/pi05_base's names (``model.`` wrapper, lm_head kept and the embedding it is
+    tied to dropped), a LeRobot config.json (``TINY``'s flow settings, three cameras, ``config`` on top) and a
+    tokenizer trained on the pi0.5 prompts ``texts`` and every state bin."""
+    tensors = {PALIGEMMA + n: t for n, t in paligemma.state_dict().items() if "embed_tokens" not in n}
+    tensors |= adarms_reduced(gemma)
+    tensors |= {f"model.{h}.{n}": t for h, lin in heads.items() for n, t in lin.state_dict().items()}
+    save_file({n: t.detach().clone().contiguous() for n, t in tensors.items()}, folder / "model.safetensors")
+    cameras = {f"observation.images.{c}": {"type": "VISUAL", "shape": [3, 224, 224]} for c in CAMERA_NAMES}
+    lerobot = {"type": "pi05", "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
+               "chunk_size": CHUNK, "max_state_dim": STATE_DIM, "max_action_dim": ACTION_DIM,
+               "num_inference_steps": TINY.num_denoise_steps, "tokenizer_max_length": 200, "input_features": cameras}
+    (folder / "config.json").write_text(json.dumps(lerobot | config))  # fmt: skip
+    write_tokenizer(folder, texts + BIN_TEXTS)
+
+
+def write_processor_files(folder: Path, mode: str, state: dict[str, list[float]], action: dict[str, list[float]]) -> None:
+    """LeRobot's normalization files as ``PolicyProcessorPipeline.save_pretrained`` writes them for pi0.5
+    (``lerobot/processor/pipeline.py``: ``<name>.json`` with each step's ``registry_name``, ``config`` and
+    ``state_file`` = ``<name>_step_<i>_<registry_name>.safetensors`` of flat ``"<key>.<stat>"`` tensors), STATE and
+    ACTION both in ``mode``; the step indices follow ``make_pi05_pre_post_processors``."""
+    features = {"observation.state": {"type": "STATE", "shape": [len(next(iter(state.values())))]},
+                "action": {"type": "ACTION", "shape": [len(next(iter(action.values())))]}}
+    norm_map = {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
+    for name, registry, index, key, stats in (("policy_preprocessor", "normalizer_processor", 3, "observation.state",
+                                               state), ("policy_postprocessor", "unnormalizer_processor", 0, "action",
+                                                        action)):  # fmt: skip
+        state_file = f"{name}_step_{index}_{registry}.safetensors"
+        save_file({f"{key}.{stat}": torch.tensor(v, dtype=torch.float32) for stat, v in stats.items()}, folder / state_file)
+        steps = [{"registry_name": "rename_observations_processor", "config": {"rename_map": {}}}] * index + [
+            {"registry_name": registry, "config": {"eps": 1e-8, "features": features, "norm_map": norm_map},
+             "state_file": state_file}]  # fmt: skip
+        (folder / f"{name}.json").write_text(json.dumps({"name": name, "steps": steps}, indent=2))
+
+
+@torch.no_grad()
+def hf_prefix(paligemma: PaliGemmaForConditionalGeneration, cams: list, prompt: list[int]):
+    """One row through stock PaliGemma: [image tokens of the present cameras | prompt], a 4-D all-visible mask (the
+    whole prefix bidirectional, as LeRobot's prefix mask is), positions from 0 as LeRobot counts them."""
+    present = [c for c in cams if c is not None]
+    ids = torch.tensor([[VOCAB] * (IMAGE_SIZE // PATCH) ** 2 * len(present) + prompt])
+    n = ids.shape[1]
+    return paligemma(input_ids=ids, pixel_values=torch.stack([pixel_values(c) for c in present]),
+                     attention_mask=torch.zeros(1, 1, n, n), position_ids=torch.arange(n)[None], use_cache=True)  # fmt: skip
+
+
+@torch.no_grad()
+def hf_velocity(gemma: GemmaForCausalLM, heads: dict[str, torch.nn.Linear], cache, x_t: torch.Tensor) -> torch.Tensor:
+    """The stock expert (adaRMS reduced: time does not enter) on a copy of a prefix cache of one row: the action
+    tokens x_t [1, H, A] see the whole prefix and each other at positions after it, then ``action_out_proj``, as
+    LeRobot's ``denoise_step`` computes it."""
+    cache, n, horizon = copy.deepcopy(cache), cache.get_seq_length(), x_t.shape[1]
+    out = gemma.model(inputs_embeds=heads["action_in_proj"](x_t), cache=cache,
+                      attention_mask=torch.zeros(1, 1, horizon, n + horizon),
+                      position_ids=torch.arange(n, n + horizon)[None], use_cache=True)  # fmt: skip
+    return heads["action_out_proj"](out.last_hidden_state[0])
+
+
+def lerobot_euler(velocity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], noise: torch.Tensor,
+                  steps: int) -> torch.Tensor:  # fmt: skip
+    """LeRobot's ``euler_integrate``: dt = -1/n, time = 1 + step * dt as an fp32 tensor per row, x <- x + dt * v."""
+    dt, x = -1.0 / steps, noise
+    for step in range(steps):
+        x = x + dt * velocity(x, torch.tensor(1.0 + step * dt, dtype=torch.float32).expand(x.shape[0]))
+    return x
+
+
+@contextlib.contextmanager
+def tiny_shapes() -> Iterator[None]:
+    """While open, a LeRobot pi0.5 folder loaded through the registry has ``TINY``'s towers and vocabulary, and every
+    other setting (chunk, dims, steps, cameras, prompt budget) from its config.json: the one seam is
+    ``read_pi05_config``, whose variant table (tested on its own) holds only pi05_base's 3.6B-parameter towers."""
+    read = pi05_lerobot.read_pi05_config
+
+    def tiny(folder: Path) -> Pi0Config:
+        return replace(read(folder), vision=TINY.vision, backbone=TINY.backbone, expert=TINY.expert,
+                       vocab_size=TINY.vocab_size)  # fmt: skip
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pi05_lerobot, "read_pi05_config", tiny)
+        yield
