@@ -23,6 +23,7 @@ from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.navigation_node import NavigationNode
+from oxygen_ros.nodes import teardown
 from oxygen_ros.nodes.vqa_node import VqaNode
 from oxygen_ros import simulation
 from oxygen_ros.share import default_config
@@ -108,7 +109,7 @@ class Graph:
     def close(self) -> None:
         self.executor.shutdown()
         for node in self.nodes:
-            node.destroy_node()
+            teardown.destroy_node(node)  # with the action clients the demo made on its client node
         rclpy.try_shutdown(context=self.context)
 
     def __enter__(self) -> "Graph":

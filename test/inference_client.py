@@ -8,9 +8,9 @@ from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from oxygen_ros.msg import KvPoolStats
 from oxygen_ros.srv import GetPoolStats, Infer
-from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from ros_harness import call_service
 
 NODE = "/oxygen_inference"
@@ -32,12 +32,9 @@ def lifecycle_state(client: Node) -> str:
     return call_service(client, GetState, f"{NODE}/get_state", GetState.Request()).current_state.label
 
 
-def set_parameter(client: Node, name: str, value: str | float) -> None:
-    if isinstance(value, str):
-        param_value = ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=value)
-    else:
-        param_value = ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value)
-    request = SetParameters.Request(parameters=[Parameter(name=name, value=param_value)])
+def set_parameter(client: Node, name: str, value: str | int | float) -> None:
+    """Set one parameter as `ros2 param set` does (its type is the value's); asserts rclpy accepted it."""
+    request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
     (result,) = call_service(client, SetParameters, f"{NODE}/set_parameters", request).results
     assert result.successful, result.reason
 

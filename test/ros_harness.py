@@ -26,6 +26,7 @@ from rclpy.action.client import ClientGoalHandle
 from rclpy.context import Context
 from rclpy.node import Node
 from oxygen_ros.nodes.action_client import ActionClient
+from oxygen_ros.nodes import teardown
 from oxygen_ros.nodes.executor import Executor
 
 DOMAIN_IDS = range(100, 200)
@@ -148,7 +149,7 @@ def spin_nodes(context: Context, *nodes: Node, num_threads: int = 4) -> Iterator
         executor.shutdown()
         thread.join(timeout=10)
         for node in nodes:
-            node.destroy_node()
+            teardown.destroy_node(node)  # with the action clients send_goal made on it
 
 
 def clean_fastdds_shm() -> str:

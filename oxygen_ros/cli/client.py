@@ -24,6 +24,7 @@ from rclpy.signals import SignalHandlerOptions
 from rclpy.task import Future
 
 from oxygen_ros.errors import ErrorCode
+from oxygen_ros.nodes import teardown
 
 EXIT_NODE_ERROR = 1  # the node answered with an error_code
 EXIT_BAD_REQUEST = 2  # the node says the request itself is wrong (like an argparse usage error)
@@ -166,5 +167,5 @@ def client(name: str) -> Iterator[Client]:
         yield Client(node, executor)
     finally:
         executor.shutdown()
-        node.destroy_node()
+        teardown.destroy_node(node)  # with the action clients made on it
         rclpy.try_shutdown(context=context)

@@ -112,15 +112,17 @@ def check_generate_goal(goal: Generate.Goal, max_prompt_chars: int, max_feedback
     bounds.at_most("feedback_every", goal.feedback_every, max_feedback_every, "tokens")
 
 
-def generate_request(req: Infer.Request | Generate.Goal, observation: Observation | None) -> GenerateRequest:
+def generate_request(
+    req: Infer.Request | Generate.Goal, observation: Observation | None, defaults: SamplingParams
+) -> GenerateRequest:
     """The engine validates (empty prompt, task type, token budget, sampling ranges); this only moves fields
-    across ('' task type = generic).  A Generate goal asks for text only."""
+    across ('' task type = generic; unset sampling fields = ``defaults``).  A Generate goal asks for text only."""
     return GenerateRequest(
         prompt=req.prompt,
         task_id=req.task_id or "default",
         task_type=req.task_type or "generic",
         observation=observation,
-        sampling=sampling_params(req.sampling, req.max_new_tokens),
+        sampling=sampling_params(req.sampling, req.max_new_tokens, defaults),
         want_text=getattr(req, "want_text", True),
         want_actions=getattr(req, "want_actions", False),
         priority=req.priority,
@@ -128,13 +130,16 @@ def generate_request(req: Infer.Request | Generate.Goal, observation: Observatio
     )
 
 
-def sampling_params(msg: Sampling, max_new_tokens: int) -> SamplingParams:
-    """A Sampling message's controls (seed -1 = the node's); the engine checks their ranges."""
-    return SamplingParams(
-        max_new_tokens=max_new_tokens, temperature=msg.temperature, top_p=msg.top_p, top_k=msg.top_k,
-        min_p=msg.min_p, repetition_penalty=msg.repetition_penalty, seed=None if msg.seed == -1 else msg.seed,
-        stop=list(msg.stop),
-    )  # fmt: skip
+UNSET = Sampling()  # a field at its message default is unset: the node's default applies
+CONTROLS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def sampling_params(msg: Sampling, max_new_tokens: int, defaults: SamplingParams) -> SamplingParams:
+    """A Sampling message's controls, each unset one (its message default, seed -1) taken from ``defaults`` (the
+    node's parameters); the engine checks their ranges. NaN is never equal to a default, so it reaches the check."""
+    chosen = {name: getattr(defaults if getattr(msg, name) == getattr(UNSET, name) else msg, name) for name in CONTROLS}
+    seed = defaults.seed if msg.seed == UNSET.seed else msg.seed
+    return SamplingParams(max_new_tokens=max_new_tokens, seed=seed, stop=list(msg.stop), **chosen)
 
 
 def fill_generate_result(result: Generate.Result, out: RequestOutput) -> Generate.Result:

@@ -53,7 +53,7 @@ class GenerateServer:
             return _end(goal_handle, result, ErrorCode.FAILED_PRECONDITION, f"node is not active ({state})")
         try:
             convert.check_generate_goal(goal, settings.max_prompt_chars, MAX_FEEDBACK_EVERY)
-            greq = convert.generate_request(goal, resolve(goal))
+            greq = convert.generate_request(goal, resolve(goal), settings.sampling_defaults())
         except EngineError as exc:
             return _end(goal_handle, result, exc.code, exc.message)
         greq.request_id = f"generate-{uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))}"

@@ -1,8 +1,8 @@
 """`oxygen_inference`: the one lifecycle node that owns the model and the unified KV pool; every task node calls it.
 
-configure reads the parameters and loads the model (a bad parameter or a missing model is logged and the node stays
-unconfigured), activate serves, deactivate refuses new requests (FAILED_PRECONDITION) while in-flight ones finish,
-cleanup cancels everything and frees the pool. The node only translates messages: the engine runs on its own thread
+Its parameters are typed and ranged (nodes/inference_params.py); configure reads them and loads the model (a value
+the finer rules refuse, or a missing model, is logged and the node stays unconfigured), activate serves, deactivate
+refuses new requests (FAILED_PRECONDITION) while in-flight ones finish, cleanup cancels everything and frees the pool. The node only translates messages: the engine runs on its own thread
 (AsyncEngine) and `/oxygen/infer` is a coroutine awaiting it, so 50 concurrent calls need no executor threads and
 never block the camera, stats or lifecycle callbacks. Every request and subscribed message is checked against
 ``bounds`` before it sizes anything (docs/reliability.md); observations stay addressable by count and by time
@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 import rclpy
 import torch
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.exceptions import InvalidTopicNameException
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
@@ -39,7 +38,7 @@ from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.models.registry import VLA_MODELS
 from oxygen_ros.msg import KvPoolStats
 from oxygen_ros.msg import Observation as ObservationMsg
-from oxygen_ros.nodes import bounds, convert, health, params
+from oxygen_ros.nodes import bounds, convert, health, inference_params, params
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.generate_server import GenerateServer
 from oxygen_ros.nodes.pool_markers import pool_markers
@@ -58,10 +57,7 @@ RANDOM_WEIGHTS = "the model has random weights"
 class InferenceNode(LifecycleNode):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
-        for name, value in params.defaults().items():
-            # .get: an EngineConfig field added without a description must not stop the node (a test flags it)
-            descriptor = ParameterDescriptor(description=params.DESCRIPTIONS.get(name, ""), dynamic_typing=True)
-            self.declare_parameter(name, value, descriptor)
+        inference_params.declare_all(self)  # typed, with ranges: a bad override fails here, naming it
         self._group = ReentrantCallbackGroup()  # lifecycle services keep the default group: a long configure
         self._lock = threading.Lock()  # guards the fields below against transitions on other threads
         self._state = "unconfigured"
@@ -74,6 +70,7 @@ class InferenceNode(LifecycleNode):
         self._outputs: dict[str, Any] = {}  # lifecycle publishers made by configure
         self._drawing = False
         self._last_report: ServingStats | None = None
+        inference_params.refuse_while_configured(self, lambda: self._state)
         queue = SERVICE_QUEUE  # a burst from many task nodes reaches the engine's bounded queue (nodes/qos.py)
         self.create_service(Infer, "oxygen/infer", self._on_infer, qos_profile=queue, callback_group=self._group)
         self.create_service(GetPoolStats, "oxygen/get_pool_stats", self._on_get_pool_stats, qos_profile=queue,
@@ -236,7 +233,8 @@ class InferenceNode(LifecycleNode):
             observation = self._observation_of(request, ring, settings)
         except EngineError as exc:
             return convert.error_response(response, exc.code, exc.message)
-        out = await self._await(engine.submit(convert.generate_request(request, observation)))
+        greq = convert.generate_request(request, observation, settings.sampling_defaults())
+        out = await self._await(engine.submit(greq))
         return convert.fill_response(response, out, settings.action_period_s, self.get_clock().now().to_msg())
 
     @staticmethod

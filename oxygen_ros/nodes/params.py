@@ -1,9 +1,12 @@
-"""The inference node's parameters: every EngineConfig field plus the node's own, each with a description.
+"""The inference node's parameters: every EngineConfig field plus the node's own, each with a description, a type
+and, for numbers, a range.
 
-ROS-free on purpose: the node declares these names with dynamic typing and hands the raw values here at configure
-time, so a wrongly typed or out-of-range value becomes a clear configure FAILURE instead of an exception while the
-node is being constructed. Engine fields are declared straight from EngineConfig, so a field added there is a
-parameter here without a second list to keep in sync (a missing description is caught by the tests).
+ROS-free on purpose, so presets (nodes/presets.py) and the node check values by the same rules: the node declares
+each name with its type and range (nodes/inference_params.py: rclpy refuses a wrong type or an out-of-range value,
+saying why) and hands the values here at configure time, where the finer rules (a power of two, a known format,
+one value that needs another) make a clear configure FAILURE. Engine fields are declared straight from EngineConfig,
+so a field added there is a parameter here without a second list to keep in sync (a missing description or range
+is caught by the tests).
 """
 
 import array
@@ -12,9 +15,12 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, get_type_hints
 
 from oxygen_ros.config import EngineConfig
+from oxygen_ros.engine.sampling import MAX_SEED, SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import bounds
 from oxygen_ros.observations import RING_BYTES
+
+INT64_MAX = (1 << 63) - 1  # ROS integer parameters are 64-bit
 
 
 @dataclass
@@ -34,6 +40,17 @@ class NodeParams:
     frame_pacing: bool = True
     decode_steps_per_frame: int = 0
     allow_random_weights: bool = False
+    # sampling defaults for the Sampling fields a request leaves at their message defaults (greedy unless set)
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+
+    def sampling_defaults(self) -> SamplingParams:
+        """What a request's unset Sampling fields become (its seed -1 stays the engine's: ``seed``)."""
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
+                              repetition_penalty=self.repetition_penalty)  # fmt: skip
 
     def validate(self) -> None:
         def bad(msg: str) -> EngineError:
@@ -58,11 +75,13 @@ class NodeParams:
                 raise bad(f"{name} must be a positive number, got {value}")
         if not 0.0 < self.pool_warn_fraction <= 1.0:
             raise bad(f"pool_warn_fraction must be in (0, 1], got {self.pool_warn_fraction}")
+        self.sampling_defaults().check()  # the engine's own rules for a request's controls
 
 
 DESCRIPTIONS: dict[str, str] = {
     # EngineConfig
-    "model": "smollm2-135m, pi05-tiny, pi05-full, or a Hugging Face Llama/Qwen2 folder",
+    "model": "smollm2-135m, a random-weight pi0.5 (pi05-random-tiny/full, pi05-causal-tiny/full), or a folder: "
+    "Hugging Face Llama/Qwen2 or Idefics3, pi0 / pi0.5 (LeRobot or transformers layout)",
     "device": "auto (CUDA when present, else CPU), cpu, cuda or cuda:N",
     "dtype": "compute dtype: auto (float32 on CPU, bfloat16 on CUDA), float32, float16 or bfloat16",
     "block_size": "tokens per KV block (a power of two)",
@@ -80,7 +99,8 @@ DESCRIPTIONS: dict[str, str] = {
     "max_queue": "waiting requests beyond this are answered RESOURCE_EXHAUSTED",
     "enable_prefix_caching": "reuse KV blocks of identical prefixes across requests and tasks",
     "seed": "weight init of random-weight models and the default sampling seed",
-    "num_denoise_steps": "flow-matching steps per action chunk (VLA models)",
+    "num_denoise_steps": "flow-matching steps per action chunk (VLA models); 0 = the checkpoint's num_inference_steps "
+    "(config.json), 10 for the random-weight VLAs",
     "debug_checks": "check the pool's invariants after every step (slow; for tests)",
     "eviction_policy": "which cached KV blocks go first: attention (alpha * activity + (1 - alpha) * recency) or lru",
     "eviction_alpha": "weight of attention activity against recency in the attention eviction policy, in [0, 1]",
@@ -111,9 +131,54 @@ DESCRIPTIONS: dict[str, str] = {
     "action_period_s": "time between consecutive steps of an action chunk (ActionChunk.period_s), seconds",
     "frame_pacing": "hold language steps that would delay the next chunk of an action stream (period learned from arrivals)",
     "decode_steps_per_frame": "with frame_pacing: language steps between two action chunks; 0 = as many as fit",
-    "allow_random_weights": "serve action chunks from a random-weight model (pi05-tiny, pi05-full): simulation and "
+    "allow_random_weights": "serve action chunks from a random-weight model (pi05-random-*, pi05-causal-*): simulation and "
     "tests only; false refuses them FAILED_PRECONDITION, so noise never reaches an arm",
+    "temperature": "sampling default for a request whose Sampling.temperature is 0: 0 = greedy, > 0 samples",
+    "top_p": "sampling default for a request whose Sampling.top_p is 1 (off): nucleus mass kept, in (0, 1]",
+    "top_k": "sampling default for a request whose Sampling.top_k is 0 (off): most likely tokens kept; 0 = off",
+    "min_p": "sampling default for a request whose Sampling.min_p is 0 (off): drop tokens below min_p x the top one",
+    "repetition_penalty": "sampling default for a request whose Sampling.repetition_penalty is 1 (off); > 1 "
+    "discourages repeats",
 }
+
+# (lowest, highest), both allowed, of every number: the declared ParameterDescriptor ranges, also checked for presets.
+# The rules above are finer (open ends, powers of two); these bound what sizes memory, loops and waits.
+RANGES: dict[str, tuple[float, float]] = {
+    "block_size": (1, 1024),
+    "kv_cache_bytes": (0, INT64_MAX),
+    "kv_cache_memory_fraction": (0.0, 1.0),
+    "max_num_seqs": (1, 4096),
+    "max_model_len": (1, 1 << 20),
+    "max_num_batched_tokens": (1, 1 << 20),
+    "max_queue": (1, 1 << 16),
+    "seed": (0, MAX_SEED),
+    "num_denoise_steps": (0, 1000),  # 0 = the checkpoint's
+    "eviction_alpha": (0.0, 1.0),
+    "eviction_history_window": (1, 1 << 20),
+    "cpu_tier_bytes": (0, INT64_MAX),
+    "disk_tier_bytes": (1, INT64_MAX),
+    "prefetch_degree": (0, 64),
+    "reuse_similarity_threshold": (0.0, 1.0),
+    "observation_ring": (1, 10_000),
+    "observation_keep_s": (0.0, 3600.0),
+    "observation_ring_bytes": (1, 1 << 40),
+    "max_prompt_chars": (1, 1 << 24),
+    "stats_rate_hz": (0.0, 100.0),
+    "marker_max_cubes": (0, 1 << 20),
+    "pool_warn_fraction": (0.0, 1.0),
+    "action_period_s": (0.0, 60.0),
+    "decode_steps_per_frame": (0, 1 << 16),
+    "temperature": (0.0, 100.0),
+    "top_p": (0.0, 1.0),
+    "top_k": (0, 1 << 24),
+    "min_p": (0.0, 1.0),
+    "repetition_penalty": (0.0, 100.0),
+}
+
+
+def types() -> dict[str, Any]:
+    """Every parameter name with its type (str, int, float, bool, list[int], list[str])."""
+    return get_type_hints(EngineConfig) | get_type_hints(NodeParams)
 
 
 def defaults() -> dict[str, Any]:
@@ -147,11 +212,15 @@ def coerce(name: str, value: Any, kind: Any) -> Any:
 def parse(values: dict[str, Any]) -> tuple[EngineConfig, NodeParams]:
     """EngineConfig and NodeParams from raw parameter values (every name in ``defaults()``); EngineError
     INVALID_ARGUMENT (or FAILED_PRECONDITION, e.g. cuda without CUDA) saying which parameter is wrong."""
-    built = []
-    for cls in (EngineConfig, NodeParams):
-        hints = get_type_hints(cls)
-        built.append(cls(**{f.name: coerce(f.name, values[f.name], hints[f.name]) for f in fields(cls)}))
-    engine_config, node_params = built
+    hints = types()
+    engine_config, node_params = (
+        cls(**{f.name: coerce(f.name, values[f.name], hints[f.name]) for f in fields(cls)})
+        for cls in (EngineConfig, NodeParams)
+    )
     engine_config.validate()
     node_params.validate()
+    typed = vars(engine_config) | vars(node_params)
+    for name, (low, high) in RANGES.items():
+        if not low <= typed[name] <= high:
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"{name} must be in [{low}, {high}], got {typed[name]}")
     return engine_config, node_params

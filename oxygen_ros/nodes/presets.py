@@ -1,7 +1,8 @@
 """Model presets: ``config/models/<name>.yaml``, one small file per model as llama_ros ships them, holding the
-inference node's model, compute dtype, KV block size, budget and formats, context and the default sampling seed.
+inference node's model, compute dtype, KV block size, budget and formats, context and sampling defaults (temperature,
+top_p, top_k, min_p, repetition_penalty and the seed, used where a request leaves its Sampling fields unset).
 
-Why a layer of its own: switching models should be one argument (`model_preset:=pi05-tiny`, `--preset pi05-tiny`),
+Why a layer of its own: switching models should be one argument (`model_preset:=pi05-causal-tiny`, `--preset pi05-causal-tiny`),
 not an edited copy of config/oxygen.yaml. A preset's values sit between the parameter file and explicit overrides:
 config/oxygen.yaml < the preset < `model:=` / `--model` (and the demo's pool size). The launch file, `oxygen-ros up`
 and `oxygen-ros demo` all read presets through ``load``, which checks every value by the rules the node applies at
@@ -11,12 +12,11 @@ configure time (``params.parse``) before any node starts, with an error naming t
 import math
 import re
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
 import yaml
 
 from oxygen_ros import share
-from oxygen_ros.config import EngineConfig
 from oxygen_ros.errors import EngineError
 from oxygen_ros.nodes import params
 
@@ -24,6 +24,7 @@ from oxygen_ros.nodes import params
 KEYS = (
     "model", "dtype", "block_size", "kv_cache_bytes", "kv_cache_memory_fraction", "kv_dtype", "kv_observation_dtype",
     "max_num_seqs", "max_model_len", "max_num_batched_tokens", "num_denoise_steps", "seed",
+    "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
 )  # fmt: skip
 INT64 = 1 << 63  # ROS integer parameters are 64-bit
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a file name in the folder, never a path out of it
@@ -59,7 +60,7 @@ def checked(values: Any, where: str) -> dict[str, Any]:
         raise ValueError(f"{where}: {unknown} cannot be set by a preset; it may set {list(KEYS)}")
     if not values.get("model"):
         raise ValueError(f"{where}: model must name a model (a registered name or a folder)")
-    hints = get_type_hints(EngineConfig)
+    hints = params.types()
     try:
         typed = {key: params.coerce(key, value, hints[key]) for key, value in values.items()}
         for key, value in typed.items():

@@ -7,7 +7,8 @@ import time
 from typing import Any
 
 from action_msgs.msg import GoalStatus
-from oxygen_ros.action import FollowInstruction, Navigate
+from oxygen_ros.action import AskQuestion as AskQuestionAction
+from oxygen_ros.action import FollowInstruction, Generate, Navigate
 from oxygen_ros.msg import Observation
 from oxygen_ros.srv import AskQuestion, CancelTask, GetPoolStats, Infer
 from rclpy.node import Node
@@ -22,7 +23,8 @@ from fuzz.oracle import Tally
 
 SERVICES = {"/oxygen/infer": Infer, "/vqa/ask": AskQuestion, "/oxygen/cancel_task": CancelTask,
             "/oxygen/get_pool_stats": GetPoolStats}  # fmt: skip
-ACTIONS = {"/follow_instruction": FollowInstruction, "/navigate": Navigate}
+ACTIONS = {"/follow_instruction": FollowInstruction, "/navigate": Navigate, "/oxygen/generate": Generate,
+           "/vqa/ask": AskQuestionAction}  # fmt: skip
 CANCELLED = {GoalStatus.STATUS_CANCELED: "CANCELLED"}
 
 
@@ -80,9 +82,10 @@ class Fuzzer:
         return self._wait(client.call_async(GetPoolStats.Request()), time.monotonic(), "pool stats").stats
 
     def goals(self, name: str, goals: list, cancel_after: list[float | None]) -> list[tuple[int, Any]]:
-        """Send every goal at once (each newer one preempts the running one), cancel each at its delay (None: let it
-        end by itself); (terminal status, result) of each, in order."""
-        client, tally = self.actions[name], self.tally(name)
+        """Send every goal at once (a task node's newer goal preempts its running one; /oxygen/generate runs them
+        side by side), cancel each at its delay (None: let it end by itself); (terminal status, result) of each, in
+        order. An action named like a service (/vqa/ask) is tallied apart from it."""
+        client, tally = self.actions[name], self.tally(f"{name} (action)" if name in SERVICES else name)
         start = time.monotonic()
         sent = [client.send_goal_async(goal) for goal in goals]
         tally.calls += len(sent)

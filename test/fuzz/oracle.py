@@ -15,6 +15,7 @@ import numpy as np
 
 from oxygen_ros.errors import ErrorCode
 from oxygen_ros.nodes import bounds
+from oxygen_ros.nodes.generate_server import MAX_FEEDBACK_EVERY
 from fuzz.strategies import CHANNELS, TASK_TYPES
 
 INVALID, OUT_OF_RANGE = ErrorCode.INVALID_ARGUMENT.value, ErrorCode.OUT_OF_RANGE.value
@@ -26,6 +27,7 @@ class Expect:
     codes: frozenset[str] = frozenset()  # out of bounds: refused with one of these
     refused: bool = False  # refused, with whatever code
     succeeds: bool = False
+    names: frozenset[str] = frozenset()  # a refusal's message names one of these fields
 
     def check(self, what: str, success: bool, code: str, message: str) -> None:
         assert (code == "") if success else (code in CODES and message), f"{what}: {success}, {code!r}, {message!r}"
@@ -35,6 +37,8 @@ class Expect:
             assert not success, f"{what} must be refused, it succeeded"
         if self.succeeds:
             assert success, f"{what} must succeed: {code}: {message}"
+        if self.names and not success:
+            assert any(name in message for name in self.names), f"{what}: {message!r} names none of {set(self.names)}"
 
 
 def arrived(text: str) -> str:
@@ -55,25 +59,45 @@ def _codes(**faults: bool) -> frozenset[str]:
     return frozenset(INVALID if name.startswith("invalid") else OUT_OF_RANGE for name, on in faults.items() if on)
 
 
-def infer(req, max_prompt_chars: int, max_model_len: int) -> Expect:
-    codes = _codes(
-        range_ids=any(too_long(getattr(req, f), bounds.ID_CHARS) for f in ("task_id", "task_type", "observation_id")),
-        range_prompt=too_long(req.prompt, max_prompt_chars),
-        invalid_deadline=outside(req.deadline_s, 0.0, bounds.DEADLINE_S),
-    )
+def _fields(faults: dict[str, str | None], refused: bool = False, more_codes: frozenset[str] = frozenset()) -> Expect:
+    """What fields out of their bounds ({field: its code, or None when it is within}) must be refused with; a lone
+    one is checked before anything else, so the refusal names it. ``more_codes``: faults of nested messages."""
+    present = {name: code for name, code in faults.items() if code}
+    names = frozenset(present) if len(present) == 1 and not more_codes else frozenset()
+    return Expect(frozenset(present.values()) | more_codes, refused, names=names)
+
+
+def _request(req, max_prompt_chars: int, max_model_len: int, wrong_output: bool, **more: str | None) -> Expect:
+    """The fields Infer and Generate share, plus ``more`` ({field: code or None}); ``wrong_output``: the engine
+    must refuse what the request asks for."""
+    faults = {f: OUT_OF_RANGE if too_long(getattr(req, f), bounds.ID_CHARS) else None
+              for f in ("task_id", "task_type", "observation_id")}  # fmt: skip
+    faults["prompt"] = OUT_OF_RANGE if too_long(req.prompt, max_prompt_chars) else None
+    faults["deadline_s"] = INVALID if outside(req.deadline_s, 0.0, bounds.DEADLINE_S) else None
+    nested = frozenset()
     if req.observation:  # an inline observation is checked like a published one, before the engine
         inline = req.observation[0]
-        codes = codes.union(observation(inline, max_prompt_chars).codes,
-                            _codes(range_id=too_long(inline.observation_id, bounds.ID_CHARS)))  # fmt: skip
+        nested = observation(inline, max_prompt_chars).codes | _codes(range_id=too_long(inline.observation_id,
+                                                                                         bounds.ID_CHARS))  # fmt: skip
     refused = (
         not arrived(req.prompt).strip()
         or arrived(req.task_type) not in (*TASK_TYPES, "")  # '' = generic
-        or req.want_actions  # SmolLM2 has no action head
-        or not req.want_text
+        or wrong_output
         or not 0 < req.max_new_tokens < max_model_len
         or bad_sampling(req.sampling)
     )
-    return Expect(codes, refused)
+    return _fields(faults | more, refused, nested)
+
+
+def infer(req, max_prompt_chars: int, max_model_len: int) -> Expect:
+    # SmolLM2 has no action head; a request must ask for some output
+    return _request(req, max_prompt_chars, max_model_len, req.want_actions or not req.want_text)
+
+
+def generate(goal, max_prompt_chars: int, max_model_len: int) -> Expect:
+    """As Infer (a goal asks for text only), and how often it wants feedback."""
+    too_often = goal.feedback_every > MAX_FEEDBACK_EVERY
+    return _request(goal, max_prompt_chars, max_model_len, False, feedback_every=OUT_OF_RANGE if too_often else None)
 
 
 def bad_sampling(msg) -> bool:
@@ -95,12 +119,11 @@ def f32(value: float) -> float:
 
 
 def question(req, max_model_len: int) -> Expect:
-    codes = _codes(
-        range_question=too_long(req.question, bounds.TEXT_CHARS),
-        range_id=too_long(req.observation_id, bounds.ID_CHARS),
-        invalid_blank=not arrived(req.question).strip(),
-    )
-    return Expect(codes, refused=req.max_new_tokens >= max_model_len)
+    """An AskQuestion request or goal (the same fields, the same checks)."""
+    blank = INVALID if not arrived(req.question).strip() else None
+    faults = {"question": OUT_OF_RANGE if too_long(req.question, bounds.TEXT_CHARS) else blank,
+              "observation_id": OUT_OF_RANGE if too_long(req.observation_id, bounds.ID_CHARS) else None}  # fmt: skip
+    return _fields(faults, refused=req.max_new_tokens >= max_model_len)
 
 
 def cancel(req) -> Expect:
@@ -133,7 +156,7 @@ def navigation(goal, max_distance_m: float) -> Expect:
             range_instruction=too_long(goal.instruction, bounds.TEXT_CHARS),
             invalid_pose=not all(map(math.isfinite, values)),
             range_frame=len(frame) > bounds.ID_CHARS,
-            invalid_frame=len(frame) <= bounds.ID_CHARS and frame not in ("", "map"),
+            invalid_frame=len(frame) <= bounds.ID_CHARS and frame not in ("", "map", "odom"),
             range_far=far,
         )
     )

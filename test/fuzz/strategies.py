@@ -12,7 +12,7 @@ import math
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from hypothesis import strategies as st
-from oxygen_ros.action import FollowInstruction, Navigate
+from oxygen_ros.action import FollowInstruction, Generate, Navigate
 from oxygen_ros.msg import Observation
 from oxygen_ros.msg import Sampling
 from oxygen_ros.srv import AskQuestion, CancelTask, Infer
@@ -77,20 +77,38 @@ def infer_requests() -> st.SearchStrategy[Infer.Request]:
 
 
 def _fuzzed_infer_requests() -> st.SearchStrategy[Infer.Request]:
-    return st.builds(
-        Infer.Request,
-        task_id=texts(bounds.ID_CHARS, ("fuzz",)),
-        task_type=st.one_of(st.sampled_from(TASK_TYPES), texts(bounds.ID_CHARS)),
-        prompt=texts(bounds.PROMPT_CHARS, PROMPTS),
-        observation_id=st.one_of(st.just(""), texts(bounds.ID_CHARS)),
-        want_text=st.booleans(),
-        want_actions=st.booleans(),
-        max_new_tokens=counts(8),
-        priority=st.integers(0, 255),
-        deadline_s=st.one_of(st.just(0.0), float32s(0.0, bounds.DEADLINE_S)),
-        sampling=st.one_of(st.builds(Sampling), samplings()),
-        observation=st.one_of(st.just([]), st.lists(observations(0, 4096), max_size=1)),
-    )
+    return st.builds(Infer.Request, want_text=st.booleans(), want_actions=st.booleans(), **_fuzzed_request_fields())
+
+
+def _fuzzed_request_fields() -> dict[str, st.SearchStrategy]:
+    """Every field an Infer request and a Generate goal share, fuzzed."""
+    return {
+        "task_id": texts(bounds.ID_CHARS, ("fuzz",)),
+        "task_type": st.one_of(st.sampled_from(TASK_TYPES), texts(bounds.ID_CHARS)),
+        "prompt": texts(bounds.PROMPT_CHARS, PROMPTS),
+        "observation_id": st.one_of(st.just(""), texts(bounds.ID_CHARS)),
+        "max_new_tokens": counts(8),
+        "priority": st.integers(0, 255),
+        "deadline_s": st.one_of(st.just(0.0), float32s(0.0, bounds.DEADLINE_S)),
+        "sampling": st.one_of(st.builds(Sampling), samplings()),
+        "observation": st.one_of(st.just([]), st.lists(observations(0, 4096), max_size=1)),
+    }
+
+
+def generate_goals() -> st.SearchStrategy[Generate.Goal]:
+    """Half goals that stream (sampled or greedy, feedback every few tokens; cancelled at drawn moments), half with
+    every field fuzzed, feedback_every included."""
+    valid = st.builds(
+        Generate.Goal,
+        task_id=st.sampled_from(["fuzz/g", "fuzz/h"]),
+        task_type=st.sampled_from(TASK_TYPES),
+        prompt=st.sampled_from(PROMPTS),
+        max_new_tokens=st.integers(1, 24),
+        feedback_every=st.integers(0, 8),
+        sampling=st.one_of(st.builds(Sampling), st.builds(Sampling, temperature=st.floats(0.1, 1.5),
+                                                          top_k=st.integers(0, 50), seed=st.integers(0, 100))),
+    )  # fmt: skip
+    return st.one_of(valid, st.builds(Generate.Goal, feedback_every=counts(8), **_fuzzed_request_fields()))
 
 
 def samplings() -> st.SearchStrategy[Sampling]:
@@ -107,11 +125,12 @@ def samplings() -> st.SearchStrategy[Sampling]:
     )
 
 
-def questions() -> st.SearchStrategy[AskQuestion.Request]:
-    """Half ordinary questions about the latest frame, half with every field fuzzed."""
-    valid = st.builds(AskQuestion.Request, question=st.sampled_from(PROMPTS), max_new_tokens=st.integers(0, 24))
+def questions(kind: type = AskQuestion.Request) -> st.SearchStrategy:
+    """Half ordinary questions about the latest frame, half with every field fuzzed; ``kind``: the service's request
+    or the action's goal (the same fields)."""
+    valid = st.builds(kind, question=st.sampled_from(PROMPTS), max_new_tokens=st.integers(0, 24))
     fuzzed = st.builds(
-        AskQuestion.Request,
+        kind,
         question=texts(bounds.TEXT_CHARS, PROMPTS),
         observation_id=st.one_of(st.just(""), texts(bounds.ID_CHARS)),
         max_new_tokens=counts(8),
@@ -156,7 +175,7 @@ def _room_target(x: float, y: float) -> Navigate.Goal:
 @st.composite
 def _fuzzed_targets(draw, max_distance_m: float) -> Navigate.Goal:
     target = PoseStamped()
-    target.header.frame_id = draw(st.one_of(st.sampled_from(["map", ""]), texts(bounds.ID_CHARS)))
+    target.header.frame_id = draw(st.one_of(st.sampled_from(["map", "", "odom"]), texts(bounds.ID_CHARS)))
     position, orientation = target.pose.position, target.pose.orientation
     coordinate = st.one_of(st.floats(-1.0, 5.0), float32s(-max_distance_m, max_distance_m))
     position.x, position.y, position.z = draw(coordinate), draw(coordinate), draw(float32s(0.0, 0.0))

@@ -1,13 +1,13 @@
 """Hostile input through every interface of the real graph, a process per node (`oxygen-ros up` with SmolLM2, a small
 pool and short budgets), from hypothesis strategies over every field (fuzz/strategies.py) judged against the
-documented bounds (fuzz/oracle.py): Infer, AskQuestion, CancelTask, FollowInstruction and Navigate as floods of
-concurrent calls and goals cancelled at drawn moments, Observation and Image as published messages followed by a
-request about them.
+documented bounds (fuzz/oracle.py): Infer, AskQuestion (service and action), CancelTask, Generate, FollowInstruction
+and Navigate as floods of concurrent calls and goals cancelled at drawn moments, Observation and Image as published
+messages followed by a request about them.
 
 Every call is answered within ANSWER_S, every failure carries an error code and a message (never INTERNAL), every
-out-of-bounds value is refused with its code. After each test (one interface): every process is alive with the
-pid it started with (no crash, no restart), each one's resident memory grew less than RSS_GROWTH_MIB, the pool
-holds no block once idle, and a normal question is answered.
+out-of-bounds value is refused with its code (a lone one with a message naming its field). After each test (one
+interface): every process is alive with the pid it started with (no crash, no restart), each one's resident memory
+grew less than RSS_GROWTH_MIB, the pool holds no block once idle, and a normal question is answered.
 
 Profiles (OXYGEN_FUZZ_PROFILE): ``short`` (the default, in `make test`) and ``long`` (`make fuzz`; figures in
 docs/reliability.md). Examples are derandomized, so a run is reproducible; there is no shrinking phase (each
@@ -26,6 +26,7 @@ import pytest
 from action_msgs.msg import GoalStatus
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from oxygen_ros.action import AskQuestion as AskQuestionAction
 from oxygen_ros.srv import AskQuestion, Infer
 from process_graph import process_graph, rss_kib
 from rclpy.node import Node
@@ -222,6 +223,22 @@ def test_follow_instruction(graph, healthy, batch):
 def test_navigate(graph, healthy, batch):
     goals, delays = [g for g, _ in batch], [d for _, d in batch]
     _check_goals(graph, "/navigate", goals, delays, lambda g: oracle.navigation(g, MAX_DISTANCE_M))
+
+
+@given(batch=st.lists(st.tuples(strategies.generate_goals(), strategies.cancel_delays()), min_size=1,
+                      max_size=PROFILE.goals))  # fmt: skip
+@fuzz_settings
+def test_generate(graph, healthy, batch):
+    goals, delays = [g for g, _ in batch], [d for _, d in batch]
+    _check_goals(graph, "/oxygen/generate", goals, delays, lambda g: oracle.generate(g, MAX_PROMPT_CHARS, MAX_MODEL_LEN))
+
+
+@given(batch=st.lists(st.tuples(strategies.questions(AskQuestionAction.Goal), strategies.cancel_delays()),
+                      min_size=1, max_size=PROFILE.goals))  # fmt: skip
+@fuzz_settings
+def test_ask_question_action(graph, healthy, batch):
+    goals, delays = [g for g, _ in batch], [d for _, d in batch]
+    _check_goals(graph, "/vqa/ask", goals, delays, lambda g: oracle.question(g, MAX_MODEL_LEN))
 
 
 NUMBERS = itertools.count()  # a unique suffix for each fuzzed observation id

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from builtin_interfaces.msg import Time
 from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.msg import Sampling
 from oxygen_ros.srv import Infer
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
@@ -12,6 +13,7 @@ from visualization_msgs.msg import Marker
 
 from oxygen_ros.engine.async_engine import ServingStats
 from oxygen_ros.engine.io import PoolStats, RequestOutput, TaskUsage, TierUsage
+from oxygen_ros.engine.sampling import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import convert
 from oxygen_ros.nodes.pool_markers import pool_markers
@@ -89,7 +91,7 @@ def test_observation_ids():
 def test_infer_request_and_response():
     req = Infer.Request(task_id="nav-1", task_type="navigation", prompt="go", want_actions=True, max_new_tokens=7,
                         priority=3, deadline_s=0.25)  # fmt: skip
-    greq = convert.generate_request(req, None)
+    greq = convert.generate_request(req, None, SamplingParams())
     assert (greq.task_id, greq.task_type, greq.sampling.max_new_tokens, greq.priority) == ("nav-1", "navigation", 7, 3)
     assert (greq.want_text, greq.want_actions, greq.deadline_s) == (False, True, 0.25)
     actions = np.arange(6, dtype=np.float32).reshape(3, 2)
@@ -104,6 +106,26 @@ def test_infer_request_and_response():
     failed = RequestOutput("r", "t", "vqa", error_code=ErrorCode.RESOURCE_EXHAUSTED, message="queue full")
     response = convert.fill_response(Infer.Response(), failed, 0.02, Time())
     assert (response.success, response.error_code, response.message) == (False, "RESOURCE_EXHAUSTED", "queue full")
+
+
+NODE_DEFAULTS = SamplingParams(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1, seed=None)
+
+
+def test_unset_sampling_fields_take_the_node_defaults_and_set_ones_win():
+    unset = convert.sampling_params(Sampling(), 9, NODE_DEFAULTS)
+    assert (unset.temperature, unset.top_p, unset.top_k, unset.min_p, unset.repetition_penalty) == (0.7, 0.9, 40,
+                                                                                                     0.05, 1.1)
+    assert (unset.seed, unset.max_new_tokens, unset.stop) == (None, 9, [])
+    mine = Sampling(temperature=0.5, top_p=0.5, top_k=1, min_p=0.25, repetition_penalty=1.5, seed=3, stop=["."])
+    own = convert.sampling_params(mine, 9, NODE_DEFAULTS)
+    assert (own.temperature, own.top_p, own.top_k, own.min_p, own.repetition_penalty) == (0.5, 0.5, 1, 0.25, 1.5)
+    assert (own.seed, own.stop) == (3, ["."])
+    assert convert.sampling_params(Sampling(), 9, SamplingParams()).greedy  # the node's own defaults: greedy
+
+
+def test_a_nan_sampling_field_is_not_taken_for_unset():
+    with pytest.raises(EngineError, match="temperature must be finite"):
+        convert.sampling_params(Sampling(temperature=float("nan")), 9, NODE_DEFAULTS).check()
 
 
 def test_pool_stats_message():

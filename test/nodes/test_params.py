@@ -11,6 +11,7 @@ import yaml
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import params
+from oxygen_ros.nodes.inference_params import ROS_TYPES
 
 CONFIG = Path(sys.prefix) / "share" / "oxygen_ros" / "config" / "oxygen.yaml"
 
@@ -62,9 +63,24 @@ def test_ints_are_accepted_for_floats_and_arrays_become_lists():
         ("max_prompt_chars", 0, "max_prompt_chars must be at least 1"),
         ("camera_topic", "", "camera_topic must not be empty"),
         ("pool_warn_fraction", 1.5, "pool_warn_fraction must be in (0, 1]"),
+        ("temperature", float("inf"), "temperature must be finite and >= 0"),
+        ("top_p", 1.5, "top_p must be in (0, 1]"),
+        ("top_k", -3, "top_k must be >= 0"),
+        ("min_p", float("nan"), "min_p must be in [0, 1)"),
+        ("repetition_penalty", -1.0, "repetition_penalty must be finite and > 0"),
+        ("max_num_seqs", 1 << 20, "max_num_seqs must be in [1, 4096]"),
+        ("observation_keep_s", 1e9, "observation_keep_s must be in [0.0, 3600.0]"),
     ],
 )
 def test_bad_values_name_the_parameter(name, value, phrase):
     with pytest.raises(EngineError) as err:
         params.parse(params.defaults() | {name: value})
     assert err.value.code == ErrorCode.INVALID_ARGUMENT and phrase in err.value.message
+
+
+def test_every_number_has_a_range_that_holds_its_default_and_every_type_is_a_ros_type():
+    numbers = {name for name, value in params.defaults().items() if type(value) in (int, float)}
+    assert set(params.RANGES) == numbers
+    for name, (low, high) in params.RANGES.items():
+        assert low <= params.defaults()[name] <= high and high <= params.INT64_MAX, name
+    assert set(params.types().values()) <= set(ROS_TYPES)

@@ -23,10 +23,10 @@ def test_every_preset_is_installed_as_in_the_source():
 
 
 def test_the_offline_default_pi05_tiny_and_smolvlm_are_there():
-    assert {"smollm2-135m", "pi05-tiny", "smolvlm-256m-instruct"} <= set(presets.names())
+    assert {"smollm2-135m", "pi05-causal-tiny", "smolvlm-256m-instruct"} <= set(presets.names())
     default_model = yaml.safe_load(CONFIG.read_text())["oxygen_inference"]["ros__parameters"]["model"]
     assert presets.load("smollm2-135m")["model"] == default_model == EngineConfig().model
-    assert presets.load("pi05-tiny")["model"] == "pi05-tiny"
+    assert presets.load("pi05-causal-tiny")["model"] == "pi05-causal-tiny"
     assert presets.load("smolvlm-256m-instruct")["model"] == "~/models/SmolVLM-256M-Instruct"  # what README downloads
 
 
@@ -67,6 +67,15 @@ def test_an_unknown_preset_names_itself_the_folder_and_the_presets_there(tmp_pat
         ("model: smollm2-135m\nkv_dtype: int3\n", "kv_dtype must be auto or a KV storage format"),
         ("model: smollm2-135m\nnum_denoise_steps: 2.5\n", "num_denoise_steps must be int"),
         ("model: smollm2-135m\ncamera_topic: /cam\n", "['camera_topic'] cannot be set by a preset"),
+        ("model: smollm2-135m\ntemperature: .nan\n", "temperature must be a finite"),
+        ("model: smollm2-135m\ntemperature: -0.5\n", "temperature must be finite and >= 0"),
+        ("model: smollm2-135m\ntemperature: 1000.0\n", "temperature must be in [0.0, 100.0]"),
+        ("model: smollm2-135m\ntop_p: 0.0\n", "top_p must be in (0, 1]"),
+        ("model: smollm2-135m\ntop_k: -1\n", "top_k must be >= 0"),
+        ("model: smollm2-135m\ntop_k: 0.5\n", "top_k must be int"),
+        ("model: smollm2-135m\nmin_p: 1.0\n", "min_p must be in [0, 1)"),
+        ("model: smollm2-135m\nrepetition_penalty: 0\n", "repetition_penalty must be finite and > 0"),
+        ("model: smollm2-135m\nseed: -1\n", "seed must be in [0, "),
         ("block_size: 16\n", "model must name a model"),
         ("model: ''\n", "model must name a model"),
         ("- model\n", "expected a mapping of parameter: value"),
@@ -79,6 +88,18 @@ def test_a_wrong_value_is_refused_naming_the_preset_its_file_and_the_field(tmp_p
         presets.load("mine", tmp_path)
     assert str(raised.value).startswith(f"model preset mine ({tmp_path / 'mine.yaml'})")
     assert field in str(raised.value)
+
+
+def test_a_preset_carries_sampling_defaults_the_node_reads():
+    sampled = presets.checked(VALID | {"temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
+                                       "repetition_penalty": 1.1, "seed": 3}, "test")  # fmt: skip
+    _, node = params.parse(params.defaults() | sampled)
+    defaults = node.sampling_defaults()
+    assert (defaults.temperature, defaults.top_p, defaults.top_k, defaults.min_p) == (0.7, 0.9, 40, 0.05)
+    assert defaults.repetition_penalty == 1.1 and not defaults.greedy
+    for name in presets.names():  # the shipped presets decode greedily unless a request asks otherwise
+        _, node = params.parse(params.defaults() | presets.load(name))
+        assert node.sampling_defaults().greedy, name
 
 
 def test_ints_are_taken_for_floats():

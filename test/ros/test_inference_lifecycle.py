@@ -34,7 +34,7 @@ from oxygen_ros.observations import content_id
 
 CAMERA = "/test_camera/image_raw"
 FRAME = np.random.default_rng(1).integers(0, 256, size=(48, 64, 3), dtype=np.uint8)
-IMAGE_TOKENS = 256  # pi0.5 (and pi05-tiny): 256 SigLIP tokens per 224x224 image
+IMAGE_TOKENS = 256  # pi0.5 (and pi05-causal-tiny): 256 SigLIP tokens per 224x224 image
 
 
 def _not_active(client: Node, state: str) -> None:
@@ -57,11 +57,11 @@ def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread):
         Parameter("kv_cache_bytes", value=16 << 20),
         Parameter("max_model_len", value=1024),
         Parameter("eager_prefill", value=True),
-        Parameter("stats_rate_hz", value="fast"),  # wrong type: the first configure must say so
+        Parameter("block_size", value=12),  # typed and in range, but not a power of two: the first configure says so
         # a mixed-format pool: the image prefix at fp32 (shared with the eager prefill), the arm's own blocks int8
         Parameter("kv_task_dtypes", value=["instruction=int8"]),
         Parameter("kv_observation_dtype", value="fp32"),
-        Parameter("allow_random_weights", value=True),  # pi05-tiny's actions are asked for below
+        Parameter("allow_random_weights", value=True),  # pi05-causal-tiny's actions are asked for below
     ]
     node = InferenceNode(context=ros_context, parameter_overrides=overrides)
     client = Node("lifecycle_test_client", context=ros_context)
@@ -76,9 +76,9 @@ def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread):
         assert level == DiagnosticStatus.ERROR
 
         failures = [
-            ("stats_rate_hz", 5.0, "bad parameter: parameter stats_rate_hz must be float, got 'fast'"),
+            ("block_size", 16, "bad parameter: block_size must be a power of two, got 12"),
             ("camera_topic", CAMERA, "bad parameter camera_topic: Invalid topic name"),
-            ("model", "pi05-tiny", f"cannot load model '{missing}'"),
+            ("model", "pi05-causal-tiny", f"cannot load model '{missing}'"),
         ]
         set_parameter(client, "camera_topic", "two words")
         for name, fix, reason in failures:  # each failed configure says why, then the parameter is fixed
@@ -93,7 +93,7 @@ def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread):
         _not_active(client, "inactive")
         stats = pool_stats(client)
         assert stats.total_blocks > 0
-        # counted in units of the int8 format (pi05-tiny: 6 layers x 1 kv-head x 256, K and V, fp32 token scales)
+        # counted in units of the int8 format (pi05-causal-tiny: 6 layers x 1 kv-head x 256, K and V, fp32 token scales)
         assert stats.tiers[0].capacity_bytes == stats.total_blocks * 2 * 16 * 6 * (256 + 4)
 
         assert transition(client, Transition.TRANSITION_ACTIVATE)

@@ -1,4 +1,4 @@
-"""`instruction_node` with a VLA model (pi05-tiny, random weights): the action probe succeeds, so the chunks come
+"""`instruction_node` with a VLA model (pi05-causal-tiny, random weights): the action probe succeeds, so the chunks come
 from the model's action head through /oxygen/infer (its horizon x 32 actions, one request in flight at a time, each
 due within one period) instead of the node's controller, a JointTrajectory for the configured joint names, and no
 KV block is left held afterwards; with allow_random_weights false (a robot's config) the same goal is refused."""
@@ -13,7 +13,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.nodes.instruction_node import InstructionNode
 
-PI05_TINY = {"model": "pi05-tiny", "kv_cache_bytes": 256 << 20, "max_model_len": 2048, "observation_ring": 64,
+PI05_TINY = {"model": "pi05-causal-tiny", "kv_cache_bytes": 256 << 20, "max_model_len": 2048, "observation_ring": 64,
              "allow_random_weights": True}  # fmt: skip
 ACTION_DIM = 32  # pi0.5's action width
 JOINTS = [f"arm_joint_{i}" for i in range(ACTION_DIM)]
@@ -29,7 +29,7 @@ def graph(ros_domain_id):
 
 
 def test_chunks_come_from_the_action_head(graph):
-    # CPU: one pi05-tiny chunk takes ~0.5 s, so 1 Hz leaves each request its period to be served
+    # CPU: one pi05-causal-tiny chunk takes ~0.5 s, so 1 Hz leaves each request its period to be served
     goal = FollowInstruction.Goal(instruction="pick up the red triangle", rate_hz=1.0, duration_s=5.0)
     handle = send_goal(graph.client, FollowInstruction, "/follow_instruction", goal)
     out = handle.result(timeout=60.0)

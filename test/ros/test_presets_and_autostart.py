@@ -18,7 +18,7 @@ from oxygen_ros.nodes import presets
 
 pytestmark = pytest.mark.slow
 
-PRESET = "pi05-tiny"
+PRESET = "pi05-causal-tiny"
 # The config sets what the preset sets too (the preset must win) and one value it does not (the config's must stay).
 CHANGES = {"oxygen_inference": {"max_model_len": 512, "seed": 7, "stats_rate_hz": 4.0}, "camera_sim": {"rate_hz": 2.0}}
 NAMES = ["model", "max_model_len", "seed", "num_denoise_steps", "stats_rate_hz"]
