@@ -10,7 +10,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .ONESHELL:
 .DEFAULT_GOAL := install
-.PHONY: venv build install test lint demo bench fuzz peers clean
+.PHONY: venv compat build install test lint demo bench fuzz peers clean
 
 PYTHON ?= python3.11
 PYTEST_ARGS ?=
@@ -57,7 +57,29 @@ build: venv
 	cmake --build $(BUILD) -j $(NPROC) > $(BUILD)/build.log 2>&1 || { cat $(BUILD)/build.log; exit 1; }
 	echo "built $(BUILD)"
 
-install: build
+# Interface packages a robot gets from ROS (tf2_msgs, nav2_msgs) that no wheel ships: msg/compat/<name> holds their
+# standard definitions, built into the venv only where the venv has no <name> of its own (a compat build's package.xml
+# says "oxygen_ros compat") or ours differs from the sources (a cached venv with the same files skips the ~15 s
+# build). Never part of a colcon build: colcon does not discover a package nested in ours.
+COMPAT := $(notdir $(wildcard msg/compat/*))
+compat: venv
+	@export AMENT_PREFIX_PATH=$(VENV) CMAKE_PREFIX_PATH=$(VENV)
+	for pkg in $(COMPAT); do
+	  src=msg/compat/$$pkg share=$(VENV)/share/$$pkg dir=$(BUILD)-compat/$$pkg
+	  if [ -f $$share/package.xml ] && ! grep -q 'oxygen_ros compat' $$share/package.xml; then continue; fi
+	  fresh=1
+	  for file in $$(cd $$src && find . -name package.xml -o -name '*.msg' -o -name '*.action'); do
+	    cmp -s $$src/$$file $$share/$$file || fresh=0
+	  done
+	  if [ $$fresh = 1 ]; then continue; fi
+	  mkdir -p $$dir
+	  { [ -f $$dir/CMakeCache.txt ] || cmake -S $$src -B $$dir -DCMAKE_INSTALL_PREFIX=$(VENV) \
+	      -DPython3_EXECUTABLE=$(VENV)/bin/python -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=Release
+	    cmake --build $$dir -j $(NPROC) && cmake --install $$dir; } > $$dir/build.log 2>&1 || { cat $$dir/build.log; exit 1; }
+	  echo "built $$pkg from $$src into $(VENV)"
+	done
+
+install: build compat
 	@cmake --install $(BUILD) > $(BUILD)/install.log 2>&1 || { cat $(BUILD)/install.log; exit 1; }
 	grep 'Removing stale' $(BUILD)/install.log || true
 	echo "installed oxygen_ros into $(VENV)"

@@ -21,6 +21,8 @@ class ErrorCode(str, Enum):
     FAILED_PRECONDITION = "FAILED_PRECONDITION"  # e.g. the node is not active, the model cannot do actions
     UNAVAILABLE = "UNAVAILABLE"  # the inference node cannot be reached
     OBSTACLE = "OBSTACLE"  # a navigation goal stayed blocked by an obstacle too long
+    TF_ERROR = "TF_ERROR"  # no transform between the frames a goal needs (navigation: target frame -> odom)
+    ABORTED = "ABORTED"  # the server a goal was handed to (nav2) gave up; the message has its code and reason
     INTERNAL = "INTERNAL"  # a bug: the message says where
 
 

@@ -168,8 +168,8 @@ def test_a_preset_replaces_the_configs_values_and_explicit_arguments_replace_the
     config = yaml.safe_load((SHARE / "config" / "oxygen.yaml").read_text())
     config["oxygen_inference"]["ros__parameters"] |= {"max_model_len": 512, "seed": 7, "stats_rate_hz": 4.0}
     (tmp_path / "oxygen.yaml").write_text(yaml.safe_dump(config))
-    preset = presets.load("pi05-tiny")
-    launched = launch(config=str(tmp_path / "oxygen.yaml"), model_preset="pi05-tiny", model="smollm2-135m",
+    preset = presets.load("pi05-causal-tiny")
+    launched = launch(config=str(tmp_path / "oxygen.yaml"), model_preset="pi05-causal-tiny", model="smollm2-135m",
                       camera_topic="/cam/image")  # fmt: skip
     nodes = launched.nodes()
     resolved = _resolved(nodes["oxygen_inference"].parameters)

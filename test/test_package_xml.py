@@ -12,7 +12,8 @@ import oxygen_ros
 
 REPO = Path(__file__).parents[1]
 ROS_PACKAGES = {p.name for p in (Path(sys.prefix) / "share/ament_index/resource_index/packages").iterdir()}
-ROBOT_ONLY = {"launch", "launch_ros"}  # on every ROS 2 install, not installable here
+ROBOT_ONLY = {"launch", "launch_ros", "tf2_ros"}  # on every ROS 2 install (tf2_ros with its deps), not installable here
+COMPAT = REPO / "msg" / "compat"
 
 
 def _optional(tree: ast.Module) -> set[ast.AST]:
@@ -44,7 +45,9 @@ def _imports(*folders: str) -> set[str]:
 
 
 def _interface_dependencies() -> set[str]:
-    text = "\n".join(p.read_text() for folder in ("msg", "srv", "action") for p in (REPO / folder).iterdir())
+    """Packages our own interface files name (msg/compat holds other packages' interfaces, not ours)."""
+    files = [p for folder in ("msg", "srv", "action") for p in (REPO / folder).iterdir() if p.is_file()]
+    text = "\n".join(p.read_text() for p in files)
     return set(re.findall(r"^\s*(\w+)/\w+", text, re.MULTILINE))
 
 
@@ -70,8 +73,23 @@ def test_every_python_import_is_a_runtime_requirement():
     lines = (REPO / "requirements" / "runtime.txt").read_text().splitlines()
     pinned = {re.split(r"[\[=<>~ ]", line)[0].lower() for line in lines if line.strip() and not line.startswith("#")}
     distributions = importlib.metadata.packages_distributions()
-    third_party = _imports("oxygen_ros", "kernels") - set(sys.stdlib_module_names)
+    built_here = {folder.name for folder in COMPAT.iterdir()}  # by the Makefile from msg/compat, not by pip
+    third_party = _imports("oxygen_ros", "kernels") - set(sys.stdlib_module_names) - built_here
     missing = {
         module for module in third_party if not {d.lower() for d in distributions.get(module, [module])} & pinned
     }
     assert not missing, f"imported by the package but not in requirements/runtime.txt: {sorted(missing)}"
+
+
+def test_compat_interfaces_are_standalone_packages_colcon_never_sees():
+    """msg/compat/<name> is <name> itself (a robot's rosdep key), an interface package the Makefile builds only
+    where the prefix lacks it, nested in our folder so colcon never builds it next to the real one."""
+    package = parse_package(REPO / "package.xml")
+    run = {d.name for d in package.exec_depends}
+    for folder in COMPAT.iterdir():
+        compat = parse_package(folder / "package.xml")
+        assert compat.name == folder.name and compat.name in run
+        assert "oxygen_ros compat" in compat.description  # how the Makefile tells its build from the real one
+        assert [group.name for group in compat.member_of_groups] == ["rosidl_interface_packages"]
+        interfaces = {p.name for p in folder.rglob("*") if p.suffix in {".msg", ".srv", ".action"}}
+        assert interfaces and all(name in (folder / "CMakeLists.txt").read_text() for name in interfaces)

@@ -7,10 +7,10 @@ namespace with its own `/NS/oxygen/infer`, engine and pool.  One camera_sim fram
 engines, so every task looks at the same observation.  Each engine is warmed with one request (its prefill of the
 observation), then the window runs (see ``multitask_load`` for the three task loops).
 
-Model: pi05-tiny (the pi0.5-shaped vision-language-action model, random-init, its prefix the camera image's 256
+Model: pi05-causal-tiny (the pi0.5-shaped vision-language-action model, random-init, its prefix the camera image's 256
 SigLIP tokens) for all three task types.  SmolLM2 is text-only, so it cannot produce the action stream; with it the
 instruction node's 10 Hz chunks come from its controller, which never waits on the model and so would measure
-nothing of the scheduler.  On the 2-core CPU one pi05-tiny chunk on a cached prefix costs ~0.21-0.27 s, so 10 Hz is
+nothing of the scheduler.  On the 2-core CPU one pi05-causal-tiny chunk on a cached prefix costs ~0.21-0.27 s, so 10 Hz is
 met the paper's way (a chunk of 10 actions covers one second at 10 Hz), not with a chunk every 0.1 s.  The text is a random-init model's (the same greedy tokens in both settings): it measures the
 work, not answer quality (SmolLM2's answers are checked by the demo and the VQA accuracy test).
 
@@ -31,12 +31,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import Image
 from tqdm import tqdm
 
 from oxygen_ros.bench.multitask_load import PoolSampler, TaskLog, TaskThread, Workload, call, request
 from oxygen_ros.bench.report import result
 from oxygen_ros.bringup import Graph
 from oxygen_ros.msg import Observation
+from oxygen_ros.nodes.convert import image_to_rgb
+from oxygen_ros.observations import content_id
 from oxygen_ros.srv import Infer
 
 MODES = ("oxygen_ros", "isolated")
@@ -56,9 +60,9 @@ class Setting:
     nav_tokens: int = 16
     replan_hz: float = 1.0
     action_hz: float = 10.0
-    model: str = "pi05-tiny"
+    model: str = "pi05-causal-tiny"
     kv_mib: int = 64
-    threads: int = 1  # torch threads: pi05-tiny's matmuls are small, one is fastest and steady under load
+    threads: int = 1  # torch threads: pi05-causal-tiny's matmuls are small, one is fastest and steady under load
     sample_s: float = 0.25
     config: str = ""  # parameter YAML; '' = the installed config/oxygen.yaml
 
@@ -126,17 +130,23 @@ def measure(graph: Graph, mode: str, namespaces: tuple[str, ...], setting: Setti
 
 
 def pin_observation(graph: Graph, node, services: list[str], timeout: float = 60.0) -> str:
-    """Take one camera_sim frame, stop the camera, and give that frame to every engine; its observation_id."""
-    frames: list[Observation] = []
-    node.create_subscription(Observation, "/oxygen/observation", frames.append, 10)
+    """Take one camera_sim frame (its Image with the Observation naming it), stop the camera, and give that frame
+    to every engine; its observation_id."""
+    texts: list[Observation] = []
+    images: dict[str, Image] = {}
+    node.create_subscription(Observation, "/oxygen/observation", texts.append, 10)
+    node.create_subscription(Image, "/camera/image_raw",
+                             lambda msg: images.setdefault(content_id("", [image_to_rgb(msg)], []), msg),
+                             qos_profile_sensor_data)  # fmt: skip
     publisher = node.create_publisher(Observation, BENCH_OBSERVATIONS, 10)
     deadline = time.monotonic() + timeout
-    while not frames:
+    while not (found := [text for text in texts if text.observation_id in images]):
         if time.monotonic() > deadline:
             raise TimeoutError(f"no frame from camera_sim within {timeout:.0f} s")
         time.sleep(0.05)
     graph.executor.remove_node(graph.camera)
-    frame = frames[0]
+    frame = found[0]
+    frame.images = [images[frame.observation_id]]
     probe = Infer.Request(prompt="probe", observation_id=frame.observation_id, want_text=True, max_new_tokens=0)
     for service in services:
         client = node.create_client(Infer, service)

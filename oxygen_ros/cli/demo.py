@@ -59,13 +59,13 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _target(frame) -> tuple[str, float, float]:
+def _target(image) -> tuple[str, float, float]:
     """The object closest to the robot (the one the arm is told to take) and the drive's end in front of it, from
-    the detections in ``frame``."""
+    the detections in the camera ``image``."""
     from oxygen_ros.nodes.convert import image_to_rgb
     from oxygen_ros.perception.detect import detect
 
-    objects = [o for o in detect(image_to_rgb(frame.images[0])).objects if o.distance_cm is not None]
+    objects = [o for o in detect(image_to_rgb(image)).objects if o.distance_cm is not None]
     if not objects:
         raise RuntimeError("the camera frame shows no object to take")
     closest = min(objects, key=lambda o: o.distance_cm)
@@ -78,7 +78,7 @@ def _demo(graph, args: argparse.Namespace) -> int:
     node = graph.add_client("oxygen_demo")
     rec = Recorder(node)
     clients = _connect(node)
-    name, x, y = _target(rec.first_frame(WAIT_S))
+    name, x, y = _target(rec.first_image(WAIT_S))
     instruction = f"pick up the {name}"
     before = rec.counters_after(0.0)
     frame, goals, questions = _start(rec, clients, instruction, name, (x, y), args)

@@ -14,6 +14,7 @@ from typing import Any
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import TwistStamped
 from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
 from rclpy.task import Future
 from sensor_msgs.msg import Image
 
@@ -47,7 +48,8 @@ class Span:
 class Recorder:
     def __init__(self, node: Node) -> None:
         self.start = time.monotonic()
-        self.frame: Observation | None = None  # the newest camera frame with its scene text
+        self.frame: Observation | None = None  # the newest scene text (camera_sim sends the frame's pixels apart)
+        self.image: Image | None = None  # the newest camera frame
         self.chunks: list[float] = []  # /arm/action_chunk arrivals
         self.cmd_vel: list[tuple[float, float, float]] = []  # (t, linear x m/s, angular z rad/s)
         self.pool: list[tuple[float, KvPoolStats]] = []  # polled /oxygen/get_pool_stats answers
@@ -57,7 +59,10 @@ class Recorder:
         self.reasoning: list[tuple[float, str]] = []  # navigation feedback, when its text changes
         self.requests: list[Span] = []  # the demo's own /vqa/ask calls
         self._node = node
-        self._frames = node.create_subscription(Observation, "/oxygen/observation", self._on_frame, 1)
+        self._frames = [
+            node.create_subscription(Observation, "/oxygen/observation", self._on_frame, 1),
+            node.create_subscription(Image, "/camera/image_raw", self._on_image, qos_profile_sensor_data),
+        ]
         node.create_subscription(ActionChunk, "/arm/action_chunk", lambda _: self.chunks.append(self.now()), 50)
         node.create_subscription(TwistStamped, "/cmd_vel", self._on_cmd_vel, 50)  # as navigation_node sends it
         node.create_subscription(Image, "/oxygen/pool_image", lambda m: self.pool_images.append((self.now(), m)), 5)
@@ -76,13 +81,17 @@ class Recorder:
         if msg.text:
             self.frame = msg
 
-    def first_frame(self, timeout_s: float) -> Observation:
-        until(lambda: self.frame is not None, timeout_s, "an observation from camera_sim")
-        return self.frame
+    def _on_image(self, msg: Image) -> None:
+        self.image = msg
+
+    def first_image(self, timeout_s: float) -> Image:
+        until(lambda: self.image is not None and self.frame is not None, timeout_s, "a frame from camera_sim")
+        return self.image
 
     def last_frame(self) -> Observation:
-        """The newest frame; stops listening (each frame is a full image, and the tasks need the CPU)."""
-        self._node.destroy_subscription(self._frames)
+        """The newest scene text; stops listening (each frame is a full image, and the tasks need the CPU)."""
+        for subscription in self._frames:
+            self._node.destroy_subscription(subscription)
         return self.frame
 
     def _on_cmd_vel(self, msg: TwistStamped) -> None:

@@ -1,7 +1,8 @@
 """The navigation node's controller: drive a unicycle base to a goal point, stop for obstacles.
 
-Pure geometry in the map frame (metres, radians counter-clockwise from +x): the node feeds it odometry and the
-latest frame's detections at its replan rate and publishes what it returns.
+Pure geometry in one plane frame, the odom frame navigation_node drives in (metres, radians counter-clockwise
+from +x): the node feeds it odometry, the target in odom and the latest frame's detections at its replan rate and
+publishes what it returns.
 """
 
 import math

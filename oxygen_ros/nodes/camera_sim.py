@@ -1,15 +1,16 @@
 """`camera_sim`: a camera for a fresh machine. Publishes frames from the simulator, a video file or an image folder
-on `/camera/image_raw` (sensor_msgs/Image rgb8, sensor-data QoS) and, for each frame, an oxygen_ros/Observation on
-`/oxygen/observation` carrying the frame and the scene describer's text (what SmolLM2 reads).
+on `camera/image_raw` (sensor_msgs/Image rgb8, sensor-data QoS) and, for each frame, an oxygen_ros/Observation on
+`oxygen/observation` carrying the scene describer's text (what SmolLM2 reads) but not the frame: it names the frame
+by the Image's header (same stamp and frame_id) and by its observation_id, the content hash of the frame, the id the
+inference node and the task nodes give that Image when it arrives, so they join text and pixels by id and each frame
+crosses the wire once. All logic lives in ``oxygen_ros.perception``; this node declares parameters, ticks a timer
+and moves results into messages.
 
-The observation_id is the content hash of the frame alone, the same id the inference node gives that frame when it
-arrives on the camera topic, so both messages name one observation. All logic lives in ``oxygen_ros.perception``;
-this node declares parameters, ticks a timer and moves results into messages.
-
-With the simulator the loop is closed: the velocity command on `cmd_vel` (TwistStamped, or Twist) drives the simulated robot (so the frames
-and their descriptions change as it moves; a command older than CMD_TIMEOUT_S stops it, like a real base's
-watchdog) and each frame's true pose goes out as nav_msgs/Odometry on `odom`, in metres in the `map` frame (the
-room: origin at its south-west corner, x east, y north; child frame `base_link`).
+With the simulator the loop is closed: the velocity command on `cmd_vel` (TwistStamped, or Twist) drives the
+simulated robot (so the frames and their descriptions change as it moves; a command older than CMD_TIMEOUT_S stops
+it, like a real base's watchdog); each frame's true pose goes out as nav_msgs/Odometry on `odom` in the odom frame
+(child base_link) and as the odom -> base_link transform on /tf, and the rest of the tree it simulates (map -> odom,
+map -> camera_link -> camera_optical_frame: ``sim_frames``) on /tf_static.
 """
 
 from typing import Any
@@ -26,17 +27,16 @@ from std_msgs.msg import Header
 
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes.convert import rgb_to_image
-from oxygen_ros.nodes import velocity
+from oxygen_ros.nodes import sim_frames, velocity
 from oxygen_ros.nodes.declare import declare
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.observations import content_id
 from oxygen_ros.perception.describe import describe
-from oxygen_ros.perception.scene import RobotPose
 from oxygen_ros.perception.source import SOURCE_KINDS, SimSource, make_source
+from oxygen_ros.tf.backend import broadcasters
 
 NODE_NAME = "camera_sim"
 CMD_TIMEOUT_S = 0.5
-MAP_FRAME, BASE_FRAME = "map", "base_link"
 PARAMETERS: dict[str, tuple[Any, str]] = {
     "source": ("sim", f"where frames come from: {' | '.join(SOURCE_KINDS)}"),
     "path": ("", "video file (source video) or image folder (source folder)"),
@@ -49,7 +49,11 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "observation_topic": ("oxygen/observation", "oxygen_ros/Observation output"),
     "cmd_vel_topic": ("cmd_vel", "velocity command input driving the simulated robot (source sim)"),
     "cmd_vel_stamped": (True, "cmd_vel is geometry_msgs/TwistStamped; false = Twist (as navigation_node sends)"),
-    "odom_topic": ("odom", "nav_msgs/Odometry output: the simulated robot's pose in the map frame (source sim)"),
+    "odom_topic": ("odom", "nav_msgs/Odometry output: the simulated robot's pose in odom_frame (source sim)"),
+    "map_frame": ("map", "the simulated room's frame (REP 105 map; source sim)"),
+    "odom_frame": ("odom", "odometry's frame: the robot's start pose in map_frame (source sim)"),
+    "base_frame": ("base_link", "the simulated robot's frame (source sim)"),
+    "camera_frame": ("camera_link", "the overhead camera's body frame; frame_id is its optical frame (source sim)"),
 }
 
 
@@ -72,7 +76,12 @@ class CameraSim(Node):
         self._odometry = None
         self._command_time = -math.inf
         if isinstance(self._source, SimSource):
+            self._frames = sim_frames.Frames(value["map_frame"], value["odom_frame"], value["base_frame"],
+                                             value["camera_frame"], self._frame_id)  # fmt: skip
+            self._start = self._source.scene.robot
             self._odometry = self.create_publisher(Odometry, value["odom_topic"], 10)
+            self._tf, static_tf = broadcasters(self)
+            static_tf.sendTransform(sim_frames.static_transforms(self._start, self._frames, self.get_clock().now().to_msg()))
             kind = velocity.command_type(value["cmd_vel_stamped"])
             self.create_subscription(kind, value["cmd_vel_topic"], self._on_cmd_vel, 10)
         self.create_timer(1.0 / value["rate_hz"], self._tick)
@@ -90,26 +99,16 @@ class CameraSim(Node):
         image = rgb_to_image(rgb, header)
         text = describe(rgb).text
         self._images.publish(image)
-        self._observations.publish(
-            ObservationMsg(header=header, observation_id=content_id("", [rgb], []), images=[image], text=text)
-        )
+        self._observations.publish(ObservationMsg(header=header, observation_id=content_id("", [rgb], []), text=text))
         if self._odometry:
-            self._odometry.publish(odometry(self._source.scene.robot, self._source.command, header))
+            odom = sim_frames.odometry(self._start, self._source.scene.robot, self._source.command, self._frames,
+                                       header.stamp)  # fmt: skip
+            self._odometry.publish(odom)
+            self._tf.sendTransform(sim_frames.base_transform(odom))
 
     def destroy_node(self) -> None:
         self._source.close()
         super().destroy_node()
-
-
-def odometry(pose: RobotPose, command: tuple[float, float], header: Header) -> Odometry:
-    """The simulated pose (cm, radians) and the command it is driving with (cm/s, rad/s) in ROS units."""
-    msg = Odometry(child_frame_id=BASE_FRAME)
-    msg.header.stamp, msg.header.frame_id = header.stamp, MAP_FRAME
-    msg.pose.pose.position.x, msg.pose.pose.position.y = pose.x_cm / 100.0, pose.y_cm / 100.0
-    msg.pose.pose.orientation.z = math.sin(pose.yaw_rad / 2)
-    msg.pose.pose.orientation.w = math.cos(pose.yaw_rad / 2)
-    msg.twist.twist.linear.x, msg.twist.twist.angular.z = command[0] / 100.0, command[1]
-    return msg
 
 
 def main(args: list[str] | None = None) -> int:

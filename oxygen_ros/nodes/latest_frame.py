@@ -2,8 +2,9 @@
 its images to send a model that reads them.
 
 Frames come from the robot's camera (`camera_topic`, sensor_msgs/Image, sensor-data QoS), each made the same
-observation the inference node makes of it (its content hash names it), and from `observation_topic` (camera_sim's
-frames with their scene text, the same ids). Positions are read from the pixels with the OpenCV detector only with
+observation the inference node makes of it (its content hash names it), and from `observation_topic`. An observation
+without images (camera_sim's scene text, which names its Image by id and sends no pixels) never replaces a frame
+that has them: the pixels stay what the detector and a model that reads images see. Positions are read from the pixels with the OpenCV detector only with
 ``use_sim``: it is tuned to camera_sim's coloured shapes, and on a real camera its "obstacles" and "targets" would be
 noise steering a real robot (there the base's own safety layer, e.g. nav2's costmaps, stops it). A frame out of
 ``bounds`` (an id too long to ask about, too many images or state values, an image too large) is ignored; an image
@@ -28,7 +29,7 @@ from oxygen_ros.perception.detect import Detections, detect
 
 PARAMETERS: Table = {
     "camera_topic": ("camera/image_raw", "sensor_msgs/Image input (sensor-data QoS): the robot's camera"),
-    "observation_topic": ("oxygen/observation", "oxygen_ros/Observation input: camera_sim's frames with their text"),
+    "observation_topic": ("oxygen/observation", "oxygen_ros/Observation input: scene text (camera_sim's), or frames"),
     "use_sim": (False, "frames are camera_sim's: trust the OpenCV detector (tuned to its scene) for positions"),
 }
 
@@ -62,7 +63,8 @@ class LatestFrame:
             self._logger.warning(f"ignoring an observation: {exc.message}", throttle_duration_sec=5.0)
             return
         with self._lock:
-            self._msg, self._received = msg, time.monotonic()
+            if msg.images or self._msg is None or not self._msg.images:
+                self._msg, self._received = msg, time.monotonic()
 
     def age(self) -> float:
         """Seconds since the newest frame arrived (inf before the first)."""

@@ -1,27 +1,38 @@
-"""`navigation_node`: the Navigate action on `/navigate`: drive to a target pose, stop for obstacles, explain why.
+"""`navigation_node`: the Navigate action on `navigate`: drive to a target pose, stop for obstacles, explain why.
 
-Coordinates: the target's frame must be `map` (the ``frame_id`` parameter; '' is taken as it), which camera_sim's
-`/odom` uses too: the simulated room in metres, origin at its south-west corner, x east, y north. At
-`replan_rate_hz` the node reads the newest odometry and camera frame, replans a straight line to the target
-(nav_msgs/Path on `plan`) and sends a unicycle command (TwistStamped, or Twist, on `cmd_vel`,
-``oxygen_ros.control.unicycle``). Safety stop: when the newest frame shows an obstacle in front of the robot closer
-than `safety_clearance_cm` (gap between the bodies, from the detector), it sends a zero Twist and the feedback says
-why; the obstacle in the simulator walks on, and the robot drives again once it is clear. The target's orientation
-is not controlled: the goal is reached on position (the base ends facing the way it drove).
+Frames (REP 105): odometry is in `odom_frame` (`odom`; other frames are ignored with a warning); a target is in
+`map_frame` (`map`; '' is taken as it) or in `odom_frame`, and a map target is brought into odom through TF (the
+map -> odom transform at the odometry's time, within `transform_tolerance_s`; tf2_ros where installed, else
+``oxygen_ros.tf``), again on every replan, so a localization correction moves the goal with the map. camera_sim
+simulates this tree (see ``sim_frames``).
 
-The language head (`/oxygen/infer`, task_type navigation) is asked about the scene every `reasoning_period_s`; its
+Who drives (`nav2`): with a nav2 NavigateToPose server on `nav2_action` (``auto``: when one is there; ``always``:
+wait `service_wait_s` for it, else UNAVAILABLE) the goal is handed to nav2, whose feedback (pose, elapsed,
+remaining) and result are relayed (``nav2_handoff``); nav2 plans, avoids obstacles and commands the base. Otherwise
+(``never``, or ``auto`` without nav2, as in the simulator) the node drives itself: at `replan_rate_hz` it reads the
+newest odometry, transform and camera frame, replans a straight line to the target (nav_msgs/Path on `plan`, in
+odom) and sends a unicycle command (TwistStamped, or Twist, on `cmd_vel`, ``oxygen_ros.control.unicycle``). Safety
+stop: when the newest frame shows an obstacle in front of the robot closer than `safety_clearance_cm` (gap between
+the bodies, from the detector), it sends a zero Twist and the feedback says why; the obstacle in the simulator walks
+on, and the robot drives again once it is clear. The target's orientation is not controlled: the goal is reached on
+position (the base ends facing the way it drove).
+
+The language head (`oxygen/infer`, task_type navigation) is asked about the scene every `reasoning_period_s`; its
 answer is the feedback's reasoning. It never gates motion: a text model is too slow to steer at the replan rate.
 
-Results: success within `goal_tolerance_m`; INVALID_ARGUMENT for a NaN/inf target or another frame (accepted,
-then aborted); OUT_OF_RANGE for a target farther than `max_target_distance_m` from the robot (checked on the goal,
-and on each replan for a goal that came before any odometry; non-finite odometry is ignored) or a hint over
-``bounds.TEXT_CHARS``; UNAVAILABLE when `/oxygen/infer` is absent, or when no odometry or camera frame newer than
-STALE_S came for `blocked_timeout_s` (the robot stands still meanwhile); OBSTACLE after `blocked_timeout_s` stopped
-for an obstacle (each reason counts its own time: a stop for an obstacle that turns into one for stale inputs starts
-over); DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer goal. Every ending
-sends a zero Twist. The numbers other than the `oxygen/infer` waits may be changed while the node runs (`ros2 param set`,
+Results: success within `goal_tolerance_m` (or when nav2 succeeds); INVALID_ARGUMENT for a NaN/inf target or a
+frame other than map_frame/odom_frame (accepted, then aborted); OUT_OF_RANGE for a target farther than
+`max_target_distance_m` from the robot (checked on the goal when its transform is known, and on each replan) or a
+hint over ``bounds.TEXT_CHARS``; TF_ERROR when no map -> odom transform came within `transform_wait_s` of the goal,
+or none usable for `blocked_timeout_s` while driving (the robot stands still meanwhile); UNAVAILABLE when
+`oxygen/infer` (or, with ``always``, nav2) is absent, or when no odometry or camera frame newer than STALE_S came
+for `blocked_timeout_s`; OBSTACLE after `blocked_timeout_s` stopped for an obstacle (each reason counts its own
+time); DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer goal; nav2's
+failures as TF_ERROR, DEADLINE_EXCEEDED or ABORTED with its code and text. Every ending of a goal the node drove
+itself sends a zero Twist. The numbers other than the waits may be changed while the node runs (`ros2 param set`,
 within their ranges): each replan reads them; the replan and reasoning rates apply from the next goal. The rest is
-read once and read-only. Names are relative (`navigate`, `plan`, `odom`, `cmd_vel`), so a namespace moves them.
+read once and read-only. Names are relative (`navigate`, `plan`, `odom`, `cmd_vel`, `navigate_to_pose`), so a
+namespace moves them; TF is on /tf and /tf_static, as tf2's is.
 """
 
 import math
@@ -32,9 +43,10 @@ from functools import partial
 from typing import Any
 
 from geometry_msgs.msg import PoseStamped, Twist
+from nav2_msgs.action import NavigateToPose
 from nav_msgs.msg import Odometry, Path
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from oxygen_ros.nodes.executor import Executor
+from rclpy.node import Node
 from rclpy.timer import Timer
 
 from oxygen_ros.action import Navigate
@@ -43,9 +55,15 @@ from oxygen_ros.control.unicycle import Pose2D
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import bounds, latest_frame, velocity
 from oxygen_ros.nodes.declare import Ranges, Table, current, keep_positive
+from oxygen_ros.nodes.executor import Executor
+from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.goal_run import GoalRun
+from oxygen_ros.nodes.nav2_handoff import MODES, POLL_S, Nav2Handoff, duration
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.task_action import TaskActionNode
+from oxygen_ros.tf.backend import Transforms
+from oxygen_ros.tf.rigid import Rigid, of_pose
+from oxygen_ros.tf.tree import TransformUnavailable
 
 NODE_NAME = "navigation_node"
 STALE_S = 1.0  # odometry or camera frames older than this are no basis for driving: the robot stops
@@ -64,15 +82,21 @@ PARAMETERS: Table = {
     "reasoning_period_s": (5.0, "how often the language head is asked about the way ahead, seconds"),
     "max_new_tokens": (24, "reasoning token budget"),
     "infer_timeout_s": (60.0, "longest wait for /oxygen/infer to answer, seconds"),
-    "service_wait_s": (1.0, "how long to wait for /oxygen/infer to appear before aborting UNAVAILABLE, seconds"),
-    "frame_id": ("map", "the frame of targets, odometry and plan"),
-    "odom_topic": ("odom", "nav_msgs/Odometry input: the robot's pose in frame_id (others are ignored)"),
+    "service_wait_s": (1.0, "how long to wait for /oxygen/infer (and nav2 with nav2: always) to appear, seconds"),
+    "map_frame": ("map", "the frame of targets (REP 105 map); '' in a target's header means it"),
+    "odom_frame": ("odom", "the frame of odometry (others are ignored), of the plan, and where the robot drives"),
+    "transform_wait_s": (2.0, "how long a goal waits for its map -> odom transform before TF_ERROR, seconds"),
+    "transform_tolerance_s": (0.5, "a transform this much older or newer than the odometry still counts, seconds"),
+    "nav2": ("auto", f"hand goals to nav2's NavigateToPose: {' | '.join(MODES)} (auto: when a server is there)"),
+    "nav2_action": ("navigate_to_pose", "nav2's NavigateToPose action (bt_navigator)"),
+    "odom_topic": ("odom", "nav_msgs/Odometry input: the robot's pose in odom_frame (others are ignored)"),
     "cmd_vel_topic": ("cmd_vel", "velocity command output (geometry_msgs/TwistStamped, or Twist: cmd_vel_stamped)"),
     "cmd_vel_stamped": (True, "send TwistStamped (Jazzy's diff_drive_controller, nav2); false = Twist (older stacks)"),
     **latest_frame.PARAMETERS,
 }
 # Read once, at start: refused when set later (read_only). The others are read on every replan.
-READ_ONCE = ["service_wait_s", "infer_timeout_s", "frame_id", "odom_topic", "cmd_vel_topic", "cmd_vel_stamped",
+READ_ONCE = ["service_wait_s", "infer_timeout_s", "map_frame", "odom_frame", "transform_wait_s",
+             "transform_tolerance_s", "nav2", "nav2_action", "odom_topic", "cmd_vel_topic", "cmd_vel_stamped",
              *latest_frame.PARAMETERS]  # fmt: skip
 RANGES: Ranges = {
     "replan_rate_hz": (0.0, 100.0),
@@ -87,7 +111,19 @@ RANGES: Ranges = {
     "max_new_tokens": (1, 4096),
     "infer_timeout_s": (0.0, 3600.0),
     "service_wait_s": (0.0, 600.0),
+    "transform_wait_s": (0.0, 600.0),
+    "transform_tolerance_s": (0.0, 10.0),
 }
+POSITIVE = [name for name in RANGES if name != "transform_tolerance_s"]  # a tolerance of 0 means exact times
+
+
+@dataclass(frozen=True)
+class Odom:
+    """The newest usable odometry: the robot's pose in odom, its stamp (ns) and when it arrived (monotonic s)."""
+
+    pose: Pose2D
+    stamp_ns: int
+    received: float
 
 
 @dataclass
@@ -95,29 +131,42 @@ class Trip:
     """A running goal's state, touched by its replan tick (one at a time) and its reasoning coroutine."""
 
     run: GoalRun
-    target: tuple[float, float]
+    target: PoseStamped  # as the goal gave it, frame_id filled in
     instruction: str
     start: float
+    nav2: bool
     distance: float = math.nan
     reasoning: str = ""
     blocked: tuple[ErrorCode, float] | None = None  # why the robot stands still, and since when
 
 
-def yaw_of(odom: Odometry) -> float:
-    q = odom.pose.pose.orientation
-    return math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
+def _settings_problem(settings: dict[str, Any]) -> str:
+    """What is wrong with the read-once string parameters ('' = nothing)."""
+    if settings["nav2"] not in MODES:
+        return f"parameter nav2 must be one of {', '.join(MODES)}, got {settings['nav2']!r}"
+    frames = (settings["map_frame"], settings["odom_frame"])
+    if not all(0 < len(frame) <= bounds.ID_CHARS for frame in frames) or frames[0] == frames[1]:
+        return f"parameters map_frame and odom_frame must be two different frame ids, got {frames}"
+    return ""
 
 
 class NavigationNode(TaskActionNode[Trip]):
     """Raises ValueError naming a bad parameter."""
 
     def __init__(self, **kwargs: Any) -> None:
-        numbers = list(RANGES)
-        super().__init__(NODE_NAME, Navigate, "navigate", PARAMETERS, numbers, RANGES, READ_ONCE, **kwargs)
-        keep_positive(self, *numbers)
+        super().__init__(NODE_NAME, Navigate, "navigate", PARAMETERS, POSITIVE, RANGES, READ_ONCE, **kwargs)
+        keep_positive(self, *POSITIVE)
+        problem = _settings_problem(self.settings)
+        if problem:
+            Node.destroy_node(self)
+            raise ValueError(problem)
         self._replans = MutuallyExclusiveCallbackGroup()  # one replan at a time, never behind other callbacks
         self._lock = threading.Lock()
-        self._pose: tuple[Pose2D, float] | None = None  # and when it arrived (monotonic seconds)
+        self._odom: Odom | None = None
+        self._map, self._odom_frame = self.settings["map_frame"], self.settings["odom_frame"]
+        self._transforms = Transforms(self, self.settings["transform_tolerance_s"])
+        self._nav2 = Nav2Handoff(self, self.settings["nav2_action"], self.group)
+        self._commanding = False  # the last goal was driven here (not by nav2): its end sends a zero Twist
         odom_topic = self.settings["odom_topic"]
         self._odom_name = self.resolve_topic_name(odom_topic)  # the full name, as messages quote it
         self.create_subscription(Odometry, odom_topic, self._on_odom, 10, callback_group=self.group)
@@ -125,19 +174,24 @@ class NavigationNode(TaskActionNode[Trip]):
         self._cmd_vel = self.create_publisher(velocity.command_type(self._stamped), self.settings["cmd_vel_topic"], 10)
         self._plan = self.create_publisher(Path, "plan", 1)
 
+    def destroy_node(self) -> None:
+        self._nav2.destroy()
+        super().destroy_node()
+
     def _on_odom(self, msg: Odometry) -> None:
-        frame_id = self.settings["frame_id"]
-        if msg.header.frame_id not in ("", frame_id):  # a pose in another frame would be compared with map targets
-            self.get_logger().warning(f"ignoring odometry in frame {msg.header.frame_id!r}: targets are in "
-                                      f"{frame_id!r}", throttle_duration_sec=5.0)  # fmt: skip
+        if msg.header.frame_id not in ("", self._odom_frame):  # a pose in another frame is no odometry to drive by
+            self.get_logger().warning(f"ignoring odometry in frame {msg.header.frame_id!r}: odometry must be in "
+                                      f"{self._odom_frame!r}", throttle_duration_sec=5.0)  # fmt: skip
             return
-        pose = Pose2D(msg.pose.pose.position.x, msg.pose.pose.position.y, yaw_of(msg))
+        body = of_pose(msg.pose.pose)
+        pose = Pose2D(body.translation[0], body.translation[1], body.yaw)
         if not all(math.isfinite(v) for v in (pose.x, pose.y, pose.yaw)):  # no basis for driving: it goes stale
             self.get_logger().warning(f"ignoring a non-finite pose on {self._odom_name}: {pose}",
                                       throttle_duration_sec=5.0)  # fmt: skip
             return
+        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         with self._lock:
-            self._pose = pose, time.monotonic()
+            self._odom = Odom(pose, stamp_ns, time.monotonic())
 
     def check(self, goal: Navigate.Goal) -> None:
         bounds.text("instruction", goal.instruction, bounds.TEXT_CHARS)
@@ -146,32 +200,64 @@ class NavigationNode(TaskActionNode[Trip]):
         axes = {f"position.{a}": getattr(p, a) for a in "xyz"} | {f"orientation.{a}": getattr(q, a) for a in "xyzw"}
         for name, value in axes.items():
             bounds.finite(f"target pose {name}", value)
-        frame_id = self.settings["frame_id"]
         bounds.text("target frame_id", target.header.frame_id, bounds.ID_CHARS)
-        if target.header.frame_id not in ("", frame_id):
-            raise EngineError(
-                ErrorCode.INVALID_ARGUMENT, f"the target must be in frame {frame_id!r}, got {target.header.frame_id!r}"
-            )
+        if target.header.frame_id not in ("", self._map, self._odom_frame):
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"the target must be in frame {self._map!r} or "
+                              f"{self._odom_frame!r}, got {target.header.frame_id!r}")  # fmt: skip
         with self._lock:
-            pose, _ = self._pose or (None, None)
-        if pose is not None:
-            self._check_reach(pose, (p.x, p.y))
+            odom = self._odom
+        if odom is not None:
+            try:
+                self._check_reach(odom.pose, self._in_odom(target, self._frame_of(target), odom.stamp_ns))
+            except TransformUnavailable:
+                pass  # not known yet: prepare waits for it, and each replan checks the distance
 
     async def prepare(self, run: GoalRun, goal: Navigate.Goal) -> Trip | None:
         if not await self.infer.available():
             run.end(ErrorCode.UNAVAILABLE, f"{self.infer.service} is not available (is the inference node running?)")
             return None
-        target = (goal.target.pose.position.x, goal.target.pose.position.y)
-        self.get_logger().info(f"{run.task_id}: to ({target[0]:.2f}, {target[1]:.2f}) {goal.instruction!r}")
-        return Trip(run, target, goal.instruction.strip(), time.monotonic())
+        target = PoseStamped(header=goal.target.header, pose=goal.target.pose)
+        target.header.frame_id = self._frame_of(goal.target)
+        mode, wait_s = self.settings["nav2"], self.settings["service_wait_s"]
+        nav2 = mode != "never" and await self._nav2.ready(wait_s if mode == "always" else 0.0)
+        if mode == "always" and not nav2:
+            run.end(ErrorCode.UNAVAILABLE, f"no nav2 server on {self._nav2.name} within {wait_s:g} s")
+            return None
+        if not nav2 and not await self._transform_ready(target.header.frame_id):
+            wait_tf = self.settings["transform_wait_s"]
+            run.end(ErrorCode.TF_ERROR, f"no transform {self._odom_frame} <- {target.header.frame_id} within "
+                                        f"{wait_tf:g} s (is localization, or the simulator, publishing TF?)")  # fmt: skip
+            return None
+        p = target.pose.position
+        self.get_logger().info(f"{run.task_id}: to ({p.x:.2f}, {p.y:.2f}) in {target.header.frame_id} "
+                               f"{'by nav2' if nav2 else 'straight'} {goal.instruction!r}")  # fmt: skip
+        return Trip(run, target, goal.instruction.strip(), time.monotonic(), nav2)
+
+    async def _transform_ready(self, frame: str) -> bool:
+        """Whether ``frame`` -> odom is known, waiting up to `transform_wait_s` for it."""
+        waited = 0.0
+        while True:
+            try:
+                self._transforms.lookup(self._odom_frame, frame)
+                return True
+            except TransformUnavailable:
+                if waited >= self.settings["transform_wait_s"]:
+                    return False
+            await wait(self, None, POLL_S)
+            waited += POLL_S
 
     def start(self, trip: Trip) -> list[Timer]:
         settings = current(self, PARAMETERS)
+        if trip.nav2 and self._commanding:  # a goal this node drove is preempted: nav2 takes a standing robot
+            self._send(Twist())
+        self._commanding = not trip.nav2
         self.executor.create_task(self._reason, trip)
+        if trip.nav2:
+            self.executor.create_task(self._nav2.drive, trip.run, trip.target, partial(self._relay, trip),
+                                      settings["service_wait_s"])  # fmt: skip
+        tick = self._watch if trip.nav2 else self._tick
         return [
-            self.create_timer(
-                1.0 / settings["replan_rate_hz"], partial(self._tick, trip), callback_group=self._replans
-            ),
+            self.create_timer(1.0 / settings["replan_rate_hz"], partial(tick, trip), callback_group=self._replans),
             self.create_timer(settings["reasoning_period_s"], partial(self._reason, trip), callback_group=self.group),
         ]
 
@@ -179,39 +265,73 @@ class NavigationNode(TaskActionNode[Trip]):
         result.distance_remaining = trip.distance  # NaN when no odometry ever arrived: unknown, not "arrived"
 
     def stopped(self) -> None:
-        self._send(Twist())
+        if self._commanding:
+            self._send(Twist())
 
     def _send(self, twist: Twist) -> None:
         self._cmd_vel.publish(velocity.command(twist, self._stamped, self.get_clock().now().to_msg()))
 
-    def _tick(self, trip: Trip) -> None:
-        """One replan: end the goal when due, else stop (obstacle ahead, stale inputs) or drive a fresh straight
-        path. Stopped longer than `blocked_timeout_s` ends the goal: OBSTACLE, or UNAVAILABLE for missing inputs."""
+    def _frame_of(self, target: PoseStamped) -> str:
+        return target.header.frame_id or self._map
+
+    def _in_odom(self, target: PoseStamped, frame: str, stamp_ns: int) -> tuple[float, float]:
+        """The target's position in odom at ``stamp_ns``; TransformUnavailable when TF has no such transform."""
+        to_odom = Rigid() if frame == self._odom_frame else self._transforms.lookup(self._odom_frame, frame, stamp_ns)[0]
+        x, y, _ = to_odom.apply((target.pose.position.x, target.pose.position.y, target.pose.position.z))
+        return x, y
+
+    def _over(self, trip: Trip, settings: dict[str, Any], now: float) -> bool:
+        """End the goal when it was cancelled or ran past `max_duration_s`; whether it ended."""
         if trip.run.end_if_cancelled():
+            return True
+        if now - trip.start > settings["max_duration_s"]:
+            trip.run.end(ErrorCode.DEADLINE_EXCEEDED, f"not there after {settings['max_duration_s']:g} s")
+            return True
+        return False
+
+    def _watch(self, trip: Trip) -> None:
+        """nav2 drives: only cancellation and the deadline are ours (ending the goal cancels nav2's)."""
+        self._over(trip, current(self, PARAMETERS), time.monotonic())
+
+    def _relay(self, trip: Trip, msg: NavigateToPose.Feedback) -> None:
+        """nav2's (checked) feedback as ours."""
+        if not trip.run.running:
             return
+        trip.distance = msg.distance_remaining
+        feedback = Navigate.Feedback(reasoning=trip.reasoning, distance_remaining=msg.distance_remaining,
+                                     current_pose=msg.current_pose, navigation_time=msg.navigation_time,
+                                     estimated_time_remaining=msg.estimated_time_remaining)  # fmt: skip
+        trip.run.goal_handle.publish_feedback(feedback)
+
+    def _tick(self, trip: Trip) -> None:
+        """One replan: end the goal when due, else stop (obstacle ahead, stale inputs, no transform) or drive a
+        fresh straight path. Stopped longer than `blocked_timeout_s` ends the goal with the reason's code."""
         settings, now = current(self, PARAMETERS), time.monotonic()
+        if self._over(trip, settings, now):
+            return
         with self._lock:
-            pose, received = self._pose or (None, -math.inf)
-        if pose is not None:
+            odom = self._odom
+        target, tf_problem = None, ""
+        if odom is not None:
             try:
-                trip.distance = self._check_reach(pose, trip.target)
+                target = self._in_odom(trip.target, trip.target.header.frame_id, odom.stamp_ns)
+                trip.distance = self._check_reach(odom.pose, target)
+            except TransformUnavailable as exc:
+                tf_problem = f"stopped: {exc}"
             except EngineError as exc:
                 trip.run.end(exc.code, exc.message)
                 return
-            if trip.distance <= settings["goal_tolerance_m"]:
+            if trip.distance <= settings["goal_tolerance_m"] and target is not None:
                 trip.run.end(None, f"reached the target, {trip.distance:.2f} m away")
                 return
-        if now - trip.start > settings["max_duration_s"]:
-            trip.run.end(ErrorCode.DEADLINE_EXCEEDED, f"not there after {settings['max_duration_s']:g} s")
-            return
-        code, why = self._stop_reason(now - received, settings)
+        code, why = self._stop_reason(now - (odom.received if odom else -math.inf), tf_problem, settings)
         cmd = Twist()
         if code is None:
             trip.blocked, why = None, trip.reasoning
             cmd.linear.x, cmd.angular.z = unicycle.command(
-                pose, trip.target, settings["max_linear_mps"], settings["max_angular_rps"]
+                odom.pose, target, settings["max_linear_mps"], settings["max_angular_rps"]
             )
-            self._publish_plan(pose, trip.target)
+            self._publish_plan(odom.pose, target)
         else:
             if trip.blocked is None or trip.blocked[0] != code:  # each reason counts its own time
                 trip.blocked = (code, now)
@@ -219,8 +339,21 @@ class NavigationNode(TaskActionNode[Trip]):
                 trip.run.end(code, f"{why}; stopped for {settings['blocked_timeout_s']:g} s")
                 return
         self._send(cmd)
-        feedback = Navigate.Feedback(cmd=cmd, reasoning=why, distance_remaining=trip.distance)
-        trip.run.goal_handle.publish_feedback(feedback)
+        trip.run.goal_handle.publish_feedback(self._feedback(trip, cmd, why, odom, settings, now))
+
+    def _feedback(self, trip: Trip, cmd: Twist, why: str, odom: Odom | None, settings: dict, now: float) -> Any:
+        feedback = Navigate.Feedback(cmd=cmd, reasoning=why, distance_remaining=trip.distance,
+                                     navigation_time=duration(now - trip.start),
+                                     estimated_time_remaining=duration(trip.distance / settings["max_linear_mps"]))  # fmt: skip
+        if odom is not None:
+            feedback.current_pose.header.frame_id = self._odom_frame
+            feedback.current_pose.header.stamp.sec, feedback.current_pose.header.stamp.nanosec = divmod(
+                odom.stamp_ns, 1_000_000_000
+            )
+            position, orientation = feedback.current_pose.pose.position, feedback.current_pose.pose.orientation
+            position.x, position.y = odom.pose.x, odom.pose.y
+            orientation.z, orientation.w = math.sin(odom.pose.yaw / 2), math.cos(odom.pose.yaw / 2)
+        return feedback
 
     def _check_reach(self, pose: Pose2D, target: tuple[float, float]) -> float:
         """The target's distance from the robot; OUT_OF_RANGE beyond `max_target_distance_m`."""
@@ -229,12 +362,15 @@ class NavigationNode(TaskActionNode[Trip]):
         bounds.at_most("the target's distance from the robot", distance, bound, "m")
         return distance
 
-    def _stop_reason(self, odom_age: float, settings: dict[str, Any]) -> tuple[ErrorCode | None, str]:
+    def _stop_reason(self, odom_age: float, tf_problem: str, settings: dict[str, Any]) -> tuple[ErrorCode | None, str]:
         """Why the robot must stand still now, as (the code if it lasts, the reason); (None, '') = it may drive.
-        Without recent odometry and camera frames it cannot know where it is or what is ahead."""
+        Without recent odometry and camera frames it cannot know where it is or what is ahead, without the
+        transform not where the target is."""
         for what, age in ((f"odometry on {self._odom_name}", odom_age), ("camera frame", self.frame.age())):
             if age > STALE_S:
                 return ErrorCode.UNAVAILABLE, f"stopped: no {what} in the last {STALE_S:g} s"
+        if tf_problem:
+            return ErrorCode.TF_ERROR, tf_problem
         detections = self.frame.detections()
         obstacle = unicycle.blocking(detections.obstacles if detections else [], settings["safety_clearance_cm"])
         if obstacle is None:
@@ -246,7 +382,7 @@ class NavigationNode(TaskActionNode[Trip]):
 
     def _publish_plan(self, pose: Pose2D, target: tuple[float, float]) -> None:
         path = Path()
-        path.header.frame_id = self.settings["frame_id"]
+        path.header.frame_id = self._odom_frame
         path.header.stamp = self.get_clock().now().to_msg()
         for x, y in unicycle.straight_path(pose, target):
             waypoint = PoseStamped(header=path.header)
@@ -257,9 +393,8 @@ class NavigationNode(TaskActionNode[Trip]):
     async def _reason(self, trip: Trip) -> None:
         """The language head's view of the way ahead; its answer is the feedback's reasoning."""
         hint = f" Hint: {trip.instruction}." if trip.instruction else ""
-        prompt = (
-            f"The robot drives to x {trip.target[0]:.1f} m, y {trip.target[1]:.1f} m.{hint} Is the path ahead clear?"
-        )
+        p = trip.target.pose.position
+        prompt = f"The robot drives to x {p.x:.1f} m, y {p.y:.1f} m.{hint} Is the path ahead clear?"
         text = await self.language_head(trip.run, "navigation", prompt)
         if text is not None:
             trip.reasoning = text

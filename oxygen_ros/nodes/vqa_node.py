@@ -11,7 +11,7 @@ question after it returns is answered), CANCELLED for a cancelled goal, and what
 NOT_FOUND for an unknown observation; it bounds max_new_tokens by its context).
 
 "The latest observation" ('') is the newest frame received on `camera_topic` or `observation_topic` (camera_sim's
-frames with their scene text; see latest_frame). A model that reads images is sent that frame's images (InferClient.ask_about); a text-only model gets
+scene text names its Image by id; see latest_frame). A model that reads images is sent that frame's images (InferClient.ask_about); a text-only model gets
 it by id, named explicitly: the inference node also hears the bare camera image of a frame, which may arrive before
 its text, and a text-only model asked about that would see no scene at all. Only when the inference node does not
 know that frame (it just started) is its own latest observation used. A named observation is asked about by id.

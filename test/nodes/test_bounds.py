@@ -178,21 +178,22 @@ def _odometry(x: float, y: float) -> Odometry:
         (_goal(1.0, math.inf), INVALID, "target pose position.y must be a finite number, got inf"),
         (_goal(1.0, 1.0, qw=math.nan), INVALID, "target pose orientation.w must be a finite number"),
         (_goal(1.0, 1.0, frame_id=LONG_ID), OUT_OF_RANGE, "target frame_id has 257 characters"),
-        (_goal(1.0, 1.0, frame_id="odom"), INVALID, "the target must be in frame 'map', got 'odom'"),
+        (_goal(1.0, 1.0, frame_id="base_link"), INVALID, "frame 'map' or 'odom', got 'base_link'"),
         (_goal(1.0, 1.0, instruction=LONG_TEXT), OUT_OF_RANGE, "instruction has 8193 characters"),
-        (_goal(1e30, 1.0), OUT_OF_RANGE, "distance from the robot is 1e+30 m, more than the bound of 100 m"),
-        (_goal(1e6, 2.0), OUT_OF_RANGE, "distance from the robot is 999999 m"),
-        (_goal(1.0, 1.0e308), OUT_OF_RANGE, "distance from the robot is 1e+308 m"),
+        (_goal(1e30, 1.0, "odom"), OUT_OF_RANGE, "distance from the robot is 1e+30 m, more than the bound of 100 m"),
+        (_goal(1e6, 2.0, "odom"), OUT_OF_RANGE, "distance from the robot is 999999 m"),
+        (_goal(1.0, 1.0e308, "odom"), OUT_OF_RANGE, "distance from the robot is 1e+308 m"),
     ],
 )
 def test_navigate_fields(navigation_node, goal, code, phrase):
     navigation_node._on_odom(_odometry(1.0, 2.0))
-    navigation_node.check(_goal(90.0, 2.0))  # 89 m away: within the default 100 m
+    navigation_node.check(_goal(90.0, 2.0, "odom"))  # 89 m away: within the default 100 m
+    navigation_node.check(_goal(1e30, 1.0))  # in map, with no map -> odom known yet: each replan measures it
     refused(code, phrase, navigation_node.check, goal)
 
 
 def test_a_far_target_is_measured_from_the_robot(navigation_node):
-    goal = _goal(150.0, 0.0)
+    goal = _goal(150.0, 0.0, "odom")
     navigation_node.check(goal)  # no odometry yet: the first replan measures it
     navigation_node._on_odom(_odometry(100.0, 0.0))
     navigation_node.check(goal)  # 50 m from where the robot is

@@ -1,7 +1,9 @@
 """`camera_sim` through real rclpy (needs the installed package: `make install`, then `.venv/bin/pytest`): each tick
-publishes an rgb8 Image and an Observation about the same frame, whose id is the frame's content hash and whose
-text is the describer's; /cmd_vel drives the simulated robot, which the frames and /odom follow; a bad source
-makes `main` exit 1 with the reason instead of spinning."""
+publishes an rgb8 Image and an Observation naming that frame (same header, its content hash as id) with the
+describer's text and no pixels, so a frame crosses the wire once; /cmd_vel drives the simulated robot, which the
+frames, /odom (in odom) and /tf follow; the TF tree is the one it simulates (map -> odom -> base_link, map ->
+camera_link -> camera_optical_frame over the room's centre, looking down); a bad source makes `main` exit 1 with
+the reason instead of spinning."""
 
 import math
 import time
@@ -20,6 +22,8 @@ from oxygen_ros.nodes.camera_sim import CMD_TIMEOUT_S, CameraSim, main
 from oxygen_ros.nodes.convert import image_to_rgb
 from oxygen_ros.observations import content_id
 from oxygen_ros.perception.describe import describe
+from oxygen_ros.tf.backend import Transforms
+from oxygen_ros.tf.tree import TransformUnavailable
 
 
 def test_publishes_images_and_observations_of_the_same_frames(ros_context):
@@ -45,10 +49,10 @@ def test_publishes_images_and_observations_of_the_same_frames(ros_context):
         image_ids[content_id("", [rgb], [])] = rgb
     matched = [obs for obs in observations if obs.observation_id in image_ids]
     assert len(matched) >= 2  # best-effort images may drop one, but the streams describe the same frames
+    stamps = {(image.header.stamp.sec, image.header.stamp.nanosec) for image in images}
     for obs in matched:
         frame = image_ids[obs.observation_id]
-        (attached,) = obs.images
-        assert np.array_equal(image_to_rgb(attached), frame)
+        assert obs.images == [] and (obs.header.stamp.sec, obs.header.stamp.nanosec) in stamps  # names, not copies
         assert obs.text and obs.text == describe(frame).text
         assert obs.header.frame_id == "camera_optical_frame"  # REP 103: z forward, x right, y down
     assert len({obs.observation_id for obs in observations}) == len(observations)  # the obstacle moves: new frames
@@ -65,9 +69,10 @@ def test_cmd_vel_drives_the_simulated_robot_and_odom_follows_the_frames(ros_cont
     camera = CameraSim(context=ros_context, parameter_overrides=[Parameter("rate_hz", value=20.0)])
     driver = Node("camera_driver", context=ros_context)
     odom: list[Odometry] = []
-    observations: list[ObservationMsg] = []
+    frames: list[Image] = []
     driver.create_subscription(Odometry, "/odom", odom.append, 10)
-    driver.create_subscription(ObservationMsg, "/oxygen/observation", observations.append, 10)
+    driver.create_subscription(Image, "/camera/image_raw", frames.append, qos_profile_sensor_data)
+    tf = Transforms(driver, tolerance_s=0.0)
     cmd_vel = driver.create_publisher(TwistStamped, "/cmd_vel", 10)  # what nav2 / diff_drive_controller send
     forward = TwistStamped()
     forward.header.frame_id = "base_link"
@@ -75,7 +80,10 @@ def test_cmd_vel_drives_the_simulated_robot_and_odom_follows_the_frames(ros_cont
     with spin_nodes(ros_context, camera, driver):
         wait_until(lambda: len(odom) >= 2, timeout=20.0, what="odometry")
         start = odom[-1]
-        assert (start.header.frame_id, start.child_frame_id) == ("map", "base_link")
+        assert (start.header.frame_id, start.child_frame_id) == ("odom", "base_link")
+        assert np.allclose([start.pose.pose.position.x, start.pose.pose.position.y], 0.0)  # odom: where it started
+        wait_until(lambda: _known(tf, "map", "base_link"), timeout=10.0, what="the TF tree")
+        start_in_map = tf.lookup("map", "base_link")[0]
         for _ in range(10):  # 1 s of commands at 10 Hz
             cmd_vel.publish(forward)
             time.sleep(0.1)
@@ -83,7 +91,10 @@ def test_cmd_vel_drives_the_simulated_robot_and_odom_follows_the_frames(ros_cont
         moved, count = odom[-1], len(odom)
         time.sleep(0.3)
         assert len(odom) > count and odom[-1].pose == moved.pose, "no command, no motion"
-        last_frame = observations[-1]
+        last_frame = frames[-1]
+        stamp = moved.header.stamp.sec * 1_000_000_000 + moved.header.stamp.nanosec
+        moved_in_map = tf.lookup("map", "base_link", stamp)[0].translation[:2]  # odom -> base_link follows /odom
+        optical = tf.lookup("map", "camera_optical_frame")[0]
 
     def xy(msg: Odometry) -> np.ndarray:
         return np.array([msg.pose.pose.position.x, msg.pose.pose.position.y])
@@ -92,5 +103,21 @@ def test_cmd_vel_drives_the_simulated_robot_and_odom_follows_the_frames(ros_cont
     travelled = xy(moved) - xy(start)
     assert 0.15 < np.linalg.norm(travelled) < 0.45  # ~0.3 m/s for ~1 s (frames are simulated time)
     assert np.allclose(travelled / np.linalg.norm(travelled), [math.cos(yaw), math.sin(yaw)], atol=0.02)
-    robot = describe(image_to_rgb(last_frame.images[0])).detections.robot
-    assert np.linalg.norm(np.array([robot.pose.x_cm, robot.pose.y_cm]) / 100 - xy(moved)) < 0.03, "frames show it"
+    assert abs(yaw) < 1e-9  # odom's axes are the start pose's: the robot drove along odom's x
+    robot = describe(image_to_rgb(last_frame)).detections.robot
+    assert np.linalg.norm(np.array([robot.pose.x_cm, robot.pose.y_cm]) / 100 - moved_in_map) < 0.03, "frames show it"
+    on_map = np.array(moved_in_map) - start_in_map.translation[:2]  # the same drive, seen through map -> odom
+    assert math.isclose(np.linalg.norm(on_map), np.linalg.norm(travelled), abs_tol=1e-6)
+    assert np.allclose(on_map / np.linalg.norm(on_map), [math.cos(start_in_map.yaw), math.sin(start_in_map.yaw)])
+    # the overhead camera: 3 m above the room's centre, optical z down, x east (image right), y south (image down)
+    assert np.allclose(optical.translation, (1.6, 1.2, 3.0))
+    assert np.allclose([optical.apply(axis) for axis in ((0, 0, 1), (1, 0, 0), (0, 1, 0))],
+                       [(1.6, 1.2, 2.0), (2.6, 1.2, 3.0), (1.6, 0.2, 3.0)])  # fmt: skip
+
+
+def _known(tf: Transforms, target: str, source: str) -> bool:
+    try:
+        tf.lookup(target, source)
+        return True
+    except TransformUnavailable:
+        return False

@@ -44,7 +44,9 @@ CONTRACT = {
     FollowInstruction.Feedback: "chunk:oxygen_ros/ActionChunk narration:string",
     Navigate.Goal: "target:geometry_msgs/PoseStamped instruction:string",
     Navigate.Result: "success:boolean error_code:string message:string distance_remaining:float",
-    Navigate.Feedback: "cmd:geometry_msgs/Twist reasoning:string distance_remaining:float",
+    Navigate.Feedback: "cmd:geometry_msgs/Twist reasoning:string distance_remaining:float "
+    "current_pose:geometry_msgs/PoseStamped navigation_time:builtin_interfaces/Duration "
+    "estimated_time_remaining:builtin_interfaces/Duration",
 }
 
 

@@ -1,6 +1,6 @@
 """`navigation_node` through real rclpy nodes in the closed simulation loop (camera_sim drives the robot by
-/cmd_vel and publishes /odom) with the real SmolLM2 as language head: it reaches a target in the map frame, plans
-on /plan, stops for an obstacle ahead (OBSTACLE after the blocked timeout), cancels promptly with a zero TwistStamped
+/cmd_vel and publishes /odom in odom and its TF tree) with the real SmolLM2 as language head: it reaches a target in
+the map frame through camera_sim's map -> odom transform, plans on /plan (in odom), stops for an obstacle ahead (OBSTACLE after the blocked timeout), cancels promptly with a zero TwistStamped
 and no KV block leaked, stands still without fresh odometry and frames, and answers INVALID_ARGUMENT / OUT_OF_RANGE
 / UNAVAILABLE with a clear code (a target 1e30 m away at once, without memory growth)."""
 
@@ -19,6 +19,7 @@ from ros_harness import send_goal, wait_until
 from task_graph import task_graph
 
 from oxygen_ros.nodes.navigation_node import PARAMETERS, STALE_S, NavigationNode
+from oxygen_ros.tf.backend import Transforms
 
 BELOW_THE_OBSTACLE = (1.0, 0.45)  # seed 0: the robot starts at (1.37, 0.35); the obstacle walks along y = 1.13
 
@@ -31,6 +32,7 @@ def graph(ros_domain_id):
         graph.cmd_vel = Capture(graph.client, TwistStamped, "/cmd_vel", 100)  # Jazzy's diff_drive_controller
         graph.plans = Capture(graph.client, Path, "/plan", 100)
         graph.odom = Capture(graph.client, Odometry, "/odom", 100)
+        graph.tf = Transforms(graph.client, tolerance_s=0.5)
         yield graph
 
 
@@ -58,6 +60,13 @@ def position(odom: Odometry) -> tuple[float, float]:
     return odom.pose.pose.position.x, odom.pose.pose.position.y
 
 
+def in_map(graph, odom: Odometry) -> tuple[float, float]:
+    """Where the odometry puts the robot on the map, through camera_sim's TF tree."""
+    assert (odom.header.frame_id, odom.child_frame_id) == ("odom", "base_link")
+    x, y, _ = graph.tf.lookup("map", "odom")[0].apply((*position(odom), 0.0))
+    return x, y
+
+
 def test_unavailable_while_the_inference_node_is_absent(graph):
     start = time.monotonic()
     out = navigate(graph, *BELOW_THE_OBSTACLE).result()
@@ -79,7 +88,7 @@ def resident_bytes() -> int:
         (1.0, math.inf, "map", "INVALID_ARGUMENT", "finite"),
         (1e30, 1.0, "map", "OUT_OF_RANGE", "more than the bound of 100 m"),  # once grew a path of 1e31 points
         (1e6, 1.0, "map", "OUT_OF_RANGE", "more than the bound of 100 m"),
-        (1.0, 1.0, "odom", "INVALID_ARGUMENT", "frame 'map'"),
+        (1.0, 1.0, "base_link", "INVALID_ARGUMENT", "frame 'map' or 'odom'"),
     ],
 )
 def test_bad_targets_are_refused_at_once_without_memory_growth(graph, x, y, frame_id, code, complaint):
@@ -102,15 +111,18 @@ def test_drives_to_the_target_in_the_map_frame(graph):
     assert any(t.linear.x > 0.05 for t in twists(graph)), "it drove forwards"
     assert any(abs(t.angular.z) > 0.1 for t in twists(graph)), "it turned towards the target"
     time.sleep(0.5)  # camera_sim publishes the pose of the next frames
-    end = position(graph.odom.messages[-1])
+    end = in_map(graph, graph.odom.messages[-1])
     assert math.dist(end, BELOW_THE_OBSTACLE) <= 0.12, end
-    assert math.dist(position(start), BELOW_THE_OBSTACLE) > 0.3
+    assert math.dist(in_map(graph, start), BELOW_THE_OBSTACLE) > 0.3
+    assert math.dist(position(start), (0.0, 0.0)) < 0.01  # odom starts where the robot did (REP 105)
     plan = graph.plans.messages[-1]
-    assert plan.header.frame_id == "map" and len(plan.poses) >= 2
+    assert plan.header.frame_id == "odom" and len(plan.poses) >= 2
     last = plan.poses[-1].pose.position
-    assert math.isclose(last.x, BELOW_THE_OBSTACLE[0]) and math.isclose(last.y, BELOW_THE_OBSTACLE[1])
+    assert math.dist(graph.tf.lookup("map", "odom")[0].apply((last.x, last.y, 0.0))[:2], BELOW_THE_OBSTACLE) < 1e-6
     distances = [f.distance_remaining for f in goal.feedback]
     assert distances and distances[0] > distances[-1]
+    pose, elapsed = goal.feedback[-1].current_pose, goal.feedback[-1].navigation_time
+    assert pose.header.frame_id == "odom" and 0 < elapsed.sec + elapsed.nanosec * 1e-9 < 60.0
 
 
 def test_safety_stop_then_obstacle_after_the_blocked_timeout(graph):

@@ -1,0 +1,106 @@
+"""Handing a /navigate goal to nav2 (`navigate_to_pose`, nav2_msgs/NavigateToPose): nav2 plans, avoids obstacles
+with its costmaps and drives; navigation_node relays its feedback (pose, elapsed, remaining) and its result, and
+cancels nav2's goal when its own goal ends first (cancelled, preempted, past max_duration_s).
+
+Every number nav2 sends is checked before it is relayed: a feedback with a non-finite pose or distance or a
+malformed duration is dropped (logged), and the result's text is cut to ``bounds.TEXT_CHARS``."""
+
+import math
+from collections.abc import Callable
+
+from action_msgs.msg import GoalStatus
+from builtin_interfaces.msg import Duration
+from geometry_msgs.msg import PoseStamped
+from nav2_msgs.action import NavigateToPose
+from rclpy.callback_groups import CallbackGroup
+from rclpy.node import Node
+
+from oxygen_ros.errors import ErrorCode
+from oxygen_ros.nodes import bounds
+from oxygen_ros.nodes.action_client import ActionClient
+from oxygen_ros.nodes.future_wait import wait
+from oxygen_ros.nodes.goal_run import GoalRun
+
+MODES = ("auto", "always", "never")  # navigation_node's nav2 parameter
+POLL_S = 0.1  # how often a wait for the server looks again
+NS = 1_000_000_000
+
+
+def duration(seconds: float) -> Duration:
+    """A duration message for ``seconds``, clamped to [0, bounds.GOAL_DURATION_S] (NaN = 0)."""
+    seconds = min(max(seconds, 0.0), bounds.GOAL_DURATION_S) if math.isfinite(seconds) else 0.0
+    ns = round(seconds * NS)
+    return Duration(sec=ns // NS, nanosec=ns % NS)
+
+
+def checked_feedback(msg: NavigateToPose.Feedback) -> str:
+    """'' when every number of nav2's feedback can be relayed, else what is wrong with it."""
+    pose = msg.current_pose.pose
+    values = [getattr(pose.position, a) for a in "xyz"] + [getattr(pose.orientation, a) for a in "xyzw"]
+    if not all(math.isfinite(v) for v in values + [msg.distance_remaining]):
+        return f"non-finite pose or distance ({values}, {msg.distance_remaining})"
+    for name in ("navigation_time", "estimated_time_remaining"):
+        value = getattr(msg, name)
+        if value.sec < 0 or value.nanosec >= NS:
+            return f"{name} {value.sec} s {value.nanosec} ns is not a duration"
+    if len(msg.current_pose.header.frame_id) > bounds.ID_CHARS:
+        return "current_pose frame_id is too long"
+    return ""
+
+
+def outcome(status: int, result: NavigateToPose.Result) -> tuple[ErrorCode | None, str]:
+    """Our ending for nav2's terminal status and result: success, CANCELLED, or its error as ours."""
+    if status == GoalStatus.STATUS_SUCCEEDED:
+        return None, "nav2 reached the target"
+    if status == GoalStatus.STATUS_CANCELED:
+        return ErrorCode.CANCELLED, "nav2 cancelled the goal"
+    code = {result.TF_ERROR: ErrorCode.TF_ERROR, result.TIMEOUT: ErrorCode.DEADLINE_EXCEEDED}
+    why = result.error_msg[: bounds.TEXT_CHARS]
+    return code.get(result.error_code, ErrorCode.ABORTED), f"nav2 gave up (error_code {result.error_code}): {why}"
+
+
+class Nav2Handoff:
+    def __init__(self, node: Node, action_name: str, group: CallbackGroup) -> None:
+        self._node = node
+        self.name = node.resolve_topic_name(action_name)  # the full name, as messages quote it
+        self.client = ActionClient(node, NavigateToPose, action_name, callback_group=group)
+
+    async def ready(self, wait_s: float) -> bool:
+        """Whether a nav2 server is there, waiting up to ``wait_s`` for it (0 = only look)."""
+        waited = 0.0
+        while not self.client.server_is_ready():
+            if waited >= wait_s:
+                return False
+            await wait(self._node, None, POLL_S)
+            waited += POLL_S
+        return True
+
+    async def drive(self, run: GoalRun, target: PoseStamped, relay: Callable[[NavigateToPose.Feedback], None],
+                    answer_s: float) -> None:  # fmt: skip
+        """Send ``target`` to nav2 and end ``run`` with its result; ``relay`` gets each checked feedback."""
+        goal = NavigateToPose.Goal(pose=target)
+        sent, handle = await wait(self._node, self.client.send_goal_async(goal, lambda m: self._relay(m, relay)),
+                                  answer_s)  # fmt: skip
+        if not sent:
+            run.end(ErrorCode.UNAVAILABLE, f"nav2 did not answer the goal within {answer_s:g} s")
+            return
+        if not handle.accepted:
+            run.end(ErrorCode.FAILED_PRECONDITION, "nav2 rejected the goal (is it active and localized?)")
+            return
+        finished = False
+        run.ended.add_done_callback(lambda _: finished or handle.cancel_goal_async())
+        done, response = await wait(self._node, handle.get_result_async(), bounds.GOAL_DURATION_S,
+                                    give_up=lambda: not run.running)  # fmt: skip
+        if done and run.running:
+            finished = True
+            run.end(*outcome(response.status, response.result))
+
+    def _relay(self, message: NavigateToPose.Impl.FeedbackMessage, relay: Callable) -> None:
+        problem = checked_feedback(message.feedback)
+        if problem:
+            self._node.get_logger().warning(f"ignoring nav2 feedback: {problem}", throttle_duration_sec=5.0)
+            return
+        relay(message.feedback)
+
+    def destroy(self) -> None:
+        self.client.destroy()  # rclpy's destroy_node leaves action clients alive (see InferClient.destroy)

@@ -1,0 +1,31 @@
+"""The task nodes' newest frame when pixels and scene text arrive apart (camera_sim sends each frame once, as an
+Image, and its text in an Observation naming it): text never replaces a frame that has pixels, so the detector and
+an image-reading model keep seeing the newest pixels; without any pixels, text-only observations are the frame."""
+
+import numpy as np
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.node import Node
+from std_msgs.msg import Header
+
+from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.nodes.convert import rgb_to_image
+from oxygen_ros.nodes.latest_frame import PARAMETERS, LatestFrame
+from oxygen_ros.observations import content_id
+
+
+def test_scene_text_never_replaces_the_pixels(ros_context):
+    node = Node("latest_frame_test", context=ros_context)
+    try:
+        settings = {name: default for name, (default, _) in PARAMETERS.items()} | {"use_sim": True}
+        frame = LatestFrame(node, settings, ReentrantCallbackGroup())
+        frame._on_observation(ObservationMsg(observation_id="text-only", text="a table"))
+        assert frame.observation_id() == "text-only" and frame.inline(1) == []  # no pixels yet: the text is it
+        rgb = np.zeros((48, 64, 3), np.uint8)
+        frame._on_image(rgb_to_image(rgb, Header(frame_id="camera_optical_frame")))
+        image_id = content_id("", [rgb], [])
+        for text_id in (image_id, "another-frame"):  # its own text, or a late one about another frame
+            frame._on_observation(ObservationMsg(observation_id=text_id, text="a table"))
+            assert frame.observation_id() == image_id and len(frame.inline(1)[0].images) == 1
+        assert frame.detections() is not None
+    finally:
+        node.destroy_node()
