@@ -1,12 +1,14 @@
 """``cpu_paged_decode``: a decode step's attention over an fp32 pool on a CPU, read in place (``cpu/paged_decode.c``).
 
-The torch path (``cascade_decode``) must copy what it reads out of the pool and then merge partial attentions; the C
-kernel reads each sequence's blocks where they are, through its block table, one (sequence, query head) per
-OpenMP item ordered so that blocks several sequences share are read from cache by all of them. Same contract as
+The torch path (``cascade_decode``) copies what it reads out of the pool and merges partial attentions in several
+ops per layer; the C kernel reads each sequence's blocks where they are, through its block table. Blocks that a group
+of sequences shares (``PrefixGroups``, planned once per step by ``kv.cascade.plan_prefix_groups``) are attended by all
+the group's queries at once as matrix products, the rest by dot products, merged exactly. Same contract as
 ``paged_decode_attention`` with a ``[B, max_blocks]`` block mass, for fp32 storage only; callers ask ``can_read``.
 """
 
 import ctypes
+from dataclasses import dataclass
 from functools import cache
 
 import torch
@@ -17,11 +19,22 @@ from .quant_spec import KVBlocks
 MAX_HEAD_DIM = 256  # a query head is kept in 16 vector registers
 
 
+@dataclass(frozen=True)
+class PrefixGroups:
+    """Rows of a decode step that share leading blocks: group g is ``rows[starts[g]:starts[g + 1]]`` (batch rows),
+    sharing their first ``blocks[g]`` table entries (int64 tensors; a row in no group is alone)."""
+
+    rows: torch.Tensor
+    starts: torch.Tensor
+    blocks: torch.Tensor
+
+
 class _PagedDecode(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in
-                ("q", "k", "v", "tables", "lengths", "out", "block_mass", "scratch")]  # fmt: skip
+                ("q", "k", "v", "tables", "lengths", "out", "block_mass", "scratch", "group_rows", "group_starts",
+                 "group_blocks")]  # fmt: skip
     _fields_ += [(name, ctypes.c_int64) for name in
-                 ("seqs", "heads", "kv_heads", "head_dim", "block_size", "width", "max_length")]  # fmt: skip
+                 ("seqs", "heads", "kv_heads", "head_dim", "block_size", "width", "max_length", "groups")]  # fmt: skip
     _fields_ += [("scale", ctypes.c_float)]
 
 
@@ -44,11 +57,13 @@ def can_read(blocks: KVBlocks) -> bool:
 
 def cpu_paged_decode(
     q: torch.Tensor, blocks: KVBlocks, block_tables: torch.Tensor, context_lens: torch.Tensor, max_context: int,
-    sm_scale: float, *, block_mass: torch.Tensor | None = None,
+    sm_scale: float, *, groups: PrefixGroups | None = None, block_mass: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of ``q`` ``[B, H, d]`` over each sequence's first ``context_lens[b]`` pool tokens (int64 ``[B]``,
-    ``max_context`` its largest value, known to the caller: reading it back would sync); ``block_mass`` fp32 ``[B,
-    max_blocks]`` gains each table entry's mass summed over heads. Returns ``[B, H, d]`` in q's dtype."""
+    ``max_context`` its largest value, known to the caller: reading it back would sync); ``groups``: rows whose
+    shared leading blocks are read once for all of them (each group's blocks must lie before its rows' newest
+    tokens); ``block_mass`` fp32 ``[B, max_blocks]`` gains each table entry's mass summed over heads. Returns ``[B,
+    H, d]`` in q's dtype."""
     run, scratch_floats = _functions()
     num_seqs, num_heads, head_dim = q.shape
     if num_heads % blocks.num_kv_heads or head_dim != blocks.head_dim:
@@ -60,10 +75,13 @@ def cpu_paged_decode(
     out = torch.empty_like(queries)
     if block_mass is not None and (block_mass.shape != tables.shape or not block_mass.is_contiguous()):
         raise ValueError(f"block_mass must be a contiguous fp32 {tuple(tables.shape)}, got {tuple(block_mass.shape)}")
+    group_ptrs = (0, 0, 0) if groups is None else (groups.rows.data_ptr(), groups.starts.data_ptr(),
+                                                   groups.blocks.data_ptr())  # fmt: skip
     args = _PagedDecode(queries.data_ptr(), blocks.k.data_ptr(), blocks.v.data_ptr(), tables.data_ptr(),
                         lengths.data_ptr(), out.data_ptr(), 0 if block_mass is None else block_mass.data_ptr(), 0,
-                        num_seqs, num_heads, blocks.num_kv_heads, head_dim, blocks.block_size, tables.shape[1],
-                        max_context, sm_scale)  # fmt: skip
+                        *group_ptrs, num_seqs, num_heads, blocks.num_kv_heads, head_dim, blocks.block_size,
+                        tables.shape[1], max_context, 0 if groups is None else groups.blocks.shape[0],
+                        sm_scale)  # fmt: skip
     scratch = torch.empty(scratch_floats(ctypes.byref(args)))
     args.scratch = scratch.data_ptr()
     run(ctypes.byref(args), torch.get_num_threads())

@@ -32,11 +32,11 @@ static inline const float* block_start(const PagedContext* c, const float* cache
 /* softmax(q_j K^T * scale) V for the G query heads q_j (head_dim = 16 V floats each, consecutive in q) that read
  * kv head `kv_head`: each K and V row is loaded once for all G heads. V and G are compile-time constants (see
  * attend_heads), so queries and accumulators live in registers. probs + j * stride keeps head j's normalized
- * weights. */
+ * weights, lse[j] (if lse) the log-sum-exp of its scaled scores. */
 static inline __attribute__((always_inline)) void attend_fixed(const PagedContext* c, int64_t kv_head,
                                                                 const float* q, float scale, float* probs,
-                                                                int64_t stride, float* out, const int V,
-                                                                const int G) {
+                                                                int64_t stride, float* out, float* lse,
+                                                                const int V, const int G) {
   const int64_t n = c->length;
   __m512 qv[G][V], acc[G][V];
   float top[G];
@@ -66,7 +66,9 @@ static inline __attribute__((always_inline)) void attend_fixed(const PagedContex
       total = _mm512_add_ps(total, _mm512_maskz_mov_ps(mask, e));
       _mm512_mask_storeu_ps(p + t, mask, e);
     }
-    inv[j] = 1.0f / _mm512_reduce_add_ps(total);
+    const float sum = _mm512_reduce_add_ps(total);
+    inv[j] = 1.0f / sum;
+    if (lse) lse[j] = top[j] + logf(sum);
   }
   FOR_EACH_TOKEN(c, c->v, kv_head, t, v) {
     __m512 vv[V];
@@ -80,7 +82,8 @@ static inline __attribute__((always_inline)) void attend_fixed(const PagedContex
     for (int i = 0; i < V; ++i) _mm512_storeu_ps(out + (j * V + i) * 16, acc[j][i]);
 }
 
-#define ATTEND_G(V, G) attend_fixed(c, kv_head, q + h * d, scale, probs + h * stride, stride, out + h * d, V, G)
+#define ATTEND_G(V, G) \
+  attend_fixed(c, kv_head, q + h * d, scale, probs + h * stride, stride, out + h * d, lse ? lse + h : NULL, V, G)
 #define ATTEND_V(V)                                                   \
   case V:                                                             \
     for (; heads - h >= 3; h += 3) ATTEND_G(V, 3);                    \
@@ -88,9 +91,9 @@ static inline __attribute__((always_inline)) void attend_fixed(const PagedContex
     break;
 
 /* The `heads` query heads at q (consecutive, head_dim = 16 * V floats each; head_dim a multiple of 16, at most 256)
- * that read kv head `kv_head`, three at a time. */
+ * that read kv head `kv_head`, three at a time; lse (NULL or `heads` floats) gets their log-sum-exps. */
 static void attend_heads(const PagedContext* c, int64_t kv_head, const float* q, int64_t heads, float scale,
-                         float* probs, int64_t stride, float* out) {
+                         float* probs, int64_t stride, float* out, float* lse) {
   const int64_t d = c->head_dim;
   int64_t h = 0;
   switch (d / 16) {

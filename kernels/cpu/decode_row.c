@@ -89,7 +89,7 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
     #pragma omp for schedule(static)
     for (int64_t g = 0; g < kvh; ++g)
       attend_heads(&context, g, qkv + g * group * d, group, m->scale, probs + g * group * cap, cap,
-                   attn + g * group * d);
+                   attn + g * group * d, NULL);
     if (s->block_mass) {
       #pragma omp for schedule(static)
       for (int64_t b = 0; b < blocks; ++b) credit_blocks(probs, heads, cap, s->length, m->block_size, s->block_mass, b);

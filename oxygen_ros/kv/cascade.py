@@ -17,16 +17,17 @@ Built once per step from the host copy of the tables; nothing here reads the poo
 import torch
 
 from oxygen_ros.kernels import CascadeLayout, LoneRow, SharedPrefix
+from oxygen_ros.kernels.cpu_paged_decode import PrefixGroups
 
 # A group of rows costs a fused attention call and a merge per layer, about what reading this many blocks once per
 # row costs; rows sharing fewer blocks beyond their parent group stay in it and read those blocks as their own.
 MIN_SAVED_BLOCK_READS = 32
 
 
-def plan_cascade(tables: list[list[int]], context_lens: list[int], block_size: int, device: torch.device,
-                 min_saved_reads: int = MIN_SAVED_BLOCK_READS) -> CascadeLayout:  # fmt: skip
-    """Group the rows of a decode step (see the module docstring); a group that would save fewer than
-    ``min_saved_reads`` block reads is not formed."""
+def share_groups(tables: list[list[int]], context_lens: list[int], block_size: int,
+                 min_saved_reads: int = MIN_SAVED_BLOCK_READS) -> tuple[list[tuple[list[int], int]], list[int]]:  # fmt: skip
+    """(groups: rows and the leading blocks they share, rows alone) of a decode step (see the module docstring); a
+    group that would save fewer than ``min_saved_reads`` block reads is not formed."""
     num_rows = len(tables)
     # full blocks before the one holding each row's newest token: what may be read as a shared prefix
     limits = [(n - 1) // block_size for n in context_lens]
@@ -54,6 +55,13 @@ def plan_cascade(tables: list[list[int]], context_lens: list[int], block_size: i
             alone.extend(ending)
 
     split(list(range(num_rows)), 0)
+    return groups, alone
+
+
+def plan_cascade(tables: list[list[int]], context_lens: list[int], block_size: int, device: torch.device,
+                 min_saved_reads: int = MIN_SAVED_BLOCK_READS) -> CascadeLayout:  # fmt: skip
+    """The torch path's plan: ``share_groups`` as the tensors ``cascade_decode_attention`` reads."""
+    groups, alone = share_groups(tables, context_lens, block_size, min_saved_reads)
     lone = []
     for r in sorted(alone):
         count = -(-context_lens[r] // block_size)
@@ -79,7 +87,7 @@ def plan_cascade(tables: list[list[int]], context_lens: list[int], block_size: i
         suffix_tables.append([tables[r][c] for c in columns])
     lens = torch.tensor(suffix_lens, device=device)
     return CascadeLayout(
-        None if len(grouped) == num_rows else torch.tensor(grouped, device=device),
+        None if len(grouped) == len(tables) else torch.tensor(grouped, device=device),
         shared,
         torch.tensor(suffix_tables, dtype=torch.long, device=device),
         torch.where(torch.arange(max(suffix_lens), device=device)[None, :] < lens[:, None], 0.0,
@@ -87,6 +95,18 @@ def plan_cascade(tables: list[list[int]], context_lens: list[int], block_size: i
         torch.tensor(suffix_columns, dtype=torch.long, device=device),
         lone,
     )
+
+
+def plan_prefix_groups(tables: list[list[int]], context_lens: list[int], block_size: int, device: torch.device,
+                       min_saved_reads: int = MIN_SAVED_BLOCK_READS) -> PrefixGroups:  # fmt: skip
+    """The C kernel's plan: ``share_groups`` as flat int64 tensors (rows alone are in no group)."""
+    groups, _ = share_groups(tables, context_lens, block_size, min_saved_reads)
+    starts = [0]
+    for rows, _ in groups:
+        starts.append(starts[-1] + len(rows))
+    return PrefixGroups(torch.tensor([r for rows, _ in groups for r in rows], dtype=torch.long, device=device),
+                        torch.tensor(starts, dtype=torch.long, device=device),
+                        torch.tensor([count for _, count in groups], dtype=torch.long, device=device))  # fmt: skip
 
 
 def _saved_reads(groups: list[tuple[list[int], int]], depth: int) -> int:

@@ -34,7 +34,7 @@ from oxygen_ros.kernels.quant_spec import SCALE_DTYPE
 from oxygen_ros.kv.block_moves import take
 from oxygen_ros.kv.format_plan import FormatPlan
 from oxygen_ros.kv.kv_write import KVWrite
-from oxygen_ros.kv.cascade import plan_cascade
+from oxygen_ros.kv.cascade import plan_cascade, plan_prefix_groups
 from oxygen_ros.kv.layout import KVLayout, PoolLayout
 
 if TYPE_CHECKING:
@@ -116,13 +116,13 @@ class LayerKV:
 
     def decode_step(self, q: torch.Tensor, ctx: "StepContext", scale: float) -> torch.Tensor:
         """Decode attention of a step's queries [B, H, D] over their contexts, by the path ``KVCache.bind`` chose:
-        shared-prefix attention in torch, the C kernel reading an fp32 pool in place on a CPU, else the paged kernel
-        (per format in a mixed pool)."""
+        shared-prefix attention in torch ops or the C kernel reading an fp32 pool in place on a CPU, else the paged
+        kernel (per format in a mixed pool)."""
         if ctx.cascade is not None:
             return cascade_decode_attention(q, self.views[0], ctx.cascade, scale, block_mass=ctx.block_mass)
-        if ctx.format_plan is None and self.reads_in_place and not use_triton(q.device):
+        if ctx.prefix_groups is not None:
             return cpu_paged_decode(q, self.views[0], ctx.block_tables, ctx.context_lens_tensor, ctx.max_context,
-                                    scale, block_mass=ctx.block_mass)  # fmt: skip
+                                    scale, groups=ctx.prefix_groups, block_mass=ctx.block_mass)  # fmt: skip
         return self.decode(q, ctx.block_tables, ctx.context_lens_tensor, scale, block_mass=ctx.block_mass,
                            plan=ctx.format_plan, lens=ctx.context_lens)  # fmt: skip
 
@@ -172,7 +172,7 @@ class KVCache:
         self.device = device
         self.block_pool: BlockUnits | None = None
         self.layers = [self._layer(i) for i in range(self.layout.num_layers)]
-        # CPU decode attention: the C kernel where it reads every layer (see bind), else shared-prefix torch ops
+        # CPU decode attention: the C kernel where it reads every layer, else shared-prefix torch ops
         self.decodes_in_place = (all(layer.reads_in_place for layer in self.layers)
                                  and os.environ.get(IN_PLACE_ENV_VAR, "1") != "0")  # fmt: skip
 
@@ -203,9 +203,9 @@ class KVCache:
 
     def bind(self, ctx: "StepContext") -> None:
         """Add what this pool's reads need to a step's context, once (a context serves every layer and, for the
-        action expert, every denoising step): the per-format plan of a mixed pool, or the shared-prefix plan of a
-        decode step whose attention runs in torch ops."""
-        if ctx.format_plan is not None or ctx.cascade is not None:
+        action expert, every denoising step): the per-format plan of a mixed pool, or the shared-prefix plan of a CPU
+        decode step (prefix groups for the C kernel, or the torch path's cascade layout)."""
+        if ctx.format_plan is not None or ctx.cascade is not None or ctx.prefix_groups is not None:
             return
         if self.pool_layout.mixed:
             plan = ctx.format_plan = FormatPlan(self.units, self.layout.block_size, len(self.pool_layout.formats),
@@ -213,12 +213,12 @@ class KVCache:
             plan.write_slots()
             plan.segments(ctx.context_lens if ctx.prefill is None else ctx.prefill.cached_lens)
         elif ctx.is_decode and not use_triton(self.device):
-            plan = plan_cascade(ctx.tables, ctx.context_lens, self.layout.block_size, ctx.block_tables.device)
-            # Rows sharing a prefix: torch's fused attention over the shared keys (a matrix product per kv head) beats
-            # the C kernel's row-by-row dot products; rows alone, or a step that measures block mass (torch would
-            # compute the scores twice), go to the C kernel where it reads the pool.
-            if not self.decodes_in_place or (plan.shared and ctx.block_mass is None):
-                ctx.cascade = plan
+            plan = plan_prefix_groups if self.decodes_in_place else plan_cascade
+            groups = plan(ctx.tables, ctx.context_lens, self.layout.block_size, ctx.block_tables.device)
+            if self.decodes_in_place:
+                ctx.prefix_groups = groups
+            else:
+                ctx.cascade = groups
 
     def _live_units(self, fmt: int) -> torch.Tensor:
         """Units of blocks of format ``fmt`` that hold KV (in use or cached): what an fp8 rescale must requantize."""

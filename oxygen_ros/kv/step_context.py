@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from oxygen_ros.kernels import CascadeLayout
+from oxygen_ros.kernels.cpu_paged_decode import PrefixGroups
 from oxygen_ros.kv.format_plan import FormatPlan
 from oxygen_ros.kv.kv_write import KVWrite, stored_tokens
 
@@ -52,7 +53,8 @@ class StepContext:
     writes: list[KVWrite] = field(init=False, repr=False)  # a one-format pool's; a mixed pool's are the plan's
     prefill: PrefillLayout | None = field(init=False, repr=False)
     format_plan: FormatPlan | None = field(default=None, init=False, repr=False)  # mixed pools: KVCache.bind
-    cascade: CascadeLayout | None = field(default=None, init=False, repr=False)  # CPU decode: KVCache.bind
+    cascade: CascadeLayout | None = field(default=None, init=False, repr=False)  # CPU decode, torch: KVCache.bind
+    prefix_groups: PrefixGroups | None = field(default=None, init=False, repr=False)  # CPU decode, C: likewise
 
     def __post_init__(self) -> None:
         if self.tables is None:

@@ -12,3 +12,7 @@ from rclpy.qos import QoSProfile
 
 SERVICE_QUEUE_DEPTH = 256
 SERVICE_QUEUE = QoSProfile(depth=SERVICE_QUEUE_DEPTH)
+
+# How long a finished goal's result can still be fetched: rclpy's default (10 s) is shorter than a client busy with
+# other tasks may take to ask, and the client then only gets STATUS_UNKNOWN.
+RESULT_KEEP_S = 300

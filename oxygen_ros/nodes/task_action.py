@@ -22,13 +22,10 @@ from oxygen_ros.nodes.declare import Ranges, Table, declare
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.infer_client import InferClient
 from oxygen_ros.nodes.latest_frame import LatestFrame
-from oxygen_ros.nodes.qos import SERVICE_QUEUE
+from oxygen_ros.nodes.qos import RESULT_KEEP_S, SERVICE_QUEUE
 from oxygen_ros.srv import Infer
 
 State = TypeVar("State")
-# How long a finished goal's result can still be fetched: rclpy's default (10 s) is shorter than a client busy with
-# other tasks may take to ask, and the client then only gets STATUS_UNKNOWN.
-RESULT_KEEP_S = 300
 
 
 class TaskActionNode(Node, Generic[State]):

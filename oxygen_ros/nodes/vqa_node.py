@@ -35,9 +35,8 @@ from oxygen_ros.nodes.declare import Ranges, Table, declare
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.infer_client import InferClient, TextCallback
 from oxygen_ros.nodes.latest_frame import LatestFrame
-from oxygen_ros.nodes.qos import SERVICE_QUEUE
+from oxygen_ros.nodes.qos import RESULT_KEEP_S, SERVICE_QUEUE
 from oxygen_ros.nodes.spin import run
-from oxygen_ros.nodes.task_action import RESULT_KEEP_S
 from oxygen_ros.srv import AskQuestion, Infer
 
 NODE_NAME = "vqa_node"

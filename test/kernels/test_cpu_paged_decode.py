@@ -1,7 +1,8 @@
 """The C decode attention over an fp32 pool (``cpu/paged_decode.c``, the CPU's decode path for fp32 pools) against
 the paged decode kernel (Triton, interpreted here), its torch reference, the shared-prefix torch path it replaces
-and fp64 attention, on the rows of test_cascade_decode.py: blocks shared by several rows as a run or scattered,
-rows alone, ragged lengths, a context ending on a block boundary; MHA and GQA; block mass on the same entries."""
+and fp64 attention, on the rows of paged_contexts.py: blocks shared by several rows as a run or scattered, rows
+alone, ragged lengths, a context ending on a block boundary; MHA and GQA; with the shared prefixes attended as
+matrix products (prefix groups, several of them, of 2-3 rows) and without; block mass on the same entries."""
 
 import pytest
 import torch
@@ -9,15 +10,16 @@ from paged_contexts import ROWS, naive, pool
 
 from oxygen_ros.kernels import cascade_decode_attention, paged_decode_attention
 from oxygen_ros.kernels.cpu_paged_decode import can_read, cpu_paged_decode
-from oxygen_ros.kv.cascade import plan_cascade
+from oxygen_ros.kv.cascade import plan_cascade, plan_prefix_groups
 
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.skipif(not can_read(pool("fp32", 1, 16, 64, CPU)),
                                 reason="the CPU decode kernels do not run here (no AVX-512 or no C compiler)")
 
 
-@pytest.mark.parametrize("kv_heads,group,head_dim", [(2, 1, 64), (3, 3, 64), (1, 8, 32), (2, 4, 128)])
-def test_equals_paged_decode_cascade_and_naive(kv_heads, group, head_dim):
+@pytest.mark.parametrize("grouped", [True, False])
+@pytest.mark.parametrize("kv_heads,group,head_dim", [(2, 1, 64), (3, 3, 64), (1, 8, 32), (2, 4, 128), (1, 5, 48)])
+def test_equals_paged_decode_cascade_and_naive(kv_heads, group, head_dim, grouped):
     blocks = pool("fp32", kv_heads, 16, head_dim, CPU)
     tables, lens = [r[0] for r in ROWS], [r[1] for r in ROWS]
     width = max(map(len, tables))
@@ -26,7 +28,10 @@ def test_equals_paged_decode_cascade_and_naive(kv_heads, group, head_dim):
     q = torch.randn(len(ROWS), kv_heads * group, head_dim, generator=torch.Generator().manual_seed(5))
     scale = head_dim**-0.5
     mass = torch.zeros(table_tensor.shape)
-    out = cpu_paged_decode(q, blocks, table_tensor, lens_tensor, max(lens), scale, block_mass=mass)
+    groups = plan_prefix_groups(padded, lens, 16, CPU, min_saved_reads=0) if grouped else None
+    if grouped:
+        assert groups.blocks.tolist() == [3, 2]  # rows 0-2 share three blocks, 3-4 two (as the cascade plan)
+    out = cpu_paged_decode(q, blocks, table_tensor, lens_tensor, max(lens), scale, groups=groups, block_mass=mass)
     assert out.shape == q.shape and out.dtype == q.dtype
     for backend in ("triton", "torch"):
         paged_mass = torch.zeros(table_tensor.shape)

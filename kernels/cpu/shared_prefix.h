@@ -1,0 +1,126 @@
+/* Attention of many queries over one shared prefix of paged K/V, as matrix products: the CPU decode path for the
+ * blocks several sequences share (the observation every task asks about).
+ *
+ * A row-by-row dot product spends most of its time reducing each score across a vector. Here the prefix's K is first
+ * transposed (per kv head, 16 tokens per chunk: kt[chunk][dim][16]), so a tile of queries computes 16 scores per
+ * fused multiply-add with no reduction, and then multiplies the weights into V the same way: the work becomes what
+ * the arithmetic is, each K/V row read once per tile of queries. Two passes (scores, then weights and values) give
+ * an exact softmax; the unnormalized weights stay in each query's probs row for the block mass.
+ */
+#pragma once
+#include "attention.h"
+
+typedef struct { /* a prefix: `tokens` tokens in the blocks `table` of a pool view */
+  const float *k, *v;
+  const int64_t* table;
+  int64_t tokens, block_size, kv_heads, head_dim;
+} SharedPrefixView;
+
+static inline int64_t prefix_chunks(int64_t tokens) { return (tokens + 15) / 16; }
+
+static inline const float* prefix_row(const SharedPrefixView* p, const float* cache, int64_t t, int64_t kv_head) {
+  return cache + ((p->table[t / p->block_size] * p->block_size + t % p->block_size) * p->kv_heads + kv_head) *
+                     p->head_dim;
+}
+
+/* kt[dim][16] of chunk `chunk` of kv head `kv_head` (tokens past the prefix: zeros). */
+static void transpose_chunk(const SharedPrefixView* p, int64_t kv_head, int64_t chunk, float* kt) {
+  const int64_t d = p->head_dim;
+  for (int64_t i = 0; i < 16; ++i) {
+    const int64_t t = chunk * 16 + i;
+    const float* k = t < p->tokens ? prefix_row(p, p->k, t, kv_head) : NULL;
+    for (int64_t j = 0; j < d; ++j) kt[j * 16 + i] = k ? k[j] : 0.0f;
+  }
+}
+
+/* Q queries (pointers q[i], head_dim = 16 V floats) over the prefix of kv head `kv_head` (kt: its transposed chunks):
+ * out[i] (16 V floats) = softmax(q K^T * scale) V, lse[i] its log-sum-exp, probs[i][0 .. tokens) the weights
+ * (normalized if `normalize`, else exp(score - max)). V and Q are compile-time constants (prefix_tiles dispatches). */
+static inline __attribute__((always_inline)) void prefix_tile(const SharedPrefixView* p, int64_t kv_head,
+                                                               const float* kt, const float* const* q, float scale,
+                                                               float* const* probs, float* const* out, float* lse,
+                                                               int normalize, const int V, const int Q) {
+  const int64_t d = 16 * V, chunks = prefix_chunks(p->tokens);
+  __m512 top[Q];
+  for (int i = 0; i < Q; ++i) top[i] = _mm512_set1_ps(-INFINITY);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const float* block = kt + c * d * 16;
+    __m512 s[Q];
+    for (int i = 0; i < Q; ++i) s[i] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < d; ++j) {
+      const __m512 column = _mm512_loadu_ps(block + j * 16);
+      for (int i = 0; i < Q; ++i) s[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[i][j]), column, s[i]);
+    }
+    const int64_t left = p->tokens - c * 16;
+    const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : lanes(left);
+    for (int i = 0; i < Q; ++i) {
+      const __m512 scaled = _mm512_mul_ps(s[i], _mm512_set1_ps(scale));
+      _mm512_mask_storeu_ps(probs[i] + c * 16, mask, scaled);
+      top[i] = _mm512_mask_max_ps(top[i], mask, top[i], scaled);
+    }
+  }
+  float shift[Q];
+  __m512 total[Q], acc[Q][V];
+  for (int i = 0; i < Q; ++i) {
+    shift[i] = _mm512_reduce_max_ps(top[i]);
+    total[i] = _mm512_setzero_ps();
+    for (int j = 0; j < V; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t left = p->tokens - c * 16, n = left >= 16 ? 16 : left;
+    const __mmask16 mask = n == 16 ? (__mmask16)0xFFFF : lanes(n);
+    for (int i = 0; i < Q; ++i) {
+      const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, probs[i] + c * 16), _mm512_set1_ps(shift[i])));
+      total[i] = _mm512_add_ps(total[i], _mm512_maskz_mov_ps(mask, e));
+      _mm512_mask_storeu_ps(probs[i] + c * 16, mask, e);
+    }
+    const float* row = prefix_row(p, p->v, c * 16, kv_head);
+    int64_t offset = c * 16 % p->block_size; /* within the block: its next token is a row further, until it ends */
+    for (int64_t t = 0; t < n; ++t, ++offset, row += p->kv_heads * d) {
+      if (offset == p->block_size) {
+        row = prefix_row(p, p->v, c * 16 + t, kv_head);
+        offset = 0;
+      }
+      __m512 values[V];
+      for (int j = 0; j < V; ++j) values[j] = _mm512_loadu_ps(row + 16 * j);
+      for (int i = 0; i < Q; ++i) {
+        const __m512 w = _mm512_set1_ps(probs[i][c * 16 + t]);
+        for (int j = 0; j < V; ++j) acc[i][j] = _mm512_fmadd_ps(w, values[j], acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < Q; ++i) {
+    const float sum = _mm512_reduce_add_ps(total[i]);
+    const __m512 inv = _mm512_set1_ps(1.0f / sum);
+    for (int j = 0; j < V; ++j) _mm512_storeu_ps(out[i] + 16 * j, _mm512_mul_ps(acc[i][j], inv));
+    lse[i] = shift[i] + logf(sum);
+    for (int64_t t = 0; normalize && t < p->tokens; t += 16) {
+      const __mmask16 mask = p->tokens - t >= 16 ? (__mmask16)0xFFFF : lanes(p->tokens - t);
+      _mm512_mask_storeu_ps(probs[i] + t, mask, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, probs[i] + t), inv));
+    }
+  }
+}
+
+#define PREFIX_Q(V, Q) prefix_tile(p, kv_head, kt, q + i, scale, probs + i, out + i, lse + i, normalize, V, Q)
+#define PREFIX_V(V, Q)                                   \
+  case V:                                                \
+    for (; count - i >= Q; i += Q) PREFIX_Q(V, Q);       \
+    for (; i < count; ++i) PREFIX_Q(V, 1);               \
+    break;
+
+/* `count` queries over the prefix, in tiles that keep their accumulators in registers. */
+static void prefix_tiles(const SharedPrefixView* p, int64_t kv_head, const float* kt, const float* const* q,
+                         int64_t count, float scale, float* const* probs, float* const* out, float* lse,
+                         int normalize) {
+  int64_t i = 0;
+  switch (p->head_dim / 16) {
+    PREFIX_V(1, 6) PREFIX_V(2, 6) PREFIX_V(3, 6) PREFIX_V(4, 6) PREFIX_V(5, 2) PREFIX_V(6, 2) PREFIX_V(7, 2)
+    PREFIX_V(8, 2)
+    default:
+      for (; i < count; ++i) switch (p->head_dim / 16) {
+        case 9: PREFIX_Q(9, 1); break;   case 10: PREFIX_Q(10, 1); break; case 11: PREFIX_Q(11, 1); break;
+        case 12: PREFIX_Q(12, 1); break; case 13: PREFIX_Q(13, 1); break; case 14: PREFIX_Q(14, 1); break;
+        case 15: PREFIX_Q(15, 1); break; default: PREFIX_Q(16, 1); break;
+      }
+  }
+}
