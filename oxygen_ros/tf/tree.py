@@ -85,6 +85,8 @@ class TransformTree:
         """The transform from ``source`` to ``target`` coordinates and the time it holds at: at ``at_ns``, or at the
         latest time all dynamic frames between them share (None)."""
         target, source = target.lstrip("/"), source.lstrip("/")
+        if target == source:  # as tf2: a frame's transform to itself is the identity, known or not
+            return Rigid(), at_ns if at_ns is not None else 0
         with self._lock:
             up_source, up_target = self._ancestors(source), self._ancestors(target)
             common = next((frame for frame in up_source if frame in up_target), None)

@@ -46,6 +46,7 @@ def test_chained_lookup_through_static_and_dynamic_edges():
     back, _ = tree.lookup("camera_link", "map")
     assert close(back.apply(rigid.apply((0.0, 0.0, 0.0))), (-0.6, 0.0, -0.3))  # via the common parent
     assert tree.lookup("/odom", "odom")[0] == Rigid()
+    assert TransformTree().lookup("odom", "odom", 5) == (Rigid(), 5)  # as tf2: itself, even before any transform
 
 
 def test_time_tolerance_and_extrapolation():

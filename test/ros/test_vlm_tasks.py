@@ -119,7 +119,7 @@ def test_three_tasks_about_one_frame_compute_its_image_tokens_once(graph):
     assert "".join(f.text for f in asked.feedback).strip() == done.result.answer != ""
     assert done.result.reused_image_tokens == 0  # the first look at the frame computes it
     target = PoseStamped()
-    target.header.frame_id, target.pose.position.x, target.pose.position.y = "map", 1.0, 1.0
+    target.header.frame_id, target.pose.position.x, target.pose.position.y = "odom", 1.0, 1.0  # no TF needed
     goals = [
         send_goal(graph.client, FollowInstruction, "/follow_instruction",
                   FollowInstruction.Goal(instruction="pick up the red cup", rate_hz=2.0)),
