@@ -24,7 +24,7 @@ import torch
 
 HERE = Path(__file__).parent / "cpu"
 SOURCES = tuple(HERE / name for name in ("matvec.c", "decode_row.c", "paged_decode.c", "row_ops.c"))
-HEADERS = tuple(HERE / name for name in ("vector.h", "attention.h", "shared_prefix.h"))
+HEADERS = tuple(HERE / name for name in ("vector.h", "attention.h", "shared_prefix.h", "row_ops.h"))
 FLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC")
 ENV_VAR = "OXYGEN_CPU_MATVEC"  # 0 = never use them (measure torch's ops alone)
 log = logging.getLogger(__name__)

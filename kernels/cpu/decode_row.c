@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include "attention.h"
+#include "row_ops.h"
 
 typedef struct { /* one decoder layer: row-major fp32 weights and its pool view [units, block_size, kv_heads, d] */
   const float *input_norm, *qkv, *qkv_bias, *o, *post_norm, *gate_up, *down;
@@ -37,32 +38,9 @@ int64_t decode_row_scratch(const RowModel* m, int64_t length) {
   return 2 * m->hidden + qkv + m->heads * m->head_dim + 3 * m->intermediate + m->heads * padded16(length);
 }
 
-static void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) {
-  __m512 acc = _mm512_setzero_ps();
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) { const __m512 v = _mm512_loadu_ps(x + j); acc = _mm512_fmadd_ps(v, v, acc); }
-  float sum = _mm512_reduce_add_ps(acc);
-  for (; j < n; ++j) sum += x[j] * x[j];
-  const float inv = 1.0f / sqrtf(sum / (float)n + eps);
-  for (j = 0; j < n; ++j) out[j] = x[j] * inv * w[j];
-}
-
 static void matvec(const float* w, const float* x, float* y, int64_t n, int64_t k) {
   #pragma omp for schedule(static)
   for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, x, y, n, k, b);
-}
-
-/* x [heads, d] rotated in place, HF's rotate-half: x1 * cos - x2 * sin | x2 * cos + x1 * sin. */
-static void rotate(float* x, int64_t heads, int64_t d, const float* cos, const float* sin) {
-  const int64_t half = d / 2;
-  for (int64_t hd = 0; hd < heads; ++hd) {
-    float* v = x + hd * d;
-    for (int64_t i = 0; i < half; ++i) {
-      const float a = v[i], b = v[i + half];
-      v[i] = a * cos[i] - b * sin[i];
-      v[i + half] = b * cos[i + half] + a * sin[i + half];
-    }
-  }
 }
 
 void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int threads) {
@@ -75,13 +53,13 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
   for (int64_t l = 0; l < m->layers; ++l) {
     const RowLayer* L = layers + l;
     #pragma omp single
-    rms_norm(h, L->input_norm, x, H, m->eps);
+    add_rms_norm_row(h, NULL, NULL, L->input_norm, x, H, m->eps);
     matvec(L->qkv, x, qkv, nqkv, H);
     #pragma omp single
     {
       if (L->qkv_bias)
         for (int64_t j = 0; j < nqkv; ++j) qkv[j] += L->qkv_bias[j];
-      rotate(qkv, heads + kvh, d, s->cos, s->sin);
+      rotate_half_heads(qkv, heads + kvh, d, s->cos, s->sin);
       float *k = L->k_cache + s->slot * kvh * d, *v = L->v_cache + s->slot * kvh * d;
       for (int64_t j = 0; j < kvh * d; ++j) { k[j] = qkv[heads * d + j]; v[j] = qkv[(heads + kvh) * d + j]; }
     }
@@ -96,18 +74,10 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
     }
     matvec(L->o, attn, tmp, H, heads * d);
     #pragma omp single
-    {
-      for (int64_t j = 0; j < H; ++j) h[j] += tmp[j];
-      rms_norm(h, L->post_norm, x, H, m->eps);
-    }
+    add_rms_norm_row(h, tmp, h, L->post_norm, x, H, m->eps);
     matvec(L->gate_up, x, gate_up, 2 * I, H);
     #pragma omp for schedule(static)
-    for (int64_t j = 0; j < I; j += 16) {
-      const __mmask16 mask = I - j >= 16 ? (__mmask16)0xFFFF : lanes(I - j);
-      const __m512 g = _mm512_maskz_loadu_ps(mask, gate_up + j), u = _mm512_maskz_loadu_ps(mask, gate_up + I + j);
-      const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-      _mm512_mask_storeu_ps(act + j, mask, _mm512_mul_ps(silu, u));
-    }
+    for (int64_t j = 0; j < I; j += 16) silu_mul_16(gate_up + j, gate_up + I + j, act + j, I - j);
     matvec(L->down, act, tmp, H, I);
     #pragma omp single
     for (int64_t j = 0; j < H; ++j) h[j] += tmp[j];
