@@ -1,7 +1,7 @@
 """The CPU decode kernels (``cpu/*.c``): plain C with no torch headers, built by the machine's C compiler at first use
 and called through ctypes with the tensors' pointers.
 
-On a GPU the Triton kernels read the pool in place; on a CPU these do the same for fp32 pools and weights: the
+On a GPU the Triton kernels read the pool in place; on a CPU these do the same for fp32 pools (fp32 or bf16 weights): the
 one-row matrix-vector product (``matvec.c``), a batch-1 token through the whole decoder stack (``decode_row.c``),
 and a batch's decode attention over its paged contexts (``paged_decode.c``).
 
@@ -25,7 +25,7 @@ import torch
 HERE = Path(__file__).parent / "cpu"
 SOURCES = tuple(HERE / name for name in ("matvec.c", "decode_row.c", "paged_decode.c", "row_ops.c"))
 HEADERS = tuple(HERE / name for name in ("vector.h", "attention.h", "shared_prefix.h", "row_ops.h"))
-FLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC")
+FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mfma", "-fopenmp", "-shared", "-fPIC")
 ENV_VAR = "OXYGEN_CPU_MATVEC"  # 0 = never use them (measure torch's ops alone)
 log = logging.getLogger(__name__)
 

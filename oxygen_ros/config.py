@@ -15,6 +15,7 @@ class EngineConfig:
     model: str = "smollm2-135m"  # a registered name or a Hugging Face folder (Llama / Qwen2 family)
     device: str = "auto"  # auto = cuda when present, else cpu
     dtype: str = "auto"  # compute dtype; auto = float32 on CPU (token-exact vs references), bfloat16 on CUDA
+    weight_dtype: str = "auto"  # projections' stored format; auto = dtype; bfloat16 under float32 on CPU: faster, lossy
     block_size: int = 16  # tokens per KV block
     kv_cache_bytes: int = 0  # KV pool budget in bytes; 0 = use kv_cache_memory_fraction
     kv_cache_memory_fraction: float = 0.7  # of free device memory (CUDA) or available RAM (CPU), after the model
@@ -73,6 +74,8 @@ class EngineConfig:
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"device {self.device!r} requested but CUDA is not available")
         resolve_dtype(self.dtype, torch.device("cpu"))
+        if self.weight_dtype != "auto":
+            resolve_dtype(self.weight_dtype, torch.device("cpu"), "weight_dtype")
         if self.eviction_policy not in ("attention", "lru"):
             raise bad(f"eviction_policy must be attention or lru, got {self.eviction_policy!r}")
         if not 0.0 <= self.eviction_alpha <= 1.0:
@@ -121,9 +124,10 @@ class EngineConfig:
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+def resolve_dtype(name: str, device: torch.device, field_name: str = "dtype") -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if name not in _DTYPES:
-        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"dtype must be auto or one of {sorted(_DTYPES)}, got {name!r}")
+        raise EngineError(ErrorCode.INVALID_ARGUMENT,
+                          f"{field_name} must be auto or one of {sorted(_DTYPES)}, got {name!r}")  # fmt: skip
     return _DTYPES[name]

@@ -6,7 +6,8 @@
  * row's paged context (GQA; the blocks read in place through its block table) -> o product -> residual -> RMSNorm
  * -> fused gate|up product -> SiLU(gate) * up -> down product -> residual, inside one OpenMP parallel region: the
  * products split their eight-row blocks over the threads, attention its query heads, the vector ops run on one.
- * All math is fp32 over an fp32 pool, as in the torch path; the attention mass of each block (summed over heads)
+ * All math is fp32 over an fp32 pool, as in the torch path (bf16 projection weights, when the model stores them so,
+ * are widened to fp32 exactly as they are read); the attention mass of each block (summed over heads)
  * is added to block_mass when it is given, as the eviction policy reads it.
  */
 #include <omp.h>
@@ -14,13 +15,15 @@
 #include "attention.h"
 #include "row_ops.h"
 
-typedef struct { /* one decoder layer: row-major fp32 weights and its pool view [units, block_size, kv_heads, d] */
-  const float *input_norm, *qkv, *qkv_bias, *o, *post_norm, *gate_up, *down;
+typedef struct { /* one decoder layer: fp32 norms and bias, row-major projections (fp32 or bf16), its pool view */
+  const float *input_norm, *qkv_bias, *post_norm;
+  const void *qkv, *o, *gate_up, *down;
   float *k_cache, *v_cache;
 } RowLayer;
 
 typedef struct {
   int64_t layers, hidden, heads, kv_heads, head_dim, intermediate, block_size;
+  int64_t bf16_weights; /* the projections are stored as bf16 */
   float eps, scale;
 } RowModel;
 
@@ -38,9 +41,14 @@ int64_t decode_row_scratch(const RowModel* m, int64_t length) {
   return 2 * m->hidden + qkv + m->heads * m->head_dim + 3 * m->intermediate + m->heads * padded16(length);
 }
 
-static void matvec(const float* w, const float* x, float* y, int64_t n, int64_t k) {
-  #pragma omp for schedule(static)
-  for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, x, y, n, k, b);
+static void project(const RowModel* m, const void* w, const float* x, float* y, int64_t n, int64_t k) {
+  if (m->bf16_weights) {
+    #pragma omp for schedule(static)
+    for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, 1, x, y, n, k, b);
+  } else {
+    #pragma omp for schedule(static)
+    for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, 0, x, y, n, k, b);
+  }
 }
 
 void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int threads) {
@@ -54,7 +62,7 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
     const RowLayer* L = layers + l;
     #pragma omp single
     add_rms_norm_row(h, NULL, NULL, L->input_norm, x, H, m->eps);
-    matvec(L->qkv, x, qkv, nqkv, H);
+    project(m, L->qkv, x, qkv, nqkv, H);
     #pragma omp single
     {
       if (L->qkv_bias)
@@ -72,13 +80,13 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
       #pragma omp for schedule(static)
       for (int64_t b = 0; b < blocks; ++b) credit_blocks(probs, heads, cap, s->length, m->block_size, s->block_mass, b);
     }
-    matvec(L->o, attn, tmp, H, heads * d);
+    project(m, L->o, attn, tmp, H, heads * d);
     #pragma omp single
     add_rms_norm_row(h, tmp, h, L->post_norm, x, H, m->eps);
-    matvec(L->gate_up, x, gate_up, 2 * I, H);
+    project(m, L->gate_up, x, gate_up, 2 * I, H);
     #pragma omp for schedule(static)
     for (int64_t j = 0; j < I; j += 16) silu_mul_16(gate_up + j, gate_up + I + j, act + j, I - j);
-    matvec(L->down, act, tmp, H, I);
+    project(m, L->down, act, tmp, H, I);
     #pragma omp single
     for (int64_t j = 0; j < H; ++j) h[j] += tmp[j];
   }

@@ -1,5 +1,6 @@
-/* AVX-512 pieces shared by the CPU decode kernels: one eight-row block of a streamed matrix-vector product, and a
- * vector exp (the softmax and SiLU of a decode token would otherwise call expf tens of thousands of times).
+/* AVX-512 pieces shared by the CPU decode kernels: one eight-row block of a streamed matrix-vector product (fp32 or
+ * bf16 weights), and a vector exp (the softmax and SiLU of a decode token would otherwise call expf tens of
+ * thousands of times).
  */
 #pragma once
 #include <immintrin.h>
@@ -9,32 +10,49 @@
 
 static inline int64_t matvec_blocks(int64_t n) { return (n + MATVEC_ROWS - 1) / MATVEC_ROWS; }
 
-/* y[8b .. 8b+8) = W[8b .. 8b+8) x for fp32 W [n, k] row-major: each row accumulated in one register, the weight read
- * once, in order (the hardware prefetcher sees eight sequential streams), x from L1. A k that is no multiple of 16
- * ends with a masked load; a last block of fewer than eight rows reads only its own rows. */
-static inline void matvec_block(const float* w, const float* x, float* y, int64_t n, int64_t k, int64_t b) {
+/* 16 weights of a row from element i on as fp32: fp32 as stored, bf16 widened (exact: bf16 is fp32's upper half). */
+static inline __m512 load_weights(const void* w, int64_t i, int bf16) {
+  if (bf16)
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)((const uint16_t*)w + i))), 16));
+  return _mm512_loadu_ps((const float*)w + i);
+}
+
+static inline __m512 load_weights_tail(const void* w, int64_t i, __mmask16 tail, int bf16) {
+  if (bf16)
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(tail, (const uint16_t*)w + i)), 16));
+  return _mm512_maskz_loadu_ps(tail, (const float*)w + i);
+}
+
+/* y[8b .. 8b+8) = W[8b .. 8b+8) x for W [n, k] row-major (fp32, or bf16 when bf16 is set: half the bytes to stream,
+ * the products still fp32): each row accumulated in one register, the weight read once, in order (the hardware
+ * prefetcher sees eight sequential streams), x from L1. A k that is no multiple of 16 ends with a masked load; a
+ * last block of fewer than eight rows reads only its own rows. Callers pass bf16 as a constant: inlined, each
+ * format gets its own loop. */
+static inline void matvec_block(const void* w, int bf16, const float* x, float* y, int64_t n, int64_t k, int64_t b) {
   const int64_t n0 = b * MATVEC_ROWS;
   const int64_t rows = n - n0 < MATVEC_ROWS ? n - n0 : MATVEC_ROWS;
   const int64_t body = k - k % 16;
   const __mmask16 tail = (__mmask16)((1u << (k % 16)) - 1u);
-  const float* base = w + n0 * k;
+  const int64_t base = n0 * k;
   __m512 acc[MATVEC_ROWS];
   for (int r = 0; r < MATVEC_ROWS; ++r) acc[r] = _mm512_setzero_ps();
   if (rows == MATVEC_ROWS) {
     for (int64_t j = 0; j < body; j += 16) {
       const __m512 xv = _mm512_loadu_ps(x + j);
-      for (int r = 0; r < MATVEC_ROWS; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(base + r * k + j), xv, acc[r]);
+      for (int r = 0; r < MATVEC_ROWS; ++r) acc[r] = _mm512_fmadd_ps(load_weights(w, base + r * k + j, bf16), xv, acc[r]);
     }
   } else {
     for (int64_t j = 0; j < body; j += 16) {
       const __m512 xv = _mm512_loadu_ps(x + j);
-      for (int r = 0; r < rows; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(base + r * k + j), xv, acc[r]);
+      for (int r = 0; r < rows; ++r) acc[r] = _mm512_fmadd_ps(load_weights(w, base + r * k + j, bf16), xv, acc[r]);
     }
   }
   if (tail) {
     const __m512 xv = _mm512_maskz_loadu_ps(tail, x + body);
     for (int r = 0; r < rows; ++r)
-      acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, base + r * k + body), xv, acc[r]);
+      acc[r] = _mm512_fmadd_ps(load_weights_tail(w, base + r * k + body, tail, bf16), xv, acc[r]);
   }
   for (int r = 0; r < rows; ++r) y[n0 + r] = _mm512_reduce_add_ps(acc[r]);
 }

@@ -11,9 +11,10 @@ Two workloads, the same prompt token ids for every peer, greedy, fixed lengths:
   shared, one batch per step: its ``parallel`` example, its server's slots); ``ratio_vs_llamacpp_nN`` is against the
   faster of the two.  transformers answers one at a time, prefix recomputed (up to ``hf_max_n``: it is slow).
 
-With ``bf16`` ours also runs with bf16 weights and activations (``dtype: bfloat16``, the faster option on CPUs with
-AVX-512 BF16), and its quality is measured against our fp32 reference path: the share of each answer's greedy
-tokens before the first that differs (the fp32 path equals transformers token for token).
+With ``bf16_weights`` ours also runs with its projections stored as bf16 under fp32 compute (``weight_dtype:
+bfloat16``: half the bytes a token reads, oneDNN's AVX512-BF16 products), and its quality is measured against our fp32
+reference path: the share of each answer's greedy tokens before the first that differs (the fp32 path equals
+transformers token for token); llama.cpp's Q4_1 answers get the same measure, the yardstick for a lossy format.
 
 llama.cpp runs in its own venv (``make peers``: llama-cpp-python, built from source) as a subprocess on the same
 file, with the same thread count; without it the suite says so and reports ours and transformers only.  The PNG
@@ -48,7 +49,7 @@ PEERS_PYTHON_ENV = "OXYGEN_PEERS_PYTHON"  # else .peers-venv/bin/python of the c
 
 def run(
     ns: str = "1,4,8,16,32", new_tokens: int = 64, batch1_tokens: int = 128, prefix_tokens: int = 500,
-    hf_max_n: int = 8, plot: str = "out/bench/peers.png", bf16: int = 1,
+    hf_max_n: int = 8, plot: str = "out/bench/peers.png", bf16_weights: int = 1,
 ) -> dict[str, Any]:
     counts = [int(n) for n in str(ns).split(",")]
     threads = torch.get_num_threads()
@@ -64,11 +65,12 @@ def run(
 
     ours = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros")
     ours_bf16 = None
-    if bf16:
+    if bf16_weights:
         del engine
         engine = Engine(EngineConfig(kv_cache_bytes=1 << 30, max_num_seqs=max(counts), max_model_len=2048,
-                                     dtype="bfloat16"))  # fmt: skip
-        ours_bf16 = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros bf16")
+                                     weight_dtype="bfloat16"))  # fmt: skip
+        bf16_bound = bandwidth / _weight_bytes_per_token(engine)
+        ours_bf16 = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros bf16 weights")
     hf = _transformers(batch1, batch1_tokens, {n: p for n, p in prompts.items() if n <= hf_max_n}, new_tokens)
     llama = _llamacpp(batch1, batch1_tokens, prompts, new_tokens, threads)
 
@@ -84,16 +86,19 @@ def run(
     for n in counts:
         metrics[f"tokens_per_s_n{n}"] = tokens_per_s(ours["shared"], n)
     if ours_bf16 is not None:
-        metrics["bf16_batch1_tokens_per_s"] = ours_bf16["batch1"]
+        metrics["bf16_weights_batch1_tokens_per_s"] = ours_bf16["batch1"]
+        metrics["bf16_weights_batch1_fraction_of_bound"] = ours_bf16["batch1"] / bf16_bound
         for n in counts:
-            metrics[f"bf16_tokens_per_s_n{n}"] = tokens_per_s(ours_bf16["shared"], n)
-        metrics["bf16_greedy_agreement"] = _agreement(ours, ours_bf16, counts)
+            metrics[f"bf16_weights_tokens_per_s_n{n}"] = tokens_per_s(ours_bf16["shared"], n)
+        metrics["bf16_weights_greedy_agreement"] = _agreement(ours, ours_bf16, counts)
     if llama is not None:
         metrics["batch1_ratio_vs_llamacpp"] = ours["batch1"] / llama["batch1"]
         for n in counts:
             best = max(tokens_per_s(llama["shared"], n), tokens_per_s(llama["parallel"], n))
             metrics[f"ratio_vs_llamacpp_n{n}"] = tokens_per_s(ours["shared"], n) / best
-        # how far its Q4_1 answers follow the fp32 ones: the yardstick for a lossy weight format of ours (bf16)
+            if ours_bf16 is not None:
+                metrics[f"bf16_weights_ratio_vs_llamacpp_n{n}"] = tokens_per_s(ours_bf16["shared"], n) / best
+        # how far its Q4_1 answers follow the fp32 ones: the yardstick for a lossy weight format of ours
         metrics["llamacpp_greedy_agreement"] = _agreement(ours, llama, counts)
     details = {
         "threads": threads,
@@ -101,7 +106,7 @@ def run(
         "weight_bytes_per_token": weight_bytes,
         "prompt_tokens": {n: [len(p) for p in ps] for n, ps in prompts.items()},
         "ours": ours,
-        "ours_bf16": ours_bf16,
+        "ours_bf16_weights": ours_bf16,
         "transformers": hf,
         "llamacpp": llama if llama is not None else "not run: no llama.cpp peer (make peers)",
     }
@@ -109,7 +114,7 @@ def run(
         _plot(Path(plot), counts, new_tokens, ours, ours_bf16, hf, llama, bound)
         details["plot"] = plot
     params = {"ns": ns, "new_tokens": new_tokens, "batch1_tokens": batch1_tokens, "prefix_tokens": prefix_tokens,
-              "hf_max_n": hf_max_n, "bf16": bf16}  # fmt: skip
+              "hf_max_n": hf_max_n, "bf16_weights": bf16_weights}  # fmt: skip
     return result("peers", metrics, details, params)
 
 
@@ -120,11 +125,11 @@ def _question(engine: Engine, obs: Observation, i: int) -> GenerateRequest:
 
 def _weight_bytes_per_token(engine: Engine) -> int:
     """Bytes one decode token reads: every projection of every layer and the LM head (the embedding lookup reads
-    one row), in the model's weight dtype."""
+    one row), in the format the weights are stored in."""
     args: LlamaArgs = engine.bundle.model.args
     h, q, kv = args.hidden_size, args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
     per_layer = h * (q + 2 * kv) + q * h + 3 * h * args.intermediate_size
-    return (args.num_layers * per_layer + args.vocab_size * h) * engine.dtype.itemsize
+    return (args.num_layers * per_layer + args.vocab_size * h) * engine.weight_dtype.itemsize
 
 
 def _ours(engine: Engine, counts: list[int], workloads: dict[int, list[GenerateRequest]], batch1_tokens: int,
@@ -250,7 +255,7 @@ def _plot(path: Path, counts: list[int], new_tokens: int, ours: dict, ours_bf16:
 
     sides = [("oxygen_ros", ours, "tab:orange")]
     if ours_bf16 is not None:
-        sides.append(("oxygen_ros bf16", ours_bf16, "tab:red"))
+        sides.append(("oxygen_ros bf16 weights", ours_bf16, "tab:red"))
     sides.append(("transformers", hf, "tab:blue"))
     if llama is not None:
         sides.append(("llama.cpp (Q4_1)", llama, "tab:green"))

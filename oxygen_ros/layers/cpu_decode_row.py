@@ -17,6 +17,7 @@ import torch
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.kernels.cpu_library import library
+from oxygen_ros.layers.cpu_matvec import STREAMED_DTYPES
 from oxygen_ros.layers.rotary import RopeAngles
 
 ENV_VAR = "OXYGEN_CPU_DECODE_ROW"  # 0 = decode layer by layer (measure the difference)
@@ -25,12 +26,12 @@ MAX_HEAD_DIM = 256  # the kernel keeps a query head in 16 registers
 
 class _RowLayer(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in
-                ("input_norm", "qkv", "qkv_bias", "o", "post_norm", "gate_up", "down", "k_cache", "v_cache")]  # fmt: skip
+                ("input_norm", "qkv_bias", "post_norm", "qkv", "o", "gate_up", "down", "k_cache", "v_cache")]  # fmt: skip
 
 
 class _RowModel(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in
-                ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "block_size")]  # fmt: skip
+                ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "block_size", "bf16_weights")]
     _fields_ += [("eps", ctypes.c_float), ("scale", ctypes.c_float)]
 
 
@@ -42,7 +43,8 @@ class _RowStep(ctypes.Structure):
 
 @dataclass(frozen=True)
 class RowLayerWeights:
-    """One decoder layer's fp32 weights, row-major ``[out, in]``: fused q|k|v, o, fused gate|up, down."""
+    """One decoder layer's weights: fp32 norms and bias, the projections row-major ``[out, in]`` (fused q|k|v, o, fused
+    gate|up, down) in fp32 or all in bf16."""
 
     input_norm: torch.Tensor
     qkv: torch.Tensor
@@ -70,12 +72,13 @@ class RowDecoder:
         self._function, self._scratch_floats = function, scratch_floats
         self._keep = [layers, kv]  # the pointers below are theirs
         views = [layer.views[0] for layer in kv.layers]
+        bf16 = layers[0].qkv.dtype == torch.bfloat16
         self._model = _RowModel(len(layers), shape.hidden, shape.heads, shape.kv_heads, shape.head_dim,
-                                shape.intermediate, kv.layout.block_size, shape.eps, shape.head_dim**-0.5)  # fmt: skip
+                                shape.intermediate, kv.layout.block_size, bf16, shape.eps, shape.head_dim**-0.5)  # fmt: skip
         self._layers = (_RowLayer * len(layers))(*(
-            _RowLayer(w.input_norm.data_ptr(), w.qkv.data_ptr(), 0 if w.qkv_bias is None else w.qkv_bias.data_ptr(),
-                      w.o.data_ptr(), w.post_norm.data_ptr(), w.gate_up.data_ptr(), w.down.data_ptr(),
-                      view.k.data_ptr(), view.v.data_ptr())
+            _RowLayer(w.input_norm.data_ptr(), 0 if w.qkv_bias is None else w.qkv_bias.data_ptr(),
+                      w.post_norm.data_ptr(), w.qkv.data_ptr(), w.o.data_ptr(), w.gate_up.data_ptr(),
+                      w.down.data_ptr(), view.k.data_ptr(), view.v.data_ptr())
             for w, view in zip(layers, views, strict=True)
         ))  # fmt: skip
         self._scratch = torch.empty(0)
@@ -105,7 +108,11 @@ def row_decoder(shape: RowShape, layers: list[RowLayerWeights], kv: KVCache) -> 
     if any(t is None for w in layers for name, t in vars(w).items() if name != "qkv_bias"):
         return None  # a layer without its row-major weights (packed without the one-row kernel)
     tensors = [t for w in layers for t in vars(w).values() if t is not None]
-    if any(t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() for t in tensors):
+    if any(t.device.type != "cpu" or not t.is_contiguous() for t in tensors):
+        return None
+    norms = [t for w in layers for t in (w.input_norm, w.post_norm, w.qkv_bias) if t is not None]
+    projections = {t.dtype for w in layers for t in (w.qkv, w.o, w.gate_up, w.down)}
+    if any(t.dtype != torch.float32 for t in norms) or len(projections) != 1 or projections - STREAMED_DTYPES:
         return None
     function = kernels.decode_row
     function.argtypes = [ctypes.POINTER(_RowModel), ctypes.POINTER(_RowLayer), ctypes.POINTER(_RowStep), ctypes.c_int]

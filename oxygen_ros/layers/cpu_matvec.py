@@ -1,10 +1,11 @@
-"""A matrix-vector product that reads fp32 weights at the DRAM rate: one-row products on a CPU.
+"""A matrix-vector product that reads fp32 (or bf16) weights at the DRAM rate: one-row products on a CPU.
 
 A decode step of one sequence multiplies every weight once by one vector, so its time is the time the weights take
 to stream in. oneDNN's fp32 product reads them at about half the rate a plain sum over the same bytes does here (18-22
 vs 33-38 GB/s, two threads); ``kernels/cpu/matvec.c``, eight rows per AVX-512 register block, reads them at ~93% of it. The
 decoder layers of a batch-1 token run whole in ``kernels/cpu/decode_row.c``; this product serves the LM head and any other
-packed layer given one row. Where the C kernels do not run (``kernels.cpu_library``), ``matvec_kernel()`` is None and callers
+packed layer given one row. bf16 weights are widened to fp32 exactly as they stream in: half the bytes, fp32 products.
+Where the C kernels do not run (``kernels.cpu_library``), ``matvec_kernel()`` is None and callers
 keep oneDNN.
 """
 
@@ -17,22 +18,26 @@ import torch
 from oxygen_ros.kernels.cpu_library import library
 
 Matvec = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+STREAMED_DTYPES = frozenset((torch.float32, torch.bfloat16))  # weight formats it reads (bf16 widened exactly)
 
 
 @cache
 def matvec_kernel() -> Matvec | None:
-    """``matvec(weight [n, k], x [k]) -> [n]`` (fp32, contiguous, CPU), or None where it cannot run."""
+    """``matvec(weight [n, k], x [k]) -> [n]`` (x fp32, the weight fp32 or bf16, contiguous, CPU), or None where it
+    cannot run."""
     kernels = library()
     if kernels is None:
         return None
-    function = kernels.matvec_f32
-    function.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+    function = kernels.matvec
+    function.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                         ctypes.c_int64, ctypes.c_int]  # fmt: skip
     function.restype = None
 
     def matvec(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         n, k = weight.shape
         out = torch.empty(n, dtype=torch.float32)
-        function(weight.data_ptr(), x.data_ptr(), out.data_ptr(), n, k, torch.get_num_threads())
+        bf16 = weight.dtype == torch.bfloat16
+        function(weight.data_ptr(), bf16, x.data_ptr(), out.data_ptr(), n, k, torch.get_num_threads())
         return out
 
     return matvec
@@ -40,4 +45,4 @@ def matvec_kernel() -> Matvec | None:
 
 def can_stream(weight: torch.Tensor) -> bool:
     """Whether ``matvec`` can read this weight as it is."""
-    return weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.is_contiguous()
+    return weight.device.type == "cpu" and weight.dtype in STREAMED_DTYPES and weight.is_contiguous()

@@ -11,6 +11,12 @@ A single row (batch-1 decode) goes to ``cpu_matvec`` instead where it runs: it r
 machine's DRAM rate, where oneDNN reads it at half. That needs the row-major weight as well, so a packed layer keeps
 both (for a tied LM head the embedding table is that copy already): on a CPU the weights take twice their size,
 ~1 GB for SmolLM2-135M, for a ~1.3x faster batch-1 token.
+
+With ``weights=torch.bfloat16`` under fp32 compute (``weight_dtype: bfloat16``) a layer stores its weight as bf16:
+half the bytes to stream, and oneDNN's bf16 products (AVX512-BF16) run ~1.6-2x faster than fp32 ones here. Each
+input is rounded to bf16 on the way in, the sums stay fp32, the output is fp32 again; a single row instead streams
+the bf16 rows into fp32 products (``cpu_matvec``). Lossy (bf16 keeps 8 bits of mantissa): an option whose quality
+``bench --suite peers`` measures, never the reference path.
 """
 
 import torch
@@ -27,31 +33,41 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 class PackedLinear(nn.Module):
-    """``x @ weight.T + bias`` with a prepacked weight (inference only: the weight is no parameter)."""
+    """``x @ weight.T + bias`` with a prepacked weight (inference only: the weight is no parameter).  ``weights`` is
+    the stored format when it differs from the weight's (bf16 under fp32 compute); the bias stays as given."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, weights: torch.dtype | None = None) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), BATCH_HINT)
+        stored = weight.detach().to(weights or weight.dtype).contiguous()
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(stored, BATCH_HINT)
+        self.stored_dtype = stored.dtype
         self.bias = None if bias is None else bias.detach()
-        self.matvec = matvec_kernel() if can_stream(weight) else None
-        self.rows = weight.detach() if self.matvec is not None else None  # row-major, for the one-row product
+        streams = weight.dtype == torch.float32 and can_stream(stored)  # one fp32 row at a time
+        self.matvec = matvec_kernel() if streams else None
+        self.rows = stored if self.matvec is not None else None  # row-major, for the one-row product
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        if self.matvec is not None and flat.shape[0] == 1 and can_stream(flat):
+        if self.matvec is not None and flat.shape[0] == 1 and flat.dtype == torch.float32 and flat.is_contiguous():
             out = self.matvec(self.rows, flat[0])[None]
             if self.bias is not None:
                 out += self.bias
-        else:
+        elif flat.dtype == self.stored_dtype:
             out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
+        else:  # bf16 weights under fp32 compute: bf16 in, fp32 sums, fp32 out
+            out = torch.ops.mkldnn._linear_pointwise(flat.to(self.stored_dtype), self.packed, None, "none", [], "")
+            out = out.to(flat.dtype)
+            if self.bias is not None:
+                out += self.bias
         return out.view(*x.shape[:-1], self.out_features)
 
 
-def pack_linears(module: nn.Module) -> None:
-    """Replace every ``nn.Linear`` below ``module`` by a ``PackedLinear`` of the same weights."""
+def pack_linears(module: nn.Module, weights: torch.dtype | None = None) -> None:
+    """Replace every ``nn.Linear`` below ``module`` by a ``PackedLinear`` of the same weights (stored as ``weights``
+    when given)."""
     for name, child in module.named_children():
         if isinstance(child, nn.Linear):
-            setattr(module, name, PackedLinear(child.weight, child.bias))
+            setattr(module, name, PackedLinear(child.weight, child.bias, weights))
         else:
-            pack_linears(child)
+            pack_linears(child, weights)

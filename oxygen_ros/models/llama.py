@@ -105,16 +105,16 @@ class LlamaModel(nn.Module):
         self.packed_head: PackedLinear | None = None
         self._row: tuple[weakref.ref, RowDecoder | None] | None = None  # the one-call batch-1 decoder, per pool
 
-    def pack_weights(self) -> None:
-        """Fuse q/k/v and gate/up, then prepack every projection and the LM head for this CPU (``packed_linear``);
-        call once, after loading.  A tied head gets its own packed copy: the embedding table stays row-major for
-        lookups."""
+    def pack_weights(self, weights: torch.dtype | None = None) -> None:
+        """Fuse q/k/v and gate/up, then prepack every projection and the LM head for this CPU (``packed_linear``),
+        stored as ``weights`` when given (bf16 under fp32 compute); call once, after loading.  A tied head gets its
+        own packed copy: the embedding table stays row-major (and in the compute dtype) for lookups."""
         head = self.embed_tokens.weight if self.args.tie_word_embeddings else self.lm_head.weight
         for layer in self.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
-        pack_linears(self.layers)
-        self.packed_head = PackedLinear(head)
+        pack_linears(self.layers, weights)
+        self.packed_head = PackedLinear(head, weights=weights)
         if not self.args.tie_word_embeddings:
             del self.lm_head
 

@@ -22,7 +22,7 @@ from oxygen_ros.nodes import params
 
 # What describes a model and its KV; topics, tiers and scheduling stay in the parameter file.
 KEYS = (
-    "model", "dtype", "block_size", "kv_cache_bytes", "kv_cache_memory_fraction", "kv_dtype", "kv_observation_dtype",
+    "model", "dtype", "weight_dtype", "block_size", "kv_cache_bytes", "kv_cache_memory_fraction", "kv_dtype", "kv_observation_dtype",
     "max_num_seqs", "max_model_len", "max_num_batched_tokens", "num_denoise_steps", "seed",
     "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
 )  # fmt: skip

@@ -12,14 +12,15 @@ def test_peers_suite_measures_ours_and_transformers(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(peers_suite, "_peers_python", lambda: None)
     plot = tmp_path / "peers.png"
     out = peers_suite.run(ns="1,2", new_tokens=3, batch1_tokens=4, prefix_tokens=40, hf_max_n=2, plot=str(plot),
-                          bf16=1)  # fmt: skip
+                          bf16_weights=1)  # fmt: skip
     metrics = out["metrics"]
     assert "ratio_vs_llamacpp_n2" not in metrics and "no llama.cpp peer" in out["details"]["llamacpp"]
     assert "make peers" in capsys.readouterr().err
     for name in ("batch1_tokens_per_s", "batch1_ratio_vs_hf", "batch1_fraction_of_bound", "bound_tokens_per_s",
-                 "tokens_per_s_n1", "tokens_per_s_n2", "bf16_batch1_tokens_per_s", "bf16_tokens_per_s_n2"):  # fmt: skip
+                 "tokens_per_s_n1", "tokens_per_s_n2", "bf16_weights_batch1_tokens_per_s",
+                 "bf16_weights_tokens_per_s_n2", "bf16_weights_batch1_fraction_of_bound"):  # fmt: skip
         assert math.isfinite(metrics[name]) and metrics[name] > 0, name
-    assert 0.0 <= metrics["bf16_greedy_agreement"] <= 1.0
+    assert 0.0 <= metrics["bf16_weights_greedy_agreement"] <= 1.0
     details = out["details"]
     assert details["read_bandwidth_gb_s"] > 0.5
     assert details["weight_bytes_per_token"] == 4 * (30 * (576 * (576 + 2 * 192) + 576 * 576 + 3 * 576 * 1536)

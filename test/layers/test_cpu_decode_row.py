@@ -1,7 +1,8 @@
 """The one-call batch-1 decoder (``kernels/cpu/decode_row.c``) against the layer-by-layer torch path it replaces, on a random
 Llama-shaped model over a pool whose blocks are scattered: the token's output, the K/V it stores and the attention
 mass per block must agree, for GQA and MHA, with and without q/k/v biases (Qwen2), a context ending inside a block
-and exactly at its end. (The real SmolLM2 against transformers, token for token, runs through this path too:
+and exactly at its end; with bf16 projection weights it must equal the fp32 decoder on the same weights rounded to
+bf16 (the weights are widened exactly; only fp32 sums differ). (The real SmolLM2 against transformers, token for token, runs through this path too:
 test/engine/test_smollm2_vs_hf.py.)"""
 
 import pytest
@@ -19,7 +20,8 @@ BLOCK = 16
 TABLE = [5, 2, 9, 0, 7]  # scattered and out of order: read through the table, never as a run
 
 
-def _model(heads: int, kv_heads: int, head_dim: int, bias: bool) -> LlamaModel:
+def _model(heads: int, kv_heads: int, head_dim: int, bias: bool, weights: torch.dtype | None = None,
+           rounded: bool = False) -> LlamaModel:  # fmt: skip
     torch.manual_seed(heads * 100 + kv_heads * 10 + head_dim + bias)
     args = LlamaArgs(vocab_size=97, hidden_size=heads * head_dim, intermediate_size=200, num_layers=3,
                      num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, attention_bias=bias)  # fmt: skip
@@ -27,7 +29,10 @@ def _model(heads: int, kv_heads: int, head_dim: int, bias: bool) -> LlamaModel:
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.3)  # norms and biases too: nothing left at 1 / 0 by construction
-    model.pack_weights()
+        for name, p in model.named_parameters():
+            if rounded and name.endswith("_proj.weight"):
+                p.copy_(p.bfloat16())  # the projections' values as bf16 holds them (embeddings stay fp32)
+    model.pack_weights(weights)
     return model
 
 
@@ -41,14 +46,15 @@ def _context(tokens: list[int], start: int, with_mass: bool) -> tuple[StepContex
     return ctx, torch.arange(start, start + n)
 
 
-def _decode(model: LlamaModel, prompt: list[int], token: int, row_path: bool) -> tuple[torch.Tensor, KVCache,
-                                                                                            torch.Tensor]:  # fmt: skip
-    """(the decode token's output, the pool after it, the block mass of its step) from a fresh pool."""
+def _decode(model: LlamaModel, prompt: list[int], token: int, row_path: bool,
+            prefill: LlamaModel | None = None) -> tuple[torch.Tensor, KVCache, torch.Tensor]:  # fmt: skip
+    """(the decode token's output, the pool after it, the block mass of its step) from a fresh pool, the prompt
+    prefilled by ``prefill`` (default: the model itself)."""
     a = model.args
     kv = KVCache(KVLayout(a.num_layers, a.num_kv_heads, a.head_dim, BLOCK, torch.float32), 10, torch.device("cpu"))
     with torch.inference_mode():
         ctx, positions = _context(prompt, 0, with_mass=False)
-        model(torch.tensor(prompt), positions, ctx, kv)  # prefill: layer by layer either way
+        (prefill or model)(torch.tensor(prompt), positions, ctx, kv)  # prefill: layer by layer either way
         ctx, positions = _context([token], len(prompt), with_mass=True)
         if not row_path:
             model._row = None
@@ -79,6 +85,23 @@ def test_row_decoder_equals_layer_by_layer(heads, kv_heads, head_dim, bias, prom
             assert flat_a[slot].abs().sum() > 0
     assert fast_mass[0].sum().item() == pytest.approx(model.args.num_layers * heads, rel=1e-5)  # each head sums to 1
     torch.testing.assert_close(fast_mass, slow_mass, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim,bias", [(4, 2, 32, False), (3, 3, 64, True)])
+def test_row_decoder_with_bf16_weights_equals_fp32_on_the_rounded_weights(heads, kv_heads, head_dim, bias):
+    bf16 = _model(heads, kv_heads, head_dim, bias, weights=torch.bfloat16)
+    fp32 = _model(heads, kv_heads, head_dim, bias, rounded=True)
+    assert bf16.layers[0].self_attn.qkv_proj.rows.dtype == torch.bfloat16
+    prompt = torch.randint(0, 97, (40,), generator=torch.Generator().manual_seed(3)).tolist()
+    for row_path in (True, False):  # the one-call decoder and the layer-by-layer one-row products alike
+        # the prompt prefilled by the fp32 model for both: a multi-row bf16 product rounds its inputs (the option's
+        # loss, test_cpu_matvec), a one-row one does not
+        out, kv, mass = _decode(bf16, prompt, 11, row_path=row_path, prefill=fp32)
+        ref, ref_kv, ref_mass = _decode(fp32, prompt, 11, row_path=row_path)
+        torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(mass, ref_mass, atol=1e-5, rtol=1e-5)
+    unrounded = _model(heads, kv_heads, head_dim, bias)
+    assert (out - _decode(unrounded, prompt, 11, row_path=True, prefill=fp32)[0]).abs().max() > 1e-4  # not fp32
 
 
 def test_row_decoder_declines_what_it_cannot_read(monkeypatch):

@@ -1,5 +1,6 @@
-"""The streamed fp32 matrix-vector product (batch-1 decode on a CPU) against fp64 torch, over shapes that end inside
-an eight-row block and inside a 16-float vector, and the packed layer's choice between it and oneDNN."""
+"""The streamed matrix-vector product (batch-1 decode on a CPU) against fp64 torch, over shapes that end inside an
+eight-row block and inside a 16-float vector, with fp32 and bf16 weights, and the packed layer's choice between it and
+oneDNN, including bf16 weights under fp32 compute."""
 
 import pytest
 import torch
@@ -22,6 +23,18 @@ def test_matvec_equals_fp64(n, k):
     assert out.shape == (n,) and out.dtype == torch.float32
     reference = weight.double() @ x.double()
     torch.testing.assert_close(out.double(), reference, atol=1e-5 * k**0.5, rtol=0)  # fp32 sums of k terms
+
+
+@needs_kernel
+@pytest.mark.parametrize("n,k", [(1, 16), (7, 5), (37, 50), (960, 576), (3, 1001)])
+def test_matvec_widens_bf16_weights_exactly(n, k):
+    gen = torch.Generator().manual_seed(n * 1000 + k)
+    weight, x = torch.randn(n, k, generator=gen).bfloat16(), torch.randn(k, generator=gen)
+    out = matvec(weight, x)
+    assert out.dtype == torch.float32
+    reference = weight.double() @ x.double()  # bf16 -> fp64 is exact: only the fp32 sums differ
+    torch.testing.assert_close(out.double(), reference, atol=1e-5 * k**0.5, rtol=0)
+    assert torch.equal(out, matvec(weight.float(), x))  # the same products as the widened fp32 weight
 
 
 @needs_kernel
@@ -49,3 +62,26 @@ def test_packed_layer_streams_one_row_and_packs_the_rest():
         x = torch.randn(rows, 576, generator=gen)
         with torch.inference_mode():
             torch.testing.assert_close(layer(x), linear(x), atol=1e-4, rtol=0)
+
+
+@pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.bfloat16), reason="oneDNN bf16 packing is unavailable")
+def test_packed_layer_with_bf16_weights_under_fp32_compute():
+    """One row: the bf16 weight widened into fp32 products (exact up to fp32 sums). More rows: oneDNN's bf16 product,
+    the input rounded to bf16 and the output too (the option's documented loss); the bias added in fp32."""
+    gen = torch.Generator().manual_seed(1)
+    weight, bias = torch.randn(960, 576, generator=gen), torch.randn(960, generator=gen)
+    layer = PackedLinear(weight, bias, weights=torch.bfloat16)
+    assert layer.stored_dtype == torch.bfloat16 and layer.packed.dtype == torch.bfloat16
+    rounded = weight.bfloat16().double()
+    with torch.inference_mode():
+        one = torch.randn(1, 576, generator=gen)
+        out = layer(one)
+        assert out.dtype == torch.float32
+        tolerance = 1e-5 * 576**0.5 if matvec is not None else 0.05  # oneDNN also rounds one row's input and output
+        torch.testing.assert_close(out.double(), one.double() @ rounded.T + bias.double(), atol=tolerance, rtol=0)
+        rows = torch.randn(5, 576, generator=gen)
+        out = layer(rows)
+        exact = rows.bfloat16().double() @ rounded.T  # bf16 inputs, exact sums
+        assert out.dtype == torch.float32
+        torch.testing.assert_close(out.double() - bias.double(), exact, atol=1e-3, rtol=2**-8)  # one bf16 rounding
+        assert (out.double() - bias.double() - exact).abs().max() > 0  # it is the lossy product, not fp32's

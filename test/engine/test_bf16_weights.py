@@ -1,0 +1,92 @@
+"""``weight_dtype: bfloat16`` under fp32 compute: the real SmolLM2 with bf16 projections must keep transformers' fp32
+predictions (teacher-forced next tokens over a scene text and the questions of the token tests), serve the engine's
+batched and batch-1 paths, and be refused where it does not apply, naming the field."""
+
+import pytest
+import torch
+from engine_helpers import make_engine
+from hf_reference import hf_smollm2
+
+from oxygen_ros.config import EngineConfig
+from oxygen_ros.engine.io import GenerateRequest
+from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.kv.layout import KVLayout
+from oxygen_ros.kv.step_context import StepContext
+from oxygen_ros.layers.packed_linear import can_pack
+from oxygen_ros.models.registry import load_model
+
+CPU = torch.device("cpu")
+pytestmark = pytest.mark.skipif(not can_pack(CPU, torch.bfloat16), reason="oneDNN bf16 packing is unavailable")
+BLOCK = 16
+TEXT = ("A kitchen table seen from the robot's head camera: a red cup 10 cm left and 40 cm ahead, a blue box, a green "
+        "apple beside a white plate, a phone and a tall grey bottle at the far edge. The robot is asked what it sees, "
+        "which object is closest to its gripper, how many things on the table are red, and whether it can reach the "
+        "bottle without moving its base. It answers in one short sentence each time.")
+PROMPTS = ["What is the capital of France?", "Name three primary colors.", "How many legs does a spider have?",
+           "Which planet is known as the red planet?"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bf16_bundle():
+    return load_model("smollm2-135m", CPU, torch.float32, weights=torch.bfloat16)
+
+
+def _teacher_forced_logits(model, ids: list[int]) -> torch.Tensor:
+    """Next-token logits at every position of ``ids``, one prefill through our model over a fresh pool."""
+    a = model.args
+    blocks = -(-len(ids) // BLOCK)
+    kv = KVCache(KVLayout(a.num_layers, a.num_kv_heads, a.head_dim, BLOCK, torch.float32), blocks, CPU)
+    table = list(range(blocks))
+    ctx = StepContext(slot_mapping=torch.arange(len(ids)), query_lens=[len(ids)], context_lens=[len(ids)],
+                      block_tables=torch.tensor([table]), tables=[table], slots=list(range(len(ids))))  # fmt: skip
+    with torch.inference_mode():
+        return model.compute_logits(model(torch.tensor(ids), torch.arange(len(ids)), ctx, kv))
+
+
+def test_bf16_weights_keep_transformers_predictions(bf16_bundle, smollm2_bundle):
+    hf_model, tokenizer = hf_smollm2()
+    ids = tokenizer(TEXT + " " + " ".join(PROMPTS))["input_ids"]
+    with torch.inference_mode():
+        reference = hf_model(torch.tensor([ids])).logits[0].float()
+    assert bf16_bundle.model.layers[0].mlp.gate_up_proj.stored_dtype == torch.bfloat16
+    ours = _teacher_forced_logits(bf16_bundle.model, ids)
+    fp32 = _teacher_forced_logits(smollm2_bundle.model, ids)
+    assert (fp32.argmax(-1) == reference.argmax(-1)).float().mean() == 1.0  # the reference path: the same tokens
+    agreement = (ours.argmax(-1) == reference.argmax(-1)).float().mean().item()
+    kl = torch.nn.functional.kl_div(ours.log_softmax(-1), reference.log_softmax(-1), log_target=True,
+                                    reduction="batchmean").item()  # fmt: skip
+    assert agreement >= 0.9, agreement
+    assert kl < 0.05, kl
+    assert (ours - fp32).abs().max() > 1e-3  # lossy: it is not the fp32 path
+
+
+def test_engine_serves_bf16_weights_batched_and_alone(bf16_bundle):
+    engine = make_engine(bf16_bundle)
+    sampling = SamplingParams(max_new_tokens=12)
+    batched = engine.generate([GenerateRequest(p, sampling=sampling) for p in PROMPTS])
+    alone = engine.generate([GenerateRequest(PROMPTS[0], sampling=sampling)])
+    assert all(not out.error_code and len(out.token_ids) > 0 for out in batched + alone)
+    assert "Paris" in engine.tokenizer.decode(alone[0].token_ids)
+    assert engine.pool.num_used == 0  # every block freed (debug_checks verified the invariants per step)
+
+
+@pytest.mark.parametrize(
+    "values,needle",
+    [
+        ({"weight_dtype": "int4"}, "weight_dtype must be auto or one of"),
+        ({"weight_dtype": "bfloat16", "dtype": "bfloat16", "model": "smollm2-135m"}, None),
+        ({"weight_dtype": "float16"}, "the one mixed format is bfloat16 weights under float32"),
+        ({"weight_dtype": "bfloat16", "model": "pi05-causal-tiny"}, "weight_dtype applies to language models"),
+    ],
+)
+def test_weight_dtype_is_checked_naming_the_field(values, needle):
+    if needle is None:  # the same format as the compute dtype is no mixed format: plain bf16
+        assert EngineConfig.from_dict(values).weight_dtype == "bfloat16"
+        return
+    with pytest.raises(EngineError) as err:
+        cfg = EngineConfig.from_dict(values)
+        load_model(cfg.model, CPU, torch.float32, weights={"float16": torch.float16, "bfloat16": torch.bfloat16}
+                   [cfg.weight_dtype])  # fmt: skip
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT and needle in err.value.message
