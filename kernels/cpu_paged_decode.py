@@ -8,6 +8,7 @@ the group's queries at once as matrix products, the rest by dot products, merged
 """
 
 import ctypes
+import threading
 from dataclasses import dataclass
 from functools import cache
 
@@ -17,6 +18,7 @@ from .cpu_library import library
 from .quant_spec import KVBlocks
 
 MAX_HEAD_DIM = 256  # a query head is kept in 16 vector registers
+_scratch = threading.local()  # one buffer per thread, grown as needed: a fresh ~1 MB per layer call would be faulted in
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,14 @@ def cpu_paged_decode(
                         *group_ptrs, num_seqs, num_heads, blocks.num_kv_heads, head_dim, blocks.block_size,
                         tables.shape[1], max_context, 0 if groups is None else groups.blocks.shape[0],
                         sm_scale)  # fmt: skip
-    scratch = torch.empty(scratch_floats(ctypes.byref(args)))
-    args.scratch = scratch.data_ptr()
+    args.scratch = _scratch_buffer(scratch_floats(ctypes.byref(args))).data_ptr()
     run(ctypes.byref(args), torch.get_num_threads())
     return out.to(q.dtype)
+
+
+def _scratch_buffer(floats: int) -> torch.Tensor:
+    """This thread's kernel scratch, at least ``floats`` long (the kernel writes before it reads: no zeroing)."""
+    buffer = getattr(_scratch, "buffer", None)
+    if buffer is None or buffer.numel() < floats:
+        buffer = _scratch.buffer = torch.empty(max(floats, 2 * (0 if buffer is None else buffer.numel())))
+    return buffer

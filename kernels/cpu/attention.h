@@ -14,6 +14,9 @@ typedef struct { /* one sequence's context in one layer's pool view [units, bloc
   int64_t length, block_size, kv_heads, head_dim;
 } PagedContext;
 
+#define MAX_V 16       /* vectors of 16 floats per head: head_dim <= 256 */
+#define ATTEND_MAX_G 3 /* query heads attended together per K/V row */
+
 static inline int64_t padded16(int64_t n) { return (n + 15) / 16 * 16; }
 
 /* The first row of kv head `kv_head` in block entry b of the context's table; the block's next tokens follow
@@ -31,21 +34,22 @@ static inline const float* block_start(const PagedContext* c, const float* cache
 
 /* softmax(q_j K^T * scale) V for the G query heads q_j (head_dim = 16 V floats each, consecutive in q) that read
  * kv head `kv_head`: each K and V row is loaded once for all G heads. V and G are compile-time constants (see
- * attend_heads), so queries and accumulators live in registers. probs + j * stride keeps head j's normalized
+ * attend_heads) and the arrays are sized by their bounds (a variable-length array would live in memory), so
+ * queries and accumulators live in registers. probs + j * stride keeps head j's normalized
  * weights, lse[j] (if lse) the log-sum-exp of its scaled scores. */
 static inline __attribute__((always_inline)) void attend_fixed(const PagedContext* c, int64_t kv_head,
                                                                 const float* q, float scale, float* probs,
                                                                 int64_t stride, float* out, float* lse,
                                                                 const int V, const int G) {
   const int64_t n = c->length;
-  __m512 qv[G][V], acc[G][V];
-  float top[G];
+  __m512 qv[ATTEND_MAX_G][MAX_V], acc[ATTEND_MAX_G][MAX_V];
+  float top[ATTEND_MAX_G];
   for (int j = 0; j < G; ++j) {
     top[j] = -INFINITY;
     for (int i = 0; i < V; ++i) { qv[j][i] = _mm512_loadu_ps(q + (j * V + i) * 16); acc[j][i] = _mm512_setzero_ps(); }
   }
   FOR_EACH_TOKEN(c, c->k, kv_head, t, k) {
-    __m512 kv[V];
+    __m512 kv[MAX_V];
     for (int i = 0; i < V; ++i) kv[i] = _mm512_loadu_ps(k + 16 * i);
     for (int j = 0; j < G; ++j) {
       __m512 dot = _mm512_mul_ps(qv[j][0], kv[0]);
@@ -55,7 +59,7 @@ static inline __attribute__((always_inline)) void attend_fixed(const PagedContex
       top[j] = score > top[j] ? score : top[j];
     }
   }
-  float inv[G];
+  float inv[ATTEND_MAX_G];
   for (int j = 0; j < G; ++j) {
     float* p = probs + j * stride;
     const __m512 shift = _mm512_set1_ps(top[j]);
@@ -71,7 +75,7 @@ static inline __attribute__((always_inline)) void attend_fixed(const PagedContex
     if (lse) lse[j] = top[j] + logf(sum);
   }
   FOR_EACH_TOKEN(c, c->v, kv_head, t, v) {
-    __m512 vv[V];
+    __m512 vv[MAX_V];
     for (int i = 0; i < V; ++i) vv[i] = _mm512_loadu_ps(v + 16 * i);
     for (int j = 0; j < G; ++j) {
       const __m512 w = _mm512_set1_ps(probs[j * stride + t] *= inv[j]);

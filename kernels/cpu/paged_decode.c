@@ -28,6 +28,7 @@ typedef struct {
 } PagedDecode;
 
 #define TILE 6 /* queries per prefix work item */
+_Static_assert(TILE <= PREFIX_MAX_Q, "a work item is one tile");
 
 static int64_t transposed_floats(const PagedDecode* a) {
   int64_t n = 0;

@@ -10,6 +10,8 @@
 #pragma once
 #include "attention.h"
 
+#define PREFIX_MAX_Q 6 /* queries per tile, at most */
+
 typedef struct { /* a prefix: `tokens` tokens in the blocks `table` of a pool view */
   const float *k, *v;
   const int64_t* table;
@@ -23,11 +25,19 @@ static inline const float* prefix_row(const SharedPrefixView* p, const float* ca
                      p->head_dim;
 }
 
-/* kt[dim][16] of chunk `chunk` of kv head `kv_head` (tokens past the prefix: zeros). */
+/* kt[dim][16] of chunk `chunk` of kv head `kv_head` (tokens past the prefix: zeros). A full chunk inside one block
+ * (its 16 rows evenly spaced) is read by 16-lane gathers, one per dimension; anything else row by row. */
 static void transpose_chunk(const SharedPrefixView* p, int64_t kv_head, int64_t chunk, float* kt) {
-  const int64_t d = p->head_dim;
+  const int64_t d = p->head_dim, t0 = chunk * 16;
+  if (t0 + 16 <= p->tokens && p->block_size % 16 == 0) {
+    const float* first = prefix_row(p, p->k, t0, kv_head);
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)(p->kv_heads * d)));
+    for (int64_t j = 0; j < d; ++j) _mm512_storeu_ps(kt + j * 16, _mm512_i32gather_ps(rows, first + j, 4));
+    return;
+  }
   for (int64_t i = 0; i < 16; ++i) {
-    const int64_t t = chunk * 16 + i;
+    const int64_t t = t0 + i;
     const float* k = t < p->tokens ? prefix_row(p, p->k, t, kv_head) : NULL;
     for (int64_t j = 0; j < d; ++j) kt[j * 16 + i] = k ? k[j] : 0.0f;
   }
@@ -35,17 +45,19 @@ static void transpose_chunk(const SharedPrefixView* p, int64_t kv_head, int64_t 
 
 /* Q queries (pointers q[i], head_dim = 16 V floats) over the prefix of kv head `kv_head` (kt: its transposed chunks):
  * out[i] (16 V floats) = softmax(q K^T * scale) V, lse[i] its log-sum-exp, probs[i][0 .. tokens) the weights
- * (normalized if `normalize`, else exp(score - max)). V and Q are compile-time constants (prefix_tiles dispatches). */
+ * (normalized if `normalize`, else exp(score - max)). V and Q are compile-time constants (prefix_tiles dispatches);
+ * the arrays are sized by their bounds, not by V and Q: gcc keeps a fixed-size array's elements in registers, a
+ * variable-length one in memory (every accumulation a load and a store). */
 static inline __attribute__((always_inline)) void prefix_tile(const SharedPrefixView* p, int64_t kv_head,
                                                                const float* kt, const float* const* q, float scale,
                                                                float* const* probs, float* const* out, float* lse,
                                                                int normalize, const int V, const int Q) {
   const int64_t d = 16 * V, chunks = prefix_chunks(p->tokens);
-  __m512 top[Q];
+  __m512 top[PREFIX_MAX_Q];
   for (int i = 0; i < Q; ++i) top[i] = _mm512_set1_ps(-INFINITY);
   for (int64_t c = 0; c < chunks; ++c) {
     const float* block = kt + c * d * 16;
-    __m512 s[Q];
+    __m512 s[PREFIX_MAX_Q];
     for (int i = 0; i < Q; ++i) s[i] = _mm512_setzero_ps();
     for (int64_t j = 0; j < d; ++j) {
       const __m512 column = _mm512_loadu_ps(block + j * 16);
@@ -59,11 +71,10 @@ static inline __attribute__((always_inline)) void prefix_tile(const SharedPrefix
       top[i] = _mm512_mask_max_ps(top[i], mask, top[i], scaled);
     }
   }
-  float shift[Q];
-  __m512 total[Q], acc[Q][V];
+  float shift[PREFIX_MAX_Q];
+  __m512 acc[PREFIX_MAX_Q][MAX_V];
   for (int i = 0; i < Q; ++i) {
     shift[i] = _mm512_reduce_max_ps(top[i]);
-    total[i] = _mm512_setzero_ps();
     for (int j = 0; j < V; ++j) acc[i][j] = _mm512_setzero_ps();
   }
   for (int64_t c = 0; c < chunks; ++c) {
@@ -71,7 +82,6 @@ static inline __attribute__((always_inline)) void prefix_tile(const SharedPrefix
     const __mmask16 mask = n == 16 ? (__mmask16)0xFFFF : lanes(n);
     for (int i = 0; i < Q; ++i) {
       const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, probs[i] + c * 16), _mm512_set1_ps(shift[i])));
-      total[i] = _mm512_add_ps(total[i], _mm512_maskz_mov_ps(mask, e));
       _mm512_mask_storeu_ps(probs[i] + c * 16, mask, e);
     }
     const float* row = prefix_row(p, p->v, c * 16, kv_head);
@@ -81,7 +91,7 @@ static inline __attribute__((always_inline)) void prefix_tile(const SharedPrefix
         row = prefix_row(p, p->v, c * 16 + t, kv_head);
         offset = 0;
       }
-      __m512 values[V];
+      __m512 values[MAX_V];
       for (int j = 0; j < V; ++j) values[j] = _mm512_loadu_ps(row + 16 * j);
       for (int i = 0; i < Q; ++i) {
         const __m512 w = _mm512_set1_ps(probs[i][c * 16 + t]);
@@ -89,8 +99,12 @@ static inline __attribute__((always_inline)) void prefix_tile(const SharedPrefix
       }
     }
   }
-  for (int i = 0; i < Q; ++i) {
-    const float sum = _mm512_reduce_add_ps(total[i]);
+  for (int i = 0; i < Q; ++i) { /* the sum of the weights, read back: no accumulators live across the loop above */
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t t = 0; t < p->tokens; t += 16)
+      total = _mm512_add_ps(total, _mm512_maskz_loadu_ps(p->tokens - t >= 16 ? (__mmask16)0xFFFF
+                                                                               : lanes(p->tokens - t), probs[i] + t));
+    const float sum = _mm512_reduce_add_ps(total);
     const __m512 inv = _mm512_set1_ps(1.0f / sum);
     for (int j = 0; j < V; ++j) _mm512_storeu_ps(out[i] + 16 * j, _mm512_mul_ps(acc[i][j], inv));
     lse[i] = shift[i] + logf(sum);
