@@ -15,7 +15,7 @@ class EngineConfig:
     model: str = "smollm2-135m"  # a registered name or a Hugging Face folder (Llama / Qwen2 family)
     device: str = "auto"  # auto = cuda when present, else cpu
     dtype: str = "auto"  # compute dtype; auto = float32 on CPU (token-exact vs references), bfloat16 on CUDA
-    weight_dtype: str = "auto"  # projections' stored format; auto = dtype; bfloat16 under float32 on CPU: faster, lossy
+    weight_dtype: str = "auto"  # layers' projections stored as; auto = dtype; bfloat16 under float32 on CPU: faster, lossy
     block_size: int = 16  # tokens per KV block
     kv_cache_bytes: int = 0  # KV pool budget in bytes; 0 = use kv_cache_memory_fraction
     kv_cache_memory_fraction: float = 0.7  # of free device memory (CUDA) or available RAM (CPU), after the model

@@ -124,12 +124,12 @@ def _question(engine: Engine, obs: Observation, i: int) -> GenerateRequest:
 
 
 def _weight_bytes_per_token(engine: Engine) -> int:
-    """Bytes one decode token reads: every projection of every layer and the LM head (the embedding lookup reads
-    one row), in the format the weights are stored in."""
+    """Bytes one decode token reads: every projection of every layer (in the format they are stored in) and the LM
+    head (in the compute dtype; the embedding lookup reads one row)."""
     args: LlamaArgs = engine.bundle.model.args
     h, q, kv = args.hidden_size, args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
     per_layer = h * (q + 2 * kv) + q * h + 3 * h * args.intermediate_size
-    return (args.num_layers * per_layer + args.vocab_size * h) * engine.weight_dtype.itemsize
+    return args.num_layers * per_layer * engine.weight_dtype.itemsize + args.vocab_size * h * engine.dtype.itemsize
 
 
 def _ours(engine: Engine, counts: list[int], workloads: dict[int, list[GenerateRequest]], batch1_tokens: int,

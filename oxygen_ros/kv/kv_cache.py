@@ -35,6 +35,7 @@ from oxygen_ros.kv.block_moves import take
 from oxygen_ros.kv.format_plan import FormatPlan
 from oxygen_ros.kv.kv_write import KVWrite
 from oxygen_ros.kv.cascade import plan_cascade, plan_prefix_groups
+from oxygen_ros.kv.token_rows import plan_token_rows
 from oxygen_ros.kv.layout import KVLayout, PoolLayout
 
 if TYPE_CHECKING:
@@ -126,6 +127,14 @@ class LayerKV:
         return self.decode(q, ctx.block_tables, ctx.context_lens_tensor, scale, block_mass=ctx.block_mass,
                            plan=ctx.format_plan, lens=ctx.context_lens)  # fmt: skip
 
+    def prefill_step(self, q: torch.Tensor, ctx: "StepContext", scale: float) -> torch.Tensor:
+        """Attention of a prefill step's new tokens [T, H, D], each a row over its context in the pool (stored
+        before: ``KVCache.bind`` chose this path, ``kv.token_rows``)."""
+        rows = ctx.token_rows
+        assert rows is not None
+        return cpu_paged_decode(q, self.views[0], rows.tables, rows.lengths, rows.max_length, scale,
+                                groups=rows.groups)  # fmt: skip
+
     def decode(
         self, q: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
         block_mass: torch.Tensor | None = None, plan: FormatPlan | None = None, lens: list[int] | None = None,
@@ -204,8 +213,9 @@ class KVCache:
     def bind(self, ctx: "StepContext") -> None:
         """Add what this pool's reads need to a step's context, once (a context serves every layer and, for the
         action expert, every denoising step): the per-format plan of a mixed pool, or the shared-prefix plan of a CPU
-        decode step (prefix groups for the C kernel, or the torch path's cascade layout)."""
-        if ctx.format_plan is not None or ctx.cascade is not None or ctx.prefix_groups is not None:
+        decode step (prefix groups for the C kernel, or the torch path's cascade layout), or the token rows of a CPU
+        prefill step the C kernel serves."""
+        if any(x is not None for x in (ctx.format_plan, ctx.cascade, ctx.prefix_groups, ctx.token_rows)):
             return
         if self.pool_layout.mixed:
             plan = ctx.format_plan = FormatPlan(self.units, self.layout.block_size, len(self.pool_layout.formats),
@@ -219,6 +229,9 @@ class KVCache:
                 ctx.prefix_groups = groups
             else:
                 ctx.cascade = groups
+        elif self.decodes_in_place and not use_triton(self.device) and _rows_read_the_pool(ctx):
+            ctx.token_rows = plan_token_rows(ctx.block_tables, ctx.query_lens, ctx.context_lens, ctx.tables,
+                                             self.layout.block_size)  # fmt: skip
 
     def _live_units(self, fmt: int) -> torch.Tensor:
         """Units of blocks of format ``fmt`` that hold KV (in use or cached): what an fp8 rescale must requantize."""
@@ -296,6 +309,13 @@ class KVCache:
             return 0, [block_id]
         assert self.block_pool is not None, "a mixed-format KVCache needs attach(pool)"
         return self.block_pool.block_units(block_id)
+
+
+def _rows_read_the_pool(ctx: "StepContext") -> bool:
+    """Whether a prefill step's attention can be its tokens as rows over the pool (``kv.token_rows``): causal, every
+    new token stored, and more than one fresh causal sequence (that one keeps torch's fused causal attention)."""
+    return (ctx.prefill is not None and ctx.prefill.mask is not None and not any(ctx.bidirectional_lens or ())
+            and min(ctx.slots) >= 0)  # fmt: skip
 
 
 def _whole(units: KVBlocks, width: int) -> KVBlocks:

@@ -22,6 +22,7 @@ from oxygen_ros.kernels import CascadeLayout
 from oxygen_ros.kernels.cpu_paged_decode import PrefixGroups
 from oxygen_ros.kv.format_plan import FormatPlan
 from oxygen_ros.kv.kv_write import KVWrite, stored_tokens
+from oxygen_ros.kv.token_rows import TokenRows
 
 
 @dataclass
@@ -55,6 +56,7 @@ class StepContext:
     format_plan: FormatPlan | None = field(default=None, init=False, repr=False)  # mixed pools: KVCache.bind
     cascade: CascadeLayout | None = field(default=None, init=False, repr=False)  # CPU decode, torch: KVCache.bind
     prefix_groups: PrefixGroups | None = field(default=None, init=False, repr=False)  # CPU decode, C: likewise
+    token_rows: TokenRows | None = field(default=None, init=False, repr=False)  # CPU prefill, C: likewise
 
     def __post_init__(self) -> None:
         if self.tables is None:

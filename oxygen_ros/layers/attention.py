@@ -1,9 +1,10 @@
 """Attention over the paged KV pool for one layer of a step (``StepContext`` says where the batch's tokens sit).
 
 Decode steps read each context from the pool (the new token included, just written): in place with the paged Triton
-kernel on a GPU, by shared-prefix attention in torch on a CPU (``KVCache.bind`` chose).  Prefill chunks read their
-cached prefix from the pool and use their own K/V as computed, padded to ``[B, max_query]`` with the mask the step
-context built once.
+kernel on a GPU, by shared-prefix attention (C or torch) on a CPU (``KVCache.bind`` chose).  On a CPU with the C
+kernels, prefill chunks that continue a cached prefix or share a step are rows of that kernel too (``kv.token_rows``);
+elsewhere they read their cached prefix from the pool and use their own K/V as computed, padded to ``[B, max_query]``
+with the mask the step context built once.
 """
 
 import torch
@@ -21,6 +22,8 @@ def paged_attention(
     cache.write(k, v, ctx.kv_writes)
     if ctx.is_decode:
         return cache.decode_step(q, ctx, scale)
+    if ctx.token_rows is not None:
+        return cache.prefill_step(q, ctx, scale)
     layout = ctx.prefill
     num_seqs, max_q = ctx.num_seqs, layout.max_query
     qs, new_k, new_v = (_pad(x, layout.pad_index, num_seqs, max_q) for x in (q, k, v))

@@ -84,8 +84,9 @@ DESCRIPTIONS: dict[str, str] = {
     "Hugging Face Llama/Qwen2 or Idefics3, pi0 / pi0.5 (LeRobot or transformers layout)",
     "device": "auto (CUDA when present, else CPU), cpu, cuda or cuda:N",
     "dtype": "compute dtype: auto (float32 on CPU, bfloat16 on CUDA), float32, float16 or bfloat16",
-    "weight_dtype": "stored format of the projection weights: auto (= dtype), or bfloat16 under float32 compute on a "
-    "CPU (half the bytes, oneDNN's bf16 products: faster, lossy; docs/benchmarks.md measures it)",
+    "weight_dtype": "stored format of the decoder layers' projection weights (the LM head stays in dtype): auto (= "
+    "dtype), or bfloat16 under float32 compute on a CPU (half the bytes, oneDNN's bf16 products: faster, lossy; "
+    "docs/benchmarks.md measures it)",
     "block_size": "tokens per KV block (a power of two)",
     "kv_cache_bytes": "KV pool budget in bytes; 0 = use kv_cache_memory_fraction",
     "kv_cache_memory_fraction": "KV pool share of free device memory (CUDA) or available RAM (CPU)",

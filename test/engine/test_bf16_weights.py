@@ -1,5 +1,5 @@
-"""``weight_dtype: bfloat16`` under fp32 compute: the real SmolLM2 with bf16 projections must keep transformers' fp32
-predictions (teacher-forced next tokens over a scene text and the questions of the token tests), serve the engine's
+"""``weight_dtype: bfloat16`` under fp32 compute: the real SmolLM2 with bf16 layer projections (the LM head stays fp32)
+must keep transformers' fp32 predictions (teacher-forced next tokens over a scene text and the questions of the token tests), serve the engine's
 batched and batch-1 paths, and be refused where it does not apply, naming the field."""
 
 import pytest
@@ -51,6 +51,7 @@ def test_bf16_weights_keep_transformers_predictions(bf16_bundle, smollm2_bundle)
     with torch.inference_mode():
         reference = hf_model(torch.tensor([ids])).logits[0].float()
     assert bf16_bundle.model.layers[0].mlp.gate_up_proj.stored_dtype == torch.bfloat16
+    assert bf16_bundle.model.packed_head.stored_dtype == torch.float32  # logits never rounded to bf16
     ours = _teacher_forced_logits(bf16_bundle.model, ids)
     fp32 = _teacher_forced_logits(smollm2_bundle.model, ids)
     assert (fp32.argmax(-1) == reference.argmax(-1)).float().mean() == 1.0  # the reference path: the same tokens
