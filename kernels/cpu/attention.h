@@ -111,12 +111,15 @@ static void attend_heads(const PagedContext* c, int64_t kv_head, const float* q,
   }
 }
 
-/* mass[b] += the weights of block b's tokens, summed over `heads` rows of probs (each `stride` floats apart). */
+/* mass[b] += the weights of block b's tokens, summed over `heads` rows of probs (each `stride` floats apart), 16
+ * tokens per vector: a scalar float sum is one dependent add per weight (the compiler may not reorder it). */
 static void credit_blocks(const float* probs, int64_t heads, int64_t stride, int64_t length, int64_t block_size,
                           float* mass, int64_t b) {
   const int64_t t0 = b * block_size, t1 = t0 + block_size < length ? t0 + block_size : length;
-  float sum = 0.0f;
+  __m512 sum = _mm512_setzero_ps();
   for (int64_t hd = 0; hd < heads; ++hd)
-    for (int64_t t = t0; t < t1; ++t) sum += probs[hd * stride + t];
-  mass[b] += sum;
+    for (int64_t t = t0; t < t1; t += 16)
+      sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(t1 - t >= 16 ? (__mmask16)0xFFFF : lanes(t1 - t),
+                                                     probs + hd * stride + t));
+  mass[b] += _mm512_reduce_add_ps(sum);
 }
