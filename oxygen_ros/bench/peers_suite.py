@@ -253,7 +253,7 @@ def _plot(path: Path, counts: list[int], new_tokens: int, ours: dict, ours_bf16:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sides = [("oxygen_ros", ours, "tab:orange")]
+    sides = [("oxygen_ros fp32", ours, "tab:orange")]
     if ours_bf16 is not None:
         sides.append(("oxygen_ros bf16 weights", ours_bf16, "tab:red"))
     sides.append(("transformers", hf, "tab:blue"))
