@@ -1,4 +1,5 @@
-"""``cpu_paged_decode``: a decode step's attention over an fp32 pool on a CPU, read in place (``cpu/paged_decode.c``).
+"""``cpu_paged_decode``: attention of one query per row over an fp32 pool on a CPU, read in place (``cpu/paged_decode.c``):
+a decode step's rows, or a short prefill chunk's tokens as rows (``kv.token_rows``).
 
 The torch path (``cascade_decode``) copies what it reads out of the pool and merges partial attentions in several
 ops per layer; the C kernel reads each sequence's blocks where they are, through its block table. Blocks that a group
@@ -19,6 +20,7 @@ from .quant_spec import KVBlocks
 
 MAX_HEAD_DIM = 256  # a query head is kept in 16 vector registers
 _scratch = threading.local()  # one buffer per thread, grown as needed: a fresh ~1 MB per layer call would be faulted in
+KEPT_SCRATCH_FLOATS = 1 << 23  # a larger need (32 MB) gets a buffer of its own for that call
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,10 @@ def cpu_paged_decode(
 
 def _scratch_buffer(floats: int) -> torch.Tensor:
     """This thread's kernel scratch, at least ``floats`` long (the kernel writes before it reads: no zeroing)."""
+    if floats > KEPT_SCRATCH_FLOATS:
+        return torch.empty(floats)
     buffer = getattr(_scratch, "buffer", None)
     if buffer is None or buffer.numel() < floats:
-        buffer = _scratch.buffer = torch.empty(max(floats, 2 * (0 if buffer is None else buffer.numel())))
+        grown = min(KEPT_SCRATCH_FLOATS, 2 * (0 if buffer is None else buffer.numel()))
+        buffer = _scratch.buffer = torch.empty(max(floats, grown))
     return buffer

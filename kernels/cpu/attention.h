@@ -88,10 +88,10 @@ static inline __attribute__((always_inline)) void attend_fixed(const PagedContex
 
 #define ATTEND_G(V, G) \
   attend_fixed(c, kv_head, q + h * d, scale, probs + h * stride, stride, out + h * d, lse ? lse + h : NULL, V, G)
-#define ATTEND_V(V)                                                   \
-  case V:                                                             \
-    for (; heads - h >= 3; h += 3) ATTEND_G(V, 3);                    \
-    for (; h < heads; ++h) ATTEND_G(V, 1);                            \
+#define ATTEND_V(V)                                                                 \
+  case V:                                                                           \
+    for (; heads - h >= ATTEND_MAX_G; h += ATTEND_MAX_G) ATTEND_G(V, ATTEND_MAX_G); \
+    for (; h < heads; ++h) ATTEND_G(V, 1);                                          \
     break;
 
 /* The `heads` query heads at q (consecutive, head_dim = 16 * V floats each; head_dim a multiple of 16, at most 256)

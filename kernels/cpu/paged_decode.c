@@ -29,6 +29,7 @@ typedef struct {
 
 #define TILE 6 /* queries per prefix work item */
 _Static_assert(TILE <= PREFIX_MAX_Q, "a work item is one tile");
+_Static_assert(PREFIX_WIDE_Q <= PREFIX_MAX_Q && PREFIX_NARROW_Q <= PREFIX_MAX_Q, "tiles fit their arrays");
 
 static int64_t transposed_floats(const PagedDecode* a) {
   int64_t n = 0;

@@ -10,7 +10,9 @@
 #pragma once
 #include "attention.h"
 
-#define PREFIX_MAX_Q 6 /* queries per tile, at most */
+#define PREFIX_MAX_Q 6    /* queries per tile, at most */
+#define PREFIX_WIDE_Q 6   /* queries per tile for head_dim <= 64 */
+#define PREFIX_NARROW_Q 2 /* for head_dim 80 .. 128 */
 
 typedef struct { /* a prefix: `tokens` tokens in the blocks `table` of a pool view */
   const float *k, *v;
@@ -128,8 +130,8 @@ static void prefix_tiles(const SharedPrefixView* p, int64_t kv_head, const float
                          int normalize) {
   int64_t i = 0;
   switch (p->head_dim / 16) {
-    PREFIX_V(1, 6) PREFIX_V(2, 6) PREFIX_V(3, 6) PREFIX_V(4, 6) PREFIX_V(5, 2) PREFIX_V(6, 2) PREFIX_V(7, 2)
-    PREFIX_V(8, 2)
+    PREFIX_V(1, PREFIX_WIDE_Q) PREFIX_V(2, PREFIX_WIDE_Q) PREFIX_V(3, PREFIX_WIDE_Q) PREFIX_V(4, PREFIX_WIDE_Q)
+    PREFIX_V(5, PREFIX_NARROW_Q) PREFIX_V(6, PREFIX_NARROW_Q) PREFIX_V(7, PREFIX_NARROW_Q) PREFIX_V(8, PREFIX_NARROW_Q)
     default:
       for (; i < count; ++i) switch (p->head_dim / 16) {
         case 9: PREFIX_Q(9, 1); break;   case 10: PREFIX_Q(10, 1); break; case 11: PREFIX_Q(11, 1); break;

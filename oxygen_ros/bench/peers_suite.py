@@ -129,7 +129,8 @@ def _weight_bytes_per_token(engine: Engine) -> int:
     args: LlamaArgs = engine.bundle.model.args
     h, q, kv = args.hidden_size, args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
     per_layer = h * (q + 2 * kv) + q * h + 3 * h * args.intermediate_size
-    return args.num_layers * per_layer * engine.weight_dtype.itemsize + args.vocab_size * h * engine.dtype.itemsize
+    stored = getattr(engine.bundle.model.layers[0].self_attn.qkv_proj, "stored_dtype", engine.dtype)  # packed or not
+    return args.num_layers * per_layer * stored.itemsize + args.vocab_size * h * engine.dtype.itemsize
 
 
 def _ours(engine: Engine, counts: list[int], workloads: dict[int, list[GenerateRequest]], batch1_tokens: int,

@@ -67,8 +67,8 @@ class Engine:
         self.device = config.torch_device()
         self.dtype = resolve_dtype(config.dtype, self.device)
         auto = config.weight_dtype == "auto"
-        self.weight_dtype = self.dtype if auto else resolve_dtype(config.weight_dtype, self.device, "weight_dtype")
-        self.bundle = bundle or load_model(config.model, self.device, self.dtype, config.seed, self.weight_dtype)
+        weight_dtype = self.dtype if auto else resolve_dtype(config.weight_dtype, self.device, "weight_dtype")
+        self.bundle = bundle or load_model(config.model, self.device, self.dtype, config.seed, weight_dtype)
         self.tokenizer = self.bundle.tokenizer
         b = self.bundle
         self.pool_layout, self.task_formats, self.observation_format = self._kv_formats()

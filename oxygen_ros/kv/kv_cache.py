@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from oxygen_ros.kv.step_context import StepContext
 
 IN_PLACE_ENV_VAR = "OXYGEN_CPU_PAGED_DECODE"  # 0 = CPU decode attention by shared-prefix torch ops (measure it)
+TOKEN_ROWS_MAX_QUERY = 64  # new tokens per sequence, at most, for a prefill step run as rows of the paged kernel
+TOKEN_ROWS_MAX_READS = 1 << 20  # rows x longest context: the kernel's weights buffer (x heads floats) stays small
 
 
 class BlockUnits(Protocol):
@@ -313,9 +315,12 @@ class KVCache:
 
 def _rows_read_the_pool(ctx: "StepContext") -> bool:
     """Whether a prefill step's attention can be its tokens as rows over the pool (``kv.token_rows``): causal, every
-    new token stored, and more than one fresh causal sequence (that one keeps torch's fused causal attention)."""
+    new token stored, anything but one fresh causal sequence (that keeps torch's fused causal attention), and short
+    chunks (question tails, steps shared with decoding rows): a row's new tokens are read by dot products, and the
+    kernel keeps a weight per row and context token, so long chunks stay with torch's attention."""
     return (ctx.prefill is not None and ctx.prefill.mask is not None and not any(ctx.bidirectional_lens or ())
-            and min(ctx.slots) >= 0)  # fmt: skip
+            and min(ctx.slots) >= 0 and max(ctx.query_lens) <= TOKEN_ROWS_MAX_QUERY
+            and len(ctx.slots) * ctx.max_context <= TOKEN_ROWS_MAX_READS)  # fmt: skip
 
 
 def _whole(units: KVBlocks, width: int) -> KVBlocks:

@@ -12,10 +12,11 @@ machine's DRAM rate, where oneDNN reads it at half. That needs the row-major wei
 both (for a tied LM head the embedding table is that copy already): on a CPU the weights take twice their size,
 ~1 GB for SmolLM2-135M, for a ~1.3x faster batch-1 token.
 
-With ``weights=torch.bfloat16`` under fp32 compute (``weight_dtype: bfloat16``) a layer stores its weight as bf16:
+With ``weight_dtype=torch.bfloat16`` under fp32 compute (``weight_dtype: bfloat16``) a layer stores its weight as bf16:
 half the bytes to stream, and oneDNN's bf16 products (AVX512-BF16) run ~1.6-2x faster than fp32 ones here. Each
-input is rounded to bf16 on the way in, the sums stay fp32, the output is fp32 again; a single row instead streams
-the bf16 rows into fp32 products (``cpu_matvec``). Lossy (bf16 keeps 8 bits of mantissa): an option whose quality
+input is rounded to bf16 on the way in and the sums run in fp32, but oneDNN hands the output back in bf16 (rounded)
+before it is widened to fp32; a single row instead streams the bf16 rows into fp32 products (``cpu_matvec``): exact
+up to fp32 sums. Lossy (bf16 keeps 8 bits of mantissa): an option whose quality
 ``bench --suite peers`` measures, never the reference path.
 """
 
@@ -32,14 +33,20 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))  # fmt: skip
 
 
-class PackedLinear(nn.Module):
-    """``x @ weight.T + bias`` with a prepacked weight (inference only: the weight is no parameter).  ``weights`` is
-    the stored format when it differs from the weight's (bf16 under fp32 compute); the bias stays as given."""
+def can_pack_bf16(device: torch.device) -> bool:
+    """Whether bf16 weights can be packed and multiplied here (oneDNN reports bf16 support: AVX-512 at least)."""
+    return can_pack(device, torch.bfloat16) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, weights: torch.dtype | None = None) -> None:
+
+class PackedLinear(nn.Module):
+    """``x @ weight.T + bias`` with a prepacked weight (inference only: the weight is no parameter).  ``weight_dtype``
+    is the stored format when it differs from the weight's (bf16 under fp32 compute); the bias stays as given."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 weight_dtype: torch.dtype | None = None) -> None:  # fmt: skip
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        stored = weight.detach().to(weights or weight.dtype).contiguous()
+        stored = weight.detach().to(weight_dtype or weight.dtype).contiguous()
         self.packed = torch.ops.mkldnn._reorder_linear_weight(stored, BATCH_HINT)
         self.stored_dtype = stored.dtype
         self.bias = None if bias is None else bias.detach()
@@ -63,11 +70,11 @@ class PackedLinear(nn.Module):
         return out.view(*x.shape[:-1], self.out_features)
 
 
-def pack_linears(module: nn.Module, weights: torch.dtype | None = None) -> None:
-    """Replace every ``nn.Linear`` below ``module`` by a ``PackedLinear`` of the same weights (stored as ``weights``
-    when given)."""
+def pack_linears(module: nn.Module, weight_dtype: torch.dtype | None = None) -> None:
+    """Replace every ``nn.Linear`` below ``module`` by a ``PackedLinear`` of the same weights (stored as
+    ``weight_dtype`` when given)."""
     for name, child in module.named_children():
         if isinstance(child, nn.Linear):
-            setattr(module, name, PackedLinear(child.weight, child.bias, weights))
+            setattr(module, name, PackedLinear(child.weight, child.bias, weight_dtype))
         else:
-            pack_linears(child, weights)
+            pack_linears(child, weight_dtype)

@@ -105,9 +105,9 @@ class LlamaModel(nn.Module):
         self.packed_head: PackedLinear | None = None
         self._row: tuple[weakref.ref, RowDecoder | None] | None = None  # the one-call batch-1 decoder, per pool
 
-    def pack_weights(self, weights: torch.dtype | None = None) -> None:
+    def pack_weights(self, weight_dtype: torch.dtype | None = None) -> None:
         """Fuse q/k/v and gate/up, then prepack every projection and the LM head for this CPU (``packed_linear``);
-        the layers' projections stored as ``weights`` when given (bf16 under fp32 compute), the head always in the
+        the layers' projections stored as ``weight_dtype`` when given (bf16 under fp32 compute), the head always in the
         compute dtype: a product of several bf16 rows comes back rounded to bf16, and logits rounded to bf16 tie
         often enough to decide greedy answers.  Call once, after loading.  A tied head gets its own packed copy: the
         embedding table stays row-major for lookups."""
@@ -115,7 +115,7 @@ class LlamaModel(nn.Module):
         for layer in self.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
-        pack_linears(self.layers, weights)
+        pack_linears(self.layers, weight_dtype)
         self.packed_head = PackedLinear(head)
         if not self.args.tie_word_embeddings:
             del self.lm_head

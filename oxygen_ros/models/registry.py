@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.layers.packed_linear import can_pack
+from oxygen_ros.layers.packed_linear import can_pack, can_pack_bf16
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.llama import LlamaModel
 from oxygen_ros.models.loaded import LoadedModel
@@ -44,11 +44,11 @@ def known_models() -> list[str]:
 
 
 def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 0,
-               weights: torch.dtype | None = None) -> ModelBundle:  # fmt: skip
+               weight_dtype: torch.dtype | None = None) -> ModelBundle:  # fmt: skip
     """Build ``name`` (a registered name or a Hugging Face folder) on ``device``; EngineError if it cannot.
-    ``weights``: the projections' stored format when it is not ``dtype`` (bf16 under fp32 compute, CPU only)."""
-    if weights not in (None, dtype):
-        _check_weights(name, device, dtype, weights)
+    ``weight_dtype``: the layers' projections' stored format when it is not ``dtype`` (bf16 under fp32 compute, CPU only)."""
+    if weight_dtype not in (None, dtype):
+        _check_weight_dtype(name, device, dtype, weight_dtype)
     if name in RENAMED:
         raise EngineError(ErrorCode.NOT_FOUND, f"model {name!r} is now {RENAMED[name]!r} (pi0.5's shapes with the "
                           "prompt causal after the images: an approximation); pi0.5 itself at random weights is "
@@ -57,28 +57,28 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 
         return _load_vla(name, device, dtype, seed)
     path = Path(name).expanduser()
     if (path / "config.json").is_file() and _is_idefics3(path):
-        return _load_idefics3(path, device, dtype, weights)
+        return _load_idefics3(path, device, dtype, weight_dtype)
     if (path / "config.json").is_file() and (_is_pi0(path) or _is_pi05(path)):
         return _load_policy(path, device, dtype)
     loaded = _read(name)
     model = LlamaModel(loaded.args)
     model.load_state_dict(loaded.state_dict, strict=True)
-    return _ready(model, loaded.tokenizer, loaded.name, loaded.args, device, dtype, weights)
+    return _ready(model, loaded.tokenizer, loaded.name, loaded.args, device, dtype, weight_dtype)
 
 
-def _check_weights(name: str, device: torch.device, dtype: torch.dtype, weights: torch.dtype) -> None:
+def _check_weight_dtype(name: str, device: torch.device, dtype: torch.dtype, weight_dtype: torch.dtype) -> None:
     """A stored weight format apart from the compute dtype exists for one case: bf16 projections of a language
     model (or a VLM's decoder) under fp32 compute on a CPU, through oneDNN's packed products."""
     path = Path(name).expanduser()
     if name in VLA_MODELS or ((path / "config.json").is_file() and (_is_pi0(path) or _is_pi05(path))):
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype applies to language models and VLM decoders, "
                           f"not to the action model {name!r}: leave it auto")  # fmt: skip
-    if (weights, dtype) != (torch.bfloat16, torch.float32):
-        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype {weights} with dtype {dtype}: the one mixed "
+    if (weight_dtype, dtype) != (torch.bfloat16, torch.float32):
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype {weight_dtype} with dtype {dtype}: the one mixed "
                           "format is bfloat16 weights under float32 compute")  # fmt: skip
-    if not can_pack(device, torch.bfloat16):
+    if not can_pack_bf16(device):
         raise EngineError(ErrorCode.FAILED_PRECONDITION, f"weight_dtype bfloat16 under float32 compute runs on a CPU "
-                          f"with oneDNN's packed products; not on {device}")  # fmt: skip
+                          f"whose oneDNN computes bf16 products (AVX-512); not on {device} here")  # fmt: skip
 
 
 def _load_vla(name: str, device: torch.device, dtype: torch.dtype, seed: int) -> ModelBundle:
@@ -147,7 +147,8 @@ def _load_policy(folder: Path, device: torch.device, dtype: torch.dtype) -> Mode
     return _vla_bundle(model.to(device=device, dtype=dtype), tokenizer, model_id)
 
 
-def _load_idefics3(folder: Path, device: torch.device, dtype: torch.dtype, weights: torch.dtype | None) -> ModelBundle:
+def _load_idefics3(folder: Path, device: torch.device, dtype: torch.dtype,
+                   weight_dtype: torch.dtype | None) -> ModelBundle:  # fmt: skip
     """A SmolVLM / Idefics3 folder: vision encoder, connector and Llama decoder, fp32 weights cast to ``dtype``."""
     from oxygen_ros.models.idefics3.loader import load_idefics3_folder
 
@@ -155,16 +156,16 @@ def _load_idefics3(folder: Path, device: torch.device, dtype: torch.dtype, weigh
         model, tokenizer, model_id = load_idefics3_folder(folder)
     except (ValueError, FileNotFoundError) as exc:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load model folder {folder}: {exc}") from exc
-    return _ready(model, tokenizer, model_id, model.args, device, dtype, weights, vision=True)
+    return _ready(model, tokenizer, model_id, model.args, device, dtype, weight_dtype, vision=True)
 
 
 def _ready(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str, args: LlamaArgs, device: torch.device,
-           dtype: torch.dtype, weights: torch.dtype | None, vision: bool = False) -> ModelBundle:  # fmt: skip
-    """A loaded Llama-decoder model on ``device`` in ``dtype``, its weights prepacked (as ``weights`` when given)
+           dtype: torch.dtype, weight_dtype: torch.dtype | None, vision: bool = False) -> ModelBundle:  # fmt: skip
+    """A loaded Llama-decoder model on ``device`` in ``dtype``, its weights prepacked (as ``weight_dtype`` when given)
     where this CPU reads that faster, with what the engine needs to know about it."""
     model.to(device=device, dtype=dtype).eval()
     if can_pack(device, dtype):
-        model.pack_weights(None if weights == dtype else weights)
+        model.pack_weights(None if weight_dtype == dtype else weight_dtype)
     return ModelBundle(
         model=model, tokenizer=tokenizer, model_id=model_id, num_layers=args.num_layers,
         num_kv_heads=args.num_kv_heads, head_dim=args.head_dim, max_position_embeddings=args.max_position_embeddings,

@@ -14,11 +14,11 @@ from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.layers.packed_linear import can_pack
+from oxygen_ros.layers.packed_linear import can_pack_bf16
 from oxygen_ros.models.registry import load_model
 
 CPU = torch.device("cpu")
-pytestmark = pytest.mark.skipif(not can_pack(CPU, torch.bfloat16), reason="oneDNN bf16 packing is unavailable")
+pytestmark = pytest.mark.skipif(not can_pack_bf16(CPU), reason="oneDNN bf16 products are unavailable here")
 BLOCK = 16
 TEXT = ("A kitchen table seen from the robot's head camera: a red cup 10 cm left and 40 cm ahead, a blue box, a green "
         "apple beside a white plate, a phone and a tall grey bottle at the far edge. The robot is asked what it sees, "
@@ -30,7 +30,7 @@ PROMPTS = ["What is the capital of France?", "Name three primary colors.", "How 
 
 @pytest.fixture(scope="module")
 def bf16_bundle():
-    return load_model("smollm2-135m", CPU, torch.float32, weights=torch.bfloat16)
+    return load_model("smollm2-135m", CPU, torch.float32, weight_dtype=torch.bfloat16)
 
 
 def _teacher_forced_logits(model, ids: list[int]) -> torch.Tensor:
@@ -88,6 +88,6 @@ def test_weight_dtype_is_checked_naming_the_field(values, needle):
         return
     with pytest.raises(EngineError) as err:
         cfg = EngineConfig.from_dict(values)
-        load_model(cfg.model, CPU, torch.float32, weights={"float16": torch.float16, "bfloat16": torch.bfloat16}
-                   [cfg.weight_dtype])  # fmt: skip
+        load_model(cfg.model, CPU, torch.float32,
+                   weight_dtype={"float16": torch.float16, "bfloat16": torch.bfloat16}[cfg.weight_dtype])  # fmt: skip
     assert err.value.code == ErrorCode.INVALID_ARGUMENT and needle in err.value.message

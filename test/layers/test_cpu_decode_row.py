@@ -20,7 +20,7 @@ BLOCK = 16
 TABLE = [5, 2, 9, 0, 7]  # scattered and out of order: read through the table, never as a run
 
 
-def _model(heads: int, kv_heads: int, head_dim: int, bias: bool, weights: torch.dtype | None = None,
+def _model(heads: int, kv_heads: int, head_dim: int, bias: bool, weight_dtype: torch.dtype | None = None,
            rounded: bool = False) -> LlamaModel:  # fmt: skip
     torch.manual_seed(heads * 100 + kv_heads * 10 + head_dim + bias)
     args = LlamaArgs(vocab_size=97, hidden_size=heads * head_dim, intermediate_size=200, num_layers=3,
@@ -32,7 +32,7 @@ def _model(heads: int, kv_heads: int, head_dim: int, bias: bool, weights: torch.
         for name, p in model.named_parameters():
             if rounded and name.endswith("_proj.weight"):
                 p.copy_(p.bfloat16())  # the projections' values as bf16 holds them (embeddings stay fp32)
-    model.pack_weights(weights)
+    model.pack_weights(weight_dtype)
     return model
 
 
@@ -89,9 +89,11 @@ def test_row_decoder_equals_layer_by_layer(heads, kv_heads, head_dim, bias, prom
 
 @pytest.mark.parametrize("heads,kv_heads,head_dim,bias", [(4, 2, 32, False), (3, 3, 64, True)])
 def test_row_decoder_with_bf16_weights_equals_fp32_on_the_rounded_weights(heads, kv_heads, head_dim, bias):
-    bf16 = _model(heads, kv_heads, head_dim, bias, weights=torch.bfloat16)
+    bf16 = _model(heads, kv_heads, head_dim, bias, weight_dtype=torch.bfloat16)
     fp32 = _model(heads, kv_heads, head_dim, bias, rounded=True)
     assert bf16.layers[0].self_attn.qkv_proj.rows.dtype == torch.bfloat16
+    assert bf16._row_decoder(KVCache(KVLayout(3, kv_heads, head_dim, BLOCK, torch.float32), 2,
+                                     torch.device("cpu"))) is not None  # the one-call decoder reads bf16 rows
     prompt = torch.randint(0, 97, (40,), generator=torch.Generator().manual_seed(3)).tolist()
     for row_path in (True, False):  # the one-call decoder and the layer-by-layer one-row products alike
         # the prompt prefilled by the fp32 model for both: a multi-row bf16 product rounds its inputs (the option's

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from oxygen_ros.layers import cpu_matvec
-from oxygen_ros.layers.packed_linear import PackedLinear, can_pack
+from oxygen_ros.layers.packed_linear import PackedLinear, can_pack, can_pack_bf16
 
 matvec = cpu_matvec.matvec_kernel()
 needs_kernel = pytest.mark.skipif(
@@ -64,13 +64,13 @@ def test_packed_layer_streams_one_row_and_packs_the_rest():
             torch.testing.assert_close(layer(x), linear(x), atol=1e-4, rtol=0)
 
 
-@pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.bfloat16), reason="oneDNN bf16 packing is unavailable")
+@pytest.mark.skipif(not can_pack_bf16(torch.device("cpu")), reason="oneDNN bf16 products are unavailable here")
 def test_packed_layer_with_bf16_weights_under_fp32_compute():
     """One row: the bf16 weight widened into fp32 products (exact up to fp32 sums). More rows: oneDNN's bf16 product,
     the input rounded to bf16 and the output too (the option's documented loss); the bias added in fp32."""
     gen = torch.Generator().manual_seed(1)
     weight, bias = torch.randn(960, 576, generator=gen), torch.randn(960, generator=gen)
-    layer = PackedLinear(weight, bias, weights=torch.bfloat16)
+    layer = PackedLinear(weight, bias, weight_dtype=torch.bfloat16)
     assert layer.stored_dtype == torch.bfloat16 and layer.packed.dtype == torch.bfloat16
     rounded = weight.bfloat16().double()
     with torch.inference_mode():

@@ -32,9 +32,9 @@ class Idefics3Model(nn.Module):
     def args(self) -> LlamaArgs:
         return self.config.text
 
-    def pack_weights(self, weights: torch.dtype | None = None) -> None:
+    def pack_weights(self, weight_dtype: torch.dtype | None = None) -> None:
         """The decoder's CPU prepacking (see ``LlamaModel.pack_weights``); the vision side runs as loaded."""
-        self.text_model.pack_weights(weights)
+        self.text_model.pack_weights(weight_dtype)
 
     @torch.no_grad()
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
