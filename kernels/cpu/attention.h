@@ -65,7 +65,7 @@ static inline __attribute__((always_inline)) void attend_fixed(const PagedContex
     const __m512 shift = _mm512_set1_ps(top[j]);
     __m512 total = _mm512_setzero_ps();
     for (int64_t t = 0; t < n; t += 16) {
-      const __mmask16 mask = n - t >= 16 ? (__mmask16)0xFFFF : lanes(n - t);
+      const __mmask16 mask = lanes(n - t);
       const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, p + t), shift));
       total = _mm512_add_ps(total, _mm512_maskz_mov_ps(mask, e));
       _mm512_mask_storeu_ps(p + t, mask, e);
@@ -119,7 +119,6 @@ static void credit_blocks(const float* probs, int64_t heads, int64_t stride, int
   __m512 sum = _mm512_setzero_ps();
   for (int64_t hd = 0; hd < heads; ++hd)
     for (int64_t t = t0; t < t1; t += 16)
-      sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(t1 - t >= 16 ? (__mmask16)0xFFFF : lanes(t1 - t),
-                                                     probs + hd * stride + t));
+      sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(lanes(t1 - t), probs + hd * stride + t));
   mass[b] += _mm512_reduce_add_ps(sum);
 }

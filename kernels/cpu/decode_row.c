@@ -41,16 +41,6 @@ int64_t decode_row_scratch(const RowModel* m, int64_t length) {
   return 2 * m->hidden + qkv + m->heads * m->head_dim + 3 * m->intermediate + m->heads * padded16(length);
 }
 
-static void project(const RowModel* m, const void* w, const float* x, float* y, int64_t n, int64_t k) {
-  if (m->bf16_weights) {
-    #pragma omp for schedule(static)
-    for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, 1, x, y, n, k, b);
-  } else {
-    #pragma omp for schedule(static)
-    for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, 0, x, y, n, k, b);
-  }
-}
-
 void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int threads) {
   const int64_t H = m->hidden, d = m->head_dim, heads = m->heads, kvh = m->kv_heads, I = m->intermediate;
   const int64_t nqkv = (heads + 2 * kvh) * d, group = heads / kvh, cap = padded16(s->length);
@@ -62,7 +52,7 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
     const RowLayer* L = layers + l;
     #pragma omp single
     add_rms_norm_row(h, NULL, NULL, L->input_norm, x, H, m->eps);
-    project(m, L->qkv, x, qkv, nqkv, H);
+    matvec_for(L->qkv, (int)m->bf16_weights, x, qkv, nqkv, H);
     #pragma omp single
     {
       if (L->qkv_bias)
@@ -80,13 +70,13 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
       #pragma omp for schedule(static)
       for (int64_t b = 0; b < blocks; ++b) credit_blocks(probs, heads, cap, s->length, m->block_size, s->block_mass, b);
     }
-    project(m, L->o, attn, tmp, H, heads * d);
+    matvec_for(L->o, (int)m->bf16_weights, attn, tmp, H, heads * d);
     #pragma omp single
     add_rms_norm_row(h, tmp, h, L->post_norm, x, H, m->eps);
-    project(m, L->gate_up, x, gate_up, 2 * I, H);
+    matvec_for(L->gate_up, (int)m->bf16_weights, x, gate_up, 2 * I, H);
     #pragma omp for schedule(static)
     for (int64_t j = 0; j < I; j += 16) silu_mul_16(gate_up + j, gate_up + I + j, act + j, I - j);
-    project(m, L->down, act, tmp, H, I);
+    matvec_for(L->down, (int)m->bf16_weights, act, tmp, H, I);
     #pragma omp single
     for (int64_t j = 0; j < H; ++j) h[j] += tmp[j];
   }

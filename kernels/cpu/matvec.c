@@ -7,12 +7,6 @@
 #include "vector.h"
 
 void matvec(const void* w, int weight_bf16, const float* x, float* y, int64_t n, int64_t k, int threads) {
-  const int64_t blocks = matvec_blocks(n);
-  if (weight_bf16) {
-    #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t b = 0; b < blocks; ++b) matvec_block(w, 1, x, y, n, k, b);
-  } else {
-    #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t b = 0; b < blocks; ++b) matvec_block(w, 0, x, y, n, k, b);
-  }
+  #pragma omp parallel num_threads(threads)
+  matvec_for(w, weight_bf16, x, y, n, k);
 }

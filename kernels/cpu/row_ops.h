@@ -54,7 +54,7 @@ static inline void rotate_half_heads(float* x, int64_t heads, int64_t head_dim, 
 
 /* y[0 .. n) = SiLU(g) * u for the first n (<= 16) floats. */
 static inline void silu_mul_16(const float* g, const float* u, float* y, int64_t n) {
-  const __mmask16 mask = n >= 16 ? (__mmask16)0xFFFF : lanes(n);
+  const __mmask16 mask = lanes(n);
   const __m512 gv = _mm512_maskz_loadu_ps(mask, g);
   const __m512 silu = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
   _mm512_mask_storeu_ps(y, mask, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(mask, u)));

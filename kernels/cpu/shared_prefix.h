@@ -66,7 +66,7 @@ static inline __attribute__((always_inline)) void prefix_tile(const SharedPrefix
       for (int i = 0; i < Q; ++i) s[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[i][j]), column, s[i]);
     }
     const int64_t left = p->tokens - c * 16;
-    const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : lanes(left);
+    const __mmask16 mask = lanes(left);
     for (int i = 0; i < Q; ++i) {
       const __m512 scaled = _mm512_mul_ps(s[i], _mm512_set1_ps(scale));
       _mm512_mask_storeu_ps(probs[i] + c * 16, mask, scaled);
@@ -81,7 +81,7 @@ static inline __attribute__((always_inline)) void prefix_tile(const SharedPrefix
   }
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t left = p->tokens - c * 16, n = left >= 16 ? 16 : left;
-    const __mmask16 mask = n == 16 ? (__mmask16)0xFFFF : lanes(n);
+    const __mmask16 mask = lanes(n);
     for (int i = 0; i < Q; ++i) {
       const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, probs[i] + c * 16), _mm512_set1_ps(shift[i])));
       _mm512_mask_storeu_ps(probs[i] + c * 16, mask, e);
@@ -104,14 +104,13 @@ static inline __attribute__((always_inline)) void prefix_tile(const SharedPrefix
   for (int i = 0; i < Q; ++i) { /* the sum of the weights, read back: no accumulators live across the loop above */
     __m512 total = _mm512_setzero_ps();
     for (int64_t t = 0; t < p->tokens; t += 16)
-      total = _mm512_add_ps(total, _mm512_maskz_loadu_ps(p->tokens - t >= 16 ? (__mmask16)0xFFFF
-                                                                               : lanes(p->tokens - t), probs[i] + t));
+      total = _mm512_add_ps(total, _mm512_maskz_loadu_ps(lanes(p->tokens - t), probs[i] + t));
     const float sum = _mm512_reduce_add_ps(total);
     const __m512 inv = _mm512_set1_ps(1.0f / sum);
     for (int j = 0; j < V; ++j) _mm512_storeu_ps(out[i] + 16 * j, _mm512_mul_ps(acc[i][j], inv));
     lse[i] = shift[i] + logf(sum);
     for (int64_t t = 0; normalize && t < p->tokens; t += 16) {
-      const __mmask16 mask = p->tokens - t >= 16 ? (__mmask16)0xFFFF : lanes(p->tokens - t);
+      const __mmask16 mask = lanes(p->tokens - t);
       _mm512_mask_storeu_ps(probs[i] + t, mask, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, probs[i] + t), inv));
     }
   }

@@ -57,6 +57,18 @@ static inline void matvec_block(const void* w, int bf16, const float* x, float* 
   for (int r = 0; r < rows; ++r) y[n0 + r] = _mm512_reduce_add_ps(acc[r]);
 }
 
+/* y = W x with the eight-row blocks split over the threads of the enclosing OpenMP parallel region (fp32 or bf16 W):
+ * each format its own loop. */
+static inline void matvec_for(const void* w, int bf16, const float* x, float* y, int64_t n, int64_t k) {
+  if (bf16) {
+    #pragma omp for schedule(static)
+    for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, 1, x, y, n, k, b);
+  } else {
+    #pragma omp for schedule(static)
+    for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, 0, x, y, n, k, b);
+  }
+}
+
 /* e^x to about 1 ulp (Cephes' expf polynomial on x - n ln2, |x - n ln2| <= ln2 / 2, scaled by 2^n); inputs are
  * clamped to [-87.3, 88.7], where fp32's e^x is normal. */
 static inline __m512 exp_ps(__m512 x) {
@@ -75,5 +87,5 @@ static inline __m512 exp_ps(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-/* The mask of the first n (< 16) lanes. */
-static inline __mmask16 lanes(int64_t n) { return (__mmask16)((1u << n) - 1u); }
+/* The mask of the first n lanes, all 16 from n = 16 on: the lanes a vector step over what is left of a row reads. */
+static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
