@@ -6,8 +6,9 @@ one-row matrix-vector product (``matvec.c``), a batch-1 token through the whole 
 and a batch's decode attention over its paged contexts (``paged_decode.c``).
 
 gcc builds them in about a second, once per machine (cached by sources, compiler and flags under
-``~/.cache/oxygen_ros/kernels``, written atomically so concurrent builders agree). They need AVX-512 and a C compiler;
-where either is missing, or with ``OXYGEN_CPU_MATVEC=0``, ``library()`` is None and callers keep torch's ops.
+``~/.cache/oxygen_ros/kernels``, written atomically so concurrent builders agree). They need AVX-512 (F, BW, VL and
+DQ: what torch's AVX512 level implies) and a C compiler; where either is missing, or with ``OXYGEN_CPU_MATVEC=0``,
+``library()`` is None and callers keep torch's ops.
 """
 
 import ctypes
@@ -25,7 +26,7 @@ import torch
 HERE = Path(__file__).parent / "cpu"
 SOURCES = tuple(HERE / name for name in ("matvec.c", "decode_row.c", "paged_decode.c", "row_ops.c"))
 HEADERS = tuple(HERE / name for name in ("vector.h", "attention.h", "shared_prefix.h", "row_ops.h"))
-FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mfma", "-fopenmp", "-shared", "-fPIC")
+FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-fopenmp", "-shared", "-fPIC")
 ENV_VAR = "OXYGEN_CPU_MATVEC"  # 0 = never use them (measure torch's ops alone)
 log = logging.getLogger(__name__)
 

@@ -1,21 +1,26 @@
-/* AVX-512 pieces shared by the CPU decode kernels: one eight-row block of a streamed matrix-vector product (fp32 or
- * bf16 weights), and a vector exp (the softmax and SiLU of a decode token would otherwise call expf tens of
+/* AVX-512 pieces shared by the CPU decode kernels: the rows of a streamed matrix-vector product (fp32 or bf16
+ * weights), and a vector exp (the softmax and SiLU of a decode token would otherwise call expf tens of
  * thousands of times).
  */
 #pragma once
 #include <immintrin.h>
 #include <stdint.h>
 
-#define MATVEC_ROWS 8 /* rows per block: 8 accumulators + x + loads fit the 32 vector registers */
+#define MATVEC_ROWS 8 /* rows per work item of the threads' split */
 
 static inline int64_t matvec_blocks(int64_t n) { return (n + MATVEC_ROWS - 1) / MATVEC_ROWS; }
 
-/* 16 weights of a row from element i on as fp32: fp32 as stored, bf16 widened (exact: bf16 is fp32's upper half). */
+/* The mask of the first n lanes, all 16 from n = 16 on: the lanes a vector step over what is left of a row reads. */
+static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
+
+/* 16 weights of a row from element i on as fp32: fp32 as stored, bf16 widened (exact: bf16 is fp32's upper half).
+ * Read with 256-bit loads: on this Zen 4 a stream of them reads ~1.15x faster than one of 512-bit loads. */
 static inline __m512 load_weights(const void* w, int64_t i, int bf16) {
   if (bf16)
     return _mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)((const uint16_t*)w + i))), 16));
-  return _mm512_loadu_ps((const float*)w + i);
+  const float* p = (const float*)w + i;
+  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(p)), _mm256_loadu_ps(p + 8), 1);
 }
 
 static inline __m512 load_weights_tail(const void* w, int64_t i, __mmask16 tail, int bf16) {
@@ -25,36 +30,28 @@ static inline __m512 load_weights_tail(const void* w, int64_t i, __mmask16 tail,
   return _mm512_maskz_loadu_ps(tail, (const float*)w + i);
 }
 
-/* y[8b .. 8b+8) = W[8b .. 8b+8) x for W [n, k] row-major (fp32, or bf16 when bf16 is set: half the bytes to stream,
- * the products still fp32): each row accumulated in one register, the weight read once, in order (the hardware
- * prefetcher sees eight sequential streams), x from L1. A k that is no multiple of 16 ends with a masked load; a
- * last block of fewer than eight rows reads only its own rows. Callers pass bf16 as a constant: inlined, each
- * format gets its own loop. */
+/* One row of W [n, k] (fp32, or bf16 when bf16 is set) times x: two accumulators, a k that is no multiple of 32 ends
+ * with masked steps. */
+static inline float dot_row(const void* w, int bf16, int64_t row, const float* x, int64_t k) {
+  const int64_t base = row * k, body = k - k % 32;
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  for (int64_t j = 0; j < body; j += 32) {
+    a0 = _mm512_fmadd_ps(load_weights(w, base + j, bf16), _mm512_loadu_ps(x + j), a0);
+    a1 = _mm512_fmadd_ps(load_weights(w, base + j + 16, bf16), _mm512_loadu_ps(x + j + 16), a1);
+  }
+  for (int64_t j = body; j < k; j += 16) {
+    const __mmask16 mask = lanes(k - j);
+    a0 = _mm512_fmadd_ps(load_weights_tail(w, base + j, mask, bf16), _mm512_maskz_loadu_ps(mask, x + j), a0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+/* y[8b .. 8b+8) = W[8b .. 8b+8) x, the rows one after another: the weights stream in as ONE sequential read per
+ * thread, which the hardware prefetcher follows best (eight rows interleaved, eight streams 1-2 KB apart, read ~1.6x
+ * slower on one core here); x stays in L1. Callers pass bf16 as a constant: inlined, each format gets its own loop. */
 static inline void matvec_block(const void* w, int bf16, const float* x, float* y, int64_t n, int64_t k, int64_t b) {
-  const int64_t n0 = b * MATVEC_ROWS;
-  const int64_t rows = n - n0 < MATVEC_ROWS ? n - n0 : MATVEC_ROWS;
-  const int64_t body = k - k % 16;
-  const __mmask16 tail = (__mmask16)((1u << (k % 16)) - 1u);
-  const int64_t base = n0 * k;
-  __m512 acc[MATVEC_ROWS];
-  for (int r = 0; r < MATVEC_ROWS; ++r) acc[r] = _mm512_setzero_ps();
-  if (rows == MATVEC_ROWS) {
-    for (int64_t j = 0; j < body; j += 16) {
-      const __m512 xv = _mm512_loadu_ps(x + j);
-      for (int r = 0; r < MATVEC_ROWS; ++r) acc[r] = _mm512_fmadd_ps(load_weights(w, base + r * k + j, bf16), xv, acc[r]);
-    }
-  } else {
-    for (int64_t j = 0; j < body; j += 16) {
-      const __m512 xv = _mm512_loadu_ps(x + j);
-      for (int r = 0; r < rows; ++r) acc[r] = _mm512_fmadd_ps(load_weights(w, base + r * k + j, bf16), xv, acc[r]);
-    }
-  }
-  if (tail) {
-    const __m512 xv = _mm512_maskz_loadu_ps(tail, x + body);
-    for (int r = 0; r < rows; ++r)
-      acc[r] = _mm512_fmadd_ps(load_weights_tail(w, base + r * k + body, tail, bf16), xv, acc[r]);
-  }
-  for (int r = 0; r < rows; ++r) y[n0 + r] = _mm512_reduce_add_ps(acc[r]);
+  const int64_t n1 = (b + 1) * MATVEC_ROWS < n ? (b + 1) * MATVEC_ROWS : n;
+  for (int64_t row = b * MATVEC_ROWS; row < n1; ++row) y[row] = dot_row(w, bf16, row, x, k);
 }
 
 /* y = W x with the eight-row blocks split over the threads of the enclosing OpenMP parallel region (fp32 or bf16 W):
@@ -86,6 +83,3 @@ static inline __m512 exp_ps(__m512 x) {
   p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
 }
-
-/* The mask of the first n lanes, all 16 from n = 16 on: the lanes a vector step over what is left of a row reads. */
-static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
