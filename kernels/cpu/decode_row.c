@@ -52,7 +52,7 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
     const RowLayer* L = layers + l;
     #pragma omp single
     add_rms_norm_row(h, NULL, NULL, L->input_norm, x, H, m->eps);
-    matvec_for(L->qkv, (int)m->bf16_weights, x, qkv, nqkv, H);
+    matvec_for(L->qkv, (int)m->bf16_weights, x, qkv, 1, nqkv, H);
     #pragma omp single
     {
       if (L->qkv_bias)
@@ -70,13 +70,13 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
       #pragma omp for schedule(static)
       for (int64_t b = 0; b < blocks; ++b) credit_blocks(probs, heads, cap, s->length, m->block_size, s->block_mass, b);
     }
-    matvec_for(L->o, (int)m->bf16_weights, attn, tmp, H, heads * d);
+    matvec_for(L->o, (int)m->bf16_weights, attn, tmp, 1, H, heads * d);
     #pragma omp single
     add_rms_norm_row(h, tmp, h, L->post_norm, x, H, m->eps);
-    matvec_for(L->gate_up, (int)m->bf16_weights, x, gate_up, 2 * I, H);
+    matvec_for(L->gate_up, (int)m->bf16_weights, x, gate_up, 1, 2 * I, H);
     #pragma omp for schedule(static)
     for (int64_t j = 0; j < I; j += 16) silu_mul_16(gate_up + j, gate_up + I + j, act + j, I - j);
-    matvec_for(L->down, (int)m->bf16_weights, act, tmp, H, I);
+    matvec_for(L->down, (int)m->bf16_weights, act, tmp, 1, H, I);
     #pragma omp single
     for (int64_t j = 0; j < H; ++j) h[j] += tmp[j];
   }

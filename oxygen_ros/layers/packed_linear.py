@@ -4,26 +4,27 @@ A decode step is a sequence of matrix-vector products over every weight, so its 
 through the cores.  torch's default fp32 ``F.linear`` on a weight stored row-major reads about 11 GB/s here (batch 1,
 two threads); the same product on a weight oneDNN has prepacked reads about twice that, and at batch 8-32 it is also
 twice as fast (``bench --suite peers`` measures both against the machine's read bandwidth).  Packing is done once
-after loading, replaces the module (the row-major copy is freed), and changes only the order of fp32 additions: the
+after loading, replaces the ``nn.Linear``, and changes only the order of fp32 additions: the
 engine's token-for-token tests against transformers run on packed weights.
 
-A single row (batch-1 decode) goes to ``cpu_matvec`` instead where it runs: it reads the weight at nearly the
-machine's DRAM rate, where oneDNN reads it at half. That needs the row-major weight as well, so a packed layer keeps
-both (for a tied LM head the embedding table is that copy already): on a CPU the weights take twice their size,
-~1 GB for SmolLM2-135M, for a ~1.3x faster batch-1 token.
+Up to eight rows (decode steps of up to eight sequences, batch 1 among them) go to ``cpu_matvec`` instead where it
+runs: it reads the weight at nearly the machine's DRAM rate, where oneDNN's small-batch products read it at half.
+That needs the row-major weight as well, so a packed layer keeps both (for a tied LM head the embedding table is that
+copy already): on a CPU the weights take twice their size, ~1 GB for SmolLM2-135M, for ~1.3-2x faster decode steps
+of one to eight sequences.
 
 With ``weight_dtype=torch.bfloat16`` under fp32 compute (``weight_dtype: bfloat16``) a layer stores its weight as bf16:
 half the bytes to stream, and oneDNN's bf16 products (AVX512-BF16) run ~1.6-2x faster than fp32 ones here. Each
 input is rounded to bf16 on the way in and the sums run in fp32, but oneDNN hands the output back in bf16 (rounded)
-before it is widened to fp32; a single row instead streams the bf16 rows into fp32 products (``cpu_matvec``): exact
-up to fp32 sums. Lossy (bf16 keeps 8 bits of mantissa): an option whose quality
+before it is widened to fp32; up to eight rows instead stream the bf16 rows into fp32 products (``cpu_matvec``):
+exact up to fp32 sums. Lossy (bf16 keeps 8 bits of mantissa): an option whose quality
 ``bench --suite peers`` measures, never the reference path.
 """
 
 import torch
 from torch import nn
 
-from oxygen_ros.layers.cpu_matvec import can_stream, matvec_kernel
+from oxygen_ros.layers.cpu_matvec import STREAMED_MAX_INPUTS, can_stream, matvec_kernel
 
 BATCH_HINT = 32  # rows oneDNN tunes the layout for; measured as good from 1 to 512 rows
 
@@ -56,8 +57,9 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        if self.matvec is not None and flat.shape[0] == 1 and flat.dtype == torch.float32 and flat.is_contiguous():
-            out = self.matvec(self.rows, flat[0])[None]
+        if (self.matvec is not None and 1 <= flat.shape[0] <= STREAMED_MAX_INPUTS and flat.dtype == torch.float32
+                and flat.is_contiguous()):  # fmt: skip
+            out = self.matvec(self.rows, flat)
             if self.bias is not None:
                 out += self.bias
         elif flat.dtype == self.stored_dtype:

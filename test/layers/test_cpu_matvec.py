@@ -1,6 +1,6 @@
-"""The streamed matrix-vector product (batch-1 decode on a CPU) against fp64 torch, over shapes that end inside an
-eight-row block and inside a 16-float vector, with fp32 and bf16 weights, and the packed layer's choice between it and
-oneDNN, including bf16 weights under fp32 compute."""
+"""The streamed matrix-vector product (decode steps of one to eight sequences on a CPU) against fp64 torch, over shapes
+that end inside an eight-row block and inside a 16-float vector, one to eight input rows, with fp32 and bf16 weights,
+and the packed layer's choice between it and oneDNN, including bf16 weights under fp32 compute."""
 
 import pytest
 import torch
@@ -38,6 +38,26 @@ def test_matvec_widens_bf16_weights_exactly(n, k):
 
 
 @needs_kernel
+@pytest.mark.parametrize("m", [2, 3, 5, 8])
+@pytest.mark.parametrize("n,k", [(7, 5), (37, 50), (960, 576), (576, 1536), (3, 1001)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matvec_of_several_input_rows_equals_fp64(m, n, k, dtype):
+    gen = torch.Generator().manual_seed(m * 100_000 + n * 1000 + k)
+    weight, x = torch.randn(n, k, generator=gen).to(dtype), torch.randn(m, k, generator=gen)
+    out = matvec(weight, x)
+    assert out.shape == (m, n) and out.dtype == torch.float32
+    reference = x.double() @ weight.double().T
+    torch.testing.assert_close(out.double(), reference, atol=1e-5 * k**0.5, rtol=0)
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [0, cpu_matvec.STREAMED_MAX_INPUTS + 1])
+def test_matvec_refuses_a_row_count_it_does_not_serve(rows):
+    with pytest.raises(ValueError, match="1 to 8 contiguous fp32 rows"):
+        matvec(torch.randn(16, 32), torch.randn(rows, 32))
+
+
+@needs_kernel
 def test_matvec_uses_torchs_thread_count():
     weight, x = torch.randn(4096, 576), torch.randn(576)
     threads = torch.get_num_threads()
@@ -50,7 +70,7 @@ def test_matvec_uses_torchs_thread_count():
 
 
 @pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="oneDNN packing is unavailable")
-def test_packed_layer_streams_one_row_and_packs_the_rest():
+def test_packed_layer_streams_up_to_eight_rows_and_packs_the_rest():
     gen = torch.Generator().manual_seed(0)
     linear = torch.nn.Linear(576, 960)
     with torch.no_grad():
@@ -58,28 +78,32 @@ def test_packed_layer_streams_one_row_and_packs_the_rest():
         linear.bias.copy_(torch.randn(960, generator=gen))
     layer = PackedLinear(linear.weight, linear.bias)
     assert (layer.matvec is not None) == (matvec is not None)
-    for rows in (1, 3):
+    for rows in (1, 3, 8, 9, 33):
         x = torch.randn(rows, 576, generator=gen)
         with torch.inference_mode():
-            torch.testing.assert_close(layer(x), linear(x), atol=1e-4, rtol=0)
+            out = layer(x)
+            torch.testing.assert_close(out, linear(x), atol=1e-4, rtol=0)
+            if matvec is not None and rows <= cpu_matvec.STREAMED_MAX_INPUTS:
+                assert torch.equal(out, matvec(linear.weight.detach(), x) + linear.bias)
 
 
 @pytest.mark.skipif(not can_pack_bf16(torch.device("cpu")), reason="oneDNN bf16 products are unavailable here")
 def test_packed_layer_with_bf16_weights_under_fp32_compute():
-    """One row: the bf16 weight widened into fp32 products (exact up to fp32 sums). More rows: oneDNN's bf16 product,
-    the input rounded to bf16 and the output too (the option's documented loss); the bias added in fp32."""
+    """Up to eight rows: the bf16 weight widened into fp32 products (exact up to fp32 sums). More rows: oneDNN's bf16
+    product, the input rounded to bf16 and the output too (the option's documented loss); the bias added in fp32."""
     gen = torch.Generator().manual_seed(1)
     weight, bias = torch.randn(960, 576, generator=gen), torch.randn(960, generator=gen)
     layer = PackedLinear(weight, bias, weight_dtype=torch.bfloat16)
     assert layer.stored_dtype == torch.bfloat16 and layer.packed.dtype == torch.bfloat16
     rounded = weight.bfloat16().double()
     with torch.inference_mode():
-        one = torch.randn(1, 576, generator=gen)
-        out = layer(one)
-        assert out.dtype == torch.float32
-        tolerance = 1e-5 * 576**0.5 if matvec is not None else 0.05  # oneDNN also rounds one row's input and output
-        torch.testing.assert_close(out.double(), one.double() @ rounded.T + bias.double(), atol=tolerance, rtol=0)
-        rows = torch.randn(5, 576, generator=gen)
+        for count in (1, 5):
+            few = torch.randn(count, 576, generator=gen)
+            out = layer(few)
+            assert out.dtype == torch.float32
+            tolerance = 1e-5 * 576**0.5 if matvec is not None else 0.05  # oneDNN also rounds their inputs and outputs
+            torch.testing.assert_close(out.double(), few.double() @ rounded.T + bias.double(), atol=tolerance, rtol=0)
+        rows = torch.randn(12, 576, generator=gen)
         out = layer(rows)
         exact = rows.bfloat16().double() @ rounded.T  # bf16 inputs, exact sums
         assert out.dtype == torch.float32
