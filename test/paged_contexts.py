@@ -22,12 +22,13 @@ ROWS = [
     ([14, 15], 32),
     ([9, 7, 11, 13], 49),  # alone on blocks whose first and last ids are a run apart, yet no run
 ]
-def pool(name: str, kv_heads: int, block_size: int, head_dim: int, device: torch.device) -> KVBlocks:
+def pool(name: str, kv_heads: int, block_size: int, head_dim: int, device: torch.device,
+         units: int = NUM_BLOCKS) -> KVBlocks:  # fmt: skip
     spec = KVQuantSpec.parse(name)
-    blocks = KVBlocks.allocate(spec, NUM_BLOCKS, block_size, kv_heads, head_dim, device)
+    blocks = KVBlocks.allocate(spec, units, block_size, kv_heads, head_dim, device)
     gen = torch.Generator().manual_seed(11)
-    k, v = (torch.randn(NUM_BLOCKS * block_size, kv_heads, head_dim, generator=gen).to(device) for _ in "kv")
-    write_kv(blocks, torch.arange(NUM_BLOCKS * block_size, device=device), k, v)
+    k, v = (torch.randn(units * block_size, kv_heads, head_dim, generator=gen).to(device) for _ in "kv")
+    write_kv(blocks, torch.arange(units * block_size, device=device), k, v)
     return blocks
 
 

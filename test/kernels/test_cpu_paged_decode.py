@@ -28,7 +28,7 @@ def test_equals_paged_decode_cascade_and_naive(kv_heads, group, head_dim, groupe
     q = torch.randn(len(ROWS), kv_heads * group, head_dim, generator=torch.Generator().manual_seed(5))
     scale = head_dim**-0.5
     mass = torch.zeros(table_tensor.shape)
-    groups = plan_prefix_groups(padded, lens, 16, CPU, min_saved_reads=0) if grouped else None
+    groups = plan_prefix_groups(padded, lens, 16, CPU, min_saved_reads=0, min_rows=2) if grouped else None
     if grouped:
         assert groups.blocks.tolist() == [3, 2]  # rows 0-2 share three blocks, 3-4 two (as the cascade plan)
     out = cpu_paged_decode(q, blocks, table_tensor, lens_tensor, max(lens), scale, groups=groups, block_mass=mass)
@@ -68,3 +68,19 @@ def test_declines_quantized_storage():
     assert not can_read(pool("int8", 2, 16, 64, CPU))
     assert not can_read(pool("fp16", 2, 16, 64, CPU))
     assert not can_read(pool("fp32", 2, 16, 40, CPU))  # head_dim not a multiple of 16
+
+
+@pytest.mark.parametrize("rows,grouped", [(4, False), (15, False), (16, True), (32, True)])
+def test_a_step_groups_only_as_many_rows_as_the_matrix_products_pay_for(rows, grouped):
+    """Rows sharing a 34-block observation: below MIN_GROUP_ROWS_IN_PLACE they read it row by row (measured faster
+    here), from it on as one group; the attention is the same either way."""
+    tables = [list(range(34)) + [34 + r] for r in range(rows)]
+    lens = [34 * 16 + 9] * rows
+    groups = plan_prefix_groups(tables, lens, 16, CPU)
+    assert groups.starts.tolist() == ([0, rows] if grouped else [0])
+    blocks = pool("fp32", 3, 16, 64, CPU, units=34 + rows)
+    q = torch.randn(rows, 9, 64, generator=torch.Generator().manual_seed(rows))
+    args = (q, blocks, torch.tensor(tables), torch.tensor(lens), max(lens), 0.125)
+    forced = plan_prefix_groups(tables, lens, 16, CPU, min_rows=2)
+    torch.testing.assert_close(cpu_paged_decode(*args, groups=groups), cpu_paged_decode(*args, groups=forced),
+                               atol=2e-5, rtol=0)  # fmt: skip
