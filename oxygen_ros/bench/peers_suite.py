@@ -64,7 +64,7 @@ def run(
     bound = bandwidth / weight_bytes
 
     ours = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros")
-    ours_bf16 = None
+    ours_bf16, bf16_bound = None, None
     if bf16_weights:
         del engine
         engine = Engine(EngineConfig(kv_cache_bytes=1 << 30, max_num_seqs=max(counts), max_model_len=2048,
@@ -93,6 +93,7 @@ def run(
         metrics["bf16_weights_greedy_agreement"] = _agreement(ours, ours_bf16, counts)
     if llama is not None:
         metrics["batch1_ratio_vs_llamacpp"] = ours["batch1"] / llama["batch1"]
+        metrics["llamacpp_batch1_fraction_of_bound"] = llama["batch1"] / (bandwidth / _gguf_weight_bytes())
         for n in counts:
             best = max(tokens_per_s(llama["shared"], n), tokens_per_s(llama["parallel"], n))
             metrics[f"ratio_vs_llamacpp_n{n}"] = tokens_per_s(ours["shared"], n) / best
@@ -111,7 +112,8 @@ def run(
         "llamacpp": llama if llama is not None else "not run: no llama.cpp peer (make peers)",
     }
     if plot:
-        _plot(Path(plot), counts, new_tokens, ours, ours_bf16, hf, llama, bound)
+        bounds = {"fp32": bound, "bf16": bf16_bound, "llama.cpp": bandwidth / _gguf_weight_bytes()}
+        _plot(Path(plot), counts, new_tokens, ours, ours_bf16, hf, llama, bounds)
         details["plot"] = plot
     params = {"ns": ns, "new_tokens": new_tokens, "batch1_tokens": batch1_tokens, "prefix_tokens": prefix_tokens,
               "hf_max_n": hf_max_n, "bf16_weights": bf16_weights}  # fmt: skip
@@ -131,6 +133,14 @@ def _weight_bytes_per_token(engine: Engine) -> int:
     per_layer = h * (q + 2 * kv) + q * h + 3 * h * args.intermediate_size
     stored = getattr(engine.bundle.model.layers[0].self_attn.qkv_proj, "stored_dtype", engine.dtype)  # packed or not
     return args.num_layers * per_layer * stored.itemsize + args.vocab_size * h * engine.dtype.itemsize
+
+
+def _gguf_weight_bytes() -> int:
+    """Bytes a llama.cpp decode token reads: every tensor of the GGUF file in its stored format (its output head is
+    the tied embedding table, read whole)."""
+    from gguf import GGUFReader
+
+    return sum(int(t.n_bytes) for t in GGUFReader(smollm2_gguf_path()).tensors)
 
 
 def _ours(engine: Engine, counts: list[int], workloads: dict[int, list[GenerateRequest]], batch1_tokens: int,
@@ -248,28 +258,38 @@ def _llamacpp(batch1: list[int], batch1_tokens: int, prompts: dict[int, list[lis
 
 
 def _plot(path: Path, counts: list[int], new_tokens: int, ours: dict, ours_bf16: dict | None, hf: dict,
-          llama: dict | None, bound: float) -> None:  # fmt: skip
+          llama: dict | None, bounds: dict[str, float | None]) -> None:  # fmt: skip
+    """Left: batch-1 tokens/s, each bar with its own bound (its weights' bytes a token / the read bandwidth) and the
+    share of it reached; right: tokens/s over N."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sides = [("oxygen_ros fp32", ours, "tab:orange")]
+    sides = [("oxygen_ros fp32", ours, "tab:orange", bounds["fp32"])]
     if ours_bf16 is not None:
-        sides.append(("oxygen_ros bf16 weights", ours_bf16, "tab:red"))
-    sides.append(("transformers", hf, "tab:blue"))
+        sides.append(("oxygen_ros bf16 weights", ours_bf16, "tab:red", bounds["bf16"]))
+    sides.append(("transformers", hf, "tab:blue", bounds["fp32"]))
     if llama is not None:
-        sides.append(("llama.cpp (Q4_1)", llama, "tab:green"))
+        sides.append(("llama.cpp (Q4_1)", llama, "tab:green", bounds["llama.cpp"]))
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    left.bar([name for name, _, _ in sides], [side["batch1"] for _, side, _ in sides], color=[c for _, _, c in sides])
-    if llama is not None:
-        sides[-1] = ("llama.cpp (Q4_1), one at a time", llama, "tab:green")
-        sides.append(("llama.cpp (Q4_1), parallel sequences", {"shared": llama["parallel"]}, "tab:olive"))
-    left.axhline(bound, color="black", linestyle="--", label=f"fp32 weights / read bandwidth = {bound:.0f} tok/s")
-    left.set_ylabel("decode tokens/s")
+    left.bar([name for name, *_ in sides], [side["batch1"] for _, side, *_ in sides], color=[c for *_, c, _ in sides])
+    top = 1.6 * max(side["batch1"] for _, side, *_ in sides)
+    for i, (_, side, _, bound) in enumerate(sides):  # a bound above the axis is written at its top
+        left.hlines(min(bound, top), i - 0.4, i + 0.4, colors="black", linestyles="--" if bound <= top else ":",
+                    label="weights a token reads / read bandwidth" if i == 0 else None)  # fmt: skip
+        left.text(i, min(bound, top), f"{bound:.0f}" + ("" if bound <= top else " (off the axis)"), ha="center",
+                  va="bottom", fontsize=7)  # fmt: skip
+        left.text(i, side["batch1"], f"{side['batch1'] / bound:.0%}", ha="center", va="bottom", fontsize=8)
+    left.set_ylim(0, top * 1.08)
+    left.set_ylabel("decode tokens/s (% of its bound)")
     left.set_title("batch 1")
     left.legend(fontsize=8)
     left.tick_params(axis="x", labelsize=8)
+    sides = [(name, side, color) for name, side, color, _ in sides]
+    if llama is not None:
+        sides[-1] = ("llama.cpp (Q4_1), one at a time", llama, "tab:green")
+        sides.append(("llama.cpp (Q4_1), parallel sequences", {"shared": llama["parallel"]}, "tab:olive"))
     for name, side, color in sides:
         ns = [n for n in counts if n in side["shared"]]
         right.plot(ns, [n * new_tokens / side["shared"][n]["seconds"] for n in ns], marker="o", color=color,
