@@ -3,18 +3,50 @@ services and topics, from a client node spinning in the same executor (see ros_h
 
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
+import torch
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from oxygen_ros.msg import KvPoolStats
 from oxygen_ros.srv import GetPoolStats, Infer
 from rcl_interfaces.srv import SetParameters
+from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from ros_harness import call_service
+from ros_harness import call_service, make_context, spin_nodes
+
+from oxygen_ros.nodes.inference_node import InferenceNode
 
 NODE = "/oxygen_inference"
 MODEL_TIMEOUT = 120  # a configure loads a model; an answer may wait behind others on two shared cores
+
+
+@contextmanager
+def serving(domain_id: int, parameters: dict[str, Any], client_name: str, *, activate: bool = True,
+            task_nodes: Callable[[Context], list[Node]] | None = None,
+            num_threads: int = 4) -> Iterator[tuple[InferenceNode, Node]]:  # fmt: skip
+    """A fresh context on ``domain_id`` spinning an InferenceNode started with ``parameters``, a client node named
+    ``client_name`` and the nodes ``task_nodes`` builds in that context; configured and activated unless
+    ``activate`` is False. One torch thread while it serves: two cores are shared with the other test runs. Yields
+    (inference node, client); on exit the context is shut down and torch's thread count restored."""
+    saved_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    context = make_context(domain_id)
+    try:
+        others = task_nodes(context) if task_nodes else []
+        overrides = [Parameter(name, value=value) for name, value in parameters.items()]
+        node = InferenceNode(context=context, parameter_overrides=overrides)
+        client = Node(client_name, context=context)
+        with spin_nodes(context, node, *others, client, num_threads=num_threads):
+            if activate:
+                configure_and_activate(client)
+            yield node, client
+    finally:
+        context.try_shutdown()
+        torch.set_num_threads(saved_threads)
 
 
 def transition(client: Node, transition_id: int) -> bool:

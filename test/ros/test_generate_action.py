@@ -3,17 +3,14 @@ result and the pieces add up to it, a cancel mid-stream ends it CANCELLED with n
 inline observations work on /oxygen/infer and /oxygen/generate alike, bad values are refused naming the field."""
 
 import pytest
-import torch
 from action_msgs.msg import GoalStatus
-from inference_client import configure_and_activate, infer, pool_stats
+from inference_client import infer, pool_stats, serving
 from oxygen_ros.action import Generate
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.msg import Sampling
 from rclpy.node import Node
-from rclpy.parameter import Parameter
-from ros_harness import make_context, send_goal, spin_nodes, wait_until
+from ros_harness import send_goal, wait_until
 
-from oxygen_ros.nodes.inference_node import InferenceNode
 
 PARAMETERS = {"model": "smollm2-135m", "kv_cache_bytes": 64 << 20, "max_model_len": 512, "max_num_seqs": 4,
               "debug_checks": True}  # fmt: skip
@@ -22,18 +19,8 @@ SCENE = "A red apple and a green pear lie on the kitchen table."
 
 @pytest.fixture(scope="module")
 def client(ros_domain_id):
-    saved_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    context = make_context(ros_domain_id)
-    node = InferenceNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in PARAMETERS.items()])
-    client = Node("generate_test_client", context=context)
-    try:
-        with spin_nodes(context, node, client):
-            configure_and_activate(client)
-            yield client
-    finally:
-        context.try_shutdown()
-        torch.set_num_threads(saved_threads)
+    with serving(ros_domain_id, PARAMETERS, "generate_test_client") as (_, client):
+        yield client
 
 
 def _no_block_held(client: Node) -> bool:

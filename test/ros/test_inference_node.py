@@ -11,23 +11,21 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-import torch
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from inference_client import (
     MODEL_TIMEOUT,
     Capture,
-    configure_and_activate,
     infer,
     pool_stats,
+    serving,
     wait_for_observation,
 )
 from oxygen_ros.msg import KvPoolStats
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.srv import CancelTask, Infer
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
-from ros_harness import call_service, make_context, spin_nodes, wait_for, wait_until
+from ros_harness import call_service, wait_for, wait_until
 from sensor_msgs.msg import Image
 from visualization_msgs.msg import Marker, MarkerArray
 
@@ -75,21 +73,10 @@ def wait_for_subscriber(publisher, timeout: float = 10.0) -> None:
 
 @pytest.fixture(scope="module")
 def served(ros_domain_id):
-    saved_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    context = make_context(ros_domain_id)
-    overrides = [Parameter(name, value=value) for name, value in PARAMETERS.items()]
-    node = InferenceNode(context=context, parameter_overrides=overrides)
-    client = Node("inference_test_client", context=context)
-    try:
-        with spin_nodes(context, node, client):
-            configure_and_activate(client)
-            served = Served(node, client)
-            served.publish(ObservationMsg(observation_id="kitchen", text=KITCHEN))
-            yield served
-    finally:
-        context.try_shutdown()
-        torch.set_num_threads(saved_threads)
+    with serving(ros_domain_id, PARAMETERS, "inference_test_client") as (node, client):
+        served = Served(node, client)
+        served.publish(ObservationMsg(observation_id="kitchen", text=KITCHEN))
+        yield served
 
 
 def assert_no_blocks_held(stats: KvPoolStats, total_blocks: int) -> None:

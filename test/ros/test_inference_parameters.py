@@ -5,9 +5,8 @@ leaves its Sampling fields unset is decoded with them, on /oxygen/infer and /oxy
 request sets wins."""
 
 import pytest
-import torch
 from action_msgs.msg import GoalStatus
-from inference_client import NODE, configure_and_activate, infer, lifecycle_state
+from inference_client import NODE, configure_and_activate, infer, lifecycle_state, serving
 from oxygen_ros.action import Generate
 from oxygen_ros.msg import Sampling
 from rcl_interfaces.msg import Parameter as ParameterMsg
@@ -15,7 +14,7 @@ from rcl_interfaces.msg import ParameterType
 from rcl_interfaces.srv import DescribeParameters, SetParameters
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from ros_harness import call_service, make_context, send_goal, spin_nodes
+from ros_harness import call_service, make_context, send_goal
 
 from oxygen_ros.nodes import presets
 from oxygen_ros.nodes.inference_node import InferenceNode
@@ -33,17 +32,8 @@ def client(ros_domain_id, tmp_path_factory):
     folder = tmp_path_factory.mktemp("presets")
     (folder / "sampled.yaml").write_text(PRESET)
     values = presets.load("sampled", folder) | NODE_PARAMETERS
-    saved_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    context = make_context(ros_domain_id)
-    node = InferenceNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
-    client = Node("parameters_test_client", context=context)
-    try:
-        with spin_nodes(context, node, client):
-            yield client
-    finally:
-        context.try_shutdown()
-        torch.set_num_threads(saved_threads)
+    with serving(ros_domain_id, values, "parameters_test_client", activate=False) as (_, client):
+        yield client
 
 
 def _set(client: Node, name: str, value: ParameterMsg) -> tuple[bool, str]:

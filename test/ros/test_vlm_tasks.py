@@ -9,14 +9,14 @@ import array
 
 import numpy as np
 import pytest
-import torch
 from action_msgs.msg import GoalStatus
 from geometry_msgs.msg import PoseStamped
 from idefics3_folders import processor_inputs, random_image, reference_processor, write_folder
-from inference_client import MODEL_TIMEOUT, configure_and_activate, infer, pool_stats
+from inference_client import MODEL_TIMEOUT, infer, pool_stats, serving
+from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from ros_harness import call_service, make_context, send_goal, spin_nodes, wait_until
+from ros_harness import call_service, send_goal, wait_until
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
@@ -24,7 +24,6 @@ from oxygen_ros.action import AskQuestion as AskQuestionAction
 from oxygen_ros.action import FollowInstruction, Navigate
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes.convert import rgb_to_image
-from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.navigation_node import NavigationNode
 from oxygen_ros.nodes.vqa_node import VqaNode
@@ -88,23 +87,15 @@ def graph(ros_domain_id, tmp_path_factory):
         "navigation": (NavigationNode, waits | {"reasoning_period_s": 60.0, "blocked_timeout_s": 600.0,
                                                 "max_new_tokens": MAX_NEW}),
     }  # fmt: skip
-    saved_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    context = make_context(ros_domain_id)
+    nodes: dict[str, Node] = {}
 
-    def overrides(values: dict) -> list[Parameter]:
-        return [Parameter(k, value=v) for k, v in values.items()]
+    def build(context: Context) -> list[Node]:
+        for name, (make, values) in tasks.items():
+            nodes[name] = make(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+        return list(nodes.values())
 
-    try:
-        nodes = {name: make(context=context, parameter_overrides=overrides(p)) for name, (make, p) in tasks.items()}
-        server = InferenceNode(context=context, parameter_overrides=overrides(inference))
-        client = Node("vlm_test_client", context=context)
-        with spin_nodes(context, server, *nodes.values(), client, num_threads=6):
-            configure_and_activate(client)
-            yield Graph(client, nodes, folder)
-    finally:
-        context.try_shutdown()
-        torch.set_num_threads(saved_threads)
+    with serving(ros_domain_id, inference, "vlm_test_client", task_nodes=build, num_threads=6) as (_, client):
+        yield Graph(client, nodes, folder)
 
 
 def test_three_tasks_about_one_frame_compute_its_image_tokens_once(graph):
