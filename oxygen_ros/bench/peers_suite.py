@@ -59,18 +59,21 @@ def run(
     workloads = {n: [_question(engine, obs, i) for i in range(n)] for n in counts}
     prompts = {n: [engine.encode(r) for r in reqs] for n, reqs in workloads.items()}
 
-    bandwidth = read_bandwidth()
     weight_bytes = _weight_bytes_per_token(engine)
-    bound = bandwidth / weight_bytes
-
+    probes = [read_bandwidth()]  # before and after each of our runs: the VM's memory speed moves within minutes
     ours = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros")
-    ours_bf16, bf16_bound = None, None
+    probes.append(read_bandwidth())
+    ours_bf16, bf16_weight_bytes = None, None
     if bf16_weights:
         del engine
         engine = Engine(EngineConfig(kv_cache_bytes=1 << 30, max_num_seqs=max(counts), max_model_len=2048,
                                      weight_dtype="bfloat16"))  # fmt: skip
-        bf16_bound = bandwidth / _weight_bytes_per_token(engine)
+        bf16_weight_bytes = _weight_bytes_per_token(engine)
         ours_bf16 = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros bf16 weights")
+        probes.append(read_bandwidth())
+    bandwidth = max(probes)
+    bound = bandwidth / weight_bytes
+    bf16_bound = bandwidth / bf16_weight_bytes if bf16_weight_bytes else None
     hf = _transformers(batch1, batch1_tokens, {n: p for n, p in prompts.items() if n <= hf_max_n}, new_tokens)
     llama = _llamacpp(batch1, batch1_tokens, prompts, new_tokens, threads)
 
@@ -104,6 +107,7 @@ def run(
     details = {
         "threads": threads,
         "read_bandwidth_gb_s": bandwidth / 1e9,
+        "read_bandwidth_probes_gb_s": [b / 1e9 for b in probes],
         "weight_bytes_per_token": weight_bytes,
         "prompt_tokens": {n: [len(p) for p in ps] for n, ps in prompts.items()},
         "ours": ours,
