@@ -101,9 +101,12 @@ def main() -> int:
     job = json.load(sys.stdin)
     llm = llama_cpp.Llama(job["gguf"], n_ctx=job["n_ctx"], n_threads=job["threads"], n_batch=512, verbose=False)
     _decode(llm, job["batch1"]["prompt"][:8], 4)  # warm up
-    llm.reset()
-    first, total, _ = _decode(llm, job["batch1"]["prompt"], job["batch1"]["new_tokens"])
-    result = {"batch1_decode_tokens_per_s": (job["batch1"]["new_tokens"] - 1) / (total - first), "shared": []}
+    best = 0.0
+    for _ in range(job["batch1"]["repeats"]):  # the fastest of a few, as for every peer
+        llm.reset()
+        first, total, _ = _decode(llm, job["batch1"]["prompt"], job["batch1"]["new_tokens"])
+        best = max(best, (job["batch1"]["new_tokens"] - 1) / (total - first))
+    result = {"batch1_decode_tokens_per_s": best, "shared": []}
     for run in job["shared"]:
         llm.reset()  # each run prefills its observation once, like ours
         start = time.perf_counter()
