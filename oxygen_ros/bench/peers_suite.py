@@ -285,15 +285,13 @@ def _plot(path: Path, counts: list[int], new_tokens: int, ours: dict, ours_bf16:
     left.bar([name for name, *_ in sides], [side["batch1"] for _, side, *_ in sides], color=[c for *_, c, _ in sides])
     top = 1.6 * max(side["batch1"] for _, side, *_ in sides)
     for i, (_, side, _, bound) in enumerate(sides):  # a bound above the axis is written at its top
-        left.hlines(min(bound, top), i - 0.4, i + 0.4, colors="black", linestyles="--" if bound <= top else ":",
-                    label="weights a token reads / read bandwidth" if i == 0 else None)  # fmt: skip
+        left.hlines(min(bound, top), i - 0.4, i + 0.4, colors="black", linestyles="--" if bound <= top else ":")
         left.text(i, min(bound, top), f"{bound:.0f}" + ("" if bound <= top else " (off the axis)"), ha="center",
                   va="bottom", fontsize=7)  # fmt: skip
         left.text(i, side["batch1"], f"{side['batch1'] / bound:.0%}", ha="center", va="bottom", fontsize=8)
     left.set_ylim(0, top * 1.08)
     left.set_ylabel("decode tokens/s (% of its bound)")
-    left.set_title("batch 1")
-    left.legend(fontsize=8)
+    left.set_title("batch 1; dashes: bytes of weights a token reads / read bandwidth", fontsize=10)
     left.tick_params(axis="x", labelsize=8)
     sides = [(name, side, color) for name, side, color, _ in sides]
     if llama is not None:
