@@ -29,18 +29,20 @@ MIN_GROUP_ROWS_IN_PLACE = 16
 
 
 def share_groups(tables: list[list[int]], context_lens: list[int], block_size: int,
-                 min_saved_reads: int = MIN_SAVED_BLOCK_READS) -> tuple[list[tuple[list[int], int]], list[int]]:  # fmt: skip
+                 min_saved_reads: int = MIN_SAVED_BLOCK_READS,
+                 min_rows: int = 2) -> tuple[list[tuple[list[int], int]], list[int]]:  # fmt: skip
     """(groups: rows and the leading blocks they share, rows alone) of a decode step (see the module docstring); a
-    group that would save fewer than ``min_saved_reads`` block reads is not formed."""
+    group that would save fewer than ``min_saved_reads`` block reads, or hold fewer than ``min_rows`` rows, is not
+    formed: its rows stay with the rows that share fewer blocks with them (alone, at the root)."""
     num_rows = len(tables)
     # full blocks before the one holding each row's newest token: what may be read as a shared prefix
     limits = [(n - 1) // block_size for n in context_lens]
     groups: list[tuple[list[int], int]] = []  # (rows, blocks they share)
-    alone: list[int] = []
 
-    def split(rows: list[int], depth: int) -> None:
+    def split(rows: list[int], depth: int) -> list[int]:
         """``rows`` share their first ``depth`` blocks; rows that share more go deeper, the rest end here. Rows that
-        would save too few reads deeper stay with the rows ending here (alone, at the root)."""
+        would save too few reads deeper stay with the rows ending here. Returns the rows left without a group: the
+        level above takes them in (at the root they are alone)."""
         by_next: dict[int, list[int]] = {}
         for r in rows:
             if limits[r] > depth:
@@ -48,17 +50,18 @@ def share_groups(tables: list[list[int]], context_lens: list[int], block_size: i
         parts = [part for part in by_next.values() if len(part) > 1]
         ending = sorted(set(rows).difference(r for part in parts for r in part))
         for part in parts:
-            groups_before, alone_before = len(groups), len(alone)
-            split(part, depth + 1)
+            groups_before = len(groups)
+            left = split(part, depth + 1)
             if (ending or not depth) and _saved_reads(groups[groups_before:], depth) < min_saved_reads:
-                del groups[groups_before:], alone[alone_before:]
-                ending = sorted(ending + part)
-        if depth and len(ending) > 1:
+                del groups[groups_before:]
+                left = part
+            ending = sorted(ending + left)
+        if depth and len(ending) >= max(2, min_rows):
             groups.append((ending, depth))
-        else:
-            alone.extend(ending)
+            return []
+        return ending
 
-    split(list(range(num_rows)), 0)
+    alone = split(list(range(num_rows)), 0)
     return groups, alone
 
 
@@ -104,10 +107,9 @@ def plan_cascade(tables: list[list[int]], context_lens: list[int], block_size: i
 def plan_prefix_groups(tables: list[list[int]], context_lens: list[int], block_size: int, device: torch.device,
                        min_saved_reads: int = MIN_SAVED_BLOCK_READS,
                        min_rows: int = MIN_GROUP_ROWS_IN_PLACE) -> PrefixGroups:  # fmt: skip
-    """The C kernel's plan: ``share_groups`` as flat int64 tensors (rows alone are in no group); the rows of a group
-    of fewer than ``min_rows`` are read alone."""
-    groups, _ = share_groups(tables, context_lens, block_size, min_saved_reads)
-    groups = [(rows, count) for rows, count in groups if len(rows) >= min_rows]
+    """The C kernel's plan: ``share_groups`` of at least ``min_rows`` rows as flat int64 tensors (rows alone are in no
+    group)."""
+    groups, _ = share_groups(tables, context_lens, block_size, min_saved_reads, min_rows)
     starts = [0]
     for rows, _ in groups:
         starts.append(starts[-1] + len(rows))

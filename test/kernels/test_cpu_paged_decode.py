@@ -84,3 +84,17 @@ def test_a_step_groups_only_as_many_rows_as_the_matrix_products_pay_for(rows, gr
     forced = plan_prefix_groups(tables, lens, 16, CPU, min_rows=2)
     torch.testing.assert_close(cpu_paged_decode(*args, groups=groups), cpu_paged_decode(*args, groups=forced),
                                atol=2e-5, rtol=0)  # fmt: skip
+
+
+def test_rows_of_subgroups_too_small_to_stand_alone_join_the_group_above():
+    """Two tasks of 8 rows share a template block after a 34-block observation, and 4 more rows one of their own:
+    none of those subgroups reaches MIN_GROUP_ROWS_IN_PLACE, so all 20 rows form one group over the observation."""
+    observation = list(range(34))
+    tables = ([observation + [40, 50 + r] for r in range(8)] + [observation + [41, 60 + r] for r in range(8)]
+              + [observation + [42, 70 + r] for r in range(4)])  # fmt: skip
+    lens = [36 * 16 + 3] * len(tables)
+    groups = plan_prefix_groups(tables, lens, 16, CPU)
+    assert groups.starts.tolist() == [0, 20] and groups.blocks.tolist() == [34]
+    assert sorted(groups.rows.tolist()) == list(range(20))
+    deep = plan_prefix_groups(tables, lens, 16, CPU, min_saved_reads=0, min_rows=2)  # each task its own group
+    assert sorted(deep.blocks.tolist()) == [35, 35, 35]
