@@ -93,10 +93,10 @@ static inline __attribute__((always_inline)) void dot_rows(const void* w, int bf
     default: dot_rows(w, bf16, row, x, y, n, k, R, 8); break;        \
   }
 
-/* y[i][8b .. 8b+8) = W[8b .. 8b+8) x[i] for the m (1 .. STREAMED_MAX_INPUTS) input rows, the weight rows one (one
- * input) or two (more) after another: the weights stream in as one sequential read per thread, which the hardware
- * prefetcher follows best (eight rows interleaved, eight streams 1-2 KB apart, read ~1.6x slower on one core here);
- * x stays in L1/L2. Callers pass bf16 as a constant: inlined, each format gets its own loop. */
+/* y[i][8b .. 8b+8) = W[8b .. 8b+8) x[i] for the m (1 .. STREAMED_MAX_INPUTS; callers keep to that) input rows, the
+ * weight rows one after another for one input (ONE sequential read per thread, which the hardware prefetcher follows
+ * best: eight rows interleaved, eight streams 1-2 KB apart, read ~1.6x slower on one core here), two at a time for
+ * more (two adjacent streams, prefetched by hand); x stays in L1/L2. Callers pass bf16 as a constant. */
 static inline void matvec_block(const void* w, int bf16, const float* x, float* y, int64_t m, int64_t n, int64_t k,
                                 int64_t b) {
   const int64_t n1 = (b + 1) * MATVEC_ROWS < n ? (b + 1) * MATVEC_ROWS : n;

@@ -40,9 +40,10 @@ def matvec_kernel() -> Matvec | None:
     def matvec(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         n, k = weight.shape
         m = 1 if x.dim() == 1 else x.shape[0]
-        if not (1 <= m <= STREAMED_MAX_INPUTS and x.shape[-1] == k and x.dtype == torch.float32
+        if not (x.dim() <= 2 and 1 <= m <= STREAMED_MAX_INPUTS and x.shape[-1] == k and x.dtype == torch.float32
                 and x.is_contiguous()):  # fmt: skip
-            raise ValueError(f"matvec takes 1 to {STREAMED_MAX_INPUTS} contiguous fp32 rows of {k}, got {tuple(x.shape)}")
+            raise ValueError(f"matvec takes 1 to {STREAMED_MAX_INPUTS} contiguous fp32 rows of {k}, "
+                             f"got {tuple(x.shape)} {x.dtype}")
         out = torch.empty((*x.shape[:-1], n), dtype=torch.float32)
         bf16 = weight.dtype == torch.bfloat16
         function(weight.data_ptr(), bf16, x.data_ptr(), out.data_ptr(), m, n, k, torch.get_num_threads())

@@ -51,9 +51,9 @@ class PackedLinear(nn.Module):
         self.packed = torch.ops.mkldnn._reorder_linear_weight(stored, BATCH_HINT)
         self.stored_dtype = stored.dtype
         self.bias = None if bias is None else bias.detach()
-        streams = weight.dtype == torch.float32 and can_stream(stored)  # one fp32 row at a time
+        streams = weight.dtype == torch.float32 and can_stream(stored)  # fp32 compute over fp32 or bf16 rows
         self.matvec = matvec_kernel() if streams else None
-        self.rows = stored if self.matvec is not None else None  # row-major, for the one-row product
+        self.rows = stored if self.matvec is not None else None  # row-major, for products of up to eight rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)

@@ -51,10 +51,10 @@ def test_matvec_of_several_input_rows_equals_fp64(m, n, k, dtype):
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows", [0, cpu_matvec.STREAMED_MAX_INPUTS + 1])
-def test_matvec_refuses_a_row_count_it_does_not_serve(rows):
+@pytest.mark.parametrize("shape", [(0, 32), (cpu_matvec.STREAMED_MAX_INPUTS + 1, 32), (2, 3, 32), (2, 16)])
+def test_matvec_refuses_inputs_it_does_not_serve(shape):
     with pytest.raises(ValueError, match="1 to 8 contiguous fp32 rows"):
-        matvec(torch.randn(16, 32), torch.randn(rows, 32))
+        matvec(torch.randn(16, 32), torch.randn(shape))
 
 
 @needs_kernel
