@@ -32,7 +32,7 @@ SERVICE_WAIT_S = 0.5
 CHANGES = {
     "oxygen_inference": {"kv_cache_bytes": 96 * SMOLLM2_BLOCK_BYTES, "max_model_len": 512, "max_num_seqs": 4},
     "camera_sim": {"rate_hz": 2.0},
-    "vqa_node": {"service_wait_s": SERVICE_WAIT_S, "max_new_tokens": 8},
+    "vqa_node": {"service_wait_s": SERVICE_WAIT_S, "max_new_tokens": 8, "infer_timeout_s": 20.0},
 }
 BACK_S = 20.0  # a killed node serves again within this (0.5 s backoff + an interpreter importing torch, 2 busy cores)
 UNAVAILABLE_S = 8.0  # a call in flight when the inference node dies is answered within this (2 s DDS lease)
@@ -142,8 +142,10 @@ def test_a_killed_inference_node_is_answered_unavailable_then_serves_again(graph
 
     start = time.monotonic()
     deadline = start + SERVING_AGAIN_S
+    # DEADLINE_EXCEEDED too: a reply the restarted server sends before its reply writer has matched the vqa node is
+    # lost (DDS services, see ros_harness.call_service), and the vqa node answers at its infer_timeout_s (20 s here)
     while not (back := ask(graph, "What is on the table?", 60)).success:
-        assert back.error_code in ("UNAVAILABLE", "FAILED_PRECONDITION"), back.message
+        assert back.error_code in ("UNAVAILABLE", "FAILED_PRECONDITION", "DEADLINE_EXCEEDED"), back.message
         assert time.monotonic() < deadline, f"not serving {SERVING_AGAIN_S} s after the restart:\n{graph.log()}"
         time.sleep(0.5)
     print(f"serving again {time.monotonic() - start:.1f} s later: {back.answer!r}")
