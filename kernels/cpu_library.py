@@ -1,9 +1,9 @@
 """The CPU decode kernels (``cpu/*.c``): plain C with no torch headers, built by the machine's C compiler at first use
 and called through ctypes with the tensors' pointers.
 
-On a GPU the Triton kernels read the pool in place; on a CPU these do the same for fp32 pools (fp32 or bf16 weights): the
-products of decode steps of one to eight rows (``matvec.c``), a batch-1 token through the whole decoder stack (``decode_row.c``),
-and a batch's decode attention over its paged contexts (``paged_decode.c``).
+On a GPU the Triton kernels read the pool in place; on a CPU these do the same for fp32 pools (fp32 or bf16 weights):
+the products of decode steps of one to eight rows (``matvec.c``), a batch-1 token through the whole decoder stack
+(``decode_row.c``), and a batch's decode attention over its paged contexts (``paged_decode.c``).
 
 gcc builds them in about a second, once per machine (cached by sources, compiler and flags under
 ``~/.cache/oxygen_ros/kernels``, written atomically so concurrent builders agree). They need AVX-512 (F, BW, VL and

@@ -32,6 +32,16 @@ class PrefixGroups:
     starts: torch.Tensor
     blocks: torch.Tensor
 
+    @classmethod
+    def of(cls, groups: list[tuple[list[int], int]], device: torch.device) -> "PrefixGroups":
+        """From (rows, blocks they share) pairs, as a plan lists them."""
+        starts = [0]
+        for rows, _ in groups:
+            starts.append(starts[-1] + len(rows))
+        return cls(torch.tensor([r for rows, _ in groups for r in rows], dtype=torch.long, device=device),
+                   torch.tensor(starts, dtype=torch.long, device=device),
+                   torch.tensor([count for _, count in groups], dtype=torch.long, device=device))  # fmt: skip
+
 
 class _PagedDecode(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in

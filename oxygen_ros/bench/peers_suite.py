@@ -76,6 +76,7 @@ def run(
     bandwidth = max(probes)
     bound = bandwidth / weight_bytes
     bf16_bound = bandwidth / bf16_weight_bytes if bf16_weight_bytes else None
+    llamacpp_bound = bandwidth / _gguf_weight_bytes()
     hf = _transformers(batch1, batch1_tokens, {n: p for n, p in prompts.items() if n <= hf_max_n}, new_tokens)
     llama = _llamacpp(batch1, batch1_tokens, prompts, new_tokens, threads)
 
@@ -98,7 +99,7 @@ def run(
         metrics["bf16_weights_greedy_agreement"] = _agreement(ours, ours_bf16, counts)
     if llama is not None:
         metrics["batch1_ratio_vs_llamacpp"] = ours["batch1"] / llama["batch1"]
-        metrics["llamacpp_batch1_fraction_of_bound"] = llama["batch1"] / (bandwidth / _gguf_weight_bytes())
+        metrics["llamacpp_batch1_fraction_of_bound"] = llama["batch1"] / llamacpp_bound
         for n in counts:
             best = max(tokens_per_s(llama["shared"], n), tokens_per_s(llama["parallel"], n))
             metrics[f"ratio_vs_llamacpp_n{n}"] = tokens_per_s(ours["shared"], n) / best
@@ -118,7 +119,7 @@ def run(
         "llamacpp": llama if llama is not None else "not run: no llama.cpp peer (make peers)",
     }
     if plot:
-        bounds = {"fp32": bound, "bf16": bf16_bound, "llama.cpp": bandwidth / _gguf_weight_bytes()}
+        bounds = {"fp32": bound, "bf16": bf16_bound, "llama.cpp": llamacpp_bound}
         _plot(Path(plot), counts, new_tokens, ours, ours_bf16, hf, llama, bounds)
         details["plot"] = plot
     params = {"ns": ns, "new_tokens": new_tokens, "batch1_tokens": batch1_tokens, "prefix_tokens": prefix_tokens,

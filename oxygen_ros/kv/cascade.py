@@ -110,12 +110,7 @@ def plan_prefix_groups(tables: list[list[int]], context_lens: list[int], block_s
     """The C kernel's plan: ``share_groups`` of at least ``min_rows`` rows as flat int64 tensors (rows alone are in no
     group)."""
     groups, _ = share_groups(tables, context_lens, block_size, min_saved_reads, min_rows)
-    starts = [0]
-    for rows, _ in groups:
-        starts.append(starts[-1] + len(rows))
-    return PrefixGroups(torch.tensor([r for rows, _ in groups for r in rows], dtype=torch.long, device=device),
-                        torch.tensor(starts, dtype=torch.long, device=device),
-                        torch.tensor([count for _, count in groups], dtype=torch.long, device=device))  # fmt: skip
+    return PrefixGroups.of(groups, device)
 
 
 def _saved_reads(groups: list[tuple[list[int], int]], depth: int) -> int:

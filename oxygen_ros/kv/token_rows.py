@@ -45,13 +45,6 @@ def plan_token_rows(block_tables: torch.Tensor, query_lens: list[int], context_l
     lengths += 1 - first  # token j of a sequence sees its cached prefix and new tokens 0 .. j
     groups, alone = share_groups(tables, [n + 1 for n in cached], block_size, min_saved_reads=0)
     groups += [([b], cached[b] // block_size) for b in alone if query_lens[b] > 1 and cached[b] >= block_size]
-    rows: list[int] = []
-    group_starts = [0]
-    for seqs, _ in groups:
-        for b in seqs:
-            rows.extend(range(starts[b], starts[b + 1]))
-        group_starts.append(len(rows))
-    prefix_groups = PrefixGroups(torch.tensor(rows, dtype=torch.long, device=device),
-                                 torch.tensor(group_starts, dtype=torch.long, device=device),
-                                 torch.tensor([count for _, count in groups], dtype=torch.long, device=device))  # fmt: skip
-    return TokenRows(block_tables.repeat_interleave(counts, dim=0), lengths, max(context_lens), prefix_groups)
+    token_groups = [([t for b in seqs for t in range(starts[b], starts[b + 1])], count) for seqs, count in groups]
+    return TokenRows(block_tables.repeat_interleave(counts, dim=0), lengths, max(context_lens),
+                     PrefixGroups.of(token_groups, device))  # fmt: skip
