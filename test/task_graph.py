@@ -2,6 +2,7 @@
 `oxygen_inference` serving SmolLM2 that a test can start, stop (the service disappears, as when its process dies)
 and start again, all spinning in one MultiThreadedExecutor like `oxygen-ros up`."""
 
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,7 +79,8 @@ def task_graph(
     context = make_context(domain_id)
     try:
         camera = CameraSim(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in CAMERA.items()])
-        simulated = simulation.TASK | task_parameters  # camera_sim's frames: the detector may be trusted
+        name = sys.modules[make_task.__module__].NODE_NAME
+        simulated = simulation.parameters()[name] | task_parameters  # what `oxygen-ros up` gives that node
         task = make_task(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in simulated.items()])
         client = Node("task_test_client", context=context)
         with spin_nodes(context, camera, task, client, num_threads=6) as executor:

@@ -10,7 +10,9 @@ With the simulator the loop is closed: the velocity command on `cmd_vel` (TwistS
 simulated robot (so the frames and their descriptions change as it moves; a command older than CMD_TIMEOUT_S stops
 it, like a real base's watchdog); each frame's true pose goes out as nav_msgs/Odometry on `odom` in the odom frame
 (child base_link) and as the odom -> base_link transform on /tf, and the rest of the tree it simulates (map -> odom,
-map -> camera_link -> camera_optical_frame: ``sim_frames``) on /tf_static.
+map -> camera_link -> camera_optical_frame: ``sim_frames``) on /tf_static; the robot's laser scan of the walking
+obstacle (``perception.lidar``) goes out as sensor_msgs/LaserScan on `scan` in base_link, so the navigation node stops
+on a scan as on a robot.
 """
 
 from typing import Any
@@ -22,7 +24,7 @@ from nav_msgs.msg import Odometry
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import Image, LaserScan
 from std_msgs.msg import Header
 
 from oxygen_ros.msg import Observation as ObservationMsg
@@ -31,6 +33,7 @@ from oxygen_ros.nodes import sim_frames, velocity
 from oxygen_ros.nodes.declare import declare
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.observations import content_id
+from oxygen_ros.perception import lidar
 from oxygen_ros.perception.describe import describe
 from oxygen_ros.perception.source import SOURCE_KINDS, SimSource, make_source
 from oxygen_ros.tf.backend import broadcasters
@@ -50,6 +53,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "cmd_vel_topic": ("cmd_vel", "velocity command input driving the simulated robot (source sim)"),
     "cmd_vel_stamped": (True, "cmd_vel is geometry_msgs/TwistStamped; false = Twist (as navigation_node sends)"),
     "odom_topic": ("odom", "nav_msgs/Odometry output: the simulated robot's pose in odom_frame (source sim)"),
+    "scan_topic": ("scan", "sensor_msgs/LaserScan output (sensor-data QoS): the robot's laser in base_frame (source sim)"),
     "map_frame": ("map", "the simulated room's frame (REP 105 map; source sim)"),
     "odom_frame": ("odom", "odometry's frame: the robot's start pose in map_frame (source sim)"),
     "base_frame": ("base_link", "the simulated robot's frame (source sim)"),
@@ -80,6 +84,7 @@ class CameraSim(Node):
                                              value["camera_frame"], self._frame_id)  # fmt: skip
             self._start = self._source.scene.robot
             self._odometry = self.create_publisher(Odometry, value["odom_topic"], 10)
+            self._scan = self.create_publisher(LaserScan, value["scan_topic"], qos_profile_sensor_data)
             self._tf, static_tf = broadcasters(self)
             static_tf.sendTransform(sim_frames.static_transforms(self._start, self._frames, self.get_clock().now().to_msg()))
             kind = velocity.command_type(value["cmd_vel_stamped"])
@@ -94,7 +99,7 @@ class CameraSim(Node):
     def _tick(self) -> None:
         if self._odometry and time.monotonic() - self._command_time > CMD_TIMEOUT_S:
             self._source.command = (0.0, 0.0)
-        _, rgb = self._source.next_frame()
+        t, rgb = self._source.next_frame()
         header = Header(stamp=self.get_clock().now().to_msg(), frame_id=self._frame_id)
         image = rgb_to_image(rgb, header)
         text = describe(rgb).text
@@ -105,6 +110,14 @@ class CameraSim(Node):
                                        header.stamp)  # fmt: skip
             self._odometry.publish(odom)
             self._tf.sendTransform(sim_frames.base_transform(odom))
+            self._scan.publish(self._laser_scan(t, Header(stamp=header.stamp, frame_id=self._frames.base)))
+
+    def _laser_scan(self, t: float, header: Header) -> LaserScan:
+        scan = LaserScan(header=header, angle_min=lidar.ANGLE_MIN, angle_increment=lidar.ANGLE_INCREMENT,
+                         range_min=lidar.RANGE_MIN_M, range_max=lidar.RANGE_MAX_M, scan_time=self._source.period)  # fmt: skip
+        scan.angle_max = lidar.ANGLE_MIN + lidar.ANGLE_INCREMENT * (lidar.RAYS - 1)
+        scan.ranges = lidar.scan_ranges(self._source.scene, t).tolist()
+        return scan
 
     def destroy_node(self) -> None:
         self._source.close()

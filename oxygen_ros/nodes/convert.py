@@ -22,6 +22,7 @@ from oxygen_ros.action import Generate
 from oxygen_ros.msg import ActionChunk, KvPoolStats, Sampling, TaskKvUsage, TierStats
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes import bounds
+from oxygen_ros.nodes.image_rows import image_rows
 from oxygen_ros.observations import content_id
 from oxygen_ros.srv import Infer
 
@@ -43,19 +44,8 @@ def image_to_rgb(msg: Image) -> np.ndarray:
         bounds.text("image encoding", msg.encoding, bounds.ID_CHARS)  # too long to quote in the refusal
         raise _invalid(f"unsupported image encoding {msg.encoding!r}; supported: {', '.join(ENCODINGS)}")
     channels, order = ENCODINGS[msg.encoding]
-    height, width, step = msg.height, msg.width, msg.step
-    if height == 0 or width == 0:
-        raise _invalid(f"zero-size image ({width}x{height})")
-    bounds.at_most("image width", width, bounds.IMAGE_SIDE, "pixels")
-    bounds.at_most("image height", height, bounds.IMAGE_SIDE, "pixels")
-    row = width * channels
-    if step < row:
-        raise _invalid(f"image step {step} is shorter than a row of {width} {msg.encoding} pixels ({row} bytes)")
-    bounds.at_most("image data (step x height)", step * height, bounds.IMAGE_BYTES, "bytes")
-    bounds.at_most("image RGB copy (width x height x 3)", width * height * 3, bounds.IMAGE_BYTES, "bytes")
-    if len(msg.data) != step * height:
-        raise _invalid(f"image data has {len(msg.data)} bytes, {height} rows of {step} need {step * height}")
-    pixels = np.frombuffer(msg.data, dtype=np.uint8).reshape(height, step)[:, :row].reshape(height, width, channels)
+    pixels = image_rows(msg, channels).reshape(msg.height, msg.width, channels)
+    bounds.at_most("image RGB copy (width x height x 3)", msg.width * msg.height * 3, bounds.IMAGE_BYTES, "bytes")
     return np.ascontiguousarray(pixels[..., list(order)])
 
 

@@ -6,16 +6,19 @@ map -> odom transform at the odometry's time, within `transform_tolerance_s`; tf
 ``oxygen_ros.tf``), again on every replan, so a localization correction moves the goal with the map. camera_sim
 simulates this tree (see ``sim_frames``).
 
-Who drives (`nav2`): with a nav2 NavigateToPose server on `nav2_action` (``auto``: when one is there; ``always``:
-wait `service_wait_s` for it, else UNAVAILABLE) the goal is handed to nav2, whose feedback (pose, elapsed,
-remaining) and result are relayed (``nav2_handoff``); nav2 plans, avoids obstacles and commands the base. Otherwise
-(``never``, or ``auto`` without nav2, as in the simulator) the node drives itself: at `replan_rate_hz` it reads the
-newest odometry, transform and camera frame, replans a straight line to the target (nav_msgs/Path on `plan`, in
-odom) and sends a unicycle command (TwistStamped, or Twist, on `cmd_vel`, ``oxygen_ros.control.unicycle``). Safety
-stop: when the newest frame shows an obstacle in front of the robot closer than `safety_clearance_cm` (gap between
-the bodies, from the detector), it sends a zero Twist and the feedback says why; the obstacle in the simulator walks
-on, and the robot drives again once it is clear. The target's orientation is not controlled: the goal is reached on
-position (the base ends facing the way it drove).
+Who drives (`nav2`): a goal waits up to `nav2_wait_s` for a nav2 NavigateToPose server on `nav2_action` (``auto``
+and ``always``; ``never`` does not look). With one, the goal is handed to nav2, whose feedback (pose, elapsed,
+remaining) and result are relayed (``nav2_handoff``); nav2 plans, avoids obstacles and commands the base. Without
+(``always``: UNAVAILABLE), the node drives itself only when `allow_builtin_driver` is true AND every configured
+obstacle source is live (``obstacle_sources``: a LaserScan on `scan_topic`, a depth image on `depth_topic`, and in
+simulation only, `use_sim`, the camera detector); otherwise the goal fails FAILED_PRECONDITION naming what is
+missing, and a zero Twist is sent, so a robot never drives blind. The built-in driver: at `replan_rate_hz` it reads
+the newest odometry, transform and obstacle points, replans a straight line to the target (nav_msgs/Path on `plan`,
+in odom) and sends a unicycle command (TwistStamped, or Twist, on `cmd_vel`, ``oxygen_ros.control.unicycle``).
+Safety stop: when an obstacle point ahead is within `safety_clearance_cm` of the robot's footprint (a circle of
+`robot_radius_m` about `base_frame`; ``oxygen_ros.control.obstacles``), or odometry or an obstacle source is older
+than `input_timeout_s`, it sends a zero Twist and the feedback says why; it drives again once the way is clear. The
+target's orientation is not controlled: the goal is reached on position (the base ends facing the way it drove).
 
 The language head (`oxygen/infer`, task_type navigation) is asked about the scene every `reasoning_period_s`; its
 answer is the feedback's reasoning. It never gates motion: a text model is too slow to steer at the replan rate.
@@ -23,16 +26,17 @@ answer is the feedback's reasoning. It never gates motion: a text model is too s
 Results: success within `goal_tolerance_m` (or when nav2 succeeds); INVALID_ARGUMENT for a NaN/inf target or a
 frame other than map_frame/odom_frame (accepted, then aborted); OUT_OF_RANGE for a target farther than
 `max_target_distance_m` from the robot (checked on the goal when its transform is known, and on each replan) or a
-hint over ``bounds.TEXT_CHARS``; TF_ERROR when no map -> odom transform came within `transform_wait_s` of the goal,
-or none usable for `blocked_timeout_s` while driving (the robot stands still meanwhile); UNAVAILABLE when
-`oxygen/infer` (or, with ``always``, nav2) is absent, or when no odometry or camera frame newer than STALE_S came
-for `blocked_timeout_s`; OBSTACLE after `blocked_timeout_s` stopped for an obstacle (each reason counts its own
-time); DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer goal; nav2's
-failures as TF_ERROR, DEADLINE_EXCEEDED or ABORTED with its code and text. Every ending of a goal the node drove
-itself sends a zero Twist. The numbers other than the waits may be changed while the node runs (`ros2 param set`,
-within their ranges): each replan reads them; the replan and reasoning rates apply from the next goal. The rest is
-read once and read-only. Names are relative (`navigate`, `plan`, `odom`, `cmd_vel`, `navigate_to_pose`), so a
-namespace moves them; TF is on /tf and /tf_static, as tf2's is.
+hint over ``bounds.TEXT_CHARS``; FAILED_PRECONDITION when neither nav2 nor the built-in driver may drive (above);
+TF_ERROR when no map -> odom transform came within `transform_wait_s` of the goal, or none usable (or none placing
+an obstacle source's points) for `blocked_timeout_s` while driving (the robot stands still meanwhile); UNAVAILABLE
+when `oxygen/infer` (or, with ``always``, nav2) is absent, or when odometry or an obstacle source stayed older than
+`input_timeout_s` for `blocked_timeout_s`; OBSTACLE after `blocked_timeout_s` stopped for an obstacle (each reason
+counts its own time); DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer
+goal; nav2's failures as TF_ERROR, DEADLINE_EXCEEDED or ABORTED with its code and text. Every ending of a goal the
+node drove itself sends a zero Twist. The numbers other than the waits may be changed while the node runs
+(`ros2 param set`, within their ranges): each replan reads them; the replan and reasoning rates apply from the next
+goal. The rest is read once and read-only. Names are relative (`navigate`, `plan`, `odom`, `cmd_vel`, `scan`,
+`navigate_to_pose`), so a namespace moves them; TF is on /tf and /tf_static, as tf2's is.
 """
 
 import math
@@ -53,7 +57,7 @@ from oxygen_ros.action import Navigate
 from oxygen_ros.control import unicycle
 from oxygen_ros.control.unicycle import Pose2D
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes import bounds, velocity
+from oxygen_ros.nodes import bounds, obstacle_sources, velocity
 from oxygen_ros.nodes.declare import current, keep_positive
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.future_wait import wait
@@ -67,7 +71,6 @@ from oxygen_ros.tf.rigid import Rigid, of_pose
 from oxygen_ros.tf.tree import TransformUnavailable
 
 NODE_NAME = "navigation_node"
-STALE_S = 1.0  # odometry or camera frames older than this are no basis for driving: the robot stops
 
 
 @dataclass(frozen=True)
@@ -107,8 +110,10 @@ class NavigationNode(TaskActionNode[Trip]):
         self._lock = threading.Lock()
         self._odom: Odom | None = None
         self._map, self._odom_frame = self.settings["map_frame"], self.settings["odom_frame"]
+        self._base = self.settings["base_frame"]
         self._transforms = Transforms(self, self.settings["transform_tolerance_s"])
         self._nav2 = Nav2Handoff(self, self.settings["nav2_action"], self.group)
+        self._sources = obstacle_sources.configured(self, self.settings, self.frame, self._transforms, self.group)
         self._commanding = False  # the last goal was driven here (not by nav2): its end sends a zero Twist
         odom_topic = self.settings["odom_topic"]
         self._odom_name = self.resolve_topic_name(odom_topic)  # the full name, as messages quote it
@@ -161,11 +166,18 @@ class NavigationNode(TaskActionNode[Trip]):
             return None
         target = PoseStamped(header=goal.target.header, pose=goal.target.pose)
         target.header.frame_id = self._frame_of(goal.target)
-        mode, wait_s = self.settings["nav2"], self.settings["service_wait_s"]
-        nav2 = mode != "never" and await self._nav2.ready(wait_s if mode == "always" else 0.0)
+        mode, wait_s = self.settings["nav2"], self.settings["nav2_wait_s"]
+        nav2 = mode != "never" and await self._nav2.ready(wait_s)
         if mode == "always" and not nav2:
             run.end(ErrorCode.UNAVAILABLE, f"no nav2 server on {self._nav2.name} within {wait_s:g} s")
             return None
+        if not nav2:
+            problem = await self._builtin_driver_problem(mode)
+            if problem:
+                if not self.busy:
+                    self._send(Twist())  # whatever commanded the base before, nothing here lets it move now
+                run.end(ErrorCode.FAILED_PRECONDITION, problem)
+                return None
         if not nav2 and not await self._transform_ready(target.header.frame_id):
             wait_tf = self.settings["transform_wait_s"]
             run.end(ErrorCode.TF_ERROR, f"no transform {self._odom_frame} <- {target.header.frame_id} within "
@@ -175,6 +187,28 @@ class NavigationNode(TaskActionNode[Trip]):
         self.get_logger().info(f"{run.task_id}: to ({p.x:.2f}, {p.y:.2f}) in {target.header.frame_id} "
                                f"{'by nav2' if nav2 else 'straight'} {goal.instruction!r}")  # fmt: skip
         return Trip(run, target, goal.instruction.strip(), time.monotonic(), nav2)
+
+    async def _builtin_driver_problem(self, mode: str) -> str:
+        """Why the built-in driver may not drive this goal ('' = it may): it must be allowed, and every configured
+        obstacle source live (waiting up to `input_timeout_s` for the first message of each)."""
+        if not self.settings["allow_builtin_driver"]:
+            why = f"no nav2 server on {self._nav2.name} within {self.settings['nav2_wait_s']:g} s" if mode == "auto" \
+                else "nav2 is off (nav2: never)"  # fmt: skip
+            return f"{why}, and the built-in driver is off (allow_builtin_driver: false): nothing may drive the base"
+        if not self._sources:
+            return ("the built-in driver needs a live obstacle source and none is configured: set scan_topic "
+                    "(sensor_msgs/LaserScan) or depth_topic (a depth image); the camera detector counts only in "
+                    "simulation (use_sim)")  # fmt: skip
+        timeout, waited = self.settings["input_timeout_s"], 0.0
+        while True:
+            stale = [source.name for source in self._sources if source.age() > timeout]
+            if not stale or waited >= timeout:
+                break
+            await wait(self, None, POLL_S)
+            waited += POLL_S
+        if stale:
+            return f"the built-in driver needs every obstacle source live: no {', '.join(stale)} in {timeout:g} s"
+        return ""
 
     async def _transform_ready(self, frame: str) -> bool:
         """Whether ``frame`` -> odom is known, waiting up to `transform_wait_s` for it."""
@@ -307,21 +341,27 @@ class NavigationNode(TaskActionNode[Trip]):
 
     def _stop_reason(self, odom_age: float, tf_problem: str, settings: dict[str, Any]) -> tuple[ErrorCode | None, str]:
         """Why the robot must stand still now, as (the code if it lasts, the reason); (None, '') = it may drive.
-        Without recent odometry and camera frames it cannot know where it is or what is ahead, without the
-        transform not where the target is."""
-        for what, age in ((f"odometry on {self._odom_name}", odom_age), ("camera frame", self.frame.age())):
-            if age > STALE_S:
-                return ErrorCode.UNAVAILABLE, f"stopped: no {what} in the last {STALE_S:g} s"
+        Without recent odometry it cannot know where it is, without every obstacle source what is ahead, without
+        the transform where the target is."""
+        timeout = settings["input_timeout_s"]
+        ages = [(f"odometry on {self._odom_name}", odom_age)] + [(s.name, s.age()) for s in self._sources]
+        for what, age in ages:
+            if age > timeout:
+                return ErrorCode.UNAVAILABLE, f"stopped: no {what} in the last {timeout:g} s"
         if tf_problem:
             return ErrorCode.TF_ERROR, tf_problem
-        detections = self.frame.detections()
-        obstacle = unicycle.blocking(detections.obstacles if detections else [], settings["safety_clearance_cm"])
-        if obstacle is None:
-            return None, ""
-        return ErrorCode.OBSTACLE, (
-            f"safety stop: obstacle {obstacle.clearance_cm:.0f} cm away "
-            f"(< {settings['safety_clearance_cm']:g} cm), {obstacle.ahead_cm:.0f} cm ahead"
-        )
+        radius, clearance = settings["robot_radius_m"], settings["safety_clearance_cm"] / 100.0
+        for source in self._sources:
+            try:
+                obstacle = source.blocking(radius, clearance)
+            except TransformUnavailable as exc:
+                return ErrorCode.TF_ERROR, f"stopped: the {source.name} cannot be placed in {self._base}: {exc}"
+            if obstacle is not None:
+                return ErrorCode.OBSTACLE, (
+                    f"safety stop: obstacle {obstacle.gap_m * 100:.0f} cm away "
+                    f"(< {settings['safety_clearance_cm']:g} cm), {obstacle.ahead_m * 100:.0f} cm ahead ({source.name})"
+                )
+        return None, ""
 
     def _publish_plan(self, pose: Pose2D, target: tuple[float, float]) -> None:
         path = Path()

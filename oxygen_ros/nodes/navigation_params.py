@@ -9,7 +9,7 @@ from oxygen_ros.nodes.nav2_handoff import MODES
 
 PARAMETERS: Table = {
     "replan_rate_hz": (5.0, "how often the path and the velocity command are recomputed, per second"),
-    "safety_clearance_cm": (25.0, "stop when an obstacle ahead is closer than this (gap between the bodies), cm"),
+    "safety_clearance_cm": (25.0, "stop when an obstacle point ahead is closer than this to the robot's footprint, cm"),
     "goal_tolerance_m": (0.1, "the goal is reached within this distance, metres"),
     "max_target_distance_m": (
         bounds.TARGET_DISTANCE_M,
@@ -22,13 +22,25 @@ PARAMETERS: Table = {
     "reasoning_period_s": (5.0, "how often the language head is asked about the way ahead, seconds"),
     "max_new_tokens": (24, "reasoning token budget"),
     "infer_timeout_s": (60.0, "longest wait for /oxygen/infer to answer, seconds"),
-    "service_wait_s": (1.0, "how long to wait for /oxygen/infer (and nav2 with nav2: always) to appear, seconds"),
+    "service_wait_s": (1.0, "how long to wait for /oxygen/infer to appear, and for nav2 to answer a goal, seconds"),
     "map_frame": ("map", "the frame of targets (REP 105 map); '' in a target's header means it"),
     "odom_frame": ("odom", "the frame of odometry (others are ignored), of the plan, and where the robot drives"),
     "transform_wait_s": (2.0, "how long a goal waits for its map -> odom transform before TF_ERROR, seconds"),
     "transform_tolerance_s": (0.5, "a transform this much older or newer than the odometry still counts, seconds"),
     "nav2": ("auto", f"hand goals to nav2's NavigateToPose: {' | '.join(MODES)} (auto: when a server is there)"),
     "nav2_action": ("navigate_to_pose", "nav2's NavigateToPose action (bt_navigator)"),
+    "nav2_wait_s": (5.0, "how long a goal waits for nav2's server to appear (auto then drives itself if allowed, "
+                    "always aborts UNAVAILABLE), seconds"),
+    "allow_builtin_driver": (False, "without nav2, drive the base with the straight-line controller, only while a "
+                             "live obstacle source is configured; false = refuse FAILED_PRECONDITION"),
+    "scan_topic": ("scan", "sensor_msgs/LaserScan obstacle source (sensor-data QoS); '' = none"),
+    "depth_topic": ("", "depth image obstacle source (sensor_msgs/Image 16UC1 mm or 32FC1 m); '' = none"),
+    "depth_info_topic": ("", "the depth image's sensor_msgs/CameraInfo; '' = camera_info beside depth_topic"),
+    "base_frame": ("base_link", "the robot's body frame: obstacle points are placed in it through TF"),
+    "robot_radius_m": (0.2, "radius of the circle about base_frame's origin that holds the robot, metres"),
+    "obstacle_min_height_m": (0.05, "depth points lower than this above base_frame are floor, not obstacles, metres"),
+    "obstacle_max_height_m": (2.0, "depth points higher than this above base_frame are no obstacle, metres"),
+    "input_timeout_s": (1.0, "odometry or an obstacle source older than this stops the base, seconds"),
     "odom_topic": ("odom", "nav_msgs/Odometry input: the robot's pose in odom_frame (others are ignored)"),
     "cmd_vel_topic": ("cmd_vel", "velocity command output (geometry_msgs/TwistStamped, or Twist: cmd_vel_stamped)"),
     "cmd_vel_stamped": (True, "send TwistStamped (Jazzy's diff_drive_controller, nav2); false = Twist (older stacks)"),
@@ -36,8 +48,9 @@ PARAMETERS: Table = {
 }
 # Read once, at start: refused when set later (read_only). The others are read on every replan.
 READ_ONCE = ["service_wait_s", "infer_timeout_s", "map_frame", "odom_frame", "transform_wait_s",
-             "transform_tolerance_s", "nav2", "nav2_action", "odom_topic", "cmd_vel_topic", "cmd_vel_stamped",
-             *latest_frame.PARAMETERS]  # fmt: skip
+             "transform_tolerance_s", "nav2", "nav2_action", "nav2_wait_s", "odom_topic", "cmd_vel_topic",
+             "cmd_vel_stamped", "allow_builtin_driver", "scan_topic", "depth_topic", "depth_info_topic", "base_frame",
+             "obstacle_min_height_m", "obstacle_max_height_m", *latest_frame.PARAMETERS]  # fmt: skip
 RANGES: Ranges = {
     "replan_rate_hz": (0.0, 100.0),
     "safety_clearance_cm": (0.0, 1000.0),
@@ -53,8 +66,15 @@ RANGES: Ranges = {
     "service_wait_s": (0.0, 600.0),
     "transform_wait_s": (0.0, 600.0),
     "transform_tolerance_s": (0.0, 10.0),
+    "nav2_wait_s": (0.0, 600.0),
+    "robot_radius_m": (0.0, 10.0),
+    "obstacle_min_height_m": (-10.0, 10.0),
+    "obstacle_max_height_m": (-10.0, 10.0),
+    "input_timeout_s": (0.0, 60.0),
 }
-POSITIVE = [name for name in RANGES if name != "transform_tolerance_s"]  # a tolerance of 0 means exact times
+# 0 is meaningful for these: exact times, only look for nav2, heights at the base frame's origin
+NON_NEGATIVE = ("transform_tolerance_s", "nav2_wait_s", "obstacle_min_height_m", "obstacle_max_height_m")
+POSITIVE = [name for name in RANGES if name not in NON_NEGATIVE]
 
 
 def settings_problem(settings: dict[str, Any]) -> str:
@@ -64,4 +84,9 @@ def settings_problem(settings: dict[str, Any]) -> str:
     frames = (settings["map_frame"], settings["odom_frame"])
     if not all(0 < len(frame) <= bounds.ID_CHARS for frame in frames) or frames[0] == frames[1]:
         return f"parameters map_frame and odom_frame must be two different frame ids, got {frames}"
+    if not 0 < len(settings["base_frame"]) <= bounds.ID_CHARS:
+        return f"parameter base_frame must be a frame id, got {settings['base_frame']!r}"
+    if settings["obstacle_min_height_m"] >= settings["obstacle_max_height_m"]:
+        return (f"parameters obstacle_min_height_m and obstacle_max_height_m must be a band, got "
+                f"{settings['obstacle_min_height_m']} and {settings['obstacle_max_height_m']}")  # fmt: skip
     return ""

@@ -73,6 +73,11 @@ class TaskActionNode(Node, Generic[State]):
         self.infer.destroy()
         super().destroy_node()
 
+    @property
+    def busy(self) -> bool:
+        """Whether a goal runs now (started, not yet ended)."""
+        return self._current is not None
+
     # --- what a node implements -------------------------------------------------------------------------------
     def check(self, goal: Any) -> None:
         """Raise EngineError (INVALID_ARGUMENT, OUT_OF_RANGE) saying why the goal cannot be run."""

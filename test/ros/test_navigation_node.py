@@ -1,7 +1,8 @@
 """`navigation_node` through real rclpy nodes in the closed simulation loop (camera_sim drives the robot by
 /cmd_vel and publishes /odom in odom and its TF tree) with the real SmolLM2 as language head: it reaches a target in
 the map frame through camera_sim's map -> odom transform, plans on /plan (in odom), stops for an obstacle ahead (OBSTACLE after the blocked timeout), cancels promptly with a zero TwistStamped
-and no KV block leaked, stands still without fresh odometry and frames, and answers INVALID_ARGUMENT / OUT_OF_RANGE
+and no KV block leaked, stands still when odometry and the sensors stop (UNAVAILABLE once it lasts), refuses a goal
+without a live obstacle source (FAILED_PRECONDITION), and answers INVALID_ARGUMENT / OUT_OF_RANGE
 / UNAVAILABLE with a clear code (a target 1e30 m away at once, without memory growth)."""
 
 import math
@@ -18,7 +19,7 @@ from rclpy.parameter import Parameter
 from ros_harness import send_goal, wait_until
 from task_graph import task_graph
 
-from oxygen_ros.nodes.navigation_node import PARAMETERS, STALE_S, NavigationNode
+from oxygen_ros.nodes.navigation_node import PARAMETERS, NavigationNode
 from oxygen_ros.tf.backend import Transforms
 
 BELOW_THE_OBSTACLE = (1.0, 0.45)  # seed 0: the robot starts at (1.37, 0.35); the obstacle walks along y = 1.13
@@ -163,16 +164,29 @@ def test_cancel_stops_the_robot_promptly_without_leaking_blocks(graph):
     graph.idle_pool()
 
 
-def test_without_odometry_or_camera_frames_it_stands_still_then_aborts_unavailable(graph):
-    graph.executor.remove_node(graph.camera)  # camera_sim publishes both; from here on nothing new arrives
+def test_when_odometry_and_the_sensors_stop_coming_it_stands_still_then_aborts_unavailable(graph):
     tune(graph, blocked_timeout_s=1.0)
-    time.sleep(STALE_S + 0.2)
     try:
-        goal = navigate(graph, 2.0, 0.45)
+        goal = navigate(graph, 2.5, 0.45)
+        wait_until(lambda: goal.feedback and goal.feedback[-1].cmd.linear.x > 0, 20.0, "driving")
+        graph.executor.remove_node(graph.camera)  # camera_sim publishes all of them: from here on nothing arrives
         out = goal.result(timeout=30.0)
     finally:
         tune(graph, blocked_timeout_s=10.0)
         graph.executor.add_node(graph.camera)
     assert out.status == GoalStatus.STATUS_ABORTED
     assert out.result.error_code == "UNAVAILABLE" and "no odometry on /odom" in out.result.message
-    assert goal.feedback and all(f.cmd == Twist() for f in goal.feedback)
+    stops = [f for f in goal.feedback if f.reasoning.startswith("stopped:")]
+    assert stops and all(f.cmd == Twist() for f in stops)
+
+
+def test_without_live_obstacle_sources_a_goal_is_refused(graph):
+    graph.executor.remove_node(graph.camera)  # its laser scan and its frames (the simulated detector) go stale
+    time.sleep(PARAMETERS["input_timeout_s"][0] + 0.2)
+    try:
+        out = navigate(graph, 2.0, 0.45).result(timeout=10.0)
+    finally:
+        graph.executor.add_node(graph.camera)
+    assert out.status == GoalStatus.STATUS_ABORTED and out.result.error_code == "FAILED_PRECONDITION"
+    assert "no LaserScan on /scan, camera detector (simulation) in 1 s" in out.result.message, out.result.message
+    wait_until(lambda: twists(graph)[-1] == Twist(), 2.0, "a zero Twist")

@@ -1,9 +1,12 @@
 """`navigation_node` as on a robot, through real rclpy nodes and no simulator: a stand-in base (driven by cmd_vel,
-odometry in `odom`, a camera) and a map -> odom transform the test publishes on /tf; the language head is the echo
-server. A target in `map` is reached through that transform (odom is rotated and shifted against map), a missing
-transform ends the goal TF_ERROR within transform_wait_s, and with a stand-in nav2 NavigateToPose server the goal is
-handed to it: its feedback (pose, elapsed, remaining) and result are relayed, a cancel reaches it, its failures come
-back with our codes and its malformed feedback is dropped."""
+odometry in `odom`, a camera, a laser scanner mounted backwards on a `laser` frame) and a map -> odom transform the
+test publishes on /tf; the language head is the echo server. A target in `map` is reached through that transform (odom
+is rotated and shifted against map), a missing transform ends the goal TF_ERROR within transform_wait_s, an obstacle
+on the scan stops the base and a scan that stops coming stops it too (UNAVAILABLE once it lasts); without nav2 a goal
+is refused FAILED_PRECONDITION, with only zero velocities sent, unless the built-in driver is allowed and a live
+obstacle source configured; with a stand-in nav2 NavigateToPose server (also one that appears while a goal waits
+for it) the goal is handed to it: its feedback (pose, elapsed, remaining) and result are relayed, a cancel reaches
+it, its failures come back with our codes and its malformed feedback is dropped."""
 
 import math
 import time
@@ -12,7 +15,8 @@ import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 from echo_servers import EchoServers
-from geometry_msgs.msg import PoseStamped, TransformStamped, TwistStamped
+from inference_client import Capture
+from geometry_msgs.msg import PoseStamped, TransformStamped, Twist, TwistStamped
 from nav2_msgs.action import NavigateToPose
 from nav_msgs.msg import Odometry
 from rclpy.action import ActionServer, CancelResponse
@@ -21,7 +25,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from ros_harness import make_context, send_goal, spin_nodes, wait_until
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import CameraInfo, Image, LaserScan
 from std_msgs.msg import Header
 
 from oxygen_ros.action import Navigate
@@ -29,25 +33,42 @@ from oxygen_ros.nodes.convert import rgb_to_image
 from oxygen_ros.nodes.infer_client import inference_at
 from oxygen_ros.nodes.navigation_node import NavigationNode
 from oxygen_ros.tf import topics
-from oxygen_ros.tf.rigid import planar
+from oxygen_ros.tf.rigid import Rigid, planar
 
 RATE_HZ = 20.0
 MAP_TO_ODOM = planar(2.0, -1.0, math.pi / 2)  # where odometry started on the map, and facing north
 TARGET_IN_MAP = (1.5, 0.0)  # 1 m "forward" and 0.5 m "right" of odom's origin: (1.0, 0.5) in odom
+LASER_IN_BASE = planar(0.1, 0.0, math.pi, z=0.2)  # mounted 10 cm ahead of the centre, looking backwards
+SCAN_RAYS = 360
+# a depth camera 30 cm up looking ahead (REP 103 optical frame: z forward, x right, y down); 64 x 48 pixels
+DEPTH_IN_BASE = Rigid((0.15, 0.0, 0.3), (-0.5, 0.5, -0.5, 0.5))
+DEPTH_K = (16.0, 16.0, 31.5, 23.5)  # fx, fy, cx, cy: wide, so it sees the floor from 35 cm ahead of base_link
 
 
 class Base(Node):
-    """A unicycle base: integrates TwistStamped cmd_vel, publishes odometry in odom and a camera frame each tick,
-    and (``broadcasting``) map -> odom on /tf, stamped like the odometry."""
+    """A unicycle base: integrates TwistStamped cmd_vel, publishes odometry in odom, a camera frame and (``scanning``)
+    a laser scan each tick, with a point ``obstacle_ahead_m`` straight ahead of base_link when set, and
+    (``broadcasting``) map -> odom on /tf, stamped like the odometry; base_link -> laser on /tf_static."""
 
     def __init__(self, context) -> None:
         super().__init__("stand_in_base", context=context)
         self.x = self.y = self.yaw = 0.0
-        self.broadcasting = True
+        self.broadcasting = self.scanning = True
+        self.obstacle_ahead_m: float | None = None
+        self.wall_ahead_m: float | None = None  # what the depth camera sees besides the floor
         self._command = (0.0, 0.0)
         self._odom = self.create_publisher(Odometry, "/odom", 10)
         self._camera = self.create_publisher(Image, "/camera/image_raw", qos_profile_sensor_data)
+        self._scan = self.create_publisher(LaserScan, "/scan", qos_profile_sensor_data)
+        self._depth = self.create_publisher(Image, "/depth/image_raw", qos_profile_sensor_data)
+        self._depth_info = self.create_publisher(CameraInfo, "/depth/camera_info", qos_profile_sensor_data)
         self._tf = topics.TransformBroadcaster(self)
+        mounts = [TransformStamped(child_frame_id=child, transform=rigid.to_msg())
+                  for child, rigid in (("laser", LASER_IN_BASE), ("depth_optical", DEPTH_IN_BASE))]  # fmt: skip
+        for mount in mounts:
+            mount.header.frame_id = "base_link"
+        self._static_tf = topics.StaticTransformBroadcaster(self)
+        self._static_tf.sendTransform(mounts)
         self.create_subscription(TwistStamped, "/cmd_vel", self._on_cmd_vel, 10)
         self.create_timer(1.0 / RATE_HZ, self._tick)
 
@@ -70,18 +91,43 @@ class Base(Node):
             transform = TransformStamped(child_frame_id="odom", transform=MAP_TO_ODOM.to_msg())
             transform.header.stamp, transform.header.frame_id = header.stamp, "map"
             self._tf.sendTransform(transform)
+        if self.scanning:
+            self._scan.publish(self._laser_scan(Header(stamp=header.stamp, frame_id="laser")))
+        depth = Header(stamp=header.stamp, frame_id="depth_optical")
+        fx, fy, cx, cy = DEPTH_K
+        self._depth_info.publish(CameraInfo(header=depth, width=64, height=48, k=[fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0]))
+        self._depth.publish(self._depth_image(depth))
 
+    def _depth_image(self, header: Header) -> Image:
+        """32FC1: the floor 30 cm below the camera (rows under the horizon), NaN above it (no return), and a wall
+        ``wall_ahead_m`` ahead of base_link filling the view where it is nearer than the floor."""
+        fx, fy, cx, cy = DEPTH_K
+        rows = np.arange(48, dtype=np.float32)[:, None] - cy
+        with np.errstate(divide="ignore"):
+            depth = np.where(rows > 0, DEPTH_IN_BASE.translation[2] * fy / rows, np.nan) * np.ones((1, 64), np.float32)
+        if self.wall_ahead_m is not None:
+            depth = np.fmin(depth, self.wall_ahead_m - DEPTH_IN_BASE.translation[0])
+        data = depth.astype("<f4").tobytes()
+        return Image(header=header, height=48, width=64, encoding="32FC1", step=64 * 4, data=data)
+
+    def _laser_scan(self, header: Header) -> LaserScan:
+        """Nothing in range but the obstacle: ahead of base_link is behind the backwards laser (angle pi = ray 0)."""
+        ranges = [math.inf] * SCAN_RAYS
+        if self.obstacle_ahead_m is not None:
+            ranges[0] = ranges[1] = ranges[-1] = self.obstacle_ahead_m - LASER_IN_BASE.translation[0]
+        return LaserScan(header=header, angle_min=-math.pi, angle_max=math.pi * (1 - 2 / SCAN_RAYS),
+                         angle_increment=2 * math.pi / SCAN_RAYS, range_min=0.05, range_max=10.0, ranges=ranges)
 
 class StandInNav2(Node):
     """nav2's bt_navigator as seen from outside: a NavigateToPose server whose behaviour a test sets."""
 
-    def __init__(self, context) -> None:
-        super().__init__("stand_in_bt_navigator", context=context)
+    def __init__(self, context, action: str = "/navigate_to_pose") -> None:
+        super().__init__(f"stand_in_bt_navigator{action.replace('/', '_')}", context=context)
         self.goals: list[PoseStamped] = []
         self.cancelled = False
         self.ending = "succeed"  # succeed | tf_error | wait (until cancelled)
         self.bad_feedback = False
-        self._server = ActionServer(self, NavigateToPose, "/navigate_to_pose", self._execute,
+        self._server = ActionServer(self, NavigateToPose, action, self._execute,
                                     cancel_callback=lambda _: CancelResponse.ACCEPT,
                                     callback_group=ReentrantCallbackGroup())  # fmt: skip
 
@@ -110,10 +156,23 @@ class StandInNav2(Node):
         return NavigateToPose.Result()
 
 
-WIRING = {"odom_topic": "/odom", "cmd_vel_topic": "/cmd_vel", "camera_topic": "/camera/image_raw",
-          "nav2_action": "/navigate_to_pose", "service_wait_s": 2.0, "transform_wait_s": 1.0, "reasoning_period_s": 0.5}
-NODES = {"never": {"nav2": "never"}, "auto": {"nav2": "auto"}, "always": {"nav2": "always"},
-         "world": {"nav2": "never", "map_frame": "world"}}  # no one publishes world -> odom
+# The robot's own wiring; the built-in driver allowed, with the scan as its obstacle source.
+SENSORS = {"odom_topic": "/odom", "camera_topic": "/camera/image_raw", "nav2_action": "/navigate_to_pose",
+           "nav2_wait_s": 1.0, "transform_wait_s": 1.0, "reasoning_period_s": 0.5}
+WIRING = SENSORS | {"cmd_vel_topic": "/cmd_vel", "allow_builtin_driver": True, "scan_topic": "/scan"}
+NODES = {"never": WIRING | {"nav2": "never"}, "auto": WIRING | {"nav2": "auto"}, "always": WIRING | {"nav2": "always"},
+         "world": WIRING | {"nav2": "never", "map_frame": "world"},  # no one publishes world -> odom
+         "depth": WIRING | {"nav2": "never", "scan_topic": "", "depth_topic": "/depth/image_raw"},
+         "late": SENSORS | {"nav2": "auto", "nav2_action": "/late/navigate_to_pose", "nav2_wait_s": 10.0},
+         # refused: each commands its own cmd_vel (/<name>/cmd_vel), which the test watches
+         "defaults": SENSORS | {"nav2": "auto"},  # a robot's config/oxygen.yaml: the built-in driver is off
+         "no_source": SENSORS | {"allow_builtin_driver": True, "scan_topic": ""},
+         "silent_scan": SENSORS | {"allow_builtin_driver": True, "scan_topic": "/nobody/scan"}}  # fmt: skip
+REFUSED = {
+    "defaults": "no nav2 server on /navigate_to_pose within 1 s, and the built-in driver is off (allow_builtin_driver",
+    "no_source": "needs a live obstacle source and none is configured: set scan_topic",
+    "silent_scan": "needs every obstacle source live: no LaserScan on /nobody/scan in 1 s",
+}
 
 
 @pytest.fixture(scope="module")
@@ -123,9 +182,10 @@ def robot(ros_domain_id):
     context = make_context(ros_domain_id)
     base, echo, client = Base(context), EchoServers(context), Node("navigation_robot_client", context=context)
     nodes = {name: NavigationNode(context=context, namespace=name, cli_args=inference_at("/"),
-                                  parameter_overrides=[Parameter(k, value=v) for k, v in (WIRING | extra).items()])
-             for name, extra in NODES.items()}  # fmt: skip
-    graph = {"context": context, "client": client, "base": base, "nodes": nodes, "nav2": None}
+                                  parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+             for name, values in NODES.items()}  # fmt: skip
+    commands = {name: Capture(client, TwistStamped, f"/{name}/cmd_vel", 100) for name in REFUSED}
+    graph = {"context": context, "client": client, "base": base, "nodes": nodes, "nav2": None, "commands": commands}
     try:
         with spin_nodes(context, base, echo, client, *nodes.values(), num_threads=6) as executor:
             graph["executor"] = executor
@@ -169,6 +229,84 @@ def test_reaches_a_map_target_with_odometry_in_odom_through_tf(robot):
     last = goal.feedback[-1]
     assert last.current_pose.header.frame_id == "odom" and 0 < last.distance_remaining < 0.5
     assert 0 < last.navigation_time.sec + last.navigation_time.nanosec * 1e-9 < 30.0
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_without_nav2_it_never_drives_blind(robot, name):
+    """The issue's robot: no nav2, no (live) obstacle source. Refused at once, naming what is missing, and the base
+    told to stand still: only zero velocities, never a move."""
+    out = navigate(robot, name, *TARGET_IN_MAP).result(timeout=15.0)
+    assert out.status == GoalStatus.STATUS_ABORTED
+    assert out.result.error_code == "FAILED_PRECONDITION" and REFUSED[name] in out.result.message, out.result.message
+    sent = robot["commands"][name]
+    sent.wait_for(lambda _: True, 5.0, f"a velocity command on /{name}/cmd_vel")
+    time.sleep(0.5)
+    assert all(msg.twist == Twist() for msg in sent.messages), [msg.twist for msg in sent.messages]
+
+
+def test_an_obstacle_on_the_scan_stops_the_base_until_the_way_is_clear(robot):
+    base = robot["base"]
+    goal = navigate(robot, "never", base.x + 2.0, base.y, frame_id="odom")  # far enough to be on the way a while
+    wait_until(lambda: goal.feedback and goal.feedback[-1].cmd.linear.x > 0, 10.0, "driving")
+    base.obstacle_ahead_m = 0.5  # a gap of 30 cm to the 20 cm footprint: more than the 25 cm clearance
+    time.sleep(0.6)
+    assert goal.feedback[-1].cmd.linear.x > 0, goal.feedback[-1].reasoning
+    base.obstacle_ahead_m = 0.35  # a gap of 15 cm
+    wait_until(lambda: goal.feedback[-1].reasoning.startswith("safety stop"), 5.0, "a safety stop")
+    stop = goal.feedback[-1]
+    assert stop.cmd == Twist() and "15 cm away" in stop.reasoning and "LaserScan on /scan" in stop.reasoning
+    base.obstacle_ahead_m = None
+    out = goal.result(timeout=30.0)
+    assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
+    stops = [f for f in goal.feedback if f.reasoning.startswith("safety stop")]
+    assert stops and all(f.cmd == Twist() for f in stops)
+
+
+def test_a_depth_camera_stops_the_base_for_a_wall_and_not_for_the_floor(robot):
+    base = robot["base"]
+    goal = navigate(robot, "depth", base.x + 2.0, base.y, frame_id="odom")
+    wait_until(lambda: goal.feedback and goal.feedback[-1].cmd.linear.x > 0, 10.0, "driving over the floor it sees")
+    base.wall_ahead_m = 0.4
+    try:
+        wait_until(lambda: goal.feedback[-1].reasoning.startswith("safety stop"), 5.0, "a safety stop")
+        stop = goal.feedback[-1]
+        assert stop.cmd == Twist() and "depth image on /depth/image_raw" in stop.reasoning, stop.reasoning
+        assert "20 cm away" in stop.reasoning and "40 cm ahead" in stop.reasoning
+    finally:
+        base.wall_ahead_m = None
+        goal.cancel()
+    assert goal.result().status == GoalStatus.STATUS_CANCELED
+
+
+def test_a_scan_that_stops_coming_stops_the_base_then_unavailable(robot):
+    robot["nodes"]["never"].set_parameters([Parameter("blocked_timeout_s", value=1.0)])
+    try:
+        goal = navigate(robot, "never", robot["base"].x - 2.0, robot["base"].y, frame_id="odom")
+        wait_until(lambda: goal.feedback and goal.feedback[-1].cmd.linear.x > 0, 10.0, "driving")
+        robot["base"].scanning = False
+        out = goal.result(timeout=15.0)
+    finally:
+        robot["base"].scanning = True
+        robot["nodes"]["never"].set_parameters([Parameter("blocked_timeout_s", value=10.0)])
+    assert out.status == GoalStatus.STATUS_ABORTED
+    assert out.result.error_code == "UNAVAILABLE" and "no LaserScan on /scan" in out.result.message, out.result.message
+    stops = [f for f in goal.feedback if f.reasoning.startswith("stopped:")]
+    assert stops and all(f.cmd == Twist() for f in stops)
+
+
+def test_auto_waits_for_a_nav2_that_comes_up_late(robot):
+    start = time.monotonic()
+    goal = navigate(robot, "late", *TARGET_IN_MAP)
+    time.sleep(1.5)  # nav2 still coming up: the goal waits for it (nav2_wait_s 10)
+    nav2 = StandInNav2(robot["context"], "/late/navigate_to_pose")
+    robot["executor"].add_node(nav2)
+    try:
+        out = goal.result(timeout=20.0)
+    finally:
+        robot["executor"].remove_node(nav2)
+        nav2.destroy_node()
+    assert out.status == GoalStatus.STATUS_SUCCEEDED and out.result.message == "nav2 reached the target"
+    assert len(nav2.goals) == 1 and time.monotonic() - start > 1.5
 
 
 def test_without_a_transform_to_the_target_frame_it_ends_tf_error_within_the_wait(robot):

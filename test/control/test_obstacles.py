@@ -1,0 +1,72 @@
+"""Obstacle geometry against references we did not write: LaserScan readings against their definition, depth pixels
+against OpenCV's pinhole projection (cv2.projectPoints), transforms against the quaternion algebra of
+``oxygen_ros.tf.rigid`` (an independent path), and the stop corridor on hand-placed points."""
+
+import math
+
+import cv2
+import numpy as np
+import pytest
+
+from oxygen_ros.control import obstacles
+from oxygen_ros.tf.rigid import Rigid
+
+
+def test_scan_points_follow_the_laserscan_definition_and_drop_invalid_readings():
+    ranges = np.array([1.0, math.nan, 2.0, math.inf, 0.01, 50.0, 3.0])
+    points = obstacles.scan_points(ranges, angle_min=-0.5, angle_increment=0.25, range_min=0.05, range_max=10.0)
+    kept = [(1.0, -0.5), (2.0, 0.0), (3.0, 1.0)]  # (range, angle) of the valid readings 0, 2 and 6
+    expected = [(r * math.cos(a), r * math.sin(a), 0.0) for r, a in kept]
+    np.testing.assert_allclose(points, expected, atol=1e-12)
+
+
+def test_depth_pixels_land_on_the_points_opencv_projected_there():
+    fx, fy, cx, cy = 300.0, 280.0, 80.0, 60.0
+    rng = np.random.default_rng(0)
+    truth = np.stack([rng.uniform(-0.5, 0.5, 50), rng.uniform(-0.3, 0.3, 50), rng.uniform(0.5, 3.0, 50)], axis=1)
+    camera = np.array([[fx, 0, cx], [0, fy, cy], [0, 0, 1]])
+    pixels, _ = cv2.projectPoints(truth, np.zeros(3), np.zeros(3), camera, None)
+    inside = [(0 <= u < 159.5) and (0 <= v < 119.5) for u, v in pixels[:, 0]]
+    truth, pixels = truth[inside], pixels[inside]
+    assert len(truth) > 30
+    depth = np.full((120, 160), np.nan, np.float32)
+    for (u, v), point in zip(pixels[:, 0], truth):
+        depth[int(round(v)), int(round(u))] = point[2]
+    points = obstacles.depth_points(depth, fx, fy, cx, cy)
+    assert len(points) == len({(int(round(u)), int(round(v))) for u, v in pixels[:, 0]})
+    for point in truth:  # each within the pixel grid's rounding of OpenCV's projection
+        nearest = points[np.argmin(np.linalg.norm(points - point, axis=1))]
+        assert np.all(np.abs(nearest - point) <= [0.5 * point[2] / fx + 1e-6, 0.5 * point[2] / fy + 1e-6, 1e-6])
+
+
+def test_depth_images_are_subsampled_to_the_point_bound():
+    depth = np.ones((480, 640), np.float32)
+    assert len(obstacles.depth_points(depth, 500.0, 500.0, 320.0, 240.0, max_points=1000)) <= 1000
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_moved_points_equal_the_rigid_transform_of_each_point(seed):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=4)
+    rigid = Rigid(tuple(rng.normal(size=3)), tuple(q / np.linalg.norm(q)))
+    points = rng.normal(size=(20, 3))
+    expected = [rigid.apply(tuple(p)) for p in points]
+    np.testing.assert_allclose(obstacles.moved(points, rigid.translation, rigid.rotation), expected, atol=1e-12)
+
+
+def test_floor_and_ceiling_points_are_no_obstacle():
+    points = np.array([[1.0, 0.0, 0.01], [1.0, 0.0, 0.5], [1.0, 0.0, 2.5]])
+    np.testing.assert_array_equal(obstacles.within_heights(points, 0.05, 2.0), [[1.0, 0.0, 0.5]])
+
+
+def test_only_points_in_the_corridor_ahead_within_the_clearance_stop_the_robot():
+    radius, clearance = 0.2, 0.25
+    assert obstacles.blocking(np.zeros((0, 3)), radius, clearance) is None
+    far_ahead, behind, aside = [1.0, 0.0, 0.0], [-0.3, 0.0, 0.0], [0.1, 0.5, 0.0]
+    assert obstacles.blocking(np.array([far_ahead, behind, aside]), radius, clearance) is None
+    near, nearer = [0.4, 0.1, 0.0], [0.3, -0.05, 0.0]
+    found = obstacles.blocking(np.array([far_ahead, near, nearer, behind]), radius, clearance)
+    assert found is not None and math.isclose(found.gap_m, math.hypot(0.3, 0.05) - radius)
+    assert found.ahead_m == 0.3
+    touching = obstacles.blocking(np.array([[0.1, 0.0, 0.0]]), radius, clearance)  # inside the footprint
+    assert touching is not None and touching.gap_m == 0.0
