@@ -17,6 +17,8 @@ from typing import Literal
 
 import torch
 
+from oxygen_ros.formats import KV_FORMATS
+
 KVKind = Literal["none", "int8", "fp8"]
 
 INT8_MAX = 127.0
@@ -27,18 +29,7 @@ SCALE_DTYPE = torch.float32
 Plane = tuple[torch.Tensor, torch.Tensor | None]  # codes and their scales (None for float storage)
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_NAMES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "float32": torch.float32,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "int8": torch.int8,
-    "fp8": torch.float8_e4m3fn,
-    "fp8_e4m3": torch.float8_e4m3fn,
-    "float8_e4m3fn": torch.float8_e4m3fn,
-}
+_NAMES: dict[str, torch.dtype] = {name: getattr(torch, dtype) for name, dtype in KV_FORMATS.items()}
 
 
 @dataclass(frozen=True)

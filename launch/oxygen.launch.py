@@ -3,24 +3,24 @@
 
 On a robot (the default, `use_sim:=false`) no node of this file publishes odometry, TF or camera frames: the inference
 node and the task nodes read the robot's camera on `camera_topic`, and the task nodes command the robot's own
-`cmd_vel` and `arm/joint_trajectory`. `use_sim:=true` adds camera_sim (simulated frames, odometry, a simulated base
-and arm) and the parameters of ``oxygen_ros.simulation``. Every name is relative, so `namespace:=robot1` moves the
-whole graph (`/diagnostics` stays global).
+`cmd_vel` and `arm/joint_trajectory`. `use_sim:=true` adds camera_sim (simulated frames, odometry, a laser scan, a
+simulated base and arm) and the parameters of ``oxygen_ros.simulation``. Every name is relative, so
+`namespace:=robot1` moves the whole graph (`/diagnostics` stays global).
 
 Every node reads its parameters from one YAML file (default: the installed config/oxygen.yaml, the same file
 `oxygen-ros up` reads). The inference node's parameters, lowest first: that file, then the model preset
 config/models/NAME.yaml when `model_preset` is given (oxygen_ros/nodes/presets.py: model, dtype, KV block size,
 budget and formats), then `model` and `camera_topic` when given, so the YAML stays the single source of defaults.
 
-The inference node is a lifecycle node. With `autostart:=true` (the default) launch configures it (the model loads)
-and activates it once configuring has ended in `inactive`, through launch_ros lifecycle events as nav2's bringup
-does; `autostart:=false` leaves it unconfigured for `ros2 lifecycle set /oxygen_inference configure`, then
-`activate`.
+A process per node, each started again after it dies: the task nodes and the camera RESPAWN_DELAY_S later, the
+inference node INFERENCE_RESPAWN_DELAY_S later (nav2_bringup's delay). The inference node is a lifecycle node that
+configures and activates itself when `autostart:=true` (the default: its `autostart_node` parameter, as nav2's
+nodes do), so a respawned process serves again with no manual step (after its model loads); task nodes answer
+UNAVAILABLE meanwhile and find it again by name. `autostart:=false` leaves it unconfigured, on every start, for
+`ros2 lifecycle set /oxygen_inference configure`, then `activate`.
 
-A process per node; the camera and the task nodes are started again RESPAWN_DELAY_S after they die (their clients
-see UNAVAILABLE meanwhile). The inference node is not respawned here: a new process would come up unconfigured (the
-autostart events are emitted once per launch); `oxygen-ros up` (oxygen_ros/supervisor.py) restarts it and
-configures and activates it itself.
+What this file imports needs neither torch nor OpenCV (a robot's `ros2 launch` runs the system Python): presets are
+checked by the torch-free parameter table (oxygen_ros/config.py, oxygen_ros/nodes/params.py).
 """
 
 import os
@@ -28,20 +28,16 @@ from pathlib import Path
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
-from launch.conditions import IfCondition
-from launch.events import matches_action
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
-from launch_ros.event_handlers import OnStateTransition
-from launch_ros.events.lifecycle import ChangeState
 from launch_ros.parameter_descriptions import ParameterValue
-from lifecycle_msgs.msg import Transition
 
 from oxygen_ros import simulation
 from oxygen_ros.nodes import presets
 
 RESPAWN_DELAY_S = 1.0
+INFERENCE_RESPAWN_DELAY_S = 2.0
 TASK_NODES = simulation.TASK_NODES  # no model: each calls oxygen/infer
 
 
@@ -66,28 +62,6 @@ def _preset(context) -> dict:
     return presets.load(name, Path(_share("config", "models"))) if name else {}
 
 
-def _change_state(node: LifecycleNode, transition_id: int, condition: IfCondition) -> EmitEvent:
-    event = ChangeState(lifecycle_node_matcher=matches_action(node), transition_id=transition_id)
-    return EmitEvent(event=event, condition=condition)
-
-
-def _autostart(inference: LifecycleNode) -> list:
-    """Configure the inference node now and activate it when configuring ends in inactive: the handler matches
-    configuring -> inactive only, so a later `ros2 lifecycle set ... deactivate` is not undone. It is registered
-    before the configure event is emitted, so it cannot miss that transition."""
-    when = IfCondition(LaunchConfiguration("autostart"))
-    activate = OnStateTransition(
-        target_lifecycle_node=inference,
-        start_state="configuring",
-        goal_state="inactive",
-        entities=[_change_state(inference, Transition.TRANSITION_ACTIVATE, when)],
-    )
-    return [
-        RegisterEventHandler(activate, condition=when),
-        _change_state(inference, Transition.TRANSITION_CONFIGURE, when),
-    ]
-
-
 def _flag(context, name: str) -> bool:
     return LaunchConfiguration(name).perform(context) == "true"
 
@@ -108,9 +82,11 @@ def _nodes(context) -> list:
         executable="inference_node",
         name="oxygen_inference",
         parameters=[config, _typed(_preset(context)), _typed(_given(context, "model")) | camera,
-                    clock | simulated.get("oxygen_inference", {})],  # fmt: skip
+                    clock | simulated.get("oxygen_inference", {}) | {"autostart_node": _flag(context, "autostart")}],
+        respawn=True,
+        respawn_delay=INFERENCE_RESPAWN_DELAY_S,
         **common,
-    )
+    )  # fmt: skip
     nodes = [inference]
     if use_sim:
         nodes.append(Node(package="oxygen_ros", executable="camera_sim", name="camera_sim",
@@ -128,7 +104,7 @@ def _nodes(context) -> list:
         )
         for name in TASK_NODES
     ]
-    return [*nodes, *tasks, *_autostart(inference)]
+    return [*nodes, *tasks]
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -173,7 +149,8 @@ def generate_launch_description() -> LaunchDescription:
                 "autostart",
                 default_value="true",
                 choices=["true", "false"],
-                description="configure and activate the inference node; false = leave it unconfigured",
+                description="the inference node configures and activates itself on every start (its autostart_node "
+                "parameter); false = leave it unconfigured",
             ),
             OpaqueFunction(function=_nodes),
         ]

@@ -1,46 +1,117 @@
-"""Engine configuration: one dataclass, filled from ``config/oxygen.yaml`` (ROS parameters) or from code."""
+"""Engine configuration: one dataclass, filled from ``config/oxygen.yaml`` (ROS parameters), a model preset or code.
 
-from dataclasses import dataclass, field, fields
+Each field is described once, with its bounds (``fields.setting``); the inference node declares its parameters from
+that, presets are checked by it, and ``validate`` adds the rules one span cannot say (a power of two, a format name,
+one value that needs another). Free of torch (a robot's `ros2 launch` checks presets with it): the engine resolves
+the device and dtypes (``engine.device``).
+"""
+
+import re
+from dataclasses import dataclass, fields
 from typing import Any
 
-import torch
-
-from oxygen_ros.engine.request import TASK_TYPES
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.kernels import KVQuantSpec
+from oxygen_ros.fields import check_bounds, setting
+from oxygen_ros.formats import COMPUTE_DTYPES, kv_format_problem
+from oxygen_ros.tasks import TASK_TYPES
+
+INT64_MAX = (1 << 63) - 1  # ROS integer parameters are 64-bit
+MAX_SEED = INT64_MAX  # a request's and the engine's sampling seed
+DEFAULT_KV_BYTES = 512 << 20  # a fixed KV budget: never a share of a robot's memory unless asked
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 @dataclass
 class EngineConfig:
-    model: str = "smollm2-135m"  # a registered name or a Hugging Face folder (Llama / Qwen2 family)
-    device: str = "auto"  # auto = cuda when present, else cpu
-    dtype: str = "auto"  # compute dtype; auto = float32 on CPU (token-exact vs references), bfloat16 on CUDA
-    weight_dtype: str = "auto"  # layers' projections stored as; auto = dtype; bfloat16 under float32 on CPU: faster, lossy
-    block_size: int = 16  # tokens per KV block
-    kv_cache_bytes: int = 0  # KV pool budget in bytes; 0 = use kv_cache_memory_fraction
-    kv_cache_memory_fraction: float = 0.7  # of free device memory (CUDA) or available RAM (CPU), after the model
-    kv_dtype: str = "auto"  # KV storage: auto (= compute dtype), fp32, fp16, bf16, int8 or fp8
-    kv_full_precision_layers: list[int] = field(default_factory=list)  # layers kept at compute precision
-    kv_observation_dtype: str = ""  # KV of observation prefixes (images, scene text) shared by all tasks; "" = task's
-    kv_task_dtypes: list[str] = field(default_factory=list)  # per task type, "type=dtype" (e.g. navigation=int8)
-    max_num_seqs: int = 64  # requests decoding together
-    max_model_len: int = 4096  # prompt + generated tokens per request
-    max_num_batched_tokens: int = 4096  # tokens per forward pass (prefill chunks beyond it continue next step)
-    max_queue: int = 256  # waiting requests beyond this are refused with RESOURCE_EXHAUSTED
-    enable_prefix_caching: bool = True
-    seed: int = 0  # model init for random-weight models and default sampling seed
-    num_denoise_steps: int = 0  # flow-matching steps per action chunk (VLAs); 0 = the checkpoint's num_inference_steps
-    debug_checks: bool = False  # run pool invariant checks after every step (tests)
-    eviction_policy: str = "attention"  # attention (alpha * activity + (1 - alpha) * recency) | lru
-    eviction_alpha: float = 0.7  # weight of attention activity vs recency in the attention policy
-    eviction_history_window: int = 1000  # decode steps of attention mass that count as a block's activity
-    cpu_tier_bytes: int = 0  # L1 host-memory KV tier; 0 = off
-    cpu_tier_format: str = "int8"  # L1 storage: int8 (float layers compressed) | pool (the pool's format, exact)
-    disk_tier_path: str = ""  # L2 disk KV tier folder; "" = off
-    disk_tier_bytes: int = 1 << 30  # L2 size bound; least recently used files are deleted beyond it
-    prefetch_degree: int = 2  # disk blocks of a prefix chain read ahead by the prefetch thread
-    preemption_mode: str = "auto"  # a preempted request's KV: swap (to the L1 tier) | recompute | auto (cheaper)
-    reuse_similarity_threshold: float = 0.0  # reuse a similar earlier frame's KV below this difference; 0 = off
+    model: str = setting(
+        "smollm2-135m",
+        "smollm2-135m, a random-weight pi0.5 (pi05-random-tiny/full, pi05-causal-tiny/full), or a folder: "
+        "Hugging Face Llama/Qwen2 or Idefics3, pi0 / pi0.5 (LeRobot or transformers layout)",
+    )
+    device: str = setting("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N")
+    dtype: str = setting(
+        "auto", "compute dtype: auto (float32 on CPU, bfloat16 on CUDA), float32, float16 or bfloat16",
+        choices=("auto", *COMPUTE_DTYPES),
+    )  # fmt: skip
+    weight_dtype: str = setting(
+        "auto",
+        "stored format of the decoder layers' projection weights (the LM head stays in dtype): auto (= dtype), or "
+        "bfloat16 under float32 compute on a CPU (half the bytes, oneDNN's bf16 products: faster, lossy; "
+        "docs/benchmarks.md measures it)",
+        choices=("auto", *COMPUTE_DTYPES),
+    )
+    block_size: int = setting(16, "tokens per KV block (a power of two)", (1, 1024))
+    kv_cache_bytes: int = setting(
+        DEFAULT_KV_BYTES,
+        "KV pool budget in bytes (default 512 MiB, whatever the machine has); 0 = kv_cache_memory_fraction of free "
+        "memory",
+        (0, INT64_MAX),
+    )
+    kv_cache_memory_fraction: float = setting(
+        0.7, "KV pool share of free device memory (CUDA) or available RAM (CPU), in (0, 1]; used only when "
+        "kv_cache_bytes is 0", (0.0, 1.0),
+    )  # fmt: skip
+    kv_dtype: str = setting("auto", "KV storage dtype: auto (= compute dtype), fp32, fp16, bf16, int8 or fp8")
+    kv_full_precision_layers: list[int] = setting([], "layer indices whose KV stays at compute precision")
+    kv_observation_dtype: str = setting(
+        "", "KV storage of observation prefixes (image tokens, the scene text) that every task shares; empty = the "
+        "task's format",
+    )  # fmt: skip
+    kv_task_dtypes: list[str] = setting(
+        [], "per task type KV storage, a string list of type=dtype (e.g. navigation=int8); others use kv_dtype; "
+        "formats mix in one pool under one budget",
+    )  # fmt: skip
+    max_num_seqs: int = setting(64, "requests decoding together", (1, 4096))
+    max_model_len: int = setting(4096, "prompt + generated tokens per request", (1, 1 << 20))
+    max_num_batched_tokens: int = setting(
+        4096, "tokens per forward pass; longer prefills continue in the next step", (1, 1 << 20)
+    )
+    max_queue: int = setting(256, "waiting requests beyond this are answered RESOURCE_EXHAUSTED", (1, 1 << 16))
+    enable_prefix_caching: bool = setting(True, "reuse KV blocks of identical prefixes across requests and tasks")
+    seed: int = setting(0, "weight init of random-weight models and the default sampling seed", (0, MAX_SEED))
+    num_denoise_steps: int = setting(
+        0, "flow-matching steps per action chunk (VLA models); 0 = the checkpoint's num_inference_steps "
+        "(config.json), 10 for the random-weight VLAs", (0, 1000),
+    )  # fmt: skip
+    debug_checks: bool = setting(False, "check the pool's invariants after every step (slow; for tests)")
+    eviction_policy: str = setting(
+        "attention",
+        "which cached KV blocks go first: attention (alpha * activity + (1 - alpha) * recency) or lru",
+        choices=("attention", "lru"),
+    )
+    eviction_alpha: float = setting(
+        0.7, "weight of attention activity against recency in the attention eviction policy, in [0, 1]", (0.0, 1.0)
+    )
+    eviction_history_window: int = setting(
+        1000, "decode steps of attention mass that count as a block's activity", (1, 1 << 20)
+    )
+    cpu_tier_bytes: int = setting(
+        0, "L1 host-memory KV tier in bytes (pinned on CUDA); evicted blocks are demoted there; 0 = off",
+        (0, INT64_MAX),
+    )  # fmt: skip
+    cpu_tier_format: str = setting(
+        "int8", "L1 storage: int8 (float KV compressed to int8 with scales) or pool (the pool's format, exact)",
+        choices=("int8", "pool"),
+    )  # fmt: skip
+    disk_tier_path: str = setting(
+        "", "L2 disk KV tier folder (zstd files named by block hash; survives restarts); empty = off"
+    )
+    disk_tier_bytes: int = setting(
+        1 << 30, "L2 size bound in bytes; least recently used files are deleted beyond it", (1, INT64_MAX)
+    )
+    prefetch_degree: int = setting(
+        2, "disk blocks of a prefix chain read ahead on the prefetch thread while one is restored", (0, 64)
+    )
+    preemption_mode: str = setting(
+        "auto",
+        "a preempted request's KV: swap (to the lossless L1 tier), recompute, or auto (whichever the measured swap "
+        "bytes/s and recompute tokens/s say is cheaper, per request)",
+        choices=("auto", "swap", "recompute"),
+    )
+    reuse_similarity_threshold: float = setting(
+        0.0, "approximate observation reuse: serve a frame from a recent one's KV when their thumbnails differ by "
+        "less than this (mean abs difference, 0..1); 0 = off", (0.0, 1.0),
+    )  # fmt: skip
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "EngineConfig":
@@ -53,51 +124,27 @@ class EngineConfig:
         return cfg
 
     def validate(self) -> None:
+        """INVALID_ARGUMENT naming the field when a value breaks its bounds or a rule below."""
+
         def bad(msg: str) -> EngineError:
             return EngineError(ErrorCode.INVALID_ARGUMENT, msg)
 
+        # the rules that say more than a span first, then every span and choice
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
             raise bad(f"block_size must be a power of two, got {self.block_size}")
-        if self.kv_cache_bytes < 0:
-            raise bad(f"kv_cache_bytes must be >= 0, got {self.kv_cache_bytes}")
         if not 0.0 < self.kv_cache_memory_fraction <= 1.0:
             raise bad(f"kv_cache_memory_fraction must be in (0, 1], got {self.kv_cache_memory_fraction}")
-        names = ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "max_queue", "eviction_history_window",
-                 "disk_tier_bytes")  # fmt: skip
-        for name in names:
-            if getattr(self, name) <= 0:
-                raise bad(f"{name} must be positive, got {getattr(self, name)}")
-        if self.num_denoise_steps < 0:
-            raise bad(f"num_denoise_steps must be >= 0 (0 = the checkpoint's), got {self.num_denoise_steps}")
-        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+        if not 0.0 <= self.reuse_similarity_threshold < 1.0:
+            raise bad(f"reuse_similarity_threshold must be in [0, 1), got {self.reuse_similarity_threshold}")
+        if not DEVICE.fullmatch(self.device):
             raise bad(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"device {self.device!r} requested but CUDA is not available")
-        resolve_dtype(self.dtype, torch.device("cpu"))
-        if self.weight_dtype != "auto":
-            resolve_dtype(self.weight_dtype, torch.device("cpu"), "weight_dtype")
-        if self.eviction_policy not in ("attention", "lru"):
-            raise bad(f"eviction_policy must be attention or lru, got {self.eviction_policy!r}")
-        if not 0.0 <= self.eviction_alpha <= 1.0:
-            raise bad(f"eviction_alpha must be in [0, 1], got {self.eviction_alpha}")
-        if self.cpu_tier_bytes < 0 or self.prefetch_degree < 0:
-            raise bad(f"cpu_tier_bytes and prefetch_degree must be >= 0, got {self.cpu_tier_bytes}, "
-                      f"{self.prefetch_degree}")  # fmt: skip
-        if self.cpu_tier_format not in ("int8", "pool"):
-            raise bad(f"cpu_tier_format must be int8 or pool, got {self.cpu_tier_format!r}")
-        if self.preemption_mode not in ("auto", "swap", "recompute"):
-            raise bad(f"preemption_mode must be auto, swap or recompute, got {self.preemption_mode!r}")
+        check_bounds(self)
         if self.preemption_mode == "swap" and not self.cpu_tier_bytes:
             raise bad("preemption_mode swap needs the L1 tier: set cpu_tier_bytes > 0")
-        if not 0.0 <= self.reuse_similarity_threshold < 1.0:  # also rejects NaN
-            raise bad(f"reuse_similarity_threshold must be in [0, 1), got {self.reuse_similarity_threshold}")
         for name, value in (("kv_dtype", self.kv_dtype), ("kv_observation_dtype", self.kv_observation_dtype or "auto"),
                             *(("kv_task_dtypes", d) for d in self.task_kv_dtypes().values())):  # fmt: skip
-            if value != "auto":
-                try:
-                    KVQuantSpec.parse(value)
-                except ValueError as exc:
-                    raise bad(f"{name} must be auto or a KV storage format: {exc}") from exc
+            if value != "auto" and kv_format_problem(value):
+                raise bad(f"{name} must be auto or a KV storage format: {kv_format_problem(value)}")
 
     def task_kv_dtypes(self) -> dict[str, str]:
         """``kv_task_dtypes`` as {task type: dtype}; raises INVALID_ARGUMENT on a malformed, unknown or repeated
@@ -114,20 +161,3 @@ class EngineConfig:
                 )
             out[task_type] = dtype
         return out
-
-    def torch_device(self) -> torch.device:
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
-
-
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def resolve_dtype(name: str, device: torch.device, field_name: str = "dtype") -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if name not in _DTYPES:
-        raise EngineError(ErrorCode.INVALID_ARGUMENT,
-                          f"{field_name} must be auto or one of {sorted(_DTYPES)}, got {name!r}")  # fmt: skip
-    return _DTYPES[name]

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from oxygen_ros.engine.io import Observation
+from oxygen_ros import bounds
 from oxygen_ros.errors import EngineError, ErrorCode
 
-RING_BYTES = 256 << 20  # default byte bound of a ring (the inference node's observation_ring_bytes)
 ENTRY_BYTES = 1024  # what an entry costs besides its payload (dict slot, dataclasses, id), so tiny ones count too
 FLOAT_BYTES = 32  # a state value: a Python float and its list slot
 
@@ -60,7 +60,7 @@ class ObservationRing:
         self,
         capacity: int,
         keep_s: float = 0.0,
-        max_bytes: int = RING_BYTES,
+        max_bytes: int = bounds.OBSERVATION_RING_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if capacity < 1:

@@ -55,38 +55,12 @@ class OpaqueFunction(Recorded):
         self._keep(locals())
 
 
-class EmitEvent(Recorded):
-    def __init__(self, *, event, condition=None):
-        self._keep(locals())
-
-
-class RegisterEventHandler(Recorded):
-    def __init__(self, event_handler, *, condition=None):
-        self._keep(locals())
-
-
 class LaunchConfiguration(Recorded):
     def __init__(self, variable_name, *, default=None):
         self._keep(locals())
 
     def perform(self, context: Context) -> str:
         return context.launch_configurations[self.variable_name]
-
-
-class IfCondition(Recorded):
-    def __init__(self, predicate_expression):
-        self._keep(locals())
-
-    def evaluate(self, context: Context) -> bool:
-        """As launch's evaluate_condition_expression: true/1 or false/0, any case; anything else is an error."""
-        text = self.predicate_expression.perform(context).lower()
-        if text not in ("true", "1", "false", "0"):
-            raise ValueError(f"invalid condition expression {text!r}")
-        return text in ("true", "1")
-
-
-def matches_action(target_action):
-    return lambda action: action == target_action
 
 
 class Node(Recorded):
@@ -101,17 +75,6 @@ class LifecycleNode(Node):
         super().__init__(name=name, namespace=namespace, **kwargs)
 
 
-class OnStateTransition(Recorded):
-    def __init__(self, *, entities, target_lifecycle_node=None, transition=None, start_state=None, goal_state=None,
-                 matcher=None, handle_once=False):  # fmt: skip
-        self._keep(locals())
-
-
-class ChangeState(Recorded):
-    def __init__(self, *, lifecycle_node_matcher, transition_id):
-        self._keep(locals())
-
-
 class ParameterValue(Recorded):
     def __init__(self, value, *, value_type=None):
         self._keep(locals())
@@ -119,18 +82,10 @@ class ParameterValue(Recorded):
 
 MODULES = {
     "launch": {"LaunchDescription": LaunchDescription},
-    "launch.actions": {
-        "DeclareLaunchArgument": DeclareLaunchArgument, "OpaqueFunction": OpaqueFunction, "EmitEvent": EmitEvent,
-        "RegisterEventHandler": RegisterEventHandler,
-    },
-    "launch.conditions": {"IfCondition": IfCondition},
-    "launch.events": {"matches_action": matches_action},
+    "launch.actions": {"DeclareLaunchArgument": DeclareLaunchArgument, "OpaqueFunction": OpaqueFunction},
     "launch.substitutions": {"LaunchConfiguration": LaunchConfiguration},
     "launch_ros": {},
     "launch_ros.actions": {"Node": Node, "LifecycleNode": LifecycleNode},
-    "launch_ros.event_handlers": {"OnStateTransition": OnStateTransition},
-    "launch_ros.events": {},
-    "launch_ros.events.lifecycle": {"ChangeState": ChangeState},
     "launch_ros.parameter_descriptions": {"ParameterValue": ParameterValue},
     "ament_index_python": {},
     "ament_index_python.packages": {},
@@ -147,10 +102,6 @@ class Launched:
 
     def nodes(self) -> dict[str, Node]:
         return {action.name: action for action in self.actions if isinstance(action, Node)}
-
-    def active(self, action) -> bool:
-        """Whether ``action`` would run: it has no condition or its condition holds."""
-        return action.condition is None or action.condition.evaluate(self.context)
 
 
 def install(monkeypatch, share: Path) -> None:

@@ -17,7 +17,7 @@ from oxygen_ros.bench.scene_text import observation_text
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 
 QUESTIONS = [
     "What is on the table?",

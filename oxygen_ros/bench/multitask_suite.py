@@ -79,7 +79,8 @@ def run(**params: Any) -> dict[str, Any]:
     setting = Setting(**params)
     torch.set_num_threads(setting.threads)
     overrides = {"kv_cache_bytes": setting.kv_mib << 20, "observation_topic": BENCH_OBSERVATIONS,
-                 "camera_topic": "/bench/no_camera", "action_period_s": 1.0 / setting.action_hz}  # fmt: skip
+                 "camera_topic": "/bench/no_camera", "action_period_s": 1.0 / setting.action_hz,
+                 "num_threads": setting.threads}  # fmt: skip
     config = Path(setting.config) if setting.config else None
     settings = {}
     for mode in MODES:

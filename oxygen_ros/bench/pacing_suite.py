@@ -26,7 +26,7 @@ from oxygen_ros.engine.async_engine import AsyncEngine
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
 from oxygen_ros.engine.pacing import FramePacer
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.models.registry import ModelBundle, load_model
 
 TIMEOUT_S = 600

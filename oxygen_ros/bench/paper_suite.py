@@ -26,7 +26,8 @@ from tqdm import tqdm
 
 from oxygen_ros.bench.report import result
 from oxygen_ros.bench.robot_frames import language_arrivals, robot_frames
-from oxygen_ros.config import EngineConfig, resolve_dtype
+from oxygen_ros.config import EngineConfig
+from oxygen_ros.engine.device import resolve_dtype, torch_device
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.frames import PHASES, FrameDriver, FrameRecord, Mode
 from oxygen_ros.models.registry import ModelBundle, load_model
@@ -76,7 +77,7 @@ def run(
     torch.set_num_threads(threads)  # the tiny VLAs' matmuls are small: one thread is fastest and steady under load
     setting = Setting(N, M, k, frames, warmup, arrival, rate, images, seed)
     config = EngineConfig(model=model, kv_cache_bytes=kv_mib << 20, max_model_len=2048, seed=seed)
-    device = config.torch_device()
+    device = torch_device(config.device)
     bundle = load_model(model, device, resolve_dtype(config.dtype, device), seed)
     records = measure(bundle, config, setting)
     summaries = {mode: summarize(recs, bundle) for mode, recs in records.items()}

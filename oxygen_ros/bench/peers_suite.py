@@ -40,7 +40,7 @@ from oxygen_ros.bench.scene_text import observation_text
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.gguf_loader import smollm2_gguf_path
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 
 QUESTIONS = [
     "What is a robot, and what can it do in a kitchen?",

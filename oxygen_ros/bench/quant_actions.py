@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 
 PROMPT = "pick up the red cup and put it in the sink"
 NOISE_SEED = 0

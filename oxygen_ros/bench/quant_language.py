@@ -15,7 +15,7 @@ from oxygen_ros.bench.quant_text import TextReference, text_token_ids
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.models.registry import ModelBundle
 
 # Open questions whose answers run past 64 tokens, so greedy runs compare real text rather than post-EOS chatter.

@@ -11,7 +11,7 @@ from oxygen_ros.bench.quant_language import agreement, generate_tokens
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.models.registry import ModelBundle
 
 SCENES = [

@@ -22,7 +22,8 @@ from oxygen_ros.bench.quant_fallback import Targets, fallback, layer_sensitivity
 from oxygen_ros.bench.quant_language import PROMPTS, LanguageBench, LanguageQuality
 from oxygen_ros.bench.quant_policy import PolicyBench
 from oxygen_ros.bench.report import result
-from oxygen_ros.config import EngineConfig, resolve_dtype
+from oxygen_ros.config import EngineConfig
+from oxygen_ros.engine.device import resolve_dtype, torch_device
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.kernels import KVQuantSpec
@@ -40,7 +41,7 @@ def run(
 ) -> dict[str, Any]:
     params: dict[str, Any] = dict(locals())  # the arguments, as run
     names = dtypes.split(",")
-    device = EngineConfig().torch_device()
+    device = torch_device(EngineConfig().device)
     compute_dtype = resolve_dtype("auto", device)
     seconds: dict[str, float] = {}
     metrics: dict[str, Any] = {}

@@ -20,7 +20,7 @@ import numpy as np
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.models.registry import ModelBundle
 from oxygen_ros.perception.camera import CameraModel
 from oxygen_ros.perception.describe import describe

@@ -6,7 +6,7 @@ import numpy as np
 
 from oxygen_ros.engine.frames import Frame
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 
 PROMPT = "pick up the red cup and put it in the sink"
 ARRIVALS = ("uniform", "poisson")

@@ -18,7 +18,7 @@ from typing import Any
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest
 from oxygen_ros.engine.request import Request
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 
 TASKS = ("vqa-task", "instruction-task")
 

@@ -37,7 +37,7 @@ from oxygen_ros.bench.tiers_workload import pressure_pool_blocks, replay, robot_
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.models.registry import ModelBundle, load_model
 
 RESTORE_POOL = {"kv_cache_bytes": 256 << 20, "max_model_len": 1024}

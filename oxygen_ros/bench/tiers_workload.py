@@ -14,7 +14,7 @@ import numpy as np
 from oxygen_ros.bench.scene_text import observation_text
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.models.tokenizer import Tokenizer
 
 QUESTIONS = [

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from oxygen_ros.config import EngineConfig
     from oxygen_ros.engine.engine import Engine
     from oxygen_ros.engine.io import GenerateRequest, Observation
-    from oxygen_ros.engine.sampling import SamplingParams
+    from oxygen_ros.engine.sampling_params import SamplingParams
     from oxygen_ros.errors import EngineError, ErrorCode
 
     try:

@@ -27,9 +27,9 @@ def _triton() -> str:
 
 
 def _device(torch) -> str:
-    from oxygen_ros.config import EngineConfig
+    from oxygen_ros.engine.device import torch_device
 
-    device = EngineConfig(device="auto").torch_device()
+    device = torch_device("auto")
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)}) for device: auto"
     return f"{device} for device: auto (no CUDA device)"

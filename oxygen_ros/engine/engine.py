@@ -18,7 +18,8 @@ from dataclasses import replace
 
 import torch
 
-from oxygen_ros.config import EngineConfig, resolve_dtype
+from oxygen_ros.config import EngineConfig
+from oxygen_ros.engine.device import resolve_dtype, torch_device
 from oxygen_ros.engine.block_hash import MultiModalSpan
 from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.eviction import make_policy
@@ -28,7 +29,8 @@ from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout, PoolLayout
 from oxygen_ros.engine.kv_cache_manager import KVCacheManager
 from oxygen_ros.engine.model_runner import ATTENTION_MASS_EVERY, ModelRunner, ScheduledBatch
-from oxygen_ros.engine.request import SERVE_ACTIONS, TASK_TYPES, Request, RequestStatus
+from oxygen_ros.engine.request import SERVE_ACTIONS, Request, RequestStatus
+from oxygen_ros.tasks import TASK_TYPES
 from oxygen_ros.engine.scheduler import Scheduler
 from oxygen_ros.engine.tiers import build_tiers
 from oxygen_ros.engine.vla_spans import vla_spans
@@ -64,7 +66,7 @@ class Engine:
     def __init__(self, config: EngineConfig, bundle: ModelBundle | None = None) -> None:
         config.validate()
         self.config = config
-        self.device = config.torch_device()
+        self.device = torch_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         auto = config.weight_dtype == "auto"
         weight_dtype = self.dtype if auto else resolve_dtype(config.weight_dtype, self.device, "weight_dtype")

@@ -8,10 +8,9 @@ import numpy as np
 import torch
 
 from oxygen_ros.engine.block_hash import MultiModalSpan
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import ErrorCode
 
-TASK_TYPES = ("vqa", "instruction", "navigation", "generic")
 SERVE_ACTIONS, SERVE_VQA, SERVE_LANGUAGE = 0, 1, 2  # service classes, served in this order
 
 

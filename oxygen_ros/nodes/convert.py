@@ -16,12 +16,12 @@ from std_msgs.msg import Header
 
 from oxygen_ros.engine.async_engine import ServingStats
 from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.action import Generate
 from oxygen_ros.msg import ActionChunk, KvPoolStats, Sampling, TaskKvUsage, TierStats
 from oxygen_ros.msg import Observation as ObservationMsg
-from oxygen_ros.nodes import bounds
+from oxygen_ros import bounds
 from oxygen_ros.nodes.image_rows import image_rows
 from oxygen_ros.observations import content_id
 from oxygen_ros.srv import Infer
@@ -44,8 +44,7 @@ def image_to_rgb(msg: Image) -> np.ndarray:
         bounds.text("image encoding", msg.encoding, bounds.ID_CHARS)  # too long to quote in the refusal
         raise _invalid(f"unsupported image encoding {msg.encoding!r}; supported: {', '.join(ENCODINGS)}")
     channels, order = ENCODINGS[msg.encoding]
-    pixels = image_rows(msg, channels).reshape(msg.height, msg.width, channels)
-    bounds.at_most("image RGB copy (width x height x 3)", msg.width * msg.height * 3, bounds.IMAGE_BYTES, "bytes")
+    pixels = image_rows(msg, channels, ("RGB copy", 3)).reshape(msg.height, msg.width, channels)
     return np.ascontiguousarray(pixels[..., list(order)])
 
 

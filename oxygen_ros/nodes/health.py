@@ -5,6 +5,7 @@ the pool is nearly full, the queue is full, or deadlines were missed or requests
 the robot still works, but some task is about to be refused or late.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -27,10 +28,12 @@ class Health:
 
 
 def assess(
-    state: str, stats: ServingStats | None, previous: ServingStats | None, warn_fraction: float
+    state: str, stats: ServingStats | None, previous: ServingStats | None, warn_fraction: float,
+    resources: Sequence[tuple[str, str]] = (),
 ) -> Health:
-    """``state`` is the lifecycle state label; ``previous`` the stats of the last report (None for the first)."""
-    values = [("state", state)]
+    """``state`` is the lifecycle state label; ``previous`` the stats of the last report (None for the first);
+    ``resources`` what the node took of the machine at configure (KV budget, sequences, threads), reported as is."""
+    values = [("state", state), *resources]
     if stats is None:
         return Health(Level.ERROR, f"not serving: the node is {state}", values)
     pool = stats.pool

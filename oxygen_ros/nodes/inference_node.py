@@ -10,6 +10,7 @@ never block the camera, stats or lifecycle callbacks. Every request and subscrib
 """
 
 import gc
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +20,8 @@ from typing import Any, TypeVar
 import rclpy
 import torch
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.callback_groups import ReentrantCallbackGroup
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.exceptions import InvalidTopicNameException
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import qos_profile_sensor_data
@@ -31,14 +33,16 @@ from visualization_msgs.msg import MarkerArray
 
 from oxygen_ros.engine.async_engine import AsyncEngine, ServingStats
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
+from oxygen_ros.config import EngineConfig
+from oxygen_ros.engine.io import GenerateRequest, Observation, PoolStats, RequestOutput
 from oxygen_ros.engine.pacing import FramePacer
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.models.registry import VLA_MODELS
 from oxygen_ros.msg import KvPoolStats
 from oxygen_ros.msg import Observation as ObservationMsg
-from oxygen_ros.nodes import bounds, convert, health, inference_params, params
+from oxygen_ros import bounds
+from oxygen_ros.nodes import convert, health, inference_params, params
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.generate_server import GenerateServer
 from oxygen_ros.nodes.pool_markers import pool_markers
@@ -50,6 +54,7 @@ from oxygen_ros.viz.pool_map import draw_pool_image, pool_map
 
 T = TypeVar("T")
 NODE_NAME = "oxygen_inference"
+AUTOSTART = "autostart_node"  # a parameter apart from params' table: read at start, not at configure
 PREFILL_TASK = "oxygen/eager_prefill"
 RANDOM_WEIGHTS = "the model has random weights"
 
@@ -70,6 +75,7 @@ class InferenceNode(LifecycleNode):
         self._outputs: dict[str, Any] = {}  # lifecycle publishers made by configure
         self._drawing = False
         self._last_report: ServingStats | None = None
+        self._resources: list[tuple[str, str]] = []  # what configure took of the machine, for /diagnostics
         inference_params.refuse_while_configured(self, lambda: self._state)
         queue = SERVICE_QUEUE  # a burst from many task nodes reaches the engine's bounded queue (nodes/qos.py)
         self.create_service(Infer, "oxygen/infer", self._on_infer, qos_profile=queue, callback_group=self._group)
@@ -80,6 +86,18 @@ class InferenceNode(LifecycleNode):
         self._generate = GenerateServer(self, self._serving, self._await, self._group)  # before the node spins
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_timer(1.0, self._publish_diagnostics, callback_group=self._group)
+        self.declare_parameter(AUTOSTART, False, ParameterDescriptor(read_only=True, description=(
+            "configure and activate as soon as the node spins (nav2's autostart_node): a respawned process serves "
+            "again with no manual step; false = wait for `ros2 lifecycle set`")))  # fmt: skip
+        if self.get_parameter(AUTOSTART).value:
+            self._autostart = self.create_timer(0.0, self._start_serving, MutuallyExclusiveCallbackGroup())
+
+    def _start_serving(self) -> None:
+        """Configure, then activate, once (``autostart_node``); a configure that fails leaves the node unconfigured
+        and says why in its log, as a manual configure would."""
+        self._autostart.cancel()
+        if self.trigger_configure() == TransitionCallbackReturn.SUCCESS:
+            self.trigger_activate()
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -95,19 +113,18 @@ class InferenceNode(LifecycleNode):
         except InvalidTopicNameException as exc:
             log.error(f"configure failed, bad parameter {name}: {exc}")
             return TransitionCallbackReturn.FAILURE
-        log.info(f"configure: loading model {engine_config.model!r} on {engine_config.torch_device()}")
+        threads = settings.threads()
+        torch.set_num_threads(threads)  # torch's ops and the C kernels (which take torch's count) stay within it
+        log.info(f"configure: loading model {engine_config.model!r} (device {engine_config.device})")
         start = time.perf_counter()
         try:
             engine = Engine(engine_config)
         except Exception as exc:  # whatever the loader raises, the node must stay up and unconfigured
             log.error(f"configure failed, cannot load model {engine_config.model!r}: {exc}")
             return TransitionCallbackReturn.FAILURE
-        stats = engine.stats()
-        pool_mib = stats.total_blocks * stats.bytes_per_block >> 20
-        log.info(
-            f"model {stats.model} loaded in {time.perf_counter() - start:.1f} s; KV pool {stats.total_blocks} blocks "
-            f"x {stats.block_size} tokens ({engine.kv_dtype_name}, {pool_mib} MiB)"
-        )
+        resources = _resources(engine_config, engine.stats(), threads)
+        log.info(f"model {engine.stats().model} loaded in {time.perf_counter() - start:.1f} s; " + ", ".join(
+            f"{key} {value}" for key, value in resources))  # fmt: skip
         group = self._group
         inputs = [
             self.create_subscription(Image, settings.camera_topic, self._on_camera, qos_profile_sensor_data,
@@ -127,7 +144,7 @@ class InferenceNode(LifecycleNode):
             self._ring = ObservationRing(
                 settings.observation_ring, settings.observation_keep_s, settings.observation_ring_bytes
             )
-            self._inputs, self._outputs = inputs, publishers
+            self._inputs, self._outputs, self._resources = inputs, publishers, resources
             self._timer = self.create_timer(1.0 / settings.stats_rate_hz, self._publish_pool, callback_group=group)
             self._state = "inactive"
         return TransitionCallbackReturn.SUCCESS
@@ -165,7 +182,7 @@ class InferenceNode(LifecycleNode):
         """Cancel every request, stop the engine thread and drop the pool (its memory goes back to the device)."""
         with self._lock:
             engine, inputs, timer, publishers = self._engine, self._inputs, self._timer, self._outputs
-            self._engine, self._ring, self._settings = None, None, None
+            self._engine, self._ring, self._settings, self._resources = None, None, None, []
             self._inputs, self._timer, self._outputs = [], None, {}
             self._state = new_state
         if engine is None:
@@ -324,10 +341,10 @@ class InferenceNode(LifecycleNode):
 
     def _publish_diagnostics(self) -> None:
         with self._lock:
-            engine, settings, state = self._engine, self._settings, self._state
+            engine, settings, state, resources = self._engine, self._settings, self._state, self._resources
         stats = engine.stats() if engine else None
         warn_fraction = settings.pool_warn_fraction if settings else 1.0
-        report = health.assess(state, stats, self._last_report, warn_fraction)
+        report = health.assess(state, stats, self._last_report, warn_fraction, resources)
         self._last_report = stats
         status = DiagnosticStatus(
             level=bytes([report.level]), name=f"{NODE_NAME}: KV pool", message=report.message,
@@ -338,8 +355,24 @@ class InferenceNode(LifecycleNode):
         self._diagnostics.publish(msg)
 
 
+def _resources(config: EngineConfig, pool: PoolStats, threads: int) -> list[tuple[str, str]]:
+    """What the node takes of the machine: the KV budget and where it came from, the pool it holds (the budget,
+    or less when max_num_seqs x max_model_len needs less), the requests it decodes together, its compute threads."""
+    budget = (f"{config.kv_cache_bytes >> 20} MiB (kv_cache_bytes)" if config.kv_cache_bytes else
+              f"{config.kv_cache_memory_fraction:g} of free memory (kv_cache_memory_fraction)")  # fmt: skip
+    pool_bytes = pool.total_blocks * pool.bytes_per_block
+    return [
+        ("kv_budget", budget),
+        ("kv_pool", f"{pool_bytes >> 20} MiB, {pool.total_blocks} blocks of {pool.block_size} tokens"),
+        ("max_num_seqs", str(config.max_num_seqs)),
+        ("max_model_len", str(config.max_model_len)),
+        ("compute_threads", f"{threads} of {len(os.sched_getaffinity(0))} CPUs"),
+    ]
+
+
 def main(args: list[str] | None = None) -> int:
-    """`ros2 run oxygen_ros inference_node`; then `ros2 lifecycle set /oxygen_inference configure` and `activate`."""
+    """`ros2 run oxygen_ros inference_node`; then `ros2 lifecycle set /oxygen_inference configure` and `activate`
+    (or `--ros-args -p autostart_node:=true`)."""
     rclpy.init(args=args)
     # a configure (model load) holds one executor thread for seconds
     return spin_until_shutdown(InferenceNode(), Executor(num_threads=4))

@@ -44,7 +44,8 @@ from oxygen_ros.action import FollowInstruction
 from oxygen_ros.control import reach
 from oxygen_ros.errors import NO_ACTION_HEAD, EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
-from oxygen_ros.nodes import bounds, latest_frame
+from oxygen_ros import bounds
+from oxygen_ros.nodes import latest_frame
 from oxygen_ros.nodes.convert import action_chunk
 from oxygen_ros.nodes.declare import Ranges, Table, keep_positive
 from oxygen_ros.nodes.goal_run import GoalRun

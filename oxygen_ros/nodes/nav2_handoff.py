@@ -16,7 +16,7 @@ from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 
 from oxygen_ros.errors import ErrorCode
-from oxygen_ros.nodes import bounds
+from oxygen_ros import bounds
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.goal_run import GoalRun

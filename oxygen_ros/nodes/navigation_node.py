@@ -57,7 +57,8 @@ from oxygen_ros.action import Navigate
 from oxygen_ros.control import unicycle
 from oxygen_ros.control.unicycle import Pose2D
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes import bounds, obstacle_sources, velocity
+from oxygen_ros import bounds
+from oxygen_ros.nodes import obstacle_sources, velocity
 from oxygen_ros.nodes.declare import current, keep_positive
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.future_wait import wait

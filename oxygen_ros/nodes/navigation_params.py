@@ -3,7 +3,8 @@ its read-once strings (apart from the node, as ``inference_params`` is for the i
 
 from typing import Any
 
-from oxygen_ros.nodes import bounds, latest_frame
+from oxygen_ros import bounds
+from oxygen_ros.nodes import latest_frame
 from oxygen_ros.nodes.declare import Ranges, Table
 from oxygen_ros.nodes.nav2_handoff import MODES
 

@@ -27,7 +27,7 @@ from sensor_msgs.msg import CameraInfo, Image, LaserScan
 from oxygen_ros.control import obstacles, unicycle
 from oxygen_ros.control.obstacles import Blocking
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes import bounds
+from oxygen_ros import bounds
 from oxygen_ros.nodes.image_rows import image_rows
 from oxygen_ros.nodes.latest_frame import LatestFrame
 from oxygen_ros.tf.backend import Transforms
@@ -142,7 +142,7 @@ class DepthSource(_Points):
         info, _ = self._info.get()
         if info is None or (info.width, info.height) != (msg.width, msg.height):
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"no CameraInfo of its size ({msg.width}x{msg.height})")
-        image_rows(msg, DEPTH_ENCODINGS[msg.encoding][0].itemsize)  # every size within bounds
+        image_rows(msg, DEPTH_ENCODINGS[msg.encoding][0].itemsize, ("metres copy", 4))  # every size within bounds
 
     def blocking(self, radius_m: float, clearance_m: float) -> Blocking | None:
         msg, _ = self._latest.get()

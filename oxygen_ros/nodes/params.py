@@ -1,51 +1,79 @@
-"""The inference node's parameters: every EngineConfig field plus the node's own, each with a description, a type
-and, for numbers, a range.
+"""The inference node's parameters: every EngineConfig field plus the node's own, each described once with its type
+and, for numbers, its range (``fields.setting``).
 
-ROS-free on purpose, so presets (nodes/presets.py) and the node check values by the same rules: the node declares
-each name with its type and range (nodes/inference_params.py: rclpy refuses a wrong type or an out-of-range value,
-saying why) and hands the values here at configure time, where the finer rules (a power of two, a known format,
-one value that needs another) make a clear configure FAILURE. Engine fields are declared straight from EngineConfig,
-so a field added there is a parameter here without a second list to keep in sync (a missing description or range
-is caught by the tests).
+ROS-free and torch-free on purpose, so presets (nodes/presets.py, read by a robot's `ros2 launch`) and the node check
+values by the same rules: the node declares each name with its type and range (nodes/inference_params.py: rclpy
+refuses a wrong type or an out-of-range value, saying why) and hands the values here at configure time, where the
+finer rules (a power of two, a known format, one value that needs another) make a clear configure FAILURE. Engine
+fields are declared straight from EngineConfig, so a field added there is a parameter here without a second list to
+keep in sync (a field made without ``setting`` is caught at import).
 """
 
 import array
 import math
+import os
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, get_type_hints
 
+from oxygen_ros import bounds
 from oxygen_ros.config import EngineConfig
-from oxygen_ros.engine.sampling import MAX_SEED, SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes import bounds
-from oxygen_ros.observations import RING_BYTES
-
-INT64_MAX = (1 << 63) - 1  # ROS integer parameters are 64-bit
+from oxygen_ros.fields import check_bounds, described, setting
 
 
 @dataclass
 class NodeParams:
-    camera_topic: str = "camera/image_raw"
-    observation_topic: str = "oxygen/observation"
-    observation_ring: int = 8
-    observation_keep_s: float = 5.0
-    observation_ring_bytes: int = RING_BYTES
-    max_prompt_chars: int = bounds.PROMPT_CHARS
-    eager_prefill: bool = False
-    stats_rate_hz: float = 2.0
-    marker_frame_id: str = "map"
-    marker_max_cubes: int = 1024
-    pool_warn_fraction: float = 0.9
-    action_period_s: float = 0.02
-    frame_pacing: bool = True
-    decode_steps_per_frame: int = 0
-    allow_random_weights: bool = False
+    camera_topic: str = setting("camera/image_raw", "sensor_msgs/Image input (sensor-data QoS); each frame becomes "
+                                "an observation")  # fmt: skip
+    observation_topic: str = setting("oxygen/observation", "oxygen_ros/Observation input (text + images + state, "
+                                     "e.g. from a scene describer)")  # fmt: skip
+    observation_ring: int = setting(8, "recent observations addressable by observation_id (at least this many)",
+                                    (1, 10_000))  # fmt: skip
+    observation_keep_s: float = setting(
+        5.0, "an observation stays addressable at least this long, seconds, whatever the camera rate (within "
+        "observation_ring_bytes)", (0.0, 3600.0),
+    )  # fmt: skip
+    observation_ring_bytes: int = setting(
+        bounds.OBSERVATION_RING_BYTES, "bound on the kept observations' images, text and state; past it the oldest go first, the newest "
+        "always stays", (1, 1 << 40),
+    )  # fmt: skip
+    max_prompt_chars: int = setting(bounds.PROMPT_CHARS, "longest Infer.prompt and Observation.text, characters "
+                                    "(OUT_OF_RANGE beyond)", (1, 1 << 24))  # fmt: skip
+    eager_prefill: bool = setting(False, "prefill each new observation at once, so the first question about it "
+                                  "reuses its prefix")  # fmt: skip
+    stats_rate_hz: float = setting(2.0, "rate of /oxygen/pool_stats, /oxygen/pool_markers and /oxygen/pool_image",
+                                   (0.0, 100.0))  # fmt: skip
+    marker_frame_id: str = setting("map", "frame_id of /oxygen/pool_markers (set rviz's fixed frame to it)")
+    marker_max_cubes: int = setting(1024, "pools with more blocks are drawn as one CUBE_LIST marker instead of one "
+                                    "CUBE per block", (0, 1 << 20))  # fmt: skip
+    pool_warn_fraction: float = setting(0.9, "/diagnostics turns WARN when this fraction of the pool's blocks is in "
+                                        "use", (0.0, 1.0))  # fmt: skip
+    action_period_s: float = setting(0.02, "time between consecutive steps of an action chunk "
+                                     "(ActionChunk.period_s), seconds", (0.0, 60.0))  # fmt: skip
+    frame_pacing: bool = setting(True, "hold language steps that would delay the next chunk of an action stream "
+                                 "(period learned from arrivals)")  # fmt: skip
+    decode_steps_per_frame: int = setting(0, "with frame_pacing: language steps between two action chunks; 0 = as "
+                                          "many as fit", (0, 1 << 16))  # fmt: skip
+    allow_random_weights: bool = setting(
+        False, "serve action chunks from a random-weight model (pi05-random-*, pi05-causal-*): simulation and tests "
+        "only; false refuses them FAILED_PRECONDITION, so noise never reaches an arm",
+    )  # fmt: skip
+    num_threads: int = setting(
+        0, "CPU threads of the model's compute (torch and the C kernels); 0 = half the CPU cores this process may "
+        "use, at least 1, leaving the rest to the robot's own nodes", (0, 1024),
+    )  # fmt: skip
     # sampling defaults for the Sampling fields a request leaves at their message defaults (greedy unless set)
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
+    temperature: float = setting(0.0, "sampling default for a request whose Sampling.temperature is 0: 0 = greedy, "
+                                 "> 0 samples", (0.0, 100.0))  # fmt: skip
+    top_p: float = setting(1.0, "sampling default for a request whose Sampling.top_p is 1 (off): nucleus mass kept, "
+                           "in (0, 1]", (0.0, 1.0))  # fmt: skip
+    top_k: int = setting(0, "sampling default for a request whose Sampling.top_k is 0 (off): most likely tokens "
+                         "kept; 0 = off", (0, 1 << 24))  # fmt: skip
+    min_p: float = setting(0.0, "sampling default for a request whose Sampling.min_p is 0 (off): drop tokens below "
+                           "min_p x the top one", (0.0, 1.0))  # fmt: skip
+    repetition_penalty: float = setting(1.0, "sampling default for a request whose Sampling.repetition_penalty is 1 "
+                                        "(off); > 1 discourages repeats", (0.0, 100.0))  # fmt: skip
 
     def sampling_defaults(self) -> SamplingParams:
         """What a request's unset Sampling fields become (its seed -1 stays the engine's: ``seed``)."""
@@ -76,107 +104,17 @@ class NodeParams:
         if not 0.0 < self.pool_warn_fraction <= 1.0:
             raise bad(f"pool_warn_fraction must be in (0, 1], got {self.pool_warn_fraction}")
         self.sampling_defaults().check()  # the engine's own rules for a request's controls
+        check_bounds(self)
+
+    def threads(self) -> int:
+        """The compute threads ``num_threads`` asks for: itself, or half the CPUs this process may run on."""
+        return self.num_threads or max(1, len(os.sched_getaffinity(0)) // 2)
 
 
-DESCRIPTIONS: dict[str, str] = {
-    # EngineConfig
-    "model": "smollm2-135m, a random-weight pi0.5 (pi05-random-tiny/full, pi05-causal-tiny/full), or a folder: "
-    "Hugging Face Llama/Qwen2 or Idefics3, pi0 / pi0.5 (LeRobot or transformers layout)",
-    "device": "auto (CUDA when present, else CPU), cpu, cuda or cuda:N",
-    "dtype": "compute dtype: auto (float32 on CPU, bfloat16 on CUDA), float32, float16 or bfloat16",
-    "weight_dtype": "stored format of the decoder layers' projection weights (the LM head stays in dtype): auto (= "
-    "dtype), or bfloat16 under float32 compute on a CPU (half the bytes, oneDNN's bf16 products: faster, lossy; "
-    "docs/benchmarks.md measures it)",
-    "block_size": "tokens per KV block (a power of two)",
-    "kv_cache_bytes": "KV pool budget in bytes; 0 = use kv_cache_memory_fraction",
-    "kv_cache_memory_fraction": "KV pool share of free device memory (CUDA) or available RAM (CPU)",
-    "kv_dtype": "KV storage dtype: auto (= compute dtype), fp32, fp16, bf16, int8 or fp8",
-    "kv_full_precision_layers": "layer indices whose KV stays at compute precision (integer list)",
-    "kv_observation_dtype": "KV storage of observation prefixes (image tokens, the scene text) that every task "
-    "shares; empty = the task's format",
-    "kv_task_dtypes": "per task type KV storage, a string list of type=dtype (e.g. navigation=int8); others use "
-    "kv_dtype; formats mix in one pool under one budget",
-    "max_num_seqs": "requests decoding together",
-    "max_model_len": "prompt + generated tokens per request",
-    "max_num_batched_tokens": "tokens per forward pass; longer prefills continue in the next step",
-    "max_queue": "waiting requests beyond this are answered RESOURCE_EXHAUSTED",
-    "enable_prefix_caching": "reuse KV blocks of identical prefixes across requests and tasks",
-    "seed": "weight init of random-weight models and the default sampling seed",
-    "num_denoise_steps": "flow-matching steps per action chunk (VLA models); 0 = the checkpoint's num_inference_steps "
-    "(config.json), 10 for the random-weight VLAs",
-    "debug_checks": "check the pool's invariants after every step (slow; for tests)",
-    "eviction_policy": "which cached KV blocks go first: attention (alpha * activity + (1 - alpha) * recency) or lru",
-    "eviction_alpha": "weight of attention activity against recency in the attention eviction policy, in [0, 1]",
-    "eviction_history_window": "decode steps of attention mass that count as a block's activity",
-    "cpu_tier_bytes": "L1 host-memory KV tier in bytes (pinned on CUDA); evicted blocks are demoted there; 0 = off",
-    "cpu_tier_format": "L1 storage: int8 (float KV compressed to int8 with scales) or pool (the pool's format, exact)",
-    "disk_tier_path": "L2 disk KV tier folder (zstd files named by block hash; survives restarts); empty = off",
-    "disk_tier_bytes": "L2 size bound in bytes; least recently used files are deleted beyond it",
-    "prefetch_degree": "disk blocks of a prefix chain read ahead on the prefetch thread while one is restored",
-    "preemption_mode": "a preempted request's KV: swap (to the lossless L1 tier), recompute, or auto (whichever the "
-    "measured swap bytes/s and recompute tokens/s say is cheaper, per request)",
-    "reuse_similarity_threshold": "approximate observation reuse: serve a frame from a recent one's KV when their "
-    "thumbnails differ by less than this (mean abs difference, 0..1); 0 = off",
-    # NodeParams
-    "camera_topic": "sensor_msgs/Image input (sensor-data QoS); each frame becomes an observation",
-    "observation_topic": "oxygen_ros/Observation input (text + images + state, e.g. from a scene describer)",
-    "observation_ring": "recent observations addressable by observation_id (at least this many)",
-    "observation_keep_s": "an observation stays addressable at least this long, seconds, whatever the camera rate "
-    "(within observation_ring_bytes)",
-    "observation_ring_bytes": "bound on the kept observations' images, text and state; past it the oldest go first, "
-    "the newest always stays",
-    "max_prompt_chars": "longest Infer.prompt and Observation.text, characters (OUT_OF_RANGE beyond)",
-    "eager_prefill": "prefill each new observation at once, so the first question about it reuses its prefix",
-    "stats_rate_hz": "rate of /oxygen/pool_stats, /oxygen/pool_markers and /oxygen/pool_image",
-    "marker_frame_id": "frame_id of /oxygen/pool_markers (set rviz's fixed frame to it)",
-    "marker_max_cubes": "pools with more blocks are drawn as one CUBE_LIST marker instead of one CUBE per block",
-    "pool_warn_fraction": "/diagnostics turns WARN when this fraction of the pool's blocks is in use",
-    "action_period_s": "time between consecutive steps of an action chunk (ActionChunk.period_s), seconds",
-    "frame_pacing": "hold language steps that would delay the next chunk of an action stream (period learned from arrivals)",
-    "decode_steps_per_frame": "with frame_pacing: language steps between two action chunks; 0 = as many as fit",
-    "allow_random_weights": "serve action chunks from a random-weight model (pi05-random-*, pi05-causal-*): simulation and "
-    "tests only; false refuses them FAILED_PRECONDITION, so noise never reaches an arm",
-    "temperature": "sampling default for a request whose Sampling.temperature is 0: 0 = greedy, > 0 samples",
-    "top_p": "sampling default for a request whose Sampling.top_p is 1 (off): nucleus mass kept, in (0, 1]",
-    "top_k": "sampling default for a request whose Sampling.top_k is 0 (off): most likely tokens kept; 0 = off",
-    "min_p": "sampling default for a request whose Sampling.min_p is 0 (off): drop tokens below min_p x the top one",
-    "repetition_penalty": "sampling default for a request whose Sampling.repetition_penalty is 1 (off); > 1 "
-    "discourages repeats",
-}
-
+ABOUT = described(EngineConfig) | described(NodeParams)
+DESCRIPTIONS: dict[str, str] = {name: about.text for name, about in ABOUT.items()}
 # (lowest, highest), both allowed, of every number: the declared ParameterDescriptor ranges, also checked for presets.
-# The rules above are finer (open ends, powers of two); these bound what sizes memory, loops and waits.
-RANGES: dict[str, tuple[float, float]] = {
-    "block_size": (1, 1024),
-    "kv_cache_bytes": (0, INT64_MAX),
-    "kv_cache_memory_fraction": (0.0, 1.0),
-    "max_num_seqs": (1, 4096),
-    "max_model_len": (1, 1 << 20),
-    "max_num_batched_tokens": (1, 1 << 20),
-    "max_queue": (1, 1 << 16),
-    "seed": (0, MAX_SEED),
-    "num_denoise_steps": (0, 1000),  # 0 = the checkpoint's
-    "eviction_alpha": (0.0, 1.0),
-    "eviction_history_window": (1, 1 << 20),
-    "cpu_tier_bytes": (0, INT64_MAX),
-    "disk_tier_bytes": (1, INT64_MAX),
-    "prefetch_degree": (0, 64),
-    "reuse_similarity_threshold": (0.0, 1.0),
-    "observation_ring": (1, 10_000),
-    "observation_keep_s": (0.0, 3600.0),
-    "observation_ring_bytes": (1, 1 << 40),
-    "max_prompt_chars": (1, 1 << 24),
-    "stats_rate_hz": (0.0, 100.0),
-    "marker_max_cubes": (0, 1 << 20),
-    "pool_warn_fraction": (0.0, 1.0),
-    "action_period_s": (0.0, 60.0),
-    "decode_steps_per_frame": (0, 1 << 16),
-    "temperature": (0.0, 100.0),
-    "top_p": (0.0, 1.0),
-    "top_k": (0, 1 << 24),
-    "min_p": (0.0, 1.0),
-    "repetition_penalty": (0.0, 100.0),
-}
+RANGES: dict[str, tuple[float, float]] = {name: about.span for name, about in ABOUT.items() if about.span}
 
 
 def types() -> dict[str, Any]:
@@ -222,8 +160,4 @@ def parse(values: dict[str, Any]) -> tuple[EngineConfig, NodeParams]:
     )
     engine_config.validate()
     node_params.validate()
-    typed = vars(engine_config) | vars(node_params)
-    for name, (low, high) in RANGES.items():
-        if not low <= typed[name] <= high:
-            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"{name} must be in [{low}, {high}], got {typed[name]}")
     return engine_config, node_params

@@ -12,7 +12,7 @@ from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 
 from oxygen_ros.msg import KvPoolStats
-from oxygen_ros.nodes import bounds
+from oxygen_ros import bounds
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.qos import SERVICE_QUEUE
 from oxygen_ros.srv import GetPoolStats

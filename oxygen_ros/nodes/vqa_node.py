@@ -30,7 +30,8 @@ from rclpy.node import Node
 
 from oxygen_ros.action import AskQuestion as AskQuestionAction
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes import bounds, latest_frame
+from oxygen_ros import bounds
+from oxygen_ros.nodes import latest_frame
 from oxygen_ros.nodes.declare import Ranges, Table, declare
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.infer_client import InferClient, TextCallback

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from geometry_msgs.msg import TransformStamped
 
-from oxygen_ros.nodes import bounds
+from oxygen_ros import bounds
 from oxygen_ros.tf.rigid import Rigid, interpolate, of_transform
 
 CACHE_S = 10.0  # tf2's default cache time

@@ -10,7 +10,7 @@ from oxygen_ros.cli.bench import SUITES
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 
 
 def test_causal_suite_measures_the_approximation():

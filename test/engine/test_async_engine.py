@@ -11,7 +11,7 @@ from engine_helpers import TINY, make_engine
 
 from oxygen_ros.engine.async_engine import AsyncEngine
 from oxygen_ros.engine.io import GenerateRequest
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.models.llama import LlamaModel
 from oxygen_ros.models.registry import ModelBundle

@@ -9,7 +9,7 @@ from hf_reference import hf_smollm2
 
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.io import GenerateRequest
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
@@ -76,7 +76,7 @@ def test_engine_serves_bf16_weights_batched_and_alone(bf16_bundle):
 @pytest.mark.parametrize(
     "values,needle",
     [
-        ({"weight_dtype": "int4"}, "weight_dtype must be auto or one of"),
+        ({"weight_dtype": "int4"}, "weight_dtype must be auto, float32, float16 or bfloat16"),
         ({"weight_dtype": "bfloat16", "dtype": "bfloat16", "model": "smollm2-135m"}, None),
         ({"weight_dtype": "float16"}, "the one mixed format is bfloat16 weights under float32"),
         ({"weight_dtype": "bfloat16", "model": "pi05-causal-tiny"}, "weight_dtype applies to language models"),

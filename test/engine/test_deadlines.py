@@ -9,7 +9,7 @@ from engine_helpers import make_engine
 
 from oxygen_ros.bench.robot_frames import camera_image
 from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 
 

@@ -14,7 +14,7 @@ from oxygen_ros.engine.block_codec import encode_block
 from oxygen_ros.engine.disk_tier import DiskTier
 from oxygen_ros.engine.host_tier import take_blocks
 from oxygen_ros.engine.io import GenerateRequest
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.kernels import KVBlocks, KVQuantSpec, requantize_blocks
 
 SHAPE = (4, 2, 8)  # block size, kv heads, head dim

@@ -9,7 +9,7 @@ from oxygen_ros.engine.model_runner import ATTENTION_MASS_EVERY
 from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.eviction import AttentionEviction, LRUEviction
 from oxygen_ros.engine.io import GenerateRequest
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError
 
 

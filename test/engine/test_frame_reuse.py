@@ -8,7 +8,7 @@ from engine_helpers import make_engine
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.frame_reuse import SimilarFrames, frame_difference, thumbnail
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError
 from oxygen_ros.perception.camera import CameraModel
 from oxygen_ros.perception.source import SimSource

@@ -11,7 +11,7 @@ from oxygen_ros.bench.scene_text import observation_text
 from oxygen_ros.engine.frames import Frame, FrameDriver, Mode
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.request import RequestStatus
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 
 def _no_leaks(engine) -> None:

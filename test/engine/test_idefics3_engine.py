@@ -14,7 +14,7 @@ from transformers import AutoModelForImageTextToText
 
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.models.idefics3.inputs import max_images
 from oxygen_ros.models.registry import load_model

@@ -11,7 +11,7 @@ from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.eviction import LRUEviction
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.kv.layout import KVLayout, PoolLayout
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kernels import KVQuantSpec
 

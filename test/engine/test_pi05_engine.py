@@ -20,7 +20,7 @@ from pi05_folders import (
 from transformers import AutoTokenizer
 
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext

@@ -13,7 +13,7 @@ from pi0_folders import ACTION_DIM, CHUNK, STATE_DIM, STEPS, camera, hf_inputs
 from transformers import AutoTokenizer, PI0ForConditionalGeneration
 
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.models.registry import ModelBundle, load_model
 

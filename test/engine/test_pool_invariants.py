@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from engine_helpers import make_engine
 from oxygen_ros.engine.block_pool import BlockPool
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 
 WORDS = ["red", "cup", "table", "left", "robot", "kitchen", "move", "the", "a", "blue", "door", "stop"]

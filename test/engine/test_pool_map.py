@@ -6,7 +6,7 @@ import pytest
 from engine_helpers import make_engine
 
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.viz.pool_map import (
     STATE_COLOURS,
     TASK_PALETTE,

@@ -5,7 +5,7 @@ from oxygen_ros.bench.scene_text import observation_text
 from oxygen_ros.engine.block_hash import MultiModalSpan
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.request import Request
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 
 QUESTIONS = [("vqa", "What is on the table?"), ("instruction", "Pick up the cup."), ("navigation", "Go to the door.")]
 

@@ -16,7 +16,7 @@ from engine_helpers import make_engine
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.kv.kv_cache import KVCache, LayerKV
 from oxygen_ros.kv.layout import KVLayout
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kernels import Fp8Calibrator, KVBlocks, KVQuantSpec
 from oxygen_ros.kernels.quant_spec import FP8_MAX

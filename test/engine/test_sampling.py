@@ -15,7 +15,8 @@ from transformers.generation.logits_process import (
 )
 
 from oxygen_ros.engine.io import GenerateRequest
-from oxygen_ros.engine.sampling import SamplingParams, distribution, repetition_penalty, sample
+from oxygen_ros.engine.sampling import distribution, repetition_penalty, sample
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 
 VOCAB = 64

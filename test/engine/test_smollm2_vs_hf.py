@@ -7,7 +7,7 @@ from engine_helpers import make_engine
 from hf_reference import hf_greedy, hf_smollm2
 
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 
 MAX_NEW = 64
 PROMPTS = [

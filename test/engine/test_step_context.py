@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.model_runner import ATTENTION_MASS_EVERY
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 
 BUILDERS = ("tensor", "as_tensor", "arange", "full", "from_numpy", "linspace")
 HOST_READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "numpy", "cpu")

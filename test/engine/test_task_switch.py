@@ -9,7 +9,7 @@ from engine_helpers import make_engine
 from oxygen_ros.bench.task_switch import copy_switch
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.request import SERVE_LANGUAGE, SERVE_VQA
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 
 SCENE = Observation("scene", "A red cup, a blue box and a green plate are on the kitchen table. " * 4)

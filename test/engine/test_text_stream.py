@@ -8,7 +8,7 @@ from engine_helpers import make_engine
 
 from oxygen_ros.engine.async_engine import AsyncEngine
 from oxygen_ros.engine.io import GenerateRequest
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.engine.text_stream import TextStream
 
 TEXT = "Robots: héllo wörld, ünïcode 🤖🦾 and 中文 text, done."

@@ -4,7 +4,7 @@ same model and config (a node restart) starts with those prefixes on disk and se
 from engine_helpers import make_engine
 
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 
 SCENE = Observation("scene", "A red cup, a blue box and a green plate are on the kitchen table. " * 6)
 ASK = GenerateRequest("What is on the table?", observation=SCENE, sampling=SamplingParams(max_new_tokens=4))

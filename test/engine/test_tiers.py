@@ -8,7 +8,7 @@ from oxygen_ros.engine.host_tier import HostTier, host_layout
 from oxygen_ros.engine.io import GenerateRequest
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=3, head_dim=64, block_size=16, dtype=torch.float16)
 

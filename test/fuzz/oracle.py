@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oxygen_ros.errors import ErrorCode
-from oxygen_ros.nodes import bounds
+from oxygen_ros import bounds
 from oxygen_ros.nodes.generate_server import MAX_FEEDBACK_EVERY
 from fuzz.strategies import CHANNELS, TASK_TYPES
 

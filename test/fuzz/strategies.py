@@ -18,7 +18,7 @@ from oxygen_ros.msg import Sampling
 from oxygen_ros.srv import AskQuestion, CancelTask, Infer
 from sensor_msgs.msg import Image
 
-from oxygen_ros.nodes import bounds
+from oxygen_ros import bounds
 
 TASK_TYPES = ("vqa", "instruction", "navigation", "generic")
 ENCODINGS = ("rgb8", "bgr8", "rgba8", "bgra8", "mono8")

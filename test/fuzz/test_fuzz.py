@@ -34,7 +34,7 @@ from ros_harness import make_context, spin_nodes
 from task_graph import SMOLLM2_BLOCK_BYTES
 
 from fuzz import oracle, strategies
-from oxygen_ros.nodes import bounds
+from oxygen_ros import bounds
 from fuzz.fuzz_client import Fuzzer
 
 pytestmark = pytest.mark.slow

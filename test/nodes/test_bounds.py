@@ -14,7 +14,8 @@ from sensor_msgs.msg import Image
 
 from oxygen_ros.control.unicycle import MAX_PATH_POINTS, PATH_STEP_M, Pose2D, straight_path
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes import bounds, convert, vqa_node
+from oxygen_ros import bounds
+from oxygen_ros.nodes import convert, vqa_node
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.navigation_node import NavigationNode
 

@@ -13,7 +13,7 @@ from visualization_msgs.msg import Marker
 
 from oxygen_ros.engine.async_engine import ServingStats
 from oxygen_ros.engine.io import PoolStats, RequestOutput, TaskUsage, TierUsage
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import convert
 from oxygen_ros.nodes.pool_markers import pool_markers

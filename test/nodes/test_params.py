@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from oxygen_ros.config import EngineConfig
+from oxygen_ros.config import INT64_MAX, EngineConfig
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import params
 from oxygen_ros.nodes.inference_params import ROS_TYPES
@@ -82,5 +82,5 @@ def test_every_number_has_a_range_that_holds_its_default_and_every_type_is_a_ros
     numbers = {name for name, value in params.defaults().items() if type(value) in (int, float)}
     assert set(params.RANGES) == numbers
     for name, (low, high) in params.RANGES.items():
-        assert low <= params.defaults()[name] <= high and high <= params.INT64_MAX, name
+        assert low <= params.defaults()[name] <= high and high <= INT64_MAX, name
     assert set(params.types().values()) <= set(ROS_TYPES)

@@ -19,7 +19,7 @@ from perception_helpers import obstacle_truth, time_obstacle_at, x_straight_ahea
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation
-from oxygen_ros.engine.sampling import SamplingParams
+from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.perception.camera import CameraModel
 from oxygen_ros.perception.describe import compass, describe
 from oxygen_ros.perception.palette import OBJECT_COLOURS

@@ -3,6 +3,7 @@ a failed configure (missing model, bad parameter) leaves it unconfigured and ans
 deactivate / cleanup serve and stop serving; camera frames become observations whose prefix is prefilled eagerly.
 Also the installed `inference_node` executable, as `ros2 run` starts it."""
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -118,6 +119,12 @@ def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread):
         _not_active(client, "inactive")
         report = diagnostics.wait_for(lambda m: m.status[0].values[0].value == "inactive").status[0]
         assert report.level == DiagnosticStatus.ERROR and report.message == "not serving: the node is inactive"
+        taken = {value.key: value.value for value in report.values}  # what configure took of the machine
+        assert taken["kv_budget"] == "16 MiB (kv_cache_bytes)" and taken["max_num_seqs"] == "64"
+        assert taken["kv_pool"].startswith(f"{stats.tiers[0].capacity_bytes >> 20} MiB, {stats.total_blocks} blocks")
+        assert taken["compute_threads"] == f"{max(1, len(os.sched_getaffinity(0)) // 2)} of {len(os.sched_getaffinity(0))} CPUs"
+        log.wait_for(lambda m: m.name == "oxygen_inference" and "kv_budget 16 MiB (kv_cache_bytes)" in m.msg
+                     and "compute_threads" in m.msg, what="the resources in the configure log")  # fmt: skip
 
         assert transition(client, Transition.TRANSITION_CLEANUP)
         assert lifecycle_state(client) == "unconfigured"

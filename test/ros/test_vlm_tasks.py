@@ -6,6 +6,7 @@ bad frames get clear error codes, nothing leaks and the node keeps serving. The 
 to the frames, so what it answers about them it got from the task nodes."""
 
 import array
+import math
 
 import numpy as np
 import pytest
@@ -17,7 +18,8 @@ from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from ros_harness import call_service, send_goal, wait_until
-from sensor_msgs.msg import Image
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import Image, LaserScan
 from std_msgs.msg import Header
 
 from oxygen_ros.action import AskQuestion as AskQuestionAction
@@ -34,6 +36,7 @@ CONTEXT = 224  # the tiny model's context: 2 images at their largest tiling and 
 MAX_NEW = 12
 QUESTION = "What is on the table?"
 BLOCK_SIZE = 16
+SCAN = "/vlm_test/scan"
 
 
 class Graph:
@@ -41,6 +44,9 @@ class Graph:
         self.client, self.tasks = client, tasks
         self.processor = reference_processor(folder, split=True)
         self.frames = client.create_publisher(ObservationMsg, "/oxygen/observation", 10)
+        scans = client.create_publisher(LaserScan, SCAN, qos_profile_sensor_data)
+        clear = LaserScan(header=Header(frame_id="base_link"), angle_increment=0.1, range_max=10.0, ranges=[math.inf])
+        client.create_timer(0.1, lambda: scans.publish(clear))
 
     def show(self, rgb: np.ndarray) -> None:
         """Publish ``rgb`` as the newest frame until every task node has it."""
@@ -84,8 +90,10 @@ def graph(ros_domain_id, tmp_path_factory):
     tasks = {
         "vqa": (VqaNode, waits),
         "instruction": (InstructionNode, waits | {"narration_period_s": 60.0, "max_new_tokens": MAX_NEW}),
+        # its own driver, by a clear scan the client sends (no odometry: it stands still and reasons)
         "navigation": (NavigationNode, waits | {"reasoning_period_s": 60.0, "blocked_timeout_s": 600.0,
-                                                "max_new_tokens": MAX_NEW}),
+                                                "max_new_tokens": MAX_NEW, "nav2": "never",
+                                                "allow_builtin_driver": True, "scan_topic": SCAN}),
     }  # fmt: skip
     nodes: dict[str, Node] = {}
 

@@ -23,6 +23,7 @@ DEADLINE_S = 3600.0  # Infer.deadline_s
 MIN_RATE_HZ = 0.01  # FollowInstruction.rate_hz: its period sizes the chunk clock's waits and each request's deadline
 GOAL_DURATION_S = 86400.0  # FollowInstruction.duration_s (0 = until cancelled)
 TARGET_DISTANCE_M = 100.0  # default of navigation_node's max_target_distance_m
+OBSERVATION_RING_BYTES = 256 << 20  # default of the inference node's observation_ring_bytes
 PREVIEW_CHARS = 24  # of an over-long text, quoted in the refusal
 
 
