@@ -90,8 +90,10 @@ test: install
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi
 	exit $$rc
 
+# ruff, then the layering contracts of pyproject.toml (import-linter; test/test_architecture.py runs them too)
 lint: venv
 	.venv/bin/ruff check .
+	.venv/bin/lint-imports --no-cache
 
 demo: install
 	.venv/bin/oxygen-ros demo

@@ -10,7 +10,7 @@ import pytest
 import torch
 from ros_harness import acquire_domain_id, make_context
 
-pytest_plugins = ["pi0_fixtures"]  # the pi0 folder fixtures the model and engine tests share
+pytest_plugins = ["pi0_fixtures", "model_fixtures"]  # fixtures the model, engine and bench tests share
 
 # Triton fixes interpreter-or-compiler when first imported, and any test module that imports transformers' modeling
 # code imports it while being collected. This file is imported before every test module, so the choice is made

@@ -4,7 +4,7 @@ period an action-stream test can hold on this machine."""
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.bench.robot_frames import robot_frames
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.frames import FrameDriver, Mode
+from oxygen_ros.bench.frames import FrameDriver, Mode
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.registry import ModelBundle
 

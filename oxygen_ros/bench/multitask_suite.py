@@ -31,21 +31,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image
 from tqdm import tqdm
 
-from oxygen_ros.bench.multitask_load import PoolSampler, TaskLog, TaskThread, Workload, call, request
 from oxygen_ros.bench.report import result
 from oxygen_ros.bringup import Graph
-from oxygen_ros.msg import Observation
-from oxygen_ros.nodes.convert import image_to_rgb
-from oxygen_ros.observations import content_id
-from oxygen_ros.srv import Infer
+from oxygen_ros.nodes.load_client import (
+    BENCH_OBSERVATIONS,
+    PoolSampler,
+    TaskLog,
+    TaskThread,
+    pin_observation,
+    Workload,
+    warm_up,
+)
 
 MODES = ("oxygen_ros", "isolated")
 TASK_TYPES = ("vqa", "instruction", "navigation")
-BENCH_OBSERVATIONS = "/bench/observation"  # the engines listen here instead of to the camera: one pinned frame
 
 
 @dataclass(frozen=True)
@@ -128,48 +129,6 @@ def measure(graph: Graph, mode: str, namespaces: tuple[str, ...], setting: Setti
     sampler.stop.set()
     sampler.join()
     return summarize(logs, elapsed, sampler) | {"warmup_reused_prefix_tokens": sum(r.reused_prefix_tokens for r in warm)}
-
-
-def pin_observation(graph: Graph, node, services: list[str], timeout: float = 60.0) -> str:
-    """Take one camera_sim frame (its Image with the Observation naming it), stop the camera, and give that frame
-    to every engine; its observation_id."""
-    texts: list[Observation] = []
-    images: dict[str, Image] = {}
-    node.create_subscription(Observation, "/oxygen/observation", texts.append, 10)
-    node.create_subscription(Image, "/camera/image_raw",
-                             lambda msg: images.setdefault(content_id("", [image_to_rgb(msg)], []), msg),
-                             qos_profile_sensor_data)  # fmt: skip
-    publisher = node.create_publisher(Observation, BENCH_OBSERVATIONS, 10)
-    deadline = time.monotonic() + timeout
-    while not (found := [text for text in texts if text.observation_id in images]):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no frame from camera_sim within {timeout:.0f} s")
-        time.sleep(0.05)
-    graph.executor.remove_node(graph.camera)
-    frame = found[0]
-    frame.images = [images[frame.observation_id]]
-    probe = Infer.Request(prompt="probe", observation_id=frame.observation_id, want_text=True, max_new_tokens=0)
-    for service in services:
-        client = node.create_client(Infer, service)
-        while call(client, probe).error_code == "NOT_FOUND":  # known: refused for the zero token budget
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{service} did not receive the pinned observation within {timeout:.0f} s")
-            publisher.publish(frame)
-            time.sleep(0.1)
-    return frame.observation_id
-
-
-def warm_up(node, service: str, task_id: str, kind: str, observation_id: str, work: Workload) -> Infer.Response:
-    """One request of the task's kind before the window, one task after the other: the first on an engine prefills
-    the observation, later ones on the same engine reuse it (``reused_prefix_tokens``; never across isolated
-    engines).  The reply (its chunk's horizon is 0 for VQA); RuntimeError if the engine cannot serve it."""
-    client = node.create_client(Infer, service)
-    warm = request(task_id, kind, "Warm up.", observation_id, work)
-    warm.deadline_s = 0.0  # the first chunk pays the prefill: no deadline yet
-    out = call(client, warm)
-    if not out.success:
-        raise RuntimeError(f"warm-up of {task_id} on {service} failed: {out.error_code}: {out.message}")
-    return out
 
 
 def summarize(logs: list[TaskLog], elapsed_s: float, sampler: PoolSampler) -> dict[str, Any]:

@@ -4,7 +4,7 @@ weights at pi0.5's tiny shapes, chunk 50).
 
 Every frame a new observation (``images`` camera images + state) arrives with one action request (N denoise steps)
 and ``rate`` language requests on average (uniform or Poisson) that decode M tokens each.  The modes
-(``oxygen_ros.engine.frames``): ``baseline`` (isolated prefills, sequential full decode), ``shared_kv`` (one prefill,
+(``oxygen_ros.bench.frames``): ``baseline`` (isolated prefills, sequential full decode), ``shared_kv`` (one prefill,
 full decode) and ``continuous_batching`` (one prefill, the chunk, then k decode steps for every active request).
 
 The paper's metrics: frame latency, action Hz = horizon / frame latency, language tokens/s; speedup = baseline frame
@@ -29,7 +29,7 @@ from oxygen_ros.bench.robot_frames import language_arrivals, robot_frames
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.device import resolve_dtype, torch_device
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.frames import PHASES, FrameDriver, FrameRecord, Mode
+from oxygen_ros.bench.frames import PHASES, FrameDriver, FrameRecord, Mode
 from oxygen_ros.models.registry import ModelBundle, load_model
 
 SWEEP = {"N": (1, 5, 10), "M": (10, 30, 60), "k": (1, 3, 5, 10, 30)}

@@ -4,7 +4,7 @@ the whole prefix the action request prefilled, as pi0.5's language head and acti
 
 import numpy as np
 
-from oxygen_ros.engine.frames import Frame
+from oxygen_ros.bench.frames import Frame
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.sampling_params import SamplingParams
 

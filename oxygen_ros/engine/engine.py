@@ -28,7 +28,8 @@ from oxygen_ros.engine.io import GenerateRequest, PoolStats, RequestOutput, Task
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout, PoolLayout
 from oxygen_ros.engine.kv_cache_manager import KVCacheManager
-from oxygen_ros.engine.model_runner import ATTENTION_MASS_EVERY, ModelRunner, ScheduledBatch
+from oxygen_ros.engine.model_runner import ATTENTION_MASS_EVERY, ModelRunner
+from oxygen_ros.engine.scheduler_output import ScheduledBatch
 from oxygen_ros.engine.request import SERVE_ACTIONS, Request, RequestStatus
 from oxygen_ros.tasks import TASK_TYPES
 from oxygen_ros.engine.scheduler import Scheduler
@@ -360,21 +361,6 @@ class Engine:
         out = self._output(req)
         out.error_code, out.message = ErrorCode.CANCELLED, "cancelled by the caller"
         return out
-
-    def transfer(self, request_id: str, task_id: str, task_type: str | None = None) -> None:
-        """Hand a queued or running request, with the KV it holds, to another task (or the same task's next frame):
-        only its labels change, its block table and the blocks' reference counts stay, so the switch costs the same
-        whatever the context length (no KV is copied).  A new task type may change its service class (to vqa)."""
-        req = self.requests.get(request_id)
-        if req is None:
-            raise EngineError(ErrorCode.NOT_FOUND, f"no active request {request_id!r}")
-        task_type = req.task_type if task_type is None else task_type
-        if not task_id or task_type not in TASK_TYPES:
-            raise EngineError(
-                ErrorCode.INVALID_ARGUMENT, f"a transfer needs a task id and one of {list(TASK_TYPES)}, got "
-                f"{task_id!r}, {task_type!r}",
-            )  # fmt: skip
-        req.task_id, req.task_type = task_id, task_type
 
     def close(self) -> None:
         """Write what the pool and L1 hold to the disk tier (a restart with the same model and config finds it

@@ -5,7 +5,6 @@ prompt, a prompt chunk, the tail after a cached prefix, or the one new token of 
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
@@ -13,22 +12,8 @@ from oxygen_ros.engine.image_features import ImageFeatureCache
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.engine.request import Request
 from oxygen_ros.engine.sampling import sample
+from oxygen_ros.engine.scheduler_output import ScheduledBatch
 from oxygen_ros.kv.step_context import StepContext
-
-
-@dataclass
-class ScheduledBatch:
-    requests: list[Request]
-    num_new_tokens: list[int]
-    denoise_s: float = 0.0  # time the step spent sampling action chunks, for per-phase benchmarks
-
-    @property
-    def total_tokens(self) -> int:
-        return sum(self.num_new_tokens)
-
-    @property
-    def is_decode(self) -> bool:
-        return all(n == 1 for n in self.num_new_tokens)
 
 
 def block_tables(requests: list[Request], device: torch.device) -> torch.Tensor:

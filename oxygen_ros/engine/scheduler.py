@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.kv_cache_manager import KVCacheManager
-from oxygen_ros.engine.model_runner import ScheduledBatch
+from oxygen_ros.engine.scheduler_output import ScheduledBatch
 from oxygen_ros.engine.request import SERVE_ACTIONS, Request, RequestStatus
 
 

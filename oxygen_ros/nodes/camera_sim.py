@@ -36,7 +36,7 @@ from oxygen_ros.observations import content_id
 from oxygen_ros.perception import lidar
 from oxygen_ros.perception.describe import describe
 from oxygen_ros.perception.source import SOURCE_KINDS, SimSource, make_source
-from oxygen_ros.tf.backend import broadcasters
+from oxygen_ros.nodes.tf.backend import broadcasters
 
 NODE_NAME = "camera_sim"
 CMD_TIMEOUT_S = 0.5

@@ -3,7 +3,7 @@
 Frames (REP 105): odometry is in `odom_frame` (`odom`; other frames are ignored with a warning); a target is in
 `map_frame` (`map`; '' is taken as it) or in `odom_frame`, and a map target is brought into odom through TF (the
 map -> odom transform at the odometry's time, within `transform_tolerance_s`; tf2_ros where installed, else
-``oxygen_ros.tf``), again on every replan, so a localization correction moves the goal with the map. camera_sim
+``oxygen_ros.nodes.tf``), again on every replan, so a localization correction moves the goal with the map. camera_sim
 simulates this tree (see ``sim_frames``).
 
 Who drives (`nav2`): a goal waits up to `nav2_wait_s` for a nav2 NavigateToPose server on `nav2_action` (``auto``
@@ -67,9 +67,9 @@ from oxygen_ros.nodes.nav2_handoff import POLL_S, Nav2Handoff, duration
 from oxygen_ros.nodes.navigation_params import PARAMETERS, POSITIVE, RANGES, READ_ONCE, settings_problem
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.task_action import TaskActionNode
-from oxygen_ros.tf.backend import Transforms
-from oxygen_ros.tf.rigid import Rigid, of_pose
-from oxygen_ros.tf.tree import TransformUnavailable
+from oxygen_ros.nodes.tf.backend import Transforms
+from oxygen_ros.nodes.tf.rigid import Rigid, of_pose
+from oxygen_ros.nodes.tf.tree import TransformUnavailable
 
 NODE_NAME = "navigation_node"
 

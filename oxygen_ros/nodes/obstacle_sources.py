@@ -30,7 +30,7 @@ from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros import bounds
 from oxygen_ros.nodes.image_rows import image_rows
 from oxygen_ros.nodes.latest_frame import LatestFrame
-from oxygen_ros.tf.backend import Transforms
+from oxygen_ros.nodes.tf.backend import Transforms
 
 # encoding: (pixel type, metres per unit), REP 118
 DEPTH_ENCODINGS = {"16UC1": (np.dtype("u2"), 1e-3), "mono16": (np.dtype("u2"), 1e-3), "32FC1": (np.dtype("f4"), 1.0)}

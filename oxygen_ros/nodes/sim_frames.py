@@ -12,7 +12,7 @@ from nav_msgs.msg import Odometry
 
 from oxygen_ros.perception.camera import ROOM_DEPTH_CM, ROOM_WIDTH_CM
 from oxygen_ros.perception.scene import RobotPose
-from oxygen_ros.tf.rigid import Rigid, of_pose, planar
+from oxygen_ros.nodes.tf.rigid import Rigid, of_pose, planar
 
 CAMERA_HEIGHT_M = 3.0  # nominal: the overhead camera is orthographic (one scale), its height changes no pixel
 OPTICAL_IN_LINK = Rigid(rotation=(-0.5, 0.5, -0.5, 0.5))  # REP 103: z forward, x right, y down (from x forward, z up)

@@ -9,7 +9,7 @@ from oxygen_ros.bench import paper_suite
 from oxygen_ros.cli.bench import SUITES
 from oxygen_ros.cli.main import build_parser
 from oxygen_ros.config import EngineConfig
-from oxygen_ros.engine.frames import Mode
+from oxygen_ros.bench.frames import Mode
 from oxygen_ros.models.registry import load_model
 
 

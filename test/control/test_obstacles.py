@@ -1,6 +1,6 @@
 """Obstacle geometry against references we did not write: LaserScan readings against their definition, depth pixels
 against OpenCV's pinhole projection (cv2.projectPoints), transforms against the quaternion algebra of
-``oxygen_ros.tf.rigid`` (an independent path), and the stop corridor on hand-placed points."""
+``oxygen_ros.nodes.tf.rigid`` (an independent path), and the stop corridor on hand-placed points."""
 
 import math
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from oxygen_ros.control import obstacles
-from oxygen_ros.tf.rigid import Rigid
+from oxygen_ros.nodes.tf.rigid import Rigid
 
 
 def test_scan_points_follow_the_laserscan_definition_and_drop_invalid_readings():

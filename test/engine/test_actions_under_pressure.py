@@ -6,7 +6,7 @@ As in test_frames, the period is 10 Hz unless this CPU cannot serve an action st
 from engine_helpers import action_frame_period, make_engine
 
 from oxygen_ros.bench.robot_frames import robot_frames
-from oxygen_ros.engine.frames import FrameDriver, Mode
+from oxygen_ros.bench.frames import FrameDriver, Mode
 
 FRAMES = 50  # at 10 Hz 5 s; a miss rate <= 0.01 then means none missed
 POOL_BLOCKS = 8  # an action prefix takes 2 blocks, each language request grows to 3: four of them overfill it

@@ -11,7 +11,7 @@ from engine_helpers import make_engine
 from oxygen_ros.bench.pacing_suite import language_requests, serve_stream
 from oxygen_ros.bench.robot_frames import robot_frames
 from oxygen_ros.engine.async_engine import AsyncEngine
-from oxygen_ros.engine.frames import FrameDriver, Mode
+from oxygen_ros.bench.frames import FrameDriver, Mode
 from oxygen_ros.engine.pacing import STALE_PERIODS, FramePacer
 
 TIMEOUT = 120

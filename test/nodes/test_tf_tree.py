@@ -1,4 +1,4 @@
-"""oxygen_ros.tf's buffer without ROS: chained lookups through a common parent, static + dynamic edges,
+"""oxygen_ros.nodes.tf's buffer without ROS: chained lookups through a common parent, static + dynamic edges,
 interpolation and the time tolerance, tf2's input rules (refused transforms say why) and its bounds."""
 
 import math
@@ -6,9 +6,9 @@ import math
 import pytest
 from geometry_msgs.msg import TransformStamped
 
-from oxygen_ros.tf import tree as tree_module
-from oxygen_ros.tf.rigid import Rigid, interpolate, planar
-from oxygen_ros.tf.tree import NS, TransformTree, TransformUnavailable
+from oxygen_ros.nodes.tf import tree as tree_module
+from oxygen_ros.nodes.tf.rigid import Rigid, interpolate, planar
+from oxygen_ros.nodes.tf.tree import NS, TransformTree, TransformUnavailable
 
 
 def transform(parent: str, child: str, rigid: Rigid, t: float = 0.0) -> TransformStamped:

@@ -22,8 +22,8 @@ from oxygen_ros.nodes.camera_sim import CMD_TIMEOUT_S, CameraSim, main
 from oxygen_ros.nodes.convert import image_to_rgb
 from oxygen_ros.observations import content_id
 from oxygen_ros.perception.describe import describe
-from oxygen_ros.tf.backend import Transforms
-from oxygen_ros.tf.tree import TransformUnavailable
+from oxygen_ros.nodes.tf.backend import Transforms
+from oxygen_ros.nodes.tf.tree import TransformUnavailable
 
 
 def test_publishes_images_and_observations_of_the_same_frames(ros_context):

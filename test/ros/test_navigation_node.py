@@ -20,7 +20,7 @@ from ros_harness import send_goal, wait_until
 from task_graph import task_graph
 
 from oxygen_ros.nodes.navigation_node import PARAMETERS, NavigationNode
-from oxygen_ros.tf.backend import Transforms
+from oxygen_ros.nodes.tf.backend import Transforms
 
 BELOW_THE_OBSTACLE = (1.0, 0.45)  # seed 0: the robot starts at (1.37, 0.35); the obstacle walks along y = 1.13
 

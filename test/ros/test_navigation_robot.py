@@ -32,8 +32,8 @@ from oxygen_ros.action import Navigate
 from oxygen_ros.nodes.convert import rgb_to_image
 from oxygen_ros.nodes.infer_client import inference_at
 from oxygen_ros.nodes.navigation_node import NavigationNode
-from oxygen_ros.tf import topics
-from oxygen_ros.tf.rigid import Rigid, planar
+from oxygen_ros.nodes.tf import topics
+from oxygen_ros.nodes.tf.rigid import Rigid, planar
 
 RATE_HZ = 20.0
 MAP_TO_ODOM = planar(2.0, -1.0, math.pi / 2)  # where odometry started on the map, and facing north

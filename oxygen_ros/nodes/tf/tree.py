@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from geometry_msgs.msg import TransformStamped
 
 from oxygen_ros import bounds
-from oxygen_ros.tf.rigid import Rigid, interpolate, of_transform
+from oxygen_ros.nodes.tf.rigid import Rigid, interpolate, of_transform
 
 CACHE_S = 10.0  # tf2's default cache time
 MAX_FRAMES = 1024

@@ -8,7 +8,7 @@ from engine_helpers import action_frame_period, make_engine
 
 from oxygen_ros.bench.robot_frames import robot_frames
 from oxygen_ros.bench.scene_text import observation_text
-from oxygen_ros.engine.frames import Frame, FrameDriver, Mode
+from oxygen_ros.bench.frames import Frame, FrameDriver, Mode
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.request import RequestStatus
 from oxygen_ros.engine.sampling_params import SamplingParams

@@ -1,4 +1,4 @@
-"""Zero-copy task switching: ``Engine.transfer`` hands a running request, with its KV, to another task by relabelling
+"""Zero-copy task switching: ``bench.task_switch.transfer`` hands a running request, with its KV, to another task by relabelling
 it; its block table and the blocks' reference counts stay as they were, it answers what it would have answered, and
 the pool's per-task accounting follows it.  The copying alternative (``bench.task_switch.copy_switch``) must leave
 the same answer too, since the benchmark compares the two."""
@@ -6,7 +6,7 @@ the same answer too, since the benchmark compares the two."""
 import pytest
 from engine_helpers import make_engine
 
-from oxygen_ros.bench.task_switch import copy_switch
+from oxygen_ros.bench.task_switch import copy_switch, transfer
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.request import SERVE_LANGUAGE, SERVE_VQA
 from oxygen_ros.engine.sampling_params import SamplingParams
@@ -36,7 +36,7 @@ def test_a_switched_request_keeps_its_answer(tiny_bundle, switch):
     req = engine.requests[request_id]
     table, refs = list(req.block_table), [engine.pool.blocks[b].ref_count for b in req.block_table]
     if switch == "transfer":
-        engine.transfer(request_id, "vqa-asker", "vqa")
+        transfer(engine, request_id, "vqa-asker", "vqa")
         assert req.block_table == table and [engine.pool.blocks[b].ref_count for b in table] == refs
     else:
         copy_switch(engine, req, "vqa-asker")
@@ -53,12 +53,12 @@ def test_transfer_changes_the_service_class_and_checks_its_arguments(tiny_bundle
     engine = make_engine(tiny_bundle)
     request_id = engine.submit(_greq())
     assert engine.requests[request_id].service_class == SERVE_LANGUAGE
-    engine.transfer(request_id, "asker", "vqa")  # queued requests move too
+    transfer(engine, request_id, "asker", "vqa")  # queued requests move too
     assert engine.requests[request_id].service_class == SERVE_VQA
-    engine.transfer(request_id, "other")  # the task type stays
+    transfer(engine, request_id, "other")  # the task type stays
     assert engine.requests[request_id].task_type == "vqa"
     for args, code in [(("nope", "x"), ErrorCode.NOT_FOUND), ((request_id, ""), ErrorCode.INVALID_ARGUMENT),
                        ((request_id, "x", "cooking"), ErrorCode.INVALID_ARGUMENT)]:  # fmt: skip
         with pytest.raises(EngineError) as err:
-            engine.transfer(*args)
+            transfer(engine, *args)
         assert err.value.code == code

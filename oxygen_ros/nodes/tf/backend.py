@@ -9,9 +9,9 @@ from geometry_msgs.msg import TransformStamped
 from rclpy.node import Node
 from rclpy.time import Time
 
-from oxygen_ros.tf import topics
-from oxygen_ros.tf.rigid import Rigid, of_transform
-from oxygen_ros.tf.tree import NS, TransformTree, TransformUnavailable, stamp_ns
+from oxygen_ros.nodes.tf import topics
+from oxygen_ros.nodes.tf.rigid import Rigid, of_transform
+from oxygen_ros.nodes.tf.tree import NS, TransformTree, TransformUnavailable, stamp_ns
 
 try:
     import tf2_ros

@@ -11,7 +11,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile
 from tf2_msgs.msg import TFMessage
 
-from oxygen_ros.tf.tree import TransformTree
+from oxygen_ros.nodes.tf.tree import TransformTree
 
 TF_TOPIC, STATIC_TOPIC = "/tf", "/tf_static"
 DYNAMIC_QOS = QoSProfile(depth=100, history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)

@@ -1,4 +1,5 @@
-"""Engine fixtures: the real SmolLM2 (loaded once per session) and a tiny random Llama for fast property tests."""
+"""Model fixtures the engine and bench tests share: the real SmolLM2 (loaded once per session), a tiny random Llama for
+fast property tests, and pi05-causal-tiny. A plugin of test/conftest.py, so a test beside any package can use them."""
 
 import pytest
 import torch
