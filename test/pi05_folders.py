@@ -18,12 +18,11 @@ from safetensors.torch import save_file
 from transformers import GemmaConfig as HFGemmaConfig
 from transformers import GemmaForCausalLM, PaliGemmaConfig, PaliGemmaForConditionalGeneration
 
-import oxygen_ros.models.pi05_lerobot as pi05_lerobot
-from oxygen_ros.models.pi0.config import Pi0Config
-from oxygen_ros.models.pi05.config import GemmaConfig, SiglipConfig
+import oxygen_ros.models.pi05 as pi05
+from oxygen_ros.models.common.vla_config import GemmaConfig, SiglipConfig, VlaConfig
 
 EXPERT_WIDTH, CHUNK, STATE_DIM, ACTION_DIM = 48, 5, 6, 7
-TINY = Pi0Config(
+TINY = VlaConfig(
     vision=SiglipConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2, patch_size=PATCH,
                         image_size=IMAGE_SIZE),
     backbone=GemmaConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32),
@@ -153,12 +152,12 @@ def tiny_shapes() -> Iterator[None]:
     """While open, a LeRobot pi0.5 folder loaded through the registry has ``TINY``'s towers and vocabulary, and every
     other setting (chunk, dims, steps, cameras, prompt budget) from its config.json: the one seam is
     ``read_pi05_config``, whose variant table (tested on its own) holds only pi05_base's 3.6B-parameter towers."""
-    read = pi05_lerobot.read_pi05_config
+    read = pi05.read_pi05_config
 
-    def tiny(folder: Path) -> Pi0Config:
+    def tiny(folder: Path) -> VlaConfig:
         return replace(read(folder), vision=TINY.vision, backbone=TINY.backbone, expert=TINY.expert,
                        vocab_size=TINY.vocab_size)  # fmt: skip
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pi05_lerobot, "read_pi05_config", tiny)
+        patch.setattr(pi05, "read_pi05_config", tiny)
         yield

@@ -22,14 +22,14 @@ from oxygen_ros.bench.report import result
 from oxygen_ros.bench.robot_frames import PROMPT, camera_image
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.models.pi05_lerobot import Pi05LeRobotModel
+from oxygen_ros.models.pi05 import Pi05Model
 from oxygen_ros.models.registry import load_model
 
 BLOCK_SIZE = 16
 
 
 @torch.no_grad()
-def chunk(model: Pi05LeRobotModel, token_ids: list[int], pixels: torch.Tensor, bidirectional: int,
+def chunk(model: Pi05Model, token_ids: list[int], pixels: torch.Tensor, bidirectional: int,
           noise: torch.Tensor) -> torch.Tensor:  # fmt: skip
     """One chunk [H, A] after prefilling the prefix in one step, its first ``bidirectional`` tokens seeing each other
     and the rest causal, into a pool of its own."""

@@ -81,11 +81,11 @@ class PolicyBench:
 
     def _bytes_per_token(self, engine: Engine) -> float:
         """What the requests' KV takes in this engine's pool per token: observation blocks in their format, the
-        rest in the task's, split as the engine splits them (``Engine.block_formats``)."""
+        rest in the task's, split as the engine splits them (``InputProcessor.block_formats``)."""
         total_units = total_tokens = 0
         for greq in observation_requests(self.count, self.new_tokens):
-            prompt = engine.encode(greq)
-            tokens = -(-(len(prompt) + self.new_tokens) // self.block_size) * self.block_size
-            total_units += engine.units_of(engine.block_formats(greq, prompt), tokens)
+            prompt = engine.inputs.prepare(greq)
+            tokens = -(-(len(prompt.token_ids) + self.new_tokens) // self.block_size) * self.block_size
+            total_units += engine.formats.units_of(engine.inputs.block_formats(greq, prompt), tokens)
             total_tokens += tokens
         return total_units * engine.pool_layout.unit_bytes / total_tokens

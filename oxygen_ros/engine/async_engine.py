@@ -13,13 +13,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.io import GenerateRequest, PoolStats, RequestOutput
+from oxygen_ros.engine.io import GenerateRequest, RequestOutput
 from oxygen_ros.engine.pacing import FramePacer
-from oxygen_ros.engine.text_stream import TextStream
+from oxygen_ros.engine.detokenizer import IncrementalDetokenizer
+from oxygen_ros.engine.stats import ServingStats, error_output
 from oxygen_ros.errors import EngineError, ErrorCode
 
 T = TypeVar("T")
@@ -27,36 +28,6 @@ TextCallback = Callable[[str, int], None]  # (text added since the last call, to
 _MIN_DEADLINE_S = 1e-9  # a deadline already over while the request waited: the engine answers it at once
 STATS_MAX_AGE_S = 0.1  # during pure decode the stats snapshot is retaken at most this often (see _publish)
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ServingStats:
-    """A consistent snapshot taken by the engine thread between steps (what stats and diagnostics report)."""
-
-    pool: PoolStats
-    device: str  # torch device type the pool lives on: cpu | cuda
-    max_queue: int
-    prefix_hits: int  # full prompt blocks found in the prefix cache since start
-    prefix_queries: int  # full prompt blocks looked up since start
-    completed: int  # requests answered without error
-    errors: dict[str, int] = field(default_factory=dict)  # requests answered with each error code
-    last_error: str = ""  # the latest exception contained by the engine thread
-    paced_hold_s: float = 0.0  # time language work was held for action streams since start
-    generated_tokens: int = 0  # text tokens decoded since start, answered or dropped (tokens/s for dashboards)
-
-    @property
-    def deadline_misses(self) -> int:
-        return self.errors.get(ErrorCode.DEADLINE_EXCEEDED.value, 0)
-
-    @property
-    def internal_errors(self) -> int:
-        return self.errors.get(ErrorCode.INTERNAL.value, 0)
-
-
-def error_output(greq: GenerateRequest, code: ErrorCode, message: str) -> RequestOutput:
-    return RequestOutput(
-        request_id=greq.request_id, task_id=greq.task_id, task_type=greq.task_type, error_code=code, message=message
-    )
 
 
 class AsyncEngine:
@@ -209,7 +180,7 @@ class AsyncEngine:
             return
         self._futures[request_id] = (future, waited_s * 1e3)
         if stream is not None:
-            stream.text = TextStream(self.engine.tokenizer.decode, greq.sampling.stop)
+            stream.text = self.engine.requests[request_id].detokenizer
             self._streams[request_id] = stream
 
     def _step(self) -> None:
@@ -226,7 +197,7 @@ class AsyncEngine:
         for request_id, stream in self._streams.items():
             req = self.engine.requests.get(request_id)
             if req is not None and len(req.output_token_ids) - stream.reported >= stream.every:
-                stream.report(stream.text.update(req.output_token_ids), len(req.output_token_ids))
+                stream.report(stream.text.delta(req.output_token_ids), len(req.output_token_ids))
         for out in outputs:
             pending = self._futures.pop(out.request_id, None)
             if pending is not None:
@@ -266,7 +237,7 @@ class AsyncEngine:
     def _complete(self, future: Future[RequestOutput], waited_ms: float, out: RequestOutput) -> None:
         stream = self._streams.pop(out.request_id, None)
         if stream is not None and stream.text is not None:
-            stream.report(stream.text.finish(out.text), out.generated_tokens, final=True)
+            stream.report(stream.text.final_delta(out.text), out.generated_tokens, final=True)
         out.queue_ms += waited_ms
         out.latency_ms += waited_ms
         self._generated_tokens += out.generated_tokens
@@ -312,7 +283,7 @@ class _Stream:
 
     callback: TextCallback
     every: int
-    text: TextStream | None = None
+    text: IncrementalDetokenizer | None = None  # the request's own (a want_text request's)
     reported: int = 0  # tokens covered by the last call
 
     def report(self, piece: str, tokens: int, final: bool = False) -> None:

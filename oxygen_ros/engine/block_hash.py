@@ -11,20 +11,8 @@ Python ``hash``), hence stable across processes: the disk tier can key files by 
 import hashlib
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class MultiModalSpan:
-    """``length`` tokens starting at ``start`` whose K/V depends on content their ids do not show, hashed as
-    ``content_hash``: an image's placeholder tokens (``image``: their input rows come from the vision encoder), or a
-    key-only span (``image=False``), e.g. pi0's bidirectional prefix, whose every token depends on the whole
-    region (images and prompt), or its state token."""
-
-    start: int
-    length: int
-    content_hash: bytes
-    image: bool = True
+from oxygen_ros.models.interface import MultiModalSpan
 
 
 def root_hash(model_id: str, kv_dtype: str, cache_salt: str = "") -> bytes:

@@ -50,9 +50,18 @@ class KVCacheManager:
 
         A preempted request resumes through the same path: its generated tokens' blocks are hits too.
         """
-        reusable = (req.num_tokens - 1) // self.block_size
-        tokens = req.all_token_ids[: reusable * self.block_size]
-        return block_hash_chain(self._root(req), tokens, self.block_size, req.mm_spans, block_format=self._fmt(req))
+        return self._hashes(req, (req.num_tokens - 1) // self.block_size)
+
+    def _hashes(self, req: Request, num_full: int) -> list[bytes]:
+        """The hashes of the request's first ``num_full`` full blocks: kept on the request and extended, never
+        recomputed, so a request waiting many steps or resuming after preemption hashes each block once."""
+        known = req.token_block_hashes
+        if num_full > len(known):
+            parent = known[-1] if known else None
+            tokens = req.all_token_ids[: num_full * self.block_size]
+            known.extend(block_hash_chain(self._root(req), tokens, self.block_size, req.mm_spans, len(known), parent,
+                                          self._fmt(req)))  # fmt: skip
+        return known[:num_full]
 
     def _fmt(self, req: Request) -> Callable[[int], int] | None:
         """What the block hashes must know of the formats: nothing in a single-format pool."""
@@ -168,10 +177,7 @@ class KVCacheManager:
         num_full = req.num_computed_tokens // self.block_size
         if num_full <= len(req.block_hashes):
             return
-        parent = req.block_hashes[-1] if req.block_hashes else None
-        tokens = req.all_token_ids[: num_full * self.block_size]
-        new = block_hash_chain(self._root(req), tokens, self.block_size, req.mm_spans, len(req.block_hashes), parent,
-                               self._fmt(req))
+        new = self._hashes(req, num_full)[len(req.block_hashes) :]
         for i, h in enumerate(new, start=len(req.block_hashes)):
             self.pool.register_hash(req.block_table[i], h)
         req.block_hashes.extend(new)

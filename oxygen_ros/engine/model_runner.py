@@ -14,6 +14,7 @@ from oxygen_ros.engine.request import Request
 from oxygen_ros.engine.sampling import sample
 from oxygen_ros.engine.scheduler_output import ScheduledBatch
 from oxygen_ros.kv.step_context import StepContext
+from oxygen_ros.models.interface import ServingModel
 
 
 def block_tables(requests: list[Request], device: torch.device) -> torch.Tensor:
@@ -66,12 +67,11 @@ class ModelRunner:
     heads: the eviction policy's activity signal, gathered by the decode kernel."""
 
     def __init__(
-        self, model: torch.nn.Module, kv: KVCache, device: torch.device, takes_images: bool = False,
-        on_block_mass: MassHook | None = None,
+        self, model: ServingModel, kv: KVCache, device: torch.device, on_block_mass: MassHook | None = None,
     ) -> None:
         self.model = model
         self.on_block_mass = on_block_mass
-        self.takes_images = takes_images  # a VLA or VLM: has encode_images / embed_span
+        self.takes_images = model.max_images > 0  # a VLA or VLM: its ImageInputs feed image tokens
         self.image_features = ImageFeatureCache()
         self.kv = kv
         self.device = device
@@ -83,8 +83,9 @@ class ModelRunner:
     def execute(self, batch: ScheduledBatch) -> dict[str, int]:
         """Run one forward pass; returns the sampled token of every request whose prompt is now fully computed.
 
-        A pi0 request's last prompt token is its state token: the backbone computes the tokens before it, then the
-        action expert writes the state's K/V into its slot (``write_state``), attending to the prefix just written.
+        A request with a ``state`` has it as its last prompt token (pi0's state token): the backbone computes the
+        tokens before it, then the model writes that token's K/V (``write_prefix_tail``: pi0's action expert,
+        attending to the prefix just written).
         """
         self.tokens_computed += batch.total_tokens
         stated = [r.state is not None and r.num_computed_tokens + n == r.num_prompt_tokens
@@ -96,9 +97,9 @@ class ModelRunner:
         return sampled
 
     def _write_states(self, reqs: list[Request]) -> None:
-        """pi0: each request's state token into the pool right after its prefix, through the action expert."""
+        """Each request's state token into the pool right after its prefix (``write_prefix_tail``)."""
         prefix_lens = [r.num_prompt_tokens - 1 for r in reqs]
-        self.model.write_state([r.state for r in reqs], block_tables(reqs, self.device), prefix_lens, self.kv)
+        self.model.write_prefix_tail([r.state for r in reqs], block_tables(reqs, self.device), prefix_lens, self.kv)
         for req in reqs:
             req.num_computed_tokens += 1
 
@@ -154,12 +155,9 @@ class ModelRunner:
 
         Each request's starting noise comes from its own seeded generator, so a chunk does not depend on batching.
         """
-        cfg = self.model.config
+        horizon, action_dim = self.model.action_shape
         noise = torch.stack(
-            [
-                torch.randn(cfg.action_horizon, cfg.action_dim, generator=r.generator, device=r.generator.device)
-                for r in reqs
-            ]
+            [torch.randn(horizon, action_dim, generator=r.generator, device=r.generator.device) for r in reqs]
         )
         prefix_lens = [r.num_prompt_tokens for r in reqs]
         tables = block_tables(reqs, self.device)

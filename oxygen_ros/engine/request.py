@@ -7,7 +7,8 @@ from enum import Enum
 import numpy as np
 import torch
 
-from oxygen_ros.engine.block_hash import MultiModalSpan
+from oxygen_ros.models.interface import MultiModalSpan
+from oxygen_ros.engine.detokenizer import IncrementalDetokenizer
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import ErrorCode
 
@@ -41,6 +42,8 @@ class Request:
     observation_format: int = 0  # ... except its first observation_blocks blocks: the observation prefix's
     observation_blocks: int = 0
     output_token_ids: list[int] = field(default_factory=list)
+    all_token_ids: list[int] = field(init=False)  # prompt then output, kept as one list (appended, never rebuilt)
+    token_block_hashes: list[bytes] = field(default_factory=list)  # of its full blocks so far, extended as they fill
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)  # hashes of full blocks registered so far
     num_computed_tokens: int = 0  # tokens whose K/V is in the pool
@@ -54,14 +57,18 @@ class Request:
     first_scheduled_s: float | None = None
     first_token_s: float | None = None
     finished_s: float | None = None
+    detokenizer: IncrementalDetokenizer | None = None  # the answer's text as it grows (text requests)
+
+    def __post_init__(self) -> None:
+        self.all_token_ids = [*self.prompt_token_ids, *self.output_token_ids]
+
+    def append_output(self, token: int) -> None:
+        self.output_token_ids.append(token)
+        self.all_token_ids.append(token)
 
     def block_format(self, index: int) -> int:
         """Storage format of block ``index`` of this request (mixed-format pools store observations apart)."""
         return self.observation_format if index < self.observation_blocks else self.kv_format
-
-    @property
-    def all_token_ids(self) -> list[int]:
-        return self.prompt_token_ids + self.output_token_ids
 
     @property
     def num_tokens(self) -> int:

@@ -6,7 +6,9 @@ a prefill of several prompts, a batched decode step, or both.
 """
 
 import weakref
+from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,6 +21,8 @@ from oxygen_ros.layers.packed_linear import PackedLinear, pack_linears
 from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
 from oxygen_ros.layers.self_attention import PagedSelfAttention
 from oxygen_ros.models.args import LlamaArgs
+from oxygen_ros.models.interface import PreparedInputs, PromptStyle
+from oxygen_ros.models.tokenizer import Tokenizer
 
 
 class RMSNorm(nn.Module):
@@ -91,7 +95,14 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    """Decoder stack + LM head; ``forward`` returns hidden states, ``compute_logits`` only for rows that sample."""
+    """Decoder stack + LM head; ``forward`` returns hidden states, ``compute_logits`` only for rows that sample.
+    A ``ServingModel`` (models/interface.py) of the chat style: text in, text out."""
+
+    prompt_style: PromptStyle = "chat"
+    max_images = 0
+    serves_text = True
+    action_shape = None
+    default_denoise_steps = 0
 
     def __init__(self, args: LlamaArgs) -> None:
         super().__init__()
@@ -119,6 +130,13 @@ class LlamaModel(nn.Module):
         self.packed_head = PackedLinear(head)
         if not self.args.tie_word_embeddings:
             del self.lm_head
+
+    def prepare_inputs(self, tokenizer: Tokenizer, text: str, images: Sequence[np.ndarray],
+                       state: np.ndarray | None) -> PreparedInputs:  # fmt: skip
+        """The rendered prompt's ids; a text model reads no images or state (the observation is its text)."""
+        if len(images) or state is not None:
+            raise ValueError("a text model takes no images or robot state: the observation's text describes them")
+        return PreparedInputs(tokenizer.encode(text))
 
     def forward(
         self,

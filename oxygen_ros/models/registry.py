@@ -15,9 +15,9 @@ from oxygen_ros.models.loaded import LoadedModel
 from oxygen_ros.models.tokenizer import Tokenizer
 
 LANGUAGE_MODELS = ("smollm2-135m",)
-# Random-weight VLAs (no pi0.5 weights can be had offline), for tests and benchmarks.  pi05-random-*: pi0.5 as it
-# runs (models/pi05_lerobot: the whole prefix bidirectional, state as text).  pi05-causal-*: the approximation whose
-# prompt is causal after bidirectional images (models/pi05), so image blocks are shared across prompts.
+# Random-weight VLAs (no pi0.5 weights can be had offline), for tests and benchmarks (models/pi05).  pi05-random-*:
+# pi0.5 as it runs (the whole prefix bidirectional, state as text).  pi05-causal-*: the approximation whose prompt is
+# causal after bidirectional images, so image blocks are shared across prompts.
 RANDOM_VLA_MODELS = ("pi05-random-tiny", "pi05-random-full")
 CAUSAL_VLA_MODELS = ("pi05-causal-tiny", "pi05-causal-full")
 VLA_MODELS = (*RANDOM_VLA_MODELS, *CAUSAL_VLA_MODELS)  # every random-weight VLA name
@@ -35,7 +35,7 @@ class ModelBundle:
     num_kv_heads: int
     head_dim: int
     max_position_embeddings: int
-    vla: bool = False  # has an action expert: images in, action chunks out (a Pi05Model or a LeRobotPolicy)
+    vla: bool = False  # has an action expert: images in, action chunks out (a LeRobotPolicy: pi0 or pi0.5)
     vision: bool = False  # a vision-language model: images in the prompt, text out (an Idefics3Model)
 
 
@@ -86,15 +86,13 @@ def _load_vla(name: str, device: torch.device, dtype: torch.dtype, seed: int) ->
     from gguf import GGUFReader
 
     from oxygen_ros.models.gguf_loader import smollm2_gguf_path
-    from oxygen_ros.models.pi05 import build_pi05
-    from oxygen_ros.models.pi05_lerobot import build_random_pi05
+    from oxygen_ros.models.pi05 import build_random_pi05
 
     try:
         tokenizer = Tokenizer.from_gguf_metadata(GGUFReader(smollm2_gguf_path()))
     except FileNotFoundError as exc:
         raise EngineError(ErrorCode.NOT_FOUND, str(exc)) from exc
-    build = build_random_pi05 if name in RANDOM_VLA_MODELS else build_pi05
-    return _vla_bundle(build(name, device, dtype, seed), tokenizer, f"{name}@seed{seed}")
+    return _vla_bundle(build_random_pi05(name, device, dtype, seed), tokenizer, f"{name}@seed{seed}")
 
 
 def _vla_bundle(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str) -> ModelBundle:
@@ -118,9 +116,9 @@ def _is_pi0(folder: Path) -> bool:
 
 
 def _is_pi05(folder: Path) -> bool:
-    from oxygen_ros.models.pi05_lerobot import is_pi05_lerobot_config
+    from oxygen_ros.models.pi05 import is_pi05_config
 
-    return _config_is(folder, is_pi05_lerobot_config)
+    return _config_is(folder, is_pi05_config)
 
 
 def _config_is(folder: Path, test: Callable[[dict], bool]) -> bool:
@@ -134,13 +132,14 @@ def _load_policy(folder: Path, device: torch.device, dtype: torch.dtype) -> Mode
     """A pi0 folder (transformers' or LeRobot's layout) or a LeRobot pi0.5 one, with PaliGemma's tokenizer beside it
     (checked first, so a folder without one is refused before gigabytes of weights are read) and the processors'
     normalization stats when present."""
-    from oxygen_ros.models.pi0 import load_pi0_folder, load_pi0_tokenizer, read_pi0_config
-    from oxygen_ros.models.pi05_lerobot import load_pi05_folder, read_pi05_config
+    from oxygen_ros.models.common.paligemma_tokenizer import load_paligemma_tokenizer
+    from oxygen_ros.models.pi0 import load_pi0_folder, read_pi0_config
+    from oxygen_ros.models.pi05 import load_pi05_folder, read_pi05_config
 
     read, load = (read_pi05_config, load_pi05_folder) if _is_pi05(folder) else (read_pi0_config, load_pi0_folder)
     try:
         config = read(folder)
-        tokenizer = load_pi0_tokenizer(folder, config.vocab_size)
+        tokenizer = load_paligemma_tokenizer(folder, config.vocab_size)
         model, model_id = load(folder, config)
     except (ValueError, FileNotFoundError) as exc:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load model folder {folder}: {exc}") from exc

@@ -14,7 +14,7 @@ from builtin_interfaces.msg import Time
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
-from oxygen_ros.engine.async_engine import ServingStats
+from oxygen_ros.engine.stats import ServingStats
 from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode

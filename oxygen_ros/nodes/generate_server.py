@@ -3,7 +3,7 @@
 A caller (a behaviour tree, `oxygen-ros ask`, a task node) gets the text as it is decoded, can cancel, and never
 holds a thread while it waits.  The goal carries the Infer request's fields, sampling controls and optionally an
 inline observation; feedback is the text added since the last feedback, at most every ``feedback_every`` tokens, and
-the pieces add up to the result's text exactly (``TextStream``).  A cancel aborts the request in the engine: it ends
+the pieces add up to the result's text exactly (the request's ``IncrementalDetokenizer``).  A cancel aborts the request in the engine: it ends
 within one decode step, CANCELLED, its KV blocks freed.
 """
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from oxygen_ros.engine.async_engine import ServingStats
+from oxygen_ros.engine.stats import ServingStats
 
 
 class Level(IntEnum):

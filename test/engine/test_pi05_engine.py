@@ -24,7 +24,7 @@ from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.models.pi05_lerobot import Pi05LeRobotModel
+from oxygen_ros.models.pi05 import Pi05Model
 from oxygen_ros.models.registry import ModelBundle, load_model
 
 ATOL = RTOL = 1e-4  # fp32; measured max |engine - reference| 2.1e-5 on chunks up to 15 (robot units)
@@ -91,7 +91,7 @@ def _reference_chunk(reference: tuple, task: str, cams: list, state: list[float]
 
 
 @torch.no_grad()
-def _direct_chunk(model: Pi05LeRobotModel, bundle: ModelBundle, task: str, cams: list, state: list[float],
+def _direct_chunk(model: Pi05Model, bundle: ModelBundle, task: str, cams: list, state: list[float],
                   seed: int) -> torch.Tensor:  # fmt: skip
     """The model called directly: its prefix prefilled whole and bidirectional into a pool of its own, one chunk."""
     prefix = model.observation_prefix(bundle.tokenizer, task, cams, state)

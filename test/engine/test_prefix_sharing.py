@@ -2,7 +2,7 @@
 
 from engine_helpers import make_engine
 from oxygen_ros.bench.scene_text import observation_text
-from oxygen_ros.engine.block_hash import MultiModalSpan
+from oxygen_ros.models.interface import MultiModalSpan
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.request import Request
 from oxygen_ros.engine.sampling_params import SamplingParams
@@ -90,7 +90,7 @@ def test_fork_shares_blocks_and_copies_the_partial_block_on_write(tiny_bundle):
     manager.fork(parent, child)
     assert child.block_table == parent.block_table
     assert engine.pool.blocks[parent.block_table[1]].ref_count == 2
-    child.output_token_ids.append(5)
+    child.append_output(5)
     assert manager.reserve(child, 1)
     assert child.block_table[0] == parent.block_table[0]  # the full block stays shared
     assert child.block_table[1] != parent.block_table[1]  # the partial block was copied before the write

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.models.pi05 import Pi05Model, PrefixInputs
-from oxygen_ros.models.pi05.config import PI05_TINY
-from oxygen_ros.models.pi05.gemma import GemmaDecoderLayer, GemmaRMSNorm
+from oxygen_ros.models.common.gemma import GemmaDecoderLayer, GemmaRMSNorm
+from oxygen_ros.models.common.prefix import PrefixInputs
+from oxygen_ros.models.pi05 import PI05_TINY, Pi05Model
 
 BLOCK_SIZE = 16
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from pi05_folders import TINY, write_processor_files
 
-from oxygen_ros.models.pi0.normalization import read_normalizer
-from oxygen_ros.models.pi05_lerobot import Pi05LeRobotModel
+from oxygen_ros.models.common.normalization import read_normalizer
+from oxygen_ros.models.pi05 import Pi05Model
 
 EPS = 1e-8  # LeRobot's default
 STATE = {"mean": [0.5, -1.0, 2.0], "std": [2.0, 0.5, 0.0], "min": [-1.0, -2.0, 1.0], "max": [1.0, 0.0, 1.0],
@@ -49,7 +49,7 @@ def test_state_in_and_actions_out_follow_lerobots_formulas(tmp_path: Path, mode:
 
 
 def test_missing_files_are_identity_with_a_note(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="oxygen_ros.models.pi0.normalization"):
+    with caplog.at_level(logging.INFO, logger="oxygen_ros.models.common.normalization"):
         normalizer = read_normalizer(tmp_path)
     assert "policy_preprocessor.json is missing" in caplog.text and "policy_postprocessor.json is missing" in caplog.text
     state, chunk = np.array([0.25, -3.0]), torch.randn(2, 5, 7)
@@ -92,6 +92,6 @@ def _set_mode(folder: Path, mode: str) -> None:
 def test_action_stats_must_fit_the_robots_chunk(tmp_path: Path) -> None:
     """Stats of 2 action dims for a checkpoint whose chunk has 7: refused at load, not when the first chunk comes."""
     write_processor_files(tmp_path, "QUANTILES", STATE, ACTION)
-    model = Pi05LeRobotModel(TINY)
+    model = Pi05Model(TINY)
     with pytest.raises(ValueError, match="action normalization stats have 2 dims, the checkpoint's chunk 7"):
         model.set_normalizer(read_normalizer(tmp_path))

@@ -69,7 +69,7 @@ def pool_prefix(model: Pi0Model, cameras: list, prompts: list[list[int]]) -> tup
 
 def pool_actions(model: Pi0Model, noise: torch.Tensor, prompts: list[list[int]] = PROMPTS) -> torch.Tensor:
     kv, tables, lens = pool_prefix(model, CAMERAS, prompts)
-    model.write_state(STATES, tables, lens, kv)
+    model.write_prefix_tail(STATES, tables, lens, kv)
     return model.sample_actions(tables, [n + 1 for n in lens], kv, noise=noise)
 
 

@@ -21,9 +21,11 @@ from transformers import GemmaConfig, GemmaForCausalLM, SiglipVisionConfig, Sigl
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.models.pi05 import Pi05Model, PrefixInputs, build_pi05, image_content_hash
-from oxygen_ros.models.pi05.gemma import GemmaModel
-from oxygen_ros.models.pi05.siglip import SiglipVisionTransformer
+from oxygen_ros.models.common.gemma import GemmaModel
+from oxygen_ros.models.common.images import image_content_hash
+from oxygen_ros.models.common.prefix import PrefixInputs
+from oxygen_ros.models.common.siglip import SiglipVisionTransformer
+from oxygen_ros.models.pi05 import Pi05Model, build_random_pi05
 
 PROMPT_A = [17, 905, 3000, 42, 7, 19, 23000, 11, 5]
 PROMPT_B = list(range(100, 120))
@@ -55,7 +57,7 @@ def one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def model() -> Pi05Model:
-    return build_pi05("pi05-causal-tiny", seed=0)
+    return build_random_pi05("pi05-causal-tiny", seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -21,14 +21,13 @@ from pi05_folders import (
 
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.models.pi0.loader import load_weights
-from oxygen_ros.models.pi05.action_expert import action_context, integrate_flow
+from oxygen_ros.models.common.lerobot_checkpoint import load_weights
+from oxygen_ros.models.common.flow import action_context, integrate_flow
 from oxygen_ros.models.pi05.config import PI05_FULL
-from oxygen_ros.models.pi05.gemma import GemmaRMSNorm
-from oxygen_ros.models.pi05_lerobot import (
-    Pi05LeRobotModel, encode_prompt, format_prompt, load_pi05_folder, read_pi05_config,
-)
-from oxygen_ros.models.pi05_lerobot.checkpoint import pi05_name
+from oxygen_ros.models.common.gemma import GemmaRMSNorm
+from oxygen_ros.models.pi05 import Pi05Model, load_pi05_folder, read_pi05_config
+from oxygen_ros.models.pi05.prompt import encode_prompt, format_prompt
+from oxygen_ros.models.pi05.checkpoint import pi05_name
 from oxygen_ros.models.tokenizer import Tokenizer
 
 BLOCK_SIZE = 16
@@ -53,13 +52,13 @@ def reference(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
                     p.zero_()
     folder = tmp_path_factory.mktemp(f"pi05-{request.param}")
     write_lerobot_folder(folder, paligemma, gemma, heads, PROMPT_TEXTS)
-    ours = Pi05LeRobotModel(TINY)
+    ours = Pi05Model(TINY)
     load_weights(folder, ours, pi05_name)
     return paligemma, gemma, heads, ours, Tokenizer.from_hf_folder(folder), folder
 
 
 @torch.no_grad()
-def pool_prefix(model: Pi05LeRobotModel, prompts: list[list[int]]) -> tuple[KVCache, torch.Tensor, list[int], torch.Tensor]:
+def pool_prefix(model: Pi05Model, prompts: list[list[int]]) -> tuple[KVCache, torch.Tensor, list[int], torch.Tensor]:
     """Both rows' prefixes in ONE ragged prefill, each wholly bidirectional, in out-of-order blocks -> (pool, block
     tables, lengths, final hidden states [T, width])."""
     prepared = [model.prepare_prefix(cams, p) for cams, p in zip(CAMERAS, prompts)]
@@ -175,7 +174,7 @@ def test_euler_loop_equals_lerobots() -> None:
         return torch.sin(3 * x) * t[:, None, None] + t[:, None, None] ** 2
 
     noise = torch.randn(2, CHUNK, ACTION_DIM, generator=torch.Generator().manual_seed(1))
-    model = Pi05LeRobotModel(TINY)
+    model = Pi05Model(TINY)
     kv = KVCache(model.kv_layout(BLOCK_SIZE, torch.float32), 4, torch.device("cpu"))
     got = integrate_flow(velocity, model.expert.rotary, torch.tensor([[0], [1]]), [3, 5], kv, 10, noise)
     ours_times, seen = seen, []
@@ -212,7 +211,7 @@ def test_bad_inputs_and_checkpoints_are_refused(reference: tuple, tmp_path: Path
     shutil.copytree(folder, copy_)
     rewrite_tensors(copy_, lambda n: "model.state_proj.weight" if n == "model.time_mlp_in.weight" else n)
     with pytest.raises(ValueError, match=r"missing \['expert.time_mlp_in.weight'\]") as caught:
-        load_weights(copy_, Pi05LeRobotModel(TINY), pi05_name)
+        load_weights(copy_, Pi05Model(TINY), pi05_name)
     assert "state_proj.weight" in str(caught.value), str(caught.value)  # a pi0 tensor: refused, named
 
 
@@ -222,7 +221,7 @@ def test_openpi_time_mlp_names_load_alike(reference: tuple, tmp_path: Path) -> N
     copy_ = tmp_path / "openpi"
     shutil.copytree(folder, copy_)
     rewrite_tensors(copy_, lambda n: n.replace("model.time_mlp_", "model.action_time_mlp_"))
-    model = Pi05LeRobotModel(TINY)
+    model = Pi05Model(TINY)
     load_weights(copy_, model, pi05_name)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ours.state_dict().values()))
 
@@ -238,7 +237,7 @@ def test_lerobot_config_gives_pi05_base_shapes(tmp_path: Path) -> None:
     assert (cfg.backbone, cfg.expert, cfg.vision) == (PI05_FULL.backbone, PI05_FULL.expert, PI05_FULL.vision)
     assert (cfg.vocab_size, cfg.action_horizon, cfg.max_prompt_tokens, cfg.max_images) == (257152, 50, 200, 3)
     with torch.device("meta"):
-        total = sum(p.numel() for p in Pi05LeRobotModel(cfg).parameters())
+        total = sum(p.numel() for p in Pi05Model(cfg).parameters())
     assert 3.3e9 < total < 3.7e9, total  # openpi's pi0.5: ~3.6B with the adaRMS dense maps (~14.5 GB fp32)
     (tmp_path / "config.json").write_text(json.dumps(config | {"use_proprioceptive_memory": True}))
     with pytest.raises(ValueError, match="'use_proprioceptive_memory'"):

@@ -8,9 +8,11 @@ import pytest
 import torch
 import transformers
 
-from oxygen_ros.models.pi05 import PI05_FULL, PI05_TINY, Pi05Model, image_content_hash, parameter_counts
-from oxygen_ros.models.pi05.config import SMOLLM2_VOCAB_SIZE, GemmaConfig, SiglipConfig, scale_down
-from oxygen_ros.models.pi05.preprocess import discretize_state, preprocess_images
+from oxygen_ros.models.common.images import image_content_hash, preprocess_images
+from oxygen_ros.models.common.vla_config import SMOLLM2_VOCAB_SIZE, GemmaConfig, SiglipConfig
+from oxygen_ros.models.pi05 import PI05_FULL, PI05_TINY, Pi05Model, parameter_counts
+from oxygen_ros.models.pi05.config import scale_down
+from oxygen_ros.models.pi05.prompt import clipped_state_bins
 
 GEMMA_2B_PARAMETERS = 2_506_172_416  # published count of google/gemma-2b (vocab 256000)
 
@@ -136,10 +138,10 @@ def test_content_hash_follows_pixels_shape_and_dtype() -> None:
 
 
 def test_state_is_discretised_into_256_bins_over_minus_one_one() -> None:
-    assert discretize_state([-1.0, -0.999, 0.0, 0.999, 1.0, 5.0, -5.0]).tolist() == [0, 0, 128, 255, 255, 255, 0]
+    assert clipped_state_bins([-1.0, -0.999, 0.0, 0.999, 1.0, 5.0, -5.0], 256).tolist() == [0, 0, 128, 255, 255, 255, 0]
     for bad in ([], [[0.0]], [float("nan")]):
         with pytest.raises(ValueError, match="state"):
-            discretize_state(bad)
+            clipped_state_bins(bad, 256)
 
 
 def test_old_names_are_refused_naming_the_new_ones() -> None:
@@ -156,8 +158,8 @@ def test_old_names_are_refused_naming_the_new_ones() -> None:
 
 
 def test_random_faithful_models_have_pi05_shapes() -> None:
-    """``pi05-random-*``: the faithful model (``pi05_lerobot``) on the causal models' towers, pi0.5's chunk of 50."""
-    from oxygen_ros.models.pi05_lerobot import RANDOM_CONFIGS
+    """``pi05-random-*``: the faithful model (``causal_prompt`` off) on the causal models' towers, pi0.5's chunk of 50."""
+    from oxygen_ros.models.pi05 import RANDOM_CONFIGS
 
     full, tiny = RANDOM_CONFIGS["pi05-random-full"], RANDOM_CONFIGS["pi05-random-tiny"]
     assert (full.vision, full.backbone, full.expert) == (PI05_FULL.vision, PI05_FULL.backbone, PI05_FULL.expert)

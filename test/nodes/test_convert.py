@@ -11,7 +11,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from visualization_msgs.msg import Marker
 
-from oxygen_ros.engine.async_engine import ServingStats
+from oxygen_ros.engine.stats import ServingStats
 from oxygen_ros.engine.io import PoolStats, RequestOutput, TaskUsage, TierUsage
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode

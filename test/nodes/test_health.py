@@ -2,7 +2,7 @@
 
 import pytest
 
-from oxygen_ros.engine.async_engine import ServingStats
+from oxygen_ros.engine.stats import ServingStats
 from oxygen_ros.engine.io import PoolStats
 from oxygen_ros.nodes.health import Level, assess
 

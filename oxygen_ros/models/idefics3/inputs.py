@@ -10,7 +10,7 @@ import torch
 from oxygen_ros.models.idefics3.config import Idefics3Config
 from oxygen_ros.models.idefics3.preprocess import preprocess_image
 from oxygen_ros.models.idefics3.prompt import expand_images
-from oxygen_ros.models.pi05.preprocess import image_content_hash, validate_image
+from oxygen_ros.models.common.images import image_content_hash, validate_image
 from oxygen_ros.models.tokenizer import Tokenizer
 
 

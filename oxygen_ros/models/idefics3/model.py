@@ -8,6 +8,7 @@ transformers: image tokens need no bidirectional region, so a prompt may be chun
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -16,11 +17,21 @@ from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.idefics3.config import Idefics3Config
 from oxygen_ros.models.idefics3.connector import Idefics3Connector
+from oxygen_ros.models.idefics3.inputs import max_images, prepare_prompt
+from oxygen_ros.models.interface import MultiModalSpan, PreparedInputs, PromptStyle, TooManyImages
+from oxygen_ros.models.tokenizer import Tokenizer
 from oxygen_ros.models.llama import LlamaModel
-from oxygen_ros.models.pi05.siglip import SiglipVisionTransformer
+from oxygen_ros.models.common.siglip import SiglipVisionTransformer
 
 
 class Idefics3Model(nn.Module):
+    """A ``ServingModel`` (models/interface.py) of the vision-chat style, with ``ImageInputs``."""
+
+    prompt_style: PromptStyle = "vision_chat"
+    serves_text = True
+    action_shape = None
+    default_denoise_steps = 0
+
     def __init__(self, cfg: Idefics3Config) -> None:
         super().__init__()
         self.config = cfg
@@ -31,6 +42,27 @@ class Idefics3Model(nn.Module):
     @property
     def args(self) -> LlamaArgs:
         return self.config.text
+
+    @property
+    def max_images(self) -> int:
+        return max_images(self.config)
+
+    def prepare_inputs(self, tokenizer: Tokenizer, text: str, images: Sequence[np.ndarray],
+                       state: np.ndarray | None) -> PreparedInputs:  # fmt: skip
+        """``text`` holds one ``<image>`` per frame; each image's tokens are keyed by that image alone (attention is
+        causal), so frames shared by prompts share their blocks. TooManyImages past what the context holds at the
+        frames' largest tiling; ValueError for a bad frame, placeholders that do not match, or a robot state."""
+        cfg = self.config
+        if len(images) > self.max_images:
+            raise TooManyImages(f"{len(images)} images, more than the {self.max_images} this model's context of "
+                                f"{cfg.text.max_position_embeddings} tokens holds at their largest tiling")  # fmt: skip
+        if state is not None:
+            raise ValueError("a vision-language model takes no robot state")
+        prompt = prepare_prompt(cfg, tokenizer, text, images)
+        spans = [MultiModalSpan(start, length, bytes.fromhex(image_hash))
+                 for (start, length), image_hash in zip(prompt.image_spans, prompt.image_hashes)]  # fmt: skip
+        end = sum(prompt.image_spans[-1]) if prompt.image_spans else 0
+        return PreparedInputs(prompt.token_ids, spans, prompt.pixels if spans else None, observation_len=end)
 
     def pack_weights(self, weight_dtype: torch.dtype | None = None) -> None:
         """The decoder's CPU prepacking (see ``LlamaModel.pack_weights``); the vision side runs as loaded."""

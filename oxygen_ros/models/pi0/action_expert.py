@@ -17,9 +17,9 @@ from torch import nn
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
-from oxygen_ros.models.pi0.config import Pi0Config
-from oxygen_ros.models.pi05.action_expert import integrate_flow, time_embedding
-from oxygen_ros.models.pi05.gemma import GemmaDecoderLayer, GemmaRMSNorm
+from oxygen_ros.models.common.flow import integrate_flow, time_embedding
+from oxygen_ros.models.common.gemma import GemmaDecoderLayer, GemmaRMSNorm
+from oxygen_ros.models.common.vla_config import VlaConfig
 
 
 def state_context(block_tables: torch.Tensor, prefix_lens: list[int], block_size: int) -> StepContext:
@@ -39,7 +39,7 @@ def state_context(block_tables: torch.Tensor, prefix_lens: list[int], block_size
 class Pi0ActionExpert(nn.Module):
     """Flow-matching velocity of an action chunk given [prefix | state token] in the pool."""
 
-    def __init__(self, cfg: Pi0Config) -> None:
+    def __init__(self, cfg: VlaConfig) -> None:
         super().__init__()
         e, width = cfg.expert, cfg.expert.hidden_size
         self.min_period, self.max_period = cfg.min_period, cfg.max_period

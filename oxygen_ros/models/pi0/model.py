@@ -8,7 +8,7 @@ Per observation:
 2. Prefill it with ``forward(..., input_embeds=embed_span(...))`` and ``ctx.bidirectional_lens`` = the whole
    prefix: in pi0 every prefix token sees every other one (images and prompt alike), so the prefix is one step and
    an image's K/V depends on the prompt.
-3. ``write_state(state, block_tables, prefix_lens, kv)``: the state token's K/V after the prefix (see
+3. ``write_prefix_tail(states, block_tables, prefix_lens, kv)``: the state token's K/V after the prefix (see
    ``Pi0ActionExpert``).
 4. ``sample_actions(block_tables, prefix_lens + 1, kv)``: the action chunk (robot units), reading [prefix | state]
    from the pool.
@@ -20,18 +20,21 @@ import numpy as np
 import torch
 
 from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.models.common.policy import LeRobotPolicy
+from oxygen_ros.models.common.prefix import PreparedPrefix, bidirectional_prefix, state_values
+from oxygen_ros.models.common.vla_config import VlaConfig
 from oxygen_ros.models.pi0.action_expert import Pi0ActionExpert
-from oxygen_ros.models.pi0.config import Pi0Config
 from oxygen_ros.models.pi0.prompt import encode_prompt
-from oxygen_ros.models.pi0.policy import LeRobotPolicy, bidirectional_prefix, state_values
-from oxygen_ros.models.pi05.model import PreparedPrefix
 from oxygen_ros.models.tokenizer import Tokenizer
 
 
 class Pi0Model(LeRobotPolicy):
-    """pi0: the shared PaliGemma prefix plus pi0's state-token action expert."""
+    """pi0: the shared PaliGemma prefix plus pi0's state-token action expert. It decodes no text: its state token,
+    written by the action expert, would sit in the text's context."""
 
-    def __init__(self, cfg: Pi0Config) -> None:
+    serves_text = False
+
+    def __init__(self, cfg: VlaConfig) -> None:
         super().__init__(cfg, Pi0ActionExpert(cfg))
 
     def encode_prompt(self, tokenizer: Tokenizer, text: str) -> list[int]:
@@ -51,7 +54,7 @@ class Pi0Model(LeRobotPolicy):
     ) -> PreparedPrefix:
         """Validate and lay out the prefix without running any network.  ``images`` holds one entry per camera slot
         in the checkpoint's order (None = that camera is missing).  With ``state``, one state token follows the
-        bidirectional [images | prompt] region, so the block table holds its slot (``write_state`` fills it).
+        bidirectional [images | prompt] region, so the block table holds its slot (``write_prefix_tail`` fills it).
         ValueError on bad images or state, too many slots, out-of-vocab ids, a prompt over
         ``max_prompt_tokens`` or an empty prefix."""
         cfg = self.config
@@ -69,7 +72,7 @@ class Pi0Model(LeRobotPolicy):
         return torch.tensor(np.stack(rows), dtype=torch.float32, device=self.backbone.embed_tokens.weight.device)
 
     @torch.no_grad()
-    def write_state(
+    def write_prefix_tail(
         self, states: Sequence[np.ndarray | Sequence[float]], block_tables: torch.Tensor, prefix_lens: list[int],
         kv: KVCache,
     ) -> None:

@@ -1,18 +1,10 @@
-"""pi0.5-shaped Mixture-of-Transformers VLA (SigLIP + Gemma backbone + action expert) over the paged KV pool."""
+"""pi0.5 (SigLIP + Gemma backbone + adaRMS action expert) over the paged KV pool: LeRobot folders and the seeded
+random-weight models, faithful or with the causal-prompt mask (``models/pi05/model.py``)."""
 
-from oxygen_ros.models.pi05.config import PI05_CONFIGS, PI05_FULL, PI05_TINY, Pi05Config
-from oxygen_ros.models.pi05.model import Pi05Model, PrefixInputs, build_pi05, parameter_counts
-from oxygen_ros.models.pi05.preprocess import image_content_hash, preprocess_images
+from oxygen_ros.models.pi05.config import PI05_FULL, PI05_TINY, RANDOM_CONFIGS, is_pi05_config, read_pi05_config
+from oxygen_ros.models.pi05.model import Pi05Model, build_random_pi05, load_pi05_folder, parameter_counts
 
 __all__ = [
-    "PI05_CONFIGS",
-    "PI05_FULL",
-    "PI05_TINY",
-    "Pi05Config",
-    "Pi05Model",
-    "PrefixInputs",
-    "build_pi05",
-    "image_content_hash",
-    "parameter_counts",
-    "preprocess_images",
+    "PI05_FULL", "PI05_TINY", "RANDOM_CONFIGS", "Pi05Model", "build_random_pi05", "is_pi05_config",
+    "load_pi05_folder", "parameter_counts", "read_pi05_config",
 ]

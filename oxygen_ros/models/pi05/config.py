@@ -1,140 +1,36 @@
-"""pi0.5 shapes: the real ones (``PI05_FULL``) and the CPU-sized ones derived from them by one fixed rule, here for
-the causal-prompt approximation (``pi05-causal-full`` / ``pi05-causal-tiny``, see ``pi05/model.py``); the faithful
-pi0.5 at random weights (``pi05_lerobot/config.py``) takes the same shapes.
+"""pi0.5's configurations: a LeRobot folder's (``read_pi05_config``), and the seeded random-weight ones of the
+registry, in one ``VlaConfig``.
 
-The tiny shapes are never tuned: every width and MLP dim is the real one / 8, every depth / 3, and head counts, KV heads,
-Gemma's head_dim 256, patch size, image size, token counts, action horizon and action dim are kept.  So the tiny model
-has pi0.5's KV layout per layer (1 KV head x 256) and exactly its 868-token prefix, only fewer and narrower layers.
+``pi05-random-full`` / ``-tiny`` are pi0.5 as it runs (the whole prefix bidirectional, the state as text, LeRobot's
+chunk of 50); ``pi05-causal-full`` / ``-tiny`` its causal-prompt approximation (``causal_prompt``: images
+bidirectional, the prompt causal after them, the state as reserved ids; openpi's chunk of 10 and 100 prompt tokens).
+All use SmolLM2's vocabulary, the tokenizer available offline (PaliGemma's is not).
+
+The tiny shapes are never tuned: every width and MLP dim is the real one / 8, every depth / 3, and head counts, KV
+heads, Gemma's head_dim 256, patch size, image size, token counts, action horizon and action dim are kept. So the tiny
+model has pi0.5's KV layout per layer (1 KV head x 256) and exactly its 868-token prefix, only fewer, narrower layers.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from pathlib import Path
 
-SMOLLM2_VOCAB_SIZE = 49152  # the tokenizer available offline; both configs use it (see Pi05Config.vocab_size)
-PALIGEMMA_VOCAB_SIZE = 257152  # the real pi0.5 vocabulary, for when PaliGemma's tokenizer is wired in
-WIDTH_DIVISOR = 8
-DEPTH_DIVISOR = 3
+from oxygen_ros.models.common.json_config import read_json
+from oxygen_ros.models.common.lerobot_config import from_lerobot
+from oxygen_ros.models.common.vla_config import (
+    DEPTH_DIVISOR, GEMMA_2B, GEMMA_300M, SMOLLM2_VOCAB_SIZE, SO400M, WIDTH_DIVISOR, GemmaConfig, SiglipConfig,
+    VlaConfig,
+)  # fmt: skip
 
+PROMPT_TOKENS = 200  # LeRobot PI05Config.tokenizer_max_length
+_MEMORY_FLAGS = ("use_visual_memory", "use_proprioceptive_memory")  # LeRobot's MEM variants: not pi0.5's prefix
 
-@dataclass(frozen=True)
-class SiglipConfig:
-    """SigLIP vision tower (pre-LN ViT); head_dim is width / heads, as in transformers' SiglipVisionModel."""
-
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    patch_size: int = 14
-    image_size: int = 224
-    layer_norm_eps: float = 1e-6
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def num_patches(self) -> int:
-        return (self.image_size // self.patch_size) ** 2
+PI05_FULL = VlaConfig(
+    vision=SO400M, backbone=GEMMA_2B, expert=GEMMA_300M, vocab_size=SMOLLM2_VOCAB_SIZE, action_horizon=10,
+    max_prompt_tokens=100, name="pi05-causal-full", causal_prompt=True,
+)  # fmt: skip
 
 
-@dataclass(frozen=True)
-class GemmaConfig:
-    """One Gemma transformer of the mixture (the backbone or the action expert)."""
-
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int = 8
-    num_kv_heads: int = 1
-    head_dim: int = 256
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-6
-
-
-def check_mixture(backbone: GemmaConfig, expert: GemmaConfig) -> None:
-    """The expert attends to the backbone's K/V layer by layer (a Mixture-of-Transformers), so both must have the
-    same depth, heads, KV heads and head_dim; ValueError otherwise."""
-
-    def layout(g: GemmaConfig) -> tuple[int, int, int, int]:
-        return g.num_layers, g.num_heads, g.num_kv_heads, g.head_dim
-
-    if layout(backbone) != layout(expert):
-        raise ValueError(
-            f"the action expert (layers, heads, KV heads, head_dim) {layout(expert)} must equal the backbone's "
-            f"{layout(backbone)}"
-        )
-
-
-class BackbonePoolShape:
-    """The KV pool's shape of a model whose pool holds its ``backbone``'s layers, named like LlamaArgs so the engine
-    sizes the pool the same way for every model."""
-
-    backbone: GemmaConfig
-
-    @property
-    def num_layers(self) -> int:
-        return self.backbone.num_layers
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.backbone.num_kv_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.backbone.head_dim
-
-
-@dataclass(frozen=True)
-class Pi05Config(BackbonePoolShape):
-    """The whole VLA.  ``vocab_size`` is SmolLM2's 49152, not PaliGemma's 257152: PaliGemma's SentencePiece model is
-    not available offline and the engine needs a tokenizer whose ids the embedding covers and whose decoder understands
-    every id the LM head can emit.  Swap it with ``dataclasses.replace`` once the real tokenizer is wired in.
-    """
-
-    name: str
-    vision: SiglipConfig
-    backbone: GemmaConfig
-    expert: GemmaConfig
-    vocab_size: int = SMOLLM2_VOCAB_SIZE
-    max_images: int = 3
-    max_prompt_tokens: int = 100  # prompt (+ state tokens); openpi pads to this length, we never need to pad
-    action_horizon: int = 10
-    action_dim: int = 32
-    num_denoise_steps: int = 10
-    state_bins: int = 256  # pi0.5 discretises each state dim into 256 bins over [-1, 1]
-    min_period: float = 4e-3  # of the action expert's sine-cosine time embedding (openpi's)
-    max_period: float = 4.0
-
-    def __post_init__(self) -> None:
-        check_mixture(self.backbone, self.expert)
-        # paged_attention reads single-token queries from the pool (decode path); expert K/V is never stored there.
-        if self.action_horizon < 2:
-            raise ValueError("action_horizon must be >= 2")
-
-    @property
-    def tokens_per_image(self) -> int:
-        return self.vision.num_patches
-
-    @property
-    def image_token_id(self) -> int:
-        """Placeholder id at image positions: one past the text vocabulary, like PaliGemma's ``<image>`` (257152).
-        Image positions take SigLIP tokens, never an embedding row, so a stray lookup of this id fails loudly."""
-        return self.vocab_size
-
-    @property
-    def max_prefix_len(self) -> int:
-        return self.max_images * self.tokens_per_image + self.max_prompt_tokens
-
-
-
-PI05_FULL = Pi05Config(
-    name="pi05-causal-full",
-    vision=SiglipConfig(hidden_size=1152, intermediate_size=4304, num_layers=27, num_heads=16),  # So400m/14
-    backbone=GemmaConfig(hidden_size=2048, intermediate_size=16384, num_layers=18),  # Gemma 2B
-    expert=GemmaConfig(hidden_size=1024, intermediate_size=4096, num_layers=18),  # Gemma 300M
-)
-
-
-def scale_down(cfg: Pi05Config, name: str) -> Pi05Config:
+def scale_down(cfg: VlaConfig, name: str) -> VlaConfig:
     """Widths and MLP dims / 8, depths / 3; everything else (heads, head_dim, token counts) unchanged."""
 
     def shrink(part: SiglipConfig | GemmaConfig) -> SiglipConfig | GemmaConfig:
@@ -152,4 +48,31 @@ def scale_down(cfg: Pi05Config, name: str) -> Pi05Config:
 
 
 PI05_TINY = scale_down(PI05_FULL, "pi05-causal-tiny")
-PI05_CONFIGS = {c.name: c for c in (PI05_TINY, PI05_FULL)}
+
+
+def _faithful(shapes: VlaConfig, name: str) -> VlaConfig:
+    """pi0.5 (LeRobot's defaults: chunk 50, 32-dim state and action, 10 steps, 3 cameras, 200 prompt tokens) with
+    these tower shapes."""
+    return VlaConfig(vision=shapes.vision, backbone=shapes.backbone, expert=shapes.expert,
+                     vocab_size=SMOLLM2_VOCAB_SIZE, max_prompt_tokens=PROMPT_TOKENS, name=name)  # fmt: skip
+
+
+RANDOM_CONFIGS = {c.name: c for c in (PI05_TINY, PI05_FULL, _faithful(PI05_TINY, "pi05-random-tiny"),
+                                      _faithful(PI05_FULL, "pi05-random-full"))}  # fmt: skip
+
+
+def is_pi05_config(config: dict) -> bool:
+    """True for the config.json of a LeRobot pi0.5 policy."""
+    return config.get("type") == "pi05"
+
+
+def read_pi05_config(folder: Path) -> VlaConfig:
+    """config.json of a LeRobot pi0.5 folder -> VlaConfig; ValueError naming the file and the field."""
+    source = str(folder / "config.json")
+    config = read_json(folder / "config.json")
+    if not is_pi05_config(config):
+        raise ValueError(f"{source}: field 'type' must be 'pi05'")
+    for flag in _MEMORY_FLAGS:
+        if config.get(flag):
+            raise ValueError(f"{source}: field {flag!r} is true: LeRobot's MEM variant is not implemented")
+    return from_lerobot(config, source, PROMPT_TOKENS)

@@ -10,14 +10,14 @@ from torch import nn
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.models.pi05.config import GemmaConfig, SiglipConfig
-from oxygen_ros.models.pi05.gemma import GemmaModel
-from oxygen_ros.models.pi05.siglip import ImageEncoder
+from oxygen_ros.models.common.gemma import GemmaModel
+from oxygen_ros.models.common.siglip import ImageEncoder
+from oxygen_ros.models.common.vla_config import GemmaConfig, SiglipConfig
 from oxygen_ros.models.tokenizer import Tokenizer
 
 
 class PaliGemmaShapes(Protocol):
-    """What a VLA config tells the shared half (Pi05Config and Pi0Config both have it)."""
+    """What a VLA config tells the shared half (``VlaConfig`` has it)."""
 
     vision: SiglipConfig
     backbone: GemmaConfig

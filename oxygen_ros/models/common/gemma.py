@@ -15,7 +15,7 @@ from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
 from oxygen_ros.layers.self_attention import PagedSelfAttention
-from oxygen_ros.models.pi05.config import GemmaConfig
+from oxygen_ros.models.common.vla_config import GemmaConfig
 
 
 class GemmaRMSNorm(nn.Module):

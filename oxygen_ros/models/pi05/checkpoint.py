@@ -3,7 +3,7 @@
 ``time_mlp_*`` (LeRobot renames the first to the second on load; so do we).  ``state_proj`` has no pi0.5 name: it
 stays unknown, so a pi0 checkpoint given as pi0.5 is refused naming it."""
 
-from oxygen_ros.models.pi0.checkpoint import our_name
+from oxygen_ros.models.common.lerobot_checkpoint import our_name
 
 _TIME_MLP = (("time_mlp_", "expert.time_mlp_"), ("action_time_mlp_", "expert.time_mlp_"))
 

@@ -9,55 +9,58 @@ import torch
 from torch import nn
 
 from oxygen_ros.kv.kv_cache import KVCache
-from oxygen_ros.models.pi0.config import Pi0Config
-from oxygen_ros.models.pi0.normalization import Normalizer
-from oxygen_ros.models.pi05.action_expert import starting_noise
-from oxygen_ros.models.pi05.model import PreparedPrefix
-from oxygen_ros.models.pi05.paligemma import PaliGemmaPrefix
-from oxygen_ros.models.pi05.preprocess import image_content_hash, preprocess_images
-
-
-def state_values(state: np.ndarray | Sequence[float], dim: int, index: int = 0) -> np.ndarray:
-    """A robot state as fp64 values; ValueError for one that is longer than ``dim``, not 1-D, empty or not finite."""
-    values = np.asarray(state, dtype=np.float64)
-    if values.ndim != 1 or not 0 < values.size <= dim:
-        raise ValueError(f"state {index}: expected a 1-D vector of 1..{dim} values, got shape {values.shape}")
-    if not np.isfinite(values).all():
-        raise ValueError(f"state {index}: contains NaN or infinite values")
-    return values
-
-
-def bidirectional_prefix(
-    cfg: Pi0Config, images: Sequence[np.ndarray | None], prompt_ids: Sequence[int]
-) -> PreparedPrefix:
-    """[image tokens of every present camera | prompt], validated, one bidirectional region (pi0's and pi0.5's
-    prefix alike); ValueError on bad images, too many slots, out-of-vocab ids, a prompt over ``max_prompt_tokens``
-    or an empty prefix."""
-    if len(images) > cfg.max_images:
-        raise ValueError(f"{len(images)} camera slots, this checkpoint has {cfg.max_images}")
-    present = [image for image in images if image is not None]
-    ids = [int(i) for i in prompt_ids]
-    if not ids and not present:
-        raise ValueError("empty prefix: give at least one image or one prompt token")
-    if len(ids) > cfg.max_prompt_tokens:
-        raise ValueError(f"prompt is {len(ids)} tokens, more than {cfg.max_prompt_tokens}")
-    if any(not 0 <= i < cfg.vocab_size for i in ids):
-        raise ValueError(f"prompt token ids must lie in [0, {cfg.vocab_size})")
-    pixels = preprocess_images(present, cfg.vision.image_size, cfg.max_images)
-    token_ids = [cfg.image_token_id] * (len(present) * cfg.tokens_per_image) + ids
-    return PreparedPrefix(token_ids, pixels, [image_content_hash(im) for im in present], len(token_ids))
+from oxygen_ros.models.common.flow import starting_noise
+from oxygen_ros.models.common.normalization import Normalizer
+from oxygen_ros.models.common.paligemma import PaliGemmaPrefix
+from oxygen_ros.models.common.prefix import PreparedPrefix, prefix_spans, state_values
+from oxygen_ros.models.common.vla_config import VlaConfig
+from oxygen_ros.models.interface import PreparedInputs, PromptStyle
+from oxygen_ros.models.tokenizer import Tokenizer
 
 
 class LeRobotPolicy(PaliGemmaPrefix):
     """The PaliGemma prefix plus an action expert (``sample_actions(tables, context_lens, kv, steps, noise)``) and
-    the folder's ``Normalizer`` (identity until ``set_normalizer``)."""
+    the folder's ``Normalizer`` (identity until ``set_normalizer``). A ``ServingModel`` (models/interface.py) of the
+    observation style, with ``ImageInputs`` and an ``ActionHead``; a subclass lays out its prefix
+    (``observation_prefix``)."""
 
-    config: Pi0Config
+    config: VlaConfig
+    prompt_style: PromptStyle = "observation"
+    serves_text = True
 
-    def __init__(self, cfg: Pi0Config, expert: nn.Module) -> None:
+    def __init__(self, cfg: VlaConfig, expert: nn.Module) -> None:
         super().__init__(cfg)
         self.expert = expert
         self.normalizer = Normalizer()
+
+    @property
+    def max_images(self) -> int:
+        return self.config.max_images
+
+    @property
+    def action_shape(self) -> tuple[int, int]:
+        return self.config.action_horizon, self.config.action_dim
+
+    @property
+    def default_denoise_steps(self) -> int:
+        return self.config.num_denoise_steps
+
+    def observation_prefix(self, tokenizer: Tokenizer, text: str, images: Sequence[np.ndarray | None],
+                           state: np.ndarray | Sequence[float] | None) -> PreparedPrefix:  # fmt: skip
+        """One observation's prefix, laid out as this policy was trained on it; ValueError naming what is wrong."""
+        raise NotImplementedError
+
+    def prepare_inputs(self, tokenizer: Tokenizer, text: str, images: Sequence[np.ndarray],
+                       state: np.ndarray | None) -> PreparedInputs:  # fmt: skip
+        """The observation prefix (``observation_prefix``) with its cache keys (``prefix_spans``)."""
+        prefix = self.observation_prefix(tokenizer, text, images, state)
+        return PreparedInputs(prefix.token_ids, prefix_spans(prefix, self.config.tokens_per_image), prefix.pixels,
+                              prefix.bidirectional_len, prefix.state, observation_len=prefix.bidirectional_len)  # fmt: skip
+
+    def write_prefix_tail(self, states: Sequence[np.ndarray], block_tables: torch.Tensor, prefix_lens: list[int],
+                          kv: KVCache) -> None:  # fmt: skip
+        """The K/V of a prompt's last token that stands for the state: none in pi0.5 (its state is text)."""
+        raise NotImplementedError(f"{type(self).__name__} writes no state token")
 
     def set_normalizer(self, normalizer: Normalizer) -> None:
         """Use the folder's stats; ValueError when their action width is not the chunk's robot dims."""

@@ -1,4 +1,5 @@
-"""Camera images and robot state -> what pi0.5 consumes, with strict validation at the engine's edge.
+"""Camera images -> what SigLIP consumes (pi0, pi0.5 and Idefics3's content hashes), with strict validation at the
+engine's edge.
 
 Images follow openpi's ``resize_with_pad``: the aspect ratio is kept, the image is scaled to fit 224x224 and centred on
 a black canvas (distorting the scene would change what the policy sees).  OpenCV does the scaling: ``INTER_AREA`` when
@@ -74,15 +75,3 @@ def preprocess_images(images: Sequence[np.ndarray], size: int = 224, max_images:
         scale = 2.0 / 255.0 if image.dtype == np.uint8 else 2.0
         out[i] = (pixels * scale - 1.0).permute(2, 0, 1)
     return out
-
-
-def discretize_state(state: np.ndarray | Sequence[float], bins: int = 256) -> np.ndarray:
-    """pi0.5's state tokenisation: each dim clipped to [-1, 1] (openpi normalises state to about that range) and
-    bucketed into ``bins`` equal bins -> int64 [len(state)] in [0, bins)."""
-    values = np.asarray(state, dtype=np.float64)
-    if values.ndim != 1 or values.size == 0:
-        raise ValueError(f"state must be a non-empty 1-D vector, got shape {values.shape}")
-    if not np.isfinite(values).all():
-        raise ValueError("state contains NaN or infinite values")
-    edges = np.linspace(-1.0, 1.0, bins + 1)[:-1]
-    return (np.digitize(np.clip(values, -1.0, 1.0), edges) - 1).astype(np.int64)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oxygen_ros.models.pi05.config import SiglipConfig
+from oxygen_ros.models.common.vla_config import SiglipConfig
 
 
 class SiglipVisionEmbeddings(nn.Module):

@@ -37,3 +37,15 @@ def format_prompt(task: str, state: np.ndarray | Sequence[float]) -> str:
 def encode_prompt(tokenizer: Tokenizer, task: str, state: np.ndarray | Sequence[float]) -> list[int]:
     """The prompt's token ids: ``<bos>`` + ``format_prompt(task, state)`` tokenized."""
     return [tokenizer.bos_token_id, *tokenizer.encode(format_prompt(task, state))]
+
+
+def clipped_state_bins(state: np.ndarray | Sequence[float], bins: int) -> np.ndarray:
+    """The causal variant's state tokenisation: each dim clipped to [-1, 1] (openpi normalises state to about that
+    range) and bucketed into ``bins`` equal bins -> int64 [len(state)] in [0, bins)."""
+    values = np.asarray(state, dtype=np.float64)
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(f"state must be a non-empty 1-D vector, got shape {values.shape}")
+    if not np.isfinite(values).all():
+        raise ValueError("state contains NaN or infinite values")
+    edges = np.linspace(-1.0, 1.0, bins + 1)[:-1]
+    return (np.digitize(np.clip(values, -1.0, 1.0), edges) - 1).astype(np.int64)

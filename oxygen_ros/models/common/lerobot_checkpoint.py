@@ -15,9 +15,16 @@ Names arrive without their leading ``model.`` (``hf_loader.read_tensors`` strips
 policy wrapper).  Names we do not know are kept, so the loader reports them as unexpected under the file's name.
 """
 
+import hashlib
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+
+from oxygen_ros.models.common.normalization import read_normalizer
+from oxygen_ros.models.common.policy import LeRobotPolicy
+from oxygen_ros.models.hf_loader import read_tensors
+from oxygen_ros.models.loaded import check_tensors
 
 TIED_HEAD = "backbone.lm_head.weight"  # PaliGemma's LM head: the token embedding itself (tied); hub files keep only it
 EXPERT_VOCAB = "expert.embed_tokens.weight"  # the expert's vocabulary table: pi0 never embeds tokens with it
@@ -79,3 +86,21 @@ def untie(tensors: dict[str, torch.Tensor], origin: dict[str, str], vocab_shape:
     if table is not None and tuple(table.shape) != vocab_shape:
         raise ValueError(f"{source}: tensor shapes do not match config.json: {origin[EXPERT_VOCAB]} "
                          f"{tuple(table.shape)} != {vocab_shape}")  # fmt: skip
+
+
+def load_weights(folder: Path, model: LeRobotPolicy, rename: Callable[[str], str] = our_name) -> str:
+    """The folder's model.safetensors into ``model`` (names mapped by ``rename``, the tied head untied), checked
+    against the model's shapes first, and LeRobot's normalization stats when the folder has them
+    (``common/normalization.py``); returns the model id.  The id folds in a digest of config.json, so KV of
+    another checkpoint with the same folder name is never reused."""
+    cfg = model.config
+    model.set_normalizer(read_normalizer(folder))  # before the weights: a bad stats file is refused at once
+    source = str(folder / "model.safetensors")
+    tensors, origin = rename_tensors(read_tensors(folder), source, rename)
+    untie(tensors, origin, (cfg.vocab_size, cfg.expert.hidden_size), source)
+    expected = {name: tuple(p.shape) for name, p in model.state_dict().items()}
+    check_tensors(tensors, expected, source, "config.json", origin)
+    model.load_state_dict(tensors, strict=True)
+    model.eval()
+    digest = hashlib.sha256((folder / "config.json").read_bytes()).hexdigest()[:12]
+    return f"{folder.resolve().name}@{digest}"

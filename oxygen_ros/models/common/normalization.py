@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from oxygen_ros.models.idefics3.config import read_json
+from oxygen_ros.models.common.json_config import read_json
 
 log = logging.getLogger(__name__)
 
