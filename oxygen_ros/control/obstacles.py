@@ -1,12 +1,18 @@
-"""What stops the base: obstacle points from a laser scan or a depth image, brought into the base frame, and the
-nearest one in the corridor the robot is about to drive through.
+"""What stops the base: obstacle points from a laser scan or a depth image, brought into the base frame as it is
+now, and the nearest one in the corridor the robot is about to drive through.
 
 Pure geometry (numpy), as nav2's collision monitor does it for its "stop" polygon: every range reading becomes a
-point, every depth pixel (subsampled) a 3-D point through the camera's intrinsics; points are moved into the base
-frame by the sensor's transform; depth points outside [min_height, max_height] above the base (the floor, the
-ceiling) are dropped; a point stops the robot when it is ahead of the base centre (x > 0), inside the corridor swept
-by the robot's footprint circle widened by the clearance (|y| <= radius + clearance), and its gap to the footprint
-is under the clearance. The node decides what a missing or stale source means (it stops); this module only measures.
+point (REP 117: -inf, an object too close to measure, counts as one at range_min), every depth pixel (subsampled)
+a 3-D point through the camera's intrinsics; points are moved into the base frame by the sensor's transform and
+then by the robot's own motion since the reading was taken (nav2's ``base_shift_correction``), so an old reading
+is placed where the obstacle is now relative to the robot; depth points outside [min_height, max_height] above
+the base (the floor, the ceiling) are dropped.
+
+The robot is a circle of ``radius`` about the base frame's origin that drives forward (or turns in place). A point
+stops forward motion when it lies in the corridor the circle sweeps (|y| <= radius + SIDE_MARGIN_M) and its
+forward gap, how far the circle can advance before touching it, is under the clearance; a point inside the circle
+(plus the margin) stops turning too. The node decides what a missing or stale source means (it stops); this module
+only measures.
 """
 
 import math
@@ -16,14 +22,17 @@ import numpy as np
 
 MAX_SCAN_POINTS = 16384  # readings per LaserScan considered (more are refused by the node as malformed)
 MAX_DEPTH_POINTS = 20000  # depth pixels projected per image: the image is subsampled to stay under it
+SIDE_MARGIN_M = 0.05  # the corridor's half-width over the radius: a turning robot's path bulges a little
 
 
 @dataclass(frozen=True)
 class Blocking:
-    """The obstacle point that stops the robot: its gap to the robot's footprint and how far ahead it is, metres."""
+    """The obstacle point that stops the robot: how far it can advance before touching it and how far ahead the
+    point is, metres; ``touching``: a point is within the footprint (plus the margin), so turning is unsafe too."""
 
     gap_m: float
     ahead_m: float
+    touching: bool = False
 
 
 def scan_points(ranges: np.ndarray, angle_min: float, angle_increment: float, range_min: float,
@@ -32,6 +41,7 @@ def scan_points(ranges: np.ndarray, angle_min: float, angle_increment: float, ra
     sensor_msgs/LaserScan defines them: reading i at angle_min + i * angle_increment, counter-clockwise from x."""
     ranges = np.asarray(ranges, dtype=np.float64)
     angles = angle_min + angle_increment * np.arange(ranges.size)
+    ranges = np.where(ranges == -np.inf, range_min, ranges)  # REP 117: too close to measure
     valid = np.isfinite(ranges) & (ranges >= range_min) & (ranges <= range_max)
     r, a = ranges[valid], angles[valid]
     return np.stack([r * np.cos(a), r * np.sin(a), np.zeros_like(r)], axis=1)
@@ -40,15 +50,23 @@ def scan_points(ranges: np.ndarray, angle_min: float, angle_increment: float, ra
 def depth_points(depth_m: np.ndarray, fx: float, fy: float, cx: float, cy: float,
                  max_points: int = MAX_DEPTH_POINTS) -> np.ndarray:  # fmt: skip
     """[N, 3] points in the camera's optical frame (REP 103: x right, y down, z forward) from a depth image in
-    metres, every ``stride``-th pixel in both directions so that at most ``max_points`` are projected; pixels
-    without a finite positive depth are skipped."""
+    metres, every ``depth_stride``-th pixel in both directions (at most ``max_points`` projected); pixels without a
+    finite positive depth are skipped."""
     height, width = depth_m.shape
-    stride = max(1, math.ceil(math.sqrt(height * width / max_points)))
+    stride = depth_stride(height, width, max_points)
     v, u = np.mgrid[0:height:stride, 0:width:stride]
     z = depth_m[::stride, ::stride].astype(np.float64)
     valid = np.isfinite(z) & (z > 0)
     z, u, v = z[valid], u[valid], v[valid]
     return np.stack([(u - cx) * z / fx, (v - cy) * z / fy, z], axis=1)
+
+
+def depth_stride(height: int, width: int, max_points: int = MAX_DEPTH_POINTS) -> int:
+    """The pixel step in both directions that leaves at most ``max_points`` of a ``height`` x ``width`` image."""
+    stride = max(1, math.ceil(math.sqrt(height * width / max_points)))
+    while -(-height // stride) * -(-width // stride) > max_points:
+        stride += 1
+    return stride
 
 
 def moved(points: np.ndarray, translation: tuple[float, float, float],
@@ -70,15 +88,26 @@ def within_heights(points: np.ndarray, min_height: float, max_height: float) -> 
     return points[(points[:, 2] >= min_height) & (points[:, 2] <= max_height)]
 
 
+def since(points: np.ndarray, then: tuple[float, float, float], now: tuple[float, float, float]) -> np.ndarray:
+    """Points of the base frame at pose ``then`` (x, y, yaw in odom) in the base frame at pose ``now``: where a
+    static obstacle measured then lies relative to the robot now."""
+    dx, dy = then[0] - now[0], then[1] - now[1]
+    c, s = math.cos(now[2]), math.sin(now[2])
+    yaw = then[2] - now[2]
+    translation = (c * dx + s * dy, -s * dx + c * dy, 0.0)
+    return moved(points, translation, (0.0, 0.0, math.sin(yaw / 2), math.cos(yaw / 2)))
+
+
 def blocking(points: np.ndarray, radius_m: float, clearance_m: float) -> Blocking | None:
     """The point in the base frame that stops a robot of footprint radius ``radius_m`` driving forward with
-    ``clearance_m`` to spare (the one with the smallest gap), or None when the corridor is clear."""
+    ``clearance_m`` to spare (the one with the smallest forward gap), or None when the corridor is clear."""
     if not len(points):
         return None
     x, y = points[:, 0], points[:, 1]
-    gap = np.hypot(x, y) - radius_m
-    stops = (x > 0) & (np.abs(y) <= radius_m + clearance_m) & (gap < clearance_m)
+    inside = np.hypot(x, y) < radius_m + SIDE_MARGIN_M
+    gap = x - np.sqrt(np.maximum(radius_m**2 - y**2, 0.0))  # how far the circle advances before touching it
+    stops = inside | ((x > 0) & (np.abs(y) <= radius_m + SIDE_MARGIN_M) & (gap < clearance_m))
     if not stops.any():
         return None
     nearest = int(np.argmin(np.where(stops, gap, np.inf)))
-    return Blocking(max(0.0, float(gap[nearest])), float(x[nearest]))
+    return Blocking(max(0.0, float(gap[nearest])), float(x[nearest]), bool(inside.any()))

@@ -10,7 +10,6 @@ never block the camera, stats or lifecycle callbacks. Every request and subscrib
 """
 
 import gc
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -31,7 +30,8 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from visualization_msgs.msg import MarkerArray
 
-from oxygen_ros.engine.async_engine import AsyncEngine, ServingStats
+from oxygen_ros.engine.async_engine import AsyncEngine
+from oxygen_ros.engine.stats import ServingStats
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.io import GenerateRequest, Observation, PoolStats, RequestOutput
@@ -366,7 +366,7 @@ def _resources(config: EngineConfig, pool: PoolStats, threads: int) -> list[tupl
         ("kv_pool", f"{pool_bytes >> 20} MiB, {pool.total_blocks} blocks of {pool.block_size} tokens"),
         ("max_num_seqs", str(config.max_num_seqs)),
         ("max_model_len", str(config.max_model_len)),
-        ("compute_threads", f"{threads} of {len(os.sched_getaffinity(0))} CPUs"),
+        ("compute_threads", f"{threads} of {params.available_cpus()} CPUs"),
     ]
 
 

@@ -64,6 +64,7 @@ class Nav2Handoff:
         self._node = node
         self.name = node.resolve_topic_name(action_name)  # the full name, as messages quote it
         self.client = ActionClient(node, NavigateToPose, action_name, callback_group=group)
+        self.seen = False  # a server was there once: a later wait for it is a wait for a restart
 
     async def ready(self, wait_s: float) -> bool:
         """Whether a nav2 server is there, waiting up to ``wait_s`` for it (0 = only look)."""
@@ -73,6 +74,7 @@ class Nav2Handoff:
                 return False
             await wait(self._node, None, POLL_S)
             waited += POLL_S
+        self.seen = True
         return True
 
     async def drive(self, run: GoalRun, target: PoseStamped, relay: Callable[[NavigateToPose.Feedback], None],

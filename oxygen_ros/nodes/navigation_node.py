@@ -64,6 +64,7 @@ from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.nav2_handoff import POLL_S, Nav2Handoff, duration
+from oxygen_ros.nodes.odometry_history import Odom, OdometryHistory
 from oxygen_ros.nodes.navigation_params import PARAMETERS, POSITIVE, RANGES, READ_ONCE, settings_problem
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.task_action import TaskActionNode
@@ -72,15 +73,7 @@ from oxygen_ros.nodes.tf.rigid import Rigid, of_pose
 from oxygen_ros.nodes.tf.tree import TransformUnavailable
 
 NODE_NAME = "navigation_node"
-
-
-@dataclass(frozen=True)
-class Odom:
-    """The newest usable odometry: the robot's pose in odom, its stamp (ns) and when it arrived (monotonic s)."""
-
-    pose: Pose2D
-    stamp_ns: int
-    received: float
+NS = 1_000_000_000
 
 
 @dataclass
@@ -108,8 +101,9 @@ class NavigationNode(TaskActionNode[Trip]):
             Node.destroy_node(self)
             raise ValueError(problem)
         self._replans = MutuallyExclusiveCallbackGroup()  # one replan at a time, never behind other callbacks
-        self._lock = threading.Lock()
-        self._odom: Odom | None = None
+        self._command_lock = threading.Lock()  # a command is sent for a goal only while it runs, and stops win
+        self._odometry = OdometryHistory()
+        self._started_ns = self.get_clock().now().nanoseconds
         self._map, self._odom_frame = self.settings["map_frame"], self.settings["odom_frame"]
         self._base = self.settings["base_frame"]
         self._transforms = Transforms(self, self.settings["transform_tolerance_s"])
@@ -138,9 +132,9 @@ class NavigationNode(TaskActionNode[Trip]):
             self.get_logger().warning(f"ignoring a non-finite pose on {self._odom_name}: {pose}",
                                       throttle_duration_sec=5.0)  # fmt: skip
             return
-        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        with self._lock:
-            self._odom = Odom(pose, stamp_ns, time.monotonic())
+        arrival = self.get_clock().now().nanoseconds
+        stamp_ns = msg.header.stamp.sec * NS + msg.header.stamp.nanosec
+        self._odometry.add(Odom(pose, stamp_ns or arrival, arrival))  # a zero stamp ("no time") is its arrival
 
     def check(self, goal: Navigate.Goal) -> None:
         bounds.text("instruction", goal.instruction, bounds.TEXT_CHARS)
@@ -153,8 +147,7 @@ class NavigationNode(TaskActionNode[Trip]):
         if target.header.frame_id not in ("", self._map, self._odom_frame):
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"the target must be in frame {self._map!r} or "
                               f"{self._odom_frame!r}, got {target.header.frame_id!r}")  # fmt: skip
-        with self._lock:
-            odom = self._odom
+        odom = self._odometry.latest()
         if odom is not None:
             try:
                 self._check_reach(odom.pose, self._in_odom(target, self._frame_of(target), odom.stamp_ns))
@@ -167,7 +160,7 @@ class NavigationNode(TaskActionNode[Trip]):
             return None
         target = PoseStamped(header=goal.target.header, pose=goal.target.pose)
         target.header.frame_id = self._frame_of(goal.target)
-        mode, wait_s = self.settings["nav2"], self.settings["nav2_wait_s"]
+        mode, wait_s = self.settings["nav2"], self._nav2_wait_s()
         nav2 = mode != "never" and await self._nav2.ready(wait_s)
         if mode == "always" and not nav2:
             run.end(ErrorCode.UNAVAILABLE, f"no nav2 server on {self._nav2.name} within {wait_s:g} s")
@@ -175,8 +168,7 @@ class NavigationNode(TaskActionNode[Trip]):
         if not nav2:
             problem = await self._builtin_driver_problem(mode)
             if problem:
-                if not self.busy:
-                    self._send(Twist())  # whatever commanded the base before, nothing here lets it move now
+                self._send(Twist())  # whatever commanded the base before, nothing here lets it move now
                 run.end(ErrorCode.FAILED_PRECONDITION, problem)
                 return None
         if not nav2 and not await self._transform_ready(target.header.frame_id):
@@ -189,20 +181,30 @@ class NavigationNode(TaskActionNode[Trip]):
                                f"{'by nav2' if nav2 else 'straight'} {goal.instruction!r}")  # fmt: skip
         return Trip(run, target, goal.instruction.strip(), time.monotonic(), nav2)
 
+    def _nav2_wait_s(self) -> float:
+        """How long this goal waits for nav2: ``always``, or once nav2 was seen (it may be restarting), the whole
+        `nav2_wait_s`; ``auto`` before nav2 was ever seen, what is left of `nav2_wait_s` since the node started (a
+        nav2 coming up with the robot is waited for; one that is not there is not waited for again every goal)."""
+        wait_s = self.settings["nav2_wait_s"]
+        if self.settings["nav2"] == "always" or self._nav2.seen:
+            return wait_s
+        return max(0.0, wait_s - (self.get_clock().now().nanoseconds - self._started_ns) / NS)
+
     async def _builtin_driver_problem(self, mode: str) -> str:
         """Why the built-in driver may not drive this goal ('' = it may): it must be allowed, and every configured
         obstacle source live (waiting up to `input_timeout_s` for the first message of each)."""
         if not self.settings["allow_builtin_driver"]:
-            why = f"no nav2 server on {self._nav2.name} within {self.settings['nav2_wait_s']:g} s" if mode == "auto" \
-                else "nav2 is off (nav2: never)"  # fmt: skip
+            why = f"no nav2 server on {self._nav2.name} (nav2_wait_s {self.settings['nav2_wait_s']:g})" \
+                if mode == "auto" else "nav2 is off (nav2: never)"  # fmt: skip
             return f"{why}, and the built-in driver is off (allow_builtin_driver: false): nothing may drive the base"
         if not self._sources:
             return ("the built-in driver needs a live obstacle source and none is configured: set scan_topic "
                     "(sensor_msgs/LaserScan) or depth_topic (a depth image); the camera detector counts only in "
                     "simulation (use_sim)")  # fmt: skip
-        timeout, waited = self.settings["input_timeout_s"], 0.0
+        timeout, waited = current(self, PARAMETERS)["input_timeout_s"], 0.0
         while True:
-            stale = [source.name for source in self._sources if source.age() > timeout]
+            now_ns = self.get_clock().now().nanoseconds
+            stale = [source.name for source in self._sources if source.age(now_ns) > timeout]
             if not stale or waited >= timeout:
                 break
             await wait(self, None, POLL_S)
@@ -226,8 +228,6 @@ class NavigationNode(TaskActionNode[Trip]):
 
     def start(self, trip: Trip) -> list[Timer]:
         settings = current(self, PARAMETERS)
-        if trip.nav2 and self._commanding:  # a goal this node drove is preempted: nav2 takes a standing robot
-            self._send(Twist())
         self._commanding = not trip.nav2
         self.executor.create_task(self._reason, trip)
         if trip.nav2:
@@ -243,11 +243,17 @@ class NavigationNode(TaskActionNode[Trip]):
         result.distance_remaining = trip.distance  # NaN when no odometry ever arrived: unknown, not "arrived"
 
     def stopped(self) -> None:
-        if self._commanding:
-            self._send(Twist())
+        """No goal runs: the base stands (sent whoever drove last; nav2 stops itself when its goal is cancelled)."""
+        self._send(Twist())
 
-    def _send(self, twist: Twist) -> None:
-        self._cmd_vel.publish(velocity.command(twist, self._stamped, self.get_clock().now().to_msg()))
+    def _send(self, twist: Twist, trip: Trip | None = None) -> None:
+        """``twist`` to the base; for ``trip``, only while it runs: a tick computed before the goal ended never moves
+        the base after the stop (every stop is sent under the same lock)."""
+        with self._command_lock:
+            if trip is not None and not trip.run.running:
+                return
+            msg = velocity.command(twist, self._stamped, self.get_clock().now().to_msg(), self._base)
+            self._cmd_vel.publish(msg)
 
     def _frame_of(self, target: PoseStamped) -> str:
         return target.header.frame_id or self._map
@@ -282,13 +288,23 @@ class NavigationNode(TaskActionNode[Trip]):
         trip.run.goal_handle.publish_feedback(feedback)
 
     def _tick(self, trip: Trip) -> None:
-        """One replan: end the goal when due, else stop (obstacle ahead, stale inputs, no transform) or drive a
-        fresh straight path. Stopped longer than `blocked_timeout_s` ends the goal with the reason's code."""
+        """One replan (``_replan``); an error inside it stops the base and ends the goal INTERNAL, so a replan that
+        cannot decide never leaves the last command on the base."""
+        try:
+            self._replan(trip)
+        except Exception as exc:  # whatever broke, the base must not keep the last command
+            self.get_logger().error(f"{trip.run.task_id}: the replan failed, stopping: {type(exc).__name__}: {exc}")
+            self._send(Twist())
+            trip.run.end(ErrorCode.INTERNAL, f"the replan failed ({type(exc).__name__}: {exc}); the base was stopped")
+
+    def _replan(self, trip: Trip) -> None:
+        """End the goal when due, else stop (obstacle ahead, stale inputs, no transform), turn in place (an obstacle
+        ahead, none touching, and the target to the side) or drive a fresh straight path. Stopped longer than
+        `blocked_timeout_s` ends the goal with the reason's code."""
         settings, now = current(self, PARAMETERS), time.monotonic()
         if self._over(trip, settings, now):
             return
-        with self._lock:
-            odom = self._odom
+        odom = self._odometry.latest()
         target, tf_problem = None, ""
         if odom is not None:
             try:
@@ -302,21 +318,28 @@ class NavigationNode(TaskActionNode[Trip]):
             if trip.distance <= settings["goal_tolerance_m"] and target is not None:
                 trip.run.end(None, f"reached the target, {trip.distance:.2f} m away")
                 return
-        code, why = self._stop_reason(now - (odom.received if odom else -math.inf), tf_problem, settings)
+        now_ns = self.get_clock().now().nanoseconds
+        odom_age = (now_ns - min(odom.stamp_ns, odom.received_ns)) / NS if odom else math.inf
+        code, why, may_turn = self._stop_reason(odom_age, tf_problem, settings, now_ns)
         cmd = Twist()
+        if code is None or may_turn:
+            # one replan period of motion stays within the clearance, whatever max_linear_mps is set to
+            top = min(settings["max_linear_mps"], settings["safety_clearance_cm"] / 100.0 * settings["replan_rate_hz"])
+            linear, angular = unicycle.command(odom.pose, target, top, settings["max_angular_rps"])
+            if code is None:
+                cmd.linear.x, cmd.angular.z = linear, angular
+                self._publish_plan(odom.pose, target)
+            elif linear == 0.0:  # the target is to the side: a circle turns in place without touching anything
+                cmd.angular.z, why = angular, f"turning in place: {why}"
         if code is None:
             trip.blocked, why = None, trip.reasoning
-            cmd.linear.x, cmd.angular.z = unicycle.command(
-                odom.pose, target, settings["max_linear_mps"], settings["max_angular_rps"]
-            )
-            self._publish_plan(odom.pose, target)
         else:
             if trip.blocked is None or trip.blocked[0] != code:  # each reason counts its own time
                 trip.blocked = (code, now)
             if now - trip.blocked[1] >= settings["blocked_timeout_s"]:
                 trip.run.end(code, f"{why}; stopped for {settings['blocked_timeout_s']:g} s")
                 return
-        self._send(cmd)
+        self._send(cmd, trip)
         trip.run.goal_handle.publish_feedback(self._feedback(trip, cmd, why, odom, settings, now))
 
     def _feedback(self, trip: Trip, cmd: Twist, why: str, odom: Odom | None, settings: dict, now: float) -> Any:
@@ -340,29 +363,31 @@ class NavigationNode(TaskActionNode[Trip]):
         bounds.at_most("the target's distance from the robot", distance, bound, "m")
         return distance
 
-    def _stop_reason(self, odom_age: float, tf_problem: str, settings: dict[str, Any]) -> tuple[ErrorCode | None, str]:
-        """Why the robot must stand still now, as (the code if it lasts, the reason); (None, '') = it may drive.
-        Without recent odometry it cannot know where it is, without every obstacle source what is ahead, without
-        the transform where the target is."""
+    def _stop_reason(self, odom_age: float, tf_problem: str, settings: dict[str, Any],
+                     now_ns: int) -> tuple[ErrorCode | None, str, bool]:  # fmt: skip
+        """Why the robot may not drive forward now: (the code if it lasts, the reason, whether it may still turn in
+        place); (None, '', True) = it may drive. Without recent odometry it cannot know where it is, without every
+        obstacle source what is ahead, without the transform where the target is; an obstacle ahead leaves turning
+        unless a point is within the footprint."""
         timeout = settings["input_timeout_s"]
-        ages = [(f"odometry on {self._odom_name}", odom_age)] + [(s.name, s.age()) for s in self._sources]
+        ages = [(f"odometry on {self._odom_name}", odom_age)] + [(s.name, s.age(now_ns)) for s in self._sources]
         for what, age in ages:
             if age > timeout:
-                return ErrorCode.UNAVAILABLE, f"stopped: no {what} in the last {timeout:g} s"
+                return ErrorCode.UNAVAILABLE, f"stopped: no {what} in the last {timeout:g} s", False
         if tf_problem:
-            return ErrorCode.TF_ERROR, tf_problem
+            return ErrorCode.TF_ERROR, tf_problem, False
         radius, clearance = settings["robot_radius_m"], settings["safety_clearance_cm"] / 100.0
         for source in self._sources:
             try:
-                obstacle = source.blocking(radius, clearance)
+                obstacle = source.blocking(radius, clearance, self._odometry.shift)
             except TransformUnavailable as exc:
-                return ErrorCode.TF_ERROR, f"stopped: the {source.name} cannot be placed in {self._base}: {exc}"
+                return ErrorCode.TF_ERROR, f"stopped: the {source.name} cannot be placed in {self._base}: {exc}", False
             if obstacle is not None:
                 return ErrorCode.OBSTACLE, (
                     f"safety stop: obstacle {obstacle.gap_m * 100:.0f} cm away "
                     f"(< {settings['safety_clearance_cm']:g} cm), {obstacle.ahead_m * 100:.0f} cm ahead ({source.name})"
-                )
-        return None, ""
+                ), not obstacle.touching
+        return None, "", True
 
     def _publish_plan(self, pose: Pose2D, target: tuple[float, float]) -> None:
         path = Path()

@@ -28,20 +28,23 @@ PARAMETERS: Table = {
     "odom_frame": ("odom", "the frame of odometry (others are ignored), of the plan, and where the robot drives"),
     "transform_wait_s": (2.0, "how long a goal waits for its map -> odom transform before TF_ERROR, seconds"),
     "transform_tolerance_s": (0.5, "a transform this much older or newer than the odometry still counts, seconds"),
-    "nav2": ("auto", f"hand goals to nav2's NavigateToPose: {' | '.join(MODES)} (auto: when a server is there)"),
+    "nav2": ("auto", f"hand goals to nav2's NavigateToPose: {' | '.join(MODES)} (auto: when a server appears within "
+             "nav2_wait_s)"),
     "nav2_action": ("navigate_to_pose", "nav2's NavigateToPose action (bt_navigator)"),
-    "nav2_wait_s": (5.0, "how long a goal waits for nav2's server to appear (auto then drives itself if allowed, "
-                    "always aborts UNAVAILABLE), seconds"),
-    "allow_builtin_driver": (False, "without nav2, drive the base with the straight-line controller, only while a "
-                             "live obstacle source is configured; false = refuse FAILED_PRECONDITION"),
+    "nav2_wait_s": (5.0, "how long a goal waits for nav2's server to appear (auto: only within this long of the "
+                    "node's start or after nav2 was seen; then the built-in driver if allowed), seconds"),
+    "allow_builtin_driver": (False, "without nav2, drive the base with the straight-line controller, only while every "
+                             "configured obstacle source is live; false = refuse FAILED_PRECONDITION"),
     "scan_topic": ("scan", "sensor_msgs/LaserScan obstacle source (sensor-data QoS); '' = none"),
     "depth_topic": ("", "depth image obstacle source (sensor_msgs/Image 16UC1 mm or 32FC1 m); '' = none"),
     "depth_info_topic": ("", "the depth image's sensor_msgs/CameraInfo; '' = camera_info beside depth_topic"),
-    "base_frame": ("base_link", "the robot's body frame: obstacle points are placed in it through TF"),
+    "base_frame": ("base_link", "the robot's body frame: obstacle points are placed in it through TF, heights measured "
+                   "from its origin (base_footprint is on the floor), velocity commands are in it"),
     "robot_radius_m": (0.2, "radius of the circle about base_frame's origin that holds the robot, metres"),
     "obstacle_min_height_m": (0.05, "depth points lower than this above base_frame are floor, not obstacles, metres"),
     "obstacle_max_height_m": (2.0, "depth points higher than this above base_frame are no obstacle, metres"),
-    "input_timeout_s": (1.0, "odometry or an obstacle source older than this stops the base, seconds"),
+    "input_timeout_s": (0.5, "odometry or an obstacle source older than this (by stamp or arrival) stops the base, "
+                        "seconds"),
     "odom_topic": ("odom", "nav_msgs/Odometry input: the robot's pose in odom_frame (others are ignored)"),
     "cmd_vel_topic": ("cmd_vel", "velocity command output (geometry_msgs/TwistStamped, or Twist: cmd_vel_stamped)"),
     "cmd_vel_stamped": (True, "send TwistStamped (Jazzy's diff_drive_controller, nav2); false = Twist (older stacks)"),

@@ -1,7 +1,12 @@
 """The navigation node's obstacle sources: what its built-in driver may drive by.
 
-A source is live while its newest message is younger than `input_timeout_s`; a stale or missing one stops the base
-(as nav2's collision monitor does with its `source_timeout`). Three kinds:
+A source is live while its newest reading is younger than `input_timeout_s`, aged by the earlier of its stamp and its
+arrival on the node's clock (a reading replayed late, or stamped late, is as old as it is; a zero stamp, "no time",
+counts as its arrival); a stale, missing or
+blind one (a depth camera with almost no valid pixel) stops the base, as nav2's collision monitor stops for an
+invalid source (since Jazzy; Humble's only skips it). Readings are placed in `base_frame` through TF and then moved
+by the robot's motion since their stamp (odometry history), so an old reading still lands where the obstacle is
+now. Three kinds:
 - ``LaserScan`` on `scan_topic` (sensor-data QoS), any frame TF can bring into `base_frame`;
 - a depth image on `depth_topic` (16UC1 millimetres or 32FC1 metres, REP 118) with its CameraInfo on
   `depth_info_topic`, points between `obstacle_min_height_m` and `obstacle_max_height_m` above the base (not the
@@ -14,9 +19,8 @@ warning, so a source that sends only those goes stale and the base stops.
 
 import math
 import threading
-import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from rclpy.callback_groups import CallbackGroup
@@ -24,94 +28,111 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, Image, LaserScan
 
+from oxygen_ros import bounds
 from oxygen_ros.control import obstacles, unicycle
 from oxygen_ros.control.obstacles import Blocking
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros import bounds
 from oxygen_ros.nodes.image_rows import image_rows
 from oxygen_ros.nodes.latest_frame import LatestFrame
 from oxygen_ros.nodes.tf.backend import Transforms
 
 # encoding: (pixel type, metres per unit), REP 118
 DEPTH_ENCODINGS = {"16UC1": (np.dtype("u2"), 1e-3), "mono16": (np.dtype("u2"), 1e-3), "32FC1": (np.dtype("f4"), 1.0)}
+MIN_VALID_DEPTH = 0.05  # a depth image with fewer valid pixels than this share is blind (a covered lens), not clear
+NS = 1_000_000_000
+
+# Moves points of the base frame at a stamp (ns) into the base frame now; TransformUnavailable when the robot's
+# motion since is unknown.
+Shift = Callable[[np.ndarray, int], np.ndarray]
 
 
 class Source(Protocol):
     name: str  # what it is and where it comes from, as a refusal quotes it
 
-    def age(self) -> float:
-        """Seconds since its newest usable message (inf before the first)."""
+    def age(self, now_ns: int) -> float:
+        """Seconds since its newest usable reading (inf before the first)."""
 
-    def blocking(self, radius_m: float, clearance_m: float) -> Blocking | None:
+    def blocking(self, radius_m: float, clearance_m: float, shift: Shift) -> Blocking | None:
         """The obstacle that stops the robot now, if any; TransformUnavailable when its points cannot be placed."""
 
 
-class _Latest:
-    """The newest usable message of a subscription, with when it arrived."""
+class Reading(NamedTuple):
+    """A usable reading: its points in the sensor's frame, the frame, its stamp and arrival (node clock, ns)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._msg: Any = None
-        self._received = -math.inf
-
-    def keep(self, msg: Any) -> None:
-        with self._lock:
-            self._msg, self._received = msg, time.monotonic()
-
-    def get(self) -> tuple[Any, float]:
-        with self._lock:
-            return self._msg, time.monotonic() - self._received
+    points: np.ndarray
+    frame_id: str
+    stamp_ns: int
+    arrival_ns: int
 
 
 class _Points:
-    """Obstacle points of one sensor, placed in the base frame by TF (the sensor's newest mount)."""
+    """Obstacle points of one sensor, placed in the base frame by TF (the sensor's newest mount) and moved by the
+    robot's motion since their stamp."""
 
     def __init__(self, node: Node, name: str, transforms: Transforms, base_frame: str) -> None:
         self.name, self._transforms, self._base = name, transforms, base_frame
-        self._logger = node.get_logger()
-        self._latest = _Latest()
+        self._node = node
+        self._lock = threading.Lock()
+        self._reading: Reading | None = None
 
-    def _take(self, msg: Any, check: Callable[[Any], None]) -> None:
+    def _take(self, msg: Any, read: Callable[[Any], np.ndarray]) -> None:
+        """Keep ``msg``'s points (``read``) unless it is out of bounds (a warning naming why)."""
         try:
             bounds.text(f"{self.name} frame_id", msg.header.frame_id, bounds.ID_CHARS)
             if not msg.header.frame_id:
                 raise EngineError(ErrorCode.INVALID_ARGUMENT, "an empty frame_id: its points cannot be placed")
-            check(msg)
+            points = read(msg)
         except EngineError as exc:
-            self._logger.warning(f"ignoring a message of the {self.name}: {exc.message}", throttle_duration_sec=5.0)
+            self._node.get_logger().warning(f"ignoring a message of the {self.name}: {exc.message}",
+                                            throttle_duration_sec=5.0)  # fmt: skip
             return
-        self._latest.keep(msg)
+        arrival = self._node.get_clock().now().nanoseconds
+        stamp = msg.header.stamp.sec * NS + msg.header.stamp.nanosec
+        reading = Reading(points, msg.header.frame_id, stamp or arrival, arrival)  # a zero stamp: "now" (as tf2)
+        with self._lock:
+            self._reading = reading
 
-    def age(self) -> float:
-        return self._latest.get()[1]
+    def _latest(self) -> Reading | None:
+        with self._lock:
+            return self._reading
 
-    def _in_base(self, points: np.ndarray, frame: str) -> np.ndarray:
-        mount = self._transforms.lookup(self._base, frame)[0]
-        return obstacles.moved(points, mount.translation, mount.rotation)
+    def age(self, now_ns: int) -> float:
+        reading = self._latest()
+        if reading is None:
+            return math.inf
+        return (now_ns - min(reading.stamp_ns, reading.arrival_ns)) / NS  # the older of stamp and arrival
+
+    def blocking(self, radius_m: float, clearance_m: float, shift: Shift) -> Blocking | None:
+        reading = self._latest()
+        if reading is None:
+            return None
+        mount = self._transforms.lookup(self._base, reading.frame_id)[0]
+        points = self._selected(obstacles.moved(reading.points, mount.translation, mount.rotation))
+        return obstacles.blocking(shift(points, reading.stamp_ns), radius_m, clearance_m)
+
+    def _selected(self, points: np.ndarray) -> np.ndarray:
+        """The points in the base frame that count as obstacles (all of a scan's)."""
+        return points
 
 
 class ScanSource(_Points):
     def __init__(self, node: Node, topic: str, transforms: Transforms, base_frame: str, group: CallbackGroup) -> None:
         super().__init__(node, f"LaserScan on {node.resolve_topic_name(topic)}", transforms, base_frame)
-        node.create_subscription(LaserScan, topic, lambda msg: self._take(msg, _check_scan), qos_profile_sensor_data,
+        node.create_subscription(LaserScan, topic, lambda msg: self._take(msg, _scan_points), qos_profile_sensor_data,
                                  callback_group=group)  # fmt: skip
 
-    def blocking(self, radius_m: float, clearance_m: float) -> Blocking | None:
-        msg, _ = self._latest.get()
-        if msg is None:
-            return None
-        points = obstacles.scan_points(np.asarray(msg.ranges), msg.angle_min, msg.angle_increment, msg.range_min,
-                                       msg.range_max)  # fmt: skip
-        return obstacles.blocking(self._in_base(points, msg.header.frame_id), radius_m, clearance_m)
 
-
-def _check_scan(msg: LaserScan) -> None:
+def _scan_points(msg: LaserScan) -> np.ndarray:
     bounds.items("LaserScan ranges", msg.ranges, obstacles.MAX_SCAN_POINTS, "readings")
     for name in ("angle_min", "angle_increment", "range_min", "range_max"):
         bounds.finite(f"LaserScan {name}", getattr(msg, name))
     if not 0.0 <= msg.range_min <= msg.range_max:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"LaserScan range_min {msg.range_min} and range_max "
                           f"{msg.range_max} are no range")  # fmt: skip
+    ranges = np.asarray(msg.ranges, dtype=np.float64)
+    if len(ranges) and np.isnan(ranges).all():
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, "every reading is NaN (REP 117: erroneous): a blind scan")
+    return obstacles.scan_points(ranges, msg.angle_min, msg.angle_increment, msg.range_min, msg.range_max)
 
 
 class DepthSource(_Points):
@@ -121,40 +142,44 @@ class DepthSource(_Points):
                  base_frame: str, group: CallbackGroup) -> None:  # fmt: skip
         super().__init__(node, f"depth image on {node.resolve_topic_name(topic)}", transforms, base_frame)
         self._heights = heights
-        self._info = _Latest()
-        node.create_subscription(Image, topic, lambda msg: self._take(msg, self._check_depth), qos_profile_sensor_data,
-                                 callback_group=group)  # fmt: skip
+        self._info: CameraInfo | None = None
+        node.create_subscription(Image, topic, lambda msg: self._take(msg, self._depth_points),
+                                 qos_profile_sensor_data, callback_group=group)  # fmt: skip
         node.create_subscription(CameraInfo, info_topic, self._on_info, qos_profile_sensor_data, callback_group=group)
 
     def _on_info(self, msg: CameraInfo) -> None:
         fx, fy, cx, cy = msg.k[0], msg.k[4], msg.k[2], msg.k[5]
         if all(math.isfinite(v) for v in (fx, fy, cx, cy)) and fx > 0 and fy > 0:
-            self._info.keep(msg)
+            with self._lock:
+                self._info = msg
         else:
-            self._logger.warning(f"ignoring a CameraInfo of the {self.name}: no focal lengths in k",
-                                 throttle_duration_sec=5.0)  # fmt: skip
+            self._node.get_logger().warning(f"ignoring a CameraInfo of the {self.name}: no focal lengths in k",
+                                            throttle_duration_sec=5.0)  # fmt: skip
 
-    def _check_depth(self, msg: Image) -> None:
+    def _depth_points(self, msg: Image) -> np.ndarray:
+        """The image's points in its optical frame, every few pixels (``obstacles.depth_stride``); EngineError for an
+        unknown encoding, a size over ``bounds``, no CameraInfo of its size, or a blind image."""
         if msg.encoding not in DEPTH_ENCODINGS:
             bounds.text("depth image encoding", msg.encoding, bounds.ID_CHARS)
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"depth encoding {msg.encoding!r} is not one of "
                               f"{', '.join(DEPTH_ENCODINGS)}")  # fmt: skip
-        info, _ = self._info.get()
+        with self._lock:
+            info = self._info
         if info is None or (info.width, info.height) != (msg.width, msg.height):
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"no CameraInfo of its size ({msg.width}x{msg.height})")
-        image_rows(msg, DEPTH_ENCODINGS[msg.encoding][0].itemsize, ("metres copy", 4))  # every size within bounds
-
-    def blocking(self, radius_m: float, clearance_m: float) -> Blocking | None:
-        msg, _ = self._latest.get()
-        info, _ = self._info.get()
-        if msg is None or info is None:
-            return None
         dtype, metres = DEPTH_ENCODINGS[msg.encoding]
-        rows = image_rows(msg, dtype.itemsize)
-        depth = rows.view(dtype.newbyteorder(">" if msg.is_bigendian else "<")).astype(np.float32) * metres
-        points = obstacles.depth_points(depth, info.k[0], info.k[4], info.k[2], info.k[5])
-        points = obstacles.within_heights(self._in_base(points, msg.header.frame_id), *self._heights)
-        return obstacles.blocking(points, radius_m, clearance_m)
+        rows = image_rows(msg, dtype.itemsize)  # every size within bounds
+        stride = obstacles.depth_stride(msg.height, msg.width)
+        pixels = rows.view(dtype.newbyteorder(">" if msg.is_bigendian else "<"))[::stride, ::stride]
+        depth = pixels.astype(np.float32) * metres
+        if np.count_nonzero(np.isfinite(depth) & (depth > 0)) < MIN_VALID_DEPTH * depth.size:
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"fewer than {MIN_VALID_DEPTH:.0%} of its pixels have "
+                              "a depth: a blind image (covered, or facing the void)")  # fmt: skip
+        fx, fy, cx, cy = info.k[0], info.k[4], info.k[2], info.k[5]
+        return obstacles.depth_points(depth, fx / stride, fy / stride, cx / stride, cy / stride, depth.size)
+
+    def _selected(self, points: np.ndarray) -> np.ndarray:
+        return obstacles.within_heights(points, *self._heights)
 
 
 class DetectorSource:
@@ -165,10 +190,10 @@ class DetectorSource:
     def __init__(self, frame: LatestFrame) -> None:
         self._frame = frame
 
-    def age(self) -> float:
+    def age(self, now_ns: int) -> float:
         return self._frame.age()
 
-    def blocking(self, radius_m: float, clearance_m: float) -> Blocking | None:
+    def blocking(self, radius_m: float, clearance_m: float, shift: Shift) -> Blocking | None:
         detections = self._frame.detections()
         near = unicycle.blocking(detections.obstacles if detections else [], clearance_m * 100.0)
         return None if near is None else Blocking(near.clearance_cm / 100.0, near.ahead_cm / 100.0)
@@ -191,7 +216,7 @@ def configured(node: Node, settings: dict[str, Any], frame: LatestFrame, transfo
 
 
 def sibling(topic: str, name: str) -> str:
-    """``name`` in the namespace of ``topic`` (camera/depth/image_rect_raw -> camera/depth/camera_info), as
-    image_transport pairs an image with its CameraInfo."""
-    head, _, _ = topic.rpartition("/")
-    return f"{head}/{name}" if head else name
+    """``name`` in the namespace of ``topic`` (camera/depth/image_rect_raw -> camera/depth/camera_info,
+    /depth -> /camera_info), as image_transport pairs an image with its CameraInfo."""
+    head, slash, _ = topic.rpartition("/")
+    return f"{head}/{name}" if slash else name

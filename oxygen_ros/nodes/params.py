@@ -13,6 +13,7 @@ import array
 import math
 import os
 from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
 from typing import Any, get_type_hints
 
 from oxygen_ros import bounds
@@ -107,8 +108,21 @@ class NodeParams:
         check_bounds(self)
 
     def threads(self) -> int:
-        """The compute threads ``num_threads`` asks for: itself, or half the CPUs this process may run on."""
-        return self.num_threads or max(1, len(os.sched_getaffinity(0)) // 2)
+        """The compute threads ``num_threads`` asks for: itself, or half the CPUs this process may use."""
+        return self.num_threads or max(1, available_cpus() // 2)
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity, fewer under a cgroup v2 CPU quota (a container's, a Jetson
+    service's cpu.max)."""
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota: the affinity is the bound
+    return cpus
 
 
 ABOUT = described(EngineConfig) | described(NodeParams)

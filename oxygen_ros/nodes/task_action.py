@@ -2,9 +2,10 @@
 client, the newest camera frame, and the life of a goal.
 
 A goal is checked against ``bounds`` before anything is sized by it (a bad one is accepted, then aborted
-INVALID_ARGUMENT or OUT_OF_RANGE with the reason), prepared by the node (which may end it, e.g. UNAVAILABLE), preempts
-the goal running before it (one arm, one base), then runs on the node's timers until something ends it (see
-GoalRun); the timers are removed and the node fills in the result.
+INVALID_ARGUMENT or OUT_OF_RANGE with the reason); a valid one preempts the goal running before it at once (one arm,
+one base: the old goal ends CANCELLED and the node's ``stopped`` holds the hardware while the new goal is prepared,
+as nav2's bt_navigator preempts), is prepared by the node (which may end it, e.g. UNAVAILABLE), then runs on the
+node's timers until something ends it (see GoalRun); the timers are removed and the node fills in the result.
 Everything waits as coroutines, so no goal holds an executor thread while it runs.
 """
 
@@ -73,11 +74,6 @@ class TaskActionNode(Node, Generic[State]):
         self.infer.destroy()
         super().destroy_node()
 
-    @property
-    def busy(self) -> bool:
-        """Whether a goal runs now (started, not yet ended)."""
-        return self._current is not None
-
     # --- what a node implements -------------------------------------------------------------------------------
     def check(self, goal: Any) -> None:
         """Raise EngineError (INVALID_ARGUMENT, OUT_OF_RANGE) saying why the goal cannot be run."""
@@ -108,6 +104,8 @@ class TaskActionNode(Node, Generic[State]):
         except EngineError as exc:
             run.end(exc.code, exc.message)
             return run.report(result)
+        if self._current is not None:  # one arm, one base: the running goal stops now, not once this one is ready
+            self._current.end(ErrorCode.CANCELLED, "preempted by a newer goal")
         state = await self.prepare(run, goal)
         if state is None:
             return run.report(result)
@@ -116,8 +114,6 @@ class TaskActionNode(Node, Generic[State]):
         if run.end_if_cancelled():
             self.infer.cancel_task(run.task_id)
             return run.report(result)
-        if self._current is not None:
-            self._current.end(ErrorCode.CANCELLED, "preempted by a newer goal")
         self._current = run
         timers = self.start(state)
         await run.ended

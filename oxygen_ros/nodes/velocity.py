@@ -5,7 +5,6 @@ navigation node that sends it and the simulator that obeys it always agree on th
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Twist, TwistStamped
 
-BASE_FRAME = "base_link"  # REP 105: a velocity command is in the robot's body frame
 Command = Twist | TwistStamped
 
 
@@ -13,12 +12,12 @@ def command_type(stamped: bool) -> type[Command]:
     return TwistStamped if stamped else Twist
 
 
-def command(twist: Twist, stamped: bool, stamp: Time) -> Command:
-    """``twist`` as the message ``stamped`` selects."""
+def command(twist: Twist, stamped: bool, stamp: Time, frame_id: str) -> Command:
+    """``twist`` as the message ``stamped`` selects, in ``frame_id`` (REP 105: the robot's body frame)."""
     if not stamped:
         return twist
     out = TwistStamped(twist=twist)
-    out.header.stamp, out.header.frame_id = stamp, BASE_FRAME
+    out.header.stamp, out.header.frame_id = stamp, frame_id
     return out
 
 

@@ -63,10 +63,37 @@ def test_only_points_in_the_corridor_ahead_within_the_clearance_stop_the_robot()
     radius, clearance = 0.2, 0.25
     assert obstacles.blocking(np.zeros((0, 3)), radius, clearance) is None
     far_ahead, behind, aside = [1.0, 0.0, 0.0], [-0.3, 0.0, 0.0], [0.1, 0.5, 0.0]
-    assert obstacles.blocking(np.array([far_ahead, behind, aside]), radius, clearance) is None
+    beside_the_corridor = [0.01, 0.44, 0.0]  # 24 cm from the footprint's edge, but never in its way driving ahead
+    doorway_jamb = [0.1, 0.4, 0.0]
+    assert obstacles.blocking(np.array([far_ahead, behind, aside, beside_the_corridor, doorway_jamb]), radius,
+                              clearance) is None  # fmt: skip
     near, nearer = [0.4, 0.1, 0.0], [0.3, -0.05, 0.0]
     found = obstacles.blocking(np.array([far_ahead, near, nearer, behind]), radius, clearance)
-    assert found is not None and math.isclose(found.gap_m, math.hypot(0.3, 0.05) - radius)
-    assert found.ahead_m == 0.3
+    # how far the circle advances before touching (0.3, -0.05): 0.3 - sqrt(0.2^2 - 0.05^2)
+    assert found is not None and math.isclose(found.gap_m, 0.3 - math.sqrt(0.2**2 - 0.05**2))
+    assert found.ahead_m == 0.3 and not found.touching
     touching = obstacles.blocking(np.array([[0.1, 0.0, 0.0]]), radius, clearance)  # inside the footprint
-    assert touching is not None and touching.gap_m == 0.0
+    assert touching is not None and touching.gap_m == 0.0 and touching.touching
+
+
+def test_readings_too_close_to_measure_are_obstacles_at_the_minimum_range():
+    points = obstacles.scan_points(np.array([-math.inf, math.inf]), 0.0, 0.5, 0.1, 10.0)
+    np.testing.assert_allclose(points, [[0.1, 0.0, 0.0]])  # REP 117: -inf too close, +inf nothing in range
+
+
+def test_a_reading_taken_before_the_robot_moved_lands_where_the_obstacle_is_now():
+    """Against the rigid-transform algebra of oxygen_ros.nodes.tf.rigid: base_then -> odom -> base_now."""
+    then, now = (1.0, 2.0, 0.3), (1.4, 2.1, 0.9)
+    points = np.array([[0.8, 0.1, 0.0], [0.5, -0.4, 0.2]])
+    moved = obstacles.since(points, then, now)
+    from oxygen_ros.nodes.tf.rigid import planar
+
+    expected = [(planar(*now).inverse() * planar(*then)).apply(tuple(p)) for p in points]
+    np.testing.assert_allclose(moved, expected, atol=1e-12)
+    np.testing.assert_allclose(obstacles.since(points, then, then), points, atol=1e-12)
+
+
+def test_the_depth_stride_keeps_every_image_under_the_point_bound():
+    for height, width in ((239, 4096), (480, 640), (1, 8192), (8192, 8192)):
+        stride = obstacles.depth_stride(height, width, 20000)
+        assert -(-height // stride) * -(-width // stride) <= 20000

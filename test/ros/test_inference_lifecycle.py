@@ -3,7 +3,6 @@ a failed configure (missing model, bad parameter) leaves it unconfigured and ans
 deactivate / cleanup serve and stop serving; camera frames become observations whose prefix is prefilled eagerly.
 Also the installed `inference_node` executable, as `ros2 run` starts it."""
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from rclpy.qos import qos_profile_sensor_data
 from ros_harness import node_process, spin_nodes, wait_for
 from sensor_msgs.msg import Image
 
+from oxygen_ros.nodes import params
 from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.observations import content_id
 
@@ -122,7 +122,8 @@ def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread):
         taken = {value.key: value.value for value in report.values}  # what configure took of the machine
         assert taken["kv_budget"] == "16 MiB (kv_cache_bytes)" and taken["max_num_seqs"] == "64"
         assert taken["kv_pool"].startswith(f"{stats.tiers[0].capacity_bytes >> 20} MiB, {stats.total_blocks} blocks")
-        assert taken["compute_threads"] == f"{max(1, len(os.sched_getaffinity(0)) // 2)} of {len(os.sched_getaffinity(0))} CPUs"
+        cpus = params.available_cpus()
+        assert taken["compute_threads"] == f"{max(1, cpus // 2)} of {cpus} CPUs"
         log.wait_for(lambda m: m.name == "oxygen_inference" and "kv_budget 16 MiB (kv_cache_bytes)" in m.msg
                      and "compute_threads" in m.msg, what="the resources in the configure log")  # fmt: skip
 

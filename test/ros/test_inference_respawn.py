@@ -24,7 +24,7 @@ from oxygen_ros.nodes.vqa_node import VqaNode
 
 LAUNCHER = Path(sys.prefix) / "lib" / "oxygen_ros" / "inference_node"
 INFERENCE_RESPAWN_DELAY_S = 2.0  # launch/oxygen.launch.py's
-ACTIVE_WITHIN_S = 60.0  # README: the respawn delay, the process start and the model load (SmolLM2: ~10 s here)
+ACTIVE_WITHIN_S = 30.0  # README: active again within 30 s of the kill (13 s measured with SmolLM2 here)
 SETTINGS = ["kv_cache_bytes:=16777216", "max_model_len:=512", "max_num_seqs:=4", "num_threads:=1"]
 
 
@@ -80,7 +80,7 @@ def test_a_respawned_inference_node_serves_again_with_no_manual_step(ros_context
         time.sleep(INFERENCE_RESPAWN_DELAY_S)
         start = time.monotonic()
         with node_process(_args(*SETTINGS), ros_context, Infer, "/oxygen/infer") as second:
-            state = _state(client, get_state, ACTIVE_WITHIN_S, "active")
+            state = _state(client, get_state, ACTIVE_WITHIN_S - INFERENCE_RESPAWN_DELAY_S, "active")
             active_s = time.monotonic() - start
             assert state == "active", second.log()
             answer = _ask(client, ask, 30.0)

@@ -1,0 +1,60 @@
+"""The navigation node's recent odometry: the newest pose to drive by, and the poses of the last seconds, so that an
+obstacle reading taken a moment ago is placed where it is now relative to the robot (nav2's collision monitor calls
+this ``base_shift_correction``)."""
+
+import threading
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from oxygen_ros.control import obstacles
+from oxygen_ros.control.unicycle import Pose2D
+from oxygen_ros.nodes.tf.tree import TransformUnavailable
+
+HISTORY = 256  # poses kept: seconds of odometry at any usual rate (10-100 Hz), longer than any input_timeout_s
+
+
+@dataclass(frozen=True)
+class Odom:
+    """The newest usable odometry: the robot's pose in odom, its stamp and when it arrived (node clock, ns)."""
+
+    pose: Pose2D
+    stamp_ns: int
+    received_ns: int
+
+
+class OdometryHistory:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._poses: deque[tuple[int, Pose2D]] = deque(maxlen=HISTORY)  # (stamp ns, pose), stamps increasing
+        self._latest: Odom | None = None
+
+    def add(self, odom: Odom) -> None:
+        with self._lock:
+            if self._poses and odom.stamp_ns <= self._poses[-1][0]:
+                self._poses.clear()  # time went back (a bag restarted, sim time reset): the old poses mean nothing
+            self._poses.append((odom.stamp_ns, odom.pose))
+            self._latest = odom
+
+    def latest(self) -> Odom | None:
+        with self._lock:
+            return self._latest
+
+    def shift(self, points: np.ndarray, stamp_ns: int) -> np.ndarray:
+        """Points of the base frame at ``stamp_ns`` in the base frame of the newest pose: the pose at the reading's
+        stamp is the first one at or after it (the newest, for a reading newer than the odometry); TransformUnavailable
+        when no odometry reaches back to it."""
+        with self._lock:
+            poses, latest = list(self._poses), self._latest
+        if latest is None:
+            raise TransformUnavailable("no odometry yet: a reading cannot be placed relative to the robot")
+        stamps = [stamp for stamp, _ in poses]
+        index = bisect_left(stamps, stamp_ns)
+        if index == 0 and stamp_ns < stamps[0]:
+            raise TransformUnavailable(f"the odometry kept ({len(poses)} poses) does not reach back to a reading "
+                                       f"{(latest.stamp_ns - stamp_ns) / 1e9:.2f} s old")  # fmt: skip
+        then = poses[min(index, len(poses) - 1)][1]
+        now = latest.pose
+        return obstacles.since(points, (then.x, then.y, then.yaw), (now.x, now.y, now.yaw))
