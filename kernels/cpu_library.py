@@ -7,7 +7,7 @@ the products of decode steps of one to eight rows (``matvec.c``), a batch-1 toke
 
 gcc builds them in about a second, once per machine (cached by sources, compiler and flags under
 ``~/.cache/oxygen_ros/kernels``, written atomically so concurrent builders agree). They need AVX-512 (F, BW, VL and
-DQ: what torch's AVX512 level implies) and a C compiler; where either is missing, or with ``OXYGEN_CPU_MATVEC=0``,
+DQ: what torch's AVX512 level implies) and a C compiler; where either is missing, or turned off (``EngineConfig.cpu_kernels``),
 ``library()`` is None and callers keep torch's ops.
 """
 
@@ -27,14 +27,25 @@ HERE = Path(__file__).parent / "cpu"
 SOURCES = tuple(HERE / name for name in ("matvec.c", "decode_row.c", "paged_decode.c", "row_ops.c"))
 HEADERS = tuple(HERE / name for name in ("vector.h", "attention.h", "shared_prefix.h", "row_ops.h"))
 FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-fopenmp", "-shared", "-fPIC")
-ENV_VAR = "OXYGEN_CPU_MATVEC"  # 0 = never use them (measure torch's ops alone)
 log = logging.getLogger(__name__)
+_enabled = True  # EngineConfig.cpu_kernels, set once per engine (kv.attention_backend.choose_backend)
+
+
+def enable(on: bool) -> None:
+    """Whether the C kernels run at all in this process (off: torch's ops, to measure them alone)."""
+    global _enabled
+    _enabled = on
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded kernels, or None where they cannot run or are turned off."""
+    return _loaded() if _enabled else None
 
 
 @cache
-def library() -> ctypes.CDLL | None:
-    """The loaded kernels, or None where they cannot run (logged once)."""
-    if os.environ.get(ENV_VAR, "1") == "0" or torch.backends.cpu.get_cpu_capability() != "AVX512":
+def _loaded() -> ctypes.CDLL | None:
+    """The kernels built and loaded once, or None where they cannot run (logged once)."""
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
         return None
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:

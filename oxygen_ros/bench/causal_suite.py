@@ -21,7 +21,6 @@ import torch
 from oxygen_ros.bench.report import result
 from oxygen_ros.bench.robot_frames import PROMPT, camera_image
 from oxygen_ros.kv.kv_cache import KVCache
-from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.models.pi05 import Pi05Model
 from oxygen_ros.models.registry import load_model
 
@@ -36,9 +35,9 @@ def chunk(model: Pi05Model, token_ids: list[int], pixels: torch.Tensor, bidirect
     n = len(token_ids)
     blocks = list(range(-(-n // BLOCK_SIZE)))
     kv = KVCache(model.kv_layout(BLOCK_SIZE, torch.float32), len(blocks), torch.device("cpu"))
-    ctx = StepContext(torch.arange(n), [n], [n], torch.tensor([blocks]), bidirectional_lens=[bidirectional])
+    ctx, positions = kv.steps.batch([blocks], [0], [n], [bidirectional])
     embeds = model.embed_span(token_ids, 0, n, model.encode_images(pixels) if len(pixels) else None)
-    model(torch.tensor(token_ids), torch.arange(n), ctx, kv, input_embeds=embeds)
+    model(torch.tensor(token_ids), positions, ctx, kv, input_embeds=embeds)
     return model.sample_actions(torch.tensor([blocks]), [n], kv, noise=noise[None])[0]
 
 

@@ -16,7 +16,6 @@ import torch
 from tqdm import tqdm
 
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.kv.step_context import StepContext
 
 TEXT_PATH = Path(__file__).with_name("data") / "declaration_of_independence.txt"  # public domain (1776)
 
@@ -35,15 +34,12 @@ def teacher_forced_logprobs(engine: Engine, ids: list[int], chunk: int) -> torch
     per forward pass over blocks taken from (and given back to) the engine's pool."""
     bs, device, model = engine.config.block_size, engine.device, engine.bundle.model
     blocks = engine.pool.allocate(-(-len(ids) // bs))
-    table = torch.tensor([blocks], device=device)
     tokens = torch.tensor(ids, device=device)
     parts = []
     try:
         for start in tqdm(range(0, len(ids) - 1, chunk), desc=f"text {engine.layout.name}", unit="chunk", leave=False):
             end = min(start + chunk, len(ids) - 1)  # positions start..end-1 predict tokens start+1..end
-            positions = torch.arange(start, end, device=device)
-            slots = table[0, positions // bs] * bs + positions % bs
-            ctx = StepContext(slots, [end - start], [end], table)
+            ctx, positions = engine.kv.steps.batch([blocks], [start], [end - start], [0])
             logits = model.compute_logits(model(tokens[start:end], positions, ctx, engine.kv))
             parts.append(torch.log_softmax(logits.float(), dim=-1).cpu())
     finally:

@@ -32,6 +32,7 @@ from oxygen_ros.engine.scheduler_output import ScheduledBatch
 from oxygen_ros.engine.stats import pool_stats
 from oxygen_ros.engine.tiers import build_tiers
 from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.kv.attention_backend import choose_backend
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.models.registry import ModelBundle, load_model
 
@@ -41,17 +42,18 @@ class Engine:
         config.validate()
         self.config = config
         self.device = torch_device(config.device)
+        self.backend = choose_backend(config, self.device)  # every path chosen once, before the model loads
         self.dtype = resolve_dtype(config.dtype, self.device)
         auto = config.weight_dtype == "auto"
         weight_dtype = self.dtype if auto else resolve_dtype(config.weight_dtype, self.device, "weight_dtype")
         self.bundle = b = bundle or load_model(config.model, self.device, self.dtype, config.seed, weight_dtype)
         self.tokenizer = b.tokenizer
-        self.formats = kv_formats(config, b, self.dtype, self.device)
+        self.formats = kv_formats(config, b, self.dtype, self.device, self.backend.kernels)
         self.pool_layout, self.task_formats = self.formats.pool_layout, self.formats.task_formats
         self.layout, self.kv_dtype_name = self.pool_layout.layout, self.pool_layout.name
         self.max_model_len = min(config.max_model_len, b.max_position_embeddings)
         units = num_blocks(config, self.pool_layout, self.max_model_len, self.device)
-        self.kv = KVCache(self.pool_layout, units, self.device)
+        self.kv = KVCache(self.pool_layout, units, self.device, self.backend)
         window = -(-config.eviction_history_window // ATTENTION_MASS_EVERY)  # measured steps in the window
         policy = make_policy(config.eviction_policy, units, config.eviction_alpha, window)
         widths = [self.pool_layout.units_per_block(f) for f in range(len(self.pool_layout.formats))]

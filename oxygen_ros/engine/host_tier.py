@@ -38,9 +38,11 @@ def take_blocks(layers: list[KVBlocks], index: int) -> list[KVBlocks]:
 
 class HostTier:
     def __init__(
-        self, layout: KVLayout, capacity_bytes: int, fmt: str = "int8", device: torch.device = torch.device("cpu")
+        self, layout: KVLayout, capacity_bytes: int, fmt: str = "int8", device: torch.device = torch.device("cpu"),
+        kernels: str = "auto",
     ) -> None:
-        """``device``: the pool's; on CUDA the arena is pinned and promotions copy on a side stream."""
+        """``device``: the pool's; on CUDA the arena is pinned and promotions copy on a side stream. ``kernels``: the
+        pool's kernel backend, for the requantizing copies."""
         if fmt not in HOST_FORMATS:
             raise ValueError(f"cpu_tier_format must be one of {HOST_FORMATS}, got {fmt!r}")
         self.layout = host_layout(layout, fmt)
@@ -49,7 +51,7 @@ class HostTier:
             raise ValueError(f"cpu_tier_bytes={capacity_bytes} holds no block of {self.layout.bytes_per_block} bytes")
         self.capacity_bytes = self.num_slots * self.layout.bytes_per_block
         self.layers = [self._arena(i, pin=device.type == "cuda") for i in range(layout.num_layers)]
-        self.mover = BlockMover(device)
+        self.mover = BlockMover(device, kernels)
         self._slots: OrderedDict[bytes, int] = OrderedDict()  # block hash -> slot, least recently used first
         self._free = list(range(self.num_slots - 1, -1, -1))
         self._fp8_scales_set = False

@@ -32,9 +32,10 @@ class KVFormats:
         return (blocks - observation_blocks) * width(kv_format) + observation_blocks * width(observation_format)
 
 
-def kv_formats(config: EngineConfig, bundle: ModelBundle, dtype: torch.dtype, device: torch.device) -> KVFormats:
+def kv_formats(config: EngineConfig, bundle: ModelBundle, dtype: torch.dtype, device: torch.device,
+               kernels: str) -> KVFormats:  # fmt: skip
     """The formats from ``kv_dtype``, ``kv_full_precision_layers``, ``kv_task_dtypes`` and ``kv_observation_dtype``;
-    INVALID_ARGUMENT for a bad value, FAILED_PRECONDITION for a format this device cannot run."""
+    INVALID_ARGUMENT for a bad value, FAILED_PRECONDITION for a format this device cannot run on ``kernels``."""
     bad = [i for i in config.kv_full_precision_layers if not 0 <= i < bundle.num_layers]
     if bad:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"kv_full_precision_layers {bad} out of range: "
@@ -58,7 +59,7 @@ def kv_formats(config: EngineConfig, bundle: ModelBundle, dtype: torch.dtype, de
         raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
     for lay in layouts:
         for spec in dict.fromkeys(lay.layer_spec(i) for i in range(bundle.num_layers)):  # e.g. fp8 and fp32 layers
-            why = format_support_error(spec, device)
+            why = format_support_error(spec, device, kernels)
             if why:
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"KV format {spec.name} cannot run here: {why}")
     task_formats = {t: dtypes.index(d) for t, d in per_task.items()}

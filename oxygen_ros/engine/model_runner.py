@@ -13,43 +13,8 @@ from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.engine.request import Request
 from oxygen_ros.engine.sampling import sample
 from oxygen_ros.engine.scheduler_output import ScheduledBatch
-from oxygen_ros.kv.step_context import StepContext
+from oxygen_ros.kv.step_builder import padded_tables
 from oxygen_ros.models.interface import ServingModel
-
-
-def block_tables(requests: list[Request], device: torch.device) -> torch.Tensor:
-    """The requests' block tables as one [B, max_blocks] tensor, padded with block 0 (never read)."""
-    return torch.tensor(padded_tables(requests), dtype=torch.long, device=device)
-
-
-def padded_tables(requests: list[Request]) -> list[list[int]]:
-    width = max(len(r.block_table) for r in requests)
-    return [r.block_table + [0] * (width - len(r.block_table)) for r in requests]
-
-
-def build_context(
-    requests: list[Request], num_new_tokens: list[int], block_size: int, device: torch.device
-) -> tuple[StepContext, torch.Tensor]:
-    """The step context and token positions for computing ``num_new_tokens`` tokens of each request."""
-    slots: list[int] = []
-    positions: list[int] = []
-    context_lens: list[int] = []
-    for req, n in zip(requests, num_new_tokens):
-        start, table = req.num_computed_tokens, req.block_table
-        slots.extend(table[pos // block_size] * block_size + pos % block_size for pos in range(start, start + n))
-        positions.extend(range(start, start + n))
-        context_lens.append(start + n)
-    tables = padded_tables(requests)
-    ctx = StepContext(
-        slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
-        query_lens=list(num_new_tokens),
-        context_lens=context_lens,
-        block_tables=torch.tensor(tables, dtype=torch.long, device=device),
-        bidirectional_lens=[r.bidirectional_len for r in requests] if any(r.bidirectional_len for r in requests) else None,
-        tables=tables,
-        slots=slots,
-    )
-    return ctx, torch.tensor(positions, dtype=torch.long, device=device)
 
 
 MassHook = Callable[[torch.Tensor, torch.Tensor], None]
@@ -99,13 +64,14 @@ class ModelRunner:
     def _write_states(self, reqs: list[Request]) -> None:
         """Each request's state token into the pool right after its prefix (``write_prefix_tail``)."""
         prefix_lens = [r.num_prompt_tokens - 1 for r in reqs]
-        self.model.write_prefix_tail([r.state for r in reqs], block_tables(reqs, self.device), prefix_lens, self.kv)
+        self.model.write_prefix_tail([r.state for r in reqs], self._block_tables(reqs), prefix_lens, self.kv)
         for req in reqs:
             req.num_computed_tokens += 1
 
     def _forward(self, reqs: list[Request], counts: list[int]) -> dict[str, int]:
         """The backbone over ``counts[i]`` new tokens of each request; sampled tokens as ``execute`` returns them."""
-        ctx, positions = build_context(reqs, counts, self.block_size, self.device)
+        ctx, positions = self.kv.steps.batch([r.block_table for r in reqs], [r.num_computed_tokens for r in reqs],
+                                             counts, [r.bidirectional_len for r in reqs])  # fmt: skip
         ids = [t for r, n in zip(reqs, counts) for t in r.all_token_ids[r.num_computed_tokens : r.num_computed_tokens + n]]
         input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
         embeds = self._image_embeds(reqs, counts) if self.takes_images else None
@@ -149,6 +115,10 @@ class ModelRunner:
                 req.image_tokens = None
         return torch.cat(parts)
 
+    def _block_tables(self, reqs: list[Request]) -> torch.Tensor:
+        """The requests' block tables as one [B, max_blocks] tensor, padded with block 0 (never read)."""
+        return torch.tensor(padded_tables([r.block_table for r in reqs]), dtype=torch.long, device=self.device)
+
     @torch.inference_mode()
     def sample_actions(self, reqs: list[Request], num_steps: int) -> None:
         """One action chunk per request from its prefix in the pool; all requests denoise together in one batch.
@@ -160,7 +130,7 @@ class ModelRunner:
             [torch.randn(horizon, action_dim, generator=r.generator, device=r.generator.device) for r in reqs]
         )
         prefix_lens = [r.num_prompt_tokens for r in reqs]
-        tables = block_tables(reqs, self.device)
+        tables = self._block_tables(reqs)
         actions = self.model.sample_actions(tables, prefix_lens, self.kv, num_steps, noise=noise)
         for req, chunk in zip(reqs, actions):
             req.actions = chunk

@@ -51,7 +51,7 @@ class TierManager:
         self.host_hits = 0
         self.disk_hits = 0
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="oxygen-kv-prefetch") if disk else None
-        self.mover = host.mover if host is not None else BlockMover(kv.device)
+        self.mover = host.mover if host is not None else BlockMover(kv.device, kv.backend.kernels)
 
     def demote(self, block_ids: list[int], hashes: list[bytes]) -> None:
         """Save evicted pool blocks before their ids are reused (the pool's ``on_evict`` hook)."""
@@ -223,7 +223,7 @@ def build_tiers(config: EngineConfig, kv: KVCache, pool: BlockPool, key: str) ->
     if kv.pool_layout.mixed:
         layout = replace(layout, dtype=torch.int8)  # L1 stores every format as int8
     try:
-        host = HostTier(layout, config.cpu_tier_bytes, config.cpu_tier_format, device) \
+        host = HostTier(layout, config.cpu_tier_bytes, config.cpu_tier_format, device, kv.backend.kernels) \
             if config.cpu_tier_bytes else None  # fmt: skip
     except ValueError as exc:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc

@@ -44,10 +44,11 @@ def compact_like(dst: KVBlocks, n: int, device: torch.device) -> KVBlocks:
 
 class BlockMover:
     """Moves blocks between layers' ``KVBlocks`` on any two devices (one instance per pool: it owns the side
-    stream on CUDA)."""
+    stream on CUDA); its requantizing copies run on ``kernels`` (the pool's ``AttentionBackend.kernels``)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, kernels: str = "auto") -> None:
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.kernels = kernels
 
     def move(self, src: list[KVBlocks], src_ids: list[int], dst: list[KVBlocks], dst_ids: list[int]) -> None:
         """Block ``dst_ids[i]`` of every ``dst`` layer := block ``src_ids[i]`` of the ``src`` layer, in dst's
@@ -57,17 +58,16 @@ class BlockMover:
         s, d = torch.tensor(src_ids), torch.tensor(dst_ids)
         for a, b in zip(src, dst, strict=True):
             if a.device == b.device:
-                requantize_blocks(a, s.to(a.device), b, d.to(b.device))
+                requantize_blocks(a, s.to(a.device), b, d.to(b.device), backend=self.kernels)
             elif b.device.type == "cpu":
                 self.to_host(a, s, b, d)
             else:
                 self.to_device(a, s, b, d)
 
-    @staticmethod
-    def to_host(src: KVBlocks, s: torch.Tensor, dst: KVBlocks, d: torch.Tensor) -> None:
+    def to_host(self, src: KVBlocks, s: torch.Tensor, dst: KVBlocks, d: torch.Tensor) -> None:
         """Blocks ``s`` of device ``src`` into blocks ``d`` of host ``dst``: requantized on the device, then copied."""
         staged = compact_like(dst, len(s), src.device)
-        requantize_blocks(src, s.to(src.device), staged, torch.arange(len(s), device=src.device))
+        requantize_blocks(src, s.to(src.device), staged, torch.arange(len(s), device=src.device), backend=self.kernels)
         for (data, scale), (out_data, out_scale) in zip(staged.planes, dst.planes, strict=True):
             out_data[d] = data.to(dst.device)
             if scale is not None and scale.dim() > 1:  # int8 token scales travel with their blocks
@@ -87,4 +87,4 @@ class BlockMover:
             for t in (staged.k, staged.v, staged.k_scale, staged.v_scale):
                 if t is not None:
                     t.record_stream(compute)  # freed only once the compute stream is done with it
-        requantize_blocks(staged, torch.arange(len(s), device=device), dst, d.to(device))
+        requantize_blocks(staged, torch.arange(len(s), device=device), dst, d.to(device), backend=self.kernels)

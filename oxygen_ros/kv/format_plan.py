@@ -2,7 +2,7 @@
 
 The engine addresses KV by block id and slot (``block * block_size + offset``) whatever a block's format; each
 format's ``KVBlocks`` view is addressed by unit, with ``block_size / s`` tokens per unit for a format ``s`` units wide.
-A ``FormatPlan`` translates once per step (``KVCache.bind``; every layer reuses it): per format, the rows that have tokens in it,
+A ``FormatPlan`` translates once per step (``StepBuilder.plan``; every layer reuses it): per format, the rows that have tokens in it,
 their units in table order, how many tokens, and for each unit the table column it came from (to credit attention
 mass back to the block).  Only the last block of a row can be partial, so within each format too only the last
 unit of a row is partial, and a format's tokens of a row are a plain prefix of its unit list: what the kernels read.

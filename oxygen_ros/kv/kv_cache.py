@@ -12,13 +12,13 @@ when a format is int8; the units of wider blocks leave theirs unused), fp8's per
 In a single-format pool a unit is a block and its id is the block's id: that is the fast path, with no mapping.
 """
 
-import os
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
+from oxygen_ros.config import EngineConfig
 from oxygen_ros.kernels import (
     Fp8Calibrator,
     KVBlocks,
@@ -26,24 +26,17 @@ from oxygen_ros.kernels import (
     copy_blocks,
     gather_kv,
     paged_decode_attention,
-    use_triton,
     write_kv,
 )
 from oxygen_ros.kernels.cpu_paged_decode import can_read, cpu_paged_decode
 from oxygen_ros.kernels.quant_spec import SCALE_DTYPE
+from oxygen_ros.kv.attention_backend import AttentionBackend, choose_backend
 from oxygen_ros.kv.block_moves import take
 from oxygen_ros.kv.format_plan import FormatPlan
 from oxygen_ros.kv.kv_write import KVWrite
-from oxygen_ros.kv.cascade import plan_cascade, plan_prefix_groups
-from oxygen_ros.kv.token_rows import plan_token_rows
 from oxygen_ros.kv.layout import KVLayout, PoolLayout
-
-if TYPE_CHECKING:
-    from oxygen_ros.kv.step_context import StepContext
-
-IN_PLACE_ENV_VAR = "OXYGEN_CPU_PAGED_DECODE"  # 0 = CPU decode attention by shared-prefix torch ops (measure it)
-TOKEN_ROWS_MAX_QUERY = 64  # new tokens per sequence, at most, for a prefill step run as rows of the paged kernel
-TOKEN_ROWS_MAX_READS = 1 << 20  # rows x longest context: the kernel's weights buffer (x heads floats) stays small
+from oxygen_ros.kv.step_builder import StepBuilder
+from oxygen_ros.kv.step_context import StepContext
 
 
 class BlockUnits(Protocol):
@@ -67,8 +60,10 @@ class LayerKV:
     on the order of keys: positions are already rotated into them).
     """
 
-    def __init__(self, views: list[KVBlocks], live_units: Callable[[int], torch.Tensor] | None = None) -> None:
+    def __init__(self, views: list[KVBlocks], live_units: Callable[[int], torch.Tensor] | None = None,
+                 kernels: str = "torch") -> None:  # fmt: skip
         self.views = views
+        self.kernels = kernels  # the backend every KV kernel call of this layer runs (AttentionBackend.kernels)
         self.calibrators = {
             fmt: Fp8Calibrator(view.num_kv_heads, device=view.device)
             for fmt, view in enumerate(views)
@@ -96,7 +91,7 @@ class LayerKV:
             if calibrator is not None:
                 live = None if self._live_units is None else (lambda fmt=write.fmt: self._live_units(fmt))
                 calibrator.update(view, ks, vs, live_blocks=live)
-            write_kv(view, write.slots, ks, vs, all_stored=True)
+            write_kv(view, write.slots, ks, vs, all_stored=True, backend=self.kernels)
 
     def gather(
         self, block_tables: torch.Tensor, num_tokens: int, dtype: torch.dtype, plan: FormatPlan | None = None,
@@ -105,20 +100,20 @@ class LayerKV:
         """Dequantized K/V of the first ``num_tokens`` tokens of each table row: [B, num_tokens, KVH, D] each (in a
         mixed pool: row b's first ``lens[b]`` tokens, grouped by format, then padding)."""
         if plan is None:
-            return gather_kv(self.views[0], block_tables, num_tokens, dtype)
+            return gather_kv(self.views[0], block_tables, num_tokens, dtype, backend=self.kernels)
         v0 = self.views[0]
         shape = (block_tables.shape[0], num_tokens, v0.num_kv_heads, v0.head_dim)
         keys = torch.zeros(shape, dtype=dtype, device=v0.device)
         values = torch.zeros_like(keys)
         for seg in plan.segments(lens):
-            k, v = gather_kv(self.views[seg.fmt], seg.tables, max(seg.lens), dtype)
+            k, v = gather_kv(self.views[seg.fmt], seg.tables, max(seg.lens), dtype, backend=self.kernels)
             for i, (row, n, offset) in enumerate(zip(seg.rows, seg.lens, seg.offsets)):
                 keys[row, offset : offset + n] = k[i, :n]
                 values[row, offset : offset + n] = v[i, :n]
         return keys, values
 
-    def decode_step(self, q: torch.Tensor, ctx: "StepContext", scale: float) -> torch.Tensor:
-        """Decode attention of a step's queries [B, H, D] over their contexts, by the path ``KVCache.bind`` chose:
+    def decode_step(self, q: torch.Tensor, ctx: StepContext, scale: float) -> torch.Tensor:
+        """Decode attention of a step's queries [B, H, D] over their contexts, by the path ``StepBuilder.plan`` chose:
         shared-prefix attention in torch ops or the C kernel reading an fp32 pool in place on a CPU, else the paged
         kernel (per format in a mixed pool)."""
         if ctx.cascade is not None:
@@ -129,9 +124,9 @@ class LayerKV:
         return self.decode(q, ctx.block_tables, ctx.context_lens_tensor, scale, block_mass=ctx.block_mass,
                            plan=ctx.format_plan, lens=ctx.context_lens)  # fmt: skip
 
-    def prefill_step(self, q: torch.Tensor, ctx: "StepContext", scale: float) -> torch.Tensor:
+    def prefill_step(self, q: torch.Tensor, ctx: StepContext, scale: float) -> torch.Tensor:
         """Attention of a prefill step's new tokens [T, H, D], each a row over its context in the pool (stored
-        before: ``KVCache.bind`` chose this path, ``kv.token_rows``)."""
+        before: ``StepBuilder.plan`` chose this path, ``kv.token_rows``)."""
         rows = ctx.token_rows
         assert rows is not None
         return cpu_paged_decode(q, self.views[0], rows.tables, rows.lengths, rows.max_length, scale,
@@ -144,7 +139,8 @@ class LayerKV:
         """One query per sequence [B, H, D] over its whole context in the pool (the paged decode kernel); in a mixed
         pool one kernel call per format, merged exactly by log-sum-exp."""
         if plan is None:
-            return paged_decode_attention(q, self.views[0], block_tables, context_lens, scale, block_mass=block_mass)
+            return paged_decode_attention(q, self.views[0], block_tables, context_lens, scale, block_mass=block_mass,
+                                          backend=self.kernels)  # fmt: skip
         segments = plan.segments(lens)
         num_seqs, num_heads, _ = q.shape
         lse = torch.full((len(segments), num_seqs, num_heads), float("-inf"), device=q.device)
@@ -156,7 +152,7 @@ class LayerKV:
                                                                 device=q.device)  # fmt: skip
             part_lse = torch.empty(len(seg.rows), num_heads, device=q.device)
             part = paged_decode_attention(q[rows], self.views[seg.fmt], seg.tables, seg.lens_tensor, scale,
-                                          block_mass=mass, lse=part_lse)  # fmt: skip
+                                          block_mass=mass, lse=part_lse, backend=self.kernels)  # fmt: skip
             out[i, rows], lse[i, rows] = part.float(), part_lse
             masses.append(mass)
         weights = torch.softmax(lse, dim=0)  # each format's share of the softmax mass, per row and head
@@ -172,20 +168,23 @@ class KVCache:
     """All layers' storage, allocated once up front so serving never allocates KV memory.
 
     ``layout``: one format (``KVLayout``) or several (``PoolLayout``); a mixed pool needs ``attach(pool)`` before
-    its first step, since only the block pool knows each block's format and units.  ``bind(ctx)`` adds to a step's
-    context what this pool's read path needs, once per step, before the first layer.
+    its first step, since only the block pool knows each block's format and units. ``backend``: the paths chosen
+    at configure (default: ``EngineConfig``'s, with their environment overrides). ``steps`` builds every step's
+    context with the read path this pool takes for it.
     """
 
-    def __init__(self, layout: KVLayout | PoolLayout, num_blocks: int, device: torch.device) -> None:
+    def __init__(self, layout: KVLayout | PoolLayout, num_blocks: int, device: torch.device,
+                 backend: AttentionBackend | None = None) -> None:  # fmt: skip
         self.pool_layout = layout if isinstance(layout, PoolLayout) else PoolLayout.single(layout)
         self.layout = self.pool_layout.layout
         self.num_blocks = num_blocks  # units: blocks of the narrowest format
         self.device = device
+        self.backend = backend or choose_backend(EngineConfig(), device)
         self.block_pool: BlockUnits | None = None
         self.layers = [self._layer(i) for i in range(self.layout.num_layers)]
         # CPU decode attention: the C kernel where it reads every layer, else shared-prefix torch ops
-        self.decodes_in_place = (all(layer.reads_in_place for layer in self.layers)
-                                 and os.environ.get(IN_PLACE_ENV_VAR, "1") != "0")  # fmt: skip
+        self.decodes_in_place = self.backend.c_paged_decode and all(layer.reads_in_place for layer in self.layers)
+        self.steps = StepBuilder(self)
 
     def _layer(self, layer: int) -> LayerKV:
         pl, lay = self.pool_layout, self.layout
@@ -206,34 +205,11 @@ class KVCache:
             elif spec.kind == "fp8":
                 scales = [torch.ones(lay.num_kv_heads, dtype=SCALE_DTYPE, device=self.device) for _ in "kv"]
             views.append(KVBlocks(k, v, *scales))
-        return LayerKV(views, self._live_units if pl.mixed else None)
+        return LayerKV(views, self._live_units if pl.mixed else None, self.backend.kernels)
 
     def attach(self, pool: BlockUnits) -> None:
         """Read block formats and units from ``pool`` (the engine's; needed by a mixed pool)."""
         self.block_pool = pool
-
-    def bind(self, ctx: "StepContext") -> None:
-        """Add what this pool's reads need to a step's context, once (a context serves every layer and, for the
-        action expert, every denoising step): the per-format plan of a mixed pool, or the shared-prefix plan of a CPU
-        decode step (prefix groups for the C kernel, or the torch path's cascade layout), or the token rows of a CPU
-        prefill step the C kernel serves."""
-        if any(x is not None for x in (ctx.format_plan, ctx.cascade, ctx.prefix_groups, ctx.token_rows)):
-            return
-        if self.pool_layout.mixed:
-            plan = ctx.format_plan = FormatPlan(self.units, self.layout.block_size, len(self.pool_layout.formats),
-                                                ctx.slot_mapping, ctx.slots, ctx.block_tables, ctx.tables)  # fmt: skip
-            plan.write_slots()
-            plan.segments(ctx.context_lens if ctx.prefill is None else ctx.prefill.cached_lens)
-        elif ctx.is_decode and not use_triton(self.device):
-            plan = plan_prefix_groups if self.decodes_in_place else plan_cascade
-            groups = plan(ctx.tables, ctx.context_lens, self.layout.block_size, ctx.block_tables.device)
-            if self.decodes_in_place:
-                ctx.prefix_groups = groups
-            else:
-                ctx.cascade = groups
-        elif self.decodes_in_place and not use_triton(self.device) and _rows_read_the_pool(ctx):
-            ctx.token_rows = plan_token_rows(ctx.block_tables, ctx.query_lens, ctx.context_lens, ctx.tables,
-                                             self.layout.block_size)  # fmt: skip
 
     def _live_units(self, fmt: int) -> torch.Tensor:
         """Units of blocks of format ``fmt`` that hold KV (in use or cached): what an fp8 rescale must requantize."""
@@ -255,7 +231,7 @@ class KVCache:
             d_units = [u for p in positions for u in self.units(dst[p])[1]]
             s, d = torch.tensor(s_units, device=self.device), torch.tensor(d_units, device=self.device)
             for layer in self.layers:
-                copy_blocks(layer.views[fmt], s, layer.views[fmt], d)
+                copy_blocks(layer.views[fmt], s, layer.views[fmt], d, backend=self.backend.kernels)
 
     # --- whole blocks, as the memory tiers move them -----------------------------------------------------------
     def _by_format(self, block_ids: list[int]) -> dict[int, tuple[list[int], list[int]]]:
@@ -303,7 +279,7 @@ class KVCache:
             flat = torch.tensor(units, device=self.device)
             every = torch.arange(len(units), device=self.device)
             for layer, buffer in zip(self.layers, buffers, strict=True):
-                copy_blocks(_split(buffer, width), every, layer.views[fmt], flat)
+                copy_blocks(_split(buffer, width), every, layer.views[fmt], flat, backend=self.backend.kernels)
 
     def units(self, block_id: int) -> tuple[int, list[int]]:
         """A block's format and its units in that format's view, in token order."""
@@ -311,16 +287,6 @@ class KVCache:
             return 0, [block_id]
         assert self.block_pool is not None, "a mixed-format KVCache needs attach(pool)"
         return self.block_pool.block_units(block_id)
-
-
-def _rows_read_the_pool(ctx: "StepContext") -> bool:
-    """Whether a prefill step's attention can be its tokens as rows over the pool (``kv.token_rows``): causal, every
-    new token stored, anything but one fresh causal sequence (that keeps torch's fused causal attention), and short
-    chunks (question tails, steps shared with decoding rows): a row's new tokens are read by dot products, and the
-    kernel keeps a weight per row and context token, so long chunks stay with torch's attention."""
-    return (ctx.prefill is not None and ctx.prefill.mask is not None and not any(ctx.bidirectional_lens or ())
-            and min(ctx.slots) >= 0 and max(ctx.query_lens) <= TOKEN_ROWS_MAX_QUERY
-            and len(ctx.slots) * ctx.max_context <= TOKEN_ROWS_MAX_READS)  # fmt: skip
 
 
 def _whole(units: KVBlocks, width: int) -> KVBlocks:

@@ -11,7 +11,7 @@ is computed in one step.
 Everything derived from the batch (length tensors, the prefill mask and padding index) is computed here, once, so a
 layer neither creates tensors nor reads values back to the host (on a GPU either would stall the step thirty times).
 What depends on the pool (the per-format plan of a mixed pool, the shared-prefix plan of a CPU decode step) is added
-by ``KVCache.bind`` before the first layer runs.
+by ``StepBuilder.plan`` (``kv.steps``) before the first layer runs.
 """
 
 from dataclasses import dataclass, field
@@ -53,10 +53,13 @@ class StepContext:
     context_lens_tensor: torch.Tensor = field(init=False, repr=False)
     writes: list[KVWrite] = field(init=False, repr=False)  # a one-format pool's; a mixed pool's are the plan's
     prefill: PrefillLayout | None = field(init=False, repr=False)
-    format_plan: FormatPlan | None = field(default=None, init=False, repr=False)  # mixed pools: KVCache.bind
-    cascade: CascadeLayout | None = field(default=None, init=False, repr=False)  # CPU decode, torch: KVCache.bind
-    prefix_groups: PrefixGroups | None = field(default=None, init=False, repr=False)  # CPU decode, C: likewise
-    token_rows: TokenRows | None = field(default=None, init=False, repr=False)  # CPU prefill, C: likewise
+    # the read path, added once by StepBuilder.plan (``planned``): layers only read it
+    planned: bool = field(default=False, init=False, repr=False)
+    format_plan: FormatPlan | None = field(default=None, init=False, repr=False)  # mixed pools
+    cascade: CascadeLayout | None = field(default=None, init=False, repr=False)  # CPU decode, torch's ops
+    prefix_groups: PrefixGroups | None = field(default=None, init=False, repr=False)  # CPU decode, the C kernel
+    token_rows: TokenRows | None = field(default=None, init=False, repr=False)  # CPU prefill, the C kernel
+    row_decode: bool = field(default=False, init=False, repr=False)  # batch-1 decode: the one-call C decoder
 
     def __post_init__(self) -> None:
         if self.tables is None:

@@ -1,7 +1,7 @@
 """Attention over the paged KV pool for one layer of a step (``StepContext`` says where the batch's tokens sit).
 
 Decode steps read each context from the pool (the new token included, just written): in place with the paged Triton
-kernel on a GPU, by shared-prefix attention (C or torch) on a CPU (``KVCache.bind`` chose).  On a CPU with the C
+kernel on a GPU, by shared-prefix attention (C or torch) on a CPU (``StepBuilder.plan`` chose).  On a CPU with the C
 kernels, prefill chunks that continue a cached prefix or share a step are rows of that kernel too (``kv.token_rows``);
 elsewhere they read their cached prefix from the pool and use their own K/V as computed, padded to ``[B, max_query]``
 with the mask the step context built once.
@@ -17,7 +17,9 @@ from oxygen_ros.kv.step_context import StepContext
 def paged_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: StepContext, cache: LayerKV, scale: float
 ) -> torch.Tensor:
-    """Store new K/V in the pool, then attend: q [T, H, D], k/v [T, KVH, D] -> out [T, H, D]."""
+    """Store new K/V in the pool, then attend: q [T, H, D], k/v [T, KVH, D] -> out [T, H, D]. ``ctx`` comes from the
+    step builder (``kv.steps``), which chose the read path; this only reads it."""
+    assert ctx.planned, "a step context must come from kv.steps (StepBuilder), which plans its read path"
     plan = ctx.format_plan
     cache.write(k, v, ctx.kv_writes)
     if ctx.is_decode:

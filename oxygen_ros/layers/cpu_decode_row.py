@@ -4,12 +4,12 @@ One sequence decoding alone is the robot's common case (one task asking, or the 
 there the step is ~40 small torch ops per layer whose dispatch costs as much again as reading the weights. The C
 kernel runs every layer of the token (norms, fused products, RoPE, the K/V store, paged attention, SiLU, residuals)
 in one OpenMP region, reading the row-major weights the packed layers keep for one-row products and the pool's
-blocks in place. It serves a single-format fp32 pool on a CPU with the C kernels built (``kernels.cpu_library``); anything
-else, or ``OXYGEN_CPU_DECODE_ROW=0``, takes the layer-by-layer path, which stays the reference it is tested against.
+blocks in place. It serves a single-format fp32 pool on a CPU with the C kernels built (``kernels.cpu_library``), when
+the step builder chose it (``StepContext.row_decode``: ``EngineConfig.cpu_decode_row``); anything else takes the
+layer-by-layer path, which stays the reference it is tested against.
 """
 
 import ctypes
-import os
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +20,6 @@ from oxygen_ros.kernels.cpu_library import library
 from oxygen_ros.layers.cpu_matvec import STREAMED_DTYPES
 from oxygen_ros.layers.rotary import RopeAngles
 
-ENV_VAR = "OXYGEN_CPU_DECODE_ROW"  # 0 = decode layer by layer (measure the difference)
 MAX_HEAD_DIM = 256  # the kernel keeps a query head in 16 registers
 
 
@@ -98,7 +97,7 @@ class RowDecoder:
 def row_decoder(shape: RowShape, layers: list[RowLayerWeights], kv: KVCache) -> RowDecoder | None:
     """The one-call decoder over ``kv``, or None where it does not apply (then decode layer by layer)."""
     kernels = library()
-    if kernels is None or os.environ.get(ENV_VAR, "1") == "0" or kv.pool_layout.mixed:
+    if kernels is None or not kv.backend.decode_row or kv.pool_layout.mixed:
         return None
     if shape.head_dim % 16 or shape.head_dim > MAX_HEAD_DIM or shape.heads % shape.kv_heads:
         return None

@@ -146,10 +146,9 @@ class LlamaModel(nn.Module):
         kv: KVCache,
         input_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        kv.bind(ctx)
         rope = self.rotary.angles(positions)
         h = self.embed_tokens(input_ids) if input_embeds is None else input_embeds
-        row = self._row_decoder(kv) if ctx.is_decode and ctx.num_seqs == 1 else None
+        row = self._row_decoder(kv) if ctx.row_decode else None
         if row is not None and h.dtype == torch.float32:
             h = h.contiguous() if input_embeds is None else h.clone()  # updated in place
             row(h, rope, ctx)

@@ -13,7 +13,6 @@ from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
-from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.packed_linear import can_pack_bf16
 from oxygen_ros.models.registry import load_model
 
@@ -38,11 +37,9 @@ def _teacher_forced_logits(model, ids: list[int]) -> torch.Tensor:
     a = model.args
     blocks = -(-len(ids) // BLOCK)
     kv = KVCache(KVLayout(a.num_layers, a.num_kv_heads, a.head_dim, BLOCK, torch.float32), blocks, CPU)
-    table = list(range(blocks))
-    ctx = StepContext(slot_mapping=torch.arange(len(ids)), query_lens=[len(ids)], context_lens=[len(ids)],
-                      block_tables=torch.tensor([table]), tables=[table], slots=list(range(len(ids))))  # fmt: skip
+    ctx, positions = kv.steps.batch([list(range(blocks))], [0], [len(ids)], [0])
     with torch.inference_mode():
-        return model.compute_logits(model(torch.tensor(ids), torch.arange(len(ids)), ctx, kv))
+        return model.compute_logits(model(torch.tensor(ids), positions, ctx, kv))
 
 
 def test_bf16_weights_keep_transformers_predictions(bf16_bundle, smollm2_bundle):

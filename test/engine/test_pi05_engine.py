@@ -23,7 +23,6 @@ from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kv.kv_cache import KVCache
-from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.models.pi05 import Pi05Model
 from oxygen_ros.models.registry import ModelBundle, load_model
 
@@ -98,9 +97,9 @@ def _direct_chunk(model: Pi05Model, bundle: ModelBundle, task: str, cams: list, 
     n = len(prefix.token_ids)
     blocks = list(range(-(-n // BLOCK)))
     kv = KVCache(model.kv_layout(BLOCK, torch.float32), len(blocks), torch.device("cpu"))
-    ctx = StepContext(torch.arange(n), [n], [n], torch.tensor([blocks]), bidirectional_lens=[n])
+    ctx, positions = kv.steps.batch([blocks], [0], [n], [n])
     embeds = model.embed_span(prefix.token_ids, 0, n, model.encode_images(prefix.pixels))
-    model(torch.tensor(prefix.token_ids), torch.arange(n), ctx, kv, input_embeds=embeds)
+    model(torch.tensor(prefix.token_ids), positions, ctx, kv, input_embeds=embeds)
     return model.sample_actions(torch.tensor([blocks]), [n], kv, noise=_noise(seed)[None])[0]
 
 

@@ -67,8 +67,7 @@ def test_mixed_decode_and_gather_equal_attention_over_each_formats_storage(names
     slots = torch.tensor([t[i // BS] * BS + i % BS for t, n in zip(tables, lens) for i in range(n)], device=device)
     width = max(map(len, tables))
     block_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables], device=device)
-    ctx = StepContext(slots, lens, lens, block_tables)
-    kv.bind(ctx)
+    ctx = kv.steps.plan(StepContext(slots, lens, lens, block_tables))
     plan = ctx.format_plan
     layer.write(torch.cat(k).to(device), torch.cat(v).to(device), ctx.kv_writes)
 
@@ -112,7 +111,7 @@ def test_whole_blocks_read_and_written_across_units(backend, device):
     slots = torch.tensor([b * BS + i for b in ids for i in range(BS)], device=device)
     ctx = StepContext(slots, [len(slots)], [len(slots)], torch.tensor([ids], device=device))
     k, v = (torch.randn(len(slots), KVH, D, generator=gen).to(device) for _ in "kv")
-    kv.bind(ctx)
+    kv.steps.plan(ctx)
     kv.layers[0].write(k, v, ctx.kv_writes)
 
     groups = kv.read_blocks(ids)

@@ -9,7 +9,7 @@ import torch
 
 from oxygen_ros.kernels import write_kv
 from oxygen_ros.kernels.cpu_library import library
-from oxygen_ros.kv import kv_cache
+from oxygen_ros.kv import step_builder
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.kv.step_context import StepContext
@@ -95,8 +95,8 @@ def test_mixed_step_through_token_rows_equals_masked_attention(heads, kv_heads, 
         for layer, (k, v) in zip(kv.layers, saved):
             layer.blocks.k.copy_(k), layer.blocks.v.copy_(v)
         if not through_rows:
-            monkeypatch.setattr(kv_cache, "_rows_read_the_pool", lambda ctx: False)
-        ctx, _ = _scattered_context(block_size)
+            monkeypatch.setattr(step_builder, "_rows_read_the_pool", lambda ctx: False)
+        ctx = kv.steps.plan(_scattered_context(block_size)[0])
         with torch.inference_mode():
             outputs.append(model(ids, positions, ctx, kv))
         assert (ctx.token_rows is not None) == through_rows
@@ -109,7 +109,7 @@ def test_long_chunks_keep_torchs_attention():
     """A chunk longer than the rows path serves (a long prompt batched with others) stays with the masked attention:
     the kernel would keep a weight per row and context token."""
     ctx = _context()
-    assert kv_cache._rows_read_the_pool(ctx)
+    assert step_builder._rows_read_the_pool(ctx)
     long = StepContext(slot_mapping=torch.arange(200), query_lens=[100, 100], context_lens=[100, 100],
                        block_tables=torch.tensor([[0, 1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12, 13]]))  # fmt: skip
-    assert long.prefill.mask is not None and not kv_cache._rows_read_the_pool(long)
+    assert long.prefill.mask is not None and not step_builder._rows_read_the_pool(long)

@@ -8,6 +8,8 @@ test/engine/test_smollm2_vs_hf.py.)"""
 import pytest
 import torch
 
+from oxygen_ros.config import EngineConfig
+from oxygen_ros.kv.attention_backend import choose_backend
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.kv.step_context import StepContext
@@ -36,14 +38,11 @@ def _model(heads: int, kv_heads: int, head_dim: int, bias: bool, weight_dtype: t
     return model
 
 
-def _context(tokens: list[int], start: int, with_mass: bool) -> tuple[StepContext, torch.Tensor]:
-    n = len(tokens)
-    slots = [TABLE[p // BLOCK] * BLOCK + p % BLOCK for p in range(start, start + n)]
-    ctx = StepContext(slot_mapping=torch.tensor(slots), query_lens=[n], context_lens=[start + n],
-                      block_tables=torch.tensor([TABLE]), tables=[TABLE], slots=slots)  # fmt: skip
+def _context(kv: KVCache, tokens: list[int], start: int, with_mass: bool) -> tuple[StepContext, torch.Tensor]:
+    ctx, positions = kv.steps.batch([TABLE], [start], [len(tokens)], [0])
     if with_mass:
         ctx.block_mass = torch.zeros(1, len(TABLE))
-    return ctx, torch.arange(start, start + n)
+    return ctx, positions
 
 
 def _decode(model: LlamaModel, prompt: list[int], token: int, row_path: bool,
@@ -53,9 +52,9 @@ def _decode(model: LlamaModel, prompt: list[int], token: int, row_path: bool,
     a = model.args
     kv = KVCache(KVLayout(a.num_layers, a.num_kv_heads, a.head_dim, BLOCK, torch.float32), 10, torch.device("cpu"))
     with torch.inference_mode():
-        ctx, positions = _context(prompt, 0, with_mass=False)
+        ctx, positions = _context(kv, prompt, 0, with_mass=False)
         (prefill or model)(torch.tensor(prompt), positions, ctx, kv)  # prefill: layer by layer either way
-        ctx, positions = _context([token], len(prompt), with_mass=True)
+        ctx, positions = _context(kv, [token], len(prompt), with_mass=True)
         if not row_path:
             model._row = None
             model._row_decoder = lambda kv: None
@@ -106,10 +105,16 @@ def test_row_decoder_with_bf16_weights_equals_fp32_on_the_rounded_weights(heads,
     assert (out - _decode(unrounded, prompt, 11, row_path=True, prefill=fp32)[0]).abs().max() > 1e-4  # not fp32
 
 
-def test_row_decoder_declines_what_it_cannot_read(monkeypatch):
+def test_row_decoder_declines_what_it_cannot_read():
     model = _model(4, 2, 32, False)
-    int8 = KVCache(KVLayout(3, 2, 32, BLOCK, torch.int8), 2, torch.device("cpu"))
+    cpu, fp32 = torch.device("cpu"), KVLayout(3, 2, 32, BLOCK, torch.float32)
+    int8 = KVCache(KVLayout(3, 2, 32, BLOCK, torch.int8), 2, cpu)
     assert model._row_decoder(int8) is None  # quantized pools decode layer by layer
-    monkeypatch.setenv("OXYGEN_CPU_DECODE_ROW", "0")
     model._row = None
-    assert model._row_decoder(KVCache(KVLayout(3, 2, 32, BLOCK, torch.float32), 2, torch.device("cpu"))) is None
+    off = KVCache(fp32, 2, cpu, backend=choose_backend(EngineConfig(cpu_decode_row=False), cpu))
+    assert model._row_decoder(off) is None
+    ctx, _ = off.steps.batch([TABLE], [40], [1], [0])
+    assert ctx.is_decode and not ctx.row_decode  # the step builder does not ask for it either
+    on = KVCache(fp32, 2, cpu)
+    assert on.steps.batch([TABLE], [40], [1], [0])[0].row_decode
+    assert not on.steps.batch([TABLE, TABLE], [40, 40], [1, 1], [0, 0])[0].row_decode  # batch 1 only

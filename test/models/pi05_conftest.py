@@ -12,17 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from oxygen_ros.kv.kv_cache import KVCache
-from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.models.common.gemma import GemmaDecoderLayer, GemmaRMSNorm
 from oxygen_ros.models.common.prefix import PrefixInputs
 from oxygen_ros.models.pi05 import PI05_TINY, Pi05Model
 
 BLOCK_SIZE = 16
-
-
-def slots(blocks: list[int], start: int, n: int) -> list[int]:
-    """Flat pool slots of token positions start..start+n-1 of a sequence whose block table is ``blocks``."""
-    return [blocks[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(start, start + n)]
 
 
 def block_tables(rows: list[list[int]]) -> torch.Tensor:
@@ -39,10 +33,8 @@ def image_len(prefix: PrefixInputs) -> int:
 def prefill(model: Pi05Model, kv: KVCache, prefix: PrefixInputs, blocks: list[int]) -> None:
     """The prefix in ONE step into ``blocks``: image tokens see each other, prompt tokens are causal."""
     T = len(prefix.token_ids)
-    ctx = StepContext(
-        torch.tensor(slots(blocks, 0, T)), [T], [T], block_tables([blocks]), bidirectional_lens=[image_len(prefix)]
-    )
-    model(torch.tensor(prefix.token_ids), torch.arange(T), ctx, kv, input_embeds=prefix.embeds)
+    ctx, positions = kv.steps.batch([blocks], [0], [T], [image_len(prefix)])
+    model(torch.tensor(prefix.token_ids), positions, ctx, kv, input_embeds=prefix.embeds)
 
 
 # ---- dense reference ------------------------------------------------------------------------------------------------

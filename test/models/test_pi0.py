@@ -15,7 +15,6 @@ from safetensors.torch import load_file, save_file
 from transformers import PI0ForConditionalGeneration
 
 from oxygen_ros.kv.kv_cache import KVCache
-from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.models.pi0 import Pi0Model, load_pi0_folder, read_pi0_config
 from oxygen_ros.models.pi05.config import PI05_FULL
 
@@ -47,11 +46,6 @@ def scattered_tables(lens: list[int]) -> list[list[int]]:
     return tables
 
 
-def padded(tables: list[list[int]]) -> torch.Tensor:
-    width = max(len(t) for t in tables)
-    return torch.tensor([t + [0] * (width - len(t)) for t in tables])
-
-
 @torch.no_grad()
 def pool_prefix(model: Pi0Model, cameras: list, prompts: list[list[int]]) -> tuple[KVCache, torch.Tensor, list[int]]:
     """Every row's prefix in ONE ragged prefill step, each wholly bidirectional -> (pool, block tables, lengths)."""
@@ -59,12 +53,11 @@ def pool_prefix(model: Pi0Model, cameras: list, prompts: list[list[int]]) -> tup
     lens = [len(p.token_ids) for p in prepared]
     tables = scattered_tables(lens)
     embeds = torch.cat([model.embed_span(p.token_ids, 0, n, model.encode_images(p.pixels)) for p, n in zip(prepared, lens)])
-    slots = [t[i // BLOCK_SIZE] * BLOCK_SIZE + i % BLOCK_SIZE for t, n in zip(tables, lens) for i in range(n)]
-    ctx = StepContext(torch.tensor(slots), lens, lens, padded(tables), bidirectional_lens=lens)
     kv = KVCache(model.kv_layout(BLOCK_SIZE, torch.float32), 64, torch.device("cpu"))
+    ctx, positions = kv.steps.batch(tables, [0] * len(lens), lens, lens)
     ids = torch.tensor([t for p in prepared for t in p.token_ids])
-    model(ids, torch.cat([torch.arange(n) for n in lens]), ctx, kv, input_embeds=embeds)
-    return kv, padded(tables), lens
+    model(ids, positions, ctx, kv, input_embeds=embeds)
+    return kv, ctx.block_tables, lens
 
 
 def pool_actions(model: Pi0Model, noise: torch.Tensor, prompts: list[list[int]] = PROMPTS) -> torch.Tensor:

@@ -14,13 +14,11 @@ from models.pi05_conftest import (
     image_len,
     dense_backbone,
     prefill,
-    slots,
 )
 from transformers import GemmaConfig, GemmaForCausalLM, SiglipVisionConfig, SiglipVisionModel
 
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
-from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.models.common.gemma import GemmaModel
 from oxygen_ros.models.common.images import image_content_hash
 from oxygen_ros.models.common.prefix import PrefixInputs
@@ -118,11 +116,11 @@ def test_backbone_matches_transformers_gemma(model: Pi05Model) -> None:
     blocks = [5, 2, 7]
     with torch.no_grad():
         expected = hf(input_ids=ids[None]).logits[0]
-        ctx = StepContext(torch.tensor(slots(blocks, 0, 37)), [37], [37], block_tables([blocks]))
-        got = [ours.compute_logits(ours(ids[:37], torch.arange(37), ctx, kv))]
+        ctx, positions = kv.steps.batch([blocks], [0], [37], [0])
+        got = [ours.compute_logits(ours(ids[:37], positions, ctx, kv))]
         for p in range(37, 40):
-            ctx = StepContext(torch.tensor(slots(blocks, p, 1)), [1], [p + 1], block_tables([blocks]))
-            got.append(ours.compute_logits(ours(ids[p : p + 1], torch.tensor([p]), ctx, kv)))
+            ctx, positions = kv.steps.batch([blocks], [p], [1], [0])
+            got.append(ours.compute_logits(ours(ids[p : p + 1], positions, ctx, kv)))
     torch.testing.assert_close(torch.cat(got), expected, atol=1e-4, rtol=1e-4)
 
 
@@ -197,15 +195,8 @@ def test_language_decode_from_the_pool_matches_dense(
     prefixes = [prefix_a, prefix_b]
     tables = [scattered_blocks(18, 1), scattered_blocks(128, 1)[18:53]]
     lens = [len(p.token_ids) for p in prefixes]
-    ctx = StepContext(
-        torch.tensor(slots(tables[0], 0, lens[0]) + slots(tables[1], 0, lens[1])),
-        lens,
-        lens,
-        block_tables(tables),
-        bidirectional_lens=[image_len(p) for p in prefixes],
-    )
+    ctx, positions = kv.steps.batch(tables, [0, 0], lens, [image_len(p) for p in prefixes])
     ids = torch.tensor([i for p in prefixes for i in p.token_ids])  # image placeholders: never looked up
-    positions = torch.cat([torch.arange(n) for n in lens])
     with torch.no_grad():
         hidden = model(ids, positions, ctx, kv, input_embeds=torch.cat([p.embeds for p in prefixes]))
         logits = [model.compute_logits(hidden[[lens[0] - 1, sum(lens) - 1]])]
@@ -215,13 +206,8 @@ def test_language_decode_from_the_pool_matches_dense(
             for seq, tok in enumerate(tokens):
                 generated[seq].append(tok)
             pos = [n + step for n in lens]
-            ctx = StepContext(
-                torch.tensor([s for t, p in zip(tables, pos, strict=True) for s in slots(t, p, 1)]),
-                [1, 1],
-                [p + 1 for p in pos],
-                block_tables(tables),
-            )
-            logits.append(model.compute_logits(model(torch.tensor(tokens), torch.tensor(pos), ctx, kv)))
+            ctx, positions = kv.steps.batch(tables, pos, [1, 1], [0, 0])
+            logits.append(model.compute_logits(model(torch.tensor(tokens), positions, ctx, kv)))
     pool_logits = torch.stack(logits, dim=1)  # [2 seqs, 7 steps, vocab]
     for seq, prefix in enumerate(prefixes):
         hidden = dense_backbone(model, prefix, generated[seq])[0]

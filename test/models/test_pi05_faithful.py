@@ -20,9 +20,8 @@ from pi05_folders import (
 )
 
 from oxygen_ros.kv.kv_cache import KVCache
-from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.models.common.lerobot_checkpoint import load_weights
-from oxygen_ros.models.common.flow import action_context, integrate_flow
+from oxygen_ros.models.common.flow import integrate_flow
 from oxygen_ros.models.pi05.config import PI05_FULL
 from oxygen_ros.models.common.gemma import GemmaRMSNorm
 from oxygen_ros.models.pi05 import Pi05Model, load_pi05_folder, read_pi05_config
@@ -68,15 +67,12 @@ def pool_prefix(model: Pi05Model, prompts: list[list[int]]) -> tuple[KVCache, to
     for n in lens:
         tables.append(order[used : used + n // BLOCK_SIZE + 1])
         used += n // BLOCK_SIZE + 1
-    width = max(len(t) for t in tables)
-    padded = torch.tensor([t + [0] * (width - len(t)) for t in tables])
     embeds = torch.cat([model.embed_span(p.token_ids, 0, n, model.encode_images(p.pixels)) for p, n in zip(prepared, lens)])
-    slots = [t[i // BLOCK_SIZE] * BLOCK_SIZE + i % BLOCK_SIZE for t, n in zip(tables, lens) for i in range(n)]
-    ctx = StepContext(torch.tensor(slots), lens, lens, padded, bidirectional_lens=lens)
     kv = KVCache(model.kv_layout(BLOCK_SIZE, torch.float32), 64, torch.device("cpu"))
+    ctx, positions = kv.steps.batch(tables, [0, 0], lens, lens)
     ids = torch.tensor([t for p in prepared for t in p.token_ids])
-    hidden = model(ids, torch.cat([torch.arange(n) for n in lens]), ctx, kv, input_embeds=embeds)
-    return kv, padded, lens, hidden
+    hidden = model(ids, positions, ctx, kv, input_embeds=embeds)
+    return kv, ctx.block_tables, lens, hidden
 
 
 def prompts_of(tokenizer: Tokenizer) -> list[list[int]]:
@@ -121,8 +117,7 @@ def test_expert_equals_stock_gemma_on_the_prefix(reference: tuple) -> None:
     prompts = prompts_of(tokenizer)
     kv, tables, lens, _ = pool_prefix(ours, prompts)
     x_t = torch.randn(2, CHUNK, ACTION_DIM, generator=torch.Generator().manual_seed(3))
-    ctx = action_context(tables, lens, CHUNK)
-    kv.bind(ctx)
+    ctx = kv.steps.actions(tables, lens, CHUNK)
     rope = ours.expert.rotary.angles(torch.cat([torch.arange(n, n + CHUNK) for n in lens]))
     got = ours.expert.velocity(x_t, torch.tensor([0.7, 0.3]), rope, ctx, kv)
     for b, (cams, prompt) in enumerate(zip(CAMERAS, prompts)):

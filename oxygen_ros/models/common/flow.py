@@ -17,17 +17,6 @@ TIME_MIN_PERIOD = 4e-3  # openpi's sine-cosine time embedding periods
 TIME_MAX_PERIOD = 4.0
 
 
-def action_context(block_tables: torch.Tensor, prefix_lens: list[int], horizon: int) -> StepContext:
-    """The step context of ``horizon`` action tokens per sequence after a prefix already in the pool."""
-    return StepContext(
-        slot_mapping=torch.full((len(prefix_lens) * horizon,), -1, dtype=torch.int64, device=block_tables.device),
-        query_lens=[horizon] * len(prefix_lens),
-        context_lens=[p + horizon for p in prefix_lens],
-        block_tables=block_tables,
-        bidirectional_lens=[p + horizon for p in prefix_lens],
-    )
-
-
 def time_embedding(
     t: torch.Tensor, dim: int, min_period: float = TIME_MIN_PERIOD, max_period: float = TIME_MAX_PERIOD,
     dtype: torch.dtype = torch.float64,
@@ -64,8 +53,7 @@ def integrate_flow(
         raise ValueError(f"num_steps must be >= 1, got {num_steps}")
     B, H, _ = noise.shape
     device = noise.device
-    ctx = action_context(block_tables, prefix_lens, H)
-    kv.bind(ctx)  # once for every denoising step
+    ctx = kv.steps.actions(block_tables, prefix_lens, H)  # one context for every denoising step
     rope = rotary.angles(torch.cat([torch.arange(p, p + H, device=device) for p in prefix_lens]))
     x = noise.float()
     dt = -1.0 / num_steps

@@ -111,7 +111,6 @@ class GemmaModel(nn.Module):
         input_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """[T] ids (or ready [T, width] embeds) at ``positions`` -> [T, width]; K/V land in the pool per ``ctx``."""
-        kv.bind(ctx)
         rope = self.rotary.angles(positions)
         h = self.embed(input_ids) if input_embeds is None else input_embeds
         for layer in self.layers:

@@ -22,20 +22,6 @@ from oxygen_ros.models.common.gemma import GemmaDecoderLayer, GemmaRMSNorm
 from oxygen_ros.models.common.vla_config import VlaConfig
 
 
-def state_context(block_tables: torch.Tensor, prefix_lens: list[int], block_size: int) -> StepContext:
-    """One new token per sequence at position ``prefix_lens[b]``, stored in its slot, seeing the prefix and itself."""
-    tables = block_tables.tolist()
-    slots = [tables[b][p // block_size] * block_size + p % block_size for b, p in enumerate(prefix_lens)]
-    return StepContext(
-        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=block_tables.device),
-        query_lens=[1] * len(prefix_lens),
-        context_lens=[p + 1 for p in prefix_lens],
-        block_tables=block_tables,
-        tables=tables,
-        slots=slots,
-    )
-
-
 class Pi0ActionExpert(nn.Module):
     """Flow-matching velocity of an action chunk given [prefix | state token] in the pool."""
 
@@ -56,8 +42,7 @@ class Pi0ActionExpert(nn.Module):
         self, state: torch.Tensor, block_tables: torch.Tensor, prefix_lens: list[int], kv: KVCache
     ) -> None:
         """K/V of each sequence's state token (state [B, state_dim]) into the pool after its prefix, every layer."""
-        ctx = state_context(block_tables, prefix_lens, kv.layout.block_size)
-        kv.bind(ctx)
+        ctx = kv.steps.state_tokens(block_tables, prefix_lens)
         rope = self.rotary.angles(torch.tensor(prefix_lens, device=block_tables.device))
         h = self.state_proj(state.to(self.state_proj.weight.dtype))
         for layer in self.layers:
