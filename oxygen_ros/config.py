@@ -49,7 +49,7 @@ class EngineConfig:
     )
     kv_cache_memory_fraction: float = setting(
         0.7, "KV pool share of free device memory (CUDA) or available RAM (CPU), in (0, 1]; used only when "
-        "kv_cache_bytes is 0", (0.0, 1.0),
+        "kv_cache_bytes is 0", (0.0, 1.0), low_open=True,
     )  # fmt: skip
     kv_dtype: str = setting("auto", "KV storage dtype: auto (= compute dtype), fp32, fp16, bf16, int8 or fp8")
     kv_full_precision_layers: list[int] = setting([], "layer indices whose KV stays at compute precision")
@@ -120,7 +120,7 @@ class EngineConfig:
                                    "call; false = layer by layer")  # fmt: skip
     reuse_similarity_threshold: float = setting(
         0.0, "approximate observation reuse: serve a frame from a recent one's KV when their thumbnails differ by "
-        "less than this (mean abs difference, 0..1); 0 = off", (0.0, 1.0),
+        "less than this (mean abs difference, in [0, 1)); 0 = off", (0.0, 1.0), high_open=True,
     )  # fmt: skip
 
     @classmethod
@@ -142,10 +142,6 @@ class EngineConfig:
         # the rules that say more than a span first, then every span and choice
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
             raise bad(f"block_size must be a power of two, got {self.block_size}")
-        if not 0.0 < self.kv_cache_memory_fraction <= 1.0:
-            raise bad(f"kv_cache_memory_fraction must be in (0, 1], got {self.kv_cache_memory_fraction}")
-        if not 0.0 <= self.reuse_similarity_threshold < 1.0:
-            raise bad(f"reuse_similarity_threshold must be in [0, 1), got {self.reuse_similarity_threshold}")
         if not DEVICE.fullmatch(self.device):
             raise bad(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
         check_bounds(self)

@@ -15,13 +15,36 @@ ABOUT = "about"  # the field metadata key
 @dataclass(frozen=True)
 class About:
     text: str  # the description `ros2 param describe` shows
-    span: tuple[float, float] | None = None  # (lowest, highest), both allowed, of a number
+    span: tuple[float, float] | None = None  # (lowest, highest) of a number: the ROS descriptor's range
     choices: tuple[str, ...] = ()  # the names a string may take; () = any
+    low_open: bool = False  # the lowest itself is refused (a rate, a period, a fraction that must be > 0)
+    high_open: bool = False  # the highest itself is refused
+
+    def refuses(self, value: Any) -> bool:
+        """Whether a number is outside the span (NaN always is)."""
+        if self.span is None:
+            return False
+        low, high = self.span
+        above = value > low if self.low_open else value >= low
+        below = value < high if self.high_open else value <= high
+        return not (above and below)
+
+    def span_text(self) -> str:
+        """The span as an interval: [0, 1], (0, 1], [0, 1)."""
+        assert self.span is not None
+        low, high = self.span
+        return f"{'(' if self.low_open else '['}{_number(low)}, {_number(high)}{')' if self.high_open else ']'}"
 
 
-def setting(default: Any, text: str, span: tuple[float, float] | None = None, choices: tuple[str, ...] = ()) -> Any:
+def _number(x: float) -> str:
+    """3600.0 as 3600, 1 << 40 in full, 0.01 as 0.01."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def setting(default: Any, text: str, span: tuple[float, float] | None = None, choices: tuple[str, ...] = (),
+            low_open: bool = False, high_open: bool = False) -> Any:  # fmt: skip
     """A dataclass field with its description and bounds (a list default is copied for every instance)."""
-    about = {ABOUT: About(text, span, choices)}
+    about = {ABOUT: About(text, span, choices, low_open, high_open)}
     if isinstance(default, list):
         return field(default_factory=partial(list, default), metadata=about)
     return field(default=default, metadata=about)
@@ -42,9 +65,8 @@ def check_bounds(obj: Any) -> None:
     """INVALID_ARGUMENT naming the first field of ``obj`` outside its span (NaN included) or not one of its choices."""
     for name, about in described(type(obj)).items():
         value = getattr(obj, name)
-        if about.span is not None and not about.span[0] <= value <= about.span[1]:
-            low, high = about.span
-            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"{name} must be in [{low}, {high}], got {value}")
+        if about.refuses(value):
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"{name} must be in {about.span_text()}, got {value}")
         if about.choices and value not in about.choices:
             *first, last = about.choices
             named = f"{', '.join(first)} or {last}" if first else last

@@ -10,7 +10,6 @@ keep in sync (a field made without ``setting`` is caught at import).
 """
 
 import array
-import math
 import os
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -44,14 +43,14 @@ class NodeParams:
     eager_prefill: bool = setting(False, "prefill each new observation at once, so the first question about it "
                                   "reuses its prefix")  # fmt: skip
     stats_rate_hz: float = setting(2.0, "rate of /oxygen/pool_stats, /oxygen/pool_markers and /oxygen/pool_image",
-                                   (0.0, 100.0))  # fmt: skip
+                                   (0.0, 100.0), low_open=True)  # fmt: skip
     marker_frame_id: str = setting("map", "frame_id of /oxygen/pool_markers (set rviz's fixed frame to it)")
     marker_max_cubes: int = setting(1024, "pools with more blocks are drawn as one CUBE_LIST marker instead of one "
                                     "CUBE per block", (0, 1 << 20))  # fmt: skip
     pool_warn_fraction: float = setting(0.9, "/diagnostics turns WARN when this fraction of the pool's blocks is in "
-                                        "use", (0.0, 1.0))  # fmt: skip
+                                        "use", (0.0, 1.0), low_open=True)  # fmt: skip
     action_period_s: float = setting(0.02, "time between consecutive steps of an action chunk "
-                                     "(ActionChunk.period_s), seconds", (0.0, 60.0))  # fmt: skip
+                                     "(ActionChunk.period_s), seconds", (0.0, 60.0), low_open=True)  # fmt: skip
     frame_pacing: bool = setting(True, "hold language steps that would delay the next chunk of an action stream "
                                  "(period learned from arrivals)")  # fmt: skip
     decode_steps_per_frame: int = setting(0, "with frame_pacing: language steps between two action chunks; 0 = as "
@@ -68,11 +67,11 @@ class NodeParams:
     temperature: float = setting(0.0, "sampling default for a request whose Sampling.temperature is 0: 0 = greedy, "
                                  "> 0 samples", (0.0, 100.0))  # fmt: skip
     top_p: float = setting(1.0, "sampling default for a request whose Sampling.top_p is 1 (off): nucleus mass kept, "
-                           "in (0, 1]", (0.0, 1.0))  # fmt: skip
+                           "in (0, 1]", (0.0, 1.0), low_open=True)  # fmt: skip
     top_k: int = setting(0, "sampling default for a request whose Sampling.top_k is 0 (off): most likely tokens "
                          "kept; 0 = off", (0, 1 << 24))  # fmt: skip
     min_p: float = setting(0.0, "sampling default for a request whose Sampling.min_p is 0 (off): drop tokens below "
-                           "min_p x the top one", (0.0, 1.0))  # fmt: skip
+                           "min_p x the top one", (0.0, 1.0), high_open=True)  # fmt: skip
     repetition_penalty: float = setting(1.0, "sampling default for a request whose Sampling.repetition_penalty is 1 "
                                         "(off); > 1 discourages repeats", (0.0, 100.0))  # fmt: skip
 
@@ -88,24 +87,8 @@ class NodeParams:
         for name in ("camera_topic", "observation_topic", "marker_frame_id"):
             if not getattr(self, name):
                 raise bad(f"{name} must not be empty")
-        if self.observation_ring < 1:
-            raise bad(f"observation_ring must be at least 1, got {self.observation_ring}")
-        if not (math.isfinite(self.observation_keep_s) and self.observation_keep_s >= 0):
-            raise bad(f"observation_keep_s must be a number of seconds >= 0, got {self.observation_keep_s}")
-        for name in ("observation_ring_bytes", "max_prompt_chars"):
-            if getattr(self, name) < 1:
-                raise bad(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("marker_max_cubes", "decode_steps_per_frame"):
-            if getattr(self, name) < 0:
-                raise bad(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("stats_rate_hz", "action_period_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise bad(f"{name} must be a positive number, got {value}")
-        if not 0.0 < self.pool_warn_fraction <= 1.0:
-            raise bad(f"pool_warn_fraction must be in (0, 1], got {self.pool_warn_fraction}")
-        self.sampling_defaults().check()  # the engine's own rules for a request's controls
-        check_bounds(self)
+        self.sampling_defaults().check()  # the engine's own rules for a request's controls (their messages)
+        check_bounds(self)  # every span and choice
 
     def threads(self) -> int:
         """The compute threads ``num_threads`` asks for: itself, or half the CPUs this process may use."""

@@ -39,8 +39,8 @@ def test_frames_are_matched_by_thumbnail_difference(frames):
     assert reuse.reused == 1
     with pytest.raises(ValueError):
         SimilarFrames(0.0)
-    for bad in (-0.1, 1.5, float("nan")):
-        with pytest.raises(EngineError):
+    for bad in (-0.1, 1.0, 1.5, float("nan")):  # 1.0 would reuse any frame at all
+        with pytest.raises(EngineError, match=r"reuse_similarity_threshold must be in \[0, 1\)"):
             EngineConfig(reuse_similarity_threshold=bad).validate()
 
 

@@ -69,7 +69,7 @@ def test_an_unknown_preset_names_itself_the_folder_and_the_presets_there(tmp_pat
         ("model: smollm2-135m\ncamera_topic: /cam\n", "['camera_topic'] cannot be set by a preset"),
         ("model: smollm2-135m\ntemperature: .nan\n", "temperature must be a finite"),
         ("model: smollm2-135m\ntemperature: -0.5\n", "temperature must be finite and >= 0"),
-        ("model: smollm2-135m\ntemperature: 1000.0\n", "temperature must be in [0.0, 100.0]"),
+        ("model: smollm2-135m\ntemperature: 1000.0\n", "temperature must be in [0, 100]"),
         ("model: smollm2-135m\ntop_p: 0.0\n", "top_p must be in (0, 1]"),
         ("model: smollm2-135m\ntop_k: -1\n", "top_k must be >= 0"),
         ("model: smollm2-135m\ntop_k: 0.5\n", "top_k must be int"),
