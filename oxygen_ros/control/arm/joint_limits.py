@@ -1,0 +1,85 @@
+"""Joint limits from the robot's URDF (the `robot_description` robot_state_publisher latches), tightened by parameters.
+
+Parsed with urdf_parser_py (urdfdom-py), not by hand. A revolute or prismatic joint's `<limit lower upper velocity>`
+bounds its position and speed; a continuous joint has no position bounds (urdf_parser_py reads its absent lower /
+upper as 0, which must not become a 0..0 range) but keeps its velocity; fixed, floating, planar and mimic joints are
+never commanded. Parameters may only tighten what the URDF says, never widen it: a model's chunk must not move an
+arm further or faster than its description allows.
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from urdf_parser_py import xml_reflection
+from urdf_parser_py.urdf import URDF
+
+from oxygen_ros.errors import EngineError, ErrorCode
+
+MAX_DESCRIPTION_BYTES = 8 << 20  # a URDF with meshes inlined is a few MB at most
+BOUNDED_TYPES = ("revolute", "prismatic")
+
+
+@dataclass(frozen=True)
+class JointLimit:
+    lower: float  # rad or m; -inf where the joint turns freely
+    upper: float
+    velocity: float  # rad/s or m/s, > 0
+
+    def tightened(self, lower: float, upper: float, velocity: float) -> "JointLimit":
+        """These limits, narrowed by any finite value given (NaN = keep); never widened."""
+        return JointLimit(_narrower(self.lower, lower, max), _narrower(self.upper, upper, min),
+                          _narrower(self.velocity, velocity, min))  # fmt: skip
+
+
+def _narrower(mine: float, given: float, pick: Callable[[float, float], float]) -> float:
+    return mine if math.isnan(given) else pick(mine, given)
+
+
+def urdf_limits(description: str) -> dict[str, JointLimit]:
+    """Every commandable joint of a URDF with its limits; INVALID_ARGUMENT for a description that does not parse."""
+    data = description.encode()  # lxml refuses a str that declares its encoding
+    if len(data) > MAX_DESCRIPTION_BYTES:
+        raise EngineError(ErrorCode.OUT_OF_RANGE, f"robot_description has {len(data)} bytes, over {MAX_DESCRIPTION_BYTES}")
+    problems: list[str] = []
+    xml_reflection.core.on_error = problems.append  # unknown tags (<ros2_control>, <gazebo>) are not errors here
+    try:
+        robot = URDF.from_xml_string(data)
+    except Exception as exc:  # lxml and urdf_parser_py raise many types for a malformed document
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"robot_description does not parse: {exc}") from exc
+    out = {}
+    for joint in robot.joints:
+        if joint.mimic is not None or joint.limit is None or joint.type not in (*BOUNDED_TYPES, "continuous"):
+            continue
+        bounded = joint.type in BOUNDED_TYPES
+        out[joint.name] = JointLimit(
+            float(joint.limit.lower) if bounded else -math.inf,
+            float(joint.limit.upper) if bounded else math.inf,
+            float(joint.limit.velocity),
+        )
+    return out
+
+
+def joint_limits(names: list[str], described: dict[str, JointLimit], lower: list[float], upper: list[float],
+                 velocity: list[float]) -> list[JointLimit]:  # fmt: skip
+    """The limits of ``names``, in order: the description's (URDF) tightened by the per-joint parameter lists (each
+    empty or one value per name, NaN = keep). A joint with no limit from either source, or limits that leave no
+    room, is FAILED_PRECONDITION naming it: an arm is never commanded without bounds."""
+    for label, values in (("joint_lower_limits", lower), ("joint_upper_limits", upper),
+                          ("joint_velocity_limits", velocity)):  # fmt: skip
+        if values and len(values) != len(names):
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"{label} has {len(values)} values for {len(names)} joints")
+    out = []
+    for i, name in enumerate(names):
+        given = [values[i] if values else math.nan for values in (lower, upper, velocity)]
+        base = described.get(name)
+        if base is None:
+            if any(math.isnan(v) for v in given):
+                raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: no limits in robot_description and "
+                                  "not all of joint_lower_limits, joint_upper_limits, joint_velocity_limits set")  # fmt: skip
+            base = JointLimit(-math.inf, math.inf, math.inf)
+        limit = base.tightened(*given)
+        if not (limit.lower < limit.upper and 0 < limit.velocity < math.inf):
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: limits {limit} leave no motion")
+        out.append(limit)
+    return out
