@@ -16,7 +16,12 @@ Ops, each with a torch reference (``*_torch``, the CPU runtime path) and a Trito
 On a CPU, decode attention takes one of two paths, both tested against the kernel and its reference:
 ``cascade_decode_attention`` (``cascade_decode``), torch ops that read blocks several rows share once
 (``SharedPrefix``), and ``cpu_paged_decode`` (``cpu_paged_decode``), C (``cpu/*.c``, built at first use by
-``cpu_library``) that reads an fp32 pool in place; ``cpu/decode_row.c`` runs a batch-1 token's whole decoder stack.
+``cpu_library``) that reads an fp32 pool in place.
+
+The C kernels are called through ctypes here only, a wrapper each: ``cpu_paged_decode``, ``cpu_decode_row`` (a
+batch-1 token through a Llama decoder stack, ``cpu/llama_decode_row.c``), ``cpu_matvec`` (the products of one to
+eight rows) and ``cpu_row_ops`` (a layer's element-wise steps). The structs they pass are declared once, in
+``cpu/oxygen_kernels.h``, and mirrored in ``cpu_abi``, whose layout the library must report to be used.
 
 ``Fp8Calibrator`` (``calibration``) keeps fp8 scales fitted to recent writes, rescaling stored blocks with them.
 ``format_support_error`` (``support``) tries a format on a device, so a pool in an unusable format fails at startup.

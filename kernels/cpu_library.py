@@ -2,8 +2,10 @@
 and called through ctypes with the tensors' pointers.
 
 On a GPU the Triton kernels read the pool in place; on a CPU these do the same for fp32 pools (fp32 or bf16 weights):
-the products of decode steps of one to eight rows (``matvec.c``), a batch-1 token through the whole decoder stack
-(``decode_row.c``), and a batch's decode attention over its paged contexts (``paged_decode.c``).
+the products of decode steps of one to eight rows (``matvec.c``), a batch-1 token through the whole Llama decoder
+stack (``llama_decode_row.c``), a batch's decode attention over its paged contexts (``paged_decode.c``) and a layer's
+element-wise steps (``row_ops.c``). The structs and functions Python calls are declared in ``oxygen_kernels.h``; the
+library is used only when the layout it reports (``abi.c``) equals the ctypes mirrors (``cpu_abi``).
 
 gcc builds them in about a second, once per machine (cached by sources, compiler and flags under
 ``~/.cache/oxygen_ros/kernels``, written atomically so concurrent builders agree). They need AVX-512 (F, BW, VL and
@@ -23,9 +25,11 @@ from pathlib import Path
 
 import torch
 
+from .cpu_abi import abi_mismatches
+
 HERE = Path(__file__).parent / "cpu"
-SOURCES = tuple(HERE / name for name in ("matvec.c", "decode_row.c", "paged_decode.c", "row_ops.c"))
-HEADERS = tuple(HERE / name for name in ("vector.h", "attention.h", "shared_prefix.h", "row_ops.h"))
+SOURCES = tuple(HERE / name for name in ("matvec.c", "llama_decode_row.c", "paged_decode.c", "row_ops.c", "abi.c"))
+HEADERS = tuple(HERE / name for name in ("oxygen_kernels.h", "vector.h", "attention.h", "shared_prefix.h", "row_ops.h"))
 FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-fopenmp", "-shared", "-fPIC")
 log = logging.getLogger(__name__)
 _enabled = True  # EngineConfig.cpu_kernels, set once per engine (kv.attention_backend.choose_backend)
@@ -44,7 +48,8 @@ def library() -> ctypes.CDLL | None:
 
 @cache
 def _loaded() -> ctypes.CDLL | None:
-    """The kernels built and loaded once, or None where they cannot run (logged once)."""
+    """The kernels built and loaded once, or None where they cannot run or their structs' layout differs from the
+    mirrors (logged once)."""
     if torch.backends.cpu.get_cpu_capability() != "AVX512":
         return None
     compiler = shutil.which(os.environ.get("CC", "cc"))
@@ -52,11 +57,17 @@ def _loaded() -> ctypes.CDLL | None:
         log.warning("no C compiler: batch-1 decode runs on torch's slower ops")
         return None
     try:
-        return ctypes.CDLL(str(_build(compiler)))
+        kernels = ctypes.CDLL(str(_build(compiler)))
     except subprocess.CalledProcessError as exc:
         log.warning("building the CPU decode kernels failed: %s: batch-1 decode runs on torch's ops", exc.stderr or exc)
     except OSError as exc:
         log.warning("loading the CPU decode kernels failed (%s): batch-1 decode runs on torch's ops", exc)
+    else:
+        mismatches = abi_mismatches(kernels)
+        if not mismatches:
+            return kernels
+        log.error("the CPU decode kernels' structs differ from their ctypes mirrors (%s): torch's ops run instead",
+                  "; ".join(mismatches))
     return None
 
 

@@ -15,6 +15,7 @@ from functools import cache
 
 import torch
 
+from .cpu_abi import PagedDecode
 from .cpu_library import library
 from .quant_spec import KVBlocks
 
@@ -43,23 +44,14 @@ class PrefixGroups:
                    torch.tensor([count for _, count in groups], dtype=torch.long, device=device))  # fmt: skip
 
 
-class _PagedDecode(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_void_p) for name in
-                ("q", "k", "v", "tables", "lengths", "out", "block_mass", "scratch", "group_rows", "group_starts",
-                 "group_blocks")]  # fmt: skip
-    _fields_ += [(name, ctypes.c_int64) for name in
-                 ("seqs", "heads", "kv_heads", "head_dim", "block_size", "width", "max_length", "groups")]  # fmt: skip
-    _fields_ += [("scale", ctypes.c_float)]
-
-
 @cache
 def _functions() -> tuple | None:
     kernels = library()
     if kernels is None:
         return None
     run, scratch = kernels.paged_decode_f32, kernels.paged_decode_scratch
-    run.argtypes, run.restype = [ctypes.POINTER(_PagedDecode), ctypes.c_int], None
-    scratch.argtypes, scratch.restype = [ctypes.POINTER(_PagedDecode)], ctypes.c_int64
+    run.argtypes, run.restype = [ctypes.POINTER(PagedDecode), ctypes.c_int], None
+    scratch.argtypes, scratch.restype = [ctypes.POINTER(PagedDecode)], ctypes.c_int64
     return run, scratch
 
 
@@ -91,11 +83,11 @@ def cpu_paged_decode(
         raise ValueError(f"block_mass must be a contiguous fp32 {tuple(tables.shape)}, got {tuple(block_mass.shape)}")
     group_ptrs = (0, 0, 0) if groups is None else (groups.rows.data_ptr(), groups.starts.data_ptr(),
                                                    groups.blocks.data_ptr())  # fmt: skip
-    args = _PagedDecode(queries.data_ptr(), blocks.k.data_ptr(), blocks.v.data_ptr(), tables.data_ptr(),
-                        lengths.data_ptr(), out.data_ptr(), 0 if block_mass is None else block_mass.data_ptr(), 0,
-                        *group_ptrs, num_seqs, num_heads, blocks.num_kv_heads, head_dim, blocks.block_size,
-                        tables.shape[1], max_context, 0 if groups is None else groups.blocks.shape[0],
-                        sm_scale)  # fmt: skip
+    args = PagedDecode(queries.data_ptr(), blocks.k.data_ptr(), blocks.v.data_ptr(), tables.data_ptr(),
+                       lengths.data_ptr(), out.data_ptr(), 0 if block_mass is None else block_mass.data_ptr(), 0,
+                       *group_ptrs, num_seqs, num_heads, blocks.num_kv_heads, head_dim, blocks.block_size,
+                       tables.shape[1], max_context, 0 if groups is None else groups.blocks.shape[0],
+                       sm_scale)  # fmt: skip
     args.scratch = _scratch_buffer(scratch_floats(ctypes.byref(args))).data_ptr()
     run(ctypes.byref(args), torch.get_num_threads())
     return out.to(q.dtype)

@@ -5,6 +5,7 @@
  */
 #include <omp.h>
 
+#include "oxygen_kernels.h"
 #include "vector.h"
 
 void matvec(const void* w, int weight_bf16, const float* x, float* y, int64_t m, int64_t n, int64_t k, int threads) {

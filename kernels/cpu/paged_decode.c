@@ -10,22 +10,8 @@
  */
 #include <omp.h>
 
+#include "oxygen_kernels.h"
 #include "shared_prefix.h"
-
-typedef struct {
-  const float* q;              /* [seqs, heads, head_dim] */
-  const float *k, *v;          /* the layer's pool view [units, block_size, kv_heads, head_dim] */
-  const int64_t* tables;       /* [seqs, width] */
-  const int64_t* lengths;      /* [seqs] */
-  float* out;                  /* [seqs, heads, head_dim] */
-  float* block_mass;           /* [seqs, width] or NULL */
-  float* scratch;              /* paged_decode_scratch floats */
-  const int64_t* group_rows;   /* the rows of every group, group after group */
-  const int64_t* group_starts; /* [groups + 1]: group g's rows are group_rows[group_starts[g] ..) */
-  const int64_t* group_blocks; /* [groups]: leading blocks its rows share (their ids: its first row's table) */
-  int64_t seqs, heads, kv_heads, head_dim, block_size, width, max_length, groups;
-  float scale;
-} PagedDecode;
 
 #define TILE 6 /* queries per prefix work item */
 _Static_assert(TILE <= PREFIX_MAX_Q, "a work item is one tile");

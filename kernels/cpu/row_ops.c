@@ -4,6 +4,7 @@
  */
 #include <omp.h>
 
+#include "oxygen_kernels.h"
 #include "row_ops.h"
 
 #define SPLIT_FLOATS 65536 /* below this, one thread: a parallel region costs more than the work */

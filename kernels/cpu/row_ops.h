@@ -1,5 +1,5 @@
 /* One row's element-wise steps of a decoder layer, shared by the batched kernels (row_ops.c) and the batch-1 stack
- * (decode_row.c).
+ * (llama_decode_row.c).
  */
 #pragma once
 #include <math.h>

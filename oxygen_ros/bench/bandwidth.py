@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from oxygen_ros.layers.cpu_matvec import matvec_kernel
+from oxygen_ros.kernels.cpu_matvec import matvec_kernel
 
 PROBE_BYTES = 1 << 30
 PROBE_ROW = 1024  # floats a row when the streamed product reads the probe

@@ -24,7 +24,7 @@ exact up to fp32 sums. Lossy (bf16 keeps 8 bits of mantissa): an option whose qu
 import torch
 from torch import nn
 
-from oxygen_ros.layers.cpu_matvec import STREAMED_MAX_INPUTS, can_stream, matvec_kernel
+from oxygen_ros.kernels.cpu_matvec import STREAMED_MAX_INPUTS, can_stream, matvec_kernel
 
 BATCH_HINT = 32  # rows oneDNN tunes the layout for; measured as good from 1 to 512 rows
 

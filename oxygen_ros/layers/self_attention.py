@@ -5,10 +5,10 @@ by name."""
 import torch
 from torch import nn
 
+from oxygen_ros.kernels.cpu_row_ops import rotate_heads_
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.attention import paged_attention
-from oxygen_ros.layers.cpu_row_ops import rotate_heads_
 from oxygen_ros.layers.rotary import RopeAngles
 
 
@@ -52,7 +52,7 @@ class PagedSelfAttention(nn.Module):
         else:  # q and k are the fused projection's first heads: rotate them together
             qkv = self.qkv_proj(x).view(T, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
             rotated = self.num_heads + self.num_kv_heads
-            qk = qkv if rotate_heads_(qkv, rotated, rope) else rope.apply_joined(qkv[:, :rotated])
+            qk = qkv if rotate_heads_(qkv, rotated, rope.cos, rope.sin) else rope.apply_joined(qkv[:, :rotated])
             q, k = qk[:, : self.num_heads], qk[:, self.num_heads : rotated]
             v = qkv[:, rotated:]
         out = paged_attention(q, k, v, ctx, kv.layers[self.layer_idx], self.scale)

@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from oxygen_ros.kernels import cpu_row_ops
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.layers import cpu_row_ops
 from oxygen_ros.layers.cpu_decode_row import RowDecoder, RowLayerWeights, RowShape, row_decoder
 from oxygen_ros.layers.packed_linear import PackedLinear, pack_linears
 from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding

@@ -1,9 +1,9 @@
-"""The one-call batch-1 decoder (``kernels/cpu/decode_row.c``) against the layer-by-layer torch path it replaces, on a random
-Llama-shaped model over a pool whose blocks are scattered: the token's output, the K/V it stores and the attention
-mass per block must agree, for GQA and MHA, with and without q/k/v biases (Qwen2), a context ending inside a block
-and exactly at its end; with bf16 projection weights it must equal the fp32 decoder on the same weights rounded to
-bf16 (the weights are widened exactly; only fp32 sums differ). (The real SmolLM2 against transformers, token for token, runs through this path too:
-test/engine/test_smollm2_vs_hf.py.)"""
+"""The one-call batch-1 decoder (``kernels/cpu/llama_decode_row.c``) against the layer-by-layer torch path it replaces,
+on a random Llama-shaped model over a pool whose blocks are scattered: the token's output, the K/V it stores and the
+attention mass per block must agree, for GQA and MHA, with and without q/k/v biases (Qwen2), a context ending inside a
+block and exactly at its end; with bf16 projection weights it must equal the fp32 decoder on the same weights rounded to
+bf16 (the weights are widened exactly; only fp32 sums differ). (The real SmolLM2 against transformers, token for token,
+runs through this path too: test/engine/test_smollm2_vs_hf.py.)"""
 
 import pytest
 import torch

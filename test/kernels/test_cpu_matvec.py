@@ -5,7 +5,7 @@ and the packed layer's choice between it and oneDNN, including bf16 weights unde
 import pytest
 import torch
 
-from oxygen_ros.layers import cpu_matvec
+from oxygen_ros.kernels import cpu_matvec
 from oxygen_ros.layers.packed_linear import PackedLinear, can_pack, can_pack_bf16
 
 matvec = cpu_matvec.matvec_kernel()

@@ -1,4 +1,5 @@
-/* A whole decoder stack for ONE sequence's decode token, in one call: batch-1 decode on a CPU.
+/* A whole Llama decoder stack for ONE sequence's decode token, in one call: batch-1 decode on a CPU. Llama's layer
+ * only (RMSNorm, rotate-half RoPE, SwiGLU; Qwen2's q/k/v bias): another family's layer is a kernel of its own.
  *
  * Done layer by layer in torch, a decode token is ~40 small ops per layer whose dispatch costs as much as reading
  * the weights (SmolLM2-135M: ~14 ms of ops next to ~16 ms of weight reads per token). Here each layer is RMSNorm ->
@@ -13,28 +14,8 @@
 #include <omp.h>
 
 #include "attention.h"
+#include "oxygen_kernels.h"
 #include "row_ops.h"
-
-typedef struct { /* one decoder layer: fp32 norms and bias, row-major projections (fp32 or bf16), its pool view */
-  const float *input_norm, *qkv_bias, *post_norm;
-  const void *qkv, *o, *gate_up, *down;
-  float *k_cache, *v_cache;
-} RowLayer;
-
-typedef struct {
-  int64_t layers, hidden, heads, kv_heads, head_dim, intermediate, block_size;
-  int64_t bf16_weights; /* the projections are stored as bf16 */
-  float eps, scale;
-} RowModel;
-
-typedef struct { /* the step: the token's hidden state (updated in place) and where its context lives */
-  float* h;
-  const float *cos, *sin; /* [head_dim] at the token's position */
-  const int64_t* table;   /* the row's block ids */
-  int64_t length, slot;   /* context tokens including this one; its flat slot (block * block_size + offset) */
-  float* block_mass;      /* [table entries] or NULL */
-  float* scratch;         /* decode_row_scratch floats */
-} RowStep;
 
 int64_t decode_row_scratch(const RowModel* m, int64_t length) {
   const int64_t qkv = (m->heads + 2 * m->kv_heads) * m->head_dim;

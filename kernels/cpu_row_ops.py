@@ -1,9 +1,9 @@
-"""A decoder layer's element-wise steps over a batch's rows in one C call each (``kernels/cpu/row_ops.c``).
+"""A decoder layer's element-wise steps over a batch's rows in one C call each (``cpu/row_ops.c``).
 
 In a batched decode step each of these is a handful of torch ops over a few kilobytes (RoPE alone is a slice, a
 negation, a concatenation, two products and a sum per layer), whose dispatch costs more than the arithmetic. Each
-function runs the kernel on fp32 contiguous CPU tensors where the C kernels are built (``kernels.cpu_library``) and
-returns None otherwise, so the layer keeps its torch ops, which stay the reference the kernels are tested against.
+function runs the kernel on fp32 contiguous CPU tensors where the C kernels are built (``cpu_library``) and returns None
+otherwise, so the layer keeps its torch ops, which stay the reference the kernels are tested against.
 """
 
 import ctypes
@@ -11,8 +11,7 @@ from functools import cache
 
 import torch
 
-from oxygen_ros.kernels.cpu_library import library
-from oxygen_ros.layers.rotary import RopeAngles
+from .cpu_library import library
 
 _P, _I, _F, _T = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 
@@ -59,15 +58,15 @@ def add_rms_norm(h: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps
     return total, out
 
 
-def rotate_heads_(x: torch.Tensor, heads: int, rope: RopeAngles) -> bool:
-    """Rotate the first ``heads`` heads of ``x`` ``[T, all heads, D]`` in place (q and k of a fused projection);
-    False where the kernel cannot (nothing done)."""
+def rotate_heads_(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    """Rotate the first ``heads`` heads of ``x`` ``[T, all heads, D]`` in place (q and k of a fused projection) by
+    HF's rotate-half with ``cos``/``sin`` ``[T, 1, D]``; False where the kernel cannot (nothing done)."""
     kernels = _kernels()
-    if kernels is None or not _fits(x, rope.cos, rope.sin):
+    if kernels is None or not _fits(x, cos, sin):
         return False
     rows, all_heads, head_dim = x.shape
-    kernels.rotate_half_f32(x.data_ptr(), rows, all_heads * head_dim, heads, head_dim, rope.cos.data_ptr(),
-                            rope.sin.data_ptr(), torch.get_num_threads())  # fmt: skip
+    kernels.rotate_half_f32(x.data_ptr(), rows, all_heads * head_dim, heads, head_dim, cos.data_ptr(), sin.data_ptr(),
+                            torch.get_num_threads())  # fmt: skip
     return True
 
 

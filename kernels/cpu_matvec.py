@@ -1,15 +1,15 @@
 """A matrix-vector product that reads fp32 (or bf16) weights at the DRAM rate: the products of a decode step of one to
 eight sequences on a CPU.
 
-A decode step of a few sequences multiplies every weight once by a few vectors, so its time is the time the weights
-take to stream in. oneDNN's fp32 product reads them at about half the rate a plain sum over the same bytes does here;
-``kernels/cpu/matvec.c`` reads one row's worth as fast as torch's sum does: each thread walks its rows one after
-another (one sequential stream, which the prefetcher follows) with 256-bit loads (faster streams than 512-bit ones on
-this Zen 4). Two to eight input rows share each weight load and prefetch the stream ahead (~1.2-1.5x oneDNN's
-blocked product at 2-8 rows). The decoder layers of a batch-1 token run whole in ``kernels/cpu/decode_row.c``; this
-product serves the LM head and any packed layer given up to ``STREAMED_MAX_INPUTS`` rows. bf16 weights are widened to
-fp32 exactly as they stream in: half the bytes, fp32 products. Where the C kernels do not run
-(``kernels.cpu_library``), ``matvec_kernel()`` is None and callers keep oneDNN.
+A decode step of a few sequences multiplies every weight once by a few vectors, so its time is the time the weights take
+to stream in. oneDNN's fp32 product reads them at about half the rate a plain sum over the same bytes does here;
+``cpu/matvec.c`` reads one row's worth as fast as torch's sum does: each thread walks its rows one after another (one
+sequential stream, which the prefetcher follows) with 256-bit loads (faster streams than 512-bit ones on this Zen 4).
+Two to eight input rows share each weight load and prefetch the stream ahead (~1.2-1.5x oneDNN's blocked product at 2-8
+rows). The decoder layers of a batch-1 token run whole in ``cpu/llama_decode_row.c``; this product serves the LM head
+and any packed layer given up to ``STREAMED_MAX_INPUTS`` rows. bf16 weights are widened to fp32 exactly as they stream
+in: half the bytes, fp32 products. Where the C kernels do not run (``cpu_library``), ``matvec_kernel()`` is None and
+callers keep oneDNN.
 """
 
 import ctypes
@@ -18,11 +18,11 @@ from functools import cache
 
 import torch
 
-from oxygen_ros.kernels.cpu_library import library
+from .cpu_library import library
 
 Matvec = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 STREAMED_DTYPES = frozenset((torch.float32, torch.bfloat16))  # weight formats it reads (bf16 widened exactly)
-STREAMED_MAX_INPUTS = 8  # input rows one pass serves (kernels/cpu/vector.h); more go to oneDNN's blocked products
+STREAMED_MAX_INPUTS = 8  # input rows one pass serves (cpu/vector.h); more go to oneDNN's blocked products
 
 
 @cache

@@ -1,4 +1,4 @@
-"""The batched element-wise kernels (``kernels/cpu/row_ops.c``) against the torch ops they replace: RMSNorm with and
+"""The batched element-wise kernels (``cpu/row_ops.c``) against the torch ops they replace: RMSNorm with and
 without the residual add before it, rotate-half RoPE of a fused projection's q and k heads (v untouched), and
 SiLU(gate) * up, over row counts on both sides of the threading threshold and widths that end inside a vector."""
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from oxygen_ros.layers import cpu_row_ops
+from oxygen_ros.kernels import cpu_row_ops
 from oxygen_ros.layers.rotary import RotaryEmbedding
 
 pytestmark = pytest.mark.skipif(cpu_row_ops._kernels() is None, reason="the CPU kernels do not run here")
@@ -30,7 +30,7 @@ def test_rotate_heads_in_place(rows, q_heads, kv_heads, head_dim):
     rope = RotaryEmbedding(head_dim, 10000.0).angles(torch.randint(0, 4000, (rows,), generator=gen))
     reference = rope.apply_joined(qkv[:, : q_heads + kv_heads])
     values = qkv[:, q_heads + kv_heads :].clone()
-    assert cpu_row_ops.rotate_heads_(qkv, q_heads + kv_heads, rope)
+    assert cpu_row_ops.rotate_heads_(qkv, q_heads + kv_heads, rope.cos, rope.sin)
     torch.testing.assert_close(qkv[:, : q_heads + kv_heads], reference, atol=1e-5, rtol=1e-5)
     assert torch.equal(qkv[:, q_heads + kv_heads :], values)
 

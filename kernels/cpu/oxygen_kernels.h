@@ -1,0 +1,65 @@
+/* The C interface of the CPU kernels: every struct Python passes in (mirrored field for field by ctypes in
+ * kernels/cpu_abi.py) and every function it calls. Declared here only, so the kernels and abi.c, which reports the
+ * structs' sizes and offsets for the mirrors to be checked against when the library loads, see one layout.
+ */
+#pragma once
+#include <stdint.h>
+
+/* A batch's decode attention (paged_decode.c): one query per sequence and head over each sequence's paged context,
+ * the prefix groups whose shared leading blocks are attended together, and where the outputs go. */
+typedef struct {
+  const float* q;              /* [seqs, heads, head_dim] */
+  const float *k, *v;          /* the layer's pool view [units, block_size, kv_heads, head_dim] */
+  const int64_t* tables;       /* [seqs, width] */
+  const int64_t* lengths;      /* [seqs] */
+  float* out;                  /* [seqs, heads, head_dim] */
+  float* block_mass;           /* [seqs, width] or NULL */
+  float* scratch;              /* paged_decode_scratch floats */
+  const int64_t* group_rows;   /* the rows of every group, group after group */
+  const int64_t* group_starts; /* [groups + 1]: group g's rows are group_rows[group_starts[g] ..) */
+  const int64_t* group_blocks; /* [groups]: leading blocks its rows share (their ids: its first row's table) */
+  int64_t seqs, heads, kv_heads, head_dim, block_size, width, max_length, groups;
+  float scale;
+} PagedDecode;
+
+typedef struct { /* one decoder layer: fp32 norms and bias, row-major projections (fp32 or bf16), its pool view */
+  const float *input_norm, *qkv_bias, *post_norm;
+  const void *qkv, *o, *gate_up, *down;
+  float *k_cache, *v_cache;
+} RowLayer;
+
+typedef struct { /* the decoder stack's shape (llama_decode_row.c), the same for every token */
+  int64_t layers, hidden, heads, kv_heads, head_dim, intermediate, block_size;
+  int64_t bf16_weights; /* the projections are stored as bf16 */
+  float eps, scale;
+} RowModel;
+
+typedef struct { /* the step: the token's hidden state (updated in place) and where its context lives */
+  float* h;
+  const float *cos, *sin; /* [head_dim] at the token's position */
+  const int64_t* table;   /* the row's block ids */
+  int64_t length, slot;   /* context tokens including this one; its flat slot (block * block_size + offset) */
+  float* block_mass;      /* [table entries] or NULL */
+  float* scratch;         /* decode_row_scratch floats */
+} RowStep;
+
+/* abi.c */
+int64_t oxygen_abi(int64_t* out, int64_t capacity, const char** names);
+
+/* matvec.c */
+void matvec(const void* w, int weight_bf16, const float* x, float* y, int64_t m, int64_t n, int64_t k, int threads);
+
+/* llama_decode_row.c */
+int64_t decode_row_scratch(const RowModel* m, int64_t length);
+void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int threads);
+
+/* paged_decode.c */
+int64_t paged_decode_scratch(const PagedDecode* a);
+void paged_decode_f32(const PagedDecode* a, int threads);
+
+/* row_ops.c */
+void add_rms_norm_f32(const float* h, const float* delta, float* sum, const float* w, float* out, int64_t rows,
+                      int64_t n, float eps, int threads);
+void rotate_half_f32(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim, const float* cos,
+                     const float* sin, int threads);
+void silu_mul_f32(const float* gate_up, float* out, int64_t rows, int64_t inter, int threads);

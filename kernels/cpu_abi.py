@@ -1,0 +1,92 @@
+"""The ctypes mirrors of the structs the CPU kernels take (``cpu/oxygen_kernels.h``), and their check against the built
+library.
+
+ctypes cannot read a C header: each struct is written again here, field for field. A mirror that drifts from the
+header (a field added, moved or retyped on one side only) would pass the kernels pointers where they read sizes, so
+``cpu_library`` loads a library only when ``abi_mismatches`` finds none: every mirror's size and each field's offset
+equal what the library reports (``cpu/abi.c``), matched by struct and field name.
+"""
+
+import ctypes
+from collections.abc import Sequence
+
+Mirror = type[ctypes.Structure]
+
+
+class PagedDecode(ctypes.Structure):
+    """A batch's decode attention over its paged contexts (``cpu_paged_decode``)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("q", "k", "v", "tables", "lengths", "out", "block_mass", "scratch", "group_rows", "group_starts",
+                 "group_blocks")]  # fmt: skip
+    _fields_ += [(name, ctypes.c_int64) for name in
+                 ("seqs", "heads", "kv_heads", "head_dim", "block_size", "width", "max_length", "groups")]  # fmt: skip
+    _fields_ += [("scale", ctypes.c_float)]
+
+
+class RowLayer(ctypes.Structure):
+    """One decoder layer of the batch-1 stack (``cpu_decode_row``): its weights and its pool view."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("input_norm", "qkv_bias", "post_norm", "qkv", "o", "gate_up", "down", "k_cache",
+                 "v_cache")]  # fmt: skip
+
+
+class RowModel(ctypes.Structure):
+    """The batch-1 stack's shape."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in
+                ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "block_size", "bf16_weights")]
+    _fields_ += [("eps", ctypes.c_float), ("scale", ctypes.c_float)]
+
+
+class RowStep(ctypes.Structure):
+    """One token of the batch-1 stack: its hidden state, RoPE angles and context."""
+
+    _fields_ = [("h", ctypes.c_void_p), ("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p),
+                ("table", ctypes.c_void_p), ("length", ctypes.c_int64), ("slot", ctypes.c_int64),
+                ("block_mass", ctypes.c_void_p), ("scratch", ctypes.c_void_p)]  # fmt: skip
+
+
+MIRRORS: tuple[Mirror, ...] = (PagedDecode, RowLayer, RowModel, RowStep)
+
+
+def abi_layout(library: ctypes.CDLL) -> dict[str, int] | None:
+    """The library's layout: ``{"Struct": sizeof, "Struct.field": offsetof}`` for every struct of its header, or None
+    where it does not report one (a library built before ``cpu/abi.c``)."""
+    try:
+        report = library.oxygen_abi
+    except AttributeError:
+        return None
+    report.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p)]
+    report.restype = ctypes.c_int64
+    names = ctypes.c_char_p()
+    count = report(None, 0, ctypes.byref(names))
+    values = (ctypes.c_int64 * count)()
+    report(values, count, ctypes.byref(names))
+    return dict(zip(names.value.decode().split(), values, strict=True))
+
+
+def abi_mismatches(library: ctypes.CDLL, mirrors: Sequence[Mirror] = MIRRORS) -> list[str]:
+    """Where ``mirrors`` differ from the library's layout, one line per struct or field, naming it; empty where
+    they agree. A struct of the header that no mirror names is not checked."""
+    layout = abi_layout(library)
+    if layout is None:
+        return ["the library reports no layout (oxygen_abi): built from other sources"]
+    mismatches = []
+    for mirror in mirrors:
+        name = mirror.__name__
+        if name not in layout:
+            mismatches.append(f"{name}: no such struct in the library")
+            continue
+        if ctypes.sizeof(mirror) != layout[name]:
+            mismatches.append(f"{name}: size {ctypes.sizeof(mirror)} here, {layout[name]} in the library")
+        fields = {field: getattr(mirror, field).offset for field, *_ in mirror._fields_}
+        c_fields = {key.split(".", 1)[1]: offset for key, offset in layout.items() if key.startswith(f"{name}.")}
+        for field, offset in c_fields.items():
+            if field not in fields:
+                mismatches.append(f"{name}.{field}: missing here")
+            elif fields[field] != offset:
+                mismatches.append(f"{name}.{field}: offset {fields[field]} here, {offset} in the library")
+        mismatches += [f"{name}.{field}: not in the library's struct" for field in fields if field not in c_fields]
+    return mismatches

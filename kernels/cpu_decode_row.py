@@ -1,0 +1,103 @@
+"""A batch-1 decode token through a Llama decoder stack in one C call (``cpu/llama_decode_row.c``): the ctypes side.
+
+The kernel's structs (``cpu_abi``) are built once from the layers' weights and the pool's K/V views, and each token
+passes only its hidden state, RoPE angles and context. Torch tensors in, no model: which model runs it, and when, is
+``oxygen_ros.layers.cpu_decode_row``'s to decide. ``llama_decode_row`` is None where the kernel cannot read the
+tensors as they are, and the caller keeps its layer-by-layer path.
+"""
+
+import ctypes
+from dataclasses import dataclass
+
+import torch
+
+from .cpu_abi import RowLayer, RowModel, RowStep
+from .cpu_library import library
+from .cpu_matvec import STREAMED_DTYPES
+from .quant_spec import KVBlocks
+
+MAX_HEAD_DIM = 256  # the kernel keeps a query head in 16 registers
+
+
+@dataclass(frozen=True)
+class RowLayerWeights:
+    """One decoder layer's weights: fp32 norms and bias, the projections row-major ``[out, in]`` (fused q|k|v, o, fused
+    gate|up, down) in fp32 or all in bf16."""
+
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+
+@dataclass(frozen=True)
+class RowShape:
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    eps: float
+
+
+class LlamaDecodeRow:
+    """The stack over fixed weights and fp32 pool views (one per layer): each call runs one token through every
+    layer, storing its K/V at its slot."""
+
+    def __init__(self, kernels: ctypes.CDLL, shape: RowShape, layers: list[RowLayerWeights],
+                 views: list[KVBlocks]) -> None:  # fmt: skip
+        self._run, self._scratch_floats = kernels.decode_row, kernels.decode_row_scratch
+        self._run.argtypes = [ctypes.POINTER(RowModel), ctypes.POINTER(RowLayer), ctypes.POINTER(RowStep), ctypes.c_int]
+        self._run.restype = None
+        self._scratch_floats.argtypes = [ctypes.POINTER(RowModel), ctypes.c_int64]
+        self._scratch_floats.restype = ctypes.c_int64
+        self._keep = [layers, views]  # the pointers below are theirs
+        bf16 = layers[0].qkv.dtype == torch.bfloat16
+        self._model = RowModel(len(layers), shape.hidden, shape.heads, shape.kv_heads, shape.head_dim,
+                               shape.intermediate, views[0].block_size, bf16, shape.eps,
+                               shape.head_dim**-0.5)  # fmt: skip
+        self._layers = (RowLayer * len(layers))(*(
+            RowLayer(w.input_norm.data_ptr(), 0 if w.qkv_bias is None else w.qkv_bias.data_ptr(),
+                     w.post_norm.data_ptr(), w.qkv.data_ptr(), w.o.data_ptr(), w.gate_up.data_ptr(),
+                     w.down.data_ptr(), view.k.data_ptr(), view.v.data_ptr())
+            for w, view in zip(layers, views, strict=True)
+        ))  # fmt: skip
+        self._scratch = torch.empty(0)
+
+    def __call__(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, table: torch.Tensor, length: int,
+                 slot: int, block_mass: torch.Tensor | None) -> None:  # fmt: skip
+        """``h`` [1, hidden] fp32 contiguous, the token's embedding, becomes the last layer's output; ``cos``/``sin``
+        fp32 ``[head_dim]`` at its position; ``table`` int64, its sequence's block ids; ``length`` its context's tokens
+        including it, ``slot`` its flat pool slot; ``block_mass`` fp32 (one per table entry, or None) gains each
+        block's attention mass, summed over heads and layers."""
+        need = self._scratch_floats(ctypes.byref(self._model), length)
+        if self._scratch.numel() < need:
+            self._scratch = torch.empty(max(need, 2 * self._scratch.numel()))
+        step = RowStep(h.data_ptr(), cos.data_ptr(), sin.data_ptr(), table.data_ptr(), length, slot,
+                       0 if block_mass is None else block_mass.data_ptr(), self._scratch.data_ptr())  # fmt: skip
+        self._run(ctypes.byref(self._model), self._layers, ctypes.byref(step), torch.get_num_threads())
+
+
+def llama_decode_row(shape: RowShape, layers: list[RowLayerWeights], views: list[KVBlocks]) -> LlamaDecodeRow | None:
+    """The one-call stack over ``layers`` and their pool ``views``, or None where the kernels do not run or cannot
+    read these tensors."""
+    kernels = library()
+    if kernels is None:
+        return None
+    if shape.head_dim % 16 or shape.head_dim > MAX_HEAD_DIM or shape.heads % shape.kv_heads:
+        return None
+    if len(views) != len(layers) or any(v.k.dtype != torch.float32 or v.k.device.type != "cpu" for v in views):
+        return None
+    if any(t is None for w in layers for name, t in vars(w).items() if name != "qkv_bias"):
+        return None  # a layer without its row-major weights (packed without the one-row kernel)
+    tensors = [t for w in layers for t in vars(w).values() if t is not None]
+    if any(t.device.type != "cpu" or not t.is_contiguous() for t in tensors):
+        return None
+    norms = [t for w in layers for t in (w.input_norm, w.post_norm, w.qkv_bias) if t is not None]
+    projections = {t.dtype for w in layers for t in (w.qkv, w.o, w.gate_up, w.down)}
+    if any(t.dtype != torch.float32 for t in norms) or len(projections) != 1 or projections - STREAMED_DTYPES:
+        return None
+    return LlamaDecodeRow(kernels, shape, layers, views)
