@@ -7,6 +7,9 @@ names the field, which the node passes on as the reason; every size is checked b
 """
 
 import array
+import hashlib
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 import numpy as np
@@ -93,6 +96,17 @@ def check_infer_request(req: Infer.Request, max_prompt_chars: int) -> None:
         bounds.text(field, getattr(req, field), bounds.ID_CHARS)
     bounds.text("prompt", req.prompt, max_prompt_chars)
     bounds.within("deadline_s", req.deadline_s, 0.0, bounds.DEADLINE_S, note=" s (0 = none)")
+    bounds.items("state", req.state, bounds.STATE)
+    for i, value in enumerate(req.state):
+        bounds.finite(f"state[{i}]", value)
+
+
+def with_state(observation: Observation, state: Sequence[float]) -> Observation:
+    """``observation`` with the robot state a request brings (its images and text, never re-hashed: the id is the
+    observation's, extended by the state's hash, so equal frames with equal states still share one id)."""
+    values = [float(v) for v in state]
+    suffix = hashlib.sha256(np.asarray(values, dtype=np.float32).tobytes()).hexdigest()[:8]
+    return replace(observation, observation_id=f"{observation.observation_id}+s{suffix}", state=values)
 
 
 def check_generate_goal(goal: Generate.Goal, max_prompt_chars: int, max_feedback_every: int) -> None:

@@ -248,6 +248,8 @@ class InferenceNode(LifecycleNode):
         try:
             convert.check_infer_request(request, settings.max_prompt_chars)
             observation = self._observation_of(request, ring, settings)
+            if request.state:
+                observation = convert.with_state(observation or Observation(), request.state)
         except EngineError as exc:
             return convert.error_response(response, exc.code, exc.message)
         greq = convert.generate_request(request, observation, settings.sampling_defaults())

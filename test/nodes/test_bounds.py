@@ -71,6 +71,8 @@ def test_within_keeps_the_ends_of_its_interval():
         ({"deadline_s": math.inf}, INVALID, "deadline_s must be in [0, 3600]"),
         ({"deadline_s": -1.0}, INVALID, "deadline_s must be in [0, 3600]"),
         ({"deadline_s": 1e9}, INVALID, "deadline_s must be in [0, 3600]"),
+        ({"state": [0.0] * 1025}, OUT_OF_RANGE, "state is 1025 elements"),
+        ({"state": [0.0, math.nan]}, INVALID, "state[1]"),
     ],
 )
 def test_infer_fields(fields, code, phrase):

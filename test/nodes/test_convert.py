@@ -12,7 +12,7 @@ from std_msgs.msg import Header
 from visualization_msgs.msg import Marker
 
 from oxygen_ros.engine.stats import ServingStats
-from oxygen_ros.engine.io import PoolStats, RequestOutput, TaskUsage, TierUsage
+from oxygen_ros.engine.io import Observation, PoolStats, RequestOutput, TaskUsage, TierUsage
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import convert
@@ -170,3 +170,12 @@ def test_pool_markers_one_per_block(max_cubes):
     np.testing.assert_allclose(np.array(got), colours, atol=1e-6)  # ColorRGBA holds float32
     legend = [m.text for m in added if m.ns == "kv_legend"]
     assert legend == ["free (3)", "cached (3)", "shared (3)", "vqa-1 (3)"]
+
+
+def test_a_requests_state_joins_the_observations_frames_under_its_own_id():
+    frame = np.full((4, 4, 3), 7, dtype=np.uint8)
+    seen = Observation(observation_id="obs-1", text="a cup", images=[frame])
+    a, b, c = (convert.with_state(seen, s) for s in ([0.5, 1.0], [0.5, 1.0], [0.5, 1.5]))
+    assert a.images[0] is frame and a.text == "a cup" and a.state == [0.5, 1.0]
+    assert a.observation_id == b.observation_id != c.observation_id and a.observation_id.startswith("obs-1+s")
+    assert seen.state == []  # the ring's observation is not changed
