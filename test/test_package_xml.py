@@ -71,14 +71,19 @@ def test_every_ros_dependency_is_declared():
 
 def test_every_python_import_is_a_runtime_requirement():
     lines = (REPO / "requirements" / "runtime.txt").read_text().splitlines()
-    pinned = {re.split(r"[\[=<>~ ]", line)[0].lower() for line in lines if line.strip() and not line.startswith("#")}
+    pinned = {_normal(re.split(r"[\[=<>~ ]", line)[0]) for line in lines if line.strip() and not line.startswith("#")}
     distributions = importlib.metadata.packages_distributions()
     built_here = {folder.name for folder in COMPAT.iterdir()}  # by the Makefile from msg/compat, not by pip
     third_party = _imports("oxygen_ros", "kernels") - set(sys.stdlib_module_names) - built_here
     missing = {
-        module for module in third_party if not {d.lower() for d in distributions.get(module, [module])} & pinned
+        module for module in third_party if not {_normal(d) for d in distributions.get(module, [module])} & pinned
     }
     assert not missing, f"imported by the package but not in requirements/runtime.txt: {sorted(missing)}"
+
+
+def _normal(distribution: str) -> str:
+    """A distribution's name as PEP 503 compares them (urdfdom_py is urdfdom-py)."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def test_compat_interfaces_are_standalone_packages_colcon_never_sees():

@@ -1,27 +1,27 @@
-"""`instruction_node`: the FollowInstruction action on `/follow_instruction`, streaming action chunks at `rate_hz`.
+"""`instruction_node`: the FollowInstruction action on `/follow_instruction`, a language instruction made motion.
 
-Hierarchical, because a text-only model (SmolLM2) has no action head: the language head (`/oxygen/infer`,
-task_type instruction) reads the instruction with the scene text and narrates which object to take, every
-`narration_period_s`; a low-level controller here (``oxygen_ros.control.reach``) turns the target into
-end-effector waypoint chunks, sent at exactly ``rate_hz`` by the goal's clock thread (see ``_keep_time``) that
-never waits on the model. The target is the detected object (newest camera frame on `/oxygen/observation`, looked
-up every PERCEPTION_PERIOD_S) that the instruction names by colour or shape, else the one the narration names;
-with none, the arm holds still.
+Each goal first asks `/oxygen/infer` for actions, with the arm's joint state when one is configured. A VLA model
+(pi0, pi0.5) answers with a chunk, and the goal runs on the model's action head: its chunks drive the ros2_control
+arm through a FollowJointTrajectory controller (``nodes/vla_arm.py``: chunk execution, blending, limits, honest
+outcomes; ``nodes/arm_io.py``: joint states, the URDF's limits, the controller). Every chunk also goes out on
+`arm/action_chunk` (ActionChunk, the model's units) and as feedback, each trajectory sent on `arm/chunk_trace`.
 
-Each goal first asks `/oxygen/infer` for actions (want_actions, deadline 1/rate_hz). A VLA model (pi05-*) answers
-with a chunk and the goal runs on the model: each tick asks for the next chunk (one in flight at a time, due
-within the period) and publishes it on arrival; a late one is dropped, so the rate is what the model sustains. FAILED_PRECONDITION (no action head) selects the
-controller path. Every chunk goes out on `arm/action_chunk` (ActionChunk: the controller's are Cartesian
-end-effector waypoints, ``reach.ACTION_NAMES``, never dressed as joints) and as feedback with the newest narration;
-a joint-space model's chunk also goes out on `arm/joint_trajectory` (trajectory_msgs/JointTrajectory for a
-ros2_control joint_trajectory_controller) when `joint_names` names as many joints as it has action dimensions. The result
-counts the chunks and measures the rate: (chunks - 1) / (time between the first and the last chunk).
+A text-only model (SmolLM2) has no action head (FAILED_PRECONDITION from the probe): then the language head reads the
+instruction with the scene text and narrates which object to take, every `narration_period_s`, and a low-level
+controller here (``oxygen_ros.control.reach``) turns the target into end-effector waypoint chunks on
+`arm/action_chunk` at exactly ``rate_hz``. The target is the detected object (newest frame, looked up every
+PERCEPTION_PERIOD_S) that the instruction names by colour or shape, else the one the narration names; with none the
+arm holds still, and a goal that never saw its target ends FAILED_PRECONDITION, not SUCCEEDED.
+
+Ticks come from the goal's clock thread (see ``_keep_time``), never waiting on the model: ``rate_hz`` chunks per
+second on the controller path; on the VLA path one tick per control period (the chunk's period_s), with at most
+``rate_hz`` chunk requests a second. Decisions and stamps read the node clock (use_sim_time honoured).
 
 A bad goal (empty instruction, rate_hz < 0.01 or > max_rate_hz, duration_s < 0, NaN or over a day) is accepted and
 aborted with INVALID_ARGUMENT, an instruction over ``bounds.TEXT_CHARS`` with OUT_OF_RANGE; UNAVAILABLE when
-`/oxygen/infer` is absent. A newer goal preempts the running one (CANCELLED, "preempted"). Once streaming, a failing
-language head only shows in the narration: the arm keeps its rate. A stream keeps counts, not a list per chunk, so
-one that runs until cancelled holds the same memory after a day as after a second.
+`/oxygen/infer` is absent. A newer goal preempts the running one (CANCELLED, "preempted"); when no goal runs the arm
+is told to hold. A stream keeps counts, not a list per chunk, so one that runs until cancelled holds the same memory
+after a day as after a second.
 """
 
 import threading
@@ -31,26 +31,22 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from builtin_interfaces.msg import Duration
-from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.exceptions import ParameterUninitializedException
-from rclpy.parameter import Parameter
 from oxygen_ros.nodes.executor import Executor
 from rclpy.timer import Timer
-from std_msgs.msg import Header
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros.action import FollowInstruction
 from oxygen_ros.control import reach
 from oxygen_ros.errors import NO_ACTION_HEAD, EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros import bounds
-from oxygen_ros.nodes import latest_frame
+from oxygen_ros.nodes import arm_io, latest_frame, vla_arm
+from oxygen_ros.nodes.arm_io import ArmIO
 from oxygen_ros.nodes.convert import action_chunk
 from oxygen_ros.nodes.declare import Ranges, Table, keep_positive
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.task_action import TaskActionNode
+from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm, plan_for
 from oxygen_ros.srv import Infer
 
 NODE_NAME = "instruction_node"
@@ -64,8 +60,11 @@ PARAMETERS: Table = {
     "infer_timeout_s": (60.0, "longest wait for /oxygen/infer to answer, seconds"),
     "service_wait_s": (1.0, "how long to wait for /oxygen/infer to appear before aborting UNAVAILABLE, seconds"),
     **latest_frame.PARAMETERS,
+    **arm_io.PARAMETERS,
+    **vla_arm.PARAMETERS,
 }
-JOINT_NAMES = "joint_names"  # a string array: not in the table (an empty array cannot be a YAML default)
+POSITIVE = ["max_rate_hz", "horizon", "narration_period_s", "max_new_tokens", "infer_timeout_s", "service_wait_s",
+            *arm_io.POSITIVE]  # fmt: skip
 RANGES: Ranges = {
     "max_rate_hz": (0.0, 1000.0),
     "horizon": (1, 1000),
@@ -73,6 +72,8 @@ RANGES: Ranges = {
     "max_new_tokens": (1, 4096),
     "infer_timeout_s": (0.0, 3600.0),
     "service_wait_s": (0.0, 600.0),
+    **arm_io.RANGES,
+    **vla_arm.RANGES,
 }
 
 
@@ -85,6 +86,7 @@ class Stream:
     rate_hz: float
     duration_s: float
     vla: bool
+    plan: ArmPlan | None = None  # VLA path: the arm's plan
     started: float = field(default_factory=time.monotonic)  # when streaming began (duration_s counts from it)
     arm: reach.Arm = field(default_factory=reach.Arm)
     narration: str = ""
@@ -93,6 +95,7 @@ class Stream:
     last_chunk_at: float = 0.0
     awaiting_chunk: bool = False  # VLA path: a chunk request is in flight
     target: tuple[float, float] | None = None  # where the named object is (base_link, metres); None = not seen
+    target_seen: bool = False  # controller path: the target was in view at least once (else nothing moved)
     clock: threading.Thread | None = None  # runs the ticks
 
 
@@ -100,18 +103,19 @@ class InstructionNode(TaskActionNode[Stream]):
     """Raises ValueError naming a bad parameter."""
 
     def __init__(self, **kwargs: Any) -> None:
-        numbers = list(RANGES)  # all read once (settings): read-only, so a later set is refused, not ignored
+        # all read once (settings): read-only, so a later set is refused, not ignored
         super().__init__(
-            NODE_NAME, FollowInstruction, "follow_instruction", PARAMETERS, numbers, RANGES, list(PARAMETERS), **kwargs
+            NODE_NAME, FollowInstruction, "follow_instruction", PARAMETERS, POSITIVE, RANGES, list(PARAMETERS),
+            **kwargs,
         )
-        keep_positive(self, *numbers)
-        description = "the arm's joints, in the order of a joint-space model's action dimensions (ros2_control)"
-        self.declare_parameter(
-            JOINT_NAMES, Parameter.Type.STRING_ARRAY, ParameterDescriptor(description=description, read_only=True)
-        )
-        self._joint_names = joint_names(self)
+        keep_positive(self, *POSITIVE)
+        try:
+            self.arm = ArmIO(self, self.settings, arm_io.declare_lists(self), self.group)
+        except ValueError:
+            self.destroy_node()
+            raise
+        self.vla = VlaArm(self, self.arm, self.settings)
         self._chunks = self.create_publisher(ActionChunk, "arm/action_chunk", 10)
-        self._trajectories = self.create_publisher(JointTrajectory, "arm/joint_trajectory", 10)
 
     def check(self, goal: FollowInstruction.Goal) -> None:
         bounds.text("instruction", goal.instruction, bounds.TEXT_CHARS)
@@ -121,19 +125,58 @@ class InstructionNode(TaskActionNode[Stream]):
         bounds.within("duration_s", goal.duration_s, 0.0, bounds.GOAL_DURATION_S, note=" s (0 = until cancelled)")
 
     async def prepare(self, run: GoalRun, goal: FollowInstruction.Goal) -> Stream | None:
-        """Ask for actions once: the answer decides between the model's action head and the controller."""
-        probe = await self.infer.call(self._actions_request(run.task_id, goal.instruction, goal.rate_hz))
-        vla = probe.success or probe.error_code == ErrorCode.DEADLINE_EXCEEDED.value
+        """Ask for actions once: the answer decides between the model's action head and the controller. The probe
+        has no deadline (the first chunk may take its time; steps already due are dropped from it)."""
+        state, origin = self._snapshot_or_none()
+        observed_at, asked = self.arm.now(), time.monotonic()
+        probe = await self.infer.call(self._actions_request(run.task_id, goal.instruction, 0.0, state))
+        vla = probe.success
         no_head = probe.error_code == ErrorCode.FAILED_PRECONDITION.value and NO_ACTION_HEAD in probe.message
         if not (vla or no_head):  # e.g. UNAVAILABLE, or FAILED_PRECONDITION: the inference node is not active
-            run.end(probe.error_code, probe.message)
+            if state is None and self.arm.configured and probe.error_code == ErrorCode.INVALID_ARGUMENT.value:
+                run.end(ErrorCode.FAILED_PRECONDITION, f"{probe.message}; {self._why_no_state()}")
+            else:
+                run.end(probe.error_code, probe.message)
             return None
         stream = Stream(run, goal.instruction, goal.rate_hz, goal.duration_s, vla)
+        if vla:
+            if not await self._arm_ready(run, probe.actions) or origin is None:
+                run.end(ErrorCode.FAILED_PRECONDITION, self._why_no_state())  # no-op when _arm_ready ended it
+                return None
+            stream.plan = plan_for(self.settings, probe.actions)
         mode = "the model's action head" if vla else "the controller (the model has no action head)"
         self.get_logger().info(f"{run.task_id}: {goal.instruction!r} at {goal.rate_hz:g} Hz from {mode}")
-        if probe.success:
-            self._send(stream, probe.actions)
+        if vla:
+            await self._to_arm(stream, probe.actions, observed_at, origin, time.monotonic() - asked)
         return stream
+
+    async def _arm_ready(self, run: GoalRun, chunk: ActionChunk) -> bool:
+        """Whether the arm can take this model's chunks (else ``run`` ends saying why)."""
+        try:
+            self.vla.check_ready(chunk)
+        except EngineError as exc:
+            run.end(exc.code, exc.message)
+            return False
+        if not await self.arm.ready(self.settings["service_wait_s"]):
+            run.end(ErrorCode.FAILED_PRECONDITION, f"no arm controller: {self.arm.target} is not available")
+            return False
+        return True
+
+    def _snapshot_or_none(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``ArmIO.snapshot``, or Nones (no arm configured, or no fresh joint states)."""
+        if not self.arm.configured:
+            return None, None
+        try:
+            return self.arm.snapshot()
+        except EngineError:
+            return None, None
+
+    def _why_no_state(self) -> str:
+        try:
+            self.arm.snapshot()
+        except EngineError as exc:
+            return exc.message
+        return "the joint states arrived after the request"
 
     def start(self, stream: Stream) -> list[Timer]:
         self._perceive(stream)
@@ -141,6 +184,8 @@ class InstructionNode(TaskActionNode[Stream]):
             target=self._keep_time, args=(stream,), name=f"{stream.run.task_id} clock", daemon=True
         )
         stream.clock.start()
+        if stream.vla:
+            return []
         self.executor.create_task(self._narrate, stream)
         period = self.settings["narration_period_s"]
         return [
@@ -150,29 +195,40 @@ class InstructionNode(TaskActionNode[Stream]):
 
     def finish(self, stream: Stream, result: FollowInstruction.Result) -> None:
         stream.clock.join()  # it stops as soon as the goal ends
-        n, span = stream.chunks_sent, stream.last_chunk_at - stream.first_chunk_at
+        plan = stream.plan
+        n = plan.sent if plan else stream.chunks_sent
+        span = stream.last_chunk_at - stream.first_chunk_at
         result.chunks_sent = n
-        result.achieved_rate_hz = (n - 1) / span if n > 1 else 0.0
+        result.achieved_rate_hz = (n - 1) / span if n > 1 and span > 0 else 0.0
+        if plan is not None:
+            result.chunks_missed, result.underruns = plan.missed_total, plan.queue.underruns
+            result.latency_p50_ms, result.latency_p99_ms = plan.latency.percentile(50), plan.latency.percentile(99)
 
-    def _actions_request(self, task_id: str, instruction: str, rate_hz: float) -> Infer.Request:
+    def stopped(self) -> None:
+        """No goal runs: the arm holds where it is (its controller's trajectory is cancelled)."""
+        if self.arm.configured:
+            self.vla.hold(None)
+
+    def _actions_request(self, task_id: str, instruction: str, deadline_s: float,
+                         state: np.ndarray | None) -> Infer.Request:  # fmt: skip
         return Infer.Request(
             task_id=task_id,
             task_type="instruction",
             prompt=instruction,
             want_actions=True,
             max_new_tokens=1,  # the engine wants a text budget even when no text is asked for
-            deadline_s=1.0 / rate_hz,
+            deadline_s=deadline_s,
+            state=[] if state is None else state.astype(np.float32).tolist(),
         )
 
     def _keep_time(self, stream: Stream) -> None:
-        """Tick at ``rate_hz`` on the monotonic clock until the goal ends. Its own thread, not an executor timer:
-        the executor's dispatch waits behind every other callback of the process (camera rendering, the model's
-        Python) and rcl drops a timer's late periods, which cost ~5% of a 10 Hz stream here. A tick that comes
-        late is still sent at once (the next one keeps the schedule); after a stall of over a period the lost
-        periods are lost, not sent in a burst."""
-        period = 1.0 / stream.rate_hz
-        # a VLA probe's chunk was the first period's
-        due = time.monotonic() + (period if stream.chunks_sent else 0.0)
+        """Tick until the goal ends: ``rate_hz`` on the controller path, each control period on the VLA path. Its own
+        thread on the monotonic clock, not an executor timer: the executor's dispatch waits behind every other
+        callback of the process (camera rendering, the model's Python) and rcl drops a timer's late periods, which
+        cost ~5% of a 10 Hz stream here. A tick that comes late is still run at once (the next one keeps the
+        schedule); after a stall of over a period the lost periods are lost, not run in a burst."""
+        period = stream.plan.queue.period if stream.plan else 1.0 / stream.rate_hz
+        due = time.monotonic()
         while True:
             now = time.monotonic()
             if due < now - period:
@@ -182,27 +238,42 @@ class InstructionNode(TaskActionNode[Stream]):
             try:
                 self._tick(stream)
             except Exception as exc:  # without its clock the goal could never end: end it, saying why
+                if stream.plan is not None:
+                    self.vla.hold(stream.plan)
                 stream.run.end(ErrorCode.INTERNAL, f"the chunk clock failed: {type(exc).__name__}: {exc}")
                 return
             due += period
 
     def _tick(self, stream: Stream) -> None:
-        """One control period: end the goal when due, else publish the next chunk (controller) or ask for it (VLA)."""
+        """One period: end the goal when due, else the next controller chunk, or (VLA) watch the arm and ask for the
+        next chunk when the plan runs low."""
         if stream.run.end_if_cancelled():
             return
-        now = time.monotonic()
-        if stream.duration_s and now - stream.started >= stream.duration_s - 0.5 / stream.rate_hz:
-            stream.run.end()
+        if stream.duration_s and time.monotonic() - stream.started >= stream.duration_s - 0.5 / stream.rate_hz:
+            self._end_on_time(stream)
             return
-        if stream.vla:
-            if not stream.awaiting_chunk:
-                stream.awaiting_chunk = True
-                self.executor.create_task(self._ask_actions, stream)
+        plan = stream.plan
+        if plan is not None:
+            self.vla.tick(stream.run, plan)
+            deadline = self.vla.due(plan, self.arm.now(), stream.rate_hz) if stream.run.running else 0.0
+            if deadline:
+                plan.awaiting, plan.last_request = True, self.arm.now()
+                self.executor.create_task(self._ask_actions, stream, deadline)
             return
         rows, stream.arm = reach.chunk(stream.arm, stream.target, self.settings["horizon"], 1.0 / stream.rate_hz)
-        self._send(
+        self._publish(
             stream, action_chunk(rows, stream.run.task_id, 1.0 / stream.rate_hz, self.get_clock().now().to_msg())
         )
+
+    def _end_on_time(self, stream: Stream) -> None:
+        """The goal's duration is over: success only if something moved."""
+        if stream.plan is not None and not stream.plan.sent:
+            stream.run.end(ErrorCode.DEADLINE_EXCEEDED, "no chunk reached the arm in duration_s: the arm did not move")
+        elif stream.plan is None and not stream.target_seen:
+            stream.run.end(ErrorCode.FAILED_PRECONDITION, "the model has no action head and nothing the instruction "
+                           "names was in view: the arm did not move")  # fmt: skip
+        else:
+            stream.run.end()
 
     def _perceive(self, stream: Stream) -> None:
         """Find the named object in the newest frame (off the tick: detection takes milliseconds)."""
@@ -210,8 +281,10 @@ class InstructionNode(TaskActionNode[Stream]):
         objects = detections.objects if detections else []
         found = reach.find_target([stream.instruction, stream.narration], objects)
         stream.target = (found.ahead_cm / 100.0, found.left_cm / 100.0) if found else None
+        stream.target_seen |= found is not None
 
-    def _send(self, stream: Stream, chunk: ActionChunk) -> None:
+    def _publish(self, stream: Stream, chunk: ActionChunk) -> None:
+        """A chunk on arm/action_chunk and as feedback."""
         if not stream.run.running:
             return
         stream.last_chunk_at = time.monotonic()
@@ -220,25 +293,41 @@ class InstructionNode(TaskActionNode[Stream]):
         stream.chunks_sent += 1
         chunk.header.frame_id = BASE_FRAME
         self._chunks.publish(chunk)
-        if stream.vla and len(self._joint_names) == chunk.action_dim:
-            self._trajectories.publish(trajectory(chunk, self._joint_names))
-        elif stream.vla:
-            self.get_logger().warning(
-                f"no arm/joint_trajectory: the model's {chunk.action_dim} action dimensions need as many "
-                f"{JOINT_NAMES}, {len(self._joint_names)} are set", throttle_duration_sec=10.0)  # fmt: skip
         feedback = FollowInstruction.Feedback(chunk=chunk, narration=stream.narration)
         stream.run.goal_handle.publish_feedback(feedback)
 
-    async def _ask_actions(self, stream: Stream) -> None:
+    async def _ask_actions(self, stream: Stream, deadline_s: float) -> None:
+        plan, run = stream.plan, stream.run
         try:
-            request = self._actions_request(stream.run.task_id, stream.instruction, stream.rate_hz)
-            out = await self.infer.call(request)
+            state, origin = self.arm.snapshot()
+        except EngineError as exc:
+            plan.awaiting = False
+            self.vla.hold(plan)
+            run.end(exc.code, exc.message)
+            return
+        observed_at, asked = self.arm.now(), time.monotonic()
+        try:
+            out = await self.infer.call(self._actions_request(run.task_id, stream.instruction, deadline_s, state))
+            if not run.running:
+                return
+            if out.success:
+                await self._to_arm(stream, out.actions, observed_at, origin, time.monotonic() - asked)
+            elif out.error_code == ErrorCode.DEADLINE_EXCEEDED.value:
+                self.vla.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, f"the chunk missed its {deadline_s:.3f} s deadline")
+            else:
+                self.vla.hold(plan)
+                run.end(out.error_code, out.message)
         finally:
-            stream.awaiting_chunk = False
-        if out.success:
-            self._send(stream, out.actions)
-        elif out.error_code != ErrorCode.DEADLINE_EXCEEDED.value:  # a late chunk is just skipped
-            stream.run.end(out.error_code, out.message)
+            plan.awaiting = False
+
+    async def _to_arm(self, stream: Stream, chunk: ActionChunk, observed_at: float, origin: np.ndarray,
+                       infer_s: float) -> None:  # fmt: skip
+        """A chunk to the arm (counted missed when it cannot go), then to arm/action_chunk and the feedback."""
+        missed = await self.vla.execute(stream.run, stream.plan, chunk, observed_at, origin, infer_s)
+        if missed is not None:
+            self.vla.miss(stream.run, stream.plan, *missed)
+            return
+        self._publish(stream, chunk)
 
     async def _narrate(self, stream: Stream) -> None:
         """The language head says which object the robot is reaching for; its answer is the narration."""
@@ -246,30 +335,6 @@ class InstructionNode(TaskActionNode[Stream]):
         text = await self.language_head(stream.run, "instruction", prompt)
         if text is not None:
             stream.narration = text
-
-
-def joint_names(node: InstructionNode) -> list[str]:
-    """The configured joint names ([] when none are: then no JointTrajectory is sent); ValueError for an empty or
-    repeated name, or more than ``bounds.STATE`` of them."""
-    try:
-        names = list(node.get_parameter(JOINT_NAMES).value)
-    except ParameterUninitializedException:
-        return []
-    if len(names) > bounds.STATE or len(set(names)) != len(names) or not all(names):
-        node.destroy_node()
-        raise ValueError(f"parameter {JOINT_NAMES} must be distinct non-empty names (at most {bounds.STATE}): {names}")
-    return names
-
-
-def trajectory(chunk: ActionChunk, names: list[str]) -> JointTrajectory:
-    """A joint-space chunk's rows as trajectory points one period apart, for a joint_trajectory_controller."""
-    rows = np.asarray(chunk.actions, dtype=np.float64).reshape(chunk.horizon, chunk.action_dim)
-    points = []
-    for i, row in enumerate(rows, start=1):
-        seconds = i * chunk.period_s
-        since = Duration(sec=int(seconds), nanosec=int(round(seconds % 1 * 1e9)) % 1_000_000_000)
-        points.append(JointTrajectoryPoint(positions=row.tolist(), time_from_start=since))
-    return JointTrajectory(header=Header(stamp=chunk.header.stamp), joint_names=names, points=points)
 
 
 def main(args: list[str] | None = None) -> int:

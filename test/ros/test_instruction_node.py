@@ -1,7 +1,6 @@
 """`instruction_node` through real rclpy nodes and the real SmolLM2 (no action head, so the controller path):
-chunks at the requested rate on /arm/action_chunk and as feedback (Cartesian waypoints, never a JointTrajectory of
-pseudo-joints on /arm/joint_trajectory), moving towards the named
-object, narration from the language head, a prompt CANCELED with no KV block leaked by the in-flight narration,
+chunks at the requested rate on /arm/action_chunk and as feedback (Cartesian waypoints, never sent to an arm's
+controller as if they were joints: nothing on /arm/chunk_trace), moving towards the named object, narration from the language head, a prompt CANCELED with no KV block leaked by the in-flight narration,
 INVALID_ARGUMENT for bad goals and UNAVAILABLE while the inference node is absent."""
 
 import math
@@ -12,10 +11,9 @@ import pytest
 from action_msgs.msg import GoalStatus
 from inference_client import MODEL_TIMEOUT, Capture, pool_stats
 from oxygen_ros.action import FollowInstruction
-from oxygen_ros.msg import ActionChunk
+from oxygen_ros.msg import ActionChunk, ChunkTrace
 from ros_harness import send_goal, wait_until
 from task_graph import task_graph
-from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.nodes.instruction_node import InstructionNode
 
@@ -27,7 +25,7 @@ def graph(ros_domain_id):
     parameters = {"service_wait_s": 0.5, "narration_period_s": 1.0, "max_new_tokens": 8}
     with task_graph(ros_domain_id, InstructionNode, **parameters) as (graph, _):
         graph.chunks = Capture(graph.client, ActionChunk, "/arm/action_chunk", 100)
-        graph.trajectories = Capture(graph.client, JointTrajectory, "/arm/joint_trajectory", 100)
+        graph.traces = Capture(graph.client, ChunkTrace, "/arm/chunk_trace", 100)
         yield graph
 
 
@@ -66,7 +64,7 @@ def test_streams_chunks_at_the_requested_rate_towards_the_named_object(graph):
     assert abs(np.median(np.diff(stamps)) - 0.1) < 0.01 and np.diff(stamps).max() < 0.5
     first, last = (np.reshape(c.actions, (10, 4))[0] for c in (chunks[0], chunks[-1]))
     assert last[0] > first[0] + 0.2 and last[1] < first[1], "the hand moves ahead and right, to the red triangle"
-    assert not graph.trajectories.messages, "end-effector waypoints are not joints: no controller may take them"
+    assert not graph.traces.messages, "end-effector waypoints are not joints: no controller may take them"
 
 
 def test_narrates_and_a_cancel_stops_the_stream_without_leaking_blocks(graph):

@@ -1,61 +1,132 @@
-"""`instruction_node` with a VLA model (pi05-causal-tiny, random weights): the action probe succeeds, so the chunks come
-from the model's action head through /oxygen/infer (its horizon x 32 actions, one request in flight at a time, each
-due within one period) instead of the node's controller, a JointTrajectory for the configured joint names, and no
-KV block is left held afterwards; with allow_random_weights false (a robot's config) the same goal is refused."""
+"""`instruction_node` with a VLA (pi05-causal-tiny, random weights) driving a simulated ros2_control arm (`arm_sim`: a
+FollowJointTrajectory server that plays each trajectory and publishes the JointState it reaches), closed loop,
+through real rclpy nodes: chunks are asked for with the arm's state, executed as trajectories the controller accepts,
+inside the configured limits and continuous with the measured state, traced on /arm/chunk_trace; chunks that come
+too late end the goal DEADLINE_EXCEEDED after max_missed_chunks with the arm unmoved; joint states that stop
+end it FAILED_PRECONDITION; no KV block is left held; with allow_random_weights false the goal is refused."""
 
+import time
+
+import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 from inference_client import Capture
 from oxygen_ros.action import FollowInstruction
-from ros_harness import send_goal
+from oxygen_ros.msg import ChunkTrace
+from rclpy.parameter import Parameter
+from ros_harness import send_goal, wait_until
+from sensor_msgs.msg import JointState
 from task_graph import task_graph
-from trajectory_msgs.msg import JointTrajectory
 
+from oxygen_ros.nodes.arm_sim import ArmSim
 from oxygen_ros.nodes.instruction_node import InstructionNode
 
+PERIOD_S = 0.2  # a 10-action chunk covers 2 s: a CPU's ~0.5 s chunk arrives with most of its steps still ahead
 PI05_TINY = {"model": "pi05-causal-tiny", "kv_cache_bytes": 256 << 20, "max_model_len": 2048, "observation_ring": 64,
-             "allow_random_weights": True}  # fmt: skip
-ACTION_DIM = 32  # pi0.5's action width
+             "allow_random_weights": True, "action_period_s": PERIOD_S}  # fmt: skip
+ACTION_DIM = 32  # the random model's action width: a 32-joint simulated arm
 JOINTS = [f"arm_joint_{i}" for i in range(ACTION_DIM)]
+LIMIT, SPEED = 50.0, 1000.0  # random weights act noisily: wide limits, checked below all the same
+ARM = {"action_joint_names": JOINTS, "joint_lower_limits": [-LIMIT] * ACTION_DIM,
+       "joint_upper_limits": [LIMIT] * ACTION_DIM, "joint_velocity_limits": [SPEED] * ACTION_DIM,
+       "max_start_jump": 10.0, "input_timeout_s": 1.0, "max_missed_chunks": 3}  # fmt: skip
+
+
+def _arm(graph) -> ArmSim:
+    arm = ArmSim(context=graph.context, parameter_overrides=[
+        Parameter("joint_names", value=JOINTS), Parameter("initial_positions", value=[0.0] * ACTION_DIM),
+        Parameter("state_rate_hz", value=20.0)])  # fmt: skip
+    graph.executor.add_node(arm)
+    return arm
 
 
 @pytest.fixture(scope="module")
 def graph(ros_domain_id):
     with task_graph(ros_domain_id, InstructionNode, PI05_TINY, narration_period_s=30.0, max_new_tokens=2,
-                    joint_names=JOINTS) as (g, _):  # fmt: skip
-        g.trajectories = Capture(g.client, JointTrajectory, "/arm/joint_trajectory", 100)
+                    **ARM) as (g, _):  # fmt: skip
+        g.arm = _arm(g)
+        g.states = Capture(g.client, JointState, "/joint_states", 1000)
+        g.traces = Capture(g.client, ChunkTrace, "/arm/chunk_trace", 100)
         g.start_inference()
         yield g
 
 
-def test_chunks_come_from_the_action_head(graph):
-    # CPU: one pi05-causal-tiny chunk takes ~0.5 s, so 1 Hz leaves each request its period to be served
-    goal = FollowInstruction.Goal(instruction="pick up the red triangle", rate_hz=1.0, duration_s=5.0)
-    handle = send_goal(graph.client, FollowInstruction, "/follow_instruction", goal)
-    out = handle.result(timeout=60.0)
+def follow(graph, duration_s: float, rate_hz: float = 5.0):
+    goal = FollowInstruction.Goal(instruction="pick up the red triangle", rate_hz=rate_hz, duration_s=duration_s)
+    return send_goal(graph.client, FollowInstruction, "/follow_instruction", goal)
+
+
+def _positions(msgs: list[JointState]) -> tuple[np.ndarray, np.ndarray]:
+    """(times s, positions [n, J]) of the arm's published states, in JOINTS order."""
+    times = np.array([m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in msgs])
+    order = [list(msgs[0].name).index(j) for j in JOINTS]
+    return times, np.array([np.asarray(m.position)[order] for m in msgs])
+
+
+def test_chunks_drive_the_arm_through_its_controller(graph):
+    wait_until(lambda: graph.states.messages, 10.0, "the arm's first joint state")
+    before_states, before_traces = len(graph.states.messages), len(graph.traces.messages)
+    handle = follow(graph, duration_s=6.0)
+    out = handle.result(timeout=90.0)
     assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
-    # the probe's chunk and at least one per-tick chunk (a chunk later than its period is dropped, not sent)
-    assert out.result.chunks_sent >= 2 and 0.2 <= out.result.achieved_rate_hz <= 1.2, out.result
-    chunks = [f.chunk for f in handle.feedback]
-    assert len(chunks) == out.result.chunks_sent
-    for chunk in chunks:
-        assert chunk.action_dim == ACTION_DIM and len(chunk.actions) == chunk.horizon * ACTION_DIM
-        assert chunk.task_id == chunks[0].task_id and chunk.header.frame_id == "base_link"
-    assert len({tuple(c.actions) for c in chunks}) == len(chunks), "each chunk is a fresh inference"
-    last = graph.trajectories.wait_for(lambda t: t.header.stamp == chunks[-1].header.stamp)
-    assert last.joint_names == JOINTS and len(last.points) == chunks[-1].horizon
-    assert last.points[0].positions.tolist() == list(chunks[-1].actions[:ACTION_DIM])
+    result = out.result
+    assert result.chunks_sent >= 2, result
+    assert 0 < result.latency_p50_ms <= result.latency_p99_ms < 2 * 10 * PERIOD_S * 1000, result
+    wait_until(lambda: len(graph.traces.messages) - before_traces >= result.chunks_sent, 5.0, "every trace")
+    traces = graph.traces.messages[before_traces:]
+    assert [t.chunk_id for t in traces] == list(range(result.chunks_sent))
+    assert len({t.task_id for t in traces}) == 1 and all(t.blended + t.appended > 0 for t in traces)
+    assert traces[-1].underruns == result.underruns
+    # closed loop: the arm moved, stayed inside the limits, and never jumped faster than its velocity limit
+    times, q = _positions(graph.states.messages[before_states:])
+    assert np.abs(q - q[0]).max() > 1e-3, "the arm moved"
+    assert np.abs(q).max() <= LIMIT
+    steps = np.abs(np.diff(q, axis=0)) / np.maximum(np.diff(times), 1e-3)[:, None]
+    assert steps.max() <= SPEED * 1.01
+    # the goal ended: the arm holds (its trajectory was cancelled) instead of running out its plan
+    time.sleep(0.5)
+    held = graph.states.messages[-1]
+    time.sleep(0.5)
+    np.testing.assert_allclose(graph.states.messages[-1].position, held.position, atol=1e-9)
     graph.idle_pool()
 
 
-def test_a_rate_the_model_cannot_keep_still_ends_on_time(graph):
-    """At 20 Hz every chunk misses its 50 ms deadline on this CPU and is dropped; the goal must still end after its
-    duration (counted from the start of streaming, not from a first chunk that never comes)."""
-    goal = FollowInstruction.Goal(instruction="pick up the red triangle", rate_hz=20.0, duration_s=2.0)
-    handle = send_goal(graph.client, FollowInstruction, "/follow_instruction", goal)
-    out = handle.result(timeout=60.0)
-    assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
-    assert out.result.chunks_sent <= 40  # at most the 2 s worth: none arrives late and is sent anyway
+def test_stale_joint_states_stop_the_goal(graph):
+    handle = follow(graph, duration_s=30.0)
+    wait_until(lambda: handle.feedback, 60.0, "the first chunk")
+    graph.executor.remove_node(graph.arm)  # the arm's driver dies: joint_states stop
+    graph.arm.destroy_node()
+    try:
+        out = handle.result(timeout=30.0)
+        assert out.status == GoalStatus.STATUS_ABORTED
+        assert out.result.error_code == "FAILED_PRECONDITION", out.result.message
+        assert "old, over input_timeout_s" in out.result.message or "not available" in out.result.message
+    finally:
+        graph.arm = _arm(graph)
+    graph.idle_pool()
+
+
+def test_chunks_too_late_for_the_arm_end_the_goal_with_the_arm_unmoved(graph):
+    """A control period the model cannot keep (2 ms: every chunk arrives after all its steps): the goal ends
+    DEADLINE_EXCEEDED after max_missed_chunks, and no trajectory reached the arm."""
+    graph.stop_inference()
+    graph.inference_parameters = PI05_TINY | {"action_period_s": 0.002}
+    graph.start_inference()
+    try:
+        wait_until(lambda: graph.states.messages, 10.0, "the arm's joint state")
+        start = np.asarray(graph.states.messages[-1].position)
+        before = len(graph.traces.messages)
+        out = follow(graph, duration_s=30.0).result(timeout=90.0)
+        assert out.status == GoalStatus.STATUS_ABORTED
+        assert out.result.error_code == "DEADLINE_EXCEEDED", out.result.message
+        assert "max_missed_chunks" in out.result.message
+        assert (out.result.chunks_sent, out.result.chunks_missed) == (0, 3)
+        assert len(graph.traces.messages) == before
+        np.testing.assert_allclose(graph.states.messages[-1].position, start, atol=1e-9)
+    finally:
+        graph.stop_inference()
+        graph.inference_parameters = PI05_TINY
+        graph.start_inference()
     graph.idle_pool()
 
 
@@ -63,10 +134,10 @@ def test_a_random_weight_model_sends_no_actions_unless_allowed(graph):
     graph.stop_inference()
     graph.inference_parameters = PI05_TINY | {"allow_random_weights": False}
     graph.start_inference()
-    before = len(graph.trajectories.messages)
+    before = len(graph.traces.messages)
     goal = FollowInstruction.Goal(instruction="pick up the red triangle", rate_hz=1.0, duration_s=2.0)
     out = send_goal(graph.client, FollowInstruction, "/follow_instruction", goal).result(timeout=60.0)
     assert out.status == GoalStatus.STATUS_ABORTED
     assert (out.result.error_code, out.result.chunks_sent) == ("FAILED_PRECONDITION", 0)
     assert "random weights" in out.result.message and "allow_random_weights" in out.result.message
-    assert len(graph.trajectories.messages) == before
+    assert len(graph.traces.messages) == before

@@ -1,0 +1,181 @@
+"""`arm_sim` through real rclpy nodes, as the instruction node will drive it: a FollowJointTrajectory goal is played
+from where the arm is, /joint_states reaches its last point and the goal SUCCEEDS; a second goal preempts the first
+(ABORTED INVALID_GOAL with joint_trajectory_controller's words) and plays on from where the arm was, never jumping;
+goals a controller refuses are rejected with the reason logged; a cancel holds the arm where it is; a trajectory on
+the topic is played too; the URDF reaches a late subscriber of robot_description (TRANSIENT_LOCAL); a missing URDF
+stops the node with the reason."""
+
+import time
+
+import numpy as np
+import pytest
+from action_msgs.msg import GoalStatus
+from control_msgs.action import FollowJointTrajectory
+from rclpy.duration import Duration
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile
+from rclpy.time import Time
+from ros_harness import make_context, send_goal, spin_nodes, wait_until
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from oxygen_ros.control.arm.joint_limits import urdf_limits
+from oxygen_ros.nodes.arm_sim import PREEMPTED, REACHED, SO100_JOINTS, ArmSim, main
+
+ACTION = "/arm_controller/follow_joint_trajectory"
+Result = FollowJointTrajectory.Result
+
+
+class Arm:
+    """The simulated arm and a client node recording /joint_states as (stamp s, positions, velocities)."""
+
+    def __init__(self, context) -> None:
+        self.node = ArmSim(context=context)
+        self.client = Node("arm_sim_client", context=context)
+        self.states: list[tuple[float, np.ndarray, np.ndarray]] = []
+        self.client.create_subscription(JointState, "/joint_states", self._on_state, 100)
+
+    def _on_state(self, msg: JointState) -> None:
+        assert list(msg.name) == SO100_JOINTS
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        self.states.append((stamp, np.array(msg.position), np.array(msg.velocity)))
+
+    def position(self) -> np.ndarray:
+        wait_until(lambda: self.states, 10.0, "a JointState")
+        return self.states[-1][1]
+
+    def reaches(self, target: np.ndarray, timeout: float = 10.0) -> None:
+        wait_until(lambda: np.allclose(self.states[-1][1], target, atol=1e-9), timeout, f"the arm at {target}")
+
+    def send(self, rows: list[tuple[float, np.ndarray]], names: list[str] = SO100_JOINTS, stamp: float = 0.0):
+        return send_goal(self.client, FollowJointTrajectory, ACTION, FollowJointTrajectory.Goal(
+            trajectory=trajectory(rows, names, stamp)))  # fmt: skip
+
+
+def trajectory(rows: list[tuple[float, np.ndarray]], names: list[str], stamp: float = 0.0) -> JointTrajectory:
+    msg = JointTrajectory(joint_names=list(names))
+    msg.header.stamp = Time(seconds=stamp).to_msg()
+    msg.points = [JointTrajectoryPoint(positions=[float(x) for x in p], time_from_start=Duration(seconds=t).to_msg())
+                  for t, p in rows]  # fmt: skip
+    return msg
+
+
+@pytest.fixture(scope="module")
+def arm(ros_domain_id):
+    context = make_context(ros_domain_id)
+    arm = Arm(context)
+    try:
+        with spin_nodes(context, arm.node, arm.client):
+            yield arm
+    finally:
+        context.try_shutdown()
+
+
+def max_speed(states: list[tuple[float, np.ndarray, np.ndarray]]) -> float:
+    """The fastest any joint moved between consecutive JointStates, rad/s."""
+    return max(np.max(np.abs(b[1] - a[1])) / (b[0] - a[0]) for a, b in zip(states, states[1:]))
+
+
+def test_a_goal_is_played_to_its_last_point_and_succeeds(arm):
+    start = arm.position()
+    middle, target = start + 0.2, start + np.linspace(-0.3, 0.3, 6)
+    goal = arm.send([(0.4, middle), (0.8, target)])
+    out = goal.result(timeout=10.0)
+    assert out.status == GoalStatus.STATUS_SUCCEEDED
+    assert (out.result.error_code, out.result.error_string) == (Result.SUCCESSFUL, REACHED)
+    arm.reaches(target, timeout=2.0)
+    last = goal.feedback[-1]
+    assert list(last.joint_names) == SO100_JOINTS and np.allclose(last.actual.positions, last.desired.positions)
+    assert np.allclose(last.error.positions, 0.0)
+    indices = [feedback.index for feedback in goal.feedback]
+    assert indices == sorted(indices) and set(indices) <= {0, 1, 2}
+
+
+def test_a_second_goal_preempts_the_first_which_plays_on_from_where_the_arm_was(arm):
+    start = arm.position()
+    first = arm.send([(3.0, start + 1.5)])  # 0.5 rad/s
+    begin = len(arm.states)
+    time.sleep(0.6)
+    second = arm.send([(1.0, start - 0.5)])  # from where the arm is (~0.3 rad along): about 0.8 rad/s
+    out = first.result(timeout=5.0)
+    assert out.status == GoalStatus.STATUS_ABORTED
+    assert (out.result.error_code, out.result.error_string) == (Result.INVALID_GOAL, PREEMPTED)
+    assert second.result(timeout=5.0).status == GoalStatus.STATUS_SUCCEEDED
+    arm.reaches(start - 0.5, timeout=2.0)
+    played = arm.states[begin:]
+    # under 2 rad/s even if the second goal came late (the arm at most at start + 1.5): a restart from `start`, or a
+    # jump to anywhere but where the arm was, moves ~0.3 rad in one 20 ms tick, 15 rad/s
+    assert max_speed(played) <= 2.0
+    assert max(np.max(np.abs(velocity)) for _, _, velocity in played) <= 2.0
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["an unknown joint", "times not increasing", "a stamp in the past"],
+)
+def test_goals_a_controller_refuses_are_rejected_with_the_reason_logged(arm, case, capfd):
+    start = arm.position()
+    names, rows, stamp, reason = {
+        "an unknown joint": ([*SO100_JOINTS[:5], "elbow"], [(1.0, start)], 0.0, "Incoming joint 'elbow'"),
+        "times not increasing": (SO100_JOINTS, [(1.0, start), (1.0, start + 0.1)], 0.0, "not strictly increasing"),
+        "a stamp in the past": (SO100_JOINTS, [(1.0, start)], time.time() - 5.0, "that ends in the past"),
+    }[case]
+    with pytest.raises(RuntimeError, match="rejected"):
+        arm.send(rows, names, stamp)
+    wait_until(lambda: reason in capfd.readouterr().err, 5.0, f"'{reason}' logged")
+    time.sleep(0.1)
+    assert np.array_equal(arm.states[-1][1], start)  # nothing moved
+
+
+def test_cancel_holds_the_arm_where_it_is(arm):
+    start = arm.position()
+    goal = arm.send([(3.0, start + 1.5)])
+    time.sleep(0.5)
+    goal.cancel()
+    out = goal.result(timeout=5.0)
+    assert out.status == GoalStatus.STATUS_CANCELED
+    assert (out.result.error_code, out.result.error_string) == (0, "")  # JTC's empty result
+    time.sleep(0.1)  # the state published as the goal ended may arrive after its result
+    held = arm.states[-1][1]
+    assert 0.05 < held[0] - start[0] < 1.0  # it moved, then stopped short of the target
+    count = len(arm.states)
+    time.sleep(0.3)
+    assert len(arm.states) > count + 5
+    assert all(np.array_equal(position, held) for _, position, _ in arm.states[count:])
+    assert np.allclose(arm.states[-1][2], 0.0)
+
+
+def test_a_trajectory_on_the_topic_is_played_from_where_the_arm_is(arm):
+    start = arm.position()
+    publisher = arm.client.create_publisher(JointTrajectory, "/arm_controller/joint_trajectory", 10)
+    try:
+        wait_until(lambda: publisher.get_subscription_count() > 0, 5.0, "arm_sim subscribed")
+        begin = len(arm.states)
+        target = start[::-1].copy() + 0.1
+        publisher.publish(trajectory([(0.5, target)], SO100_JOINTS[::-1], 0.0))  # another order: mapped by name
+        arm.reaches(target[::-1], timeout=5.0)
+        assert max_speed(arm.states[begin:]) <= np.max(np.abs(target[::-1] - start)) / 0.5 * 1.01
+    finally:
+        arm.client.destroy_publisher(publisher)
+
+
+def test_the_urdf_reaches_a_late_subscriber_of_robot_description(arm):
+    received: list[String] = []
+    latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    subscription = arm.client.create_subscription(String, "/robot_description", received.append, latched)
+    try:
+        wait_until(lambda: received, 10.0, "robot_description")
+    finally:
+        arm.client.destroy_subscription(subscription)
+    limits = urdf_limits(received[0].data)
+    assert list(limits) == SO100_JOINTS  # what the instruction node reads: every joint bounded
+    assert all(limit.lower < 0.0 < limit.upper for name, limit in limits.items() if name != "gripper")
+    assert limits["gripper"].lower == 0.0 and limits["gripper"].upper > 1.0
+
+
+def test_a_missing_urdf_stops_the_node_with_the_reason(ros_domain_id, capfd):
+    assert main(["--ros-args", "-p", "urdf_path:=/nonexistent/arm.urdf"]) == 1
+    assert "urdf_path: /nonexistent/arm.urdf does not exist" in capfd.readouterr().err
+    assert main(["--ros-args", "-p", "initial_positions:=[0.0]"]) == 1
+    assert "initial_positions must be 6 finite numbers" in capfd.readouterr().err
