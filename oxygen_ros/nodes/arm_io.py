@@ -13,6 +13,7 @@
 """
 
 import math
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -39,7 +40,7 @@ from oxygen_ros.nodes.future_wait import wait
 
 POLL_S = 0.1
 NS = 1_000_000_000
-PREEMPTED = "preempted"  # in the error_string of a goal the controller ended because a newer one arrived
+MAX_CLOCK_SKEW_S = 1.0  # a JointState stamped further than this from the node clock comes from another clock
 PARAMETERS = {  # scalars: (default, description), read once
     "state_topic": ("joint_states", "sensor_msgs/JointState input: the arm's measured joint positions"),
     "description_topic": ("robot_description", "std_msgs/String input (latched): the URDF whose joint limits bound "
@@ -102,6 +103,10 @@ def _duration(seconds: float) -> Duration:
     return Duration(sec=ns // NS, nanosec=ns % NS)
 
 
+def _goal_id(handle) -> bytes:
+    return bytes(handle.goal_id.uuid)
+
+
 class ArmIO:
     """Raises ValueError naming a bad parameter (``settings``: PARAMETERS' values; ``lists``: declare_lists')."""
 
@@ -109,16 +114,21 @@ class ArmIO:
         self._node, self._settings = node, settings
         self.names: tuple[str, ...] = tuple(lists["action_joint_names"])
         self.state_names: tuple[str, ...] = tuple(lists["state_joint_names"]) or self.names
+        self._wanted = set(self.names) | set(self.state_names)
         self._limit_lists = [lists[k] for k in ("joint_lower_limits", "joint_upper_limits", "joint_velocity_limits")]
         try:
             self.map = JointMap.build(list(self.names), lists["action_scale"], lists["action_offset"],
                                       settings["action_space"])  # fmt: skip
         except EngineError as exc:
             raise ValueError(exc.message) from exc
-        self._positions: dict[str, tuple[float, float]] = {}  # joint -> (position, arrival on the node clock, s)
+        self._lock = threading.Lock()  # what the executor's callbacks and the goal's clock thread share
+        self._positions: dict[str, tuple[float, float, float]] = {}  # joint -> (position, arrival, stamp), seconds
         self._described: dict[str, JointLimit] = {}
-        self._fault = ""  # why the controller ended a goal of ours (not a preemption)
-        self._active = None  # the goal handle of the trajectory the controller is playing
+        self._fault = ""  # why the controller ended our newest goal when we did not ask it to
+        self._newest = None  # the handle of our newest accepted goal (the one the controller plays)
+        self._live: dict[bytes, object] = {}  # our accepted goals not ended yet, by goal id
+        self._cancelled: set[bytes] = set()  # of those, the ones we cancelled
+        self._holds = 0  # counts holds: a goal accepted after a hold that followed its sending is cancelled at once
         node.create_subscription(JointState, settings["state_topic"], self._on_state, 10, callback_group=group)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         node.create_subscription(String, settings["description_topic"], self._on_description, latched,
@@ -145,10 +155,10 @@ class ArmIO:
             self._node.get_logger().warning(f"ignoring a JointState with {len(msg.name)} names and "
                                             f"{len(msg.position)} positions", throttle_duration_sec=5.0)  # fmt: skip
             return
-        arrival = self.now()
+        arrival, stamp = self.now(), msg.header.stamp.sec + msg.header.stamp.nanosec / NS
         for name, position in zip(msg.name, msg.position):
-            if math.isfinite(position):
-                self._positions[name] = (position, arrival)
+            if name in self._wanted and math.isfinite(position):  # only the joints we command or read: bounded
+                self._positions[name] = (position, arrival, stamp)
 
     def _on_description(self, msg: String) -> None:
         try:
@@ -157,17 +167,23 @@ class ArmIO:
             self._node.get_logger().error(f"{exc.message}: keeping the limits had before")
 
     def measured(self, names: tuple[str, ...]) -> np.ndarray:
-        """The newest positions of ``names``; FAILED_PRECONDITION naming a joint never heard of or too old."""
+        """The newest positions of ``names``; FAILED_PRECONDITION naming a joint never heard of, too old, or stamped
+        on another clock (a driver on wall time under use_sim_time, or the reverse: its trajectories would be
+        stamped in another era)."""
         now, timeout = self.now(), self._settings["input_timeout_s"]
         out = []
         for name in names:
             if name not in self._positions:
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: no position on "
                                   f"{self._node.resolve_topic_name(self._settings['state_topic'])} yet")  # fmt: skip
-            position, arrival = self._positions[name]
+            position, arrival, stamp = self._positions[name]
             if now - arrival > timeout:
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: its position is {now - arrival:.2f} s "
                                   f"old, over input_timeout_s {timeout:g}")  # fmt: skip
+            if stamp and abs(arrival - stamp) > MAX_CLOCK_SKEW_S:
+                raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: its JointState is stamped "
+                                  f"{arrival - stamp:+.1f} s from this node's clock: the driver and this node "
+                                  "run on different clocks (use_sim_time?)")  # fmt: skip
             out.append(position)
         return np.asarray(out, dtype=np.float64)
 
@@ -186,63 +202,105 @@ class ArmIO:
 
     # --- the controller ------------------------------------------------------------------------------------------
     async def ready(self, wait_s: float) -> bool:
-        """Whether the controller is there (a topic always is), waiting up to ``wait_s`` for its action server."""
+        """Whether the controller is there (its action server, or a subscriber to the topic), waiting up to
+        ``wait_s``."""
         waited = 0.0
-        while not self._topic and not self._client.server_is_ready():
+        while not self._listening():
             if waited >= wait_s:
                 return False
             await wait(self._node, None, POLL_S)
             waited += POLL_S
         return True
 
+    def _listening(self) -> bool:
+        return self._publisher.get_subscription_count() > 0 if self._topic else self._client.server_is_ready()
+
     def take_fault(self) -> str:
-        """Why the controller ended one of our goals since the last call ('' = it did not)."""
-        fault, self._fault = self._fault, ""
+        """Why the controller ended our newest goal since the last call, when we did not ask it to ('' = it did
+        not)."""
+        with self._lock:
+            fault, self._fault = self._fault, ""
         return fault
 
     async def send(self, start: float, times: np.ndarray, safe: SafeTargets) -> str:
         """Play ``safe`` from node-clock time ``start`` (point i at ``start + times[i]``); '' when the controller
-        took it, else why not."""
+        took it, else why not. A hold while the goal is on its way cancels it as soon as it is accepted, however
+        late that is: no trajectory outlives a hold."""
         points = [JointTrajectoryPoint(positions=p.tolist(), velocities=v.tolist(), time_from_start=_duration(t))
                   for p, v, t in zip(safe.positions, safe.velocities, times)]  # fmt: skip
         trajectory = JointTrajectory(header=Header(stamp=stamp_of(start)), joint_names=list(self.names), points=points)
+        if not self._listening():
+            return f"{self.target} is not there (no action server, or no subscriber to the topic)"
         if self._topic:
             self._publisher.publish(trajectory)
             return ""
-        answered, handle = await wait(self._node, self._client.send_goal_async(
-            FollowJointTrajectory.Goal(trajectory=trajectory)), self._settings["answer_wait_s"])  # fmt: skip
+        with self._lock:
+            holds = self._holds
+        future = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
+        future.add_done_callback(lambda f: self._on_accepted(f.result(), holds))
+        answered, handle = await wait(self._node, future, self._settings["answer_wait_s"])
         if not answered:
             return f"{self.target} did not answer within answer_wait_s {self._settings['answer_wait_s']:g} s"
         if not handle.accepted:
             return f"{self.target} rejected the trajectory (see the controller's log)"
-        self._active = handle
-        handle.get_result_async().add_done_callback(lambda f, h=handle: self._on_result(h, f.result()))
+        with self._lock:
+            if self._holds != holds:
+                return "the arm was told to hold while the trajectory was on its way"
         return ""
 
-    def _on_result(self, handle, response) -> None:
-        result = response.result
-        if self._active is handle:
-            self._active = None
-        if response.status == GoalStatus.STATUS_ABORTED and not (
-            result.error_code == result.INVALID_GOAL and PREEMPTED in result.error_string
-        ):
-            self._fault = f"{self.target} aborted the trajectory: error_code {result.error_code}: " \
-                f"{result.error_string[: bounds.TEXT_CHARS]}"  # fmt: skip
+    def _on_accepted(self, handle, holds: int) -> None:
+        if handle is None or not handle.accepted:
+            return
+        with self._lock:
+            self._live[_goal_id(handle)] = handle
+            self._newest = handle
+            stale = self._holds != holds
+        handle.get_result_async().add_done_callback(lambda f: self._on_result(handle, f.result()))
+        if stale:
+            self._cancel(handle)
 
-    def hold(self, log: Callable[[str], None]) -> None:
-        """Stop the arm where it is: cancel the goal being played (the controller holds), or on the topic send one
-        point at the measured positions (without fresh positions nothing can be sent: the controller's own
-        timeout, cmd_timeout, must stop it)."""
+    def _cancel(self, handle) -> None:
+        with self._lock:
+            self._cancelled.add(_goal_id(handle))
+        handle.cancel_goal_async()
+
+    def _on_result(self, handle, response) -> None:
+        """Our newest goal ending any way but SUCCEEDED or cancelled by us is a fault: another client preempted
+        it, someone cancelled it, or the controller aborted it (tolerances). An older goal ending is our own doing
+        (the newest one preempted it)."""
+        key = _goal_id(handle)
+        with self._lock:
+            self._live.pop(key, None)
+            ours = key in self._cancelled
+            self._cancelled.discard(key)
+            if handle is not self._newest or ours or response.status == GoalStatus.STATUS_SUCCEEDED:
+                return
+            result = response.result
+            self._fault = f"{self.target} ended the trajectory (status {response.status}, error_code " \
+                f"{result.error_code}): {result.error_string[: bounds.TEXT_CHARS] or 'cancelled by another client'}"  # fmt: skip
+
+    def destroy(self) -> None:
         if not self._topic:
-            if self._active is not None:
-                self._active.cancel_goal_async()
-                self._active = None
+            self._client.destroy()  # rclpy's destroy_node leaves action clients alive (see InferClient.destroy)
+
+    def hold(self, at: np.ndarray | None, log: Callable[[str], None]) -> None:
+        """Stop the arm: cancel every goal of ours the controller has (the newest one playing: it holds where the
+        arm is) and any still on its way; on the topic, one point at ``at`` (where the plan has the arm now, else
+        the measured position), reached no faster than the velocity limits allow."""
+        with self._lock:
+            self._holds += 1
+            live = list(self._live.values())
+        if not self._topic:
+            for handle in live:
+                self._cancel(handle)
             return
         try:
-            here = self.measured(self.names)
+            here = self.measured(self.names) if at is None else at
+            slowest = max(float(np.max(np.abs(here - self.measured(self.names)) / [lim.velocity for lim in
+                                                                                     self.limits()])), 0.1)  # fmt: skip
         except EngineError as exc:
-            log(f"cannot hold on {self.target}: {exc.message}")
+            log(f"cannot hold on {self.target}: {exc.message} (the controller's cmd_timeout must stop it)")
             return
         point = JointTrajectoryPoint(positions=here.tolist(), velocities=[0.0] * len(here),
-                                     time_from_start=_duration(0.1))  # fmt: skip
+                                     time_from_start=_duration(slowest))  # fmt: skip
         self._publisher.publish(JointTrajectory(joint_names=list(self.names), points=[point]))

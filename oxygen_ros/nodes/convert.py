@@ -96,8 +96,12 @@ def check_infer_request(req: Infer.Request, max_prompt_chars: int) -> None:
         bounds.text(field, getattr(req, field), bounds.ID_CHARS)
     bounds.text("prompt", req.prompt, max_prompt_chars)
     bounds.within("deadline_s", req.deadline_s, 0.0, bounds.DEADLINE_S, note=" s (0 = none)")
-    bounds.items("state", req.state, bounds.STATE)
-    for i, value in enumerate(req.state):
+
+
+def check_state(state: Sequence[float]) -> None:
+    """An Infer request's robot state: at most ``bounds.STATE`` finite values."""
+    bounds.items("state", state, bounds.STATE)
+    for i, value in enumerate(state):
         bounds.finite(f"state[{i}]", value)
 
 

@@ -247,6 +247,7 @@ class InferenceNode(LifecycleNode):
             return convert.error_response(response, ErrorCode.FAILED_PRECONDITION, message)
         try:
             convert.check_infer_request(request, settings.max_prompt_chars)
+            convert.check_state(request.state)
             observation = self._observation_of(request, ring, settings)
             if request.state:
                 observation = convert.with_state(observation or Observation(), request.state)

@@ -24,6 +24,7 @@ is told to hold. A stream keeps counts, not a list per chunk, so one that runs u
 after a day as after a second.
 """
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from oxygen_ros.nodes.declare import Ranges, Table, keep_positive
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.task_action import TaskActionNode
-from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm, plan_for
+from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
 from oxygen_ros.srv import Infer
 
 NODE_NAME = "instruction_node"
@@ -64,7 +65,7 @@ PARAMETERS: Table = {
     **vla_arm.PARAMETERS,
 }
 POSITIVE = ["max_rate_hz", "horizon", "narration_period_s", "max_new_tokens", "infer_timeout_s", "service_wait_s",
-            *arm_io.POSITIVE]  # fmt: skip
+            *arm_io.POSITIVE, *vla_arm.POSITIVE]  # fmt: skip
 RANGES: Ranges = {
     "max_rate_hz": (0.0, 1000.0),
     "horizon": (1, 1000),
@@ -87,6 +88,7 @@ class Stream:
     duration_s: float
     vla: bool
     plan: ArmPlan | None = None  # VLA path: the arm's plan
+    first_chunk: tuple | None = None  # VLA path: the probe's chunk (chunk, observed_at, origin, infer_s), sent at start
     started: float = field(default_factory=time.monotonic)  # when streaming began (duration_s counts from it)
     arm: reach.Arm = field(default_factory=reach.Arm)
     narration: str = ""
@@ -117,6 +119,11 @@ class InstructionNode(TaskActionNode[Stream]):
         self.vla = VlaArm(self, self.arm, self.settings)
         self._chunks = self.create_publisher(ActionChunk, "arm/action_chunk", 10)
 
+    def destroy_node(self) -> None:
+        if hasattr(self, "arm"):  # a node refused at its parameters has none
+            self.arm.destroy()
+        super().destroy_node()
+
     def check(self, goal: FollowInstruction.Goal) -> None:
         bounds.text("instruction", goal.instruction, bounds.TEXT_CHARS)
         if not goal.instruction.strip():
@@ -140,27 +147,29 @@ class InstructionNode(TaskActionNode[Stream]):
             return None
         stream = Stream(run, goal.instruction, goal.rate_hz, goal.duration_s, vla)
         if vla:
-            if not await self._arm_ready(run, probe.actions) or origin is None:
-                run.end(ErrorCode.FAILED_PRECONDITION, self._why_no_state())  # no-op when _arm_ready ended it
+            stream.plan = await self._arm_plan(run, probe.actions)
+            if stream.plan is None:
                 return None
-            stream.plan = plan_for(self.settings, probe.actions)
+            if origin is None:
+                run.end(ErrorCode.FAILED_PRECONDITION, self._why_no_state())
+                return None
+            # sent from start(): once this goal is the node's current one, whose end always holds the arm
+            stream.first_chunk = (probe.actions, observed_at, origin, time.monotonic() - asked)
         mode = "the model's action head" if vla else "the controller (the model has no action head)"
         self.get_logger().info(f"{run.task_id}: {goal.instruction!r} at {goal.rate_hz:g} Hz from {mode}")
-        if vla:
-            await self._to_arm(stream, probe.actions, observed_at, origin, time.monotonic() - asked)
         return stream
 
-    async def _arm_ready(self, run: GoalRun, chunk: ActionChunk) -> bool:
-        """Whether the arm can take this model's chunks (else ``run`` ends saying why)."""
+    async def _arm_plan(self, run: GoalRun, chunk: ActionChunk) -> ArmPlan | None:
+        """The goal's plan on the arm, or None after ending ``run`` saying why the arm cannot take these chunks."""
         try:
-            self.vla.check_ready(chunk)
+            plan = self.vla.plan_for(chunk)
         except EngineError as exc:
             run.end(exc.code, exc.message)
-            return False
+            return None
         if not await self.arm.ready(self.settings["service_wait_s"]):
-            run.end(ErrorCode.FAILED_PRECONDITION, f"no arm controller: {self.arm.target} is not available")
-            return False
-        return True
+            run.end(ErrorCode.FAILED_PRECONDITION, f"no arm controller: {self.arm.target} is not there")
+            return None
+        return plan
 
     def _snapshot_or_none(self) -> tuple[np.ndarray | None, np.ndarray | None]:
         """``ArmIO.snapshot``, or Nones (no arm configured, or no fresh joint states)."""
@@ -185,6 +194,8 @@ class InstructionNode(TaskActionNode[Stream]):
         )
         stream.clock.start()
         if stream.vla:
+            stream.plan.awaiting, stream.plan.due_at = True, math.inf  # the probe's chunk is on its way to the arm
+            self.executor.create_task(self._first_chunk, stream)
             return []
         self.executor.create_task(self._narrate, stream)
         period = self.settings["narration_period_s"]
@@ -255,9 +266,10 @@ class InstructionNode(TaskActionNode[Stream]):
         plan = stream.plan
         if plan is not None:
             self.vla.tick(stream.run, plan)
-            deadline = self.vla.due(plan, self.arm.now(), stream.rate_hz) if stream.run.running else 0.0
+            now = self.arm.now()
+            deadline = self.vla.due(plan, now, stream.rate_hz) if stream.run.running else 0.0
             if deadline:
-                plan.awaiting, plan.last_request = True, self.arm.now()
+                plan.awaiting, plan.overdue, plan.last_request, plan.due_at = True, False, now, now + deadline
                 self.executor.create_task(self._ask_actions, stream, deadline)
             return
         rows, stream.arm = reach.chunk(stream.arm, stream.target, self.settings["horizon"], 1.0 / stream.rate_hz)
@@ -266,8 +278,12 @@ class InstructionNode(TaskActionNode[Stream]):
         )
 
     def _end_on_time(self, stream: Stream) -> None:
-        """The goal's duration is over: success only if something moved."""
-        if stream.plan is not None and not stream.plan.sent:
+        """The goal's duration is over: success only if something moved (and the controller did not fail it)."""
+        fault = self.arm.take_fault() if stream.plan is not None else ""
+        if fault:
+            self.vla.hold(stream.plan)
+            stream.run.end(ErrorCode.ABORTED, fault)
+        elif stream.plan is not None and not stream.plan.sent:
             stream.run.end(ErrorCode.DEADLINE_EXCEEDED, "no chunk reached the arm in duration_s: the arm did not move")
         elif stream.plan is None and not stream.target_seen:
             stream.run.end(ErrorCode.FAILED_PRECONDITION, "the model has no action head and nothing the instruction "
@@ -311,9 +327,12 @@ class InstructionNode(TaskActionNode[Stream]):
             if not run.running:
                 return
             if out.success:
-                await self._to_arm(stream, out.actions, observed_at, origin, time.monotonic() - asked)
+                late_s = self.arm.now() - observed_at - deadline_s
+                await self._to_arm(stream, out.actions, observed_at, origin, time.monotonic() - asked, late_s)
             elif out.error_code == ErrorCode.DEADLINE_EXCEEDED.value:
-                self.vla.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, f"the chunk missed its {deadline_s:.3f} s deadline")
+                if not plan.overdue:  # else the clock thread counted it already
+                    self.vla.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, f"the chunk missed its {deadline_s:.3f} s "
+                                  "deadline")  # fmt: skip
             else:
                 self.vla.hold(plan)
                 run.end(out.error_code, out.message)
@@ -321,13 +340,26 @@ class InstructionNode(TaskActionNode[Stream]):
             plan.awaiting = False
 
     async def _to_arm(self, stream: Stream, chunk: ActionChunk, observed_at: float, origin: np.ndarray,
-                       infer_s: float) -> None:  # fmt: skip
-        """A chunk to the arm (counted missed when it cannot go), then to arm/action_chunk and the feedback."""
-        missed = await self.vla.execute(stream.run, stream.plan, chunk, observed_at, origin, infer_s)
+                      infer_s: float, late_s: float = 0.0) -> None:  # fmt: skip
+        """A chunk to the arm (counted missed when it cannot go), then to arm/action_chunk and the feedback. A chunk
+        later than its deadline still goes (its targets still ahead are the best plan there is) but counts as missed:
+        the arm ran short meanwhile."""
+        plan = stream.plan
+        missed = await self.vla.execute(stream.run, plan, chunk, observed_at, origin, infer_s)
         if missed is not None:
-            self.vla.miss(stream.run, stream.plan, *missed)
+            self.vla.miss(stream.run, plan, *missed)
             return
+        if late_s > 0 and not plan.overdue and stream.run.running:
+            self.vla.miss(stream.run, plan, ErrorCode.DEADLINE_EXCEEDED, f"the chunk came {late_s:.3f} s late")
+        elif not plan.overdue:
+            plan.missed = 0
         self._publish(stream, chunk)
+
+    async def _first_chunk(self, stream: Stream) -> None:
+        try:
+            await self._to_arm(stream, *stream.first_chunk)
+        finally:
+            stream.plan.awaiting = False
 
     async def _narrate(self, stream: Stream) -> None:
         """The language head says which object the robot is reaching for; its answer is the narration."""

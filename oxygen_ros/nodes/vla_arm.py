@@ -1,18 +1,21 @@
 """The VLA path of a FollowInstruction goal: the model's chunks executed on a ros2_control arm, as robots run them.
 
 Each chunk is asked for with the arm's state (``state_joint_names`` in the model's units: the policy needs it) and
-the newest frame; it covers the control steps from when that state was read. The arm executes ``actions_per_chunk``
-of it; when ``chunk_threshold`` planned actions remain the next chunk is asked for, due within the time they take
-(``remaining x period``: later, the arm would run dry), so inference overlaps execution (LeRobot's async inference).
-An arriving chunk is merged into the plan (``control.arm.action_queue``: steps already due dropped, overlapping ones
-blended with ``blend_old_weight``), mapped to joint units, checked against the limits and the measured state
-(``control.arm.safety``) and sent as one trajectory starting one period ahead, stamped on the node clock.
+the newest frame; its row 0 is the target after the control step during which that state was read. The arm executes
+``actions_per_chunk`` of it; when ``chunk_threshold`` planned targets remain the next chunk is asked for, due before
+the plan's last target minus the time a trajectory needs to reach the controller (``send_lead_s``), so inference
+overlaps execution (LeRobot's async inference). An arriving chunk is checked (shape, period), merged into the plan
+(``control.arm.action_queue``: targets due before now + ``send_lead_s`` dropped, overlapping ones blended with
+``blend_old_weight``), mapped to joint units, checked against the limits the goal started with and against where the
+plan has the arm now (``control.arm.safety``; at rest: the measured position, within ``max_start_jump``; moving: the
+measured position must be within ``max_tracking_error`` of the plan's), and sent as one trajectory on the node clock.
 
-Honest outcomes: a chunk that is late, arrives after all its steps, is refused by the limits or by the controller is
-missed (the arm holds when it was refused); ``max_missed_chunks`` in a row end the goal (DEADLINE_EXCEEDED for late
-chunks, else the refusal's code); stale joint states or a controller fault end it at once with the arm held; a goal
-that never got a chunk to the arm does not succeed. The result counts chunks sent and missed, underruns, and the
-p50 / p99 latency from reading the state to sending the trajectory.
+Honest outcomes: a chunk that is late, arrives after all its targets, is malformed, or is refused by the limits or by
+the controller is missed (the arm holds where it was refused); ``max_missed_chunks`` in a row end the goal
+(DEADLINE_EXCEEDED for late chunks, else the refusal's code); stale joint states or a controller fault (our goal
+aborted, preempted by another client or cancelled by someone else) end it at once with the arm held; a goal that never
+got a chunk to the arm does not succeed. The result counts chunks sent and missed, underruns, and the p50 / p99
+latency from reading the state to the controller taking the trajectory.
 """
 
 import threading
@@ -22,6 +25,7 @@ import numpy as np
 from rclpy.node import Node
 
 from oxygen_ros.control.arm.action_queue import ActionQueue
+from oxygen_ros.control.arm.joint_limits import JointLimit
 from oxygen_ros.control.arm.latency import Latency
 from oxygen_ros.control.arm.safety import check_targets
 from oxygen_ros.errors import EngineError, ErrorCode
@@ -37,9 +41,14 @@ PARAMETERS = {
     "blend_old_weight": (0.3, "where two chunks overlap, old x this + new x (1 - this) (LeRobot's weighted_average); "
                          "0 = the newest chunk only"),  # fmt: skip
     "max_missed_chunks": (3, "chunks in a row late or refused before the goal ends (the arm holds)"),
+    "send_lead_s": (0.1, "a trajectory's first target is due at least this long after it is sent (the goal's trip to "
+                    "the controller and one controller cycle), seconds"),  # fmt: skip
+    "max_tracking_error": (0.3, "a moving arm this far (rad or m) from where its plan has it stops the goal: it is "
+                           "not following (blocked, a fault, another client)"),  # fmt: skip
 }
 RANGES = {"actions_per_chunk": (0, 10_000), "chunk_threshold": (0, 10_000), "blend_old_weight": (0.0, 0.99),
-          "max_missed_chunks": (1, 1000)}  # fmt: skip
+          "max_missed_chunks": (1, 1000), "send_lead_s": (0.0, 10.0), "max_tracking_error": (0.0, 10.0)}  # fmt: skip
+POSITIVE = ("send_lead_s", "max_tracking_error")
 
 
 @dataclass
@@ -49,79 +58,92 @@ class ArmPlan:
     queue: ActionQueue
     horizon: int  # actions of a chunk the arm executes
     threshold: int  # planned actions left when the next chunk is asked for
+    limits: list[JointLimit]  # as the goal started: a description published meanwhile cannot widen them
+    action_dim: int
     latency: Latency = field(default_factory=Latency)
     sent: int = 0
     missed: int = 0  # in a row
     missed_total: int = 0
     last_request: float = -1e18  # node clock, s
+    due_at: float = 0.0  # when the chunk asked for is due (node clock, s)
     awaiting: bool = False
+    overdue: bool = False  # the chunk asked for is past due and was counted missed
     lock: threading.Lock = field(default_factory=threading.Lock)  # the queue: the clock thread reads what chunks change
 
 
-def plan_for(settings: dict, chunk: ActionChunk) -> ArmPlan:
-    """The plan's shape for this model's chunks."""
-    horizon = min(settings["actions_per_chunk"] or chunk.horizon, chunk.horizon)
-    threshold = min(settings["chunk_threshold"] or max(1, horizon // 2), horizon)
-    return ArmPlan(ActionQueue(chunk.period_s, settings["blend_old_weight"]), horizon, threshold)
-
-
 class VlaArm:
-    """The node-side half: ``arm`` speaks to the controller; ``publish`` sends the chunk to arm/action_chunk and
-    the goal's feedback."""
+    """The node-side half of the VLA path; ``arm`` speaks to the controller."""
 
     def __init__(self, node: Node, arm: ArmIO, settings: dict) -> None:
         self._node, self.arm, self._settings = node, arm, settings
         self._traces = node.create_publisher(ChunkTrace, "arm/chunk_trace", 10)
 
-    def check_ready(self, chunk: ActionChunk) -> None:
-        """FAILED_PRECONDITION naming what keeps this model's chunks from the arm: no joints configured or not as many
-        as the chunk has dimensions, a joint without limits, or stale joint states."""
+    def plan_for(self, chunk: ActionChunk) -> ArmPlan:
+        """The goal's plan for this model's chunks; FAILED_PRECONDITION naming what keeps them from the arm: no joints
+        configured or not as many as the chunk has dimensions, a joint without limits, or stale joint states."""
         if not self.arm.configured:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, "the model sends joint actions but no arm is configured: "
                               "set action_joint_names (and trajectory_action) to the controller's joints")  # fmt: skip
         if len(self.arm.names) != chunk.action_dim:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"the model's {chunk.action_dim} action dimensions need "
                               f"as many action_joint_names, {len(self.arm.names)} are set")  # fmt: skip
-        self.arm.limits()
+        if not chunk.period_s > 0 or chunk.horizon < 1:
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"a chunk of {chunk.horizon} actions {chunk.period_s} s "
+                              "apart cannot be executed")  # fmt: skip
+        limits = self.arm.limits()
         self.arm.measured(self.arm.names)
+        s = self._settings
+        horizon = min(s["actions_per_chunk"] or chunk.horizon, chunk.horizon)
+        threshold = min(s["chunk_threshold"] or max(1, horizon // 2), horizon)
+        return ArmPlan(ActionQueue(chunk.period_s, s["blend_old_weight"]), horizon, threshold, limits,
+                       chunk.action_dim)  # fmt: skip
 
     def due(self, plan: ArmPlan, now: float, rate_hz: float) -> float:
-        """The deadline of a chunk asked for now (seconds; the time the plan has left, at least one period), or 0
-        when none should be asked for yet."""
+        """The deadline (seconds from now) of a chunk asked for now, or 0 when none should be asked for yet: when the
+        plan runs low, before its last target minus ``send_lead_s`` (at least one period); with no plan left (the
+        arm at rest, or held) the chunk window, ``(actions_per_chunk - chunk_threshold)`` periods."""
         with plan.lock:
             remaining = plan.queue.remaining(now)
+            end = plan.queue.time(plan.queue.last) if remaining else now
         if plan.awaiting or remaining > plan.threshold or now - plan.last_request < 1.0 / rate_hz:
             return 0.0
-        return max(remaining, 1) * plan.queue.period
+        period = plan.queue.period
+        if not remaining:
+            return max(plan.horizon - plan.threshold, 1) * period
+        return max(end - now - self._settings["send_lead_s"], period)
 
     async def execute(self, run: GoalRun, plan: ArmPlan, chunk: ActionChunk, observed_at: float, origin: np.ndarray,
                       infer_s: float) -> tuple[ErrorCode, str] | None:  # fmt: skip
         """Merge ``chunk`` (computed from the arm at ``origin``, its action joints in model units, read at
         ``observed_at``) into the plan and send it; the reason it was missed (the arm held where it was refused), or
-        None once the controller took it."""
+        None once the controller took it (or the goal ended meanwhile: then the arm holds)."""
+        if (chunk.action_dim, len(chunk.actions)) != (plan.action_dim, chunk.horizon * plan.action_dim) or \
+                abs(chunk.period_s - plan.queue.period) > 1e-6:  # fmt: skip
+            return ErrorCode.INVALID_ARGUMENT, f"a chunk of {chunk.horizon} x {chunk.action_dim} actions " \
+                f"{chunk.period_s} s apart, unlike the goal's first ({plan.action_dim} wide, {plan.queue.period} s)"  # fmt: skip
         rows = np.asarray(chunk.actions, dtype=np.float64).reshape(chunk.horizon, chunk.action_dim)[: plan.horizon]
-        queue, now = plan.queue, self.arm.now()
+        queue, now, lead = plan.queue, self.arm.now(), self._settings["send_lead_s"]
         with plan.lock:
-            from_rest = queue.rows is None or queue.remaining(now) == 0
-            merge = queue.merge(self.arm.map.to_joints(rows, origin), observed_at, now)
+            commanded = queue.commanded(now)
+            merge = queue.merge(self.arm.map.to_joints(rows, origin), observed_at, now + lead)
             if not merge.blended + merge.appended:
-                return ErrorCode.DEADLINE_EXCEEDED, f"the chunk arrived after all its {len(rows)} steps were due"
+                return ErrorCode.DEADLINE_EXCEEDED, f"the chunk arrived after all its {len(rows)} targets were due"
             times = np.array([queue.time(queue.first + i) for i in range(len(queue.rows))]) - now
             try:
-                safe = check_targets(queue.rows, times, self.arm.measured(self.arm.names), self.arm.names,
-                                     self.arm.limits(), self._settings["limit_margin"],
-                                     self._settings["max_start_jump"] if from_rest else np.inf)  # fmt: skip
+                safe = self._checked(plan, commanded, times)
             except EngineError as exc:
                 queue.hold()
-                self.arm.hold(self._node.get_logger().warning)
+                self.arm.hold(commanded, self._node.get_logger().warning)
                 return exc.code, exc.message
             queue.rows = safe.positions  # the plan is what the arm was told
         refused = await self.arm.send(now, times, safe)
+        if not run.running:  # the goal ended while the trajectory was on its way: it must not play
+            self.hold(plan)
+            return None
         if refused:
             self.hold(plan)
             return ErrorCode.ABORTED, refused
         sent_at = self.arm.now()
-        plan.missed = 0
         plan.latency.add(sent_at - observed_at)
         trace = ChunkTrace(task_id=run.task_id, chunk_id=plan.sent, observed_at=stamp_of(observed_at),
                            infer_ms=infer_s * 1e3, latency_ms=(sent_at - observed_at) * 1e3, dropped=merge.dropped,
@@ -131,6 +153,22 @@ class VlaArm:
         self._traces.publish(trace)
         plan.sent += 1
         return None
+
+    def _checked(self, plan: ArmPlan, commanded: np.ndarray | None, times: np.ndarray):
+        """The plan's targets made safe, from where the plan has the arm now (from the measured position at
+        rest); OUT_OF_RANGE when the arm does not follow its plan."""
+        measured = self.arm.measured(self.arm.names)
+        if commanded is None:
+            anchor, jump = measured, self._settings["max_start_jump"]
+        else:
+            anchor, jump = commanded, np.inf
+            error = np.abs(measured - commanded)
+            if error.max() > self._settings["max_tracking_error"]:
+                joint = int(np.argmax(error))
+                raise EngineError(ErrorCode.OUT_OF_RANGE, f"joint {self.arm.names[joint]} is {error[joint]:.3f} from "
+                                  f"where its plan has it, over max_tracking_error: the arm is not following")  # fmt: skip
+        return check_targets(plan.queue.rows, times, anchor, self.arm.names, plan.limits,
+                             self._settings["limit_margin"], jump)  # fmt: skip
 
     def miss(self, run: GoalRun, plan: ArmPlan, code: ErrorCode, message: str) -> None:
         """Count a missed chunk; end the goal (the arm held) after ``max_missed_chunks`` in a row."""
@@ -142,7 +180,8 @@ class VlaArm:
             run.end(code, f"{plan.missed} chunks in a row missed (max_missed_chunks), the arm holds: {message}")
 
     def tick(self, run: GoalRun, plan: ArmPlan) -> None:
-        """Every period: end the goal, holding the arm, on a controller fault or stale joint states; count underruns."""
+        """Every period: end the goal, holding the arm, on a controller fault or stale joint states; count underruns
+        and a chunk past due that has not come (a hung server is a miss, not a wait)."""
         fault = self.arm.take_fault()
         if fault:
             self.hold(plan)
@@ -154,11 +193,18 @@ class VlaArm:
             self.hold(plan)
             run.end(exc.code, exc.message)
             return
+        now = self.arm.now()
         with plan.lock:
-            plan.queue.check_underrun(self.arm.now())
+            plan.queue.check_underrun(now)
+        if plan.awaiting and not plan.overdue and now > plan.due_at + plan.queue.period:
+            plan.overdue = True
+            self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline")
 
     def hold(self, plan: ArmPlan | None) -> None:
+        """The arm stops where its plan has it now (the controller's goals cancelled); the plan is forgotten."""
+        at = None
         if plan is not None:
             with plan.lock:
+                at = plan.queue.commanded(self.arm.now())
                 plan.queue.hold()
-        self.arm.hold(self._node.get_logger().warning)
+        self.arm.hold(at, self._node.get_logger().warning)

@@ -1,5 +1,6 @@
-"""Chunk merging as LeRobot's async inference aggregates (robot_client._aggregate_action_queues): executed steps
-dropped, overlapping steps 0.3 old + 0.7 new, the rest appended; the plan runs dry into counted underruns."""
+"""Chunk merging as LeRobot's async inference aggregates (robot_client._aggregate_action_queues): a chunk's row 0 is
+the target after its observation, rows the controller can no longer take dropped, overlapping steps 0.3 old +
+0.7 new, the rest appended; the plan runs dry into counted underruns."""
 
 import numpy as np
 
@@ -12,38 +13,48 @@ def _chunk(start: float, n: int = 10) -> np.ndarray:
     return (start + np.arange(n, dtype=float))[:, None]
 
 
-def test_first_chunk_drops_what_is_already_due():
+def test_row_zero_is_the_next_target_and_what_is_too_soon_is_dropped():
     q = ActionQueue(PERIOD, 0.3)
-    merge = q.merge(_chunk(0.0), observed_at=100.0, now=100.25)  # computed at step 0, arrives in step 2
-    assert (merge.dropped, merge.blended, merge.appended) == (3, 0, 7)  # steps 0..2 gone, 3 is the first sent
-    assert q.first == 3 and q.rows[0, 0] == 3.0
-    assert q.remaining(100.25) == 7 and q.remaining(100.95) == 0
+    merge = q.merge(_chunk(0.0), observed_at=100.0, earliest=100.25)  # rows -> steps 1..10; takeable from 2.5
+    assert (merge.dropped, merge.blended, merge.appended) == (2, 0, 8)
+    assert q.first == 3 and q.rows[0, 0] == 2.0 and q.time(q.first) >= 100.25
+    assert q.remaining(100.25) == 8 and q.remaining(100.95) == 1 and q.remaining(101.0) == 0
 
 
 def test_overlap_is_weighted_old_point_three_new_point_seven():
     q = ActionQueue(PERIOD, 0.3)
-    q.merge(_chunk(0.0), observed_at=100.0, now=100.05)  # steps 1..9 planned
-    merge = q.merge(_chunk(100.0), observed_at=100.5, now=100.72)  # from step 5; now step 7 -> keep from 8
-    assert (merge.dropped, merge.blended, merge.appended) == (3, 2, 5)
+    q.merge(_chunk(0.0), observed_at=100.0, earliest=100.05)  # steps 1..10 hold 0..9
+    merge = q.merge(_chunk(100.0), observed_at=100.5, earliest=100.72)  # rows -> steps 6..15; takeable from 8
+    assert (merge.dropped, merge.blended, merge.appended) == (2, 3, 5)
     assert q.first == 8
-    np.testing.assert_allclose(q.rows[:2, 0], [0.3 * 8 + 0.7 * 103, 0.3 * 9 + 0.7 * 104])
-    np.testing.assert_allclose(q.rows[2:, 0], [105, 106, 107, 108, 109])
+    np.testing.assert_allclose(q.rows[:3, 0], [0.3 * 7 + 0.7 * 102, 0.3 * 8 + 0.7 * 103, 0.3 * 9 + 0.7 * 104])
+    np.testing.assert_allclose(q.rows[3:, 0], [105, 106, 107, 108, 109])
 
 
 def test_latest_only_and_a_chunk_too_late_for_any_step():
     q = ActionQueue(PERIOD, 0.0)
-    q.merge(_chunk(0.0), observed_at=0.0, now=0.0)
-    q.merge(_chunk(50.0, 3), observed_at=0.1, now=0.15)
-    np.testing.assert_allclose(q.rows[:, 0], [51.0, 52.0])  # blended with weight 0: the newest only
-    late = q.merge(_chunk(80.0, 3), observed_at=0.1, now=0.5)
-    assert (late.dropped, late.blended, late.appended) == (3, 0, 0) and q.rows[0, 0] == 51.0  # the plan stays
+    q.merge(_chunk(0.0), observed_at=0.0, earliest=0.0)
+    q.merge(_chunk(50.0, 3), observed_at=0.1, earliest=0.15)
+    np.testing.assert_allclose(q.rows[:, 0], [50.0, 51.0, 52.0])  # blended with weight 0: the newest only
+    late = q.merge(_chunk(80.0, 3), observed_at=0.1, earliest=0.5)
+    assert (late.dropped, late.blended, late.appended) == (3, 0, 0) and q.rows[0, 0] == 50.0  # the plan stays
+
+
+def test_the_commanded_position_between_targets():
+    q = ActionQueue(PERIOD, 0.3)
+    q.merge(_chunk(0.0), observed_at=0.0, earliest=0.0)  # step k (at 0.1 k s) holds k - 1
+    np.testing.assert_allclose(q.commanded(0.15), [0.5])
+    np.testing.assert_allclose(q.commanded(1.0), [9.0])
+    assert q.commanded(0.05) is None and q.commanded(1.05) is None
 
 
 def test_underruns_are_counted_once_each_time_the_plan_runs_dry():
     q = ActionQueue(PERIOD, 0.3)
-    q.merge(_chunk(0.0, 4), observed_at=0.0, now=0.0)  # steps 1..3, the last due at 0.3 s
-    assert not q.check_underrun(0.25)
-    assert q.check_underrun(0.31) and q.check_underrun(0.5) and q.underruns == 1
-    q.merge(_chunk(0.0, 4), observed_at=0.5, now=0.5)
+    q.merge(_chunk(0.0, 4), observed_at=0.0, earliest=0.0)  # steps 1..4, the last due at 0.4 s
+    assert not q.check_underrun(0.35)
+    assert q.check_underrun(0.41) and q.check_underrun(0.5) and q.underruns == 1
+    q.merge(_chunk(0.0, 4), observed_at=0.5, earliest=0.5)  # steps 6..9
     assert not q.check_underrun(0.6)
-    assert q.check_underrun(0.85) and q.underruns == 2
+    assert q.check_underrun(0.95) and q.underruns == 2
+    q.hold()
+    assert q.remaining(1.0) == 0 and not q.check_underrun(2.0)  # a held arm is not an underrun

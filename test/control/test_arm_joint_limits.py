@@ -54,3 +54,25 @@ def test_a_malformed_description_is_refused():
     with pytest.raises(EngineError) as err:
         urdf_limits("<robot name='x'><joint name='a'")
     assert err.value.code == ErrorCode.INVALID_ARGUMENT and "robot_description" in err.value.message
+
+
+def test_a_description_cannot_pull_in_files(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("leaked")
+    hostile = f"""<?xml version="1.0"?>
+<!DOCTYPE robot [<!ENTITY x SYSTEM "file://{secret}">]>
+<robot name="arm"><link name="a"/><link name="b"/>
+  <joint name="j&x;" type="revolute"><parent link="a"/><child link="b"/>
+    <limit lower="-1" upper="1" velocity="1" effort="1"/></joint></robot>"""
+    try:
+        names = set(urdf_limits(hostile))
+    except EngineError as exc:
+        assert exc.code == ErrorCode.INVALID_ARGUMENT
+        names = set()
+    assert not any("leaked" in name for name in names)
+
+
+def test_unbounded_positions_only_for_a_continuous_joint():
+    with pytest.raises(EngineError, match="must be finite"):
+        joint_limits(["elbow"], {}, [-math.inf], [1.0], [0.5])
+    assert joint_limits(["roll"], urdf_limits(URDF), [], [], [])[0].upper == math.inf

@@ -1,5 +1,6 @@
-"""Targets are clamped within a small margin, refused beyond it, refused when they start far from the measured
-state or move a joint faster than its limit; velocities end at zero."""
+"""Targets are clamped within a small margin, refused beyond it, refused when they start far from where the arm is
+or when a segment's cubic (the controller's spline) would move a joint faster than its limit; velocities are
+monotone, zero on a limit and at the end."""
 
 import math
 
@@ -20,20 +21,30 @@ def _check(targets, measured=(0.0, 0.0), margin=0.02, jump=0.3):
 
 
 def test_within_the_margin_is_clamped_onto_the_limit():
-    safe = _check([[0.1, 0.0], [0.3, 0.1], [0.45, 0.2]], measured=(0.0, 0.0), margin=0.02)
+    safe = _check([[0.1, 0.0], [0.2, 0.1], [0.3, 0.15]], measured=(0.0, 0.0), margin=0.02)
     assert safe.clamped == 0
     safe = check_targets(np.array([[0.9, 0.0], [1.01, 0.0], [1.015, 0.0]]), TIMES, np.array([0.85, 0.0]), NAMES,
                          LIMITS, 0.02, 0.3)  # fmt: skip
     np.testing.assert_allclose(safe.positions[:, 0], [0.9, 1.0, 1.0])
     assert safe.clamped == 2 and (safe.positions[:, 0] <= 1.0).all()
-    np.testing.assert_allclose(safe.velocities[-1], 0.0)
-    np.testing.assert_allclose(safe.velocities[1, 0], (1.0 - 0.9) / 0.2)
+    # 0.9 between slopes 0.5 and 1.0 /s: their harmonic mean; on the limit and at the end: 0 (no overshoot)
+    np.testing.assert_allclose(safe.velocities[:, 0], [2 / (1 / 0.5 + 1 / 1.0), 0.0, 0.0])
+
+
+def test_a_steady_ramp_is_checked_at_its_cubic_peak():
+    """From rest, a ramp at 1.6 rad/s (under the 2.0 limit on average) peaks at 4/3 of it in its first segment
+    (zero start velocity): refused; at 1.4 rad/s (peak 1.87) it passes, its inner velocities the ramp's own."""
+    ramp = lambda speed: np.column_stack([speed * TIMES, np.zeros(3)])  # noqa: E731
+    with pytest.raises(EngineError, match="joint pan: step 0 would move at up to 2.133"):
+        _check(ramp(1.6), jump=1.0)
+    safe = _check(ramp(1.4), jump=1.0)
+    np.testing.assert_allclose(safe.velocities[:, 0], [1.4, 1.4, 0.0])
 
 
 @pytest.mark.parametrize(("targets", "measured", "phrase"), [
     ([[0.9, 0], [1.05, 0], [1.0, 0]], (0.85, 0), "joint pan: target 1.0500 at step 1 is beyond its limits"),
-    ([[0.5, 0], [0.5, 0], [0.5, 0]], (0.0, 0), "joint pan: the first target 0.5000 is 0.5000 from the measured"),
-    ([[0.0, 0.2], [0.0, 0.7], [0.0, 0.7]], (0.0, 0.0), "joint roll: step 1 would move at 5.000/s"),
+    ([[0.5, 0], [0.5, 0], [0.5, 0]], (0.0, 0), "joint pan: the first target 0.5000 is 0.5000 from where the arm starts"),
+    ([[0.0, 0.2], [0.0, 0.7], [0.0, 0.7]], (0.0, 0.0), "joint roll: step 1 would move at up to 6.88"),
     ([[0.0, 0.0], [float("nan"), 0.0], [0.0, 0.0]], (0.0, 0.0), "joint pan: target nan at step 1 is not a number"),
 ])  # fmt: skip
 def test_refusals_name_the_joint_and_the_numbers(targets, measured, phrase):

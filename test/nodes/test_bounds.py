@@ -59,6 +59,12 @@ def test_within_keeps_the_ends_of_its_interval():
     bounds.within("deadline_s", bounds.DEADLINE_S, 0.0, bounds.DEADLINE_S)
 
 
+def test_infer_state():
+    convert.check_state([0.0] * 1024)
+    refused(OUT_OF_RANGE, "state is 1025 elements", convert.check_state, [0.0] * 1025)
+    refused(INVALID, "state[1]", convert.check_state, [0.0, math.nan])
+
+
 # --- Infer, AskQuestion -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("fields", "code", "phrase"),
@@ -71,8 +77,6 @@ def test_within_keeps_the_ends_of_its_interval():
         ({"deadline_s": math.inf}, INVALID, "deadline_s must be in [0, 3600]"),
         ({"deadline_s": -1.0}, INVALID, "deadline_s must be in [0, 3600]"),
         ({"deadline_s": 1e9}, INVALID, "deadline_s must be in [0, 3600]"),
-        ({"state": [0.0] * 1025}, OUT_OF_RANGE, "state is 1025 elements"),
-        ({"state": [0.0, math.nan]}, INVALID, "state[1]"),
     ],
 )
 def test_infer_fields(fields, code, phrase):

@@ -26,7 +26,7 @@ from rcl_interfaces.msg import Log
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
-from ros_harness import node_process, spin_nodes, wait_for
+from ros_harness import node_process, spin_nodes, wait_for, wait_until
 from sensor_msgs.msg import Image
 
 from oxygen_ros.nodes import params
@@ -50,7 +50,7 @@ def _camera_frame() -> Image:
     return Image(height=height, width=width, encoding="bgr8", step=width * 3, data=bgr)
 
 
-def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread):
+def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread, capfd):
     missing = tmp_path / "no-model-here"
     missing.mkdir()  # a folder without model files, like a wrong path on a robot
     overrides = [
@@ -124,8 +124,11 @@ def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread):
         assert taken["kv_pool"].startswith(f"{stats.tiers[0].capacity_bytes >> 20} MiB, {stats.total_blocks} blocks")
         cpus = params.available_cpus()
         assert taken["compute_threads"] == f"{max(1, cpus // 2)} of {cpus} CPUs"
-        log.wait_for(lambda m: m.name == "oxygen_inference" and "kv_budget 16 MiB (kv_cache_bytes)" in m.msg
-                     and "compute_threads" in m.msg, what="the resources in the configure log")  # fmt: skip
+        # the configure log line (read from stderr: /rosout drops it in a process whose earlier context logged it)
+        stderr: list[str] = []
+        wait_until(lambda: stderr.append(capfd.readouterr().err) or any(
+            "kv_budget 16 MiB (kv_cache_bytes)" in line and "compute_threads" in line
+            for line in "".join(stderr).splitlines()), 10.0, "the resources in the configure log")  # fmt: skip
 
         assert transition(client, Transition.TRANSITION_CLEANUP)
         assert lifecycle_state(client) == "unconfigured"

@@ -1,9 +1,12 @@
 """The arm's plan: joint targets by control step, merged chunk by chunk as LeRobot's async inference does.
 
-Step ``k`` is due at ``origin + k * period`` on the node clock. A chunk computed from what the robot saw at step
-``s`` holds the targets of steps ``s, s + 1, ...`` (its row ``i`` is step ``s + i``). When it arrives at step ``now``:
+Step ``k``'s target is due at ``origin + k * period`` on the node clock. A chunk computed from what the robot saw
+during step ``s`` (its state read between the targets of ``s`` and ``s + 1``) holds the targets of steps ``s + 1,
+s + 2, ...``: its row 0 is the next target, as a policy's first action is the one taken right after its observation.
+When it arrives, with the controller able to take a trajectory no earlier than ``earliest`` (now plus the time a goal
+needs to reach it):
 
-* rows of steps the arm has executed or is about to (before ``now + lead``) are dropped: they can no longer change;
+* rows due before ``earliest`` are dropped: they can no longer be executed as planned;
 * rows of steps the current plan still holds are blended, ``old_weight * old + (1 - old_weight) * new`` (LeRobot's
   ``weighted_average`` is 0.3 / 0.7; 0 keeps the newest only), which softens the switch between two chunks;
 * the rest are appended, and the plan's steps the new chunk does not cover are discarded.
@@ -16,18 +19,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+EPS = 1e-9
+
 
 @dataclass(frozen=True)
 class Merge:
-    dropped: int  # rows too late to execute
+    dropped: int  # rows due before the controller could take them
     blended: int  # rows averaged with the plan's
     appended: int  # rows past the plan's end
 
 
 class ActionQueue:
-    def __init__(self, period_s: float, old_weight: float, lead_steps: int = 1) -> None:
-        assert period_s > 0 and 0 <= old_weight < 1 and lead_steps >= 1
-        self.period, self.old_weight, self.lead = period_s, old_weight, lead_steps
+    def __init__(self, period_s: float, old_weight: float) -> None:
+        assert period_s > 0 and 0 <= old_weight < 1
+        self.period, self.old_weight = period_s, old_weight
         self.origin: float | None = None  # node-clock seconds of step 0: the first chunk's observation
         self.first = 0  # step of rows[0]
         self.rows: np.ndarray | None = None  # [n, J] joint targets
@@ -35,33 +40,53 @@ class ActionQueue:
         self._dry = False  # the last check found the plan run out (counts an underrun once)
 
     def step(self, t: float) -> int:
-        """The step being executed at node-clock time ``t`` (steps start at ``origin``)."""
+        """The step during which node-clock time ``t`` falls (its target was due at its start)."""
         assert self.origin is not None
-        return math.floor((t - self.origin) / self.period + 1e-9)
+        return math.floor((t - self.origin) / self.period + EPS)
 
     def time(self, step: int) -> float:
         assert self.origin is not None
         return self.origin + step * self.period
 
+    @property
+    def last(self) -> int:
+        """The plan's last step (only with a plan)."""
+        assert self.rows is not None
+        return self.first + len(self.rows) - 1
+
     def remaining(self, now: float) -> int:
-        """Planned steps after the one executing at ``now`` (0 = the arm holds once this step ends)."""
+        """Planned targets still ahead at ``now`` (0 = the arm holds once the current one is reached)."""
         if self.rows is None:
             return 0
-        return max(0, self.first + len(self.rows) - 1 - self.step(now))
+        return max(0, self.last - self.step(now))
+
+    def commanded(self, t: float) -> np.ndarray | None:
+        """Where the plan has the arm at ``t`` (linear between targets, as a position-only trajectory plays), or None
+        outside it."""
+        if self.rows is None or self.origin is None:
+            return None
+        x = (t - self.origin) / self.period - self.first
+        if x < 0 or x > len(self.rows) - 1:
+            return None
+        i = min(int(x), len(self.rows) - 2) if len(self.rows) > 1 else 0
+        frac = x - i
+        return self.rows[i] if len(self.rows) == 1 else (1 - frac) * self.rows[i] + frac * self.rows[i + 1]
 
     def check_underrun(self, now: float) -> bool:
         """Whether the plan has run out at ``now`` (an underrun is counted the first time it is seen)."""
-        dry = self.rows is not None and self.remaining(now) == 0 and now >= self.time(self.first + len(self.rows) - 1)
+        dry = self.rows is not None and now >= self.time(self.last)
         if dry and not self._dry:
             self.underruns += 1
         self._dry = dry
         return dry
 
-    def merge(self, rows: np.ndarray, observed_at: float, now: float) -> Merge:
-        """Merge a chunk [H, J] computed from the robot at ``observed_at``, arriving at ``now``."""
+    def merge(self, rows: np.ndarray, observed_at: float, earliest: float) -> Merge:
+        """Merge a chunk [H, J] computed from the robot at ``observed_at``; the controller can take a trajectory
+        whose first target is due at ``earliest`` or later."""
         if self.origin is None:
             self.origin = observed_at
-        start, keep_from = self.step(observed_at), self.step(now) + self.lead
+        start = self.step(observed_at) + 1
+        keep_from = max(start, math.ceil((earliest - self.origin) / self.period - EPS))
         merged, dropped, blended = [], 0, 0
         for i, row in enumerate(rows):
             k = start + i
@@ -74,7 +99,7 @@ class ActionQueue:
                 blended += 1
             merged.append(row)
         if merged:  # else the chunk came too late for any of its steps: the plan stays
-            self.first, self.rows = max(start, keep_from), np.stack(merged)
+            self.first, self.rows = keep_from, np.stack(merged)
             self._dry = False
         return Merge(dropped, blended, len(merged) - blended)
 

@@ -8,11 +8,14 @@ arm further or faster than its description allows.
 """
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+from lxml import etree
 from urdf_parser_py import xml_reflection
 from urdf_parser_py.urdf import URDF
+from urdf_parser_py.xml_reflection.core import Path
 
 from oxygen_ros.errors import EngineError, ErrorCode
 
@@ -41,10 +44,11 @@ def urdf_limits(description: str) -> dict[str, JointLimit]:
     data = description.encode()  # lxml refuses a str that declares its encoding
     if len(data) > MAX_DESCRIPTION_BYTES:
         raise EngineError(ErrorCode.OUT_OF_RANGE, f"robot_description has {len(data)} bytes, over {MAX_DESCRIPTION_BYTES}")
-    problems: list[str] = []
-    xml_reflection.core.on_error = problems.append  # unknown tags (<ros2_control>, <gazebo>) are not errors here
     try:
-        robot = URDF.from_xml_string(data)
+        # no entities, no DTDs, no network: a description names joints and links, it never includes files
+        node = etree.fromstring(data, etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False))
+        with _quiet_reflection():  # unknown tags (<ros2_control>, <gazebo>) are not errors here
+            robot = URDF.from_xml(node, Path(URDF.XML_REFL.tag, tree=etree.ElementTree(node)))
     except Exception as exc:  # lxml and urdf_parser_py raise many types for a malformed document
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"robot_description does not parse: {exc}") from exc
     out = {}
@@ -58,6 +62,17 @@ def urdf_limits(description: str) -> dict[str, JointLimit]:
             float(joint.limit.velocity),
         )
     return out
+
+
+@contextmanager
+def _quiet_reflection() -> Iterator[None]:
+    """urdf_parser_py reports what it does not know on stderr through a module global: off while parsing."""
+    saved = xml_reflection.core.on_error
+    xml_reflection.core.on_error = lambda _message: None
+    try:
+        yield
+    finally:
+        xml_reflection.core.on_error = saved
 
 
 def joint_limits(names: list[str], described: dict[str, JointLimit], lower: list[float], upper: list[float],
@@ -79,6 +94,10 @@ def joint_limits(names: list[str], described: dict[str, JointLimit], lower: list
                                   "not all of joint_lower_limits, joint_upper_limits, joint_velocity_limits set")  # fmt: skip
             base = JointLimit(-math.inf, math.inf, math.inf)
         limit = base.tightened(*given)
+        turns_freely = base.lower == -math.inf and base.upper == math.inf and name in described
+        if not turns_freely and not (math.isfinite(limit.lower) and math.isfinite(limit.upper)):
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: position limits {limit.lower}, "
+                              f"{limit.upper} must be finite (only a continuous joint turns freely)")  # fmt: skip
         if not (limit.lower < limit.upper and 0 < limit.velocity < math.inf):
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: limits {limit} leave no motion")
         out.append(limit)

@@ -1,11 +1,14 @@
-"""What the arm may be told: joint targets checked against the limits and the measured state before anything moves.
+"""What the arm may be told: joint targets checked against the limits and the arm's state before anything moves.
 
 A model's target a little past a position limit (within ``margin``: rounding, a blended step) is clamped onto it; one
-further out is refused, as is a first target more than ``max_start_jump`` from where the arm is (a stale or wrong
-state, a chunk from another pose), a step faster than the joint's velocity limit (the arm's speed from the measured
-state to the first target included), and anything not finite. A refusal is an OUT_OF_RANGE error naming the joint,
-the step and the numbers; the caller holds the arm. The checks only ever narrow what the model asked for: clamping
-moves a target inside the limits, never past them, and no check widens a limit.
+further out is refused, as is anything not finite, a first target more than ``max_jump`` from where the plan starts
+(the measured position for an arm at rest: a stale or wrong state, a chunk from another pose), and any segment whose
+peak speed exceeds the joint's velocity limit. The peak is the real one: a joint_trajectory_controller given
+positions and velocities plays cubic segments, whose speed peaks above the segment's average, so the velocities sent
+are monotone (Fritsch-Carlson: zero at a turn and on a limit, so no segment overshoots a target or a limit) and each
+segment's cubic is checked at its fastest. The first segment starts from ``anchor`` at rest. A refusal is an
+OUT_OF_RANGE error naming the joint, the step and the numbers; the caller holds the arm. The checks only ever narrow
+what the model asked for: clamping moves a target inside the limits, never past them, and no check widens a limit.
 """
 
 from dataclasses import dataclass
@@ -19,7 +22,7 @@ from oxygen_ros.errors import EngineError, ErrorCode
 @dataclass(frozen=True)
 class SafeTargets:
     positions: np.ndarray  # [n, J], inside the limits
-    velocities: np.ndarray  # [n, J], the last row 0 (a joint_trajectory_controller refuses a moving end)
+    velocities: np.ndarray  # [n, J], monotone, the last row 0 (a joint_trajectory_controller refuses a moving end)
     clamped: int  # targets moved onto a limit
 
 
@@ -27,9 +30,10 @@ def _refuse(message: str) -> EngineError:
     return EngineError(ErrorCode.OUT_OF_RANGE, message)
 
 
-def check_targets(targets: np.ndarray, times: np.ndarray, measured: np.ndarray, names: tuple[str, ...],
-                  limits: list[JointLimit], margin: float, max_start_jump: float) -> SafeTargets:  # fmt: skip
-    """``targets`` [n, J] due at ``times`` [n] seconds from now (increasing, > 0), from the arm at ``measured`` [J]."""
+def check_targets(targets: np.ndarray, times: np.ndarray, anchor: np.ndarray, names: tuple[str, ...],
+                  limits: list[JointLimit], margin: float, max_jump: float) -> SafeTargets:  # fmt: skip
+    """``targets`` [n, J] due at ``times`` [n] seconds from now (increasing, > 0), the plan starting at ``anchor``
+    [J] now."""
     if not np.isfinite(targets).all():
         step, joint = np.argwhere(~np.isfinite(targets))[0]
         raise _refuse(f"joint {names[joint]}: target {targets[step, joint]} at step {step} is not a number")
@@ -41,27 +45,49 @@ def check_targets(targets: np.ndarray, times: np.ndarray, measured: np.ndarray, 
         raise _refuse(f"joint {names[joint]}: target {targets[step, joint]:.4f} at step {step} is beyond its limits "
                       f"[{lower[joint]:.4f}, {upper[joint]:.4f}] by more than limit_margin {margin}")  # fmt: skip
     clamped = np.clip(targets, lower, upper)
-    jump = np.abs(clamped[0] - measured)
-    if (jump > max_start_jump).any():
+    jump = np.abs(clamped[0] - anchor)
+    if (jump > max_jump).any():
         joint = int(np.argmax(jump))
-        raise _refuse(f"joint {names[joint]}: the first target {clamped[0, joint]:.4f} is {jump[joint]:.4f} from the "
-                      f"measured {measured[joint]:.4f}, over max_start_jump {max_start_jump}")  # fmt: skip
-    path = np.vstack([measured, clamped])
-    dt = np.diff(np.concatenate([[0.0], times]))
-    speed = np.abs(np.diff(path, axis=0)) / dt[:, None]
-    fast = speed > np.array([lim.velocity for lim in limits])
+        raise _refuse(f"joint {names[joint]}: the first target {clamped[0, joint]:.4f} is {jump[joint]:.4f} from "
+                      f"where the arm starts, {anchor[joint]:.4f}, over max_start_jump {max_jump}")  # fmt: skip
+    on_limit = (clamped == lower) | (clamped == upper)
+    path, at = np.vstack([anchor, clamped]), np.concatenate([[0.0], times])
+    velocities = _monotone_velocities(path, at, np.vstack([np.zeros_like(anchor, dtype=bool), on_limit]))
+    peak = _peak_speeds(path, velocities, at)
+    fast = peak > np.array([lim.velocity for lim in limits])
     if fast.any():
         step, joint = np.argwhere(fast)[0]
-        raise _refuse(f"joint {names[joint]}: step {step} would move at {speed[step, joint]:.3f}/s, over its velocity "
-                      f"limit {limits[joint].velocity}")  # fmt: skip
-    return SafeTargets(clamped, _velocities(clamped, times), int((clamped != targets).sum()))
+        raise _refuse(f"joint {names[joint]}: step {step} would move at up to {peak[step, joint]:.3f}/s, over its "
+                      f"velocity limit {limits[joint].velocity}")  # fmt: skip
+    return SafeTargets(clamped, velocities[1:], int((clamped != targets).sum()))
 
 
-def _velocities(positions: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Central differences (one-sided at the start), 0 at the end: smooth cubic segments in the controller."""
-    out = np.zeros_like(positions)
-    if len(positions) > 2:
-        out[1:-1] = (positions[2:] - positions[:-2]) / (times[2:] - times[:-2])[:, None]
-    if len(positions) > 1:
-        out[0] = (positions[1] - positions[0]) / (times[1] - times[0])
+def _monotone_velocities(path: np.ndarray, times: np.ndarray, pinned: np.ndarray) -> np.ndarray:
+    """Fritsch-Carlson tangents [m, J] of the points ``path`` at ``times``: the harmonic mean of the two slopes
+    around a point where they agree in sign, zero at a turn, at the ends and where ``pinned`` (on a limit)."""
+    slopes = np.diff(path, axis=0) / np.diff(times)[:, None]
+    out = np.zeros_like(path, dtype=np.float64)
+    left, right = slopes[:-1], slopes[1:]
+    same = left * right > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out[1:-1] = np.where(same, 2.0 / (1.0 / np.where(same, left, 1.0) + 1.0 / np.where(same, right, 1.0)), 0.0)
+    out[pinned] = 0.0
     return out
+
+
+def _peak_speeds(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """The fastest speed [m - 1, J] of each cubic Hermite segment between consecutive points (the controller's
+    spline with positions and velocities given)."""
+    dt = np.diff(times)[:, None]
+    p0, p1, v0, v1 = path[:-1], path[1:], velocities[:-1] * dt, velocities[1:] * dt  # tangents per unit s
+    # dp/ds = a s^2 + b s + c on s in [0, 1]
+    a = 6 * (p0 - p1) + 3 * (v0 + v1)
+    b = 6 * (p1 - p0) - 4 * v0 - 2 * v1
+    c = v0
+    peak = np.maximum(np.abs(c), np.abs(a + b + c))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(a != 0, -b / (2 * a), -1.0)
+    inside = (s > 0) & (s < 1)
+    vertex = np.abs(a * s * s + b * s + c)
+    peak = np.where(inside, np.maximum(peak, vertex), peak)
+    return peak / dt
