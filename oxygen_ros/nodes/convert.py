@@ -69,6 +69,11 @@ def check_observation(msg: ObservationMsg) -> None:
     """The fields of an Observation whose bounds do not depend on the receiver: its id, image count and state."""
     bounds.text("observation_id", msg.observation_id, bounds.ID_CHARS)
     bounds.items("images", msg.images, bounds.IMAGES, "images")
+    if msg.image_keys and len(msg.image_keys) != len(msg.images):
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"image_keys has {len(msg.image_keys)} keys for "
+                          f"{len(msg.images)} images (one per image, or none)")  # fmt: skip
+    for i, key in enumerate(msg.image_keys):
+        bounds.text(f"image_keys[{i}]", key, bounds.ID_CHARS)
     bounds.items("state", msg.state, bounds.STATE)
     for i, value in enumerate(msg.state):
         bounds.finite(f"state[{i}]", value)

@@ -179,3 +179,12 @@ def test_a_requests_state_joins_the_observations_frames_under_its_own_id():
     assert a.images[0] is frame and a.text == "a cup" and a.state == [0.5, 1.0]
     assert a.observation_id == b.observation_id != c.observation_id and a.observation_id.startswith("obs-1+s")
     assert seen.state == []  # the ring's observation is not changed
+
+
+def test_image_keys_are_one_per_image_and_bounded():
+    image = convert.rgb_to_image(np.zeros((2, 2, 3), dtype=np.uint8), Header())
+    convert.check_observation(ObservationMsg(images=[image], image_keys=["observation.images.wrist"]))
+    with pytest.raises(EngineError, match="image_keys has 2 keys for 1 images"):
+        convert.check_observation(ObservationMsg(images=[image], image_keys=["a", "b"]))
+    with pytest.raises(EngineError, match="image_keys\\[0\\]"):
+        convert.check_observation(ObservationMsg(images=[image], image_keys=["k" * 300]))
