@@ -23,10 +23,13 @@ ENTRY_BYTES = 1024  # what an entry costs besides its payload (dict slot, datacl
 FLOAT_BYTES = 32  # a state value: a Python float and its list slot
 
 
-def content_id(text: str, images: Sequence[np.ndarray], state: Sequence[float]) -> str:
-    """'obs-' + 16 hex digits of a hash over text, image shapes and pixels, and state (as float32)."""
+def content_id(text: str, images: Sequence[np.ndarray], state: Sequence[float], image_keys: Sequence[str] = ()) -> str:
+    """'obs-' + 16 hex digits of a hash over text, image shapes and pixels, state (as float32) and the images' camera
+    keys when there are any (the same pixels from another camera are another observation)."""
     digest = hashlib.sha256()
     digest.update(text.encode())
+    if image_keys:
+        digest.update(("keys|" + "|".join(image_keys)).encode())
     for image in images:
         digest.update(repr(image.shape).encode())
         digest.update(np.ascontiguousarray(image).tobytes())
@@ -149,4 +152,6 @@ def _merge(old: Observation, new: Observation) -> Observation:
         text=new.text or old.text,
         images=new.images or old.images,
         state=new.state or old.state,
+        image_keys=new.image_keys if new.images else old.image_keys,
+        stamp_ns=new.stamp_ns or old.stamp_ns,
     )

@@ -13,7 +13,7 @@ from rclpy.context import Context
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from ros_harness import make_context, spin_nodes
+from ros_harness import make_context, spin_nodes, wait_until
 
 from oxygen_ros import simulation
 from oxygen_ros.nodes.camera_sim import CameraSim
@@ -48,6 +48,11 @@ class TaskGraph:
         self.inference = node
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, "configure failed (see the node's log)"
         assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+
+    def wait_for_frame(self, timeout: float = 10.0) -> None:
+        """Until the inference node holds a camera frame: a VLA asked for actions without one refuses to act."""
+        wait_until(lambda: self.inference._ring is not None and len(self.inference._ring) > 0, timeout,
+                   "a camera frame in the inference node")  # fmt: skip
 
     def stop_inference(self) -> None:
         """Remove the inference node from the graph: its services vanish, as when its process exits."""

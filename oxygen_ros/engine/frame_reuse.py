@@ -58,4 +58,4 @@ class SimilarFrames:
             self._recent.append((obs, thumbs))
             return obs
         self.reused += 1
-        return replace(obs, images=best.images, text=best.text)
+        return replace(obs, images=best.images, image_keys=best.image_keys, text=best.text)

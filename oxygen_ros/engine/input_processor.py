@@ -13,6 +13,7 @@ from functools import lru_cache
 import torch
 
 from oxygen_ros.config import EngineConfig
+from oxygen_ros.engine.camera_slots import slot_images
 from oxygen_ros.engine.detokenizer import IncrementalDetokenizer
 from oxygen_ros.engine.frame_reuse import SimilarFrames
 from oxygen_ros.engine.io import GenerateRequest
@@ -102,7 +103,7 @@ class InputProcessor:
         text itself and a vision-language model's places one ``<image>`` per frame. Too many images ->
         OUT_OF_RANGE, anything else the model refuses -> INVALID_ARGUMENT."""
         obs, style = greq.observation, self.model.prompt_style
-        images = list(obs.images) if obs is not None and style != "chat" else []
+        images = self._images(greq) if obs is not None and style != "chat" else []
         state = obs.state if obs is not None and len(obs.state) else None
         text = greq.prompt
         if style == "chat" and greq.chat:
@@ -126,6 +127,16 @@ class InputProcessor:
             head = self._head(obs.text)
             prompt.observation_len = len(head) if tuple(prompt.token_ids[: len(head)]) == head else 0
         return prompt
+
+    def _images(self, greq: GenerateRequest) -> list:
+        """The observation's images in the model's camera slots (``camera_slots``); FAILED_PRECONDITION for an action
+        request to a checkpoint that names its cameras when no camera image came (LeRobot refuses it too)."""
+        obs, cameras = greq.observation, self.model.camera_keys
+        images = slot_images(obs.images, obs.image_keys, cameras)
+        if greq.want_actions and cameras and all(image is None for image in images):
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, "no camera image in the observation: this checkpoint "
+                              f"reads {', '.join(cameras)}")  # fmt: skip
+        return images
 
     def _observation_head(self, observation_text: str) -> tuple[int, ...]:
         """The tokens of the chat's system turn that carries this observation (the leading tokens it alone decides),

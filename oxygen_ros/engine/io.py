@@ -16,6 +16,8 @@ class Observation:
     text: str = ""
     images: list[np.ndarray] = field(default_factory=list)  # HxWx3 uint8 RGB
     state: list[float] = field(default_factory=list)
+    image_keys: list[str] = field(default_factory=list)  # each image's camera key (a checkpoint's); [] = slot order
+    stamp_ns: int = 0  # when it was captured, on the sender's clock; 0 = not said
 
 
 @dataclass

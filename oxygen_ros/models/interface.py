@@ -55,6 +55,7 @@ class ServingModel(Protocol):
 
     prompt_style: PromptStyle
     max_images: int  # images one request may carry (0: a text-only model)
+    camera_keys: tuple[str, ...]  # the image keys of its camera slots, in order (a VLA checkpoint's); (): any order
     serves_text: bool  # decodes language after its prompt (pi0 serves action chunks only)
     action_shape: tuple[int, int] | None  # (horizon, action dim) of the noise an action chunk starts from; None: no head
     default_denoise_steps: int  # flow steps of a chunk when the configuration says 0 (the checkpoint's)

@@ -100,6 +100,7 @@ class LlamaModel(nn.Module):
 
     prompt_style: PromptStyle = "chat"
     max_images = 0
+    camera_keys: tuple[str, ...] = ()
     serves_text = True
     action_shape = None
     default_denoise_steps = 0

@@ -55,7 +55,8 @@ PARAMETERS = {  # scalars: (default, description), read once
                      "is refused and the arm holds"),  # fmt: skip
     "max_start_jump": (0.1, "a plan that starts the arm from rest may put its first target at most this far from the "
                        "measured position (rad or m)"),  # fmt: skip
-    "input_timeout_s": (0.5, "joint states older than this stop the arm (FAILED_PRECONDITION), seconds"),
+    "input_timeout_s": (0.5, "joint states, or a camera frame when asked for a chunk, older than this stop the arm "
+                        "(FAILED_PRECONDITION), seconds"),  # fmt: skip
     "answer_wait_s": (1.0, "how long the controller may take to accept a trajectory, seconds"),
 }
 RANGES = {"limit_margin": (0.0, 1.0), "max_start_jump": (0.0, 10.0), "input_timeout_s": (0.0, 60.0),

@@ -59,10 +59,19 @@ def rgb_to_image(rgb: np.ndarray, header: Header) -> Image:
     return Image(header=header, height=height, width=width, encoding="rgb8", step=width * 3, data=data)
 
 
+def stamp_ns(header: Header) -> int:
+    """A header's stamp in nanoseconds (0: not stamped)."""
+    return header.stamp.sec * 1_000_000_000 + header.stamp.nanosec
+
+
+def stamp_msg(nanoseconds: int) -> Time:
+    return Time(sec=nanoseconds // 1_000_000_000, nanosec=nanoseconds % 1_000_000_000)
+
+
 def camera_observation(msg: Image) -> Observation:
-    """One camera frame as an observation with a content-hash id."""
+    """One camera frame as an observation with a content-hash id and its capture stamp."""
     rgb = image_to_rgb(msg)
-    return Observation(observation_id=content_id("", [rgb], []), images=[rgb])
+    return Observation(observation_id=content_id("", [rgb], []), images=[rgb], stamp_ns=stamp_ns(msg.header))
 
 
 def check_observation(msg: ObservationMsg) -> None:
@@ -89,9 +98,10 @@ def observation_from_msg(msg: ObservationMsg, max_text_chars: int) -> Observatio
             images.append(image_to_rgb(image))
         except EngineError as exc:
             raise EngineError(exc.code, f"image {i}: {exc.message}") from exc
-    state = [float(v) for v in msg.state]
-    observation_id = msg.observation_id or content_id(msg.text, images, state)
-    return Observation(observation_id=observation_id, text=msg.text, images=images, state=state)
+    state, keys = [float(v) for v in msg.state], list(msg.image_keys)
+    observation_id = msg.observation_id or content_id(msg.text, images, state, keys)
+    return Observation(observation_id=observation_id, text=msg.text, images=images, state=state, image_keys=keys,
+                       stamp_ns=stamp_ns(msg.header))  # fmt: skip
 
 
 def check_infer_request(req: Infer.Request, max_prompt_chars: int) -> None:
@@ -154,8 +164,9 @@ def sampling_params(msg: Sampling, max_new_tokens: int, defaults: SamplingParams
     return SamplingParams(max_new_tokens=max_new_tokens, seed=seed, stop=list(msg.stop), **chosen)
 
 
-def fill_generate_result(result: Generate.Result, out: RequestOutput) -> Generate.Result:
-    return _fill_answer(result, out)
+def fill_generate_result(result: Generate.Result, out: RequestOutput,
+                         observation: Observation | None) -> Generate.Result:  # fmt: skip
+    return _fill_answer(result, out, observation)
 
 
 def _invalid(message: str) -> EngineError:
@@ -177,14 +188,16 @@ def action_chunk(actions: np.ndarray, task_id: str, period_s: float, stamp: Time
     return chunk
 
 
-def fill_response(response: Infer.Response, out: RequestOutput, period_s: float, stamp: Time) -> Infer.Response:
+def fill_response(response: Infer.Response, out: RequestOutput, observation: Observation | None, period_s: float,
+                  stamp: Time) -> Infer.Response:  # fmt: skip
     if out.actions is not None:
         response.actions = action_chunk(out.actions, out.task_id, period_s, stamp)
-    return _fill_answer(response, out)
+    return _fill_answer(response, out, observation)
 
 
-def _fill_answer(target: R, out: RequestOutput) -> R:
-    """The fields an Infer response and a Generate result share: outcome, text and token/time counts."""
+def _fill_answer(target: R, out: RequestOutput, observation: Observation | None) -> R:
+    """The fields an Infer response and a Generate result share: outcome, text, token/time counts and the
+    observation it is about (as the ring names it, so a caller can ask about it again, and its capture stamp)."""
     if not out.ok:
         error_response(target, out.error_code, out.message)
     else:
@@ -196,6 +209,8 @@ def _fill_answer(target: R, out: RequestOutput) -> R:
     target.generated_tokens = out.generated_tokens
     target.queue_ms = out.queue_ms
     target.latency_ms = out.latency_ms
+    if observation is not None:
+        target.observation_id, target.observation_stamp = observation.observation_id, stamp_msg(observation.stamp_ns)
     return target
 
 

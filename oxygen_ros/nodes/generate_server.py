@@ -57,7 +57,8 @@ class GenerateServer:
             return _end(goal_handle, result, ErrorCode.FAILED_PRECONDITION, f"node is not active ({state})")
         try:
             convert.check_generate_goal(goal, settings.max_prompt_chars, MAX_FEEDBACK_EVERY)
-            greq = convert.generate_request(goal, resolve(goal), settings.sampling_defaults())
+            observation = resolve(goal)
+            greq = convert.generate_request(goal, observation, settings.sampling_defaults())
         except EngineError as exc:
             return _end(goal_handle, result, exc.code, exc.message)
         greq.request_id = f"generate-{uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))}"
@@ -75,7 +76,7 @@ class GenerateServer:
                                                                 text_every=goal.feedback_every or 1))  # fmt: skip
         finally:
             self._requests.pop(key, None)
-        convert.fill_generate_result(result, out)
+        convert.fill_generate_result(result, out, observation)
         if out.error_code is None:
             goal_handle.succeed()
         elif out.error_code == ErrorCode.CANCELLED and goal_handle.is_cancel_requested:

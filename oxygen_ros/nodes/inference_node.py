@@ -248,14 +248,13 @@ class InferenceNode(LifecycleNode):
         try:
             convert.check_infer_request(request, settings.max_prompt_chars)
             convert.check_state(request.state)
-            observation = self._observation_of(request, ring, settings)
-            if request.state:
-                observation = convert.with_state(observation or Observation(), request.state)
+            seen = self._observation_of(request, ring, settings)
+            observation = convert.with_state(seen or Observation(), request.state) if request.state else seen
         except EngineError as exc:
             return convert.error_response(response, exc.code, exc.message)
         greq = convert.generate_request(request, observation, settings.sampling_defaults())
         out = await self._await(engine.submit(greq))
-        return convert.fill_response(response, out, settings.action_period_s, self.get_clock().now().to_msg())
+        return convert.fill_response(response, out, seen, settings.action_period_s, self.get_clock().now().to_msg())
 
     @staticmethod
     def _observation_of(request: Any, ring: ObservationRing, settings: params.NodeParams) -> Observation | None:

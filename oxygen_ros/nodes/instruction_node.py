@@ -153,8 +153,11 @@ class InstructionNode(TaskActionNode[Stream]):
             if origin is None:
                 run.end(ErrorCode.FAILED_PRECONDITION, self._why_no_state())
                 return None
+            frame_at = await self._frame_time(stream, probe, observed_at)
+            if frame_at is None:
+                return None
             # sent from start(): once this goal is the node's current one, whose end always holds the arm
-            stream.first_chunk = (probe.actions, observed_at, origin, time.monotonic() - asked)
+            stream.first_chunk = (probe, observed_at, frame_at, origin, time.monotonic() - asked)
         mode = "the model's action head" if vla else "the controller (the model has no action head)"
         self.get_logger().info(f"{run.task_id}: {goal.instruction!r} at {goal.rate_hz:g} Hz from {mode}")
         return stream
@@ -170,6 +173,15 @@ class InstructionNode(TaskActionNode[Stream]):
             run.end(ErrorCode.FAILED_PRECONDITION, f"no arm controller: {self.arm.target} is not there")
             return None
         return plan
+
+    async def _frame_time(self, stream: Stream, answer: Infer.Response, asked_at: float) -> float | None:
+        """``VlaArm.frame_time``, or None after ending the goal (the arm held) with why the frames cannot be used."""
+        try:
+            return self.vla.frame_time(answer, asked_at, await self.infer.model.max_images() > 0)
+        except EngineError as exc:
+            self.vla.hold(stream.plan)
+            stream.run.end(exc.code, exc.message)
+            return None
 
     def _snapshot_or_none(self) -> tuple[np.ndarray | None, np.ndarray | None]:
         """``ArmIO.snapshot``, or Nones (no arm configured, or no fresh joint states)."""
@@ -328,7 +340,9 @@ class InstructionNode(TaskActionNode[Stream]):
                 return
             if out.success:
                 late_s = self.arm.now() - observed_at - deadline_s
-                await self._to_arm(stream, out.actions, observed_at, origin, time.monotonic() - asked, late_s)
+                frame_at = await self._frame_time(stream, out, observed_at)
+                if frame_at is not None:
+                    await self._to_arm(stream, out, observed_at, frame_at, origin, time.monotonic() - asked, late_s)
             elif out.error_code == ErrorCode.DEADLINE_EXCEEDED.value:
                 if not plan.overdue:  # else the clock thread counted it already
                     self.vla.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, f"the chunk missed its {deadline_s:.3f} s "
@@ -339,13 +353,13 @@ class InstructionNode(TaskActionNode[Stream]):
         finally:
             plan.awaiting = False
 
-    async def _to_arm(self, stream: Stream, chunk: ActionChunk, observed_at: float, origin: np.ndarray,
-                      infer_s: float, late_s: float = 0.0) -> None:  # fmt: skip
-        """A chunk to the arm (counted missed when it cannot go), then to arm/action_chunk and the feedback. A chunk
-        later than its deadline still goes (its targets still ahead are the best plan there is) but counts as missed:
-        the arm ran short meanwhile."""
+    async def _to_arm(self, stream: Stream, answer: Infer.Response, observed_at: float, frame_at: float,
+                      origin: np.ndarray, infer_s: float, late_s: float = 0.0) -> None:  # fmt: skip
+        """An answer's chunk to the arm (counted missed when it cannot go), then to arm/action_chunk and the feedback.
+        A chunk later than its deadline still goes (its targets still ahead are the best plan there is) but counts as
+        missed: the arm ran short meanwhile."""
         plan = stream.plan
-        missed = await self.vla.execute(stream.run, plan, chunk, observed_at, origin, infer_s)
+        missed = await self.vla.execute(stream.run, plan, answer, observed_at, frame_at, origin, infer_s)
         if missed is not None:
             self.vla.miss(stream.run, plan, *missed)
             return
@@ -353,7 +367,7 @@ class InstructionNode(TaskActionNode[Stream]):
             self.vla.miss(stream.run, plan, ErrorCode.DEADLINE_EXCEEDED, f"the chunk came {late_s:.3f} s late")
         elif not plan.overdue:
             plan.missed = 0
-        self._publish(stream, chunk)
+        self._publish(stream, answer.actions)
 
     async def _first_chunk(self, stream: Stream) -> None:
         try:

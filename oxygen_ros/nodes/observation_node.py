@@ -51,7 +51,7 @@ from std_msgs.msg import Header
 from oxygen_ros import bounds
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import Observation as ObservationMsg
-from oxygen_ros.nodes.convert import image_to_rgb, rgb_to_image
+from oxygen_ros.nodes.convert import image_to_rgb, rgb_to_image, stamp_ns
 from oxygen_ros.nodes.declare import declare
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.observations import content_id
@@ -197,10 +197,6 @@ def frame_rgb(msg: Image | CompressedImage, camera: Camera) -> np.ndarray:
     return np.ascontiguousarray(rgb)
 
 
-def _stamp_ns(header: Header) -> int:
-    return header.stamp.sec * NS + header.stamp.nanosec
-
-
 def _string_lists(node: Node) -> dict[str, list[str]]:
     """Declare the string-array parameters (no default: an empty array is not a YAML default) and read them."""
     out: dict[str, list[str]] = {}
@@ -280,7 +276,7 @@ class ObservationNode(Node):
         now = self._now_ns()
         self._arrived[index] = now
         self._sync.discard(self._fresh(now))  # a partner that arrived too long ago can no longer make a set
-        frames = self._sync.add(index, _stamp_ns(msg.header), Frame(msg, now))
+        frames = self._sync.add(index, stamp_ns(msg.header), Frame(msg, now))
         if frames is not None and self._gate.passes(now):
             self._publish(frames, now)
 
@@ -337,9 +333,10 @@ class ObservationNode(Node):
         latest = max(frames, key=lambda s: s.stamp_ns).message.msg.header
         header = Header(stamp=latest.stamp, frame_id=frames[0].message.msg.header.frame_id)
         images = [rgb_to_image(rgb, stamped.message.msg.header) for rgb, stamped in zip(pixels, frames)]
+        keys = [camera.key for camera in self._cameras]
         self._observations.publish(ObservationMsg(
-            header=header, observation_id=content_id("", pixels, state), images=images,
-            image_keys=[camera.key for camera in self._cameras], state=state,
+            header=header, observation_id=content_id("", pixels, state, keys), images=images, image_keys=keys,
+            state=state,
         ))  # fmt: skip
 
 

@@ -9,13 +9,15 @@ overlaps execution (LeRobot's async inference). An arriving chunk is checked (sh
 ``blend_old_weight``), mapped to joint units, checked against the limits the goal started with and against where the
 plan has the arm now (``control.arm.safety``; at rest: the measured position, within ``max_start_jump``; moving: the
 measured position must be within ``max_tracking_error`` of the plan's), and sent as one trajectory on the node clock.
+The camera frames a chunk was computed from must have been younger than ``input_timeout_s`` when it was asked for
+(the answer names them and their stamp), and latency counts from the older of the frames and the state.
 
 Honest outcomes: a chunk that is late, arrives after all its targets, is malformed, or is refused by the limits or by
 the controller is missed (the arm holds where it was refused); ``max_missed_chunks`` in a row end the goal
 (DEADLINE_EXCEEDED for late chunks, else the refusal's code); stale joint states or a controller fault (our goal
 aborted, preempted by another client or cancelled by someone else) end it at once with the arm held; a goal that never
 got a chunk to the arm does not succeed. The result counts chunks sent and missed, underruns, and the p50 / p99
-latency from reading the state to the controller taking the trajectory.
+latency from reading the inputs to the controller taking the trajectory.
 """
 
 import threading
@@ -30,7 +32,8 @@ from oxygen_ros.control.arm.latency import Latency
 from oxygen_ros.control.arm.safety import check_targets
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk, ChunkTrace
-from oxygen_ros.nodes.arm_io import ArmIO, stamp_of
+from oxygen_ros.srv import Infer
+from oxygen_ros.nodes.arm_io import MAX_CLOCK_SKEW_S, NS, ArmIO, stamp_of
 from oxygen_ros.nodes.goal_run import GoalRun
 
 PARAMETERS = {
@@ -112,11 +115,36 @@ class VlaArm:
             return max(plan.horizon - plan.threshold, 1) * period
         return max(end - now - self._settings["send_lead_s"], period)
 
-    async def execute(self, run: GoalRun, plan: ArmPlan, chunk: ActionChunk, observed_at: float, origin: np.ndarray,
-                      infer_s: float) -> tuple[ErrorCode, str] | None:  # fmt: skip
-        """Merge ``chunk`` (computed from the arm at ``origin``, its action joints in model units, read at
-        ``observed_at``) into the plan and send it; the reason it was missed (the arm held where it was refused), or
-        None once the controller took it (or the goal ended meanwhile: then the arm holds)."""
+    def frame_time(self, answer: Infer.Response, asked_at: float, reads_images: bool) -> float:
+        """When the camera frames of ``answer`` were captured (node clock s; ``asked_at`` for a model that reads
+        none); FAILED_PRECONDITION when a model that reads images got none, an unstamped one, one older than
+        ``input_timeout_s`` when the chunk was asked for, or one stamped on another clock."""
+        if not answer.observation_id:
+            if reads_images:
+                raise EngineError(ErrorCode.FAILED_PRECONDITION, "no camera frame: the inference node has no "
+                                  "observation (is the camera, or observation_node, publishing?)")  # fmt: skip
+            return asked_at
+        stamp = answer.observation_stamp.sec + answer.observation_stamp.nanosec / NS
+        age, timeout = asked_at - stamp, self._settings["input_timeout_s"]
+        if not stamp:
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"camera frame {answer.observation_id} has no stamp: "
+                              "its age cannot be checked")  # fmt: skip
+        if age > timeout:
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"camera frame {answer.observation_id} was {age:.2f} s "
+                              f"old when the chunk was asked for, over input_timeout_s {timeout:g}")  # fmt: skip
+        if age < -MAX_CLOCK_SKEW_S:
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"camera frame {answer.observation_id} is stamped "
+                              f"{-age:.1f} s ahead of this node's clock: the camera and this node run on different "
+                              "clocks (use_sim_time?)")  # fmt: skip
+        return stamp
+
+    async def execute(self, run: GoalRun, plan: ArmPlan, answer: Infer.Response, observed_at: float, frame_at: float,
+                      origin: np.ndarray, infer_s: float) -> tuple[ErrorCode, str] | None:  # fmt: skip
+        """Merge ``answer``'s chunk (computed from the arm at ``origin``, its action joints in model units, read at
+        ``observed_at``, and frames captured at ``frame_at``) into the plan and send it; the reason it was missed
+        (the arm held where it was refused), or None once the controller took it (or the goal ended meanwhile: then
+        the arm holds)."""
+        chunk = answer.actions
         if (chunk.action_dim, len(chunk.actions)) != (plan.action_dim, chunk.horizon * plan.action_dim) or \
                 abs(chunk.period_s - plan.queue.period) > 1e-6:  # fmt: skip
             return ErrorCode.INVALID_ARGUMENT, f"a chunk of {chunk.horizon} x {chunk.action_dim} actions " \
@@ -143,10 +171,11 @@ class VlaArm:
         if refused:
             self.hold(plan)
             return ErrorCode.ABORTED, refused
-        sent_at = self.arm.now()
-        plan.latency.add(sent_at - observed_at)
+        sent_at, oldest = self.arm.now(), min(observed_at, frame_at)
+        plan.latency.add(sent_at - oldest)
         trace = ChunkTrace(task_id=run.task_id, chunk_id=plan.sent, observed_at=stamp_of(observed_at),
-                           infer_ms=infer_s * 1e3, latency_ms=(sent_at - observed_at) * 1e3, dropped=merge.dropped,
+                           observation_id=answer.observation_id, frame_stamp=answer.observation_stamp,
+                           infer_ms=infer_s * 1e3, latency_ms=(sent_at - oldest) * 1e3, dropped=merge.dropped,
                            blended=merge.blended, appended=merge.appended, clamped=safe.clamped,
                            underruns=queue.underruns)  # fmt: skip
         trace.header.stamp = stamp_of(sent_at)

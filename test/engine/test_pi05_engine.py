@@ -129,6 +129,24 @@ def test_actions_equal_the_references_in_robot_units(reference: tuple) -> None:
     _assert_nothing_leaked(engine)
 
 
+
+def test_cameras_named_by_key_reach_the_checkpoints_slots(reference: tuple) -> None:
+    """Images that carry camera keys (a robot's order, a missing wrist camera) give the chunk of the checkpoint's
+    slot order with that camera empty, as LeRobot orders its image features; unkeyed, the same images in the robot's
+    order are another prefix. An action request without any camera image is refused, as LeRobot refuses it."""
+    engine = make_engine(reference[3])
+    keyed = _request(TASK, [camera(2), camera(1)], STATES[0], seed=7)
+    keyed.observation.image_keys = ["right_wrist_0_rgb", "observation.images.base_0_rgb"]
+    unkeyed = _request(TASK, [camera(2), camera(1)], STATES[0], seed=7, task="b")
+    out, plain = engine.generate([keyed, unkeyed])
+    expected = _reference_chunk(reference, TASK, [camera(1), None, camera(2)], STATES[0], 7, STEPS)
+    torch.testing.assert_close(torch.from_numpy(out.actions), expected, atol=ATOL, rtol=RTOL)
+    assert not np.allclose(plain.actions, out.actions)
+    with pytest.raises(EngineError) as err:
+        engine.submit(_request(TASK, [], STATES[0]))
+    assert err.value.code == ErrorCode.FAILED_PRECONDITION and "no camera image" in err.value.message
+    _assert_nothing_leaked(engine)
+
 def test_engine_steps_override_the_checkpoints(reference: tuple) -> None:
     """EngineConfig.num_denoise_steps > 0 wins over config.json's num_inference_steps."""
     engine = make_engine(reference[3], num_denoise_steps=2)

@@ -88,6 +88,21 @@ def test_observation_ids():
     ).observation_id
 
 
+
+def test_an_observation_keeps_its_camera_keys_and_stamp_and_keys_name_it_too():
+    header = Header()
+    header.stamp.sec, header.stamp.nanosec = 7, 5
+    keyed = ObservationMsg(header=header, images=[_image(RGB, "rgb8")], image_keys=["wrist"])
+    obs = convert.observation_from_msg(keyed, TEXT_CHARS)
+    assert (obs.image_keys, obs.stamp_ns) == (["wrist"], 7 * 10**9 + 5)
+    unkeyed = convert.observation_from_msg(ObservationMsg(images=[_image(RGB, "rgb8")]), TEXT_CHARS)
+    other_camera = convert.observation_from_msg(ObservationMsg(images=[_image(RGB, "rgb8")], image_keys=["top"]),
+                                                TEXT_CHARS)  # fmt: skip
+    assert len({obs.observation_id, unkeyed.observation_id, other_camera.observation_id}) == 3
+    frame = _image(RGB, "rgb8")
+    frame.header = header
+    assert convert.camera_observation(frame).stamp_ns == 7 * 10**9 + 5
+
 def test_infer_request_and_response():
     req = Infer.Request(task_id="nav-1", task_type="navigation", prompt="go", want_actions=True, max_new_tokens=7,
                         priority=3, deadline_s=0.25)  # fmt: skip
@@ -97,15 +112,19 @@ def test_infer_request_and_response():
     actions = np.arange(6, dtype=np.float32).reshape(3, 2)
     out = RequestOutput("r", "nav-1", "navigation", text="left", finish_reason="stop", prompt_tokens=9,
                         reused_prefix_tokens=4, generated_tokens=2, queue_ms=1.5, latency_ms=9.0, actions=actions)
-    response = convert.fill_response(Infer.Response(), out, 0.02, Time(sec=3))
+    seen = Observation(observation_id="obs-1", stamp_ns=12 * 10**9 + 345)
+    response = convert.fill_response(Infer.Response(), out, seen, 0.02, Time(sec=3))
     assert (response.success, response.error_code, response.text) == (True, "", "left")
+    assert (response.observation_id, response.observation_stamp.sec, response.observation_stamp.nanosec) == \
+        ("obs-1", 12, 345)  # fmt: skip
     assert (response.prompt_tokens, response.reused_prefix_tokens, response.generated_tokens) == (9, 4, 2)
     chunk = response.actions
     assert (chunk.task_id, chunk.horizon, chunk.action_dim, chunk.header.stamp.sec) == ("nav-1", 3, 2, 3)
     assert chunk.period_s == pytest.approx(0.02) and list(chunk.actions) == [0, 1, 2, 3, 4, 5]
     failed = RequestOutput("r", "t", "vqa", error_code=ErrorCode.RESOURCE_EXHAUSTED, message="queue full")
-    response = convert.fill_response(Infer.Response(), failed, 0.02, Time())
+    response = convert.fill_response(Infer.Response(), failed, None, 0.02, Time())
     assert (response.success, response.error_code, response.message) == (False, "RESOURCE_EXHAUSTED", "queue full")
+    assert response.observation_id == ""
 
 
 NODE_DEFAULTS = SamplingParams(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1, seed=None)

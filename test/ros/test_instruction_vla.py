@@ -73,6 +73,7 @@ def graph(ros_domain_id):
         g.states = Capture(g.client, JointState, "/joint_states", 1000)
         g.traces = Capture(g.client, ChunkTrace, "/arm/chunk_trace", 100)
         g.start_inference()
+        g.wait_for_frame()
         yield g
 
 
@@ -101,6 +102,11 @@ def test_chunks_drive_the_arm_through_its_controller(graph):
     traces = graph.traces.messages[before_traces:]
     assert [t.chunk_id for t in traces] == list(range(result.chunks_sent))
     assert len({t.task_id for t in traces}) == 1 and all(t.blended + t.appended > 0 for t in traces)
+    for t in traces:  # each names the camera frame it came from, and its latency counts from the older input
+        assert t.observation_id.startswith("obs-") and t.frame_stamp.sec > 0, t
+        frame_s, observed_s = (x.sec + x.nanosec * 1e-9 for x in (t.frame_stamp, t.observed_at))
+        sent_s = t.header.stamp.sec + t.header.stamp.nanosec * 1e-9
+        assert t.latency_ms == pytest.approx((sent_s - min(frame_s, observed_s)) * 1e3, abs=1.0)
     assert traces[-1].underruns <= result.underruns  # the result also counts one after the last chunk
     # closed loop: the arm moved, stayed inside the limits, and never jumped faster than its velocity limit
     times, q = _positions(graph.states.messages[before_states:])
@@ -172,12 +178,41 @@ def test_stale_joint_states_stop_the_goal(graph):
     graph.idle_pool()
 
 
+def test_a_camera_that_stops_ends_the_goal_with_the_arm_holding(graph):
+    """The camera goes quiet mid-goal: the next chunk is asked for about a frame older than input_timeout_s, and the
+    goal ends FAILED_PRECONDITION naming the frame, the arm held; a new goal is refused the same way at once."""
+    seen = len(graph.states.messages)
+    wait_until(lambda: len(graph.states.messages) > seen + 2, 10.0, "the arm's joint states now")
+    before = len(graph.traces.messages)
+    handle = follow(graph, duration_s=0.0)  # until cancelled
+    result = handle.handle.get_result_async()  # done early only on a failure: say which
+    wait_until(lambda: len(graph.traces.messages) - before >= 1 or result.done(), 30.0, "a first chunk on the arm")
+    assert not result.done(), result.result().result
+    graph.executor.remove_node(graph.camera)
+    try:
+        out = handle.result(timeout=60.0)
+        assert out.status == GoalStatus.STATUS_ABORTED
+        assert out.result.error_code == "FAILED_PRECONDITION", out.result.message
+        assert "camera frame obs-" in out.result.message and "over input_timeout_s" in out.result.message
+        time.sleep(0.5)
+        held = graph.states.messages[-1]
+        time.sleep(0.5)
+        np.testing.assert_allclose(graph.states.messages[-1].position, held.position, atol=1e-9)
+        again = follow(graph, duration_s=2.0).result(timeout=60.0)
+        assert (again.result.error_code, again.result.chunks_sent) == ("FAILED_PRECONDITION", 0), again.result
+        assert "over input_timeout_s" in again.result.message
+    finally:
+        graph.executor.add_node(graph.camera)
+        graph.wait_for_frame()
+    graph.idle_pool()
+
 def test_chunks_too_late_for_the_arm_end_the_goal_with_the_arm_unmoved(graph):
     """A control period the model cannot keep (2 ms: every chunk arrives after all its steps): the goal ends
     DEADLINE_EXCEEDED after max_missed_chunks, and no trajectory reached the arm."""
     graph.stop_inference()
     graph.inference_parameters = PI05_TINY | {"action_period_s": 0.002}
     graph.start_inference()
+    graph.wait_for_frame()
     try:
         wait_until(lambda: graph.states.messages, 10.0, "the arm's joint state")
         start = np.asarray(graph.states.messages[-1].position)
@@ -193,6 +228,7 @@ def test_chunks_too_late_for_the_arm_end_the_goal_with_the_arm_unmoved(graph):
         graph.stop_inference()
         graph.inference_parameters = PI05_TINY
         graph.start_inference()
+        graph.wait_for_frame()
     graph.idle_pool()
 
 

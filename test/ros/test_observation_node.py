@@ -176,7 +176,7 @@ def test_each_synchronized_set_is_one_observation_with_keys_transforms_state_and
 
         shoulder = obs.state[1]
         assert list(obs.state) == [-shoulder, shoulder] and 1.0 + k - 1 <= shoulder <= 1.0 + k
-        assert obs.observation_id == content_id("", [top, wrist, side], list(obs.state))
+        assert obs.observation_id == content_id("", [top, wrist, side], list(obs.state), list(obs.image_keys))
 
 
 def test_a_camera_that_stops_holds_the_observations_back_and_the_queues_stay_bounded(ros_context, capfd):
@@ -205,7 +205,7 @@ def test_a_stale_joint_state_leaves_the_observations_without_state(ros_context, 
     assert len(stateless) >= 3
     for obs in stateless:
         assert len(obs.images) == 3
-        assert obs.observation_id == content_id("", [image_to_rgb(image) for image in obs.images], [])
+        assert obs.observation_id == content_id("", [image_to_rgb(image) for image in obs.images], [], obs.image_keys)
 
 
 @pytest.mark.parametrize(

@@ -45,12 +45,13 @@ def _variant(config: dict, key: str, source: str) -> GemmaConfig:
     return GEMMA_VARIANTS[name]
 
 
-def _camera_slots(config: dict) -> int:
-    """Image inputs LeRobot's policy reads: its VISUAL input features plus any empty cameras it pads with."""
+def camera_keys(config: dict) -> tuple[str, ...]:
+    """The image inputs LeRobot's policy reads, in its order (``config.image_features``: the VISUAL input features
+    as config.json lists them, then the empty cameras it pads with; its validate_features appends those)."""
     features = config.get("input_features") or {}
-    visual = [k for k, f in features.items() if isinstance(f, dict) and f.get("type") == "VISUAL"]
+    keys = [k for k, f in features.items() if isinstance(f, dict) and f.get("type") == "VISUAL"]
     empty = [f"observation.images.empty_camera_{i}" for i in range(config.get("empty_cameras") or 0)]
-    return len(set(visual) | set(empty)) or CAMERA_SLOTS
+    return tuple(keys + [k for k in empty if k not in keys])
 
 
 def _robot_action_dim(config: dict, source: str, action_dim: int) -> int:
@@ -74,12 +75,14 @@ def from_lerobot(config: dict, source: str, prompt_tokens: int = PROMPT_TOKENS) 
         raise ValueError(f"{source}: field 'image_resolution' {resolution!r} must be a square multiple of "
                          f"{SO400M.patch_size}")  # fmt: skip
     flow = flow_settings(config, source)
+    cameras = camera_keys(config)
     return VlaConfig(
         vision=replace(SO400M, image_size=resolution[0]),
         backbone=_variant(config, "paligemma_variant", source),
         expert=_variant(config, "action_expert_variant", source),
         vocab_size=PALIGEMMA_VOCAB_SIZE,
-        max_images=_camera_slots(config),
+        max_images=len(cameras) or CAMERA_SLOTS,
+        camera_keys=cameras,
         robot_action_dim=_robot_action_dim(config, source, flow["action_dim"]),
         max_prompt_tokens=positive_int(config, "tokenizer_max_length", source, prompt_tokens),
         **flow,

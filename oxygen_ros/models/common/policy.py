@@ -38,6 +38,10 @@ class LeRobotPolicy(PaliGemmaPrefix):
         return self.config.max_images
 
     @property
+    def camera_keys(self) -> tuple[str, ...]:
+        return self.config.camera_keys
+
+    @property
     def action_shape(self) -> tuple[int, int]:
         return self.config.action_horizon, self.config.action_dim
 

@@ -103,6 +103,7 @@ class VlaConfig(BackbonePoolShape):
     min_period: float = 4e-3  # of the sine-cosine time embedding
     max_period: float = 4.0
     max_images: int = CAMERA_SLOTS  # camera slots; a missing camera contributes no tokens
+    camera_keys: tuple[str, ...] = ()  # a LeRobot checkpoint's image keys in its slot order; () = images in order
     max_prompt_tokens: int = PROMPT_TOKENS  # openpi pads the prompt to this; we never pad, but refuse longer
     name: str = ""  # a registered name (pi05-random-*, pi05-causal-*); "" for a checkpoint folder's
     causal_prompt: bool = False

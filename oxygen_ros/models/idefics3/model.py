@@ -28,6 +28,7 @@ class Idefics3Model(nn.Module):
     """A ``ServingModel`` (models/interface.py) of the vision-chat style, with ``ImageInputs``."""
 
     prompt_style: PromptStyle = "vision_chat"
+    camera_keys: tuple[str, ...] = ()
     serves_text = True
     action_shape = None
     default_denoise_steps = 0
