@@ -96,22 +96,30 @@ def write_lerobot_folder(folder: Path, paligemma: PaliGemmaForConditionalGenerat
     write_tokenizer(folder, texts + BIN_TEXTS)
 
 
-def write_processor_files(folder: Path, mode: str, state: dict[str, list[float]], action: dict[str, list[float]]) -> None:
+def write_processor_files(folder: Path, mode: str, state: dict[str, list[float]], action: dict[str, list[float]],
+                          relative: dict | None = None) -> None:  # fmt: skip
     """LeRobot's normalization files as ``PolicyProcessorPipeline.save_pretrained`` writes them for pi0.5
     (``lerobot/processor/pipeline.py``: ``<name>.json`` with each step's ``registry_name``, ``config`` and
     ``state_file`` = ``<name>_step_<i>_<registry_name>.safetensors`` of flat ``"<key>.<stat>"`` tensors), STATE and
-    ACTION both in ``mode``; the step indices follow ``make_pi05_pre_post_processors``."""
+    ACTION both in ``mode``; the step indices follow ``make_pi05_pre_post_processors`` (rename, batch, relative
+    actions, normalizer; unnormalizer, absolute actions). ``relative``: the relative step's config
+    (``exclude_joints``, ``action_names``), enabled with the absolute step; None: both left out."""
     features = {"observation.state": {"type": "STATE", "shape": [len(next(iter(state.values())))]},
                 "action": {"type": "ACTION", "shape": [len(next(iter(action.values())))]}}
     norm_map = {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
+    filler = {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}}
     for name, registry, index, key, stats in (("policy_preprocessor", "normalizer_processor", 3, "observation.state",
                                                state), ("policy_postprocessor", "unnormalizer_processor", 0, "action",
                                                         action)):  # fmt: skip
         state_file = f"{name}_step_{index}_{registry}.safetensors"
         save_file({f"{key}.{stat}": torch.tensor(v, dtype=torch.float32) for stat, v in stats.items()}, folder / state_file)
-        steps = [{"registry_name": "rename_observations_processor", "config": {"rename_map": {}}}] * index + [
+        steps = [filler] * index + [
             {"registry_name": registry, "config": {"eps": 1e-8, "features": features, "norm_map": norm_map},
              "state_file": state_file}]  # fmt: skip
+        if relative is not None and name == "policy_preprocessor":
+            steps[2] = {"registry_name": "relative_actions_processor", "config": {"enabled": True, **relative}}
+        elif relative is not None:
+            steps.append({"registry_name": "absolute_actions_processor", "config": {"enabled": True}})
         (folder / f"{name}.json").write_text(json.dumps({"name": name, "steps": steps}, indent=2))
 
 

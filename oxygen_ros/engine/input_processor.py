@@ -68,7 +68,8 @@ class InputProcessor:
             deadline=arrival + greq.deadline_s if greq.deadline_s else 0.0, cache_salt=greq.cache_salt,
             kv_format=formats[0], observation_format=formats[1], observation_blocks=formats[2], generator=generator,
             arrival_s=arrival, mm_spans=prompt.mm_spans, pixels=prompt.pixels,
-            bidirectional_len=prompt.bidirectional_len, state=prompt.state, detokenizer=detokenizer,
+            bidirectional_len=prompt.bidirectional_len, state=prompt.state, action_offset=prompt.action_offset,
+            detokenizer=detokenizer,
         )  # fmt: skip
 
     def validate(self, greq: GenerateRequest) -> None:

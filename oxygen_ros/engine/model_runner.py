@@ -133,4 +133,5 @@ class ModelRunner:
         tables = self._block_tables(reqs)
         actions = self.model.sample_actions(tables, prefix_lens, self.kv, num_steps, noise=noise)
         for req, chunk in zip(reqs, actions):
-            req.actions = chunk
+            offset = req.action_offset
+            req.actions = chunk if offset is None else chunk + torch.from_numpy(offset).to(chunk.device)

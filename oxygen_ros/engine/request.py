@@ -37,6 +37,7 @@ class Request:
     mm_spans: list[MultiModalSpan] = field(default_factory=list)
     bidirectional_len: int = 0  # leading tokens that see each other (a VLA's image tokens); computed in one step
     state: np.ndarray | None = None  # pi0: the robot state its last prompt token stands for (the action expert's)
+    action_offset: np.ndarray | None = None  # added to each row of its chunk (a checkpoint's relative actions)
     cache_salt: str = ""
     kv_format: int = 0  # storage format of its blocks (the pool layout's format id) ...
     observation_format: int = 0  # ... except its first observation_blocks blocks: the observation prefix's

@@ -44,6 +44,7 @@ class PreparedInputs:
     bidirectional_len: int = 0  # leading tokens that see each other, computed in one step
     state: np.ndarray | None = None  # the state the model writes as its prompt's last token (``write_prefix_tail``)
     observation_len: int = 0  # leading tokens only the observation decides (images, a VLA's region)
+    action_offset: np.ndarray | None = None  # added to each row of the chunk (actions relative to the state)
 
 
 class TooManyImages(ValueError):

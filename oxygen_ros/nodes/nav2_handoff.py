@@ -49,14 +49,21 @@ def checked_feedback(msg: NavigateToPose.Feedback) -> str:
 
 
 def outcome(status: int, result: NavigateToPose.Result) -> tuple[ErrorCode | None, str]:
-    """Our ending for nav2's terminal status and result: success, CANCELLED, or its error as ours."""
+    """Our ending for nav2's terminal status and result: success, CANCELLED, or its error as ours. The result's
+    shape differs by distribution (Humble: no error code; Jazzy: ``error_code`` without ``error_msg``;
+    Kilted: both), so each field is read only where the server's type has it."""
     if status == GoalStatus.STATUS_SUCCEEDED:
         return None, "nav2 reached the target"
     if status == GoalStatus.STATUS_CANCELED:
         return ErrorCode.CANCELLED, "nav2 cancelled the goal"
-    code = {result.TF_ERROR: ErrorCode.TF_ERROR, result.TIMEOUT: ErrorCode.DEADLINE_EXCEEDED}
-    why = result.error_msg[: bounds.TEXT_CHARS]
-    return code.get(result.error_code, ErrorCode.ABORTED), f"nav2 gave up (error_code {result.error_code}): {why}"
+    error = getattr(result, "error_code", None)
+    if error is None:
+        return ErrorCode.ABORTED, "nav2 gave up (its result carries no error code)"
+    code = {getattr(result, name, None): ours for name, ours in (("TF_ERROR", ErrorCode.TF_ERROR),
+                                                                 ("TIMEOUT", ErrorCode.DEADLINE_EXCEEDED))}  # fmt: skip
+    code.pop(None, None)
+    why = str(getattr(result, "error_msg", ""))[: bounds.TEXT_CHARS]
+    return code.get(error, ErrorCode.ABORTED), f"nav2 gave up (error_code {error}){': ' + why if why else ''}"
 
 
 class Nav2Handoff:

@@ -6,6 +6,7 @@ processor_pi05.py`` state prompt, ``modeling_pi05.py`` Euler loop).  Also: the m
 prefix shared exactly for the same frame + instruction + state, the checkpoint's flow steps, bad inputs refused with
 nothing leaked."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,44 @@ def test_cameras_named_by_key_reach_the_checkpoints_slots(reference: tuple) -> N
         engine.submit(_request(TASK, [], STATES[0]))
     assert err.value.code == ErrorCode.FAILED_PRECONDITION and "no camera image" in err.value.message
     _assert_nothing_leaked(engine)
+
+def _copy(reference: tuple, folder: Path) -> Path:
+    for source in reference[4].iterdir():
+        (folder / source.name).write_bytes(source.read_bytes())
+    return folder
+
+
+def test_relative_actions_get_the_raw_state_added_back_except_on_excluded_joints(reference: tuple,
+                                                                                 tmp_path: Path) -> None:  # fmt: skip
+    """A checkpoint trained on action - state (LeRobot's relative_actions_processor before its normalizer, the
+    absolute_actions_processor after its unnormalizer): the chunk is the reference's unnormalized chunk plus the raw
+    state on every dimension but the one its action_names call the gripper; a checkpoint whose config.json says
+    use_relative_actions without the absolute step is refused at load; a state narrower than the relative dims is
+    refused per request."""
+    folder = _copy(reference, tmp_path)
+    names = ["shoulder.pos", "elbow.pos", "wrist.pos", "roll.pos", "Gripper.pos"]
+    write_processor_files(folder, "QUANTILES", STATE_Q, ACTION_Q, relative={"exclude_joints": ["gripper"],
+                                                                          "action_names": names})  # fmt: skip
+    with tiny_shapes():
+        bundle = load_model(str(folder), torch.device("cpu"), torch.float32)
+    engine = make_engine(bundle)
+    (out,) = engine.generate([_request(TASK, [camera(1)], STATES[1], seed=9)])
+    expected = _reference_chunk(reference, TASK, [camera(1)], STATES[1], 9, STEPS) + torch.tensor(STATES[1] + [0.0])
+    torch.testing.assert_close(torch.from_numpy(out.actions), expected, atol=ATOL, rtol=RTOL)
+    write_processor_files(folder, "QUANTILES", STATE_Q, ACTION_Q, relative={"exclude_joints": []})
+    with tiny_shapes():
+        every_dim = make_engine(load_model(str(folder), torch.device("cpu"), torch.float32))
+    with pytest.raises(EngineError) as err:  # 5 relative dims, 4 state values
+        every_dim.submit(_request(TASK, [camera(1)], STATES[1]))
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT and "5 relative action dims" in err.value.message
+    write_processor_files(folder, "QUANTILES", STATE_Q, ACTION_Q)
+    config = json.loads((folder / "config.json").read_text()) | {"use_relative_actions": True}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(EngineError) as err, tiny_shapes():
+        load_model(str(folder), torch.device("cpu"), torch.float32)
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT and "use_relative_actions is true" in err.value.message
+    _assert_nothing_leaked(engine)
+    _assert_nothing_leaked(every_dim)
 
 def test_engine_steps_override_the_checkpoints(reference: tuple) -> None:
     """EngineConfig.num_denoise_steps > 0 wins over config.json's num_inference_steps."""

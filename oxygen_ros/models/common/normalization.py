@@ -24,11 +24,11 @@ import torch
 from safetensors.torch import load_file
 
 from oxygen_ros.models.common.json_config import read_json
+from oxygen_ros.models.common.relative_actions import POSTPROCESSOR, PREPROCESSOR, RelativeActions, read_relative_actions
 
 log = logging.getLogger(__name__)
 
 STATE_KEY, ACTION_KEY = "observation.state", "action"  # LeRobot's OBS_STATE and ACTION
-PREPROCESSOR, POSTPROCESSOR = "policy_preprocessor.json", "policy_postprocessor.json"
 _STEPS = {PREPROCESSOR: "normalizer_processor", POSTPROCESSOR: "unnormalizer_processor"}
 _BOUNDS = {"MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99"), "QUANTILE10": ("q10", "q90")}
 MODES = ("IDENTITY", "MEAN_STD", *_BOUNDS)
@@ -77,10 +77,12 @@ IDENTITY = FeatureNorm("IDENTITY", {})
 
 @dataclass(frozen=True)
 class Normalizer:
-    """State in (normalize) and actions out (unnormalize) of one policy."""
+    """State in (normalize) and actions out (unnormalize, then the state added back where the checkpoint's actions
+    are relative to it) of one policy."""
 
     state: FeatureNorm = IDENTITY
     action: FeatureNorm = IDENTITY
+    relative: RelativeActions | None = None
 
     def normalize_state(self, state: np.ndarray) -> np.ndarray:
         """A validated robot state -> the model's units (fp32, as LeRobot holds it); ValueError when its length is
@@ -91,14 +93,24 @@ class Normalizer:
         return self.state.normalize(torch.from_numpy(np.asarray(state, dtype=np.float32))).numpy()
 
     def unnormalize_actions(self, chunk: torch.Tensor) -> torch.Tensor:
-        """Chunks [..., robot action dims] (fp32) -> robot units."""
+        """Chunks [..., robot action dims] (fp32) -> robot units (before any ``action_offset``)."""
         return self.action.unnormalize(chunk)
+
+    def action_offset(self, state: np.ndarray, width: int) -> np.ndarray | None:
+        """What the unnormalized rows of a request's chunk get added: None for absolute actions, else the state
+        (validated robot units; normalized first when the checkpoint's pipeline does) on the relative dims."""
+        if self.relative is None:
+            return None
+        seen = self.normalize_state(state) if self.relative.normalized_state else state
+        return self.relative.offset(np.asarray(seen), width)
 
 
 def read_normalizer(folder: Path) -> Normalizer:
-    """The folder's processor files -> Normalizer (identity for a side whose file is missing, noted in the log);
-    ValueError naming the file and the field that does not fit."""
-    return Normalizer(_feature(folder, PREPROCESSOR, STATE_KEY), _feature(folder, POSTPROCESSOR, ACTION_KEY))
+    """The folder's processor files -> Normalizer (identity for a side whose file is missing, noted in the log; the
+    relative-action steps read by ``read_relative_actions``); ValueError naming the file and the field that does not
+    fit."""
+    return Normalizer(_feature(folder, PREPROCESSOR, STATE_KEY), _feature(folder, POSTPROCESSOR, ACTION_KEY),
+                      read_relative_actions(folder))  # fmt: skip
 
 
 def _feature(folder: Path, file: str, key: str) -> FeatureNorm:

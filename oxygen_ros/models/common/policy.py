@@ -56,10 +56,16 @@ class LeRobotPolicy(PaliGemmaPrefix):
 
     def prepare_inputs(self, tokenizer: Tokenizer, text: str, images: Sequence[np.ndarray],
                        state: np.ndarray | None) -> PreparedInputs:  # fmt: skip
-        """The observation prefix (``observation_prefix``) with its cache keys (``prefix_spans``)."""
+        """The observation prefix (``observation_prefix``) with its cache keys (``prefix_spans``) and, for a checkpoint
+        whose actions are relative to the state, the offset its chunk gets added."""
         prefix = self.observation_prefix(tokenizer, text, images, state)
+        offset = None
+        if self.normalizer.relative is not None and state is not None:
+            offset = self.normalizer.action_offset(state_values(state, self.config.state_dim),
+                                                   self.config.output_action_dim)  # fmt: skip
         return PreparedInputs(prefix.token_ids, prefix_spans(prefix, self.config.tokens_per_image), prefix.pixels,
-                              prefix.bidirectional_len, prefix.state, observation_len=prefix.bidirectional_len)  # fmt: skip
+                              prefix.bidirectional_len, prefix.state, observation_len=prefix.bidirectional_len,
+                              action_offset=offset)  # fmt: skip
 
     def write_prefix_tail(self, states: Sequence[np.ndarray], block_tables: torch.Tensor, prefix_lens: list[int],
                           kv: KVCache) -> None:  # fmt: skip

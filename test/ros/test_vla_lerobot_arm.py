@@ -1,0 +1,166 @@
+"""A faithful pi0.5 checkpoint in LeRobot's layout (tiny, random weights from stock transformers modules, QUANTILES
+stats, three camera keys, a 6-dim state and action) drives the SO-100-shaped simulated arm (`arm_sim`, the limits of
+config/sim_arm.urdf) through the whole ROS graph: two cameras published under the robot's own names, one missing,
+paired by `observation_node` with the joint state; `instruction_node` asks for chunks with the measured state; the
+inference node maps the camera keys onto the checkpoint's slots. Checked: the goal succeeds with the arm moved
+inside the URDF's limits and speeds; every chunk names the keyed observation it came from; that observation, asked
+about again, has the image tokens of exactly its two cameras; a camera key the checkpoint does not read is
+INVALID_ARGUMENT naming it."""
+
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from action_msgs.msg import GoalStatus
+from inference_client import Capture
+from oxygen_ros.action import FollowInstruction
+from oxygen_ros.msg import ChunkTrace
+from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.srv import Infer
+from pi05_folders import hf_modules, tiny_shapes, write_lerobot_folder, write_processor_files
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import qos_profile_sensor_data
+from ros_harness import make_context, send_goal, spin_nodes, wait_for, wait_until
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Header
+
+from oxygen_ros.control.arm.joint_limits import urdf_limits
+from oxygen_ros.nodes.arm_sim import SO100_JOINTS, ArmSim
+from oxygen_ros.nodes.convert import rgb_to_image
+from oxygen_ros.nodes.inference_node import InferenceNode
+from oxygen_ros.nodes.instruction_node import InstructionNode
+from oxygen_ros.nodes.observation_node import ObservationNode
+from oxygen_ros.share import PREFIX, PACKAGE
+
+INSTRUCTION = "pick up the red block"
+PERIOD_S = 0.3  # the chunk period: a loaded CPU's chunk arrives with most of its steps ahead
+CAMERA_HZ = 10.0
+CAMERAS = {"base_0_rgb": "/rig/front/image_raw", "left_wrist_0_rgb": "/rig/wrist/image_raw"}  # right wrist: none
+TOKENS_PER_IMAGE = 16  # the tiny SigLIP: (32 / 8)^2 patches
+URDF = (PREFIX / "share" / PACKAGE / "config" / "sim_arm.urdf").read_text()
+LIMITS = urdf_limits(URDF)
+LOWER = np.array([LIMITS[j].lower for j in SO100_JOINTS])
+UPPER = np.array([LIMITS[j].upper for j in SO100_JOINTS])
+SPEED = np.array([LIMITS[j].velocity for j in SO100_JOINTS])
+MIDDLE = (LOWER + UPPER) / 2
+
+
+def _folder(path) -> None:
+    """The checkpoint: state normalised over the URDF's ranges, actions unnormalised into 0.04 rad about the middle of
+    each joint's range (random weights act noisily; the arm must stay inside its limits and speeds all the same)."""
+    paligemma, gemma, heads = hf_modules(seed=3)
+    texts = [f"Task: {INSTRUCTION}, State: 0 1 2 3 4 5;\nAction: "]
+    write_lerobot_folder(path, paligemma, gemma, heads, texts,
+                         output_features={"action": {"type": "ACTION", "shape": [len(SO100_JOINTS)]}})  # fmt: skip
+    write_processor_files(path, "QUANTILES", {"q01": LOWER.tolist(), "q99": UPPER.tolist()},
+                          {"q01": (MIDDLE - 0.02).tolist(), "q99": (MIDDLE + 0.02).tolist()})  # fmt: skip
+
+
+class Cameras:
+    """Two cameras publishing frames under the robot's names at CAMERA_HZ, stamped alike on the node clock."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self._publishers = [node.create_publisher(Image, topic, qos_profile_sensor_data) for topic in CAMERAS.values()]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        rng = np.random.default_rng(0)
+        while not self._stop.wait(1.0 / CAMERA_HZ):
+            stamp = self._node.get_clock().now().to_msg()
+            for publisher in self._publishers:
+                pixels = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+                publisher.publish(rgb_to_image(pixels, Header(stamp=stamp, frame_id="camera")))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture(scope="module")
+def robot(ros_domain_id, tmp_path_factory) -> Iterator:
+    folder = tmp_path_factory.mktemp("pi05-so100")
+    _folder(folder)
+    context = make_context(ros_domain_id)
+    with tiny_shapes():
+        inference = InferenceNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in {
+            "model": str(folder), "kv_cache_bytes": 64 << 20, "max_model_len": 1024, "action_period_s": PERIOD_S,
+            "observation_ring": 64}.items()])  # fmt: skip
+        observation = ObservationNode(context=context, parameter_overrides=[
+            Parameter("camera_topics", value=[f"{key}={topic}" for key, topic in CAMERAS.items()]),
+            Parameter("state_joint_names", value=SO100_JOINTS), Parameter("input_timeout_s", value=1.0)])  # fmt: skip
+        arm = ArmSim(context=context, parameter_overrides=[
+            Parameter("initial_positions", value=MIDDLE.tolist()), Parameter("state_rate_hz", value=20.0)])  # fmt: skip
+        instruction = InstructionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in {
+            "action_joint_names": SO100_JOINTS, "state_joint_names": SO100_JOINTS, "input_timeout_s": 1.0,
+            "max_start_jump": 0.2, "narration_period_s": 30.0, "max_new_tokens": 2}.items()])  # fmt: skip
+        client = Node("lerobot_arm_test_client", context=context)
+        cameras = Cameras(client)
+        try:
+            with spin_nodes(context, inference, observation, arm, instruction, client, num_threads=6):
+                assert inference.trigger_configure() == TransitionCallbackReturn.SUCCESS
+                assert inference.trigger_activate() == TransitionCallbackReturn.SUCCESS
+                client.observations = Capture(client, ObservationMsg, "/oxygen/observation", 1000)
+                client.states = Capture(client, JointState, "/joint_states", 1000)
+                client.traces = Capture(client, ChunkTrace, "/arm/chunk_trace", 100)
+                wait_until(lambda: client.observations.messages and client.states.messages, 20.0,
+                           "observations with the arm's state")  # fmt: skip
+                yield client
+        finally:
+            cameras.stop()
+            context.try_shutdown()
+
+
+def test_a_lerobot_checkpoint_drives_the_arm_from_keyed_cameras_and_its_state(robot):
+    goal = FollowInstruction.Goal(instruction=INSTRUCTION, rate_hz=5.0, duration_s=5.0)
+    before_states, before_traces = len(robot.states.messages), len(robot.traces.messages)
+    out = send_goal(robot, FollowInstruction, "/follow_instruction", goal).result(timeout=120.0)
+    assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
+    assert out.result.chunks_sent >= 2, out.result
+    msgs = robot.states.messages[before_states:]
+    order = [list(msgs[0].name).index(j) for j in SO100_JOINTS]
+    q = np.array([np.asarray(m.position)[order] for m in msgs])
+    times = np.array([m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in msgs])
+    assert np.abs(q - MIDDLE).max() > 1e-4, "the arm moved"
+    assert (q >= LOWER).all() and (q <= UPPER).all()
+    speeds = np.abs(np.diff(q, axis=0)) / np.maximum(np.diff(times), 1e-3)[:, None]
+    assert (speeds <= SPEED * 1.01).all()
+    wait_until(lambda: len(robot.traces.messages) - before_traces >= out.result.chunks_sent, 5.0, "every trace")
+    published = {o.observation_id: o for o in robot.observations.messages}
+    for trace in robot.traces.messages[before_traces:]:
+        seen = published[trace.observation_id]  # the keyed observation observation_node published
+        assert list(seen.image_keys) == list(CAMERAS) and len(seen.state) == len(SO100_JOINTS)
+        assert (trace.frame_stamp.sec, trace.frame_stamp.nanosec) == (seen.header.stamp.sec, seen.header.stamp.nanosec)
+
+
+def _infer(robot: Node, request: Infer.Request) -> Infer.Response:
+    client = robot.create_client(Infer, "/oxygen/infer")
+    assert client.wait_for_service(timeout_sec=10.0)
+    return wait_for(client.call_async(request), 60.0)
+
+
+def test_the_checkpoint_reads_exactly_the_cameras_it_names(robot):
+    """The newest observation's two keyed cameras fill two of the checkpoint's three slots: its prompt holds one
+    image's tokens more than the same observation with the wrist camera dropped (a missing camera adds none), and the
+    same pixels under a key the checkpoint does not read are refused, naming the key."""
+    latest = robot.observations.messages[-1]
+    state = list(latest.state)
+
+    def ask(**observation) -> Infer.Response:
+        return _infer(robot, Infer.Request(task_id="probe", task_type="instruction", prompt=INSTRUCTION,
+                                           want_actions=True, max_new_tokens=1, state=state, **observation))  # fmt: skip
+
+    both = ask(observation_id=latest.observation_id)
+    assert both.success, both.message
+    assert both.observation_id == latest.observation_id and both.actions.action_dim == len(SO100_JOINTS)
+    one = ask(observation=[ObservationMsg(images=[latest.images[0]], image_keys=["base_0_rgb"], state=state)])
+    assert one.success, one.message
+    assert both.prompt_tokens - one.prompt_tokens == TOKENS_PER_IMAGE and one.prompt_tokens > TOKENS_PER_IMAGE
+    bad = ObservationMsg(images=list(latest.images), image_keys=["gripper_cam", "left_wrist_0_rgb"], state=state)
+    refused = ask(observation=[bad])
+    assert refused.error_code == "INVALID_ARGUMENT" and "image_keys[0] 'gripper_cam'" in refused.message
