@@ -10,6 +10,7 @@
   (the controller's fire-and-forget input). A new goal preempts the controller's previous one (it aborts that goal
   INVALID_GOAL, "preempted": expected, not a fault); any other abort is a fault the stream ends on. Hold = cancel
   the active goal (the controller holds where the arm is), or on the topic one point at the measured positions.
+  A gripper on its own controller (`gripper_joint_names`) is left out of the trajectory (``gripper_io``).
 """
 
 import math
@@ -37,6 +38,7 @@ from oxygen_ros.control.arm.safety import SafeTargets
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.future_wait import wait
+from oxygen_ros.nodes.gripper_io import GripperIO
 
 POLL_S = 0.1
 NS = 1_000_000_000
@@ -66,6 +68,8 @@ NAME_LISTS = {
     "action_joint_names": "the joints of the model's action dimensions, in order (ros2_control names; a gripper "
     "dimension included); empty = the model's chunks go to no arm",
     "state_joint_names": "the joints whose positions form the model's state, in order; empty = action_joint_names",
+    "gripper_joint_names": "the action joint (at most one) that goes to the gripper's controller (gripper_action) "
+    "instead of the trajectory; empty = every action joint in the trajectory",
 }
 NUMBER_LISTS = {
     "action_scale": "per action dimension, joint = action_scale * action + action_offset (e.g. 0.01745 for degrees); "
@@ -116,6 +120,12 @@ class ArmIO:
         self.names: tuple[str, ...] = tuple(lists["action_joint_names"])
         self.state_names: tuple[str, ...] = tuple(lists["state_joint_names"]) or self.names
         self._wanted = set(self.names) | set(self.state_names)
+        grippers = lists["gripper_joint_names"]
+        if len(grippers) > 1 or not set(grippers) <= set(self.names):
+            raise ValueError(f"parameter gripper_joint_names must be at most one of action_joint_names, got {grippers}")
+        self.gripper_column = self.names.index(grippers[0]) if grippers else None
+        self._arm_columns = [i for i in range(len(self.names)) if i != self.gripper_column]
+        self.arm_names = tuple(self.names[i] for i in self._arm_columns)  # what the trajectory names
         self._limit_lists = [lists[k] for k in ("joint_lower_limits", "joint_upper_limits", "joint_velocity_limits")]
         try:
             self.map = JointMap.build(list(self.names), lists["action_scale"], lists["action_offset"],
@@ -134,6 +144,7 @@ class ArmIO:
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         node.create_subscription(String, settings["description_topic"], self._on_description, latched,
                                  callback_group=group)  # fmt: skip
+        self.gripper = GripperIO(node, settings, grippers[0] if grippers else None, group)
         self._topic = settings["trajectory_topic"]
         if self._topic:
             self._publisher = node.create_publisher(JointTrajectory, self._topic, 10)
@@ -202,16 +213,16 @@ class ArmIO:
         return joint_limits(list(self.names), self._described, *self._limit_lists)
 
     # --- the controller ------------------------------------------------------------------------------------------
-    async def ready(self, wait_s: float) -> bool:
-        """Whether the controller is there (its action server, or a subscriber to the topic), waiting up to
-        ``wait_s``."""
+    async def missing(self, wait_s: float) -> str:
+        """The controller that is not there ('' = both are: the arm's action server or a subscriber to its topic,
+        and the gripper's server when it has one), waiting up to ``wait_s``."""
         waited = 0.0
         while not self._listening():
             if waited >= wait_s:
-                return False
+                return self.target
             await wait(self._node, None, POLL_S)
             waited += POLL_S
-        return True
+        return "" if await self.gripper.ready(max(wait_s - waited, 0.0)) else self.gripper.target
 
     def _listening(self) -> bool:
         return self._publisher.get_subscription_count() > 0 if self._topic else self._client.server_is_ready()
@@ -227,9 +238,12 @@ class ArmIO:
         """Play ``safe`` from node-clock time ``start`` (point i at ``start + times[i]``); '' when the controller
         took it, else why not. A hold while the goal is on its way cancels it as soon as it is accepted, however
         late that is: no trajectory outlives a hold."""
-        points = [JointTrajectoryPoint(positions=p.tolist(), velocities=v.tolist(), time_from_start=_duration(t))
+        arm = self._arm_columns
+        points = [JointTrajectoryPoint(positions=p[arm].tolist(), velocities=v[arm].tolist(),
+                                       time_from_start=_duration(t))
                   for p, v, t in zip(safe.positions, safe.velocities, times)]  # fmt: skip
-        trajectory = JointTrajectory(header=Header(stamp=stamp_of(start)), joint_names=list(self.names), points=points)
+        trajectory = JointTrajectory(header=Header(stamp=stamp_of(start)), joint_names=list(self.arm_names),
+                                     points=points)  # fmt: skip
         if not self._listening():
             return f"{self.target} is not there (no action server, or no subscriber to the topic)"
         if self._topic:
@@ -281,6 +295,7 @@ class ArmIO:
                 f"{result.error_code}): {result.error_string[: bounds.TEXT_CHARS] or 'cancelled by another client'}"  # fmt: skip
 
     def destroy(self) -> None:
+        self.gripper.destroy()
         if not self._topic:
             self._client.destroy()  # rclpy's destroy_node leaves action clients alive (see InferClient.destroy)
 
@@ -288,6 +303,7 @@ class ArmIO:
         """Stop the arm: cancel every goal of ours the controller has (the newest one playing: it holds where the
         arm is) and any still on its way; on the topic, one point at ``at`` (where the plan has the arm now, else
         the measured position), reached no faster than the velocity limits allow."""
+        self.gripper.hold()
         with self._lock:
             self._holds += 1
             live = list(self._live.values())
@@ -302,6 +318,7 @@ class ArmIO:
         except EngineError as exc:
             log(f"cannot hold on {self.target}: {exc.message} (the controller's cmd_timeout must stop it)")
             return
-        point = JointTrajectoryPoint(positions=here.tolist(), velocities=[0.0] * len(here),
+        arm = self._arm_columns
+        point = JointTrajectoryPoint(positions=here[arm].tolist(), velocities=[0.0] * len(arm),
                                      time_from_start=_duration(slowest))  # fmt: skip
-        self._publisher.publish(JointTrajectory(joint_names=list(self.names), points=[point]))
+        self._publisher.publish(JointTrajectory(joint_names=list(self.arm_names), points=[point]))

@@ -40,7 +40,7 @@ from oxygen_ros.control import reach
 from oxygen_ros.errors import NO_ACTION_HEAD, EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros import bounds
-from oxygen_ros.nodes import arm_io, latest_frame, vla_arm
+from oxygen_ros.nodes import arm_io, gripper_io, latest_frame, vla_arm
 from oxygen_ros.nodes.arm_io import ArmIO
 from oxygen_ros.nodes.convert import action_chunk
 from oxygen_ros.nodes.declare import Ranges, Table, keep_positive
@@ -62,6 +62,7 @@ PARAMETERS: Table = {
     "service_wait_s": (1.0, "how long to wait for /oxygen/infer to appear before aborting UNAVAILABLE, seconds"),
     **latest_frame.PARAMETERS,
     **arm_io.PARAMETERS,
+    **gripper_io.PARAMETERS,
     **vla_arm.PARAMETERS,
 }
 POSITIVE = ["max_rate_hz", "horizon", "narration_period_s", "max_new_tokens", "infer_timeout_s", "service_wait_s",
@@ -74,6 +75,7 @@ RANGES: Ranges = {
     "infer_timeout_s": (0.0, 3600.0),
     "service_wait_s": (0.0, 600.0),
     **arm_io.RANGES,
+    **gripper_io.RANGES,
     **vla_arm.RANGES,
 }
 
@@ -88,7 +90,7 @@ class Stream:
     duration_s: float
     vla: bool
     plan: ArmPlan | None = None  # VLA path: the arm's plan
-    first_chunk: tuple | None = None  # VLA path: the probe's chunk (chunk, observed_at, origin, infer_s), sent at start
+    first_chunk: tuple | None = None  # VLA: the probe (answer, observed_at, frame_at, origin, infer_s), sent at start
     started: float = field(default_factory=time.monotonic)  # when streaming began (duration_s counts from it)
     arm: reach.Arm = field(default_factory=reach.Arm)
     narration: str = ""
@@ -169,8 +171,9 @@ class InstructionNode(TaskActionNode[Stream]):
         except EngineError as exc:
             run.end(exc.code, exc.message)
             return None
-        if not await self.arm.ready(self.settings["service_wait_s"]):
-            run.end(ErrorCode.FAILED_PRECONDITION, f"no arm controller: {self.arm.target} is not there")
+        missing = await self.arm.missing(self.settings["service_wait_s"])
+        if missing:
+            run.end(ErrorCode.FAILED_PRECONDITION, f"no arm controller: {missing} is not there")
             return None
         return plan
 

@@ -210,7 +210,8 @@ class VlaArm:
 
     def tick(self, run: GoalRun, plan: ArmPlan) -> None:
         """Every period: end the goal, holding the arm, on a controller fault or stale joint states; count underruns
-        and a chunk past due that has not come (a hung server is a miss, not a wait)."""
+        and a chunk past due that has not come (a hung server is a miss, not a wait); hand a gripper on its own
+        controller its planned position ``send_lead_s`` ahead."""
         fault = self.arm.take_fault()
         if fault:
             self.hold(plan)
@@ -225,6 +226,9 @@ class VlaArm:
         now = self.arm.now()
         with plan.lock:
             plan.queue.check_underrun(now)
+            ahead = plan.queue.commanded(now + self._settings["send_lead_s"])
+        if ahead is not None and self.arm.gripper_column is not None:
+            self.arm.gripper.command(float(ahead[self.arm.gripper_column]))
         if plan.awaiting and not plan.overdue and now > plan.due_at + plan.queue.period:
             plan.overdue = True
             self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline")

@@ -1,10 +1,12 @@
 """A faithful pi0.5 checkpoint in LeRobot's layout (tiny, random weights from stock transformers modules, QUANTILES
-stats, three camera keys, a 6-dim state and action) drives the SO-100-shaped simulated arm (`arm_sim`, the limits of
-config/sim_arm.urdf) through the whole ROS graph: two cameras published under the robot's own names, one missing,
-paired by `observation_node` with the joint state; `instruction_node` asks for chunks with the measured state; the
-inference node maps the camera keys onto the checkpoint's slots. Checked: the goal succeeds with the arm moved
-inside the URDF's limits and speeds; every chunk names the keyed observation it came from; that observation, asked
-about again, has the image tokens of exactly its two cameras; a camera key the checkpoint does not read is
+stats, three camera keys, a 6-dim state and action) drives the SO-100-shaped simulated arm through the whole ROS
+graph, as ros2_control runs one: five joints on a trajectory controller (`arm_sim`, the limits of
+config/sim_arm.urdf) and the jaw on its own GripperCommand controller (`gripper_sim`). Two cameras publish under the
+robot's own names, one is missing; `observation_node` pairs them with the joint state; `instruction_node` asks for
+chunks with the measured state; the inference node maps the camera keys onto the checkpoint's slots. Checked: the
+goal succeeds with the arm and the jaw moved inside the URDF's limits and speeds (the trajectory controller refuses
+a trajectory naming the jaw); every chunk names the keyed observation it came from; that observation, asked about
+again, has the image tokens of exactly its two cameras; a camera key the checkpoint does not read is
 INVALID_ARGUMENT naming it."""
 
 import threading
@@ -30,6 +32,7 @@ from std_msgs.msg import Header
 from oxygen_ros.control.arm.joint_limits import urdf_limits
 from oxygen_ros.nodes.arm_sim import SO100_JOINTS, ArmSim
 from oxygen_ros.nodes.convert import rgb_to_image
+from oxygen_ros.nodes.gripper_sim import GripperSim
 from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.observation_node import ObservationNode
@@ -46,6 +49,7 @@ LOWER = np.array([LIMITS[j].lower for j in SO100_JOINTS])
 UPPER = np.array([LIMITS[j].upper for j in SO100_JOINTS])
 SPEED = np.array([LIMITS[j].velocity for j in SO100_JOINTS])
 MIDDLE = (LOWER + UPPER) / 2
+JAW = SO100_JOINTS.index("gripper")
 
 
 def _folder(path) -> None:
@@ -95,14 +99,19 @@ def robot(ros_domain_id, tmp_path_factory) -> Iterator:
             Parameter("camera_topics", value=[f"{key}={topic}" for key, topic in CAMERAS.items()]),
             Parameter("state_joint_names", value=SO100_JOINTS), Parameter("input_timeout_s", value=1.0)])  # fmt: skip
         arm = ArmSim(context=context, parameter_overrides=[
-            Parameter("initial_positions", value=MIDDLE.tolist()), Parameter("state_rate_hz", value=20.0)])  # fmt: skip
+            Parameter("joint_names", value=SO100_JOINTS[:JAW]), Parameter("initial_positions", value=MIDDLE[:JAW].tolist()),
+            Parameter("state_rate_hz", value=20.0)])  # fmt: skip
+        jaw = GripperSim(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in {
+            "joint_name": SO100_JOINTS[JAW], "initial_position": MIDDLE[JAW], "lower": LOWER[JAW], "upper": UPPER[JAW],
+            "velocity": SPEED[JAW], "state_rate_hz": 20.0}.items()])  # fmt: skip
         instruction = InstructionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in {
-            "action_joint_names": SO100_JOINTS, "state_joint_names": SO100_JOINTS, "input_timeout_s": 1.0,
-            "max_start_jump": 0.2, "narration_period_s": 30.0, "max_new_tokens": 2}.items()])  # fmt: skip
+            "action_joint_names": SO100_JOINTS, "state_joint_names": SO100_JOINTS, "gripper_joint_names": ["gripper"],
+            "gripper_deadband": 0.001, "input_timeout_s": 1.0, "max_start_jump": 0.2, "narration_period_s": 30.0,
+            "max_new_tokens": 2}.items()])  # fmt: skip
         client = Node("lerobot_arm_test_client", context=context)
         cameras = Cameras(client)
         try:
-            with spin_nodes(context, inference, observation, arm, instruction, client, num_threads=6):
+            with spin_nodes(context, inference, observation, arm, jaw, instruction, client, num_threads=6):
                 assert inference.trigger_configure() == TransitionCallbackReturn.SUCCESS
                 assert inference.trigger_activate() == TransitionCallbackReturn.SUCCESS
                 client.observations = Capture(client, ObservationMsg, "/oxygen/observation", 1000)
@@ -122,14 +131,16 @@ def test_a_lerobot_checkpoint_drives_the_arm_from_keyed_cameras_and_its_state(ro
     out = send_goal(robot, FollowInstruction, "/follow_instruction", goal).result(timeout=120.0)
     assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
     assert out.result.chunks_sent >= 2, out.result
-    msgs = robot.states.messages[before_states:]
-    order = [list(msgs[0].name).index(j) for j in SO100_JOINTS]
-    q = np.array([np.asarray(m.position)[order] for m in msgs])
-    times = np.array([m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in msgs])
-    assert np.abs(q - MIDDLE).max() > 1e-4, "the arm moved"
-    assert (q >= LOWER).all() and (q <= UPPER).all()
-    speeds = np.abs(np.diff(q, axis=0)) / np.maximum(np.diff(times), 1e-3)[:, None]
-    assert (speeds <= SPEED * 1.01).all()
+    for joints, lower, upper, speed, middle in ((SO100_JOINTS[:JAW], LOWER[:JAW], UPPER[:JAW], SPEED[:JAW],
+                                                 MIDDLE[:JAW]), (["gripper"], LOWER[JAW:], UPPER[JAW:], SPEED[JAW:],
+                                                                  MIDDLE[JAW:])):  # fmt: skip
+        msgs = [m for m in robot.states.messages[before_states:] if list(m.name) == joints]  # arm_sim's, gripper_sim's
+        q = np.array([m.position for m in msgs])
+        times = np.array([m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in msgs])
+        assert np.abs(q - middle).max() > 1e-4, f"{joints} moved"
+        assert (q >= lower).all() and (q <= upper).all()
+        speeds = np.abs(np.diff(q, axis=0)) / np.maximum(np.diff(times), 1e-3)[:, None]
+        assert (speeds <= speed * 1.01).all()
     wait_until(lambda: len(robot.traces.messages) - before_traces >= out.result.chunks_sent, 5.0, "every trace")
     published = {o.observation_id: o for o in robot.observations.messages}
     for trace in robot.traces.messages[before_traces:]:

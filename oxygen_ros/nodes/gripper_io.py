@@ -1,0 +1,108 @@
+"""A gripper on its own controller, as ros2_control arms run one: a joint_trajectory_controller refuses a trajectory
+naming a joint it does not own, so the gripper dimension of a chunk goes to the gripper's
+`control_msgs/GripperCommand` server (position_controllers/GripperActionController, `gripper_action`) instead.
+
+The gripper follows the arm's plan: every control period the instruction node hands it the gripper's planned
+position one `send_lead_s` ahead (checked against the same limits as every target), and a goal goes out only when
+that position moved more than `gripper_deadband` from the last one sent, so a steady grip sends nothing. A goal that
+ends without reaching its position is normal for a gripper (it stalls on the object it holds) and is only logged;
+a hold cancels our goals (the controller keeps the gripper where it is).
+"""
+
+import threading
+
+from action_msgs.msg import GoalStatus
+from control_msgs.action import GripperCommand
+from rclpy.callback_groups import CallbackGroup
+from rclpy.node import Node
+
+from oxygen_ros.nodes.action_client import ActionClient
+from oxygen_ros.nodes.future_wait import wait
+
+POLL_S = 0.1
+PARAMETERS = {  # (default, description), read once
+    "gripper_action": ("gripper_controller/gripper_cmd", "control_msgs/GripperCommand server of the joint "
+                       "gripper_joint_names names (a GripperActionController)"),  # fmt: skip
+    "gripper_max_effort": (0.0, "max_effort of each GripperCommand goal, N (what 0 means is the controller's)"),
+    "gripper_deadband": (0.005, "a gripper goal goes out only when its position moved this far from the last one "
+                         "sent (rad or m)"),  # fmt: skip
+}
+RANGES = {"gripper_max_effort": (0.0, 1e4), "gripper_deadband": (0.0, 1.0)}
+
+
+class GripperIO:
+    """The gripper's controller; ``name`` None = no gripper of its own (every action joint is in the trajectory)."""
+
+    def __init__(self, node: Node, settings: dict, name: str | None, group: CallbackGroup) -> None:
+        self._node, self.name = node, name
+        self._effort, self._deadband = settings["gripper_max_effort"], settings["gripper_deadband"]
+        self._lock = threading.Lock()  # the clock thread commands, the executor's callbacks answer
+        self._sent: float | None = None  # the last position sent since the last hold
+        self._live: dict[bytes, object] = {}  # our accepted goals not ended yet
+        self._holds = 0
+        self.target = node.resolve_topic_name(settings["gripper_action"])
+        self._client = ActionClient(node, GripperCommand, settings["gripper_action"], callback_group=group) \
+            if name else None  # fmt: skip
+
+    @property
+    def configured(self) -> bool:
+        return self._client is not None
+
+    async def ready(self, wait_s: float) -> bool:
+        """Whether the gripper's action server is there (or there is no gripper), waiting up to ``wait_s``."""
+        waited = 0.0
+        while self._client is not None and not self._client.server_is_ready():
+            if waited >= wait_s:
+                return False
+            await wait(self._node, None, POLL_S)
+            waited += POLL_S
+        return True
+
+    def command(self, position: float) -> None:
+        """Send ``position`` unless it is within ``gripper_deadband`` of the last one sent (any thread)."""
+        if self._client is None:
+            return
+        with self._lock:
+            if self._sent is not None and abs(position - self._sent) <= self._deadband:
+                return
+            self._sent, holds = position, self._holds
+        goal = GripperCommand.Goal()
+        goal.command.position, goal.command.max_effort = float(position), float(self._effort)
+        self._client.send_goal_async(goal).add_done_callback(lambda f: self._on_accepted(f.result(), holds))
+
+    def _on_accepted(self, handle, holds: int) -> None:
+        if handle is None or not handle.accepted:
+            self._node.get_logger().warning(f"{self.target} refused a gripper goal", throttle_duration_sec=5.0)
+            return
+        key = bytes(handle.goal_id.uuid)
+        with self._lock:
+            stale = holds != self._holds
+            if not stale:
+                self._live[key] = handle
+        if stale:  # a hold came while it was on its way
+            handle.cancel_goal_async()
+            return
+        handle.get_result_async().add_done_callback(lambda f: self._on_result(key, f.result()))
+
+    def _on_result(self, key: bytes, response) -> None:
+        with self._lock:
+            self._live.pop(key, None)
+        result = response.result
+        if response.status == GoalStatus.STATUS_ABORTED:
+            self._node.get_logger().warning(f"{self.target} stopped the gripper at {result.position:.3f} (stalled: "
+                                            f"{result.stalled})", throttle_duration_sec=5.0)  # fmt: skip
+
+    def hold(self) -> None:
+        """Stop the gripper where it is: every goal of ours cancelled (one still on its way as soon as accepted)."""
+        if self._client is None:
+            return
+        with self._lock:
+            self._holds += 1
+            self._sent = None
+            live, self._live = list(self._live.values()), {}
+        for handle in live:
+            handle.cancel_goal_async()
+
+    def destroy(self) -> None:
+        if self._client is not None:
+            self._client.destroy()

@@ -1,0 +1,131 @@
+"""`gripper_sim`: a simulated gripper on its own controller, beside `arm_sim`, as ros2_control runs one
+(position_controllers/GripperActionController): `control_msgs/action/GripperCommand` on `gripper_controller/gripper_cmd`,
+its joint's `sensor_msgs/JointState` on `joint_states` (joint_state_broadcaster publishes every joint; state
+subscribers merge by name).
+
+The jaw moves at `velocity` toward the goal's position, clamped to [`lower`, `upper`] (the URDF's limits of the SO-100
+jaw by default); the goal SUCCEEDS with reached_goal once there, a newer goal preempts it (ABORTED, not reached), a
+cancel stops the jaw where it is. Timed on the node clock.
+"""
+
+import threading
+from typing import Any
+
+import numpy as np
+from control_msgs.action import GripperCommand
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.action.server import ServerGoalHandle
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Header
+
+from oxygen_ros.nodes.arm_sim import ActiveGoal
+from oxygen_ros.nodes.declare import declare
+from oxygen_ros.nodes.qos import RESULT_KEEP_S, SERVICE_QUEUE
+from oxygen_ros.nodes.spin import run
+
+NODE_NAME = "gripper_sim"
+TOLERANCE = 1e-4  # rad or m: reached
+PARAMETERS: dict[str, tuple[Any, str]] = {
+    "joint_name": ("gripper", "the jaw's joint (default: a LeRobot SO-100's)"),
+    "initial_position": (0.0, "where the jaw starts, rad or m"),
+    "lower": (0.0, "the jaw's lower position limit, rad or m"),
+    "upper": (1.7, "the jaw's upper position limit, rad or m"),
+    "velocity": (3.0, "how fast the jaw moves, rad/s or m/s"),
+    "state_rate_hz": (50.0, "joint_states and goal feedback published per second, 1 to 1000"),
+    "action_name": ("gripper_controller/gripper_cmd", "control_msgs/GripperCommand server"),
+    "state_topic": ("joint_states", "sensor_msgs/JointState output (the jaw's joint only)"),
+}  # fmt: skip
+Result = GripperCommand.Result
+
+
+class GripperSim(Node):
+    """Raises ValueError naming the parameter when it cannot start."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        value = declare(self, PARAMETERS, ranges={"state_rate_hz": (1.0, 1000.0), "velocity": (1e-6, 1e3)},
+                        read_only=list(PARAMETERS))  # fmt: skip
+        if not (np.isfinite([value["lower"], value["upper"]]).all() and value["lower"] < value["upper"]
+                and value["lower"] <= value["initial_position"] <= value["upper"]):  # fmt: skip
+            super().destroy_node()
+            raise ValueError(f"parameters lower < upper must be finite and hold initial_position, got {value}")
+        self._joint, self._velocity = value["joint_name"], value["velocity"]
+        self._lower, self._upper = value["lower"], value["upper"]
+        self._lock = threading.Lock()
+        self._position, self._target = value["initial_position"], value["initial_position"]
+        self._last = self._now()
+        self._active: ActiveGoal | None = None
+        self._starting: dict[bytes, ActiveGoal] = {}
+        self._states = self.create_publisher(JointState, value["state_topic"], 10)
+        group = ReentrantCallbackGroup()
+        self._server = ActionServer(
+            self, GripperCommand, value["action_name"], execute_callback=self._execute,
+            goal_callback=lambda _: GoalResponse.ACCEPT, handle_accepted_callback=self._on_accepted,
+            cancel_callback=lambda _: CancelResponse.ACCEPT, callback_group=group, result_timeout=RESULT_KEEP_S,
+            goal_service_qos_profile=SERVICE_QUEUE, result_service_qos_profile=SERVICE_QUEUE,
+            cancel_service_qos_profile=SERVICE_QUEUE,
+        )  # fmt: skip
+        self.create_timer(1.0 / value["state_rate_hz"], self._tick, callback_group=group)
+
+    def destroy_node(self) -> None:
+        with self._lock:
+            if self._active is not None:
+                self._active.end("abort", self._result(reached=False))
+                self._active = None
+        self._server.destroy()
+        super().destroy_node()
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _result(self, reached: bool) -> Result:
+        return Result(position=self._position, effort=0.0, stalled=False, reached_goal=reached)
+
+    def _on_accepted(self, handle: ServerGoalHandle) -> None:
+        with self._lock:
+            if self._active is not None:  # preempted (rclpy lets only a goal asked to cancel end CANCELED)
+                self._active.end("abort", self._result(reached=False))
+            self._target = min(max(handle.request.command.position, self._lower), self._upper)
+            self._active = self._starting[bytes(handle.goal_id.uuid)] = ActiveGoal(handle, self)
+            handle.execute()
+
+    async def _execute(self, handle: ServerGoalHandle) -> Result:
+        with self._lock:
+            active = self._starting.pop(bytes(handle.goal_id.uuid))
+        return await active.ended
+
+    def _tick(self) -> None:
+        with self._lock:
+            clock = self.get_clock().now()
+            now = clock.nanoseconds * 1e-9
+            step = self._velocity * max(now - self._last, 0.0)
+            self._last = now
+            active = self._active
+            if active is not None and active.handle.is_cancel_requested:
+                self._target = self._position
+                active.end("canceled", self._result(reached=False))
+                active = self._active = None
+            moved = float(np.clip(self._target - self._position, -step, step))
+            self._position += moved
+            speed = moved * self._velocity / step if step > 0 else 0.0
+            self._states.publish(JointState(header=Header(stamp=clock.to_msg()), name=[self._joint],
+                                            position=[self._position], velocity=[speed]))  # fmt: skip
+            if active is None:
+                return
+            feedback = GripperCommand.Feedback(position=self._position, effort=0.0, stalled=False, reached_goal=False)
+            active.handle.publish_feedback(feedback)
+            if abs(self._target - self._position) <= TOLERANCE:
+                active.end("succeed", self._result(reached=True))
+                self._active = None
+
+
+def main(args: list[str] | None = None) -> int:
+    """`ros2 run oxygen_ros gripper_sim [--ros-args -p joint_name:=gripper]`."""
+    return run(GripperSim, SingleThreadedExecutor, NODE_NAME, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""`gripper_sim` through real rclpy nodes, as a GripperActionController behaves: a goal moves the jaw at its velocity
+to the position (clamped to its limits) and SUCCEEDS reached; a newer goal preempts the active one (ABORTED, not
+reached) and the jaw turns toward the new position; a cancel stops it where it is; its joint_states name only its
+joint. The instruction node refuses a gripper_joint_names that is not one action joint, naming the parameter."""
+
+import time
+
+import pytest
+from action_msgs.msg import GoalStatus
+from control_msgs.action import GripperCommand
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from ros_harness import send_goal, spin_nodes, wait_until
+from sensor_msgs.msg import JointState
+
+from oxygen_ros.nodes.gripper_sim import GripperSim
+from oxygen_ros.nodes.instruction_node import InstructionNode
+
+SPEED, LOWER, UPPER = 2.0, 0.0, 1.5
+ACTION = "/gripper_controller/gripper_cmd"
+
+
+@pytest.fixture
+def jaw(ros_context):
+    node = GripperSim(context=ros_context, parameter_overrides=[
+        Parameter("velocity", value=SPEED), Parameter("lower", value=LOWER), Parameter("upper", value=UPPER),
+        Parameter("state_rate_hz", value=50.0)])  # fmt: skip
+    client = Node("gripper_test_client", context=ros_context)
+    client.states = []
+    client.create_subscription(JointState, "/joint_states", client.states.append, 100)
+    with spin_nodes(ros_context, node, client):
+        wait_until(lambda: client.states, 5.0, "the jaw's state")
+        yield client
+
+
+def _goal(position: float) -> GripperCommand.Goal:
+    goal = GripperCommand.Goal()
+    goal.command.position, goal.command.max_effort = position, 5.0
+    return goal
+
+
+def test_a_goal_moves_the_jaw_at_its_velocity_to_the_clamped_position(jaw):
+    start = time.monotonic()
+    out = send_goal(jaw, GripperCommand, ACTION, _goal(9.0)).result(timeout=10.0)  # past the upper limit
+    took = time.monotonic() - start
+    assert out.status == GoalStatus.STATUS_SUCCEEDED and out.result.reached_goal
+    assert out.result.position == pytest.approx(UPPER, abs=1e-3) and took >= UPPER / SPEED * 0.9
+    assert {tuple(m.name) for m in jaw.states} == {("gripper",)}
+    assert jaw.states[-1].position[0] == pytest.approx(UPPER, abs=1e-3)
+
+
+def test_a_newer_goal_preempts_and_a_cancel_stops_the_jaw_where_it_is(jaw):
+    first = send_goal(jaw, GripperCommand, ACTION, _goal(UPPER))
+    time.sleep(0.2)
+    second = send_goal(jaw, GripperCommand, ACTION, _goal(LOWER))
+    ended = first.result(timeout=10.0)
+    assert ended.status == GoalStatus.STATUS_ABORTED and not ended.result.reached_goal
+    assert second.result(timeout=10.0).status == GoalStatus.STATUS_SUCCEEDED
+    third = send_goal(jaw, GripperCommand, ACTION, _goal(UPPER))
+    time.sleep(0.3)
+    third.cancel()
+    assert third.result(timeout=10.0).status == GoalStatus.STATUS_CANCELED
+    held = jaw.states[-1].position[0]
+    assert LOWER < held < UPPER
+    time.sleep(0.3)
+    assert jaw.states[-1].position[0] == pytest.approx(held, abs=1e-9)
+
+
+@pytest.mark.parametrize("grippers", [["jaw"], ["a", "b"]])
+def test_a_gripper_that_is_not_one_action_joint_stops_the_start(ros_context, grippers):
+    with pytest.raises(ValueError, match="parameter gripper_joint_names must be at most one of action_joint_names"):
+        InstructionNode(context=ros_context, parameter_overrides=[
+            Parameter("action_joint_names", value=["a", "b"]), Parameter("gripper_joint_names", value=grippers)])  # fmt: skip
