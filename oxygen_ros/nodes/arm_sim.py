@@ -43,7 +43,7 @@ from oxygen_ros import share
 from oxygen_ros.control.arm.joint_limits import MAX_DESCRIPTION_BYTES
 from oxygen_ros.control.trajectory_playback import MAX_JOINTS, Point, Trajectory, oversized, rejection
 from oxygen_ros.nodes.declare import declare
-from oxygen_ros.nodes.qos import RESULT_KEEP_S, SERVICE_QUEUE
+from oxygen_ros.nodes.qos import ACTION_SERVER_QOS
 from oxygen_ros.nodes.spin import run
 
 NODE_NAME = "arm_sim"
@@ -137,9 +137,7 @@ class ArmSim(Node):
         self._server = ActionServer(
             self, FollowJointTrajectory, value["action_name"], execute_callback=self._execute,
             goal_callback=self._on_goal, handle_accepted_callback=self._on_accepted,
-            cancel_callback=self._on_cancel, callback_group=group, result_timeout=RESULT_KEEP_S,
-            goal_service_qos_profile=SERVICE_QUEUE, result_service_qos_profile=SERVICE_QUEUE,
-            cancel_service_qos_profile=SERVICE_QUEUE,
+            cancel_callback=self._on_cancel, callback_group=group, **ACTION_SERVER_QOS,
         )  # fmt: skip
         self.create_timer(1.0 / value["state_rate_hz"], self._tick, callback_group=group)
 

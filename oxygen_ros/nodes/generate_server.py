@@ -21,7 +21,7 @@ from oxygen_ros.engine.io import Observation, RequestOutput
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import convert
 from oxygen_ros.nodes.params import NodeParams
-from oxygen_ros.nodes.qos import RESULT_KEEP_S, SERVICE_QUEUE
+from oxygen_ros.nodes.qos import ACTION_SERVER_QOS
 
 Serving = Callable[[], tuple[AsyncEngine | None, Callable[[Any], Observation | None] | None, NodeParams | None, str]]
 MAX_FEEDBACK_EVERY = 1024
@@ -38,9 +38,7 @@ class GenerateServer:
         # deep queues (a flood of goals from several task nodes must not lose any) and results kept as task nodes do
         self.server = ActionServer(node, Generate, "oxygen/generate", execute_callback=self._execute,
                                    goal_callback=lambda _: GoalResponse.ACCEPT, cancel_callback=self._cancel,
-                                   callback_group=callback_group, result_timeout=RESULT_KEEP_S,
-                                   goal_service_qos_profile=SERVICE_QUEUE, result_service_qos_profile=SERVICE_QUEUE,
-                                   cancel_service_qos_profile=SERVICE_QUEUE)  # fmt: skip
+                                   callback_group=callback_group, **ACTION_SERVER_QOS)  # fmt: skip
 
     def _cancel(self, goal_handle: ServerGoalHandle) -> CancelResponse:
         running = self._requests.get(bytes(goal_handle.goal_id.uuid))

@@ -23,7 +23,7 @@ from std_msgs.msg import Header
 
 from oxygen_ros.nodes.arm_sim import ActiveGoal
 from oxygen_ros.nodes.declare import declare
-from oxygen_ros.nodes.qos import RESULT_KEEP_S, SERVICE_QUEUE
+from oxygen_ros.nodes.qos import ACTION_SERVER_QOS
 from oxygen_ros.nodes.spin import run
 
 NODE_NAME = "gripper_sim"
@@ -64,9 +64,7 @@ class GripperSim(Node):
         self._server = ActionServer(
             self, GripperCommand, value["action_name"], execute_callback=self._execute,
             goal_callback=lambda _: GoalResponse.ACCEPT, handle_accepted_callback=self._on_accepted,
-            cancel_callback=lambda _: CancelResponse.ACCEPT, callback_group=group, result_timeout=RESULT_KEEP_S,
-            goal_service_qos_profile=SERVICE_QUEUE, result_service_qos_profile=SERVICE_QUEUE,
-            cancel_service_qos_profile=SERVICE_QUEUE,
+            cancel_callback=lambda _: CancelResponse.ACCEPT, callback_group=group, **ACTION_SERVER_QOS,
         )  # fmt: skip
         self.create_timer(1.0 / value["state_rate_hz"], self._tick, callback_group=group)
 

@@ -29,7 +29,7 @@ from oxygen_ros.errors import ErrorCode
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.latest_frame import LatestFrame
-from oxygen_ros.nodes.qos import SERVICE_QUEUE
+from oxygen_ros.nodes.qos import ACTION_QUEUES, SERVICE_QUEUE
 from oxygen_ros.nodes.served_model import STATS_SERVICE, STATS_TOPIC, ServedModel
 from oxygen_ros.srv import CancelTask, Infer
 
@@ -64,9 +64,7 @@ class InferClient:
         self._node = node
         self._client = node.create_client(Infer, SERVICE, qos_profile=SERVICE_QUEUE, callback_group=group)
         self._cancel = node.create_client(CancelTask, CANCEL_SERVICE, qos_profile=SERVICE_QUEUE, callback_group=group)
-        self._generate = ActionClient(node, Generate, GENERATE, callback_group=group,
-                                      goal_service_qos_profile=SERVICE_QUEUE, result_service_qos_profile=SERVICE_QUEUE,
-                                      cancel_service_qos_profile=SERVICE_QUEUE)  # fmt: skip
+        self._generate = ActionClient(node, Generate, GENERATE, callback_group=group, **ACTION_QUEUES)
         self.model = ServedModel(node, group, wait_s)
         # the service's request topic as DDS names it (every DDS rmw), for the node's namespace and remaps
         self.service = node.resolve_service_name(SERVICE)  # the full name, as messages quote it

@@ -16,3 +16,9 @@ SERVICE_QUEUE = QoSProfile(depth=SERVICE_QUEUE_DEPTH)
 # How long a finished goal's result can still be fetched: rclpy's default (10 s) is shorter than a client busy with
 # other tasks may take to ask, and the client then only gets STATUS_UNKNOWN.
 RESULT_KEEP_S = 300
+
+# What every action server and client of the graph passes rclpy: deep queues for its goal, result and cancel services
+# (a server also keeps each result RESULT_KEEP_S).
+ACTION_QUEUES = {"goal_service_qos_profile": SERVICE_QUEUE, "result_service_qos_profile": SERVICE_QUEUE,
+                 "cancel_service_qos_profile": SERVICE_QUEUE}  # fmt: skip
+ACTION_SERVER_QOS = {**ACTION_QUEUES, "result_timeout": RESULT_KEEP_S}

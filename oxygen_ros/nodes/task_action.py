@@ -23,7 +23,7 @@ from oxygen_ros.nodes.declare import Ranges, Table, declare
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.infer_client import InferClient
 from oxygen_ros.nodes.latest_frame import LatestFrame
-from oxygen_ros.nodes.qos import RESULT_KEEP_S, SERVICE_QUEUE
+from oxygen_ros.nodes.qos import ACTION_SERVER_QOS
 from oxygen_ros.srv import Infer
 
 State = TypeVar("State")
@@ -61,10 +61,7 @@ class TaskActionNode(Node, Generic[State]):
             execute_callback=self._execute,
             cancel_callback=lambda _: CancelResponse.ACCEPT,
             callback_group=self.group,
-            result_timeout=RESULT_KEEP_S,
-            goal_service_qos_profile=SERVICE_QUEUE,
-            result_service_qos_profile=SERVICE_QUEUE,
-            cancel_service_qos_profile=SERVICE_QUEUE,
+            **ACTION_SERVER_QOS,
         )
 
     def destroy_node(self) -> None:

@@ -36,7 +36,7 @@ from oxygen_ros.nodes.declare import Ranges, Table, declare
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.infer_client import InferClient, TextCallback
 from oxygen_ros.nodes.latest_frame import LatestFrame
-from oxygen_ros.nodes.qos import RESULT_KEEP_S, SERVICE_QUEUE
+from oxygen_ros.nodes.qos import ACTION_SERVER_QOS, SERVICE_QUEUE
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.srv import AskQuestion, Infer
 
@@ -65,9 +65,7 @@ class VqaNode(Node):
         self.create_service(AskQuestion, "vqa/ask", self._on_ask, qos_profile=SERVICE_QUEUE, callback_group=group)
         self._server = ActionServer(self, AskQuestionAction, "vqa/ask", execute_callback=self._on_goal,
                                     cancel_callback=self._on_cancel, callback_group=group,
-                                    result_timeout=RESULT_KEEP_S, goal_service_qos_profile=SERVICE_QUEUE,
-                                    result_service_qos_profile=SERVICE_QUEUE,
-                                    cancel_service_qos_profile=SERVICE_QUEUE)  # fmt: skip
+                                    **ACTION_SERVER_QOS)  # fmt: skip
 
     def destroy_node(self) -> None:
         self._server.destroy()
