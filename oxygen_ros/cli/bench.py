@@ -15,6 +15,7 @@ SUITES = {
     "paper": "oxygen_ros.bench.paper_suite",
     "peers": "oxygen_ros.bench.peers_suite",
     "quant": "oxygen_ros.bench.quant_suite",
+    "robot": "oxygen_ros.bench.robot_suite",
     "tiers": "oxygen_ros.bench.tiers_suite",
 }
 

@@ -1,0 +1,23 @@
+"""`bench --suite robot` at toy sizes, through real nodes (a VLA on arm_sim, VQA beside it, one engine or two): every
+metric is there and consistent, and in both settings the goal ends SUCCEEDED with chunks on the arm."""
+
+import math
+
+from action_msgs.msg import GoalStatus
+
+from oxygen_ros.bench import robot_suite
+from oxygen_ros.cli.bench import SUITES
+
+
+def test_robot_suite_measures_the_arm_beside_vqa_on_one_engine_and_on_two():
+    out = robot_suite.run(window_s=6.0, vqa=1, vqa_tokens=2, kv_mib=64)  # chunks of 50 actions: 5 s of margin
+    m = out["metrics"]
+    assert m["chunk_window_ms"] == 2500.0  # (50 - 25) actions at 10 Hz
+    for mode in robot_suite.MODES:
+        assert out["details"][mode]["goal"].startswith(f"status {GoalStatus.STATUS_SUCCEEDED}: OK"), out["details"]
+        sent, missed = m[f"chunks_sent_{mode}"], m[f"chunks_missed_{mode}"]
+        assert sent >= 1 and m[f"action_miss_rate_{mode}"] == missed / (sent + missed)
+        assert 0 < m[f"action_latency_p50_ms_{mode}"] <= m[f"action_latency_p99_ms_{mode}"] < 60_000
+        assert m[f"underruns_{mode}"] >= 0 and math.isfinite(m[f"vqa_answers_per_s_{mode}"])
+        assert out["details"][mode]["vqa_errors"] == {}
+    assert out["suite"] == "robot" and SUITES["robot"] == "oxygen_ros.bench.robot_suite"
