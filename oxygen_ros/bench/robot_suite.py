@@ -14,76 +14,31 @@ their rate next to language work on one engine, not prefix reuse. On two CPU cor
 the same cores (one process): the comparison is one scheduler against two.
 
 Metrics, per setting (``_shared``, ``_isolated``): ``action_miss_rate`` (chunks missed over chunks asked for: late,
-or refused), ``action_latency_p50_ms`` / ``action_latency_p99_ms`` (the goal's result: from the older of the frame
+sent or not, or refused), ``action_latency_p50_ms`` / ``action_latency_p99_ms`` (the goal's result: from the older of the frame
 and the state a chunk was computed from to its trajectory reaching the controller), ``underruns`` (times the arm ran
 out of planned actions), ``chunks_sent``, ``vqa_answers_per_s`` and ``vqa_p99_latency_ms``; ``chunk_window_ms`` =
 (actions_per_chunk - chunk_threshold) x period, the time a chunk has. Targets (issue 25): miss rate <= 1% shared,
 p99 within the chunk window, no underruns.
 """
 
-import math
-import threading
-import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
-import rclpy
 import torch
-from rclpy.context import Context
-from rclpy.executors import ExternalShutdownException
-from rclpy.lifecycle import TransitionCallbackReturn
-from rclpy.node import Node
-from rclpy.parameter import Parameter
-from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image, JointState
-from tqdm import tqdm
 
-from oxygen_ros.action import FollowInstruction
 from oxygen_ros.bench.multitask_suite import percentile
 from oxygen_ros.bench.report import result
-from oxygen_ros.models.pi05.config import RANDOM_CONFIGS
-from oxygen_ros.nodes import teardown
-from oxygen_ros.nodes.action_client import ActionClient
-from oxygen_ros.nodes.arm_sim import ArmSim
-from oxygen_ros.nodes.camera_sim import CameraSim
-from oxygen_ros.nodes.executor import Executor
-from oxygen_ros.nodes.infer_client import inference_at
-from oxygen_ros.nodes.inference_node import InferenceNode
-from oxygen_ros.nodes.instruction_node import InstructionNode
-from oxygen_ros.nodes.load_client import QUESTIONS, call
-from oxygen_ros.srv import Infer
+from oxygen_ros.nodes.robot_load import RobotWorkload, drive
 
 MODES = ("shared", "isolated")
-ARM_NAMESPACE = "arm_engine"  # the isolated setting's engine for the arm
-INSTRUCTION = "pick up the red triangle"
-LIMIT, SPEED = 50.0, 1000.0  # random weights act noisily: wide limits (the arm's limits are not what is measured)
-
-
-@dataclass(frozen=True)
-class Setting:
-    """The suite's parameters (``--param NAME=VALUE``)."""
-
-    model: str = "pi05-random-tiny"
-    window_s: float = 30.0
-    rate_hz: float = 10.0  # the control rate: the model's action period is 1 / rate_hz
-    actions_per_chunk: int = 50  # LeRobot's async inference with pi0.5: the whole chunk, the next asked at half
-    chunk_threshold: int = 25
-    vqa: int = 4  # concurrent question loops
-    vqa_tokens: int = 16
-    kv_mib: int = 128  # each engine's pool
-    threads: int = 2  # torch threads (one process: both isolated engines share them)
-
-    @property
-    def chunk_window_s(self) -> float:
-        return (self.actions_per_chunk - self.chunk_threshold) / self.rate_hz
 
 
 def run(**params: Any) -> dict[str, Any]:
     """Both settings, one after the other (TypeError for an unknown parameter)."""
-    setting = Setting(**params)
+    setting = RobotWorkload(**params)
     torch.set_num_threads(setting.threads)
-    summaries = {mode: measure(mode, setting) for mode in MODES}
+    summaries = {mode: summarize(*drive(mode, setting)) for mode in MODES}
     metrics: dict[str, Any] = {"chunk_window_ms": setting.chunk_window_s * 1e3}
     for mode, summary in summaries.items():
         metrics |= {f"{name}_{mode}": value for name, value in summary.items() if not isinstance(value, (dict, str))}
@@ -92,146 +47,15 @@ def run(**params: Any) -> dict[str, Any]:
     return result("robot", metrics, details, asdict(setting))
 
 
-class RobotGraph:
-    """One setting's nodes on one executor thread: the engine(s), the camera, the arm and the instruction node."""
-
-    def __init__(self, mode: str, setting: Setting, joints: int) -> None:
-        self.context = Context()
-        rclpy.init(args=[], context=self.context)
-        self.executor = Executor(num_threads=6, context=self.context)
-        self.nodes: list[Node] = []
-        engine = {"model": setting.model, "allow_random_weights": True, "action_period_s": 1.0 / setting.rate_hz,
-                  "kv_cache_bytes": setting.kv_mib << 20, "max_model_len": 2048, "num_threads": setting.threads,
-                  "camera_topic": "/camera/image_raw"}  # every engine sees the one camera, namespaced or not  # fmt: skip
-        namespaces = ("",) if mode == "shared" else ("", ARM_NAMESPACE)
-        self.engines = [self._add(InferenceNode(context=self.context, cli_args=["--ros-args", "-r", f"__ns:=/{ns}"]
-                                                if ns else [], parameter_overrides=_parameters(engine)))
-                        for ns in namespaces]  # fmt: skip
-        self._add(CameraSim(context=self.context))
-        names = [f"arm_joint_{i}" for i in range(joints)]
-        self._add(ArmSim(context=self.context, parameter_overrides=_parameters(
-            {"joint_names": names, "initial_positions": [0.0] * joints, "state_rate_hz": 50.0})))  # fmt: skip
-        arm = {"action_joint_names": names, "joint_lower_limits": [-LIMIT] * joints,
-               "joint_upper_limits": [LIMIT] * joints, "joint_velocity_limits": [SPEED] * joints,
-               "max_start_jump": 10.0, "max_tracking_error": 10.0, "input_timeout_s": 1.0,
-               "actions_per_chunk": setting.actions_per_chunk, "chunk_threshold": setting.chunk_threshold,
-               "max_missed_chunks": 1000, "narration_period_s": 3600.0, "max_new_tokens": 1,
-               "max_rate_hz": max(50.0, setting.rate_hz)}  # fmt: skip
-        self._add(InstructionNode(context=self.context, parameter_overrides=_parameters(arm),
-                                  cli_args=inference_at(f"/{ARM_NAMESPACE}") if mode == "isolated" else None))  # fmt: skip
-        self.client = self._add(Node(f"bench_robot_{mode}", context=self.context))
-        self._thread = threading.Thread(target=self._spin, name="bench-robot", daemon=True)
-
-    def _add(self, node: Node) -> Node:
-        self.nodes.append(node)
-        self.executor.add_node(node)
-        return node
-
-    def _spin(self) -> None:
-        try:
-            self.executor.spin()
-        except ExternalShutdownException:
-            pass
-
-    def __enter__(self) -> "RobotGraph":
-        self._thread.start()
-        for node in self.engines:
-            for step, trigger in (("configure", node.trigger_configure), ("activate", node.trigger_activate)):
-                if trigger() != TransitionCallbackReturn.SUCCESS:
-                    raise RuntimeError(f"{node.get_fully_qualified_name()} failed to {step}; its log above says why")
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.executor.shutdown()
-        for node in self.nodes:
-            teardown.destroy_node(node)
-        rclpy.try_shutdown(context=self.context)
-
-
-def _parameters(values: dict) -> list[Parameter]:
-    return [Parameter(name, value=value) for name, value in values.items()]
-
-
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not within {timeout:g} s")
-        time.sleep(0.05)
-
-
-class Questions(threading.Thread):
-    """One VQA loop about the newest frame and the arm's state now (pi0.5's language head reads it in its prompt,
-    as an observation from observation_node carries it) until ``stop``; each answer's (ok, latency ms, error code)."""
-
-    def __init__(self, node: Node, index: int, setting: Setting, states: list[JointState],
-                 stop: threading.Event) -> None:  # fmt: skip
-        super().__init__(name=f"bench-vqa-{index}", daemon=True)
-        self.client = node.create_client(Infer, "/oxygen/infer")
-        self.index, self.setting, self.states, self.stop = index, setting, states, stop
-        self.answers: list[tuple[bool, float, str]] = []
-
-    def run(self) -> None:
-        round_ = 0
-        while not self.stop.is_set():
-            prompt = f"{QUESTIONS[(self.index + round_) % len(QUESTIONS)]} (question {round_} of vqa-{self.index})"
-            sent = time.monotonic()
-            out = call(self.client, Infer.Request(task_id=f"vqa-{self.index}", task_type="vqa", prompt=prompt,
-                                                  want_text=True, max_new_tokens=self.setting.vqa_tokens,
-                                                  state=list(self.states[-1].position)))  # fmt: skip
-            self.answers.append((out.success, 1e3 * (time.monotonic() - sent), out.error_code))
-            round_ += 1
-
-
-def measure(mode: str, setting: Setting) -> dict[str, Any]:
-    """One setting: warm each engine, then the goal and the question loops for ``window_s``."""
-    with RobotGraph(mode, setting, RANDOM_CONFIGS[setting.model].output_action_dim) as graph:
-        node = graph.client
-        frames, states = [], []
-        node.create_subscription(Image, "/camera/image_raw", frames.append, qos_profile_sensor_data)
-        node.create_subscription(JointState, "/joint_states", states.append, 10)
-        _wait(lambda: len(frames) >= 2 and states, 30.0, "camera frames and joint states")
-        for namespace in ("", ARM_NAMESPACE) if mode == "isolated" else ("",):
-            warm = Infer.Request(task_id="warm-up", task_type="instruction", prompt=INSTRUCTION, want_actions=True,
-                                 max_new_tokens=1, state=[0.0] * len(states[-1].position))  # fmt: skip
-            out = call(node.create_client(Infer, f"/{namespace}/oxygen/infer" if namespace else "/oxygen/infer"), warm)
-            if not out.success:
-                raise RuntimeError(f"warm-up of the {mode} engine failed: {out.error_code} {out.message}")
-        stop = threading.Event()
-        askers = [Questions(node, i, setting, states, stop) for i in range(setting.vqa)]
-        goal_client = ActionClient(node, FollowInstruction, "/follow_instruction")
-        _wait(goal_client.server_is_ready, 10.0, "the instruction node")
-        accepted = threading.Event()
-        sent = goal_client.send_goal_async(FollowInstruction.Goal(
-            instruction=INSTRUCTION, rate_hz=float(setting.rate_hz), duration_s=float(setting.window_s)))  # fmt: skip
-        sent.add_done_callback(lambda _: accepted.set())
-        for asker in askers:
-            asker.start()
-        start = time.monotonic()
-        if not accepted.wait(10.0) or not sent.result().accepted:
-            raise RuntimeError("the instruction node did not accept the goal")
-        ended = sent.result().get_result_async()
-        with tqdm(total=math.ceil(setting.window_s), desc=f"robot ({mode})", unit="s") as bar:
-            while not ended.done():
-                time.sleep(0.5)
-                bar.update(min(time.monotonic() - start, bar.total) - bar.n)
-        elapsed = time.monotonic() - start
-        stop.set()
-        for asker in askers:
-            asker.join(timeout=60.0)
-        goal_client.destroy()
-        return summarize(ended.result(), [a for asker in askers for a in asker.answers], elapsed)
-
-
 def summarize(goal: Any, answers: list[tuple[bool, float, str]], elapsed_s: float) -> dict[str, Any]:
     out = goal.result
-    asked = out.chunks_sent + out.chunks_missed
     latencies = sorted(latency for ok, latency, _ in answers if ok)
     return {
-        "action_miss_rate": out.chunks_missed / asked if asked else 1.0,
+        "action_miss_rate": out.chunks_missed / out.chunks_asked if out.chunks_asked else 1.0,
         "action_latency_p50_ms": out.latency_p50_ms,
         "action_latency_p99_ms": out.latency_p99_ms,
         "underruns": out.underruns,
+        "chunks_asked": out.chunks_asked,
         "chunks_sent": out.chunks_sent,
         "chunks_missed": out.chunks_missed,
         "vqa_answers_per_s": len(latencies) / elapsed_s,

@@ -313,12 +313,11 @@ class ArmIO:
             return
         try:
             here = self.measured(self.names) if at is None else at
-            slowest = max(float(np.max(np.abs(here - self.measured(self.names)) / [lim.velocity for lim in
-                                                                                     self.limits()])), 0.1)  # fmt: skip
+            arm, speeds = self._arm_columns, np.array([lim.velocity for lim in self.limits()])
+            slowest = max(float(np.max(np.abs(here - self.measured(self.names))[arm] / speeds[arm])), 0.1)
         except EngineError as exc:
             log(f"cannot hold on {self.target}: {exc.message} (the controller's cmd_timeout must stop it)")
             return
-        arm = self._arm_columns
         point = JointTrajectoryPoint(positions=here[arm].tolist(), velocities=[0.0] * len(arm),
                                      time_from_start=_duration(slowest))  # fmt: skip
         self._publisher.publish(JointTrajectory(joint_names=list(self.arm_names), points=[point]))

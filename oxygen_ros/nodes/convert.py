@@ -197,7 +197,8 @@ def fill_response(response: Infer.Response, out: RequestOutput, observation: Obs
 
 def _fill_answer(target: R, out: RequestOutput, observation: Observation | None) -> R:
     """The fields an Infer response and a Generate result share: outcome, text, token/time counts and the
-    observation it is about (as the ring names it, so a caller can ask about it again, and its capture stamp)."""
+    observation it is about, with its capture stamp (a published one under the id the ring keeps, so a caller can
+    ask about it again; an inline one under its content hash, which names it only in the answer)."""
     if not out.ok:
         error_response(target, out.error_code, out.message)
     else:

@@ -3,10 +3,11 @@ naming a joint it does not own, so the gripper dimension of a chunk goes to the 
 `control_msgs/GripperCommand` server (position_controllers/GripperActionController, `gripper_action`) instead.
 
 The gripper follows the arm's plan: every control period the instruction node hands it the gripper's planned
-position one `send_lead_s` ahead (checked against the same limits as every target), and a goal goes out only when
-that position moved more than `gripper_deadband` from the last one sent, so a steady grip sends nothing. A goal that
-ends without reaching its position is normal for a gripper (it stalls on the object it holds) and is only logged;
-a hold cancels our goals (the controller keeps the gripper where it is).
+position one `send_lead_s` ahead (clamped to the same position limits as every target; its speed is the
+controller's), and a goal goes out only when that position moved more than `gripper_deadband` from the last one
+sent, so a steady grip sends nothing. A goal that ends without reaching its position is normal for a gripper (it
+stalls on the object it holds) and is only logged; a hold cancels our goals (the controller keeps the gripper where
+it is) and drops a position decided before it.
 """
 
 import threading
@@ -39,6 +40,7 @@ class GripperIO:
         self._lock = threading.Lock()  # the clock thread commands, the executor's callbacks answer
         self._sent: float | None = None  # the last position sent since the last hold
         self._live: dict[bytes, object] = {}  # our accepted goals not ended yet
+        self._newest = b""  # the id of our newest accepted goal
         self._holds = 0
         self.target = node.resolve_topic_name(settings["gripper_action"])
         self._client = ActionClient(node, GripperCommand, settings["gripper_action"], callback_group=group) \
@@ -58,20 +60,29 @@ class GripperIO:
             waited += POLL_S
         return True
 
-    def command(self, position: float) -> None:
-        """Send ``position`` unless it is within ``gripper_deadband`` of the last one sent (any thread)."""
+    @property
+    def holds(self) -> int:
+        """Holds so far: read before deciding on a position, handed to ``command``."""
+        with self._lock:
+            return self._holds
+
+    def command(self, position: float, holds: int) -> None:
+        """Send ``position`` unless it is within ``gripper_deadband`` of the last one sent, or a hold came since
+        ``holds`` was read (it was decided on a plan the hold stopped). Any thread."""
         if self._client is None:
             return
         with self._lock:
-            if self._sent is not None and abs(position - self._sent) <= self._deadband:
+            if holds != self._holds or (self._sent is not None and abs(position - self._sent) <= self._deadband):
                 return
-            self._sent, holds = position, self._holds
+            self._sent = position
         goal = GripperCommand.Goal()
         goal.command.position, goal.command.max_effort = float(position), float(self._effort)
         self._client.send_goal_async(goal).add_done_callback(lambda f: self._on_accepted(f.result(), holds))
 
     def _on_accepted(self, handle, holds: int) -> None:
         if handle is None or not handle.accepted:
+            with self._lock:
+                self._sent = None  # sent again at the next period, not only once the plan moves past the deadband
             self._node.get_logger().warning(f"{self.target} refused a gripper goal", throttle_duration_sec=5.0)
             return
         key = bytes(handle.goal_id.uuid)
@@ -79,6 +90,7 @@ class GripperIO:
             stale = holds != self._holds
             if not stale:
                 self._live[key] = handle
+                self._newest = key
         if stale:  # a hold came while it was on its way
             handle.cancel_goal_async()
             return
@@ -87,8 +99,9 @@ class GripperIO:
     def _on_result(self, key: bytes, response) -> None:
         with self._lock:
             self._live.pop(key, None)
+            newest = key == self._newest  # an older goal ends because ours preempted it
         result = response.result
-        if response.status == GoalStatus.STATUS_ABORTED:
+        if newest and response.status == GoalStatus.STATUS_ABORTED:
             self._node.get_logger().warning(f"{self.target} stopped the gripper at {result.position:.3f} (stalled: "
                                             f"{result.stalled})", throttle_duration_sec=5.0)  # fmt: skip
 

@@ -155,7 +155,7 @@ class InstructionNode(TaskActionNode[Stream]):
             if origin is None:
                 run.end(ErrorCode.FAILED_PRECONDITION, self._why_no_state())
                 return None
-            frame_at = await self._frame_time(stream, probe, observed_at)
+            frame_at = self._frame_time(stream, probe, observed_at)
             if frame_at is None:
                 return None
             # sent from start(): once this goal is the node's current one, whose end always holds the arm
@@ -177,10 +177,10 @@ class InstructionNode(TaskActionNode[Stream]):
             return None
         return plan
 
-    async def _frame_time(self, stream: Stream, answer: Infer.Response, asked_at: float) -> float | None:
+    def _frame_time(self, stream: Stream, answer: Infer.Response, asked_at: float) -> float | None:
         """``VlaArm.frame_time``, or None after ending the goal (the arm held) with why the frames cannot be used."""
         try:
-            return self.vla.frame_time(answer, asked_at, await self.infer.model.max_images() > 0)
+            return self.vla.frame_time(answer, asked_at)
         except EngineError as exc:
             self.vla.hold(stream.plan)
             stream.run.end(exc.code, exc.message)
@@ -227,7 +227,8 @@ class InstructionNode(TaskActionNode[Stream]):
         result.chunks_sent = n
         result.achieved_rate_hz = (n - 1) / span if n > 1 and span > 0 else 0.0
         if plan is not None:
-            result.chunks_missed, result.underruns = plan.missed_total, plan.queue.underruns
+            result.chunks_asked, result.chunks_missed = plan.asked, plan.missed_total
+            result.underruns = plan.queue.underruns
             result.latency_p50_ms, result.latency_p99_ms = plan.latency.percentile(50), plan.latency.percentile(99)
 
     def stopped(self) -> None:
@@ -285,6 +286,7 @@ class InstructionNode(TaskActionNode[Stream]):
             deadline = self.vla.due(plan, now, stream.rate_hz) if stream.run.running else 0.0
             if deadline:
                 plan.awaiting, plan.overdue, plan.last_request, plan.due_at = True, False, now, now + deadline
+                plan.asked += 1
                 self.executor.create_task(self._ask_actions, stream, deadline)
             return
         rows, stream.arm = reach.chunk(stream.arm, stream.target, self.settings["horizon"], 1.0 / stream.rate_hz)
@@ -343,7 +345,7 @@ class InstructionNode(TaskActionNode[Stream]):
                 return
             if out.success:
                 late_s = self.arm.now() - observed_at - deadline_s
-                frame_at = await self._frame_time(stream, out, observed_at)
+                frame_at = self._frame_time(stream, out, observed_at)
                 if frame_at is not None:
                     await self._to_arm(stream, out, observed_at, frame_at, origin, time.monotonic() - asked, late_s)
             elif out.error_code == ErrorCode.DEADLINE_EXCEEDED.value:

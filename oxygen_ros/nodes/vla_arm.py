@@ -20,8 +20,9 @@ got a chunk to the arm does not succeed. The result counts chunks sent and misse
 latency from reading the inputs to the controller taking the trajectory.
 """
 
+import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from rclpy.node import Node
@@ -67,6 +68,7 @@ class ArmPlan:
     sent: int = 0
     missed: int = 0  # in a row
     missed_total: int = 0
+    asked: int = 1  # chunks asked for: the goal's first (the probe) and every one since
     last_request: float = -1e18  # node clock, s
     due_at: float = 0.0  # when the chunk asked for is due (node clock, s)
     awaiting: bool = False
@@ -94,6 +96,8 @@ class VlaArm:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"a chunk of {chunk.horizon} actions {chunk.period_s} s "
                               "apart cannot be executed")  # fmt: skip
         limits = self.arm.limits()
+        if self.arm.gripper_column is not None:  # the jaw moves at its controller's speed, not along the trajectory
+            limits[self.arm.gripper_column] = replace(limits[self.arm.gripper_column], velocity=math.inf)
         self.arm.measured(self.arm.names)
         s = self._settings
         horizon = min(s["actions_per_chunk"] or chunk.horizon, chunk.horizon)
@@ -115,15 +119,13 @@ class VlaArm:
             return max(plan.horizon - plan.threshold, 1) * period
         return max(end - now - self._settings["send_lead_s"], period)
 
-    def frame_time(self, answer: Infer.Response, asked_at: float, reads_images: bool) -> float:
-        """When the camera frames of ``answer`` were captured (node clock s; ``asked_at`` for a model that reads
-        none); FAILED_PRECONDITION when a model that reads images got none, an unstamped one, one older than
-        ``input_timeout_s`` when the chunk was asked for, or one stamped on another clock."""
+    def frame_time(self, answer: Infer.Response, asked_at: float) -> float:
+        """When the camera frames of ``answer`` were captured (node clock s); FAILED_PRECONDITION when it names
+        none (every VLA reads a camera), an unstamped one, one older than ``input_timeout_s`` when the chunk was
+        asked for, or one stamped ahead of this node's clock now (another clock)."""
         if not answer.observation_id:
-            if reads_images:
-                raise EngineError(ErrorCode.FAILED_PRECONDITION, "no camera frame: the inference node has no "
-                                  "observation (is the camera, or observation_node, publishing?)")  # fmt: skip
-            return asked_at
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, "no camera frame: the inference node has no "
+                              "observation (is the camera, or observation_node, publishing?)")  # fmt: skip
         stamp = answer.observation_stamp.sec + answer.observation_stamp.nanosec / NS
         age, timeout = asked_at - stamp, self._settings["input_timeout_s"]
         if not stamp:
@@ -132,9 +134,10 @@ class VlaArm:
         if age > timeout:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"camera frame {answer.observation_id} was {age:.2f} s "
                               f"old when the chunk was asked for, over input_timeout_s {timeout:g}")  # fmt: skip
-        if age < -MAX_CLOCK_SKEW_S:
+        ahead = stamp - self.arm.now()  # the frame may be newer than the request, never newer than now
+        if ahead > MAX_CLOCK_SKEW_S:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"camera frame {answer.observation_id} is stamped "
-                              f"{-age:.1f} s ahead of this node's clock: the camera and this node run on different "
+                              f"{ahead:.1f} s ahead of this node's clock: the camera and this node run on different "
                               "clocks (use_sim_time?)")  # fmt: skip
         return stamp
 
@@ -187,11 +190,16 @@ class VlaArm:
         """The plan's targets made safe, from where the plan has the arm now (from the measured position at
         rest); OUT_OF_RANGE when the arm does not follow its plan."""
         measured = self.arm.measured(self.arm.names)
+        jaw = self.arm.gripper_column  # its own controller: it may stall on what it holds, and jump to a new grip
         if commanded is None:
-            anchor, jump = measured, self._settings["max_start_jump"]
+            anchor, jump = measured, np.full(len(measured), self._settings["max_start_jump"])
+            if jaw is not None:
+                jump[jaw] = np.inf
         else:
             anchor, jump = commanded, np.inf
             error = np.abs(measured - commanded)
+            if jaw is not None:
+                error[jaw] = 0.0
             if error.max() > self._settings["max_tracking_error"]:
                 joint = int(np.argmax(error))
                 raise EngineError(ErrorCode.OUT_OF_RANGE, f"joint {self.arm.names[joint]} is {error[joint]:.3f} from "
@@ -223,12 +231,12 @@ class VlaArm:
             self.hold(plan)
             run.end(exc.code, exc.message)
             return
-        now = self.arm.now()
+        now, holds = self.arm.now(), self.arm.gripper.holds
         with plan.lock:
             plan.queue.check_underrun(now)
             ahead = plan.queue.commanded(now + self._settings["send_lead_s"])
-        if ahead is not None and self.arm.gripper_column is not None:
-            self.arm.gripper.command(float(ahead[self.arm.gripper_column]))
+        if ahead is not None and self.arm.gripper_column is not None and run.running:
+            self.arm.gripper.command(float(ahead[self.arm.gripper_column]), holds)
         if plan.awaiting and not plan.overdue and now > plan.due_at + plan.queue.period:
             plan.overdue = True
             self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline")

@@ -96,7 +96,7 @@ def test_chunks_drive_the_arm_through_its_controller(graph):
     out = handle.result(timeout=90.0)
     assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
     result = out.result
-    assert result.chunks_sent >= 2, result
+    assert 2 <= result.chunks_sent <= result.chunks_asked and result.chunks_missed <= result.chunks_asked, result
     assert 0 < result.latency_p50_ms <= result.latency_p99_ms < 2 * 10 * PERIOD_S * 1000, result
     wait_until(lambda: len(graph.traces.messages) - before_traces >= result.chunks_sent, 5.0, "every trace")
     traces = graph.traces.messages[before_traces:]
@@ -221,7 +221,7 @@ def test_chunks_too_late_for_the_arm_end_the_goal_with_the_arm_unmoved(graph):
         assert out.status == GoalStatus.STATUS_ABORTED
         assert out.result.error_code == "DEADLINE_EXCEEDED", out.result.message
         assert "max_missed_chunks" in out.result.message
-        assert (out.result.chunks_sent, out.result.chunks_missed) == (0, 3)
+        assert (out.result.chunks_sent, out.result.chunks_missed) == (0, 3) and out.result.chunks_asked >= 3
         assert len(graph.traces.messages) == before
         np.testing.assert_allclose(graph.states.messages[-1].position, start, atol=1e-9)
     finally:

@@ -3,7 +3,8 @@ stats, three camera keys, a 6-dim state and action) drives the SO-100-shaped sim
 graph, as ros2_control runs one: five joints on a trajectory controller (`arm_sim`, the limits of
 config/sim_arm.urdf) and the jaw on its own GripperCommand controller (`gripper_sim`). Two cameras publish under the
 robot's own names, one is missing; `observation_node` pairs them with the joint state; `instruction_node` asks for
-chunks with the measured state; the inference node maps the camera keys onto the checkpoint's slots. Checked: the
+chunks with the measured state; the inference node maps the camera keys onto the checkpoint's slots (their order
+against the reference: test_pi05_engine). Checked: the
 goal succeeds with the arm and the jaw moved inside the URDF's limits and speeds (the trajectory controller refuses
 a trajectory naming the jaw); every chunk names the keyed observation it came from; that observation, asked about
 again, has the image tokens of exactly its two cameras; a camera key the checkpoint does not read is
