@@ -7,23 +7,18 @@ Parameters come from the same YAML file the launch file passes (the installed co
 through rclpy's own ``--params-file`` handling, so the bringups cannot drift.
 """
 
-import threading
 from pathlib import Path
-from types import TracebackType
 
 import rclpy
 from rclpy.context import Context
-from rclpy.executors import ExternalShutdownException
-from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from oxygen_ros.nodes.camera_sim import CameraSim
-from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.navigation_node import NavigationNode
-from oxygen_ros.nodes import teardown
+from oxygen_ros.nodes.process_graph import ProcessGraph
 from oxygen_ros.nodes.vqa_node import VqaNode
 from oxygen_ros import simulation
 from oxygen_ros.share import default_config
@@ -40,10 +35,11 @@ def _overrides(values: dict) -> list[Parameter]:
     return [Parameter(name, value=value) for name, value in values.items()]
 
 
-class Graph:
+class Graph(ProcessGraph):
     """The simulated graph (``simulation``): the inference node (configured and active), the camera and the task
-    nodes (vqa, instruction, navigation), spinning on a background thread.  With several ``namespaces`` there is one inference node per namespace (see
-    ``remaps``); ``inference`` is the first; the task nodes call the one without a namespace.
+    nodes (vqa, instruction, navigation), spinning on a background thread.  With several ``namespaces`` there is one
+    inference node per namespace (see ``remaps``); ``inference`` is the first; the task nodes call the one without a
+    namespace.
 
     ``with Graph(...) as graph:`` brings them up and tears everything down on exit; ``graph.context`` lets a
     client node join the same ROS context.
@@ -60,61 +56,25 @@ class Graph:
         self.config = config or default_config()
         if not self.config.is_file():
             raise FileNotFoundError(f"parameter file {self.config} not found")
-        self.context = Context()
-        rclpy.init(args=["--ros-args", "--params-file", str(self.config)], context=self.context, domain_id=domain_id)
+        context = Context()
+        rclpy.init(args=["--ros-args", "--params-file", str(self.config)], context=context, domain_id=domain_id)
+        super().__init__(context, "oxygen-graph")
         simulated = simulation.parameters()
         values = simulated["oxygen_inference"] | (overrides or {}) | ({"model": model} if model else {})
         parameters = _overrides(values)
-        self.executor = Executor(num_threads=6, context=self.context)
-        self.nodes: list[Node] = []
         try:
-            self.inferences = [
-                self._add(InferenceNode(context=self.context, parameter_overrides=parameters, cli_args=remaps(ns)))
-                for ns in namespaces
-            ]
+            for ns in namespaces:
+                self.add(InferenceNode(context=self.context, parameter_overrides=parameters, cli_args=remaps(ns)))
             self.inference = self.inferences[0]
-            self.camera = self._add(CameraSim(context=self.context))
+            self.camera = self.add(CameraSim(context=self.context))
             self.tasks = [
-                self._add(task(context=self.context, parameter_overrides=_overrides(simulated[name])))
+                self.add(task(context=self.context, parameter_overrides=_overrides(simulated[name])))
                 for name, task in zip(simulation.TASK_NODES, (VqaNode, InstructionNode, NavigationNode), strict=True)
             ]
         except BaseException:
             self.close()
             raise
-        self._thread = threading.Thread(target=self._spin, name="oxygen-graph", daemon=True)
-
-    def _add(self, node: Node) -> Node:
-        self.nodes.append(node)
-        self.executor.add_node(node)
-        return node
-
-    def _spin(self) -> None:
-        try:
-            self.executor.spin()
-        except ExternalShutdownException:
-            pass
-
-    def start(self) -> None:
-        """Spin, then configure (loads the model) and activate the inference nodes; RuntimeError if one cannot."""
-        self._thread.start()
-        for node in self.inferences:
-            for step, trigger in (("configure", node.trigger_configure), ("activate", node.trigger_activate)):
-                if trigger() != TransitionCallbackReturn.SUCCESS:
-                    raise RuntimeError(f"{node.get_fully_qualified_name()} failed to {step}; its log above says why")
 
     def add_client(self, name: str) -> Node:
         """A plain node in the graph's context and executor (for the CLI's calls)."""
-        return self._add(Node(name, context=self.context))
-
-    def close(self) -> None:
-        self.executor.shutdown()
-        for node in self.nodes:
-            teardown.destroy_node(node)  # with the action clients the demo made on its client node
-        rclpy.try_shutdown(context=self.context)
-
-    def __enter__(self) -> "Graph":
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
+        return self.add(Node(name, context=self.context))

@@ -11,8 +11,6 @@ from typing import Any
 
 import rclpy
 from rclpy.context import Context
-from rclpy.executors import ExternalShutdownException
-from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
@@ -21,15 +19,14 @@ from tqdm import tqdm
 
 from oxygen_ros.action import FollowInstruction
 from oxygen_ros.models.pi05.config import RANDOM_CONFIGS
-from oxygen_ros.nodes import teardown
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.arm_sim import ArmSim
 from oxygen_ros.nodes.camera_sim import CameraSim
-from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.infer_client import inference_at
 from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.load_client import QUESTIONS, call
+from oxygen_ros.nodes.process_graph import ProcessGraph
 from oxygen_ros.srv import Infer
 
 ARM_NAMESPACE = "arm_engine"  # the isolated setting's engine for the arm
@@ -57,61 +54,36 @@ class RobotWorkload:
         return (self.actions_per_chunk - self.chunk_threshold) / self.rate_hz
 
 
-class RobotGraph:
-    """One setting's nodes on one executor thread: the engine(s), the camera, the arm and the instruction node."""
+class RobotGraph(ProcessGraph):
+    """One setting's nodes: the engine(s), the camera, the arm, the instruction node and a client node."""
 
     def __init__(self, mode: str, setting: RobotWorkload, joints: int) -> None:
-        self.context = Context()
-        rclpy.init(args=[], context=self.context)
-        self.executor = Executor(num_threads=6, context=self.context)
-        self.nodes: list[Node] = []
+        context = Context()
+        rclpy.init(args=[], context=context)
+        super().__init__(context, "bench-robot")
         engine = {"model": setting.model, "allow_random_weights": True, "action_period_s": 1.0 / setting.rate_hz,
                   "kv_cache_bytes": setting.kv_mib << 20, "max_model_len": 2048, "num_threads": setting.threads,
                   "camera_topic": "/camera/image_raw"}  # every engine sees the one camera, namespaced or not  # fmt: skip
-        namespaces = ("",) if mode == "shared" else ("", ARM_NAMESPACE)
-        self.engines = [self._add(InferenceNode(context=self.context, cli_args=["--ros-args", "-r", f"__ns:=/{ns}"]
-                                                if ns else [], parameter_overrides=_parameters(engine)))
-                        for ns in namespaces]  # fmt: skip
-        self._add(CameraSim(context=self.context))
-        names = [f"arm_joint_{i}" for i in range(joints)]
-        self._add(ArmSim(context=self.context, parameter_overrides=_parameters(
-            {"joint_names": names, "initial_positions": [0.0] * joints, "state_rate_hz": 50.0})))  # fmt: skip
-        arm = {"action_joint_names": names, "joint_lower_limits": [-LIMIT] * joints,
-               "joint_upper_limits": [LIMIT] * joints, "joint_velocity_limits": [SPEED] * joints,
-               "max_start_jump": 10.0, "max_tracking_error": 10.0, "input_timeout_s": 1.0,
-               "actions_per_chunk": setting.actions_per_chunk, "chunk_threshold": setting.chunk_threshold,
-               "max_missed_chunks": 1000, "narration_period_s": 3600.0, "max_new_tokens": 1,
-               "max_rate_hz": max(50.0, setting.rate_hz)}  # fmt: skip
-        self._add(InstructionNode(context=self.context, parameter_overrides=_parameters(arm),
-                                  cli_args=inference_at(f"/{ARM_NAMESPACE}") if mode == "isolated" else None))  # fmt: skip
-        self.client = self._add(Node(f"bench_robot_{mode}", context=self.context))
-        self._thread = threading.Thread(target=self._spin, name="bench-robot", daemon=True)
-
-    def _add(self, node: Node) -> Node:
-        self.nodes.append(node)
-        self.executor.add_node(node)
-        return node
-
-    def _spin(self) -> None:
         try:
-            self.executor.spin()
-        except ExternalShutdownException:
-            pass
-
-    def __enter__(self) -> "RobotGraph":
-        self._thread.start()
-        for node in self.engines:
-            for step, trigger in (("configure", node.trigger_configure), ("activate", node.trigger_activate)):
-                if trigger() != TransitionCallbackReturn.SUCCESS:
-                    self.__exit__()
-                    raise RuntimeError(f"{node.get_fully_qualified_name()} failed to {step}; its log above says why")
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.executor.shutdown()
-        for node in self.nodes:
-            teardown.destroy_node(node)
-        rclpy.try_shutdown(context=self.context)
+            for ns in ("",) if mode == "shared" else ("", ARM_NAMESPACE):
+                self.add(InferenceNode(context=context, cli_args=["--ros-args", "-r", f"__ns:=/{ns}"] if ns else [],
+                                       parameter_overrides=_parameters(engine)))  # fmt: skip
+            self.add(CameraSim(context=context))
+            names = [f"arm_joint_{i}" for i in range(joints)]
+            self.add(ArmSim(context=context, parameter_overrides=_parameters(
+                {"joint_names": names, "initial_positions": [0.0] * joints, "state_rate_hz": 50.0})))  # fmt: skip
+            arm = {"action_joint_names": names, "joint_lower_limits": [-LIMIT] * joints,
+                   "joint_upper_limits": [LIMIT] * joints, "joint_velocity_limits": [SPEED] * joints,
+                   "max_start_jump": 10.0, "max_tracking_error": 10.0, "input_timeout_s": 1.0,
+                   "actions_per_chunk": setting.actions_per_chunk, "chunk_threshold": setting.chunk_threshold,
+                   "max_missed_chunks": 1000, "narration_period_s": 3600.0, "max_new_tokens": 1,
+                   "max_rate_hz": max(50.0, setting.rate_hz)}  # fmt: skip
+            self.add(InstructionNode(context=context, parameter_overrides=_parameters(arm),
+                                     cli_args=inference_at(f"/{ARM_NAMESPACE}") if mode == "isolated" else None))  # fmt: skip
+            self.client = self.add(Node(f"bench_robot_{mode}", context=context))
+        except BaseException:
+            self.close()
+            raise
 
 
 def _parameters(values: dict) -> list[Parameter]:
