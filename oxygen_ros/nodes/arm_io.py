@@ -19,7 +19,6 @@ from collections.abc import Callable
 
 import numpy as np
 from action_msgs.msg import GoalStatus
-from builtin_interfaces.msg import Duration, Time
 from control_msgs.action import FollowJointTrajectory
 from rclpy.callback_groups import CallbackGroup
 from rclpy.exceptions import ParameterUninitializedException
@@ -39,9 +38,9 @@ from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.gripper_io import GripperIO
+from oxygen_ros.nodes.stamps import NS, duration_of, seconds, time_of
 
 POLL_S = 0.1
-NS = 1_000_000_000
 MAX_CLOCK_SKEW_S = 1.0  # a JointState stamped further than this from the node clock comes from another clock
 PARAMETERS = {  # scalars: (default, description), read once
     "state_topic": ("joint_states", "sensor_msgs/JointState input: the arm's measured joint positions"),
@@ -96,16 +95,6 @@ def declare_lists(node: Node) -> dict[str, list]:
         if len(names) > bounds.STATE or len(set(names)) != len(names) or not all(names):
             raise ValueError(f"parameter {name} must be distinct non-empty names (at most {bounds.STATE}): {names}")
     return out
-
-
-def stamp_of(seconds: float) -> Time:
-    ns = round(seconds * NS)
-    return Time(sec=ns // NS, nanosec=ns % NS)
-
-
-def _duration(seconds: float) -> Duration:
-    ns = round(seconds * NS)
-    return Duration(sec=ns // NS, nanosec=ns % NS)
 
 
 def _goal_id(handle) -> bytes:
@@ -167,7 +156,7 @@ class ArmIO:
             self._node.get_logger().warning(f"ignoring a JointState with {len(msg.name)} names and "
                                             f"{len(msg.position)} positions", throttle_duration_sec=5.0)  # fmt: skip
             return
-        arrival, stamp = self.now(), msg.header.stamp.sec + msg.header.stamp.nanosec / NS
+        arrival, stamp = self.now(), seconds(msg.header.stamp)
         for name, position in zip(msg.name, msg.position):
             if name in self._wanted and math.isfinite(position):  # only the joints we command or read: bounded
                 self._positions[name] = (position, arrival, stamp)
@@ -240,9 +229,9 @@ class ArmIO:
         late that is: no trajectory outlives a hold."""
         arm = self._arm_columns
         points = [JointTrajectoryPoint(positions=p[arm].tolist(), velocities=v[arm].tolist(),
-                                       time_from_start=_duration(t))
+                                       time_from_start=duration_of(t))
                   for p, v, t in zip(safe.positions, safe.velocities, times)]  # fmt: skip
-        trajectory = JointTrajectory(header=Header(stamp=stamp_of(start)), joint_names=list(self.arm_names),
+        trajectory = JointTrajectory(header=Header(stamp=time_of(start)), joint_names=list(self.arm_names),
                                      points=points)  # fmt: skip
         if not self._listening():
             return f"{self.target} is not there (no action server, or no subscriber to the topic)"
@@ -319,5 +308,5 @@ class ArmIO:
             log(f"cannot hold on {self.target}: {exc.message} (the controller's cmd_timeout must stop it)")
             return
         point = JointTrajectoryPoint(positions=here[arm].tolist(), velocities=[0.0] * len(arm),
-                                     time_from_start=_duration(slowest))  # fmt: skip
+                                     time_from_start=duration_of(slowest))  # fmt: skip
         self._publisher.publish(JointTrajectory(joint_names=list(self.arm_names), points=[point]))

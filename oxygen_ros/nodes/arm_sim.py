@@ -45,6 +45,7 @@ from oxygen_ros.control.trajectory_playback import MAX_JOINTS, Point, Trajectory
 from oxygen_ros.nodes.declare import declare
 from oxygen_ros.nodes.qos import ACTION_SERVER_QOS
 from oxygen_ros.nodes.spin import run
+from oxygen_ros.nodes.stamps import seconds
 
 NODE_NAME = "arm_sim"
 Result = FollowJointTrajectory.Result
@@ -83,11 +84,6 @@ def check_joints(names: list[str], initial: list[float]) -> None:
         raise ValueError(f"parameter joint_names must be 1 to {MAX_JOINTS} distinct non-empty names, got {names}")
     if len(initial) != len(names) or not np.all(np.isfinite(initial)):
         raise ValueError(f"parameter initial_positions must be {len(names)} finite numbers, got {list(initial)}")
-
-
-def seconds(stamp: Any) -> float:
-    """A builtin_interfaces Time or Duration in seconds."""
-    return stamp.sec + stamp.nanosec * 1e-9
 
 
 def points_of(msg: JointTrajectory) -> list[Point]:

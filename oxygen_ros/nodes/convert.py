@@ -26,6 +26,7 @@ from oxygen_ros.msg import ActionChunk, KvPoolStats, Sampling, TaskKvUsage, Tier
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros import bounds
 from oxygen_ros.nodes.image_rows import image_rows
+from oxygen_ros.nodes.stamps import nanoseconds, time_ns
 from oxygen_ros.observations import content_id
 from oxygen_ros.srv import Infer
 
@@ -59,19 +60,10 @@ def rgb_to_image(rgb: np.ndarray, header: Header) -> Image:
     return Image(header=header, height=height, width=width, encoding="rgb8", step=width * 3, data=data)
 
 
-def stamp_ns(header: Header) -> int:
-    """A header's stamp in nanoseconds (0: not stamped)."""
-    return header.stamp.sec * 1_000_000_000 + header.stamp.nanosec
-
-
-def stamp_msg(nanoseconds: int) -> Time:
-    return Time(sec=nanoseconds // 1_000_000_000, nanosec=nanoseconds % 1_000_000_000)
-
-
 def camera_observation(msg: Image) -> Observation:
     """One camera frame as an observation with a content-hash id and its capture stamp."""
     rgb = image_to_rgb(msg)
-    return Observation(observation_id=content_id("", [rgb], []), images=[rgb], stamp_ns=stamp_ns(msg.header))
+    return Observation(observation_id=content_id("", [rgb], []), images=[rgb], stamp_ns=nanoseconds(msg.header.stamp))
 
 
 def check_observation(msg: ObservationMsg) -> None:
@@ -101,7 +93,7 @@ def observation_from_msg(msg: ObservationMsg, max_text_chars: int) -> Observatio
     state, keys = [float(v) for v in msg.state], list(msg.image_keys)
     observation_id = msg.observation_id or content_id(msg.text, images, state, keys)
     return Observation(observation_id=observation_id, text=msg.text, images=images, state=state, image_keys=keys,
-                       stamp_ns=stamp_ns(msg.header))  # fmt: skip
+                       stamp_ns=nanoseconds(msg.header.stamp))  # fmt: skip
 
 
 def check_infer_request(req: Infer.Request, max_prompt_chars: int) -> None:
@@ -211,7 +203,7 @@ def _fill_answer(target: R, out: RequestOutput, observation: Observation | None)
     target.queue_ms = out.queue_ms
     target.latency_ms = out.latency_ms
     if observation is not None:
-        target.observation_id, target.observation_stamp = observation.observation_id, stamp_msg(observation.stamp_ns)
+        target.observation_id, target.observation_stamp = observation.observation_id, time_ns(observation.stamp_ns)
     return target
 
 

@@ -71,6 +71,7 @@ from oxygen_ros.nodes.task_action import TaskActionNode
 from oxygen_ros.nodes.tf.backend import Transforms
 from oxygen_ros.nodes.tf.rigid import Rigid, of_pose
 from oxygen_ros.nodes.tf.tree import TransformUnavailable
+from oxygen_ros.nodes.stamps import nanoseconds
 
 NODE_NAME = "navigation_node"
 NS = 1_000_000_000
@@ -133,8 +134,7 @@ class NavigationNode(TaskActionNode[Trip]):
                                       throttle_duration_sec=5.0)  # fmt: skip
             return
         arrival = self.get_clock().now().nanoseconds
-        stamp_ns = msg.header.stamp.sec * NS + msg.header.stamp.nanosec
-        self._odometry.add(Odom(pose, stamp_ns or arrival, arrival))  # a zero stamp ("no time") is its arrival
+        self._odometry.add(Odom(pose, nanoseconds(msg.header.stamp) or arrival, arrival))  # a zero stamp ("no time") is its arrival
 
     def check(self, goal: Navigate.Goal) -> None:
         bounds.text("instruction", goal.instruction, bounds.TEXT_CHARS)

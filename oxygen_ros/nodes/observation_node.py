@@ -51,9 +51,10 @@ from std_msgs.msg import Header
 from oxygen_ros import bounds
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import Observation as ObservationMsg
-from oxygen_ros.nodes.convert import image_to_rgb, rgb_to_image, stamp_ns
+from oxygen_ros.nodes.convert import image_to_rgb, rgb_to_image
 from oxygen_ros.nodes.declare import declare
 from oxygen_ros.nodes.spin import run
+from oxygen_ros.nodes.stamps import nanoseconds
 from oxygen_ros.observations import content_id
 from oxygen_ros.perception.frame_sync import FrameSync, RateGate, Stamped
 
@@ -276,7 +277,7 @@ class ObservationNode(Node):
         now = self._now_ns()
         self._arrived[index] = now
         self._sync.discard(self._fresh(now))  # a partner that arrived too long ago can no longer make a set
-        frames = self._sync.add(index, stamp_ns(msg.header), Frame(msg, now))
+        frames = self._sync.add(index, nanoseconds(msg.header.stamp), Frame(msg, now))
         if frames is not None and self._gate.passes(now):
             self._publish(frames, now)
 

@@ -35,6 +35,7 @@ from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.image_rows import image_rows
 from oxygen_ros.nodes.latest_frame import LatestFrame
 from oxygen_ros.nodes.tf.backend import Transforms
+from oxygen_ros.nodes.stamps import nanoseconds
 
 # encoding: (pixel type, metres per unit), REP 118
 DEPTH_ENCODINGS = {"16UC1": (np.dtype("u2"), 1e-3), "mono16": (np.dtype("u2"), 1e-3), "32FC1": (np.dtype("f4"), 1.0)}
@@ -87,8 +88,7 @@ class _Points:
                                             throttle_duration_sec=5.0)  # fmt: skip
             return
         arrival = self._node.get_clock().now().nanoseconds
-        stamp = msg.header.stamp.sec * NS + msg.header.stamp.nanosec
-        reading = Reading(points, msg.header.frame_id, stamp or arrival, arrival)  # a zero stamp: "now" (as tf2)
+        reading = Reading(points, msg.header.frame_id, nanoseconds(msg.header.stamp) or arrival, arrival)  # a zero stamp: "now" (as tf2)
         with self._lock:
             self._reading = reading
 

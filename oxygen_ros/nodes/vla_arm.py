@@ -34,8 +34,9 @@ from oxygen_ros.control.arm.safety import check_targets
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk, ChunkTrace
 from oxygen_ros.srv import Infer
-from oxygen_ros.nodes.arm_io import MAX_CLOCK_SKEW_S, NS, ArmIO, stamp_of
+from oxygen_ros.nodes.arm_io import MAX_CLOCK_SKEW_S, ArmIO
 from oxygen_ros.nodes.goal_run import GoalRun
+from oxygen_ros.nodes.stamps import seconds, time_of
 
 PARAMETERS = {
     "actions_per_chunk": (0, "actions of each chunk the arm executes (LeRobot's actions_per_chunk / n_action_steps); "
@@ -126,7 +127,7 @@ class VlaArm:
         if not answer.observation_id:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, "no camera frame: the inference node has no "
                               "observation (is the camera, or observation_node, publishing?)")  # fmt: skip
-        stamp = answer.observation_stamp.sec + answer.observation_stamp.nanosec / NS
+        stamp = seconds(answer.observation_stamp)
         age, timeout = asked_at - stamp, self._settings["input_timeout_s"]
         if not stamp:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"camera frame {answer.observation_id} has no stamp: "
@@ -176,12 +177,12 @@ class VlaArm:
             return ErrorCode.ABORTED, refused
         sent_at, oldest = self.arm.now(), min(observed_at, frame_at)
         plan.latency.add(sent_at - oldest)
-        trace = ChunkTrace(task_id=run.task_id, chunk_id=plan.sent, observed_at=stamp_of(observed_at),
+        trace = ChunkTrace(task_id=run.task_id, chunk_id=plan.sent, observed_at=time_of(observed_at),
                            observation_id=answer.observation_id, frame_stamp=answer.observation_stamp,
                            infer_ms=infer_s * 1e3, latency_ms=(sent_at - oldest) * 1e3, dropped=merge.dropped,
                            blended=merge.blended, appended=merge.appended, clamped=safe.clamped,
                            underruns=queue.underruns)  # fmt: skip
-        trace.header.stamp = stamp_of(sent_at)
+        trace.header.stamp = time_of(sent_at)
         self._traces.publish(trace)
         plan.sent += 1
         return None

@@ -1,0 +1,32 @@
+"""builtin_interfaces Time (and Duration) <-> numbers: one conversion for every node that reads or writes a stamp."""
+
+from typing import Any
+
+from builtin_interfaces.msg import Duration, Time
+
+NS = 1_000_000_000
+
+
+def nanoseconds(stamp: Any) -> int:
+    """A Time's (or Duration's) nanoseconds; 0 for an unstamped header."""
+    return stamp.sec * NS + stamp.nanosec
+
+
+def seconds(stamp: Any) -> float:
+    """A Time or Duration in seconds."""
+    return stamp.sec + stamp.nanosec / NS
+
+
+def time_ns(ns: int) -> Time:
+    return Time(sec=ns // NS, nanosec=ns % NS)
+
+
+def time_of(seconds_: float) -> Time:
+    """A Time for ``seconds_`` (rounded to the nanosecond)."""
+    return time_ns(round(seconds_ * NS))
+
+
+def duration_of(seconds_: float) -> Duration:
+    """A Duration of ``seconds_`` (rounded to the nanosecond)."""
+    ns = round(seconds_ * NS)
+    return Duration(sec=ns // NS, nanosec=ns % NS)
