@@ -349,9 +349,8 @@ class InstructionNode(TaskActionNode[Stream]):
                 if frame_at is not None:
                     await self._to_arm(stream, out, observed_at, frame_at, origin, time.monotonic() - asked, late_s)
             elif out.error_code == ErrorCode.DEADLINE_EXCEEDED.value:
-                if not plan.overdue:  # else the clock thread counted it already
-                    self.vla.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, f"the chunk missed its {deadline_s:.3f} s "
-                                  "deadline")  # fmt: skip
+                self.vla.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, f"the chunk missed its {deadline_s:.3f} s "
+                              "deadline", late=True)  # fmt: skip
             else:
                 self.vla.hold(plan)
                 run.end(out.error_code, out.message)
@@ -368,8 +367,9 @@ class InstructionNode(TaskActionNode[Stream]):
         if missed is not None:
             self.vla.miss(stream.run, plan, *missed)
             return
-        if late_s > 0 and not plan.overdue and stream.run.running:
-            self.vla.miss(stream.run, plan, ErrorCode.DEADLINE_EXCEEDED, f"the chunk came {late_s:.3f} s late")
+        if late_s > 0:
+            self.vla.miss(stream.run, plan, ErrorCode.DEADLINE_EXCEEDED, f"the chunk came {late_s:.3f} s late",
+                          late=True)  # fmt: skip
         elif not plan.overdue:
             plan.missed = 0
         self._publish(stream, answer.actions)

@@ -208,14 +208,21 @@ class VlaArm:
         return check_targets(plan.queue.rows, times, anchor, self.arm.names, plan.limits,
                              self._settings["limit_margin"], jump)  # fmt: skip
 
-    def miss(self, run: GoalRun, plan: ArmPlan, code: ErrorCode, message: str) -> None:
-        """Count a missed chunk; end the goal (the arm held) after ``max_missed_chunks`` in a row."""
-        plan.missed += 1
-        plan.missed_total += 1
-        self._node.get_logger().warning(f"{run.task_id}: chunk missed ({plan.missed} in a row): {message}")
-        if plan.missed >= self._settings["max_missed_chunks"]:
+    def miss(self, run: GoalRun, plan: ArmPlan, code: ErrorCode, message: str, late: bool = False) -> None:
+        """Count a missed chunk; end the goal (the arm held) after ``max_missed_chunks`` in a row. A chunk missed
+        after the goal ended (its request was still on its way) is not the goal's: not counted. ``late``: the chunk
+        asked for is past due, counted once whether the clock or its late answer sees it first."""
+        with plan.lock:  # the clock thread (a chunk past due) and the executor (a late or refused one) both count
+            if not run.running or (late and plan.overdue):
+                return
+            plan.overdue |= late
+            plan.missed += 1
+            plan.missed_total += 1
+            in_a_row = plan.missed
+        self._node.get_logger().warning(f"{run.task_id}: chunk missed ({in_a_row} in a row): {message}")
+        if in_a_row >= self._settings["max_missed_chunks"]:
             self.hold(plan)
-            run.end(code, f"{plan.missed} chunks in a row missed (max_missed_chunks), the arm holds: {message}")
+            run.end(code, f"{in_a_row} chunks in a row missed (max_missed_chunks), the arm holds: {message}")
 
     def tick(self, run: GoalRun, plan: ArmPlan) -> None:
         """Every period: end the goal, holding the arm, on a controller fault or stale joint states; count underruns
@@ -238,9 +245,8 @@ class VlaArm:
             ahead = plan.queue.commanded(now + self._settings["send_lead_s"])
         if ahead is not None and self.arm.gripper_column is not None and run.running:
             self.arm.gripper.command(float(ahead[self.arm.gripper_column]), holds)
-        if plan.awaiting and not plan.overdue and now > plan.due_at + plan.queue.period:
-            plan.overdue = True
-            self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline")
+        if plan.awaiting and now > plan.due_at + plan.queue.period:
+            self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline", late=True)
 
     def hold(self, plan: ArmPlan | None) -> None:
         """The arm stops where its plan has it now (the controller's goals cancelled); the plan is forgotten."""
