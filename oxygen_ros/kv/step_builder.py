@@ -88,6 +88,8 @@ class StepBuilder:
             return ctx
         kv, backend = self._kv, self._kv.backend
         if kv.pool_layout.mixed:
+            if ctx.decode_rows is not None:
+                ctx.merge_decode_rows()
             plan = ctx.format_plan = FormatPlan(kv.units, self.block_size, len(kv.pool_layout.formats),
                                                 ctx.slot_mapping, ctx.slots, ctx.block_tables, ctx.tables)  # fmt: skip
             plan.write_slots()
@@ -102,6 +104,8 @@ class StepBuilder:
         elif kv.decodes_in_place and not backend.triton and _rows_read_the_pool(ctx):
             ctx.token_rows = plan_token_rows(ctx.block_tables, ctx.query_lens, ctx.context_lens, ctx.tables,
                                              self.block_size)  # fmt: skip
+        if ctx.decode_rows is not None and ctx.token_rows is None:
+            self.plan(ctx.decode_rows.context)
         ctx.row_decode = (backend.decode_row and ctx.is_decode and ctx.num_seqs == 1 and not kv.pool_layout.mixed
                           and kv.device.type == "cpu")  # fmt: skip
         ctx.planned = True
@@ -113,6 +117,7 @@ def _rows_read_the_pool(ctx: StepContext) -> bool:
     new token stored, anything but one fresh causal sequence (that keeps torch's fused causal attention), and short
     chunks (question tails, steps shared with decoding rows): a row's new tokens are read by dot products, and the
     kernel keeps a weight per row and context token, so long chunks stay with torch's attention."""
-    return (ctx.prefill is not None and ctx.prefill.mask is not None and not any(ctx.bidirectional_lens or ())
+    fresh = ctx.num_seqs == 1 and ctx.context_lens[0] == ctx.query_lens[0]
+    return (ctx.prefill is not None and not fresh and not any(ctx.bidirectional_lens or ())
             and min(ctx.slots) >= 0 and max(ctx.query_lens) <= TOKEN_ROWS_MAX_QUERY
             and len(ctx.slots) * ctx.max_context <= TOKEN_ROWS_MAX_READS)  # fmt: skip

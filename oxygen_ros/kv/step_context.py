@@ -8,6 +8,11 @@ directly.  Masks are causal, except that tokens at absolute positions below ``bi
 other whatever their order (a prefix-LM mask: pi0.5's image tokens, the action expert's action tokens); such a region
 is computed in one step.
 
+A step that prefills and also carries one-token (decode) rows keeps those rows apart (``DecodeRows``): they are
+attended as a decode step over the pool, so padding them to the longest prompt does not multiply the step's
+attention (four decode rows beside a 300-token pi0.5 prompt took 2.4 times the prompt alone). A pool of several
+formats undoes the split (``merge_decode_rows``): its decode reads need a plan per format.
+
 Everything derived from the batch (length tensors, the prefill mask and padding index) is computed here, once, so a
 layer neither creates tensors nor reads values back to the host (on a GPU either would stall the step thirty times).
 What depends on the pool (the per-format plan of a mixed pool, the shared-prefix plan of a CPU decode step) is added
@@ -39,6 +44,16 @@ class PrefillLayout:
 
 
 @dataclass
+class DecodeRows:
+    """The one-token rows of a step that also prefills, and where the step's other tokens and sequences are."""
+
+    tokens: torch.Tensor  # [n] their positions among the step's new tokens
+    context: "StepContext"  # theirs as a decode step (planned with the step: StepBuilder.plan)
+    prompt_tokens: torch.Tensor  # [T - n] the positions of the other (prompt) tokens
+    prompt_tables: torch.Tensor  # [B - n, max_blocks]
+
+
+@dataclass
 class StepContext:
     slot_mapping: torch.Tensor  # [T] int64: flat slot (block * block_size + offset) per new token, -1 = not stored
     query_lens: list[int]  # new tokens per sequence
@@ -52,7 +67,8 @@ class StepContext:
     max_context: int = field(init=False)
     context_lens_tensor: torch.Tensor = field(init=False, repr=False)
     writes: list[KVWrite] = field(init=False, repr=False)  # a one-format pool's; a mixed pool's are the plan's
-    prefill: PrefillLayout | None = field(init=False, repr=False)
+    prefill: PrefillLayout | None = field(init=False, repr=False)  # of the prompt rows when decode_rows is set
+    decode_rows: DecodeRows | None = field(init=False, repr=False)
     # the read path, added once by StepBuilder.plan (``planned``): layers only read it
     planned: bool = field(default=False, init=False, repr=False)
     format_plan: FormatPlan | None = field(default=None, init=False, repr=False)  # mixed pools
@@ -71,8 +87,32 @@ class StepContext:
         self.max_context = max(self.context_lens)
         self.context_lens_tensor = torch.tensor(self.context_lens, dtype=torch.long, device=device)
         self.writes = [w for w in (stored_tokens(0, self.slots, device, self.slot_mapping),) if w is not None]
-        self.prefill = None if self.is_decode else _prefill_layout(self.query_lens, self.context_lens,
-                                                                   self.bidirectional_lens, device)  # fmt: skip
+        self.prefill, self.decode_rows = None, None
+        if self.is_decode:
+            return
+        wide = [b for b, n in enumerate(self.query_lens) if n > 1]
+        starts = [sum(self.query_lens[:b]) for b in range(self.num_seqs)]
+        single = [b for b, n in enumerate(self.query_lens) if n == 1 and self.slots[starts[b]] >= 0]
+        if len(single) + len(wide) < self.num_seqs or not single:  # nothing to split, or a row not stored
+            self.merge_decode_rows()
+            return
+        tokens = torch.tensor([starts[b] for b in single], device=device)
+        decode = StepContext(self.slot_mapping.index_select(0, tokens), [1] * len(single),
+                             [self.context_lens[b] for b in single],
+                             self.block_tables.index_select(0, torch.tensor(single, device=device)),
+                             tables=[self.tables[b] for b in single], slots=[self.slots[starts[b]] for b in single])
+        prompt_tokens = [starts[b] + i for b in wide for i in range(self.query_lens[b])]
+        self.decode_rows = DecodeRows(tokens, decode, torch.tensor(prompt_tokens, device=device),
+                                      self.block_tables.index_select(0, torch.tensor(wide, device=device)))
+        bidirectional = None if self.bidirectional_lens is None else [self.bidirectional_lens[b] for b in wide]
+        self.prefill = _prefill_layout([self.query_lens[b] for b in wide], [self.context_lens[b] for b in wide],
+                                       bidirectional, device)  # fmt: skip
+
+    def merge_decode_rows(self) -> None:
+        """One padded layout over every row (the decode rows padded like prompts)."""
+        self.decode_rows = None
+        self.prefill = _prefill_layout(self.query_lens, self.context_lens, self.bidirectional_lens,
+                                       self.block_tables.device)  # fmt: skip
 
     @property
     def num_seqs(self) -> int:

@@ -20,18 +20,33 @@ def paged_attention(
     """Store new K/V in the pool, then attend: q [T, H, D], k/v [T, KVH, D] -> out [T, H, D]. ``ctx`` comes from the
     step builder (``kv.steps``), which chose the read path; this only reads it."""
     assert ctx.planned, "a step context must come from kv.steps (StepBuilder), which plans its read path"
-    plan = ctx.format_plan
     cache.write(k, v, ctx.kv_writes)
     if ctx.is_decode:
         return cache.decode_step(q, ctx, scale)
     if ctx.token_rows is not None:
         return cache.prefill_step(q, ctx, scale)
+    rows = ctx.decode_rows
+    if rows is None:
+        return _padded(q, k, v, ctx.block_tables, ctx, cache, scale)
+    out = torch.empty_like(q)
+    out.index_copy_(0, rows.tokens, cache.decode_step(q.index_select(0, rows.tokens), rows.context, scale))
+    prompt = (x.index_select(0, rows.prompt_tokens) for x in (q, k, v))
+    return out.index_copy_(0, rows.prompt_tokens, _padded(*prompt, rows.prompt_tables, ctx, cache, scale))
+
+
+def _padded(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: torch.Tensor, ctx: StepContext, cache: LayerKV,
+    scale: float,
+) -> torch.Tensor:
+    """Prompt rows padded to ``[B, max_query]`` over their cached keys and their own, under the step's mask."""
     layout = ctx.prefill
-    num_seqs, max_q = ctx.num_seqs, layout.max_query
+    assert layout is not None
+    num_seqs, max_q = len(layout.cached_lens), layout.max_query
     qs, new_k, new_v = (_pad(x, layout.pad_index, num_seqs, max_q) for x in (q, k, v))
     keys, values = new_k, new_v
     if layout.max_cached:
-        past_k, past_v = cache.gather(ctx.block_tables, layout.max_cached, q.dtype, plan=plan, lens=layout.cached_lens)
+        past_k, past_v = cache.gather(tables, layout.max_cached, q.dtype, plan=ctx.format_plan,
+                                      lens=layout.cached_lens)  # fmt: skip
         keys, values = torch.cat([past_k, new_k], dim=1), torch.cat([past_v, new_v], dim=1)
     out = F.scaled_dot_product_attention(
         qs.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=layout.mask,
