@@ -143,9 +143,9 @@ class AsyncEngine:
                     log.exception("closing the engine (persisting its KV tiers) failed")
                 self._publish()
                 return
-            hold = self._hold_s() if engine.has_unfinished else 0.0
+            hold, cap = self._plan() if engine.has_unfinished else (0.0, None)
             if engine.has_unfinished and hold <= 0:
-                self._step()
+                self._step(cap)
             self._publish()
             if hold > 0:  # language work waits for an action stream's next chunk (or any new command)
                 held_from = time.perf_counter()
@@ -154,17 +154,28 @@ class AsyncEngine:
                         self._cv.wait(hold)
                 self.pacer.held_s += time.perf_counter() - held_from
 
-    def _hold_s(self) -> float:
-        if self.pacer is None or self.engine.owes_actions:
-            return 0.0
-        return self.pacer.hold_s(time.perf_counter(), self.engine.pending_language_tokens())
+    def _plan(self) -> tuple[float, int | None]:
+        """How long to hold language work, and the next step's prefill cap (Scheduler.schedule): a step whose
+        prompts would still run when a chunk is due becomes a decode-only step (cap 0) where that one fits."""
+        if self.pacer is None:
+            return 0.0, None
+        now = time.perf_counter()
+        cap = self.pacer.prefill_cap(now)
+        if self.engine.owes_actions:
+            return 0.0, cap
+        pending = self.engine.pending_language_tokens()
+        hold = self.pacer.hold_s(now, pending if cap is None else min(pending, cap))
+        decoding = self.engine.language_decode_rows()
+        if hold > 0 and decoding and self.pacer.hold_s(now, decoding) <= 0:
+            return 0.0, 0
+        return hold, cap
 
     def _submit(self, greq: GenerateRequest, future: Future[RequestOutput], arrival: float,
                 stream: "_Stream | None" = None) -> None:  # fmt: skip
         """The time a request waited in the inbox (behind a running step) counts: its deadline started at the
         caller's submit, and its queue and latency times include the wait."""
         if greq.want_actions and self.pacer is not None:
-            self.pacer.action_arrived(greq.task_id, arrival)
+            self.pacer.action_arrived(greq.task_id, arrival, greq.deadline_s)
         waited_s = time.perf_counter() - arrival
         if greq.deadline_s > 0:
             greq = replace(greq, deadline_s=max(greq.deadline_s - waited_s, _MIN_DEADLINE_S))
@@ -183,17 +194,17 @@ class AsyncEngine:
             stream.text = self.engine.requests[request_id].detokenizer
             self._streams[request_id] = stream
 
-    def _step(self) -> None:
-        served_actions, tokens = self.engine.owes_actions, self.engine.pending_language_tokens()
+    def _step(self, prefill_cap: int | None) -> None:
+        served_actions = self.engine.owes_actions
         start = time.perf_counter()
         try:
-            outputs = self.engine.step()
+            outputs = self.engine.step(prefill_cap)
         except Exception as exc:
             log.exception("engine step failed")
             self._recover(f"engine step failed: {type(exc).__name__}: {exc}")
             return
         if self.pacer is not None:
-            self.pacer.step_done(served_actions, time.perf_counter() - start, tokens)
+            self.pacer.step_done(served_actions, time.perf_counter() - start, self.engine.last_batch.total_tokens)
         for request_id, stream in self._streams.items():
             req = self.engine.requests.get(request_id)
             if req is not None and len(req.output_token_ids) - stream.reported >= stream.every:

@@ -145,12 +145,16 @@ class Engine:
         pending = sum(r.num_tokens - r.num_computed_tokens for r in self.requests.values() if r.service_class != SERVE_ACTIONS)
         return min(pending, self.config.max_num_batched_tokens)
 
-    def step(self) -> list[RequestOutput]:
-        """One forward pass over the next scheduled batch; returns the requests that finished in it, and those whose
-        deadline passed before it (dropped unserved)."""
+    def language_decode_rows(self) -> int:
+        """Running language requests past their prompt: the rows of a decode-only step. For frame pacing."""
+        return sum(1 for r in self.scheduler.running if r.service_class != SERVE_ACTIONS and r.prefill_done)
+
+    def step(self, prefill_cap: int | None = None) -> list[RequestOutput]:
+        """One forward pass over the next scheduled batch (``prefill_cap``: Scheduler.schedule); returns the requests
+        that finished in it, and those whose deadline passed before it (dropped unserved)."""
         now = time.perf_counter()
         finished = self._expire(now)
-        batch = self.last_batch = self.scheduler.schedule()
+        batch = self.last_batch = self.scheduler.schedule(prefill_cap)
         if not batch.requests:
             return finished
         for req in batch.requests:

@@ -5,11 +5,19 @@ nodes at their own rates, so the engine thread cannot know when the next chunk i
 pacer keeps each stream's recent arrivals, takes the median gap as its period and predicts the next arrival. Before
 a language step the engine thread asks ``hold_s``: a step that would still be running when a chunk is due is held
 until that chunk arrives, which is the paper's frame seen from the server: the action's prefill and denoising first,
-then decoding fills the rest of the frame (adaptive k). A step is judged by the slowest recent language step, or,
-when it computes more tokens than any of them (a new prompt's prefill), by their slowest cost per token. The first
+then decoding fills the rest of the frame (adaptive k). A step is judged by the recent language steps at least as
+large (the slowest of those up to twice the smallest such), or, when it computes more tokens than any of them (a new
+prompt's prefill), by the largest one's cost per token: a decode step is not judged by last frame's prefill. The first
 language step after a chunk is never held: it has the whole frame, and if it does not fit in that it never will
 (holding it would starve it). With ``steps_per_frame`` k > 0, language instead takes exactly k steps per frame and
 then waits for the next chunk.
+
+A chunk can also be asked for while a language step runs (the stream's period not yet learnt, or a jittery client):
+it waits out that step. So while a stream is live, ``prefill_cap`` bounds the prompt tokens of a language step to
+what runs in half the slack the stream's window leaves after its own action step (the window: the request's
+deadline, else the period), and the scheduler spreads queued prompts over several short steps (Scheduler). When
+a step with a prompt would be held but its decode rows alone fit before the chunk, the serving thread runs those
+(AsyncEngine._plan): answers keep streaming between chunks.
 
 A stream that misses its slot by more than ``grace`` periods no longer holds anyone (a task that stopped sending
 must not stall language work), and a stream not heard from for ``STALE_PERIODS`` periods is forgotten. Action work
@@ -22,11 +30,13 @@ from dataclasses import dataclass, field
 
 HISTORY = 8  # arrivals kept per stream: the median gap tolerates a few late or early chunks
 STALE_PERIODS = 3.0
+ORPHAN_S = 60.0  # a stream with one arrival and no deadline (no window) is forgotten after this
 
 
 @dataclass
 class _Stream:
     arrivals: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY + 1))
+    deadline_s: float = 0.0  # the last request's deadline (its chunk window); 0 = none
 
     def period(self) -> float | None:
         if len(self.arrivals) < 2:
@@ -38,6 +48,14 @@ class _Stream:
         """(when the next chunk is due, the period), once the stream has a period."""
         period = self.period()
         return None if not period else (self.arrivals[-1] + period, period)
+
+    def window(self) -> float | None:
+        """The time a chunk of this stream has: its deadline, else its period; None while neither is known."""
+        return self.deadline_s or self.period()
+
+    def stale(self, now: float) -> bool:
+        heard = max(self.deadline_s, self.period() or 0.0)
+        return now - self.arrivals[-1] > (STALE_PERIODS * heard if heard else ORPHAN_S)
 
 
 class FramePacer:
@@ -51,15 +69,19 @@ class FramePacer:
         self._streams: dict[str, _Stream] = {}
         self._language_steps = 0  # since the last action step
         self._steps: deque[tuple[int, float]] = deque(maxlen=HISTORY)  # recent language steps: (tokens, seconds)
+        self._action_steps: deque[float] = deque(maxlen=HISTORY)  # recent action steps' seconds
         self.held_s = 0.0  # total time language work was held, for stats
 
-    def action_arrived(self, stream: str, now: float) -> None:
-        """An action request of ``stream`` (its task id) was submitted at ``now``."""
-        self._streams.setdefault(stream, _Stream()).arrivals.append(now)
+    def action_arrived(self, stream: str, now: float, deadline_s: float = 0.0) -> None:
+        """An action request of ``stream`` (its task id) was submitted at ``now``, due within ``deadline_s``."""
+        entry = self._streams.setdefault(stream, _Stream())
+        entry.arrivals.append(now)
+        entry.deadline_s = deadline_s
 
     def step_done(self, served_actions: bool, duration_s: float, tokens: int = 1) -> None:
         if served_actions:
             self._language_steps = 0
+            self._action_steps.append(duration_s)
         else:
             self._language_steps += 1
             self._steps.append((max(tokens, 1), duration_s))
@@ -68,9 +90,26 @@ class FramePacer:
         """A conservative guess of a language step computing ``tokens`` tokens, from the recent ones."""
         if not self._steps:
             return 0.0
-        if tokens <= max(t for t, _ in self._steps):
-            return max(d for _, d in self._steps)
-        return tokens * max(d / t for t, d in self._steps)
+        larger = [(t, d) for t, d in self._steps if t >= tokens]
+        if larger:
+            nearest = min(t for t, _ in larger)
+            return max(d for t, d in larger if t <= 2 * nearest)
+        return tokens * self._seconds_per_token()
+
+    def _seconds_per_token(self) -> float:
+        """The largest recent language step's cost per token (the slowest of the largest, if tied)."""
+        most = max(t for t, _ in self._steps)
+        return max(d for t, d in self._steps if t == most) / most
+
+    def prefill_cap(self, now: float) -> int | None:
+        """The most prompt tokens a language step may compute now: what runs in half of the slack the tightest live
+        stream's window leaves after an action step (a chunk asked for at the worst moment waits out this step, then
+        runs its own). None (no cap) without a live stream with a window, or before a language step was timed."""
+        windows = [w for w in (s.window() for s in self._live(now)) if w]
+        if not windows or not self._steps:
+            return None
+        slack = min(windows) - (max(self._action_steps) if self._action_steps else 0.0)
+        return max(1, int(slack / 2 / self._seconds_per_token()))
 
     def hold_s(self, now: float, tokens: int = 1) -> float:
         """How long to hold a language step computing ``tokens`` tokens from ``now``; 0 = step now. Waking early
@@ -88,14 +127,13 @@ class FramePacer:
             return 0.0
         return release - now if now + self.estimate_s(tokens) > next_due else 0.0
 
+    def _live(self, now: float) -> list[_Stream]:
+        """The streams still heard from; forgets the stale ones."""
+        for name in [name for name, stream in self._streams.items() if stream.stale(now)]:
+            del self._streams[name]
+        return list(self._streams.values())
+
     def _next_due(self, now: float) -> tuple[float, float] | None:
-        """The earliest next chunk over the live streams, with that stream's period; forgets stale streams."""
-        best = None
-        for name, stream in list(self._streams.items()):
-            due = stream.next_due()
-            if due is not None and now - stream.arrivals[-1] > STALE_PERIODS * due[1]:
-                del self._streams[name]
-                continue
-            if due is not None and (best is None or due[0] < best[0]):
-                best = due
-        return best
+        """The earliest next chunk over the live streams, with that stream's period."""
+        dues = [due for due in (s.next_due() for s in self._live(now)) if due is not None]
+        return min(dues, default=None)

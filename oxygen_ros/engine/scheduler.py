@@ -11,6 +11,12 @@ A step that computes action requests carries nothing else: the chunk's latency i
 that of decode rows padded into the same forward pass, and language resumes in the next step (the paper's frame:
 prefill and actions, then decode).
 
+While an arm runs, the serving thread caps the prompt tokens a language step may compute (``prefill_cap``, from
+``FramePacer.prefill_cap``): a chunk asked for during a language step waits out that step, so four questions'
+prefills are spread over four short steps instead of one long one. The step's first prefill may exceed the cap by
+its indivisible bidirectional region (and always gets one token), so a cap slows language work, never starves it;
+a cap of 0 makes a decode-only step (the pacer's choice when a prompt would not finish before a chunk is due).
+
 A request whose uncached prompt blocks are being computed in this very step by another request waits one step and
 then reuses them: an observation shared by several tasks is prefilled once.  When the pool cannot grow a running
 request, the last request in serving order is preempted.  A preempted request's blocks are released (full ones
@@ -33,6 +39,8 @@ class Scheduler:
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.on_preempt: Callable[[Request], None] = lambda req: None
+        self._prefill_left: int | None = None  # this step's language prompt tokens still allowed; None = no cap
+        self._prefilled = False  # this step already computes a language prompt
 
     @property
     def num_unfinished(self) -> int:
@@ -49,8 +57,10 @@ class Scheduler:
             self.waiting.remove(req)
         self.kv.free(req)
 
-    def schedule(self) -> ScheduledBatch:
+    def schedule(self, prefill_cap: int | None = None) -> ScheduledBatch:
+        """The next step's batch; ``prefill_cap`` bounds its language prompt tokens (module docstring)."""
         budget = self.config.max_num_batched_tokens
+        self._prefill_left, self._prefilled = prefill_cap, False
         batch = ScheduledBatch([], [])
         in_flight: set[bytes] = set()
         for service_class in sorted({r.service_class for r in [*self.running, *self.waiting]}):
@@ -76,9 +86,7 @@ class Scheduler:
                 if victim is req:
                     break
             if req in self.running:
-                batch.requests.append(req)
-                batch.num_new_tokens.append(n)
-                budget -= n
+                budget -= self._take(batch, req, n)
         return budget
 
     def _admit(
@@ -102,10 +110,7 @@ class Scheduler:
             self.waiting.remove(req)
             self.running.append(req)
             req.status = RequestStatus.RUNNING
-            n = self._chunk(req, budget)
-            batch.requests.append(req)
-            batch.num_new_tokens.append(n)
-            budget -= n
+            budget -= self._take(batch, req, self._chunk(req, budget))
         return budget, False
 
     def _preempt_later_class(self, service_class: int) -> bool:
@@ -117,13 +122,29 @@ class Scheduler:
         self._preempt(max(victims, key=_order))
         return True
 
-    @staticmethod
-    def _chunk(req: Request, budget: int) -> int:
-        """Tokens of ``req`` to compute now: the rest of it, capped by the budget, but never a split of its
-        bidirectional (image) region, which must be computed in one step; 0 = not this step."""
+    def _chunk(self, req: Request, budget: int) -> int:
+        """Tokens of ``req`` to compute now: the rest of it, capped by the budget (and a language prompt by the
+        prefill cap), but never a split of its bidirectional (image) region, which must be computed in one step;
+        0 = not this step."""
         n = min(req.num_tokens - req.num_computed_tokens, budget)
+        left = self._prefill_left
+        if left is not None and self._capped(req):
+            first = max(1, req.bidirectional_len - req.num_computed_tokens)  # the step's first prompt gets this
+            n = min(n, left if self._prefilled or left == 0 else max(left, first))
         if req.num_computed_tokens < req.bidirectional_len and req.num_computed_tokens + n < req.bidirectional_len:
             return 0
+        return n
+
+    def _capped(self, req: Request) -> bool:
+        return self._prefill_left is not None and req.service_class != SERVE_ACTIONS and not req.prefill_done
+
+    def _take(self, batch: ScheduledBatch, req: Request, n: int) -> int:
+        """Put ``n`` tokens of ``req`` in the batch and charge a language prompt's to the prefill cap; returns n."""
+        if self._prefill_left is not None and self._capped(req):
+            self._prefill_left = max(0, self._prefill_left - n)
+            self._prefilled = True
+        batch.requests.append(req)
+        batch.num_new_tokens.append(n)
         return n
 
     def _preempt(self, req: Request) -> None:

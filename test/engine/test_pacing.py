@@ -127,3 +127,26 @@ def test_a_stream_that_stops_does_not_stall_language(pi05_tiny, one_torch_thread
         assert engine.stats().paced_hold_s < (STALE_PERIODS + 1) * period
     finally:
         engine.shutdown(TIMEOUT)
+
+
+def test_a_decode_step_is_not_judged_by_last_frames_prefill():
+    pacer = FramePacer()
+    pacer.step_done(False, 1.2, tokens=1200)  # four questions' prompts in one step: 1 ms per token
+    pacer.step_done(False, 0.06, tokens=4)  # then their four decode rows
+    assert pacer.estimate_s(4) == 0.06
+    assert pacer.estimate_s(400) == 1.2  # no step near its size: the smallest larger one bounds it
+    assert pacer.estimate_s(2400) == pytest.approx(2.4)  # larger than any: the largest one's cost per token
+
+
+def test_the_prefill_cap_leaves_a_chunk_asked_mid_step_its_window():
+    pacer = FramePacer()
+    assert pacer.prefill_cap(0.0) is None  # no action stream: no cap
+    pacer.action_arrived("arm", 100.0, deadline_s=2.5)  # one arrival: its deadline is its window
+    assert pacer.prefill_cap(100.1) is None  # no language step timed yet
+    pacer.step_done(False, 1.2, tokens=1200)
+    assert pacer.prefill_cap(100.1) == pytest.approx(1250, abs=1)  # half the 2.5 s window at 1 ms per token
+    pacer.step_done(True, 1.0)  # the chunk's own step takes 1 s of it
+    assert pacer.prefill_cap(100.1) == pytest.approx(750, abs=1)
+    assert pacer.prefill_cap(100.0 + STALE_PERIODS * 2.5 + 0.1) is None  # the stream went quiet: forgotten
+    pacer.action_arrived("arm", 200.0, deadline_s=0.5)
+    assert pacer.prefill_cap(200.1) == 1  # no slack left: one token (the scheduler still admits one prompt)

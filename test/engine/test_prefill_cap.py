@@ -1,0 +1,56 @@
+"""The scheduler's prefill cap (what the frame pacer sets while an arm runs): queued prompts are spread over several
+steps, a step's first prompt still runs its whole bidirectional region however small the cap (so a cap never starves
+a request), a cap of 0 makes a decode-only step, and the answers are the tokens an uncapped engine computes."""
+
+import pytest
+import torch
+from engine_helpers import make_engine
+
+from oxygen_ros.bench.robot_frames import robot_frames
+from oxygen_ros.engine.io import GenerateRequest
+from oxygen_ros.engine.sampling_params import SamplingParams
+from oxygen_ros.models.registry import load_model
+
+TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def faithful():
+    """pi0.5 as it runs: its whole prefix (images and the question) is one bidirectional region."""
+    return load_model("pi05-random-tiny", torch.device("cpu"), torch.float32)
+
+
+def _ask(engine, count: int) -> list[str]:
+    frames = robot_frames(list(range(count)), max_new_tokens=1, images=1, seed=5)
+    sampling = SamplingParams(max_new_tokens=TOKENS, ignore_eos=True)
+    return [engine.submit(GenerateRequest(f"What is on the table? ({i})", task_id=f"vqa-{i}",
+                                          observation=frame.actions[0].observation, sampling=sampling))
+            for i, frame in enumerate(frames)]  # fmt: skip
+
+
+def _finish(engine, ids: list[str]) -> dict[str, list[int]]:
+    outputs = {}
+    while engine.has_unfinished:
+        outputs |= {out.request_id: out.token_ids for out in engine.step()}
+    return {i: outputs[i] for i in ids}
+
+
+def test_a_cap_spreads_prompts_never_starves_them_and_zero_decodes_only(faithful, one_torch_thread):
+    engine = make_engine(faithful)
+    ids = _ask(engine, 3)
+    prompts = [engine.requests[i].num_prompt_tokens for i in ids]
+    assert all(engine.requests[i].bidirectional_len == n for i, n in zip(ids, prompts, strict=True))
+    engine.step(prefill_cap=1)  # far below one prompt's region: the step's first prompt still runs, whole
+    assert engine.last_batch.num_new_tokens == [prompts[0]]
+    engine.step(prefill_cap=0)  # decode only: no new prompt starts
+    assert [r.request_id for r in engine.last_batch.requests] == [ids[0]] and engine.last_batch.is_decode
+    engine.step(prefill_cap=prompts[1] + 1)  # room for the next prompt (and the decode row), not for two
+    assert sorted(engine.last_batch.num_new_tokens) == [1, prompts[1]]
+    engine.step()  # no cap: the last prompt beside the two decode rows
+    assert sorted(engine.last_batch.num_new_tokens) == [1, 1, prompts[2]]
+    capped = _finish(engine, ids)
+    engine.check_invariants()
+    assert engine.pool.num_used == 0
+    uncapped = make_engine(faithful)
+    assert list(capped.values()) == list(_finish(uncapped, _ask(uncapped, 3)).values())
+    assert all(len(tokens) == TOKENS for tokens in capped.values())
