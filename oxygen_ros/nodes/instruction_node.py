@@ -15,7 +15,8 @@ arm holds still, and a goal that never saw its target ends FAILED_PRECONDITION, 
 
 Ticks come from the goal's clock thread (see ``_keep_time``), never waiting on the model: ``rate_hz`` chunks per
 second on the controller path; on the VLA path one tick per control period (the chunk's period_s), with at most
-``rate_hz`` chunk requests a second. Decisions and stamps read the node clock (use_sim_time honoured).
+``rate_hz`` chunk requests a second. Decisions, stamps, the ticks and ``duration_s`` follow the node clock
+(use_sim_time honoured: a paused simulator pauses the goal; its clock going back ends it with the arm held).
 
 A bad goal (empty instruction, rate_hz < 0.01 or > max_rate_hz, duration_s < 0, NaN or over a day) is accepted and
 aborted with INVALID_ARGUMENT, an instruction over ``bounds.TEXT_CHARS`` with OUT_OF_RANGE; UNAVAILABLE when
@@ -46,6 +47,7 @@ from oxygen_ros.nodes.convert import action_chunk
 from oxygen_ros.nodes.declare import Ranges, Table, keep_positive
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.spin import run
+from oxygen_ros.nodes.tick_clock import TickClock
 from oxygen_ros.nodes.task_action import TaskActionNode
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
 from oxygen_ros.srv import Infer
@@ -91,7 +93,8 @@ class Stream:
     vla: bool
     plan: ArmPlan | None = None  # VLA path: the arm's plan
     first_chunk: tuple | None = None  # VLA: the probe (answer, observed_at, frame_at, origin, infer_s), sent at start
-    started: float = field(default_factory=time.monotonic)  # when streaming began (duration_s counts from it)
+    ticks: TickClock | None = None  # the clock the goal's ticks keep (set when it starts)
+    started: float = 0.0  # when streaming began on that clock (duration_s counts from it)
     arm: reach.Arm = field(default_factory=reach.Arm)
     narration: str = ""
     chunks_sent: int = 0
@@ -204,6 +207,8 @@ class InstructionNode(TaskActionNode[Stream]):
 
     def start(self, stream: Stream) -> list[Timer]:
         self._perceive(stream)
+        stream.ticks = TickClock(self.get_clock())
+        stream.started = stream.ticks.now()
         stream.clock = threading.Thread(
             target=self._keep_time, args=(stream,), name=f"{stream.run.task_id} clock", daemon=True
         )
@@ -250,24 +255,34 @@ class InstructionNode(TaskActionNode[Stream]):
 
     def _keep_time(self, stream: Stream) -> None:
         """Tick until the goal ends: ``rate_hz`` on the controller path, each control period on the VLA path. Its own
-        thread on the monotonic clock, not an executor timer: the executor's dispatch waits behind every other
-        callback of the process (camera rendering, the model's Python) and rcl drops a timer's late periods, which
-        cost ~5% of a 10 Hz stream here. A tick that comes late is still run at once (the next one keeps the
-        schedule); after a stall of over a period the lost periods are lost, not run in a burst."""
+        thread on the goal's clock (``nodes/tick_clock.py``: monotonic, or the node's ROS time under
+        use_sim_time), not an executor timer: the executor's dispatch waits behind every other callback of the
+        process (camera rendering, the model's Python) and rcl drops a timer's late periods, which cost ~5% of a
+        10 Hz stream here. A tick that comes late is still run at once (the next one keeps the schedule); after a
+        stall of over a period the lost periods are lost, not run in a burst. ROS time going back ends the goal
+        FAILED_PRECONDITION with the arm held."""
         period = stream.plan.queue.period if stream.plan else 1.0 / stream.rate_hz
-        due = time.monotonic()
+        ticks = stream.ticks
+        assert ticks is not None, "start() sets the goal's clock before its thread"
+        due = ticks.now()
         while True:
-            now = time.monotonic()
+            now = ticks.now()
             if due < now - period:
                 due = now
-            if stream.run.stop.wait(max(0.0, due - now)):  # the goal ended: stop at once
+            if ticks.wait_until(due, stream.run.stop):  # the goal ended: stop at once
                 return
             try:
+                if ticks.went_back:
+                    raise EngineError(ErrorCode.FAILED_PRECONDITION, "the node's clock went back (a simulator reset "
+                                      "or a looped bag): the goal's plan was timed in the old time")  # fmt: skip
                 self._tick(stream)
             except Exception as exc:  # without its clock the goal could never end: end it, saying why
                 if stream.plan is not None:
                     self.vla.hold(stream.plan)
-                stream.run.end(ErrorCode.INTERNAL, f"the chunk clock failed: {type(exc).__name__}: {exc}")
+                if isinstance(exc, EngineError):
+                    stream.run.end(exc.code, exc.message)
+                else:
+                    stream.run.end(ErrorCode.INTERNAL, f"the chunk clock failed: {type(exc).__name__}: {exc}")
                 return
             due += period
 
@@ -276,7 +291,7 @@ class InstructionNode(TaskActionNode[Stream]):
         next chunk when the plan runs low."""
         if stream.run.end_if_cancelled():
             return
-        if stream.duration_s and time.monotonic() - stream.started >= stream.duration_s - 0.5 / stream.rate_hz:
+        if stream.duration_s and stream.ticks.now() - stream.started >= stream.duration_s - 0.5 / stream.rate_hz:
             self._end_on_time(stream)
             return
         plan = stream.plan
