@@ -209,12 +209,13 @@ class InstructionNode(TaskActionNode[Stream]):
         self._perceive(stream)
         stream.ticks = TickClock(self.get_clock())
         stream.started = stream.ticks.now()
+        if stream.vla:  # the probe's chunk is on its way to the arm: marked before the first tick could ask again
+            stream.plan.awaiting, stream.plan.due_at = True, math.inf
         stream.clock = threading.Thread(
             target=self._keep_time, args=(stream,), name=f"{stream.run.task_id} clock", daemon=True
         )
         stream.clock.start()
         if stream.vla:
-            stream.plan.awaiting, stream.plan.due_at = True, math.inf  # the probe's chunk is on its way to the arm
             self.executor.create_task(self._first_chunk, stream)
             return []
         self.executor.create_task(self._narrate, stream)
@@ -300,9 +301,7 @@ class InstructionNode(TaskActionNode[Stream]):
             now = self.arm.now()
             deadline = self.vla.due(plan, now, stream.rate_hz) if stream.run.running else 0.0
             if deadline:
-                plan.awaiting, plan.overdue, plan.last_request, plan.due_at = True, False, now, now + deadline
-                plan.asked += 1
-                self.executor.create_task(self._ask_actions, stream, deadline)
+                self.executor.create_task(self._ask_actions, stream, deadline, plan.ask(now, deadline))
             return
         rows, stream.arm = reach.chunk(stream.arm, stream.target, self.settings["horizon"], 1.0 / stream.rate_hz)
         self._publish(
@@ -344,12 +343,12 @@ class InstructionNode(TaskActionNode[Stream]):
         feedback = FollowInstruction.Feedback(chunk=chunk, narration=stream.narration)
         stream.run.goal_handle.publish_feedback(feedback)
 
-    async def _ask_actions(self, stream: Stream, deadline_s: float) -> None:
+    async def _ask_actions(self, stream: Stream, deadline_s: float, number: int) -> None:
         plan, run = stream.plan, stream.run
         try:
             state, origin = self.arm.snapshot()
         except EngineError as exc:
-            plan.awaiting = False
+            plan.answered(number)
             self.vla.hold(plan)
             run.end(exc.code, exc.message)
             return
@@ -370,7 +369,7 @@ class InstructionNode(TaskActionNode[Stream]):
                 self.vla.hold(plan)
                 run.end(out.error_code, out.message)
         finally:
-            plan.awaiting = False
+            plan.answered(number)
 
     async def _to_arm(self, stream: Stream, answer: Infer.Response, observed_at: float, frame_at: float,
                       origin: np.ndarray, infer_s: float, late_s: float = 0.0) -> None:  # fmt: skip
@@ -393,7 +392,7 @@ class InstructionNode(TaskActionNode[Stream]):
         try:
             await self._to_arm(stream, *stream.first_chunk)
         finally:
-            stream.plan.awaiting = False
+            stream.plan.answered(1)  # the probe is request 1
 
     async def _narrate(self, stream: Stream) -> None:
         """The language head says which object the robot is reaching for; its answer is the narration."""

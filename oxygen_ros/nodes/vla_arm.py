@@ -76,6 +76,20 @@ class ArmPlan:
     overdue: bool = False  # the chunk asked for is past due and was counted missed
     lock: threading.Lock = field(default_factory=threading.Lock)  # the queue: the clock thread reads what chunks change
 
+    def ask(self, now: float, deadline_s: float) -> int:
+        """A chunk is asked for now, due in ``deadline_s``; returns its number (for ``answered``)."""
+        with self.lock:
+            self.awaiting, self.overdue, self.last_request, self.due_at = True, False, now, now + deadline_s
+            self.asked += 1
+            return self.asked
+
+    def answered(self, number: int) -> None:
+        """Chunk request ``number`` is over: the next may be asked for, unless a newer one already was (a late answer
+        must not clear the mark of the request after it, or two would be in flight)."""
+        with self.lock:
+            if self.asked == number:
+                self.awaiting = False
+
 
 class VlaArm:
     """The node-side half of the VLA path; ``arm`` speaks to the controller."""
