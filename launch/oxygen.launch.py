@@ -3,8 +3,9 @@
 
 On a robot (the default, `use_sim:=false`) no node of this file publishes odometry, TF or camera frames: the inference
 node and the task nodes read the robot's camera on `camera_topic`, and the task nodes command the robot's own
-`cmd_vel` and `arm/joint_trajectory`. `use_sim:=true` adds camera_sim (simulated frames, odometry, a laser scan, a
-simulated base and arm) and the parameters of ``oxygen_ros.simulation``. Every name is relative, so
+`cmd_vel` and the arm's controllers. `use_sim:=true` adds camera_sim (simulated frames, odometry, a laser scan, a
+simulated base), the simulated SO-100 arm's controllers (arm_sim, gripper_sim) and the parameters of
+``oxygen_ros.simulation``. Every name is relative, so
 `namespace:=robot1` moves the whole graph (`/diagnostics` stays global).
 
 Every node reads its parameters from one YAML file (default: the installed config/oxygen.yaml, the same file
@@ -92,6 +93,9 @@ def _nodes(context) -> list:
         nodes.append(Node(package="oxygen_ros", executable="camera_sim", name="camera_sim",
                           parameters=[config, camera | clock], respawn=True, respawn_delay=RESPAWN_DELAY_S,
                           **common))  # fmt: skip
+        nodes += [Node(package="oxygen_ros", executable=name, name=name, parameters=[config, clock | simulated.get(name, {})],
+                       respawn=True, respawn_delay=RESPAWN_DELAY_S, **common)
+                  for name in simulation.ARM_NODES]  # fmt: skip
     tasks = [
         Node(
             package="oxygen_ros",

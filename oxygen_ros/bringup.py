@@ -14,7 +14,9 @@ from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from oxygen_ros.nodes.arm_sim import ArmSim
 from oxygen_ros.nodes.camera_sim import CameraSim
+from oxygen_ros.nodes.gripper_sim import GripperSim
 from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.navigation_node import NavigationNode
@@ -36,8 +38,8 @@ def _overrides(values: dict) -> list[Parameter]:
 
 
 class Graph(ProcessGraph):
-    """The simulated graph (``simulation``): the inference node (configured and active), the camera and the task
-    nodes (vqa, instruction, navigation), spinning on a background thread.  With several ``namespaces`` there is one
+    """The simulated graph (``simulation``): the inference node (configured and active), the camera, the SO-100
+    arm's two controllers and the task nodes (vqa, instruction, navigation), spinning on a background thread.  With several ``namespaces`` there is one
     inference node per namespace (see ``remaps``); ``inference`` is the first; the task nodes call the one without a
     namespace.
 
@@ -67,6 +69,8 @@ class Graph(ProcessGraph):
                 self.add(InferenceNode(context=self.context, parameter_overrides=parameters, cli_args=remaps(ns)))
             self.inference = self.inferences[0]
             self.camera = self.add(CameraSim(context=self.context))
+            self.arm = [self.add(node(context=self.context, parameter_overrides=_overrides(simulated.get(name, {}))))
+                        for name, node in zip(simulation.ARM_NODES, (ArmSim, GripperSim), strict=True)]  # fmt: skip
             self.tasks = [
                 self.add(task(context=self.context, parameter_overrides=_overrides(simulated[name])))
                 for name, task in zip(simulation.TASK_NODES, (VqaNode, InstructionNode, NavigationNode), strict=True)

@@ -65,6 +65,8 @@ class NodeSpec:
 GRAPH = (
     NodeSpec("oxygen_inference", "inference_node", lifecycle=True),
     NodeSpec("camera_sim", "camera_sim"),
+    NodeSpec("arm_sim", "arm_sim"),
+    NodeSpec("gripper_sim", "gripper_sim"),
     NodeSpec("vqa_node", "vqa_node"),
     NodeSpec("instruction_node", "instruction_node"),
     NodeSpec("navigation_node", "navigation_node"),

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from pi0_folders import IMAGE_SIZE, PATCH, VOCAB, pixel_values, write_tokenizer
@@ -19,7 +20,10 @@ from transformers import GemmaConfig as HFGemmaConfig
 from transformers import GemmaForCausalLM, PaliGemmaConfig, PaliGemmaForConditionalGeneration
 
 import oxygen_ros.models.pi05 as pi05
+from oxygen_ros.control.arm.joint_limits import urdf_limits
 from oxygen_ros.models.common.vla_config import GemmaConfig, SiglipConfig, VlaConfig
+from oxygen_ros.share import PACKAGE, PREFIX
+from oxygen_ros.simulation import SO100_JOINTS
 
 EXPERT_WIDTH, CHUNK, STATE_DIM, ACTION_DIM = 48, 5, 6, 7
 TINY = VlaConfig(
@@ -35,6 +39,11 @@ CAMERA_NAMES = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")  # openpi
 BIN_TEXTS = [f"Task: x, State: {i} -{i};\nAction: " for i in range(256)]  # every state bin in the tokenizer
 PALIGEMMA = "model.paligemma_with_expert.paligemma."
 EXPERT = "model.paligemma_with_expert.gemma_expert."
+SO100_URDF = (PREFIX / "share" / PACKAGE / "config" / "sim_arm.urdf").read_text()
+_SO100_LIMITS = urdf_limits(SO100_URDF)
+SO100_LOWER, SO100_UPPER, SO100_SPEED = (np.array([getattr(_SO100_LIMITS[j], field) for j in SO100_JOINTS])
+                                         for field in ("lower", "upper", "velocity"))  # fmt: skip
+SO100_MIDDLE = (SO100_LOWER + SO100_UPPER) / 2
 
 
 def hf_modules(seed: int) -> tuple[PaliGemmaForConditionalGeneration, GemmaForCausalLM, dict[str, torch.nn.Linear]]:
@@ -169,3 +178,16 @@ def tiny_shapes() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pi05, "read_pi05_config", tiny)
         yield
+
+
+def write_so100_checkpoint(folder: Path, instruction: str) -> None:
+    """A faithful pi0.5 checkpoint for the simulated SO-100 (config/sim_arm.urdf): a 6-dim state and action, QUANTILES
+    stats, the state normalised over the URDF's ranges and the actions unnormalised into 0.04 rad about the middle of
+    each joint's range (random weights act noisily; the arm must stay inside its limits and speeds all the same)."""
+    paligemma, gemma, heads = hf_modules(seed=3)
+    texts = [f"Task: {instruction}, State: 0 1 2 3 4 5;\nAction: "]
+    write_lerobot_folder(folder, paligemma, gemma, heads, texts,
+                         output_features={"action": {"type": "ACTION", "shape": [len(SO100_JOINTS)]}})  # fmt: skip
+    write_processor_files(folder, "QUANTILES", {"q01": SO100_LOWER.tolist(), "q99": SO100_UPPER.tolist()},
+                          {"q01": (SO100_MIDDLE - 0.02).tolist(), "q99": (SO100_MIDDLE + 0.02).tolist()})  # fmt: skip
+

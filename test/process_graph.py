@@ -21,7 +21,7 @@ from ros_harness import clean_fastdds_shm
 
 OXYGEN_ROS = Path(sys.prefix) / "bin" / "oxygen-ros"
 CONFIG = Path(sys.prefix) / "share" / "oxygen_ros" / "config" / "oxygen.yaml"
-EXECUTABLES = ("inference_node", "camera_sim", "vqa_node", "instruction_node", "navigation_node")
+EXECUTABLES = ("inference_node", "camera_sim", "arm_sim", "gripper_sim", "vqa_node", "instruction_node", "navigation_node")
 START_S = 240  # five interpreters importing torch and a model load, on two cores shared with other tests
 STOP_S = 60
 

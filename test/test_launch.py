@@ -115,7 +115,7 @@ def test_every_executable_is_installed_and_importable(launch):
 
 def test_nodes_match_the_config_and_the_supervisor_and_every_node_respawns_after_a_delay(launch):
     nodes = launch(use_sim="true").nodes()
-    assert set(nodes) == {"oxygen_inference", "camera_sim", *TASK_NODES}
+    assert set(nodes) == {"oxygen_inference", "camera_sim", *simulation.ARM_NODES, *TASK_NODES}
     assert all(_config_section(name) for name in nodes), "every node has a ros__parameters section in the config"
     assert {(spec.name, spec.executable, spec.lifecycle) for spec in GRAPH} == {
         (name, node.executable, isinstance(node, LifecycleNode)) for name, node in nodes.items()

@@ -39,7 +39,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Header, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from oxygen_ros import share
+from oxygen_ros import share, simulation
 from oxygen_ros.control.arm.joint_limits import MAX_DESCRIPTION_BYTES
 from oxygen_ros.control.trajectory_playback import MAX_JOINTS, Point, Trajectory, oversized, rejection
 from oxygen_ros.nodes.declare import declare
@@ -49,7 +49,7 @@ from oxygen_ros.nodes.stamps import seconds
 
 NODE_NAME = "arm_sim"
 Result = FollowJointTrajectory.Result
-SO100_JOINTS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]  # LeRobot's
+SO100_JOINTS = list(simulation.SO100_JOINTS)
 PREEMPTED = "Current goal preempted by new incoming action."  # JTC's words, as its clients may match them
 REACHED = "Goal successfully reached!"
 SHUTDOWN = "Current goal cancelled during deactivate transition."

@@ -21,7 +21,9 @@ from oxygen_ros.action import FollowInstruction
 from oxygen_ros.msg import ChunkTrace
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.srv import Infer
-from pi05_folders import hf_modules, tiny_shapes, write_lerobot_folder, write_processor_files
+from pi05_folders import (
+    SO100_LOWER, SO100_MIDDLE, SO100_SPEED, SO100_UPPER, tiny_shapes, write_so100_checkpoint,
+)  # fmt: skip
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -30,38 +32,20 @@ from ros_harness import make_context, send_goal, spin_nodes, wait_for, wait_unti
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Header
 
-from oxygen_ros.control.arm.joint_limits import urdf_limits
 from oxygen_ros.nodes.arm_sim import SO100_JOINTS, ArmSim
 from oxygen_ros.nodes.convert import rgb_to_image
 from oxygen_ros.nodes.gripper_sim import GripperSim
 from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.observation_node import ObservationNode
-from oxygen_ros.share import PREFIX, PACKAGE
 
 INSTRUCTION = "pick up the red block"
 PERIOD_S = 0.3  # the chunk period: a loaded CPU's chunk arrives with most of its steps ahead
 CAMERA_HZ = 10.0
 CAMERAS = {"base_0_rgb": "/rig/front/image_raw", "left_wrist_0_rgb": "/rig/wrist/image_raw"}  # right wrist: none
 TOKENS_PER_IMAGE = 16  # the tiny SigLIP: (32 / 8)^2 patches
-URDF = (PREFIX / "share" / PACKAGE / "config" / "sim_arm.urdf").read_text()
-LIMITS = urdf_limits(URDF)
-LOWER = np.array([LIMITS[j].lower for j in SO100_JOINTS])
-UPPER = np.array([LIMITS[j].upper for j in SO100_JOINTS])
-SPEED = np.array([LIMITS[j].velocity for j in SO100_JOINTS])
-MIDDLE = (LOWER + UPPER) / 2
+LOWER, UPPER, SPEED, MIDDLE = SO100_LOWER, SO100_UPPER, SO100_SPEED, SO100_MIDDLE
 JAW = SO100_JOINTS.index("gripper")
-
-
-def _folder(path) -> None:
-    """The checkpoint: state normalised over the URDF's ranges, actions unnormalised into 0.04 rad about the middle of
-    each joint's range (random weights act noisily; the arm must stay inside its limits and speeds all the same)."""
-    paligemma, gemma, heads = hf_modules(seed=3)
-    texts = [f"Task: {INSTRUCTION}, State: 0 1 2 3 4 5;\nAction: "]
-    write_lerobot_folder(path, paligemma, gemma, heads, texts,
-                         output_features={"action": {"type": "ACTION", "shape": [len(SO100_JOINTS)]}})  # fmt: skip
-    write_processor_files(path, "QUANTILES", {"q01": LOWER.tolist(), "q99": UPPER.tolist()},
-                          {"q01": (MIDDLE - 0.02).tolist(), "q99": (MIDDLE + 0.02).tolist()})  # fmt: skip
 
 
 class Cameras:
@@ -90,7 +74,7 @@ class Cameras:
 @pytest.fixture(scope="module")
 def robot(ros_domain_id, tmp_path_factory) -> Iterator:
     folder = tmp_path_factory.mktemp("pi05-so100")
-    _folder(folder)
+    write_so100_checkpoint(folder, INSTRUCTION)
     context = make_context(ros_domain_id)
     with tiny_shapes():
         inference = InferenceNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in {
