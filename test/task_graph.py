@@ -30,6 +30,7 @@ INFERENCE = {
     "observation_ring": 64,  # a question about a named frame may wait seconds behind others while frames arrive
 }
 CAMERA = {"seed": 0, "rate_hz": 5.0}
+SO100_MAPPING = ("action_joint_names", "state_joint_names", "gripper_joint_names")  # simulation.INSTRUCTION's arm
 MODEL_LOAD_S = 120
 
 
@@ -85,7 +86,10 @@ def task_graph(
     try:
         camera = CameraSim(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in CAMERA.items()])
         name = sys.modules[make_task.__module__].NODE_NAME
-        simulated = simulation.parameters()[name] | task_parameters  # what `oxygen-ros up` gives that node
+        simulated = simulation.parameters()[name]  # what `oxygen-ros up` gives that node
+        if "action_joint_names" in task_parameters:  # a test's own arm replaces the simulated SO-100's joint mapping
+            simulated = {k: v for k, v in simulated.items() if k not in SO100_MAPPING}
+        simulated |= task_parameters
         task = make_task(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in simulated.items()])
         client = Node("task_test_client", context=context)
         with spin_nodes(context, camera, task, client, num_threads=6) as executor:

@@ -202,6 +202,7 @@ def _fill_answer(target: R, out: RequestOutput, observation: Observation | None)
     target.generated_tokens = out.generated_tokens
     target.queue_ms = out.queue_ms
     target.latency_ms = out.latency_ms
+    target.request_id = out.request_id
     if observation is not None:
         target.observation_id, target.observation_stamp = observation.observation_id, time_ns(observation.stamp_ns)
     return target

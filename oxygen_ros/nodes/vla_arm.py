@@ -191,7 +191,8 @@ class VlaArm:
             return ErrorCode.ABORTED, refused
         sent_at, oldest = self.arm.now(), min(observed_at, frame_at)
         plan.latency.add(sent_at - oldest)
-        trace = ChunkTrace(task_id=run.task_id, chunk_id=plan.sent, observed_at=time_of(observed_at),
+        trace = ChunkTrace(task_id=run.task_id, chunk_id=plan.sent, request_id=answer.request_id,
+                           observed_at=time_of(observed_at),
                            observation_id=answer.observation_id, frame_stamp=answer.observation_stamp,
                            infer_ms=infer_s * 1e3, latency_ms=(sent_at - oldest) * 1e3, dropped=merge.dropped,
                            blended=merge.blended, appended=merge.appended, clamped=safe.clamped,

@@ -102,6 +102,7 @@ def test_chunks_drive_the_arm_through_its_controller(graph):
     traces = graph.traces.messages[before_traces:]
     assert [t.chunk_id for t in traces] == list(range(result.chunks_sent))
     assert len({t.task_id for t in traces}) == 1 and all(t.blended + t.appended > 0 for t in traces)
+    assert all(t.request_id.startswith("req-") for t in traces) and len({t.request_id for t in traces}) == len(traces)
     for t in traces:  # each names the camera frame it came from, and its latency counts from the older input
         assert t.observation_id.startswith("obs-") and t.frame_stamp.sec > 0, t
         frame_s, observed_s = (x.sec + x.nanosec * 1e-9 for x in (t.frame_stamp, t.observed_at))
