@@ -32,6 +32,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros import bounds
 from oxygen_ros.control.arm.joint_limits import JointLimit, joint_limits, urdf_limits
+from oxygen_ros.control.arm.state_entries import state_entries
 from oxygen_ros.control.arm.joint_map import JointMap
 from oxygen_ros.control.arm.safety import SafeTargets
 from oxygen_ros.errors import EngineError, ErrorCode
@@ -66,7 +67,8 @@ POSITIVE = ("input_timeout_s", "answer_wait_s", "max_start_jump")
 NAME_LISTS = {
     "action_joint_names": "the joints of the model's action dimensions, in order (ros2_control names; a gripper "
     "dimension included); empty = the model's chunks go to no arm",
-    "state_joint_names": "the joints whose positions form the model's state, in order; empty = action_joint_names",
+    "state_joint_names": "the model's state, in order: joints (their positions), or joint.pos / joint.vel (LeRobot's "
+                         "names); empty = action_joint_names",
     "gripper_joint_names": "the action joint (at most one) that goes to the gripper's controller (gripper_action) "
     "instead of the trajectory; empty = every action joint in the trajectory",
 }
@@ -107,8 +109,8 @@ class ArmIO:
     def __init__(self, node: Node, settings: dict, lists: dict[str, list], group: CallbackGroup) -> None:
         self._node, self._settings = node, settings
         self.names: tuple[str, ...] = tuple(lists["action_joint_names"])
-        self.state_names: tuple[str, ...] = tuple(lists["state_joint_names"]) or self.names
-        self._wanted = set(self.names) | set(self.state_names)
+        self.state = state_entries(tuple(lists["state_joint_names"]) or self.names)
+        self._wanted = set(self.names) | {entry.joint for entry in self.state}
         grippers = lists["gripper_joint_names"]
         if len(grippers) > 1 or not set(grippers) <= set(self.names):
             raise ValueError(f"parameter gripper_joint_names must be at most one of action_joint_names, got {grippers}")
@@ -122,7 +124,8 @@ class ArmIO:
         except EngineError as exc:
             raise ValueError(exc.message) from exc
         self._lock = threading.Lock()  # what the executor's callbacks and the goal's clock thread share
-        self._positions: dict[str, tuple[float, float, float]] = {}  # joint -> (position, arrival, stamp), seconds
+        self._joints: dict[str, tuple[float, float, float, float]] = {}  # joint -> (position, velocity (NaN: none),
+        # arrival, stamp), seconds
         self._described: dict[str, JointLimit] = {}
         self._fault = ""  # why the controller ended our newest goal when we did not ask it to
         self._newest = None  # the handle of our newest accepted goal (the one the controller plays)
@@ -157,9 +160,10 @@ class ArmIO:
                                             f"{len(msg.position)} positions", throttle_duration_sec=5.0)  # fmt: skip
             return
         arrival, stamp = self.now(), seconds(msg.header.stamp)
-        for name, position in zip(msg.name, msg.position):
+        velocities = msg.velocity if len(msg.velocity) == len(msg.name) else [math.nan] * len(msg.name)
+        for name, position, velocity in zip(msg.name, msg.position, velocities):
             if name in self._wanted and math.isfinite(position):  # only the joints we command or read: bounded
-                self._positions[name] = (position, arrival, stamp)
+                self._joints[name] = (position, velocity if math.isfinite(velocity) else math.nan, arrival, stamp)
 
     def _on_description(self, msg: String) -> None:
         try:
@@ -171,13 +175,17 @@ class ArmIO:
         """The newest positions of ``names``; FAILED_PRECONDITION naming a joint never heard of, too old, or stamped
         on another clock (a driver on wall time under use_sim_time, or the reverse: its trajectories would be
         stamped in another era)."""
+        return self._read(names)[:, 0]
+
+    def _read(self, names: tuple[str, ...]) -> np.ndarray:
+        """[len(names), 2]: each joint's newest (position, velocity), checked as ``measured`` says."""
         now, timeout = self.now(), self._settings["input_timeout_s"]
         out = []
         for name in names:
-            if name not in self._positions:
+            if name not in self._joints:
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: no position on "
                                   f"{self._node.resolve_topic_name(self._settings['state_topic'])} yet")  # fmt: skip
-            position, arrival, stamp = self._positions[name]
+            position, velocity, arrival, stamp = self._joints[name]
             if now - arrival > timeout:
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: its position is {now - arrival:.2f} s "
                                   f"old, over input_timeout_s {timeout:g}")  # fmt: skip
@@ -185,17 +193,26 @@ class ArmIO:
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: its JointState is stamped "
                                   f"{arrival - stamp:+.1f} s from this node's clock: the driver and this node "
                                   "run on different clocks (use_sim_time?)")  # fmt: skip
-            out.append(position)
-        return np.asarray(out, dtype=np.float64)
+            out.append((position, velocity))
+        return np.asarray(out, dtype=np.float64).reshape(len(names), 2)
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
-        """(the state the model reads: ``state_joint_names``' positions, an action joint's in the model's units;
-        the action joints in the model's units: a delta chunk's origin), read together now."""
-        joints = self.measured(self.state_names)
+        """(the state the model reads: ``state_joint_names``' positions and velocities, an action joint's in the
+        model's units; the action joints in the model's units: a delta chunk's origin), read together now.
+        FAILED_PRECONDITION naming a velocity the joint states do not carry."""
+        readings = self._read(tuple(entry.joint for entry in self.state))
         index = {name: i for i, name in enumerate(self.names)}
-        state = np.array([(q - self.map.offset[index[n]]) / self.map.scale[index[n]] if n in index else q
-                          for n, q in zip(self.state_names, joints)])  # fmt: skip
-        return state, self.map.to_model(self.measured(self.names))
+        state = []
+        for entry, (position, velocity) in zip(self.state, readings):
+            if entry.velocity and not math.isfinite(velocity):
+                raise EngineError(ErrorCode.FAILED_PRECONDITION, f"state entry {entry.name}: the joint states carry "
+                                  f"no velocity for joint {entry.joint}")  # fmt: skip
+            i = index.get(entry.joint)
+            if entry.velocity:
+                state.append(velocity if i is None else velocity / self.map.scale[i])
+            else:
+                state.append(position if i is None else (position - self.map.offset[i]) / self.map.scale[i])
+        return np.array(state), self.map.to_model(self.measured(self.names))
 
     def limits(self) -> list[JointLimit]:
         """The action joints' limits now (FAILED_PRECONDITION naming a joint without any)."""

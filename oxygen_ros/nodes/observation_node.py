@@ -52,6 +52,7 @@ from oxygen_ros import bounds
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes.convert import image_to_rgb, rgb_to_image
+from oxygen_ros.control.arm.state_entries import state_entries
 from oxygen_ros.nodes.declare import declare
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.stamps import nanoseconds
@@ -83,8 +84,8 @@ LISTS = {
     "resize": f"key=WxH: that camera's images resized to W x H pixels ({SIDE[0]}..{SIDE[1]}), after rotate; "
     "empty = as they come",
     "rotate": "key=90|180|270: that camera's images turned clockwise by that many degrees; empty = as they come",
-    "state_joint_names": f"the joints whose positions form the state, in order (at most {bounds.STATE}); "
-    "empty = observations without state",
+    "state_joint_names": f"the state, in order (at most {bounds.STATE}): joints (their positions), or joint.pos / "
+    "joint.vel (LeRobot's names); empty = observations without state",
 }
 SIZE = re.compile(r"(\d{1,5})x(\d{1,5})")
 
@@ -221,14 +222,15 @@ class ObservationNode(Node):
         value = declare(self, PARAMETERS, POSITIVE, RANGES, read_only=PARAMETERS)
         self._timeout_ns = round(value["input_timeout_s"] * NS)
         self._gate = RateGate(value["max_rate_hz"])
-        self._positions: dict[str, tuple[float, int]] = {}  # joint -> (position, arrival on the node clock, ns)
+        self._joints: dict[str, tuple[float, float, int]] = {}  # joint -> (position, velocity (NaN: none), arrival on
+        # the node clock, ns)
         self._warned: dict[str, float] = {}  # subject -> monotonic time of its last warning
         self._started = self._now_ns()
         try:
             lists = _string_lists(self)
             self._cameras = cameras(lists["camera_topics"], lists["resize"], lists["rotate"])
-            self._joints = joint_names(lists["state_joint_names"])
-            self._wanted = frozenset(self._joints)
+            self._state_entries = state_entries(joint_names(lists["state_joint_names"]))
+            self._wanted = frozenset(entry.joint for entry in self._state_entries)
             self._sync: FrameSync[Frame] = FrameSync(len(self._cameras), value["sync_queue_size"],
                                                      value["sync_slop_s"], max(1.0, value["input_timeout_s"]))  # fmt: skip
             self._arrived: list[int | None] = [None] * len(self._cameras)  # each camera's last frame, node clock ns
@@ -251,7 +253,7 @@ class ObservationNode(Node):
                 raise ValueError(f"parameter camera_topics: {camera.key}={camera.topic}: {exc}") from exc
             self._topics.append(self.resolve_topic_name(camera.topic))
         self._state_topic = ""
-        if self._joints:
+        if self._state_entries:
             try:
                 self.create_subscription(JointState, state_topic, self._on_state, 10)
             except (InvalidTopicNameException, ValueError) as exc:
@@ -287,9 +289,11 @@ class ObservationNode(Node):
                        f"{len(msg.position)} positions")  # fmt: skip
             return
         arrival = self._now_ns()
-        for name, position in zip(msg.name, msg.position):
+        velocities = msg.velocity if len(msg.velocity) == len(msg.name) else [math.nan] * len(msg.name)
+        for name, position, velocity in zip(msg.name, msg.position, velocities):
             if name in self._wanted and math.isfinite(position):
-                self._positions[name] = (float(position), arrival)
+                self._joints[name] = (float(position), float(velocity) if math.isfinite(velocity) else math.nan,
+                                      arrival)  # fmt: skip
 
     def _watch(self) -> None:
         """Name each camera silent for longer than input_timeout_s, and drop the frames waiting for it."""
@@ -306,17 +310,20 @@ class ObservationNode(Node):
 
     # --- output ------------------------------------------------------------------------------------------------------
     def _state(self, now_ns: int) -> list[float]:
-        """The positions of state_joint_names in order, or [] (named in a warning) when one is missing or stale."""
+        """state_joint_names' positions and velocities in order, or [] (named in a warning) when one is missing or
+        stale."""
         out = []
-        for name in self._joints:
-            kept = self._positions.get(name)
+        for entry in self._state_entries:
+            kept, name = self._joints.get(entry.joint), entry.joint
             if kept is None:
                 kind, problem = "missing", f"no position on {self._state_topic} yet"
-            elif now_ns - kept[1] > self._timeout_ns:
-                kind, problem = "stale", f"its position is {(now_ns - kept[1]) / NS:.2f} s old, over input_timeout_s " \
+            elif now_ns - kept[2] > self._timeout_ns:
+                kind, problem = "stale", f"its position is {(now_ns - kept[2]) / NS:.2f} s old, over input_timeout_s " \
                                          f"{self._timeout_ns / NS:g}"  # fmt: skip
+            elif entry.velocity and math.isnan(kept[1]):
+                kind, problem = "velocity", f"the joint states carry no velocity (state entry {entry.name})"
             else:
-                out.append(kept[0])
+                out.append(kept[1] if entry.velocity else kept[0])
                 continue
             self._warn(f"joint {name} {kind}", f"joint {name}: {problem}: observations go without state")
             return []

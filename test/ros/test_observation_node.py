@@ -90,8 +90,9 @@ class Rig:
             sends[key]()
 
     def publish_state(self, k: int) -> None:
-        """shoulder = 1 + k, elbow = -(1 + k), and a joint the node does not read."""
-        msg = JointState(name=["shoulder", "wrist_roll", "elbow"], position=[1.0 + k, 7.0, -(1.0 + k)])
+        """shoulder = 1 + k moving at 10 + k, elbow = -(1 + k), and a joint the node does not read."""
+        msg = JointState(name=["shoulder", "wrist_roll", "elbow"], position=[1.0 + k, 7.0, -(1.0 + k)],
+                         velocity=[10.0 + k, 0.0, 0.0])  # fmt: skip
         msg.header.stamp = self.node.get_clock().now().to_msg()
         self.joints.publish(msg)
 
@@ -113,7 +114,7 @@ OVERRIDES = [
     Parameter("camera_topics", value=[f"{key}={topic}" for key, topic in TOPICS.items()]),
     Parameter("resize", value=[f"{WRIST}=32x24"]),
     Parameter("rotate", value=[f"{SIDE}=90"]),
-    Parameter("state_joint_names", value=["elbow", "shoulder"]),
+    Parameter("state_joint_names", value=["elbow", "shoulder.pos", "shoulder.vel"]),  # LeRobot's names work too
     Parameter("input_timeout_s", value=TIMEOUT_S),
     Parameter("max_rate_hz", value=100.0),
 ]
@@ -175,14 +176,15 @@ def test_each_synchronized_set_is_one_observation_with_keys_transforms_state_and
         assert np.abs(side[24, 3].astype(int) - SIDE_COLOURS[1]).max() <= 8
 
         assert obs.observation_id == content_id("", [top, wrist, side], list(obs.state), list(obs.image_keys))
-    # the state: the joints' newest positions in state_joint_names order; a set completed before the first JointState
+    # the state: the joints' newest positions (and a velocity) in state_joint_names order; a set completed before the
+    # first JointState
     # arrived (a reliable topic beside best-effort cameras: either may come first) goes without, never after one
     stated = [i for i, obs in enumerate(observations) if len(obs.state)]
     assert stated and stated == list(range(stated[0], len(observations))) and len(stated) >= len(observations) - 2
     for obs in observations[stated[0]:]:
         k = _frame_of(rig, TOP, obs.images[0])
         shoulder = obs.state[1]
-        assert list(obs.state) == [-shoulder, shoulder] and 1.0 + k - 1 <= shoulder <= 1.0 + k
+        assert list(obs.state) == [-shoulder, shoulder, shoulder + 9.0] and 1.0 + k - 1 <= shoulder <= 1.0 + k
 
 
 def test_a_camera_that_stops_holds_the_observations_back_and_the_queues_stay_bounded(ros_context, capfd):
@@ -203,7 +205,7 @@ def test_a_stale_joint_state_leaves_the_observations_without_state(ros_context, 
     with graph(ros_context) as (node, rig):
         _stream(rig, range(3))
         wait_until(lambda: rig.observations, 5.0, "an observation")
-        assert len(rig.observations[-1].state) == 2
+        assert len(rig.observations[-1].state) == 3
         _stream(rig, range(3, 15), state=False)  # the arm stops publishing
         wait_until(lambda: any(not obs.state for obs in rig.observations), 5.0, "an observation without state")
         _wait_logged(capfd, "joint elbow: its position is")
@@ -212,6 +214,17 @@ def test_a_stale_joint_state_leaves_the_observations_without_state(ros_context, 
     for obs in stateless:
         assert len(obs.images) == 3
         assert obs.observation_id == content_id("", [image_to_rgb(image) for image in obs.images], [], obs.image_keys)
+
+
+def test_a_velocity_the_joint_states_lack_leaves_the_observations_without_state(ros_context, capfd):
+    with graph(ros_context) as (node, rig):
+        for k in range(6):  # a driver that publishes positions only
+            rig.joints.publish(JointState(name=["shoulder", "elbow"], position=[1.0, -1.0]))
+            rig.publish_frames(k)
+            time.sleep(PERIOD_S)
+        wait_until(lambda: rig.observations, 5.0, "an observation")
+        _wait_logged(capfd, "the joint states carry no velocity (state entry shoulder.vel)")
+    assert all(not obs.state for obs in rig.observations)  # named, never a zero velocity
 
 
 @pytest.mark.parametrize(

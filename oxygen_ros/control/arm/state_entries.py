@@ -1,0 +1,24 @@
+"""What each entry of a robot state is: one joint's position or its velocity. A LeRobot dataset names its state's
+entries `<motor>.pos` (and `<motor>.vel` where it records velocities), a ros2_control robot names joints; so an entry
+of `state_joint_names` is a joint (its position), or a joint with `.pos` or `.vel` (its position, its velocity: the
+JointState's `velocity` field, which a driver may leave empty; such an entry is then missing, named, never zero)."""
+
+from dataclasses import dataclass
+
+SUFFIXES = {".pos": False, ".vel": True}
+
+
+@dataclass(frozen=True)
+class StateEntry:
+    name: str  # as configured
+    joint: str  # the JointState name it reads
+    velocity: bool  # its velocity, else its position
+
+
+def state_entries(names: tuple[str, ...] | list[str]) -> tuple[StateEntry, ...]:
+    """One entry per name, in order (names are checked for being distinct and bounded where they are declared)."""
+    out = []
+    for name in names:
+        suffix = next((s for s in SUFFIXES if name.endswith(s) and len(name) > len(s)), "")
+        out.append(StateEntry(name, name[: len(name) - len(suffix)], SUFFIXES.get(suffix, False)))
+    return tuple(out)
