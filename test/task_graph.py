@@ -16,6 +16,7 @@ from rclpy.parameter import Parameter
 from ros_harness import make_context, spin_nodes, wait_until
 
 from oxygen_ros import simulation
+from oxygen_ros.nodes.arm_sim import ArmSim
 from oxygen_ros.nodes.camera_sim import CameraSim
 from oxygen_ros.nodes.inference_node import InferenceNode
 from inference_client import pool_stats
@@ -49,6 +50,14 @@ class TaskGraph:
         self.inference = node
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, "configure failed (see the node's log)"
         assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+
+    def add_arm(self, joints: list[str], namespace: str = "", state_rate_hz: float = 20.0) -> ArmSim:
+        """A simulated FollowJointTrajectory arm with ``joints``, all at 0, spinning in this graph."""
+        arm = ArmSim(context=self.context, namespace=namespace, parameter_overrides=[
+            Parameter("joint_names", value=joints), Parameter("initial_positions", value=[0.0] * len(joints)),
+            Parameter("state_rate_hz", value=state_rate_hz)])  # fmt: skip
+        self.executor.add_node(arm)
+        return arm
 
     def wait_for_frame(self, timeout: float = 10.0) -> None:
         """Until the inference node holds a camera frame: a VLA asked for actions without one refuses to act."""

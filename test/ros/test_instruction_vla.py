@@ -22,7 +22,6 @@ from ros_harness import send_goal, wait_until
 from sensor_msgs.msg import JointState
 from task_graph import task_graph
 
-from oxygen_ros.nodes.arm_sim import ArmSim
 from oxygen_ros.nodes.infer_client import inference_at
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from trajectory_msgs.msg import JointTrajectory
@@ -38,19 +37,11 @@ ARM = {"action_joint_names": JOINTS, "joint_lower_limits": [-LIMIT] * ACTION_DIM
        "max_start_jump": 10.0, "max_tracking_error": 10.0, "input_timeout_s": 1.0, "max_missed_chunks": 3}  # fmt: skip
 
 
-def _arm(graph, namespace: str = "") -> ArmSim:
-    arm = ArmSim(context=graph.context, namespace=namespace, parameter_overrides=[
-        Parameter("joint_names", value=JOINTS), Parameter("initial_positions", value=[0.0] * ACTION_DIM),
-        Parameter("state_rate_hz", value=20.0)])  # fmt: skip
-    graph.executor.add_node(arm)
-    return arm
-
-
 @contextmanager
 def second_robot(graph, namespace: str, **parameters) -> Iterator[Capture]:
     """Another arm and instruction node under ``namespace``, sharing the root's inference node; yields that arm's
     joint states once the first arrived, and removes both after."""
-    arm = _arm(graph, namespace)
+    arm = graph.add_arm(JOINTS, namespace)
     node = InstructionNode(context=graph.context, namespace=namespace, cli_args=inference_at("/"),
                            parameter_overrides=[Parameter(k, value=v) for k, v in (ARM | parameters).items()])  # fmt: skip
     graph.executor.add_node(node)
@@ -69,7 +60,7 @@ def second_robot(graph, namespace: str, **parameters) -> Iterator[Capture]:
 def graph(ros_domain_id):
     with task_graph(ros_domain_id, InstructionNode, PI05_TINY, narration_period_s=30.0, max_new_tokens=2,
                     **ARM) as (g, _):  # fmt: skip
-        g.arm = _arm(g)
+        g.arm = g.add_arm(JOINTS)
         g.states = Capture(g.client, JointState, "/joint_states", 1000)
         g.traces = Capture(g.client, ChunkTrace, "/arm/chunk_trace", 100)
         g.start_inference()
@@ -175,7 +166,7 @@ def test_stale_joint_states_stop_the_goal(graph):
         assert out.result.error_code == "FAILED_PRECONDITION", out.result.message
         assert "old, over input_timeout_s" in out.result.message or "not available" in out.result.message
     finally:
-        graph.arm = _arm(graph)
+        graph.arm = graph.add_arm(JOINTS)
     graph.idle_pool()
 
 
