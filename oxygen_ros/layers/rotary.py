@@ -2,11 +2,42 @@
 
 A model computes the angles of a step's positions once (``RotaryEmbedding.angles``) and every layer applies them:
 the cosines and sines are the same in every layer, so computing them per layer was thirty times the work.
+
+Scaled RoPE changes only the inverse frequencies (``RopeScaling``): Llama 3.1's ``llama3`` (low frequencies divided by
+``factor``, the band between smoothed) and ``linear`` (all divided by ``factor``), as transformers'
+``modeling_rope_utils`` computes them. ``dynamic`` NTK depends on the longest sequence seen, which differs per request
+in a shared batch, and YaRN also scales attention: neither is implemented (the loaders refuse them, naming the type).
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """A config's ``rope_scaling`` / ``rope_parameters`` of type ``llama3`` or ``linear``."""
+
+    rope_type: str
+    factor: float
+    low_freq_factor: float = 1.0  # llama3 only
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    def inverse_frequencies(self, inv_freq: torch.Tensor) -> torch.Tensor:
+        if self.rope_type == "linear":
+            return inv_freq / self.factor
+        low_wavelen = self.original_max_position_embeddings / self.low_freq_factor
+        high_wavelen = self.original_max_position_embeddings / self.high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > low_wavelen, inv_freq / self.factor, inv_freq)
+        smooth = (self.original_max_position_embeddings / wavelen - self.low_freq_factor) / (
+            self.high_freq_factor - self.low_freq_factor
+        )
+        smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        return torch.where(medium, smoothed, scaled)
 
 
 @dataclass(frozen=True)
@@ -33,8 +64,10 @@ class RotaryEmbedding:
     (in bf16 that would rotate position ~900 by more than a radian).
     """
 
-    def __init__(self, head_dim: int, theta: float) -> None:
+    def __init__(self, head_dim: int, theta: float, scaling: RopeScaling | None = None) -> None:
         self._inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        if scaling is not None:
+            self._inv_freq = scaling.inverse_frequencies(self._inv_freq)
 
     def angles(self, positions: torch.Tensor) -> RopeAngles:
         if self._inv_freq.device != positions.device:

@@ -2,10 +2,12 @@
 
 from dataclasses import dataclass
 
+from oxygen_ros.layers.rotary import RopeScaling
+
 
 @dataclass(frozen=True)
 class LlamaArgs:
-    """Hyper-parameters of a Llama / Qwen2 style decoder (RMSNorm, RoPE, GQA, SwiGLU MLP)."""
+    """Hyper-parameters of a Llama / Qwen2 / Qwen3 / SmolLM3 style decoder (RMSNorm, RoPE, GQA, SwiGLU MLP)."""
 
     vocab_size: int
     hidden_size: int
@@ -19,3 +21,10 @@ class LlamaArgs:
     max_position_embeddings: int = 8192
     tie_word_embeddings: bool = True
     attention_bias: bool = False  # Qwen2 has q/k/v biases, Llama does not
+    family: str = "llama"  # the transformers model_type it was read as: llama, qwen2, qwen3, smollm3
+    rope_scaling: RopeScaling | None = None  # Llama 3.x's llama3, or linear; None = unscaled
+    qk_norm: bool = False  # Qwen3: an RMSNorm over each head of q and k before RoPE
+    no_rope_layers: tuple[int, ...] = ()  # SmolLM3: per layer 1 = RoPE, 0 = none; () = RoPE everywhere
+
+    def uses_rope(self, layer: int) -> bool:
+        return not self.no_rope_layers or bool(self.no_rope_layers[layer])

@@ -1,4 +1,5 @@
-"""Read and write Hugging Face model folders (config.json + safetensors + tokenizer.json) of the Llama family."""
+"""Read and write Hugging Face model folders (config.json + safetensors + tokenizer.json) of the Llama family: Llama
+(Llama 3.x's scaled RoPE included), Mistral without its window, Qwen2, Qwen3 and SmolLM3."""
 
 import json
 from pathlib import Path
@@ -6,20 +7,58 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from oxygen_ros.layers.rotary import RopeScaling
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.loaded import LoadedModel, check_state_dict
 from oxygen_ros.models.tokenizer import Tokenizer
 
-# Same decoder as ours: RMSNorm, RoPE, GQA, SwiGLU. Qwen2 differs only by q/k/v biases; Mistral only by its window.
-_SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2"}
+# Same decoder as ours: RMSNorm, RoPE, GQA, SwiGLU. Qwen2 differs only by q/k/v biases; Mistral only by its window;
+# Qwen3 by an RMSNorm over each head of q and k; SmolLM3 by layers without RoPE.
+_SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3", "smollm3"}
+_SCALED_ROPE = {"llama3", "linear"}
+_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                  "smollm3": "SmolLM3ForCausalLM"}  # fmt: skip
 _REQUIRED_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 
 
-def _rope_theta_and_type(config: dict) -> tuple[float, str]:
-    """transformers >= 5 writes `rope_parameters`; older configs have `rope_theta` and `rope_scaling`."""
+def _rope(config: dict, source: Path) -> tuple[float, RopeScaling | None]:
+    """(theta, scaling) from `rope_parameters` (transformers >= 5) or `rope_theta` and `rope_scaling` (older);
+    ValueError naming the RoPE type or field we do not run."""
     params = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    theta = params.get("rope_theta", config.get("rope_theta", 10000.0))
-    return float(theta), params.get("rope_type", params.get("type", "default"))
+    theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise ValueError(f"{source}: partial_rotary_factor below 1 is not implemented")
+    if rope_type == "default":
+        return theta, None
+    if rope_type not in _SCALED_ROPE:
+        raise ValueError(f"{source}: unsupported RoPE scaling {rope_type!r}; implemented: unscaled, "
+                         f"{', '.join(sorted(_SCALED_ROPE))}")  # fmt: skip
+    try:
+        factor = float(params["factor"])
+        if rope_type == "linear":
+            return theta, RopeScaling("linear", factor)
+        original = params.get("original_max_position_embeddings", config.get("max_position_embeddings"))
+        scaling = RopeScaling("llama3", factor, float(params["low_freq_factor"]), float(params["high_freq_factor"]),
+                              int(original))  # fmt: skip
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{source}: rope_scaling of type {rope_type!r} lacks or misstates {exc}") from exc
+    if scaling.high_freq_factor <= scaling.low_freq_factor or min(factor, scaling.low_freq_factor) <= 0:
+        raise ValueError(f"{source}: rope_scaling llama3 needs factor, low_freq_factor > 0 and high > low")
+    return theta, scaling
+
+
+def _no_rope_layers(config: dict, source: Path) -> tuple[int, ...]:
+    """SmolLM3's per-layer RoPE switches (1 = RoPE, 0 = none); () for every other family."""
+    if config.get("model_type") != "smollm3":
+        return ()
+    layers = config.get("no_rope_layers")
+    if layers is None:  # transformers derives them from the interval: every interval-th layer has no RoPE
+        interval = int(config.get("no_rope_layer_interval", 4))
+        layers = [int((i + 1) % interval != 0) for i in range(config["num_hidden_layers"])]
+    if len(layers) != config["num_hidden_layers"] or not set(layers) <= {0, 1}:
+        raise ValueError(f"{source}: no_rope_layers must be one 0 or 1 per layer, got {layers}")
+    return tuple(int(x) for x in layers)
 
 
 def _sliding_window_active(config: dict) -> bool:
@@ -41,15 +80,13 @@ def read_llama_args(config: dict, source: Path) -> LlamaArgs:
     missing = [key for key in _REQUIRED_KEYS if key not in config]
     if missing:
         raise ValueError(f"{source}: config.json lacks {missing}")
-    rope_theta, rope_type = _rope_theta_and_type(config)
-    if rope_type != "default":
-        raise ValueError(f"{source}: unsupported RoPE scaling {rope_type!r}; only unscaled RoPE is implemented")
+    rope_theta, rope_scaling = _rope(config, source)
     if _sliding_window_active(config):
         raise ValueError(f"{source}: sliding-window attention is not implemented")
     if config.get("hidden_act", "silu") != "silu" or config.get("mlp_bias", False):
         raise ValueError(f"{source}: only a bias-free SiLU-gated MLP is implemented")
     if model_type != "qwen2" and config.get("attention_bias", False):
-        raise ValueError(f"{source}: Llama attention_bias also biases o_proj, which is not implemented")
+        raise ValueError(f"{source}: {model_type} attention_bias also biases o_proj, which is not implemented")
     heads = config["num_attention_heads"]
     return LlamaArgs(
         vocab_size=config["vocab_size"],
@@ -64,6 +101,10 @@ def read_llama_args(config: dict, source: Path) -> LlamaArgs:
         max_position_embeddings=config.get("max_position_embeddings", 8192),
         tie_word_embeddings=config.get("tie_word_embeddings", False),
         attention_bias=model_type == "qwen2",
+        family="llama" if model_type == "mistral" else model_type,
+        rope_scaling=rope_scaling,
+        qk_norm=model_type == "qwen3",
+        no_rope_layers=_no_rope_layers(config, source),
     )
 
 
@@ -100,12 +141,17 @@ def load_hf_folder(path: str | Path) -> LoadedModel:
 
 
 def _config(loaded: LoadedModel) -> dict:
-    """A config transformers builds the same network from: Llama, or Qwen2 when q/k/v carry biases."""
+    """A config transformers builds the same network from, of the family it was read as."""
     args, tokenizer = loaded.args, loaded.tokenizer
-    model_type, architecture = ("qwen2", "Qwen2ForCausalLM") if args.attention_bias else ("llama", "LlamaForCausalLM")
+    model_type = "qwen2" if args.attention_bias else args.family
     eos = tokenizer.eos_token_ids
+    scaling = None if args.rope_scaling is None else {
+        "rope_type": args.rope_scaling.rope_type, "factor": args.rope_scaling.factor,
+        "low_freq_factor": args.rope_scaling.low_freq_factor, "high_freq_factor": args.rope_scaling.high_freq_factor,
+        "original_max_position_embeddings": args.rope_scaling.original_max_position_embeddings,
+    }  # fmt: skip
     return {
-        "architectures": [architecture],
+        "architectures": [_ARCHITECTURES[model_type]],
         "model_type": model_type,
         "torch_dtype": "float32",
         "vocab_size": args.vocab_size,
@@ -117,7 +163,8 @@ def _config(loaded: LoadedModel) -> dict:
         "head_dim": args.head_dim,
         "hidden_act": "silu",
         "rope_theta": args.rope_theta,
-        "rope_scaling": None,
+        "rope_scaling": scaling,
+        **({"no_rope_layers": list(args.no_rope_layers)} if args.no_rope_layers else {}),
         "rms_norm_eps": args.rms_norm_eps,
         "max_position_embeddings": args.max_position_embeddings,
         "tie_word_embeddings": args.tie_word_embeddings,

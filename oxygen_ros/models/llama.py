@@ -1,4 +1,5 @@
-"""Llama / Qwen2-family decoder whose attention runs over the unified paged KV pool.
+"""Llama / Qwen2 / Qwen3 / SmolLM3-family decoder whose attention runs over the unified paged KV pool (Llama 3.x's
+scaled RoPE, Qwen3's q/k norms and SmolLM3's no-RoPE layers are ``LlamaArgs`` fields).
 
 Parameter names are Hugging Face's without the leading ``model.`` so both the GGUF and the safetensors loaders fill
 the same ``state_dict``.  The forward pass takes a flattened ragged batch (see ``StepContext``): one call serves
@@ -18,37 +19,12 @@ from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.cpu_decode_row import RowDecoder, RowLayerWeights, RowShape, row_decoder
 from oxygen_ros.layers.packed_linear import PackedLinear, pack_linears
+from oxygen_ros.layers.rms_norm import RMSNorm
 from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
 from oxygen_ros.layers.self_attention import PagedSelfAttention
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.interface import PreparedInputs, PromptStyle
 from oxygen_ros.models.tokenizer import Tokenizer
-
-
-class RMSNorm(nn.Module):
-    """RMSNorm computed in fp32 then cast back, as HF Llama does (matters for token-exact agreement)."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32 == self.weight.dtype:  # the weight inside the one op: (x * rsqrt(...)) * w, as HF
-            out = cpu_row_ops.rms_norm(x, self.weight, self.eps)
-            return out if out is not None else F.rms_norm(x, self.weight.shape, self.weight, eps=self.eps)
-        h = F.rms_norm(x.to(torch.float32), self.weight.shape, eps=self.eps)  # one op; bit-equal to x * rsqrt(...)
-        return self.weight * h.to(x.dtype)
-
-    def add_forward(self, h: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(h + delta, norm(h + delta))``: a residual connection and the norm after it, in one pass where the CPU
-        kernel runs."""
-        if h.dtype == torch.float32 == self.weight.dtype:
-            fused = cpu_row_ops.add_rms_norm(h, delta, self.weight, self.eps)
-            if fused is not None:
-                return fused
-        total = h + delta
-        return total, self(total)
 
 
 class LlamaMLP(nn.Module):
@@ -84,13 +60,16 @@ class LlamaDecoderLayer(nn.Module):
         super().__init__()
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.self_attn = PagedSelfAttention(
-            args.hidden_size, args.num_heads, args.num_kv_heads, args.head_dim, layer_idx, args.attention_bias
+            args.hidden_size, args.num_heads, args.num_kv_heads, args.head_dim, layer_idx, args.attention_bias,
+            args.rms_norm_eps if args.qk_norm else None,
         )
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.mlp = LlamaMLP(args)
+        self.uses_rope = args.uses_rope(layer_idx)
 
     def forward(self, h: torch.Tensor, rope: RopeAngles, ctx: StepContext, kv: KVCache) -> torch.Tensor:
-        h, x = self.post_attention_layernorm.add_forward(h, self.self_attn(self.input_layernorm(h), rope, ctx, kv))
+        attn = self.self_attn(self.input_layernorm(h), rope if self.uses_rope else None, ctx, kv)
+        h, x = self.post_attention_layernorm.add_forward(h, attn)
         return h + self.mlp(x)
 
 
@@ -108,7 +87,7 @@ class LlamaModel(nn.Module):
     def __init__(self, args: LlamaArgs) -> None:
         super().__init__()
         self.args = args
-        self.rotary = RotaryEmbedding(args.head_dim, args.rope_theta)
+        self.rotary = RotaryEmbedding(args.head_dim, args.rope_theta, args.rope_scaling)
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
         self.layers = nn.ModuleList(LlamaDecoderLayer(args, i) for i in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
@@ -159,12 +138,14 @@ class LlamaModel(nn.Module):
         return self.norm(h)
 
     def _row_decoder(self, kv: KVCache) -> RowDecoder | None:
-        """The whole stack in one C call for a batch-1 decode token over ``kv`` (None: decode layer by layer)."""
+        """The whole stack in one C call for a batch-1 decode token over ``kv`` (None: decode layer by layer, as for
+        Qwen3's q/k norms and SmolLM3's no-RoPE layers, which the C decoder does not have)."""
         if self._row is not None and self._row[0]() is kv:
             return self._row[1]
         decoder = None
         attn = self.layers[0].self_attn
-        if self.packed_head is not None and getattr(attn.qkv_proj, "rows", None) is not None:
+        plain = not self.args.qk_norm and not any(not self.args.uses_rope(i) for i in range(self.args.num_layers))
+        if plain and self.packed_head is not None and getattr(attn.qkv_proj, "rows", None) is not None:
             shape = RowShape(self.args.hidden_size, attn.num_heads, attn.num_kv_heads, attn.head_dim,
                              self.args.intermediate_size, self.args.rms_norm_eps)  # fmt: skip
             weights = [

@@ -37,6 +37,9 @@ def parameter_shapes(args: LlamaArgs) -> dict[str, tuple[int, ...]]:
             f"{layer}.mlp.up_proj.weight": (args.intermediate_size, hidden),
             f"{layer}.mlp.down_proj.weight": (hidden, args.intermediate_size),
         }
+        if args.qk_norm:
+            shapes |= {f"{layer}.self_attn.q_norm.weight": (args.head_dim,),
+                       f"{layer}.self_attn.k_norm.weight": (args.head_dim,)}  # fmt: skip
         if args.attention_bias:
             shapes |= {
                 f"{layer}.self_attn.q_proj.bias": (q_out,),

@@ -158,7 +158,10 @@ def test_qwen2_folder_loads_with_biases(gguf_model: LoadedModel, tmp_path: Path)
     [
         ({"model_type": "gpt2"}, "unsupported model_type 'gpt2'"),
         ({"model_type": None}, "unsupported model_type None"),
-        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "unsupported RoPE scaling 'llama3'"),
+        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling of type 'llama3' lacks"),
+        ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "unsupported RoPE scaling 'dynamic'"),
+        ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+        ({"model_type": "smollm3", "no_rope_layers": [1, 0, 1]}, "no_rope_layers must be one 0 or 1 per layer"),
         ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6}}, "unsupported RoPE scaling 'yarn'"),
         ({"use_sliding_window": True, "max_window_layers": 1}, "sliding-window"),
         ({"model_type": "mistral", "use_sliding_window": None, "max_window_layers": None}, "sliding-window"),

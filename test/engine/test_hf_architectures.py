@@ -1,0 +1,120 @@
+"""Llama 3.x (scaled RoPE: ``llama3`` and ``linear``), Qwen3 (an RMSNorm over each head of q and k) and SmolLM3
+(layers without RoPE) through the engine, token for token equal to transformers' greedy output on tiny random models
+saved with ``save_pretrained``: several prompts one at a time and as one ragged batch, a shared prefix served from
+the cache, and preemption under a pool too small for all of them at once. A RoPE type we do not run is refused at
+load, naming it."""
+
+import json
+
+import pytest
+import torch
+from engine_helpers import make_engine
+from hf_reference import hf_greedy
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, SmolLM3Config
+
+from oxygen_ros.engine.io import GenerateRequest
+from oxygen_ros.engine.sampling_params import SamplingParams
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.models.registry import load_model
+
+NEW_TOKENS = 12
+SHAPES = {"vocab_size": 49152, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512,
+          "tie_word_embeddings": True, "rms_norm_eps": 1e-6}  # fmt: skip
+ARCHITECTURES = {
+    # original_max_position_embeddings 32: positions past it are where llama3 scaling changes the angles
+    "llama3": (LlamaConfig, {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                 "original_max_position_embeddings": 32}}),
+    "linear": (LlamaConfig, {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}}),
+    "qwen3": (Qwen3Config, {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}}),
+    "smollm3": (SmolLM3Config, {"no_rope_layers": [1, 1, 0, 1], "rope_parameters": {"rope_type": "default",
+                                                                                   "rope_theta": 2000000.0}}),
+}  # fmt: skip
+PREFIX = "The robot stands in a kitchen with a red cup, a blue plate and a green apple on the counter. " * 3
+PROMPTS = [
+    "Hello, robot.",
+    "Where is the charger? It was in the hall yesterday, next to the door.",
+    PREFIX + "What is red?",
+    PREFIX + "Which object is green?",
+    "x = 12345 * 3.5\n",
+]
+
+
+def _save(folder, kind: str, tokenizer) -> None:
+    config_class, extra = ARCHITECTURES[kind]
+    tokens = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_ids[0],
+              "pad_token_id": tokenizer.pad_token_id}  # fmt: skip
+    config = config_class(**SHAPES, **tokens, **extra)
+    with torch.random.fork_rng():
+        torch.manual_seed(7)
+        model = AutoModelForCausalLM.from_config(config).eval()
+        with torch.no_grad():  # std 0.02 would leave near-ties in the logits: every weight matters at 0.1-0.5
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.normal_(1.0, 0.1)
+                else:
+                    p.normal_(std=0.5 if "embed" in name else 0.1)
+    model.save_pretrained(folder)
+    tokenizer.save_hf(folder)
+
+
+@pytest.fixture(scope="module", params=list(ARCHITECTURES))
+def checkpoint(request, smollm2_bundle, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(request.param)
+    _save(folder, request.param, smollm2_bundle.tokenizer)
+    reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tokenizer = smollm2_bundle.tokenizer
+    ids = [tokenizer.encode(p) for p in PROMPTS]
+    expected = [hf_greedy(reference, _Pad(tokenizer.pad_token_id), i, NEW_TOKENS) for i in ids]
+    bundle = load_model(str(folder), torch.device("cpu"), torch.float32)
+    return request.param, bundle, ids, expected
+
+
+class _Pad:
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = pad_token_id
+
+
+def _requests(prompts: list[str]) -> list[GenerateRequest]:
+    """Raw prompts (no chat template): the ids the reference was given."""
+    return [GenerateRequest(p, chat=False, sampling=SamplingParams(max_new_tokens=NEW_TOKENS)) for p in prompts]
+
+
+def test_loaded_as_its_family(checkpoint):
+    kind, bundle, _, _ = checkpoint
+    args = bundle.model.args
+    assert (args.rope_scaling is not None) == (kind in ("llama3", "linear"))
+    assert args.qk_norm == (kind == "qwen3") and args.no_rope_layers == ((1, 1, 0, 1) if kind == "smollm3" else ())
+
+
+def test_one_at_a_time_and_as_a_ragged_batch_equal_transformers(checkpoint):
+    _, bundle, ids, expected = checkpoint
+    engine = make_engine(bundle)
+    alone = [engine.generate(_requests([p]))[0] for p in PROMPTS]
+    assert [o.prompt_tokens for o in alone] == [len(i) for i in ids]
+    assert [o.token_ids for o in alone] == expected
+    batched = make_engine(bundle).generate(_requests(PROMPTS))
+    assert [o.token_ids for o in batched] == expected
+    assert max(o.reused_prefix_tokens for o in batched) > 0  # the shared kitchen prefix came from the cache
+
+
+def test_preempted_requests_equal_transformers(checkpoint):
+    _, bundle, _, expected = checkpoint
+    engine = make_engine(bundle, kv_cache_bytes=14 * 16 * 2 * 2 * 16 * 4 * 4, max_model_len=160)  # 14 blocks
+    outs = engine.generate(_requests(PROMPTS * 2))
+    assert engine.kv_manager.costs.swapped + engine.kv_manager.costs.recomputed > 0, "the pool forced preemption"
+    assert [o.token_ids for o in outs] == expected * 2
+    engine.check_invariants()
+
+
+def test_dynamic_and_yarn_rope_are_refused_naming_them(smollm2_bundle, tmp_path):
+    _save(tmp_path, "llama3", smollm2_bundle.tokenizer)
+    config = json.loads((tmp_path / "config.json").read_text())
+    for rope in ({"rope_type": "dynamic", "factor": 2.0}, {"rope_type": "yarn", "factor": 4.0}):
+        rope_type = rope["rope_type"]
+        config.pop("rope_scaling", None)
+        (tmp_path / "config.json").write_text(json.dumps(config | {"rope_parameters": rope | {"rope_theta": 1e4}}))
+        with pytest.raises(EngineError, match=f"unsupported RoPE scaling '{rope_type}'") as err:
+            load_model(str(tmp_path), torch.device("cpu"), torch.float32)
+        assert err.value.code == ErrorCode.INVALID_ARGUMENT
