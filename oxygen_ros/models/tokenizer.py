@@ -64,8 +64,10 @@ class Tokenizer:
         eos_token: str,
         pad_token: str | None = None,
         unk_token: str | None = None,
+        stop_token_ids: tuple[int, ...] = (),
     ) -> None:
         self.backend = backend
+        self.stop_token_ids = stop_token_ids  # generation_config.json's eos_token_id (Llama 3: <|eot_id|>, <|eom_id|>)
         self.chat_template = chat_template
         self.special_tokens = {
             "bos_token": bos_token,
@@ -130,13 +132,15 @@ class Tokenizer:
         jinja_file = folder / "chat_template.jinja"  # transformers >= 4.50 saves the template here instead
         if jinja_file.is_file():
             template = jinja_file.read_text()
+        backend = Backend.from_file(str(folder / "tokenizer.json"))
         return cls(
-            Backend.from_file(str(folder / "tokenizer.json")),
+            backend,
             chat_template=template,
             bos_token=_token_content(config.get("bos_token")),
             eos_token=_token_content(config.get("eos_token")),
             pad_token=_token_content(config.get("pad_token")),
             unk_token=_token_content(config.get("unk_token")),
+            stop_token_ids=_generation_stops(folder, backend.get_vocab_size(with_added_tokens=True)),
         )
 
     def save_hf(self, folder: str | Path) -> None:
@@ -194,13 +198,14 @@ class Tokenizer:
 
     @cached_property
     def eos_token_ids(self) -> list[int]:
-        """EOS plus the token the template closes an assistant turn with (e.g. `<|im_end|>`, `<|eot_id|>`).
+        """EOS, generation_config.json's stop ids, and the token the template closes an assistant turn with (e.g.
+        `<|im_end|>`, `<|eot_id|>`).
 
         Chat models end a reply with the template's end-of-turn token, which is often not the tokenizer's EOS;
         generation must stop on either. The end-of-turn token is found by rendering a one-turn conversation and
         reading the first special token after the assistant's text.
         """
-        ids = [self.eos_token_id]
+        ids = [self.eos_token_id, *(i for i in self.stop_token_ids if i != self.eos_token_id)]
         if self._template is None:
             return ids
         marker = "\x00assistant-reply\x00"
@@ -217,3 +222,16 @@ class Tokenizer:
         if turn_end is not None and self.backend.token_to_id(turn_end) not in ids:
             ids.append(self.backend.token_to_id(turn_end))
         return ids
+
+
+def _generation_stops(folder: Path, vocab_size: int) -> tuple[int, ...]:
+    """``eos_token_id`` of the folder's generation_config.json (an id or a list; what transformers' ``generate``
+    stops on), each within the vocabulary; () without the file. ValueError naming the file for a malformed one."""
+    path = folder / "generation_config.json"
+    if not path.is_file():
+        return ()
+    value = json.loads(path.read_text()).get("eos_token_id")
+    ids = [] if value is None else value if isinstance(value, list) else [value]
+    if len(ids) > 64 or not all(isinstance(i, int) and 0 <= i < vocab_size for i in ids):
+        raise ValueError(f"{path}: eos_token_id must be ids within the vocabulary of {vocab_size}, got {value!r}")
+    return tuple(dict.fromkeys(ids))

@@ -20,7 +20,7 @@ from oxygen_ros.models.registry import load_model
 NEW_TOKENS = 12
 SHAPES = {"vocab_size": 49152, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512,
-          "tie_word_embeddings": True, "rms_norm_eps": 1e-6}  # fmt: skip
+          "tie_word_embeddings": False, "rms_norm_eps": 1e-6}  # fmt: skip
 ARCHITECTURES = {
     # original_max_position_embeddings 32: positions past it are where llama3 scaling changes the angles
     "llama3": (LlamaConfig, {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
@@ -54,7 +54,7 @@ def _save(folder, kind: str, tokenizer) -> None:
                 if "norm" in name:
                     p.normal_(1.0, 0.1)
                 else:
-                    p.normal_(std=0.5 if "embed" in name else 0.1)
+                    p.normal_(std=1.0 if "embed" in name else 0.2)
     model.save_pretrained(folder)
     tokenizer.save_hf(folder)
 
@@ -118,3 +118,25 @@ def test_dynamic_and_yarn_rope_are_refused_naming_them(smollm2_bundle, tmp_path)
         with pytest.raises(EngineError, match=f"unsupported RoPE scaling '{rope_type}'") as err:
             load_model(str(tmp_path), torch.device("cpu"), torch.float32)
         assert err.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_generation_config_stop_ids_end_answers_as_in_transformers(smollm2_bundle, tmp_path):
+    """Llama 3 instruct folders list <|eot_id|> and <|eom_id|> beside EOS in generation_config.json; generation stops
+    on any of them, as transformers' generate does."""
+    tokenizer = smollm2_bundle.tokenizer
+    _save(tmp_path, "llama3", tokenizer)
+    pad = _Pad(tokenizer.pad_token_id)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    # a prompt whose answer decodes a new token after its first: that token becomes a stop id
+    prompt, free, stop = next((p, free, t) for p in PROMPTS
+                              for free in [hf_greedy(model, pad, tokenizer.encode(p), NEW_TOKENS)]
+                              for i, t in enumerate(free) if i >= 1 and t not in free[:i])  # fmt: skip
+    ids = tokenizer.encode(prompt)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [tokenizer.eos_token_id, stop]}))
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    expected = hf_greedy(reference, pad, ids, NEW_TOKENS)
+    assert expected == free[: free.index(stop) + 1]
+    bundle = load_model(str(tmp_path), torch.device("cpu"), torch.float32)
+    assert stop in bundle.tokenizer.eos_token_ids
+    (out,) = make_engine(bundle).generate(_requests([prompt]))
+    assert out.token_ids == expected and out.finish_reason == "stop"
