@@ -1,4 +1,10 @@
-"""Read a llama.cpp GGUF (Llama architecture) into fp32 weights under HF Llama names, plus its tokenizer."""
+"""Read a llama.cpp GGUF (architecture llama, qwen2 or qwen3) into fp32 weights under HF names, plus its tokenizer.
+
+Hyper-parameters come from the architecture's own keys (``<arch>.embedding_length`` ...), as llama.cpp and
+transformers' GGUF loader read them; llama.cpp's converter permutes the q/k rows of the ``llama`` architecture only
+(its RoPE runs interleaved), so only those are un-permuted. Qwen2's q/k/v biases and Qwen3's q/k norms are read from
+the tensors that carry them. Scaled RoPE (a ``rope_freqs`` tensor or ``<arch>.rope.scaling.type``) is refused,
+naming it."""
 
 import importlib.util
 import re
@@ -28,7 +34,10 @@ _BLOCK_NAMES = {
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
 }
+_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 _BLOCK_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
 
@@ -66,33 +75,42 @@ def _read_args(reader: GGUFReader) -> LlamaArgs:
         return reader.fields[key].contents() if key in reader.fields else default
 
     arch = field("general.architecture")
-    if arch != "llama":
-        raise ValueError(f"unsupported GGUF architecture {arch!r}: only 'llama' is supported")
-    if field("llama.rope.scaling.type", "none") != "none":
-        raise ValueError(f"unsupported rope scaling {field('llama.rope.scaling.type')!r} in GGUF")
-    hidden, heads = field("llama.embedding_length"), field("llama.attention.head_count")
+    if arch not in _ARCHITECTURES:
+        raise ValueError(f"unsupported GGUF architecture {arch!r}: supported {list(_ARCHITECTURES)}")
+    names = {t.name for t in reader.tensors}
+    if field(f"{arch}.rope.scaling.type", "none") not in ("none", None) or "rope_freqs.weight" in names:
+        raise ValueError(f"unsupported RoPE scaling in GGUF ({arch}.rope.scaling.type or a rope_freqs tensor)")
+    required = [f"{arch}.{key}" for key in ("embedding_length", "feed_forward_length", "block_count",
+                                            "attention.head_count")]  # fmt: skip
+    missing = [key for key in required if key not in reader.fields]
+    if missing:
+        raise ValueError(f"GGUF metadata lacks {missing}")
+    hidden, heads = field(f"{arch}.embedding_length"), field(f"{arch}.attention.head_count")
     return LlamaArgs(
-        vocab_size=field("llama.vocab_size", len(reader.fields["tokenizer.ggml.tokens"].data)),
+        vocab_size=field(f"{arch}.vocab_size", len(reader.fields["tokenizer.ggml.tokens"].data)),
         hidden_size=hidden,
-        intermediate_size=field("llama.feed_forward_length"),
-        num_layers=field("llama.block_count"),
+        intermediate_size=field(f"{arch}.feed_forward_length"),
+        num_layers=field(f"{arch}.block_count"),
         num_heads=heads,
-        num_kv_heads=field("llama.attention.head_count_kv", heads),
-        head_dim=field("llama.attention.key_length", hidden // heads),
-        rope_theta=float(field("llama.rope.freq_base", 10000.0)),
-        rms_norm_eps=float(field("llama.attention.layer_norm_rms_epsilon", 1e-5)),
-        max_position_embeddings=field("llama.context_length", 8192),
-        tie_word_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
-        attention_bias=False,
+        num_kv_heads=field(f"{arch}.attention.head_count_kv", heads),
+        head_dim=field(f"{arch}.attention.key_length", hidden // heads),
+        rope_theta=float(field(f"{arch}.rope.freq_base", 10000.0)),
+        rms_norm_eps=float(field(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+        max_position_embeddings=field(f"{arch}.context_length", 8192),
+        tie_word_embeddings="output.weight" not in names,
+        attention_bias="blk.0.attn_q.bias" in names,
+        family=arch,
+        qk_norm="blk.0.attn_q_norm.weight" in names,
     )
 
 
 def load_gguf(path: str | Path) -> LoadedModel:
-    """Dequantize every tensor of a Llama GGUF to fp32 and rename it, un-permuting q/k so HF-style RoPE applies."""
+    """Dequantize every tensor of a GGUF to fp32 and rename it, un-permuting a ``llama`` file's q/k so HF-style RoPE
+    applies."""
     path = Path(path)
     reader = GGUFReader(path)
     args = _read_args(reader)
-    n_head = {"attn_q": args.num_heads, "attn_k": args.num_kv_heads}
+    n_head = {"attn_q": args.num_heads, "attn_k": args.num_kv_heads} if args.family == "llama" else {}
     state_dict = {}
     for tensor in tqdm(reader.tensors, desc=f"loading {path.name}", unit="tensor", disable=None):
         weight = quants.dequantize(tensor.data, tensor.tensor_type)

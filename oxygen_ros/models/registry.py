@@ -181,6 +181,15 @@ def _read(name: str) -> LoadedModel:
         except FileNotFoundError as exc:
             raise EngineError(ErrorCode.NOT_FOUND, str(exc)) from exc
     path = Path(name).expanduser()
+    if path.suffix == ".gguf":
+        from oxygen_ros.models.gguf_loader import load_gguf
+
+        if not path.is_file():
+            raise EngineError(ErrorCode.NOT_FOUND, f"model file {path} does not exist")
+        try:
+            return load_gguf(path)
+        except (ValueError, KeyError) as exc:
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load GGUF file {path}: {exc}") from exc
     if path.is_dir():
         from oxygen_ros.models.hf_loader import load_hf_folder
 
@@ -189,5 +198,5 @@ def _read(name: str) -> LoadedModel:
         except (ValueError, FileNotFoundError) as exc:
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load model folder {path}: {exc}") from exc
     raise EngineError(
-        ErrorCode.NOT_FOUND, f"unknown model {name!r}: use one of {known_models()} or a Hugging Face model folder"
+        ErrorCode.NOT_FOUND, f"unknown model {name!r}: use one of {known_models()}, a Hugging Face model folder or a .gguf file"
     )

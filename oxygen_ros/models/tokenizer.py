@@ -14,19 +14,34 @@ import jinja2
 from gguf import GGUFReader
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import AddedToken, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as Backend
 
 # llama.cpp token types; CONTROL and USER_DEFINED tokens must stay whole instead of being cut into BPE pieces.
 _NORMAL, _CONTROL, _USER_DEFINED = 1, 3, 4
 
 # `tokenizer.ggml.pre` -> how the text is split before BPE. SmolLM's vocabulary was trained on single digits.
+# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp), which GGUF files name in `tokenizer.ggml.pre`.
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")  # fmt: skip
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")  # fmt: skip
+
+
+def _split_then_bytes(pattern: str) -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])  # fmt: skip
+
+
 _GGUF_PRE_TOKENIZERS = {
     "default": lambda: pre_tokenizers.ByteLevel(add_prefix_space=False),
     "gpt2": lambda: pre_tokenizers.ByteLevel(add_prefix_space=False),
     "smollm": lambda: pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
     ),
+    "llama-bpe": lambda: _split_then_bytes(_LLAMA3_SPLIT),  # Llama 3.x
+    "llama3": lambda: _split_then_bytes(_LLAMA3_SPLIT),
+    "qwen2": lambda: _split_then_bytes(_QWEN2_SPLIT),  # Qwen2, Qwen2.5, Qwen3
 }
 
 

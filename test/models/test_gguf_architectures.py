@@ -1,0 +1,129 @@
+"""Any GGUF file of the llama, qwen2 or qwen3 architecture is a model (``model: /path/file.gguf``): tiny random ones
+written with the ``gguf`` package's writer (SmolLM2's vocabulary, with the pre-tokenizers Llama 3 and Qwen files
+name: ``llama-bpe``, ``qwen2``), loaded by us and by transformers' own GGUF loader: the tokenizer's ids are equal on
+mixed text (code, accents, emoji, numbers) and the engine's greedy answers token for token; Qwen2's biases and
+Qwen3's q/k norms come from the file. What we do not run is refused at load naming it."""
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from engine_helpers import make_engine
+from gguf import GGUFReader
+from hf_reference import hf_greedy
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from oxygen_ros.engine.io import GenerateRequest
+from oxygen_ros.engine.sampling_params import SamplingParams
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.models.gguf_loader import smollm2_gguf_path
+from oxygen_ros.models.registry import load_model
+
+HIDDEN, FF, LAYERS, HEADS, KV_HEADS = 64, 128, 2, 4, 2
+HEAD_DIMS = {"llama": 16, "qwen2": 16, "qwen3": 128}  # transformers' qwen3 GGUF mapping assumes Qwen3's head_dim 128
+NEW_TOKENS = 10
+FILES = {"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2"}  # architecture -> tokenizer.ggml.pre
+TEXTS = ["def f(x):\n    return x ** 2  # 12345678", "Crème brûlée à la carte, naïve façade", "robot 🤖 says hi 👋🏽!",
+         "3.14159 + 2,718 = 5.86  \t\n\n  spaced", "I'll say they're here; we've 100s of 'em"]  # fmt: skip
+PROMPTS = ["The robot picked up the red block and", "x = 12345 * 3.5\n", "Où est le chargeur ? Il était"]
+
+
+def _write(path: Path, arch: str, pre: str) -> None:
+    source = GGUFReader(smollm2_gguf_path())
+    head_dim = HEAD_DIMS[arch]
+
+    def field(key: str):
+        return source.fields[key].contents()
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(LAYERS)
+    writer.add_context_length(512)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_feed_forward_length(FF)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_freq_base(1e6 if arch != "llama" else 5e5)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    tokens = field("tokenizer.ggml.tokens")
+    writer.add_token_list(tokens)
+    writer.add_token_merges(field("tokenizer.ggml.merges"))
+    writer.add_token_types(field("tokenizer.ggml.token_type"))
+    writer.add_bos_token_id(field("tokenizer.ggml.bos_token_id"))
+    writer.add_eos_token_id(field("tokenizer.ggml.eos_token_id"))
+    rng = np.random.default_rng(3)
+
+    def tensor(name: str, shape: tuple[int, ...], std: float = 0.2, mean: float = 0.0) -> None:
+        writer.add_tensor(name, (mean + std * rng.standard_normal(shape)).astype(np.float32))
+
+    tensor("token_embd.weight", (len(tokens), HIDDEN), 1.0)
+    tensor("output.weight", (len(tokens), HIDDEN))
+    tensor("output_norm.weight", (HIDDEN,), 0.1, 1.0)
+    for i in range(LAYERS):
+        b = f"blk.{i}"
+        for name, shape in (("attn_q", (HEADS * head_dim, HIDDEN)), ("attn_k", (KV_HEADS * head_dim, HIDDEN)),
+                            ("attn_v", (KV_HEADS * head_dim, HIDDEN)), ("attn_output", (HIDDEN, HEADS * head_dim)),
+                            ("ffn_gate", (FF, HIDDEN)), ("ffn_up", (FF, HIDDEN)), ("ffn_down", (HIDDEN, FF))):  # fmt: skip
+            tensor(f"{b}.{name}.weight", shape)
+        tensor(f"{b}.attn_norm.weight", (HIDDEN,), 0.1, 1.0)
+        tensor(f"{b}.ffn_norm.weight", (HIDDEN,), 0.1, 1.0)
+        if arch == "qwen2":
+            for name, rows in (("attn_q", HEADS * head_dim), ("attn_k", KV_HEADS * head_dim),
+                               ("attn_v", KV_HEADS * head_dim)):  # fmt: skip
+                tensor(f"{b}.{name}.bias", (rows,), 0.1)
+        if arch == "qwen3":
+            tensor(f"{b}.attn_q_norm.weight", (head_dim,), 0.1, 1.0)
+            tensor(f"{b}.attn_k_norm.weight", (head_dim,), 0.1, 1.0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.fixture(scope="module", params=list(FILES))
+def written(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp(request.param) / f"tiny-{request.param}.gguf"
+    _write(path, request.param, FILES[request.param])
+    theirs = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    return request.param, path, theirs, model
+
+
+def test_the_tokenizer_equals_transformers_gguf_tokenizer(written):
+    _, path, theirs, _ = written
+    ours = load_model(str(path), torch.device("cpu"), torch.float32).tokenizer
+    for text in TEXTS:
+        assert ours.encode(text) == theirs.encode(text, add_special_tokens=False), text
+
+
+def test_greedy_answers_equal_transformers_gguf_loader(written):
+    arch, path, theirs, model = written
+    bundle = load_model(str(path), torch.device("cpu"), torch.float32)
+    args = bundle.model.args
+    assert (args.family, args.attention_bias, args.qk_norm) == (arch, arch == "qwen2", arch == "qwen3")
+    expected = [hf_greedy(model, theirs, bundle.tokenizer.encode(p), NEW_TOKENS) for p in PROMPTS]
+    assert len({tuple(e) for e in expected}) == len(PROMPTS) and all(len(set(e)) > 2 for e in expected)
+    sampling = SamplingParams(max_new_tokens=NEW_TOKENS)
+    outs = make_engine(bundle).generate([GenerateRequest(p, chat=False, sampling=sampling) for p in PROMPTS])
+    assert [o.token_ids for o in outs] == expected
+
+
+def test_what_we_do_not_run_is_refused_naming_it(tmp_path):
+    path = tmp_path / "gemma.gguf"
+    writer = gguf.GGUFWriter(str(path), "gemma2")
+    writer.add_block_count(1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(EngineError, match="unsupported GGUF architecture 'gemma2'") as err:
+        load_model(str(path), torch.device("cpu"), torch.float32)
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
+    with pytest.raises(EngineError, match="does not exist") as err:
+        load_model(str(tmp_path / "absent.gguf"), torch.device("cpu"), torch.float32)
+    assert err.value.code == ErrorCode.NOT_FOUND
