@@ -94,6 +94,7 @@ test: install
 lint: venv
 	.venv/bin/ruff check .
 	.venv/bin/lint-imports --no-cache
+	.venv/bin/vermin --no-tips -t=3.10- --violations --eval-annotations oxygen_ros launch
 
 demo: install
 	.venv/bin/oxygen-ros demo

@@ -41,7 +41,7 @@ setup(
     name="oxygen_ros",
     version=version(),
     description="Unified paged KV cache and shared inference engine for multi-task robot models",
-    python_requires=">=3.11",
+    python_requires=">=3.10",
     packages=packages + kernel_packages,
     package_dir={"oxygen_ros.kernels": "kernels"},
     package_data={"oxygen_ros": data_files("oxygen_ros"), "oxygen_ros.kernels": data_files("kernels")},

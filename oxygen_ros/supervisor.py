@@ -100,9 +100,12 @@ class _Child:
 
 
 def _dies_with(parent: int) -> Callable[[], None]:
-    """preexec_fn of a child: SIGTERM when the supervisor dies; exit if it is already gone."""
+    """preexec_fn of a child: its own process group (a terminal's Ctrl-C reaches the supervisor alone, which stops
+    the nodes in order; Popen's process_group needs Python 3.11), SIGTERM when the supervisor dies; exit if it is
+    already gone."""
 
     def preexec() -> None:
+        os.setpgid(0, 0)
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:
             os._exit(1)
@@ -273,7 +276,6 @@ class Supervisor:
                 stdout=self._output,
                 stderr=None if self._output is None else subprocess.STDOUT,
                 env=self._env,
-                process_group=0,
                 preexec_fn=_dies_with(os.getpid()),
             )
         LOGGER.info(f"started {child.spec.name} (pid {child.process.pid})")

@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from enum import Enum
 
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, RequestOutput
@@ -37,10 +37,16 @@ PHASES = ("prefill", "denoise", "decode")
 _MIN_DEADLINE_S = 1e-9  # a frame already over still gets a (past) deadline, so the engine drops its actions unserved
 
 
-class Mode(StrEnum):
+class Mode(str, Enum):  # a StrEnum (3.11+) spelled for Python 3.10
     BASELINE = "baseline"
     SHARED_KV = "shared_kv"
     CONTINUOUS_BATCHING = "continuous_batching"
+
+    def __str__(self) -> str:  # as StrEnum: the value, in str() and in f-strings
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
 
 @dataclass
