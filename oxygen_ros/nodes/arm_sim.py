@@ -228,10 +228,21 @@ class ArmSim(Node):
         actual = JointTrajectoryPoint(positions=positions.tolist(), velocities=velocities.tolist(),
                                       time_from_start=since_start)  # fmt: skip
         error = JointTrajectoryPoint(positions=[0.0] * len(self._joints), time_from_start=since_start)
-        feedback = FollowJointTrajectory.Feedback(joint_names=self._joints, desired=desired, actual=actual,
-                                                  error=error, index=self._trajectory.index(now))  # fmt: skip
+        feedback = trajectory_feedback(FollowJointTrajectory.Feedback, self._joints, desired, actual, error,
+                                       self._trajectory.index(now))  # fmt: skip
         feedback.header.stamp = stamp
         active.handle.publish_feedback(feedback)
+
+
+def trajectory_feedback(feedback_type: type, joints: list[str], desired: JointTrajectoryPoint,
+                        actual: JointTrajectoryPoint, error: JointTrajectoryPoint, index: int) -> Any:  # fmt: skip
+    """A FollowJointTrajectory feedback of whichever shape this distribution's control_msgs has: the point being
+    played (``index``) only where the message has the field (control_msgs 5+, Kilted; Humble's and Jazzy's have
+    none, and a message refuses a field it does not have)."""
+    feedback = feedback_type(joint_names=joints, desired=desired, actual=actual, error=error)
+    if "index" in feedback.get_fields_and_field_types():
+        feedback.index = index
+    return feedback
 
 
 def main(args: list[str] | None = None) -> int:
