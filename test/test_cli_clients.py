@@ -15,6 +15,7 @@ import pytest
 from oxygen_ros.bringup import Graph
 from oxygen_ros.cli.stats import format_stats
 from oxygen_ros.srv import GetPoolStats
+from rclpy.node import Node
 from ros_harness import acquire_domain_id, call_service
 
 OXYGEN_ROS = str(Path(sys.prefix) / "bin" / "oxygen-ros")
@@ -23,6 +24,7 @@ NOT_RUNNING = {
     ("instruct", "go"): "/follow_instruction action server",
     ("navigate", "--x", "1", "--y", "2"): "/navigate action server",
     ("stats",): "/oxygen/get_pool_stats service",
+    ("stats", "--namespace", "robot7"): "/robot7/oxygen/get_pool_stats service",  # a namespaced robot's
 }
 
 
@@ -56,7 +58,7 @@ def test_every_client_says_when_no_graph_is_running():
             == f"error: no {NOT_RUNNING[args]}: is `oxygen-ros up` (or `ros2 launch oxygen_ros oxygen.launch.py`) running?\n"
         )
         assert stdout == ""
-    assert elapsed < 30, f"four clients took {elapsed:.0f} s to give up"
+    assert elapsed < 30, f"{len(procs)} clients took {elapsed:.0f} s to give up"
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +134,17 @@ def test_navigate_streams_distance_and_ctrl_c_cancels(graph):
     status, out = _stream_then_interrupt(["navigate", "--x", "0.5", "--y", "3.5", "--instruction", "go slowly"],
                                          r"m to go")  # fmt: skip
     assert status == 130 and re.search(r"^cancelled: [\d.]+ m from the target", out, re.M), out
+
+
+def test_a_namespace_reaches_that_robots_servers(graph):
+    """`--namespace robot7` asks /robot7/oxygen/get_pool_stats (a stand-in server there), not the root graph's."""
+    node = graph.add(Node("pool_stats_stand_in", namespace="robot7", context=graph.context))
+
+    def answer(request: GetPoolStats.Request, response: GetPoolStats.Response) -> GetPoolStats.Response:
+        response.stats.total_blocks, response.stats.free_blocks, response.stats.block_size = 77, 77, 16
+        return response
+
+    node.create_service(GetPoolStats, "oxygen/get_pool_stats", answer)
+    result = oxygen_ros("stats", "--namespace", "robot7", "--timeout", "10")
+    assert result.returncode == 0, result.stderr
+    assert "77 blocks of 16 tokens" in result.stdout

@@ -7,20 +7,21 @@ import sys
 
 
 def register(subparsers) -> None:
-    from oxygen_ros.cli.options import add_timeout_argument
+    from oxygen_ros.cli.options import add_namespace_argument, add_timeout_argument
 
     parser = subparsers.add_parser("ask", help="ask the running graph's VQA node a question about what it sees")
     parser.add_argument("question", help="the question, e.g. 'Which object is closest to the robot?'")
     parser.add_argument("--observation", default="", metavar="ID", help="observation id to ask about ('' = latest)")
     parser.add_argument("--max-new-tokens", type=int, default=0, help="answer token budget (0 = the node's default)")
     add_timeout_argument(parser)
+    add_namespace_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from oxygen_ros.cli.client import run_client
 
-    return run_client("oxygen_ask", lambda c: _ask(c, args))
+    return run_client("oxygen_ask", lambda c: _ask(c, args), args.namespace)
 
 
 def _ask(client, args: argparse.Namespace) -> int:
@@ -43,11 +44,12 @@ def _ask(client, args: argparse.Namespace) -> int:
             pieces.append(body)
             print(body, end="", flush=True)
 
-    handle = client.send_goal(AskQuestion, "/vqa/ask", goal, args.timeout, show)
+    handle = client.send_goal(AskQuestion, "vqa/ask", goal, args.timeout, show)
+    name = client.node.resolve_topic_name("vqa/ask")  # under --namespace
     if handle is None:
-        print("/vqa/ask rejected the question", file=sys.stderr)
+        print(f"{name} rejected the question", file=sys.stderr)
         return EXIT_BAD_REQUEST
-    result, cancelled = client.follow(handle, "/vqa/ask")
+    result, cancelled = client.follow(handle, name)
     if pieces:
         print()
     if cancelled:

@@ -89,6 +89,7 @@ class Client:
         """Call service ``name``: Unavailable if it does not appear within ``timeout`` s or answer within
         ``answer_timeout`` s (None = wait as long as the node works on it)."""
         client = self.node.create_client(srv_type, name)
+        name = self.node.resolve_service_name(name)
         if not client.wait_for_service(timeout_sec=timeout):
             raise Unavailable(not_running(name, "service"))
         return self.wait(client.call_async(request), answer_timeout, name)
@@ -98,6 +99,7 @@ class Client:
     ) -> ClientGoalHandle | None:
         """Send ``goal`` to action server ``name``; the goal handle, or None if the server rejected the goal."""
         client = ActionClient(self.node, action_type, name)
+        name = self.node.resolve_topic_name(name)
         if not client.wait_for_server(timeout_sec=timeout):
             raise Unavailable(not_running(name, "action server"))
         handle = self.wait(client.send_goal_async(goal, feedback_callback=lambda msg: feedback(msg.feedback)),
@@ -116,11 +118,12 @@ class Client:
             return self.wait(result_future, 10.0, f"{name} (result after cancel)").result, True
 
 
-def run_client(name: str, body: Callable[[Client], int]) -> int:
-    """Run ``body`` with a fresh client; a missing or silent server becomes one line on stderr and status 69, and
-    Ctrl-C outside a goal (which ``follow`` cancels) status 130 without a traceback."""
+def run_client(name: str, body: Callable[[Client], int], namespace: str = "") -> int:
+    """Run ``body`` with a fresh client in ``namespace`` (the servers' relative names resolve under it); a missing or
+    silent server becomes one line on stderr and status 69, and Ctrl-C outside a goal (which ``follow`` cancels)
+    status 130 without a traceback."""
     try:
-        with client(name) as c:
+        with client(name, namespace) as c:
             return body(c)
     except Unavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -143,6 +146,7 @@ def run_goal(
     """Send ``goal``, stream its feedback, print ``summary(result)``; the exit status: 2 if the server rejects the
     goal (``hint`` says what to check), 130 if cancelled by Ctrl-C, the error's status if it fails, else 0."""
     handle = c.send_goal(action_type, name, goal, timeout, feedback)
+    name = c.node.resolve_topic_name(name)
     if handle is None:
         print(f"{name} rejected the goal (check {hint})", file=sys.stderr)
         return EXIT_BAD_REQUEST
@@ -155,12 +159,12 @@ def run_goal(
 
 
 @contextmanager
-def client(name: str) -> Iterator[Client]:
-    """A node ``name_<pid>`` (two commands may run at once) in a fresh context (ROS_DOMAIN_ID from the
-    environment), torn down on exit."""
+def client(name: str, namespace: str = "") -> Iterator[Client]:
+    """A node ``name_<pid>`` (two commands may run at once) in ``namespace`` and a fresh context (ROS_DOMAIN_ID from
+    the environment), torn down on exit."""
     context = Context()
     rclpy.init(context=context, signal_handler_options=SignalHandlerOptions.NO)
-    node = Node(f"{name}_{os.getpid()}", context=context)
+    node = Node(f"{name}_{os.getpid()}", namespace=namespace, context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     try:

@@ -5,13 +5,14 @@ import argparse
 
 
 def register(subparsers) -> None:
-    from oxygen_ros.cli.options import add_timeout_argument
+    from oxygen_ros.cli.options import add_namespace_argument, add_timeout_argument
 
     parser = subparsers.add_parser("instruct", help="stream action chunks for an instruction (Ctrl-C cancels)")
     parser.add_argument("instruction", help="what to do, e.g. 'pick up the red triangle'")
     parser.add_argument("--rate", type=float, default=10.0, metavar="HZ", help="action chunks per second")
     parser.add_argument("--duration", type=float, default=5.0, metavar="S", help="seconds to follow (0 = until Ctrl-C)")
     add_timeout_argument(parser)
+    add_namespace_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -27,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
     return run_client(
         "oxygen_instruct",
-        lambda c: run_goal(c, FollowInstruction, "/follow_instruction", goal, args.timeout, feedback, summary,
+        lambda c: run_goal(c, FollowInstruction, "follow_instruction", goal, args.timeout, feedback, summary,
                            "the instruction, --rate and --duration"),
+        args.namespace,
     )  # fmt: skip

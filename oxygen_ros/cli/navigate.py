@@ -6,7 +6,7 @@ import math
 
 
 def register(subparsers) -> None:
-    from oxygen_ros.cli.options import add_timeout_argument
+    from oxygen_ros.cli.options import add_namespace_argument, add_timeout_argument
 
     parser = subparsers.add_parser("navigate", help="drive to a pose (map frame) with language reasoning")
     parser.add_argument("--x", type=float, required=True, help="target x in metres (map frame)")
@@ -19,6 +19,7 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--instruction", default="", help="optional hint, e.g. 'pass left of the table'")
     add_timeout_argument(parser)
+    add_namespace_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -55,5 +56,6 @@ def run(args: argparse.Namespace) -> int:
 
     return run_client(
         "oxygen_navigate",
-        lambda c: run_goal(c, Navigate, "/navigate", goal, args.timeout, feedback, summary, "--x, --y and --yaw"),
+        lambda c: run_goal(c, Navigate, "navigate", goal, args.timeout, feedback, summary, "--x, --y and --yaw"),
+        args.namespace,
     )

@@ -5,10 +5,11 @@ import argparse
 
 
 def register(subparsers) -> None:
-    from oxygen_ros.cli.options import add_timeout_argument
+    from oxygen_ros.cli.options import add_namespace_argument, add_timeout_argument
 
     parser = subparsers.add_parser("stats", help="print the running inference node's KV pool statistics")
     add_timeout_argument(parser)
+    add_namespace_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -17,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     from oxygen_ros.srv import GetPoolStats
 
     def show(client) -> int:
-        stats = client.call(GetPoolStats, "/oxygen/get_pool_stats", GetPoolStats.Request(), args.timeout,
+        stats = client.call(GetPoolStats, "oxygen/get_pool_stats", GetPoolStats.Request(), args.timeout,
                             args.timeout).stats  # fmt: skip
         if stats.total_blocks == 0:
             print("the inference node has no KV pool: configure and activate it (`ros2 lifecycle set ...`)")
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_stats(stats))
         return 0
 
-    return run_client("oxygen_stats", show)
+    return run_client("oxygen_stats", show, args.namespace)
 
 
 def format_stats(stats) -> str:
