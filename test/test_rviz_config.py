@@ -1,6 +1,7 @@
 """config/oxygen.rviz (rviz2 is not installable here): every display must be a real rviz_default_plugins class
 subscribed to a topic that one of our nodes publishes, with the message type that display draws; and the file must
-be installed where the README's `rviz2 -d` command looks."""
+be installed where the README's `rviz2 -d` command looks. Its topics are relative, as our nodes' are: rviz2 started in
+a robot's namespace (`--ros-args -r __ns:=/robot1`) shows that robot's."""
 
 import re
 import sys
@@ -19,7 +20,7 @@ DISPLAYS = {
     "LaserScan": "LaserScan", "Map": "OccupancyGrid", "TwistStamped": "TwistStamped",
 }  # fmt: skip
 # create_publisher(Type, "topic", ...) and parameter tables of the form "x_topic": ("topic", "pkg/Type output ...");
-# names are relative (a namespaced bringup moves them), so rviz's absolute ones are those of a bringup without one
+# names are relative (a namespaced bringup moves them), and so are rviz's: compared as a bringup without one has them
 PUBLISHER = re.compile(r'create_(?:lifecycle_)?publisher\(\s*(\w+),\s*"([^"]+)"')
 OUTPUT_PARAMETER = re.compile(r'"\w+_topic":\s*\(\s*"([^"]+)",\s*"\w+/(\w+) output')
 
@@ -56,7 +57,9 @@ def test_every_display_is_a_default_plugin_on_a_topic_we_publish():
         if DISPLAYS[name] is None:
             assert "Topic" not in display, display["Name"]
             continue
-        topic = display["Topic"]["Value"]
+        relative = display["Topic"]["Value"]
+        assert not relative.startswith("/"), f"{display['Name']}: {relative} is absolute: a namespace would not move it"
+        topic = _absolute(relative)
         assert topic in topics, f"{display['Name']}: no node of ours publishes {topic}"
         assert topics[topic] == DISPLAYS[name], f"{display['Name']}: {topic} carries {topics[topic]}"
 
@@ -66,10 +69,10 @@ def test_the_view_shows_the_pool_the_path_and_both_images_in_the_map_frame():
     assert config["Global Options"]["Fixed Frame"] == "map"
     shown = {(d["Class"].split("/")[1], d["Topic"]["Value"]) for d in config["Displays"] if "Topic" in d}
     assert shown == {
-        ("MarkerArray", "/oxygen/pool_markers"), ("Image", "/oxygen/pool_image"), ("Image", "/camera/image_raw"),
-        ("Path", "/plan"),
+        ("MarkerArray", "oxygen/pool_markers"), ("Image", "oxygen/pool_image"), ("Image", "camera/image_raw"),
+        ("Path", "plan"),
     }  # fmt: skip
-    camera = next(d for d in config["Displays"] if d.get("Topic", {}).get("Value") == "/camera/image_raw")
+    camera = next(d for d in config["Displays"] if d.get("Topic", {}).get("Value") == "camera/image_raw")
     assert camera["Topic"]["Reliability Policy"] == "Best Effort"  # camera_sim publishes with sensor-data QoS
 
 

@@ -349,7 +349,8 @@ class InferenceNode(LifecycleNode):
         report = health.assess(state, stats, self._last_report, warn_fraction, resources)
         self._last_report = stats
         status = DiagnosticStatus(
-            level=bytes([report.level]), name=f"{NODE_NAME}: KV pool", message=report.message,
+            level=bytes([report.level]), name=f"{self.get_fully_qualified_name().lstrip('/')}: KV pool",
+            message=report.message,
             hardware_id=stats.pool.model if stats else "", values=[KeyValue(key=k, value=v) for k, v in report.values],
         )  # fmt: skip
         msg = DiagnosticArray(status=[status])
