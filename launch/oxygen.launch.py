@@ -5,8 +5,9 @@ On a robot (the default, `use_sim:=false`) no node of this file publishes odomet
 node and the task nodes read the robot's camera on `camera_topic`, and the task nodes command the robot's own
 `cmd_vel` and the arm's controllers. `use_sim:=true` adds camera_sim (simulated frames, odometry, a laser scan, a
 simulated base), the simulated SO-100 arm's controllers (arm_sim, gripper_sim) and the parameters of
-``oxygen_ros.simulation``. Every name is relative, so
-`namespace:=robot1` moves the whole graph (`/diagnostics` stays global).
+``oxygen_ros.simulation``. Every name is relative, and /tf and /tf_static are remapped to relative names as
+nav2_bringup does, so `namespace:=robot1` moves the whole graph, its transforms included (`/diagnostics` stays
+global; its status names carry the namespace).
 
 Every node reads its parameters from one YAML file (default: the installed config/oxygen.yaml, the same file
 `oxygen-ros up` reads). The inference node's parameters, lowest first: that file, then the model preset
@@ -37,6 +38,9 @@ from launch_ros.parameter_descriptions import ParameterValue
 from oxygen_ros import simulation
 from oxygen_ros.nodes import presets
 
+# nav2_bringup's: TF is /tf and /tf_static (absolute, as tf2 publishes it), so under namespace:=robot1 each robot's
+# nodes must read and write /robot1/tf; at the root namespace this maps /tf onto itself.
+TF_REMAPPINGS = [("/tf", "tf"), ("/tf_static", "tf_static")]
 RESPAWN_DELAY_S = 1.0
 INFERENCE_RESPAWN_DELAY_S = 2.0
 TASK_NODES = simulation.TASK_NODES  # no model: each calls oxygen/infer
@@ -76,6 +80,7 @@ def _nodes(context) -> list:
     common = {
         "namespace": LaunchConfiguration("namespace").perform(context),
         "ros_arguments": ["--log-level", LaunchConfiguration("log_level").perform(context)],
+        "remappings": TF_REMAPPINGS,
         "output": "screen",
     }
     inference = LifecycleNode(

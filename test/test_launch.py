@@ -155,10 +155,11 @@ def test_use_sim_adds_the_simulator_and_the_simulation_parameters(launch):
         assert simulated[name]["use_sim"] is True
 
 
-def test_namespace_clock_and_log_level_reach_every_node(launch):
+def test_namespace_tf_clock_and_log_level_reach_every_node(launch):
     nodes = launch(use_sim="true", namespace="robot1", use_sim_time="true", log_level="debug").nodes()
     for name, node in nodes.items():
         assert node.namespace == "robot1", name
+        assert node.remappings == [("/tf", "tf"), ("/tf_static", "tf_static")], name  # /robot1/tf, as nav2_bringup
         assert node.ros_arguments == ["--log-level", "debug"], name
         assert node.parameters[-1]["use_sim_time"] is True, name
     with pytest.raises(ValueError, match="log_level"):
