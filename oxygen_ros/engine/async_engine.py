@@ -163,10 +163,9 @@ class AsyncEngine:
         cap = self.pacer.prefill_cap(now)
         if self.engine.owes_actions:
             return 0.0, cap
-        pending = self.engine.pending_language_tokens()
-        hold = self.pacer.hold_s(now, pending if cap is None else min(pending, cap))
-        decoding = self.engine.language_decode_rows()
-        if hold > 0 and decoding and self.pacer.hold_s(now, decoding) <= 0:
+        hold = self.pacer.hold_s(now, self.engine.language_step_tokens(cap))
+        decode_only = self.engine.language_step_tokens(0)  # the decode rows alone
+        if hold > 0 and decode_only and self.pacer.hold_s(now, decode_only) <= 0:
             return 0.0, 0
         return hold, cap
 

@@ -139,11 +139,16 @@ class Engine:
         """A request still waits for its action chunk: the next step serves it (see Scheduler.schedule)."""
         return any(r.service_class == SERVE_ACTIONS for r in self.requests.values())
 
-    def pending_language_tokens(self) -> int:
-        """Tokens the next language step would compute at most: every unfinished language request's uncomputed
-        tokens (prefix-cache hits not subtracted), capped by the step's token budget. For frame pacing."""
-        pending = sum(r.num_tokens - r.num_computed_tokens for r in self.requests.values() if r.service_class != SERVE_ACTIONS)
-        return min(pending, self.config.max_num_batched_tokens)
+    def language_step_tokens(self, prefill_cap: int | None) -> int:
+        """About how many tokens the next language step computes under ``prefill_cap`` (Scheduler.schedule): its
+        decode rows and the prompt tokens the cap lets through, which is at least the largest bidirectional region
+        a prompt still has to compute (a step's first prompt takes its whole region). For frame pacing."""
+        prompting = [r for r in self.requests.values() if r.service_class != SERVE_ACTIONS and not r.prefill_done]
+        pending = sum(r.num_tokens - r.num_computed_tokens for r in prompting)
+        if prefill_cap is not None:
+            region = max((r.bidirectional_len - r.num_computed_tokens for r in prompting), default=0)
+            pending = 0 if prefill_cap == 0 else min(pending, max(prefill_cap, region))
+        return min(self.language_decode_rows() + pending, self.config.max_num_batched_tokens)
 
     def language_decode_rows(self) -> int:
         """Running language requests past their prompt: the rows of a decode-only step. For frame pacing."""

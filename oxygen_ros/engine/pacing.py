@@ -104,12 +104,16 @@ class FramePacer:
     def prefill_cap(self, now: float) -> int | None:
         """The most prompt tokens a language step may compute now: what runs in half of the slack the tightest live
         stream's window leaves after an action step (a chunk asked for at the worst moment waits out this step, then
-        runs its own). None (no cap) without a live stream with a window, or before a language step was timed."""
+        runs its own). None (no cap) without a live stream with a window, before a language step was timed, or when an
+        action step alone outlasts the window."""
         windows = [w for w in (s.window() for s in self._live(now)) if w]
         if not windows or not self._steps:
             return None
         slack = min(windows) - (max(self._action_steps) if self._action_steps else 0.0)
-        return max(1, int(slack / 2 / self._seconds_per_token()))
+        per_token = self._seconds_per_token()
+        if slack <= 0 or per_token <= 0:  # the chunk misses its window anyway: capping language would not save it
+            return None
+        return max(1, int(slack / 2 / per_token))
 
     def hold_s(self, now: float, tokens: int = 1) -> float:
         """How long to hold a language step computing ``tokens`` tokens from ``now``; 0 = step now. Waking early

@@ -15,7 +15,8 @@ While an arm runs, the serving thread caps the prompt tokens a language step may
 ``FramePacer.prefill_cap``): a chunk asked for during a language step waits out that step, so four questions'
 prefills are spread over four short steps instead of one long one. The step's first prefill may exceed the cap by
 its indivisible bidirectional region (and always gets one token), so a cap slows language work, never starves it;
-a cap of 0 makes a decode-only step (the pacer's choice when a prompt would not finish before a chunk is due).
+a cap of 0 makes a decode-only step (the pacer's choice when a prompt would not finish before a chunk is due). A
+waiting prompt the cap refuses ends the step's prompts: no smaller one behind it (or in a later class) overtakes it.
 
 A request whose uncached prompt blocks are being computed in this very step by another request waits one step and
 then reuses them: an observation shared by several tasks is prefilled once.  When the pool cannot grow a running
@@ -96,6 +97,8 @@ class Scheduler:
         seat or blocks even after every later-class request was preempted."""
         for req in sorted((r for r in self.waiting if r.service_class == service_class), key=_order):
             if self._chunk(req, budget) <= 0:
+                if self._capped(req):  # the cap refused it: no later prompt overtakes it this step
+                    self._prefill_left = 0
                 continue
             hashes = self.kv.reusable_hashes(req)
             cached = 0

@@ -2,6 +2,7 @@
 (Llama 3.x's scaled RoPE included), Mistral without its window, Qwen2, Qwen3 and SmolLM3."""
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -37,14 +38,17 @@ def _rope(config: dict, source: Path) -> tuple[float, RopeScaling | None]:
     try:
         factor = float(params["factor"])
         if rope_type == "linear":
-            return theta, RopeScaling("linear", factor)
-        original = params.get("original_max_position_embeddings", config.get("max_position_embeddings"))
-        scaling = RopeScaling("llama3", factor, float(params["low_freq_factor"]), float(params["high_freq_factor"]),
-                              int(original))  # fmt: skip
+            scaling = RopeScaling("linear", factor)
+        else:
+            original = params.get("original_max_position_embeddings", config.get("max_position_embeddings"))
+            scaling = RopeScaling("llama3", factor, float(params["low_freq_factor"]),
+                                  float(params["high_freq_factor"]), int(original))  # fmt: skip
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{source}: rope_scaling of type {rope_type!r} lacks or misstates {exc}") from exc
-    if scaling.high_freq_factor <= scaling.low_freq_factor or min(factor, scaling.low_freq_factor) <= 0:
-        raise ValueError(f"{source}: rope_scaling llama3 needs factor, low_freq_factor > 0 and high > low")
+    numbers = (scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor, scaling.original_max_position_embeddings)
+    if not all(math.isfinite(x) and x > 0 for x in numbers) or scaling.high_freq_factor <= scaling.low_freq_factor:
+        raise ValueError(f"{source}: rope_scaling {rope_type} needs finite positive factors (high_freq_factor > "
+                         f"low_freq_factor), got {scaling}")  # fmt: skip
     return theta, scaling
 
 
@@ -54,7 +58,9 @@ def _no_rope_layers(config: dict, source: Path) -> tuple[int, ...]:
         return ()
     layers = config.get("no_rope_layers")
     if layers is None:  # transformers derives them from the interval: every interval-th layer has no RoPE
-        interval = int(config.get("no_rope_layer_interval", 4))
+        interval = config.get("no_rope_layer_interval", 4)
+        if not isinstance(interval, int) or interval < 1:
+            raise ValueError(f"{source}: no_rope_layer_interval must be a positive integer, got {interval!r}")
         layers = [int((i + 1) % interval != 0) for i in range(config["num_hidden_layers"])]
     if len(layers) != config["num_hidden_layers"] or not set(layers) <= {0, 1}:
         raise ValueError(f"{source}: no_rope_layers must be one 0 or 1 per layer, got {layers}")

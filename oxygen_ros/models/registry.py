@@ -188,7 +188,7 @@ def _read(name: str) -> LoadedModel:
             raise EngineError(ErrorCode.NOT_FOUND, f"model file {path} does not exist")
         try:
             return load_gguf(path)
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, IndexError) as exc:  # IndexError: a special token id past the vocabulary
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load GGUF file {path}: {exc}") from exc
     if path.is_dir():
         from oxygen_ros.models.hf_loader import load_hf_folder

@@ -32,7 +32,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros import bounds
 from oxygen_ros.control.arm.joint_limits import JointLimit, joint_limits, urdf_limits
-from oxygen_ros.control.arm.state_entries import state_entries
+from oxygen_ros.control.arm.state_entries import MAX_SPEED, state_entries, velocity_or_nan
 from oxygen_ros.control.arm.joint_map import JointMap
 from oxygen_ros.control.arm.safety import SafeTargets
 from oxygen_ros.errors import EngineError, ErrorCode
@@ -163,7 +163,7 @@ class ArmIO:
         velocities = msg.velocity if len(msg.velocity) == len(msg.name) else [math.nan] * len(msg.name)
         for name, position, velocity in zip(msg.name, msg.position, velocities):
             if name in self._wanted and math.isfinite(position):  # only the joints we command or read: bounded
-                self._joints[name] = (position, velocity if math.isfinite(velocity) else math.nan, arrival, stamp)
+                self._joints[name] = (position, velocity_or_nan(velocity), arrival, stamp)
 
     def _on_description(self, msg: String) -> None:
         try:
@@ -206,7 +206,7 @@ class ArmIO:
         for entry, (position, velocity) in zip(self.state, readings):
             if entry.velocity and not math.isfinite(velocity):
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"state entry {entry.name}: the joint states carry "
-                                  f"no velocity for joint {entry.joint}")  # fmt: skip
+                                  f"no velocity for joint {entry.joint} (or one over {MAX_SPEED:g})")  # fmt: skip
             i = index.get(entry.joint)
             if entry.velocity:
                 state.append(velocity if i is None else velocity / self.map.scale[i])

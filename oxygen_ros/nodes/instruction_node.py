@@ -266,6 +266,11 @@ class InstructionNode(TaskActionNode[Stream]):
         ticks = stream.ticks
         assert ticks is not None, "start() sets the goal's clock before its thread"
         due = ticks.now()
+        if ticks.simulated and due == 0:  # use_sim_time before the first /clock: no time to keep yet
+            if stream.plan is not None:
+                self.vla.hold(stream.plan)
+            stream.run.end(ErrorCode.FAILED_PRECONDITION, "use_sim_time is set but no /clock has arrived yet")
+            return
         while True:
             now = ticks.now()
             if due < now - period:

@@ -52,7 +52,7 @@ from oxygen_ros import bounds
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes.convert import image_to_rgb, rgb_to_image
-from oxygen_ros.control.arm.state_entries import state_entries
+from oxygen_ros.control.arm.state_entries import state_entries, velocity_or_nan
 from oxygen_ros.nodes.declare import declare
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.stamps import nanoseconds
@@ -292,8 +292,7 @@ class ObservationNode(Node):
         velocities = msg.velocity if len(msg.velocity) == len(msg.name) else [math.nan] * len(msg.name)
         for name, position, velocity in zip(msg.name, msg.position, velocities):
             if name in self._wanted and math.isfinite(position):
-                self._joints[name] = (float(position), float(velocity) if math.isfinite(velocity) else math.nan,
-                                      arrival)  # fmt: skip
+                self._joints[name] = (float(position), velocity_or_nan(float(velocity)), arrival)
 
     def _watch(self) -> None:
         """Name each camera silent for longer than input_timeout_s, and drop the frames waiting for it."""

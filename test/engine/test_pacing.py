@@ -149,4 +149,4 @@ def test_the_prefill_cap_leaves_a_chunk_asked_mid_step_its_window():
     assert pacer.prefill_cap(100.1) == pytest.approx(750, abs=1)
     assert pacer.prefill_cap(100.0 + STALE_PERIODS * 2.5 + 0.1) is None  # the stream went quiet: forgotten
     pacer.action_arrived("arm", 200.0, deadline_s=0.5)
-    assert pacer.prefill_cap(200.1) == 1  # no slack left: one token (the scheduler still admits one prompt)
+    assert pacer.prefill_cap(200.1) is None  # an action step outlasts the window: capping language would not help

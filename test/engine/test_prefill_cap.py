@@ -54,3 +54,19 @@ def test_a_cap_spreads_prompts_never_starves_them_and_zero_decodes_only(faithful
     uncapped = make_engine(faithful)
     assert list(capped.values()) == list(_finish(uncapped, _ask(uncapped, 3)).values())
     assert all(len(tokens) == TOKENS for tokens in capped.values())
+
+
+def test_a_prompt_the_cap_refuses_is_not_overtaken_by_a_smaller_one(faithful, one_torch_thread):
+    engine = make_engine(faithful)
+    first, big = _ask(engine, 2)
+    (frame,) = robot_frames([9], max_new_tokens=1, images=0, seed=5)  # the state, no camera: a short prompt
+    small = engine.submit(GenerateRequest("Hi?", task_id="vqa-state", observation=frame.actions[0].observation,
+                                          sampling=SamplingParams(max_new_tokens=TOKENS, ignore_eos=True)))  # fmt: skip
+    lengths = {i: engine.requests[i].num_prompt_tokens for i in (first, big, small)}
+    assert lengths[small] < lengths[big]
+    # room for the first question and the short prompt, not for the second question queued before the short one
+    engine.step(prefill_cap=lengths[first] + lengths[small])
+    assert [r.request_id for r in engine.last_batch.requests] == [first]
+    assert engine.requests[big].num_computed_tokens == 0 and engine.requests[small].num_computed_tokens == 0
+    _finish(engine, [first, big, small])
+    engine.check_invariants()

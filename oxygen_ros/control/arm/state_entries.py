@@ -3,9 +3,11 @@ entries `<motor>.pos` (and `<motor>.vel` where it records velocities), a ros2_co
 of `state_joint_names` is a joint (its position), or a joint with `.pos` or `.vel` (its position, its velocity: the
 JointState's `velocity` field, which a driver may leave empty; such an entry is then missing, named, never zero)."""
 
+import math
 from dataclasses import dataclass
 
 SUFFIXES = {".pos": False, ".vel": True}
+MAX_SPEED = 1e3  # rad/s or m/s: a reported velocity beyond it is a driver's garbage, kept out of the model's state
 
 
 @dataclass(frozen=True)
@@ -22,3 +24,8 @@ def state_entries(names: tuple[str, ...] | list[str]) -> tuple[StateEntry, ...]:
         suffix = next((s for s in SUFFIXES if name.endswith(s) and len(name) > len(s)), "")
         out.append(StateEntry(name, name[: len(name) - len(suffix)], SUFFIXES.get(suffix, False)))
     return tuple(out)
+
+
+def velocity_or_nan(value: float) -> float:
+    """A JointState velocity as the state may use it: finite and within MAX_SPEED, else NaN (missing, named)."""
+    return value if math.isfinite(value) and abs(value) <= MAX_SPEED else math.nan
