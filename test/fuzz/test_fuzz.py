@@ -63,6 +63,8 @@ CONFIG = {
         "observation_ring_bytes": 96 << 20,  # a burst of the long profile is at most 4 x 5 images x 3 MiB
     },
     "camera_sim": {"rate_hz": 2.0},
+    "arm_sim": {"state_rate_hz": 5.0},
+    "gripper_sim": {"state_rate_hz": 5.0},
     "vqa_node": {"max_new_tokens": 4, "service_wait_s": 0.5},
     "instruction_node": {"max_new_tokens": 4, "max_rate_hz": MAX_RATE_HZ, "narration_period_s": 1.0},
     "navigation_node": {
@@ -71,8 +73,8 @@ CONFIG = {
     },
 }  # fmt: skip
 ANSWER_S = 120.0  # floods queue behind each other on two shared cores
-RSS_GROWTH_MIB = {"inference_node": 512, "camera_sim": 128, "vqa_node": 128, "instruction_node": 128,
-                  "navigation_node": 128}  # fmt: skip
+RSS_GROWTH_MIB = {"inference_node": 512, "camera_sim": 128, "arm_sim": 64, "gripper_sim": 64, "vqa_node": 128,
+                  "instruction_node": 128, "navigation_node": 128}  # fmt: skip
 IDLE_S = 60.0
 NEXT_FRAME_S = 5.0  # the camera publishes at 2 Hz
 NORMAL = Infer.Request(task_id="normal", task_type="generic", prompt="Say hello.", want_text=True, max_new_tokens=4)
