@@ -19,6 +19,7 @@ What depends on the pool (the per-format plan of a mixed pool, the shared-prefix
 by ``StepBuilder.plan`` (``kv.steps``) before the first layer runs.
 """
 
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -91,7 +92,7 @@ class StepContext:
         if self.is_decode:
             return
         wide = [b for b, n in enumerate(self.query_lens) if n > 1]
-        starts = [sum(self.query_lens[:b]) for b in range(self.num_seqs)]
+        starts = list(itertools.accumulate(self.query_lens, initial=0))  # each sequence's first new token
         single = [b for b, n in enumerate(self.query_lens) if n == 1 and self.slots[starts[b]] >= 0]
         if len(single) + len(wide) < self.num_seqs or not single:  # nothing to split, or a row not stored
             self.merge_decode_rows()

@@ -32,7 +32,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros import bounds
 from oxygen_ros.control.arm.joint_limits import JointLimit, joint_limits, urdf_limits
-from oxygen_ros.control.arm.state_entries import MAX_SPEED, state_entries, velocity_or_nan
+from oxygen_ros.control.arm.state_entries import MAX_SPEED, reported_velocities, state_entries
 from oxygen_ros.control.arm.joint_map import JointMap
 from oxygen_ros.control.arm.safety import SafeTargets
 from oxygen_ros.errors import EngineError, ErrorCode
@@ -160,10 +160,10 @@ class ArmIO:
                                             f"{len(msg.position)} positions", throttle_duration_sec=5.0)  # fmt: skip
             return
         arrival, stamp = self.now(), seconds(msg.header.stamp)
-        velocities = msg.velocity if len(msg.velocity) == len(msg.name) else [math.nan] * len(msg.name)
+        velocities = reported_velocities(len(msg.name), msg.velocity)
         for name, position, velocity in zip(msg.name, msg.position, velocities):
             if name in self._wanted and math.isfinite(position):  # only the joints we command or read: bounded
-                self._joints[name] = (position, velocity_or_nan(velocity), arrival, stamp)
+                self._joints[name] = (position, velocity, arrival, stamp)
 
     def _on_description(self, msg: String) -> None:
         try:

@@ -52,7 +52,7 @@ from oxygen_ros import bounds
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes.convert import image_to_rgb, rgb_to_image
-from oxygen_ros.control.arm.state_entries import state_entries, velocity_or_nan
+from oxygen_ros.control.arm.state_entries import reported_velocities, state_entries
 from oxygen_ros.nodes.declare import declare
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.stamps import nanoseconds
@@ -289,10 +289,10 @@ class ObservationNode(Node):
                        f"{len(msg.position)} positions")  # fmt: skip
             return
         arrival = self._now_ns()
-        velocities = msg.velocity if len(msg.velocity) == len(msg.name) else [math.nan] * len(msg.name)
+        velocities = reported_velocities(len(msg.name), msg.velocity)
         for name, position, velocity in zip(msg.name, msg.position, velocities):
             if name in self._wanted and math.isfinite(position):
-                self._joints[name] = (float(position), velocity_or_nan(float(velocity)), arrival)
+                self._joints[name] = (float(position), velocity, arrival)
 
     def _watch(self) -> None:
         """Name each camera silent for longer than input_timeout_s, and drop the frames waiting for it."""

@@ -4,6 +4,7 @@ of `state_joint_names` is a joint (its position), or a joint with `.pos` or `.ve
 JointState's `velocity` field, which a driver may leave empty; such an entry is then missing, named, never zero)."""
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 SUFFIXES = {".pos": False, ".vel": True}
@@ -26,6 +27,9 @@ def state_entries(names: tuple[str, ...] | list[str]) -> tuple[StateEntry, ...]:
     return tuple(out)
 
 
-def velocity_or_nan(value: float) -> float:
-    """A JointState velocity as the state may use it: finite and within MAX_SPEED, else NaN (missing, named)."""
-    return value if math.isfinite(value) and abs(value) <= MAX_SPEED else math.nan
+def reported_velocities(names: int, velocity: Sequence[float]) -> list[float]:
+    """A JointState's velocity per name as the state may use it: finite and within MAX_SPEED, else NaN (missing,
+    named); all NaN when the field does not give one per name (drivers often leave it empty)."""
+    if len(velocity) != names:
+        return [math.nan] * names
+    return [float(v) if math.isfinite(v) and abs(v) <= MAX_SPEED else math.nan for v in velocity]
