@@ -18,6 +18,8 @@ from oxygen_ros.tasks import TASK_TYPES
 INT64_MAX = (1 << 63) - 1  # ROS integer parameters are 64-bit
 MAX_SEED = INT64_MAX  # a request's and the engine's sampling seed
 DEFAULT_KV_BYTES = 512 << 20  # a fixed KV budget: never a share of a robot's memory unless asked
+SYSTEM_PROMPT = "You are the assistant of a robot. Answer briefly and only from the observation."
+SYSTEM_PROMPT_CHARS = 8192
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -68,6 +70,10 @@ class EngineConfig:
     )
     max_queue: int = setting(256, "waiting requests beyond this are answered RESOURCE_EXHAUSTED", (1, 1 << 16))
     enable_prefix_caching: bool = setting(True, "reuse KV blocks of identical prefixes across requests and tasks")
+    system_prompt: str = setting(
+        SYSTEM_PROMPT, "leads a chat model's system turn in every prompt about an observation, before the observation "
+        "text (a request's own system_prompt follows the observation, so tasks keep sharing its KV)",
+    )  # fmt: skip
     seed: int = setting(0, "weight init of random-weight models and the default sampling seed", (0, MAX_SEED))
     num_denoise_steps: int = setting(
         0, "flow-matching steps per action chunk (VLA models); 0 = the checkpoint's num_inference_steps "
@@ -145,6 +151,8 @@ class EngineConfig:
         if not DEVICE.fullmatch(self.device):
             raise bad(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
         check_bounds(self)
+        if len(self.system_prompt) > SYSTEM_PROMPT_CHARS:
+            raise bad(f"system_prompt has {len(self.system_prompt)} characters, more than {SYSTEM_PROMPT_CHARS}")
         if self.preemption_mode == "swap" and not self.cpu_tier_bytes:
             raise bad("preemption_mode swap needs the L1 tier: set cpu_tier_bytes > 0")
         for name, value in (("kv_dtype", self.kv_dtype), ("kv_observation_dtype", self.kv_observation_dtype or "auto"),

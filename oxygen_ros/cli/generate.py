@@ -24,6 +24,16 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    parser.add_argument("--system", default="", help="this request's system prompt (after the observation)")
+    parser.add_argument("--template-option", action="append", default=[], metavar="NAME=JSON",
+                        help="a chat template variable, e.g. enable_thinking=false; repeat for several")  # fmt: skip
+    constrain = parser.add_mutually_exclusive_group()
+    constrain.add_argument("--json-schema", metavar="SCHEMA", help="the answer is JSON valid against SCHEMA (JSON text, "
+                           "or @FILE)")  # fmt: skip
+    constrain.add_argument("--regex", help="the answer matches this regular expression")
+    constrain.add_argument("--grammar", metavar="GBNF", help="the answer matches this GBNF grammar (text, or @FILE)")
+    parser.add_argument("--logprobs", type=int, default=-1, metavar="K",
+                        help="print each token's log-probability and K alternatives (with --json)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the answer and its stats as one JSON object")
     parser.set_defaults(func=run)
 
@@ -45,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
             args.prompt,
             observation=Observation(text=args.observation, images=images) if args.observation or images else None,
             chat=not args.raw,
+            system_prompt=args.system,
+            template_options=dict(_option(text) for text in args.template_option),
+            constraint=_constraint(args),
+            logprobs=args.logprobs,
             sampling=SamplingParams(
                 max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                 min_p=args.min_p, repetition_penalty=args.repetition_penalty, stop=args.stop, seed=args.seed,
@@ -65,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
                 "text": out.text,
                 "token_ids": out.token_ids,
                 "finish_reason": out.finish_reason,
+                "logprobs": [{"token": lp.token, "logprob": round(lp.logprob, 4),
+                              "top": dict(zip(lp.top_tokens, (round(v, 4) for v in lp.top_logprobs)))}
+                             for lp in out.logprobs],  # fmt: skip
                 "prompt_tokens": out.prompt_tokens,
                 "reused_prefix_tokens": out.reused_prefix_tokens,
                 "generated_tokens": out.generated_tokens,
@@ -76,6 +93,33 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _option(text: str) -> tuple[str, object]:
+    """NAME=JSON (a bare word that is not JSON is a string)."""
+    from oxygen_ros.errors import EngineError, ErrorCode
+
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"--template-option {text!r}: expected NAME=VALUE")
+    try:
+        return name, json.loads(value)
+    except ValueError:
+        return name, value
+
+
+def _constraint(args: argparse.Namespace):
+    """The constraint the flags ask for (``@FILE`` reads the file), or None."""
+    from oxygen_ros.engine.io import Constraint
+
+    for kind in ("json_schema", "regex", "grammar"):
+        source = getattr(args, kind)
+        if source is not None:
+            if source.startswith("@") and kind != "regex":
+                with open(source[1:], encoding="utf-8") as f:
+                    source = f.read()
+            return Constraint(kind, source)
+    return None
 
 
 def _read_image(path: str):

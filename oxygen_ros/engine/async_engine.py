@@ -61,6 +61,11 @@ class AsyncEngine:
         to the result's text exactly."""
         future: Future[RequestOutput] = Future()
         arrival = time.perf_counter()  # taken here: the engine thread may be mid-step for a while
+        try:
+            self.engine.inputs.prepare_constraint(greq)  # a grammar compiles here, never on the engine thread
+        except EngineError as exc:
+            future.set_result(error_output(greq, exc.code, exc.message))
+            return future
         stream = None if on_text is None else _Stream(on_text, max(1, text_every))
         if not self._post(lambda: self._submit(greq, future, arrival, stream)):
             future.set_result(error_output(greq, ErrorCode.UNAVAILABLE, "the engine is shut down"))

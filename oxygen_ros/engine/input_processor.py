@@ -8,15 +8,18 @@ same KV blocks: a chat model gets the observation's text as the system turn, a v
 
 import math
 from dataclasses import replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
+import jinja2
 import torch
 
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.camera_slots import slot_images
 from oxygen_ros.engine.detokenizer import IncrementalDetokenizer
 from oxygen_ros.engine.frame_reuse import SimilarFrames
-from oxygen_ros.engine.io import GenerateRequest
+from oxygen_ros.engine.grammar import GrammarCompiler
+from oxygen_ros.engine.chat_prompt import chat_turns, check_chat, system_text, turn_images, vision_turns
+from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.memory import KVFormats
 from oxygen_ros.engine.request import Request
 from oxygen_ros.errors import NO_ACTION_HEAD, EngineError, ErrorCode
@@ -24,13 +27,8 @@ from oxygen_ros.models.interface import PreparedInputs, TooManyImages
 from oxygen_ros.models.registry import ModelBundle
 from oxygen_ros.tasks import TASK_TYPES
 
-SYSTEM_PROMPT = "You are the assistant of a robot. Answer briefly and only from the observation."
+MAX_TOP_LOGPROBS = 20  # alternatives per answer token a request may ask for (OpenAI's bound)
 OBSERVATION_HEADS = 256  # observations whose chat head's length is remembered (a camera's recent frames)
-
-
-def system_turn(observation_text: str) -> dict[str, str]:
-    """The chat turn that carries an observation: first in every prompt about it, so its KV is shared."""
-    return {"role": "system", "content": f"{SYSTEM_PROMPT}\nObservation: {observation_text}"}
 
 
 class InputProcessor:
@@ -41,6 +39,16 @@ class InputProcessor:
         threshold = config.reuse_similarity_threshold
         self.similar_frames = SimilarFrames(threshold) if threshold > 0 else None  # approximate reuse (opt-in)
         self._head = lru_cache(maxsize=OBSERVATION_HEADS)(self._observation_head)
+
+    @cached_property
+    def grammars(self) -> GrammarCompiler:
+        """Built on the first constrained request (it indexes the vocabulary once: ~0.2 s for SmolLM2's)."""
+        return GrammarCompiler(self.tokenizer)
+
+    def prepare_constraint(self, greq: GenerateRequest) -> None:
+        """Compile the request's constraint ahead (the caller's thread); EngineError naming the field if it cannot."""
+        if greq.constraint is not None and greq.want_text and self.model.serves_text:
+            self.grammars.prepare(greq.constraint)
 
     def check(self, greq: GenerateRequest) -> tuple[GenerateRequest, PreparedInputs, tuple[int, int, int]]:
         """The request (its observation resolved to a similar recent frame when that is on), its prompt and block
@@ -62,6 +70,7 @@ class InputProcessor:
             seed = sampling.seed if sampling.seed is not None else self.config.seed + number
             generator = torch.Generator(device=self.device).manual_seed(seed)
         detokenizer = IncrementalDetokenizer(self.tokenizer.decode, sampling.stop) if greq.want_text else None
+        matcher = self.grammars.matcher(greq.constraint) if greq.constraint is not None else None
         return Request(
             request_id=request_id, task_id=greq.task_id, task_type=greq.task_type, prompt_token_ids=prompt.token_ids,
             sampling=sampling, want_text=greq.want_text, want_actions=greq.want_actions, priority=greq.priority,
@@ -69,7 +78,7 @@ class InputProcessor:
             kv_format=formats[0], observation_format=formats[1], observation_blocks=formats[2], generator=generator,
             arrival_s=arrival, mm_spans=prompt.mm_spans, pixels=prompt.pixels,
             bidirectional_len=prompt.bidirectional_len, state=prompt.state, action_offset=prompt.action_offset,
-            detokenizer=detokenizer,
+            detokenizer=detokenizer, matcher=matcher, logprobs=greq.logprobs,
         )  # fmt: skip
 
     def validate(self, greq: GenerateRequest) -> None:
@@ -78,8 +87,11 @@ class InputProcessor:
         def bad(msg: str) -> EngineError:
             return EngineError(ErrorCode.INVALID_ARGUMENT, msg)
 
-        if not greq.prompt.strip():
+        if not greq.prompt.strip() and not greq.messages:
             raise bad("the prompt is empty")
+        check_chat(greq, self.tokenizer, self.model.prompt_style, self.bundle.model_id)
+        if greq.constraint is not None and not greq.want_text:
+            raise bad(f"{greq.constraint.kind}: it constrains a text answer, and the request asks for none")
         if greq.task_type not in TASK_TYPES:
             raise bad(f"unknown task type {greq.task_type!r}; expected one of {list(TASK_TYPES)}")
         if greq.want_actions and self.model.action_shape is None:
@@ -94,30 +106,29 @@ class InputProcessor:
         greq.sampling.check()
         if not 0.0 <= greq.deadline_s < math.inf:  # also rejects NaN
             raise bad(f"deadline_s must be a finite number of seconds >= 0 (0 = none), got {greq.deadline_s}")
+        if not -1 <= greq.logprobs <= MAX_TOP_LOGPROBS:
+            raise bad(f"logprobs must be -1 (none) or the alternatives per token in [0, {MAX_TOP_LOGPROBS}], got "
+                      f"{greq.logprobs}")  # fmt: skip
+        self.prepare_constraint(greq)
 
     def encode(self, greq: GenerateRequest) -> list[int]:
         """The prompt's token ids (for benchmarks and tests that build the same prompt)."""
         return self.prepare(greq).token_ids
 
     def prepare(self, greq: GenerateRequest) -> PreparedInputs:
-        """The prompt in the model's style (see the module docstring); without ``chat``, a chat model's prompt is the
-        text itself and a vision-language model's places one ``<image>`` per frame. Too many images ->
-        OUT_OF_RANGE, anything else the model refuses -> INVALID_ARGUMENT."""
+        """The prompt in the model's style (see the module docstring and ``chat_prompt``); without ``chat`` (raw),
+        a chat model's prompt is the text itself and a vision-language model's places one ``<image>`` per frame.
+        Too many images -> OUT_OF_RANGE, anything else the model or its template refuses -> INVALID_ARGUMENT."""
         obs, style = greq.observation, self.model.prompt_style
         images = self._images(greq) if obs is not None and style != "chat" else []
         state = obs.state if obs is not None and len(obs.state) else None
         text = greq.prompt
-        if style == "chat" and greq.chat:
-            messages = [{"role": "user", "content": greq.prompt}]  # no observation: the model's own system turn
-            if obs is not None and obs.text:
-                messages.insert(0, system_turn(obs.text))
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        elif style == "vision_chat" and greq.chat:
-            content = [{"type": "image"} for _ in images]
-            if obs is not None and obs.text:
-                content.append({"type": "text", "text": f"Observation: {obs.text}\n"})
-            content.append({"type": "text", "text": greq.prompt})
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": content}])
+        if greq.chat and style in ("chat", "vision_chat"):
+            if style == "chat":
+                turns = chat_turns(greq, self.config.system_prompt)
+            else:
+                turns, images = vision_turns(greq, len(images)), images + turn_images(greq)
+            text = self._render(turns, greq)
         try:
             prompt = self.model.prepare_inputs(self.tokenizer, text, images, state if style == "observation" else None)
         except TooManyImages as exc:
@@ -126,8 +137,18 @@ class InputProcessor:
             raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
         if style == "chat" and greq.chat and obs is not None and obs.text:
             head = self._head(obs.text)
-            prompt.observation_len = len(head) if tuple(prompt.token_ids[: len(head)]) == head else 0
+            prompt.observation_len = next((i for i, (a, b) in enumerate(zip(head, prompt.token_ids)) if a != b),
+                                          min(len(head), len(prompt.token_ids)))  # fmt: skip
         return prompt
+
+    def _render(self, turns: list[dict], greq: GenerateRequest) -> str:
+        """The turns through the model's chat template; INVALID_ARGUMENT when the template refuses them (e.g. roles
+        that do not alternate), with its own words."""
+        try:
+            return self.tokenizer.apply_chat_template(turns, tools=greq.tools, **greq.template_options)
+        except jinja2.TemplateError as exc:
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"messages: the chat template of model "
+                              f"{self.bundle.model_id!r} refuses this conversation: {exc}") from exc  # fmt: skip
 
     def _images(self, greq: GenerateRequest) -> list:
         """The observation's images in the model's camera slots (``camera_slots``); FAILED_PRECONDITION for an action
@@ -142,7 +163,10 @@ class InputProcessor:
     def _observation_head(self, observation_text: str) -> tuple[int, ...]:
         """The tokens of the chat's system turn that carries this observation (the leading tokens it alone decides),
         tokenized once per observation."""
-        turn = self.tokenizer.apply_chat_template([system_turn(observation_text)], add_generation_prompt=False)
+        turn = self.tokenizer.apply_chat_template(
+            [{"role": "system", "content": system_text(self.config.system_prompt, Observation(text=observation_text), "")}],
+            add_generation_prompt=False,
+        )
         return tuple(self.tokenizer.encode(turn))
 
     def block_formats(self, greq: GenerateRequest, prompt: PreparedInputs) -> tuple[int, int, int]:

@@ -20,6 +20,28 @@ class Observation:
     stamp_ns: int = 0  # when it was captured, on the sender's clock; 0 = not said
 
 
+FINISH_REASONS = ("stop", "length", "actions", "abort", "deadline")  # RequestOutput.finish_reason: the one list
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass
+class ChatMessage:
+    """One turn of a conversation, as chat templates read it (OpenAI's shape)."""
+
+    role: str  # system | user | assistant | tool
+    content: str
+    images: list[np.ndarray] = field(default_factory=list)  # HxWx3 uint8 RGB, before the text (vision-language)
+    tool_calls: list[dict] = field(default_factory=list)  # an assistant turn's calls: {"type": "function", ...}
+
+
+@dataclass
+class Constraint:
+    """What the answer must match (llguidance compiles it against the model's tokenizer: engine/grammar.py)."""
+
+    kind: str  # json_schema | regex | grammar (GBNF)
+    source: str
+
+
 @dataclass
 class GenerateRequest:
     prompt: str
@@ -33,7 +55,26 @@ class GenerateRequest:
     deadline_s: float = 0.0  # seconds from submission; finished later -> DEADLINE_EXCEEDED; 0 = none
     cache_salt: str = ""
     request_id: str = ""  # empty: the engine assigns one
-    chat: bool = True  # wrap in the model's chat template, the observation as the shared system turn
+    chat: bool = True  # wrap in the model's chat template, the observation as the shared system turn; False = raw
+    messages: list[ChatMessage] = field(default_factory=list)  # earlier turns; ``prompt`` ('' = none) is the last
+    system_prompt: str = ""  # this request's system prompt: after the observation (input_processor.py says why)
+    tools: list[dict] = field(default_factory=list)  # function specs handed to a chat template that takes tools
+    template_options: dict[str, bool | int | float | str] = field(default_factory=dict)  # e.g. enable_thinking
+    constraint: Constraint | None = None  # the answer matches this JSON schema, regex or GBNF grammar
+    logprobs: int = -1  # -1 = none; k >= 0: each answer token's log-probability and the k likeliest alternatives
+
+
+@dataclass
+class TokenLogprob:
+    """An answer token's log-probability under the model (its raw distribution: before penalties, temperature and
+    constraints) and the likeliest alternatives at that position."""
+
+    token_id: int
+    logprob: float
+    top_ids: list[int] = field(default_factory=list)
+    top_logprobs: list[float] = field(default_factory=list)
+    token: str = ""  # the texts of token_id and top_ids (special tokens spelt out), filled when the answer is done
+    top_tokens: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -43,7 +84,7 @@ class RequestOutput:
     task_type: str
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
-    finish_reason: str = ""  # stop | length | actions | abort | deadline
+    finish_reason: str = ""  # one of FINISH_REASONS
     error_code: ErrorCode | None = None
     message: str = ""
     prompt_tokens: int = 0
@@ -53,6 +94,7 @@ class RequestOutput:
     queue_ms: float = 0.0
     latency_ms: float = 0.0
     actions: np.ndarray | None = None  # [horizon, action_dim]
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # per answer token, when the request asked
 
     @property
     def ok(self) -> bool:

@@ -4,11 +4,14 @@ For each scheduled request the runner computes the tokens ``[num_computed_tokens
 prompt, a prompt chunk, the tail after a cached prefix, or the one new token of a decode step: one code path.
 """
 
+import math
 from collections.abc import Callable
 
 import torch
 
+from oxygen_ros.engine.grammar import allowed_tokens
 from oxygen_ros.engine.image_features import ImageFeatureCache
+from oxygen_ros.engine.io import TokenLogprob
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.engine.request import Request
 from oxygen_ros.engine.sampling import sample
@@ -24,6 +27,16 @@ MassHook = Callable[[torch.Tensor, torch.Tensor], None]
 # depends on it), and on a CPU it costs ~10% of a batched step; activity is a rank over a window of ~1000 steps, so a
 # sample of every 4th step ranks blocks alike at a quarter of the cost.
 ATTENTION_MASS_EVERY = 4
+
+
+def token_logprob(logprobs: torch.Tensor, token: int, top: int) -> TokenLogprob:
+    """The chosen token's log-probability in ``logprobs`` (one row, the model's raw distribution) and the ``top``
+    likeliest tokens there."""
+    best = torch.topk(logprobs, top) if top else None
+    return TokenLogprob(
+        token_id=token, logprob=float(logprobs[token]),
+        top_ids=[] if best is None else best.indices.tolist(), top_logprobs=[] if best is None else best.values.tolist(),
+    )  # fmt: skip
 
 
 class ModelRunner:
@@ -92,8 +105,14 @@ class ModelRunner:
             return {}
         logits = self.model.compute_logits(hidden[ends[sampling_rows]])
         chosen = [reqs[i] for i in sampling_rows]
+        logprobs = {i: torch.log_softmax(logits[i].float(), dim=-1) for i, r in enumerate(chosen) if r.logprobs >= 0}
+        for i, req in enumerate(chosen):
+            if req.matcher is not None:  # constrained: only what the grammar allows next (engine/grammar.py)
+                logits[i].masked_fill_(~allowed_tokens(req.matcher, logits.shape[-1]).to(logits.device), -math.inf)
         histories = [r.all_token_ids if r.sampling.repetition_penalty != 1.0 else [] for r in chosen]
         tokens = sample(logits, [r.sampling for r in chosen], [r.generator for r in chosen], histories)
+        for i, row in logprobs.items():
+            chosen[i].output_logprobs.append(token_logprob(row, tokens[i], chosen[i].logprobs))
         return {r.request_id: t for r, t in zip(chosen, tokens)}
 
     def _image_embeds(self, reqs: list[Request], counts: list[int]) -> torch.Tensor | None:

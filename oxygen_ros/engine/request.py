@@ -8,7 +8,10 @@ import numpy as np
 import torch
 
 from oxygen_ros.models.interface import MultiModalSpan
+from llguidance import LLMatcher
+
 from oxygen_ros.engine.detokenizer import IncrementalDetokenizer
+from oxygen_ros.engine.io import TokenLogprob
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import ErrorCode
 
@@ -50,7 +53,7 @@ class Request:
     num_computed_tokens: int = 0  # tokens whose K/V is in the pool
     num_cached_tokens: int = 0  # of the prompt, reused from the prefix cache at admission
     status: RequestStatus = RequestStatus.WAITING
-    finish_reason: str = ""  # stop | length | abort
+    finish_reason: str = ""  # one of io.FINISH_REASONS
     error_code: ErrorCode | None = None
     actions: torch.Tensor | None = None
     generator: torch.Generator | None = None
@@ -59,6 +62,9 @@ class Request:
     first_token_s: float | None = None
     finished_s: float | None = None
     detokenizer: IncrementalDetokenizer | None = None  # the answer's text as it grows (text requests)
+    matcher: LLMatcher | None = None  # the answer's constraint, advanced token by token (engine/grammar.py)
+    logprobs: int = -1  # -1 = none; k >= 0: each answer token's log-probability and k alternatives
+    output_logprobs: list[TokenLogprob] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.all_token_ids = [*self.prompt_token_ids, *self.output_token_ids]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.meta
 from gguf import GGUFReader
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -54,13 +55,22 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, s
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-def _compile_template(source: str) -> jinja2.Template:
+def _template_environment() -> ImmutableSandboxedEnvironment:
     """The environment transformers renders chat templates in, so prompts are byte-identical to HF's."""
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env.from_string(source)
+    return env
+
+
+def _compile_template(source: str) -> jinja2.Template:
+    return _template_environment().from_string(source)
+
+
+def _template_variables(source: str) -> frozenset[str]:
+    """The variables a chat template reads from its caller (``tools``, ``enable_thinking``, ...), from its syntax."""
+    return frozenset(jinja2.meta.find_undeclared_variables(_template_environment().parse(source)))
 
 
 def _token_content(value: str | dict | None) -> str | None:
@@ -91,6 +101,7 @@ class Tokenizer:
             "unk_token": unk_token,
         }
         self._template = _compile_template(chat_template) if chat_template else None
+        self.template_variables = _template_variables(chat_template) if chat_template else frozenset()
         if self.eos_token_id is None:
             raise ValueError(f"EOS token {eos_token!r} is not in the vocabulary")
 
@@ -180,16 +191,19 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        """Render the prompt string exactly as transformers' `apply_chat_template(..., tokenize=False)` does."""
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None, **options: Any) -> str:  # fmt: skip
+        """Render the prompt string exactly as transformers' `apply_chat_template(..., tokenize=False, tools=tools,
+        **options)` does (``options``: template variables such as Qwen3's ``enable_thinking``)."""
         if self._template is None:
             raise ValueError("this tokenizer has no chat template")
         # Like HF: keys set to None are dropped, since templates test for presence (`content=None` from OpenAI APIs).
         messages = [{key: value for key, value in message.items() if value is not None} for message in messages]
         specials = {key: token for key, token in self.special_tokens.items() if token is not None}
         return self._template.render(
-            messages=messages, tools=None, documents=None, add_generation_prompt=add_generation_prompt, **specials
-        )
+            **options, messages=messages, tools=tools or None, documents=None,
+            add_generation_prompt=add_generation_prompt, **specials,
+        )  # fmt: skip
 
     def _id(self, key: str) -> int | None:
         token = self.special_tokens[key]

@@ -8,9 +8,10 @@ names the field, which the node passes on as the reason; every size is checked b
 
 import array
 import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -18,11 +19,14 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
 from oxygen_ros.engine.stats import ServingStats
-from oxygen_ros.engine.io import GenerateRequest, Observation, RequestOutput
+from oxygen_ros.engine.grammar import CONSTRAINT_KINDS, MAX_SOURCE_CHARS
+from oxygen_ros.engine.io import ChatMessage, Constraint, GenerateRequest, Observation, RequestOutput, TokenLogprob
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.action import Generate
 from oxygen_ros.msg import ActionChunk, KvPoolStats, Sampling, TaskKvUsage, TierStats
+from oxygen_ros.msg import ChatMessage as ChatMessageMsg
+from oxygen_ros.msg import TokenLogprob as TokenLogprobMsg
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros import bounds
 from oxygen_ros.nodes.image_rows import image_rows
@@ -50,6 +54,17 @@ def image_to_rgb(msg: Image) -> np.ndarray:
     channels, order = ENCODINGS[msg.encoding]
     pixels = image_rows(msg, channels, ("RGB copy", 3)).reshape(msg.height, msg.width, channels)
     return np.ascontiguousarray(pixels[..., list(order)])
+
+
+def images_to_rgb(msgs: Sequence[Image], name: str) -> list[np.ndarray]:
+    """Each image as ``image_to_rgb`` gives it; a refusal names the image (``name`` formatted with its index)."""
+    images = []
+    for i, image in enumerate(msgs):
+        try:
+            images.append(image_to_rgb(image))
+        except EngineError as exc:
+            raise EngineError(exc.code, f"{name.format(i)}: {exc.message}") from exc
+    return images
 
 
 def rgb_to_image(rgb: np.ndarray, header: Header) -> Image:
@@ -84,12 +99,7 @@ def observation_from_msg(msg: ObservationMsg, max_text_chars: int) -> Observatio
     """The message's own observation_id if it has one, else a content hash."""
     check_observation(msg)
     bounds.text("text", msg.text, max_text_chars)
-    images = []
-    for i, image in enumerate(msg.images):
-        try:
-            images.append(image_to_rgb(image))
-        except EngineError as exc:
-            raise EngineError(exc.code, f"image {i}: {exc.message}") from exc
+    images = images_to_rgb(msg.images, "image {}")
     state, keys = [float(v) for v in msg.state], list(msg.image_keys)
     observation_id = msg.observation_id or content_id(msg.text, images, state, keys)
     return Observation(observation_id=observation_id, text=msg.text, images=images, state=state, image_keys=keys,
@@ -102,6 +112,9 @@ def check_infer_request(req: Infer.Request, max_prompt_chars: int) -> None:
     for field in ("task_id", "task_type", "observation_id"):
         bounds.text(field, getattr(req, field), bounds.ID_CHARS)
     bounds.text("prompt", req.prompt, max_prompt_chars)
+    bounds.text("system_prompt", req.system_prompt, max_prompt_chars)
+    for kind in CONSTRAINT_KINDS:
+        bounds.text(kind, getattr(req, kind), MAX_SOURCE_CHARS)
     bounds.within("deadline_s", req.deadline_s, 0.0, bounds.DEADLINE_S, note=" s (0 = none)")
 
 
@@ -126,11 +139,11 @@ def check_generate_goal(goal: Generate.Goal, max_prompt_chars: int, max_feedback
     bounds.at_most("feedback_every", goal.feedback_every, max_feedback_every, "tokens")
 
 
-def generate_request(
-    req: Infer.Request | Generate.Goal, observation: Observation | None, defaults: SamplingParams
-) -> GenerateRequest:
-    """The engine validates (empty prompt, task type, token budget, sampling ranges); this only moves fields
-    across ('' task type = generic; unset sampling fields = ``defaults``).  A Generate goal asks for text only."""
+def generate_request(req: Infer.Request | Generate.Goal, observation: Observation | None, defaults: SamplingParams,
+                     max_prompt_chars: int) -> GenerateRequest:  # fmt: skip
+    """The engine validates (empty prompt, task type, token budget, sampling ranges, what the model's chat template
+    takes, the constraint); this parses the JSON fields and the conversation, each bounded, and moves the rest across
+    ('' task type = generic; unset sampling fields = ``defaults``). A Generate goal asks for text only."""
     return GenerateRequest(
         prompt=req.prompt,
         task_id=req.task_id or "default",
@@ -141,7 +154,49 @@ def generate_request(
         want_actions=getattr(req, "want_actions", False),
         priority=req.priority,
         deadline_s=req.deadline_s,
+        chat=not req.raw,
+        messages=chat_messages(req.messages, max_prompt_chars - len(req.prompt)),
+        system_prompt=req.system_prompt,
+        tools=_json_field("tools", req.tools, bounds.PROMPT_CHARS, list),
+        template_options=_json_field("template_options", req.template_options, bounds.TEMPLATE_OPTIONS_CHARS, dict),
+        constraint=constraint(req),
+        logprobs=req.logprobs,
     )
+
+
+def chat_messages(msgs: Sequence[ChatMessageMsg], max_chars: int) -> list[ChatMessage]:
+    """The conversation, its texts together within ``max_chars`` (the prompt's bound less the prompt's length)."""
+    bounds.at_most("messages' text", sum(len(m.content) for m in msgs), max(max_chars, 0), "characters")
+    out = []
+    for i, msg in enumerate(msgs):
+        bounds.text(f"messages[{i}].role", msg.role, bounds.ID_CHARS)
+        images = images_to_rgb(msg.images, f"messages[{i}].images[{{}}]")
+        calls = _json_field(f"messages[{i}].tool_calls", msg.tool_calls, bounds.TEXT_CHARS, list)
+        out.append(ChatMessage(role=msg.role, content=msg.content, images=images, tool_calls=calls))
+    return out
+
+
+def constraint(req: Infer.Request | Generate.Goal) -> Constraint | None:
+    """The one of json_schema, regex and grammar that is set (the engine bounds and compiles it)."""
+    given = [kind for kind in CONSTRAINT_KINDS if getattr(req, kind)]
+    if len(given) > 1:
+        raise _invalid(f"{' and '.join(given)} are both set: constrain an answer one way")
+    return Constraint(given[0], getattr(req, given[0])) if given else None
+
+
+def _json_field(name: str, text: str, max_chars: int, kind: type[list] | type[dict]) -> Any:
+    """A JSON field ('' = empty) parsed, after its length is bounded: INVALID_ARGUMENT naming it when it is not
+    JSON or not a ``kind``."""
+    if not text:
+        return kind()
+    bounds.text(name, text, max_chars)
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise _invalid(f"{name} is not valid JSON: {exc}") from exc
+    if not isinstance(value, kind):
+        raise _invalid(f"{name} must be a JSON {'list' if kind is list else 'object'}, got {type(value).__name__}")
+    return value
 
 
 UNSET = Sampling()  # a field at its message default is unset: the node's default applies
@@ -159,6 +214,12 @@ def sampling_params(msg: Sampling, max_new_tokens: int, defaults: SamplingParams
 def fill_generate_result(result: Generate.Result, out: RequestOutput,
                          observation: Observation | None) -> Generate.Result:  # fmt: skip
     return _fill_answer(result, out, observation)
+
+
+def logprob_msg(logprob: TokenLogprob) -> TokenLogprobMsg:
+    return TokenLogprobMsg(token_id=logprob.token_id, token=logprob.token, logprob=logprob.logprob,
+                           top_ids=logprob.top_ids, top_tokens=logprob.top_tokens,
+                           top_logprobs=logprob.top_logprobs)  # fmt: skip
 
 
 def _invalid(message: str) -> EngineError:
@@ -203,6 +264,8 @@ def _fill_answer(target: R, out: RequestOutput, observation: Observation | None)
     target.queue_ms = out.queue_ms
     target.latency_ms = out.latency_ms
     target.request_id = out.request_id
+    target.finish_reason = out.finish_reason
+    target.logprobs = [logprob_msg(lp) for lp in out.logprobs]
     if observation is not None:
         target.observation_id, target.observation_stamp = observation.observation_id, time_ns(observation.stamp_ns)
     return target

@@ -56,7 +56,7 @@ class GenerateServer:
         try:
             convert.check_generate_goal(goal, settings.max_prompt_chars, MAX_FEEDBACK_EVERY)
             observation = resolve(goal)
-            greq = convert.generate_request(goal, observation, settings.sampling_defaults())
+            greq = convert.generate_request(goal, observation, settings.sampling_defaults(), settings.max_prompt_chars)
         except EngineError as exc:
             return _end(goal_handle, result, exc.code, exc.message)
         greq.request_id = f"generate-{uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))}"

@@ -250,9 +250,9 @@ class InferenceNode(LifecycleNode):
             convert.check_state(request.state)
             seen = self._observation_of(request, ring, settings)
             observation = convert.with_state(seen or Observation(), request.state) if request.state else seen
+            greq = convert.generate_request(request, observation, settings.sampling_defaults(), settings.max_prompt_chars)
         except EngineError as exc:
             return convert.error_response(response, exc.code, exc.message)
-        greq = convert.generate_request(request, observation, settings.sampling_defaults())
         out = await self._await(engine.submit(greq))
         return convert.fill_response(response, out, seen, settings.action_period_s, self.get_clock().now().to_msg())
 

@@ -5,14 +5,16 @@ import numpy as np
 import pytest
 from builtin_interfaces.msg import Time
 from oxygen_ros.msg import Observation as ObservationMsg
-from oxygen_ros.msg import Sampling
+from oxygen_ros.msg import ChatMessage as ChatMessageMsg
+from oxygen_ros.msg import Outcome, Sampling
 from oxygen_ros.srv import Infer
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from visualization_msgs.msg import Marker
 
+from oxygen_ros.bounds import PROMPT_CHARS
 from oxygen_ros.engine.stats import ServingStats
-from oxygen_ros.engine.io import Observation, PoolStats, RequestOutput, TaskUsage, TierUsage
+from oxygen_ros.engine.io import FINISH_REASONS, Observation, PoolStats, RequestOutput, TaskUsage, TierUsage
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import convert
@@ -106,7 +108,7 @@ def test_an_observation_keeps_its_camera_keys_and_stamp_and_keys_name_it_too():
 def test_infer_request_and_response():
     req = Infer.Request(task_id="nav-1", task_type="navigation", prompt="go", want_actions=True, max_new_tokens=7,
                         priority=3, deadline_s=0.25)  # fmt: skip
-    greq = convert.generate_request(req, None, SamplingParams())
+    greq = convert.generate_request(req, None, SamplingParams(), PROMPT_CHARS)
     assert (greq.task_id, greq.task_type, greq.sampling.max_new_tokens, greq.priority) == ("nav-1", "navigation", 7, 3)
     assert (greq.want_text, greq.want_actions, greq.deadline_s) == (False, True, 0.25)
     actions = np.arange(6, dtype=np.float32).reshape(3, 2)
@@ -207,3 +209,27 @@ def test_image_keys_are_one_per_image_and_bounded():
         convert.check_observation(ObservationMsg(images=[image], image_keys=["a", "b"]))
     with pytest.raises(EngineError, match="image_keys\\[0\\]"):
         convert.check_observation(ObservationMsg(images=[image], image_keys=["k" * 300]))
+
+
+def test_outcome_constants_are_the_engines_lists():
+    """The interface's named error codes and finish reasons are exactly the engine's (one list each)."""
+    constants = {k: v for k, v in vars(Outcome).items() if k.isupper() and isinstance(v, str)}
+    errors = {v for k, v in constants.items() if not k.startswith(("FINISH_", "ERROR_NONE"))}
+    finishes = {v for k, v in constants.items() if k.startswith("FINISH_")}
+    assert errors == {code.value for code in ErrorCode} and finishes == set(FINISH_REASONS)
+
+
+def test_chat_and_constraint_fields_parse_within_bounds():
+    req = Infer.Request(prompt="and now?", messages=[ChatMessageMsg(role="user", content="hi"), ChatMessageMsg(
+        role="assistant", content="", tool_calls='[{"type": "function", "function": {"name": "grasp"}}]')],
+        tools='[{"type": "function"}]', template_options='{"enable_thinking": false}', regex="(a|b)", logprobs=3)
+    greq = convert.generate_request(req, None, SamplingParams(), PROMPT_CHARS)
+    assert [m.role for m in greq.messages] == ["user", "assistant"] and greq.messages[1].tool_calls[0]["type"]
+    assert greq.tools == [{"type": "function"}] and greq.template_options == {"enable_thinking": False}
+    assert (greq.constraint.kind, greq.constraint.source, greq.logprobs, greq.chat) == ("regex", "(a|b)", 3, True)
+    for bad, field in (({"tools": '{"a": 1}'}, "tools"), ({"template_options": "[]"}, "template_options"),
+                       ({"tools": "[" * 5000 + "]" * 5000}, "tools"),
+                       ({"messages": [ChatMessageMsg(role="user", content="x" * PROMPT_CHARS)]}, "messages")):
+        with pytest.raises(EngineError) as err:
+            convert.generate_request(Infer.Request(prompt="q", **bad), None, SamplingParams(), PROMPT_CHARS)
+        assert field in err.value.message

@@ -1,11 +1,16 @@
 """`/oxygen/generate` on a real `oxygen_inference` (SmolLM2) through rclpy: the answer streams as feedback before the
 result and the pieces add up to it, a cancel mid-stream ends it CANCELLED with no block held, sampling controls and
-inline observations work on /oxygen/infer and /oxygen/generate alike, bad values are refused naming the field."""
+inline observations, chat messages and constraints work on /oxygen/infer and /oxygen/generate alike, bad values
+are refused naming the field."""
 
+import json
+
+import jsonschema
 import pytest
 from action_msgs.msg import GoalStatus
 from inference_client import infer, pool_stats, serving
 from oxygen_ros.action import Generate
+from oxygen_ros.msg import ChatMessage, Outcome
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.msg import Sampling
 from rclpy.node import Node
@@ -79,3 +84,41 @@ def test_bad_sampling_values_are_refused_naming_the_field(client, field, value):
     done = sent.result(timeout=30)
     assert done.status == GoalStatus.STATUS_ABORTED and done.result.error_code == "INVALID_ARGUMENT"
     assert field in done.result.message
+
+
+SCHEMA = ('{"type": "object", "properties": {"fruit": {"enum": ["apple", "pear", "plum"]}, "count": {"type": '
+          '"integer", "minimum": 0, "maximum": 9}}, "required": ["fruit", "count"], "additionalProperties": false}')
+
+
+def test_chat_and_a_json_schema_over_ros(client):
+    """A conversation with a per-request system prompt and a JSON schema through /oxygen/infer and /oxygen/generate:
+    the answer validates, ends `stop`, carries its log-probabilities, and turn 2 reuses turn 1 from the pool."""
+    scene = [ObservationMsg(text=SCENE)]
+    first = infer(client, "Which fruits are on the table?", observation=scene, system_prompt="Answer in JSON.",
+                  json_schema=SCHEMA, logprobs=2, max_new_tokens=32)  # fmt: skip
+    assert first.success and first.finish_reason == Outcome.FINISH_STOP, first.message
+    jsonschema.validate(json.loads(first.text), json.loads(SCHEMA))
+    assert len(first.logprobs) == first.generated_tokens and len(first.logprobs[0].top_ids) == 2
+    history = [ChatMessage(role="user", content="Which fruits are on the table?"),
+               ChatMessage(role="assistant", content=first.text)]  # fmt: skip
+    goal = Generate.Goal(prompt="Which one is green?", messages=history, observation=scene, max_new_tokens=16,
+                         system_prompt="Answer in JSON.", regex="(apple|pear|plum)")  # fmt: skip
+    done = send_goal(client, Generate, "/oxygen/generate", goal, timeout=30).result(timeout=120)
+    assert done.result.success and done.result.text in ("apple", "pear", "plum"), done.result.message
+    assert done.result.finish_reason == Outcome.FINISH_STOP
+    assert done.result.reused_prefix_tokens >= first.prompt_tokens // 16 * 16 - 16
+
+
+@pytest.mark.parametrize("fields, code, field", [
+    ({"json_schema": "{", "regex": "a"}, Outcome.INVALID_ARGUMENT, "json_schema and regex"),
+    ({"json_schema": "{not json"}, Outcome.INVALID_ARGUMENT, "json_schema"),
+    ({"grammar": "x" * 70_000}, Outcome.OUT_OF_RANGE, "grammar"),
+    ({"tools": "[1, 2"}, Outcome.INVALID_ARGUMENT, "tools"),
+    ({"template_options": '{"enable_thinking": false}'}, Outcome.INVALID_ARGUMENT, "template_options"),
+    ({"raw": True, "system_prompt": "hi"}, Outcome.INVALID_ARGUMENT, "system_prompt"),
+    ({"logprobs": 40}, Outcome.INVALID_ARGUMENT, "logprobs"),
+])  # fmt: skip
+def test_bad_chat_and_constraint_fields_are_refused_naming_the_field(client, fields, code, field):
+    response = infer(client, "Hello?", **fields)
+    assert response.error_code == code and field in response.message, response.message
+    assert infer(client, "Hello?", max_new_tokens=2).success  # the node keeps serving
