@@ -144,11 +144,19 @@ class Engine:
         decode rows and the prompt tokens the cap lets through, which is at least the largest bidirectional region
         a prompt still has to compute (a step's first prompt takes its whole region). For frame pacing."""
         prompting = [r for r in self.requests.values() if r.service_class != SERVE_ACTIONS and not r.prefill_done]
-        pending = sum(r.num_tokens - r.num_computed_tokens for r in prompting)
+        done = {r.request_id: self._computed_or_cached(r) for r in prompting}
+        pending = sum(r.num_tokens - done[r.request_id] for r in prompting)
         if prefill_cap is not None:
-            region = max((r.bidirectional_len - r.num_computed_tokens for r in prompting), default=0)
+            region = max((r.bidirectional_len - done[r.request_id] for r in prompting), default=0)
             pending = 0 if prefill_cap == 0 else min(pending, max(prefill_cap, region))
         return min(self.language_decode_rows() + pending, self.config.max_num_batched_tokens)
+
+    def _computed_or_cached(self, req: Request) -> int:
+        """Tokens of a prompt the next step need not compute: those computed, or for a waiting request those its
+        admission will find in the pool (an observation's prefix another task already computed)."""
+        if req.status != RequestStatus.WAITING:
+            return req.num_computed_tokens
+        return max(req.num_computed_tokens, self.kv_manager.cached_prefix_tokens(req))
 
     def language_decode_rows(self) -> int:
         """Running language requests past their prompt: the rows of a decode-only step. For frame pacing."""

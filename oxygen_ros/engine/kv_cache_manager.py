@@ -52,6 +52,15 @@ class KVCacheManager:
         """
         return self._hashes(req, (req.num_tokens - 1) // self.block_size)
 
+    def cached_prefix_tokens(self, req: Request) -> int:
+        """Leading tokens of a waiting request whose blocks the pool holds now: what admitting it would not compute
+        (blocks only a tier holds are not counted: restoring them is work too). No side effects."""
+        hashes = self.reusable_hashes(req)
+        hits = 0
+        while hits < len(hashes) and self.pool.lookup(hashes[hits]) is not None:
+            hits += 1
+        return hits * self.block_size
+
     def _hashes(self, req: Request, num_full: int) -> list[bytes]:
         """The hashes of the request's first ``num_full`` full blocks: kept on the request and extended, never
         recomputed, so a request waiting many steps or resuming after preemption hashes each block once."""

@@ -96,14 +96,13 @@ class Scheduler:
         """Admit waiting requests of one class; returns the budget left and whether one was blocked for want of a
         seat or blocks even after every later-class request was preempted."""
         for req in sorted((r for r in self.waiting if r.service_class == service_class), key=_order):
-            if self._chunk(req, budget) <= 0:
+            cached_tokens = self.kv.cached_prefix_tokens(req)
+            if self._chunk(req, budget, cached_tokens) <= 0:  # judged by what it computes after its cache hits
                 if self._capped(req):  # the cap refused it: no later prompt overtakes it this step
                     self._prefill_left = 0
                 continue
             hashes = self.kv.reusable_hashes(req)
-            cached = 0
-            while cached < len(hashes) and self.kv.pool.lookup(hashes[cached]) is not None:
-                cached += 1
+            cached = cached_tokens // self.kv.block_size
             if self.kv.pool.enable_prefix_caching and cached < len(hashes) and hashes[cached] in in_flight:
                 continue  # its next blocks are being computed right now: reuse them next step
             while len(self.running) >= self.config.max_num_seqs or not self.kv.admit(req, hashes):
@@ -125,16 +124,17 @@ class Scheduler:
         self._preempt(max(victims, key=_order))
         return True
 
-    def _chunk(self, req: Request, budget: int) -> int:
-        """Tokens of ``req`` to compute now: the rest of it, capped by the budget (and a language prompt by the
-        prefill cap), but never a split of its bidirectional (image) region, which must be computed in one step;
-        0 = not this step."""
-        n = min(req.num_tokens - req.num_computed_tokens, budget)
+    def _chunk(self, req: Request, budget: int, cached: int = 0) -> int:
+        """Tokens of ``req`` to compute now: the rest of it from its computed (or, waiting, ``cached``) tokens on,
+        capped by the budget (and a language prompt by the prefill cap), but never a split of its bidirectional
+        (image) region, which must be computed in one step; 0 = not this step."""
+        done = max(req.num_computed_tokens, cached)
+        n = min(req.num_tokens - done, budget)
         left = self._prefill_left
         if left is not None and self._capped(req):
-            first = max(1, req.bidirectional_len - req.num_computed_tokens)  # the step's first prompt gets this
+            first = max(1, req.bidirectional_len - done)  # the step's first prompt gets this
             n = min(n, left if self._prefilled or left == 0 else max(left, first))
-        if req.num_computed_tokens < req.bidirectional_len and req.num_computed_tokens + n < req.bidirectional_len:
+        if done < req.bidirectional_len and done + n < req.bidirectional_len:
             return 0
         return n
 

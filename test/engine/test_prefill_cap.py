@@ -70,3 +70,32 @@ def test_a_prompt_the_cap_refuses_is_not_overtaken_by_a_smaller_one(faithful, on
     assert engine.requests[big].num_computed_tokens == 0 and engine.requests[small].num_computed_tokens == 0
     _finish(engine, [first, big, small])
     engine.check_invariants()
+
+
+def test_cached_observation_prefixes_count_as_computed_for_the_cap_and_the_pacer(one_torch_thread):
+    """Questions about a frame another task already prefilled: their image region is in the pool, so the pacer's
+    step estimate counts only their own tokens and a cap smaller than the region still admits several of them in
+    one step (judged before admission, a waiting request used to look like its whole 256-token region)."""
+    engine = make_engine(load_model("pi05-causal-tiny", torch.device("cpu"), torch.float32))
+    frame = robot_frames([0], max_new_tokens=1, images=1, seed=5)[0].actions[0].observation
+    sampling = SamplingParams(max_new_tokens=2, ignore_eos=True)
+
+    def ask(i: int) -> str:
+        return engine.submit(GenerateRequest(f"Question {i}: what is on the table?", task_id=f"vqa-{i}",
+                                             observation=frame, sampling=sampling))  # fmt: skip
+
+    first = ask(0)
+    computed = list(engine.requests[first].prompt_token_ids)
+    _finish(engine, [first])
+    ids = [ask(1), ask(2)]
+    region = engine.requests[ids[0]].bidirectional_len
+    common = next(i for i, (a, b) in enumerate(zip(computed, engine.requests[ids[0]].prompt_token_ids)) if a != b)
+    cached = common // 16 * 16  # the full blocks the first question's prompt has in common with theirs
+    own = [engine.requests[i].num_prompt_tokens - cached for i in ids]
+    assert cached >= region >= 256 and all(0 < n < 64 for n in own)
+    assert engine.language_step_tokens(prefill_cap=sum(own)) == sum(own)
+    engine.step(prefill_cap=sum(own))
+    assert sorted(r.request_id for r in engine.last_batch.requests) == sorted(ids)
+    assert sorted(engine.last_batch.num_new_tokens) == sorted(own)
+    _finish(engine, ids)
+    engine.check_invariants()

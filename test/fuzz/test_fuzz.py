@@ -76,7 +76,7 @@ ANSWER_S = 120.0  # floods queue behind each other on two shared cores
 RSS_GROWTH_MIB = {"inference_node": 512, "camera_sim": 128, "arm_sim": 64, "gripper_sim": 64, "vqa_node": 128,
                   "instruction_node": 128, "navigation_node": 128}  # fmt: skip
 IDLE_S = 60.0
-NEXT_FRAME_S = 5.0  # the camera publishes at 2 Hz
+NEXT_FRAME_S = 10.0  # the camera publishes at 2 Hz; under a loaded 2-core CI the described frame took 5 s twice
 NORMAL = Infer.Request(task_id="normal", task_type="generic", prompt="Say hello.", want_text=True, max_new_tokens=4)
 
 fuzz_settings = settings(
