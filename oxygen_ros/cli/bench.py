@@ -16,6 +16,7 @@ SUITES = {
     "peers": "oxygen_ros.bench.peers_suite",
     "quant": "oxygen_ros.bench.quant_suite",
     "robot": "oxygen_ros.bench.robot_suite",
+    "structured": "oxygen_ros.bench.structured_suite",
     "tiers": "oxygen_ros.bench.tiers_suite",
 }
 
