@@ -26,6 +26,7 @@ from rclpy.node import Node
 
 from oxygen_ros.action import Generate
 from oxygen_ros.errors import ErrorCode
+from oxygen_ros.nodes.fleet import robot_name
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.latest_frame import LatestFrame
@@ -119,6 +120,8 @@ class InferClient:
             return error(ErrorCode.UNAVAILABLE, f"{self.service} is not available (is the inference node running?)")
         if request.want_text and not request.deadline_s:
             request.deadline_s = self.timeout_s
+        if not request.robot:  # a fleet's shared inference node tells the robots apart by their namespaces
+            request.robot = robot_name(self._node.get_namespace())
         servers = self._servers()
 
         def give_up() -> bool:

@@ -10,6 +10,7 @@ never block the camera, stats or lifecycle callbacks. Every request and subscrib
 """
 
 import gc
+from functools import partial
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros import bounds
 from oxygen_ros.nodes import convert, health, inference_params, params
 from oxygen_ros.nodes.executor import Executor
+from oxygen_ros.nodes.fleet import FleetRings
 from oxygen_ros.nodes.generate_server import GenerateServer
 from oxygen_ros.nodes.pool_markers import pool_markers
 from oxygen_ros.nodes.qos import SERVICE_QUEUE
@@ -67,7 +69,7 @@ class InferenceNode(LifecycleNode):
         self._lock = threading.Lock()  # guards the fields below against transitions on other threads
         self._state = "unconfigured"
         self._engine: AsyncEngine | None = None
-        self._ring: ObservationRing | None = None
+        self._rings: FleetRings | None = None
         self._settings: params.NodeParams | None = None
         self._random_weights = False  # the loaded model's weights are seeded noise (registry.VLA_MODELS)
         self._inputs: list[Any] = []  # subscriptions made by configure
@@ -107,6 +109,9 @@ class InferenceNode(LifecycleNode):
             engine_config, settings = params.parse(values)
             for name in ("camera_topic", "observation_topic"):
                 validate_topic_name(getattr(settings, name))
+            rings = FleetRings(settings.robots, self.get_namespace(), lambda share: ObservationRing(
+                settings.observation_ring, settings.observation_keep_s, settings.observation_ring_bytes // share))
+            topics = rings.topics(settings.camera_topic, settings.observation_topic)
         except EngineError as exc:
             log.error(f"configure failed, bad parameter: {exc.message}")
             return TransitionCallbackReturn.FAILURE
@@ -126,12 +131,14 @@ class InferenceNode(LifecycleNode):
         log.info(f"model {engine.stats().model} loaded in {time.perf_counter() - start:.1f} s; " + ", ".join(
             f"{key} {value}" for key, value in resources))  # fmt: skip
         group = self._group
-        inputs = [
-            self.create_subscription(Image, settings.camera_topic, self._on_camera, qos_profile_sensor_data,
-                                     callback_group=group),
-            self.create_subscription(ObservationMsg, settings.observation_topic, self._on_observation, 10,
-                                     callback_group=group),
-        ]  # fmt: skip
+        inputs = []
+        for robot, camera_topic, observation_topic in topics:
+            inputs += [
+                self.create_subscription(Image, camera_topic, partial(self._on_camera, robot=robot),
+                                         qos_profile_sensor_data, callback_group=group),
+                self.create_subscription(ObservationMsg, observation_topic, partial(self._on_observation, robot=robot),
+                                         10, callback_group=group),
+            ]  # fmt: skip
         publishers = {
             "stats": self.create_lifecycle_publisher(KvPoolStats, "oxygen/pool_stats", 10),
             "markers": self.create_lifecycle_publisher(MarkerArray, "oxygen/pool_markers", 1),
@@ -141,9 +148,7 @@ class InferenceNode(LifecycleNode):
             pacer = FramePacer(settings.decode_steps_per_frame) if settings.frame_pacing else None
             self._engine, self._settings = AsyncEngine(engine, pacer=pacer), settings
             self._random_weights = engine_config.model in VLA_MODELS
-            self._ring = ObservationRing(
-                settings.observation_ring, settings.observation_keep_s, settings.observation_ring_bytes
-            )
+            self._rings = rings
             self._inputs, self._outputs, self._resources = inputs, publishers, resources
             self._timer = self.create_timer(1.0 / settings.stats_rate_hz, self._publish_pool, callback_group=group)
             self._state = "inactive"
@@ -182,7 +187,7 @@ class InferenceNode(LifecycleNode):
         """Cancel every request, stop the engine thread and drop the pool (its memory goes back to the device)."""
         with self._lock:
             engine, inputs, timer, publishers = self._engine, self._inputs, self._timer, self._outputs
-            self._engine, self._ring, self._settings, self._resources = None, None, None, []
+            self._engine, self._rings, self._settings, self._resources = None, None, None, []
             self._inputs, self._timer, self._outputs = [], None, {}
             self._state = new_state
         if engine is None:
@@ -201,23 +206,24 @@ class InferenceNode(LifecycleNode):
         self.get_logger().info(f"{new_state}: the KV pool is freed")
 
     # --- inputs -------------------------------------------------------------------------------------------------
-    def _on_camera(self, msg: Image) -> None:
-        self._remember(lambda _: convert.camera_observation(msg), "camera-frame")
+    def _on_camera(self, msg: Image, robot: str) -> None:
+        self._remember(lambda _: convert.camera_observation(msg), "camera-frame", robot)
 
-    def _on_observation(self, msg: ObservationMsg) -> None:
+    def _on_observation(self, msg: ObservationMsg, robot: str) -> None:
         named = msg.observation_id and len(msg.observation_id) <= bounds.ID_CHARS  # else no request can name it
         self._remember(
             lambda settings: convert.observation_from_msg(msg, settings.max_prompt_chars),
-            msg.observation_id if named else "unnamed-observation",
-        )
+            msg.observation_id if named else "unnamed-observation", robot,
+        )  # fmt: skip
 
-    def _remember(self, decode: Callable[[params.NodeParams], Observation], name_if_rejected: str) -> None:
-        """Put the observation in the ring; a frame that cannot be decoded is remembered as rejected (see
+    def _remember(self, decode: Callable[[params.NodeParams], Observation], name_if_rejected: str, robot: str) -> None:
+        """Put the observation in its robot's ring; a frame that cannot be decoded is remembered as rejected (see
         ObservationRing). A new one is prefilled at once with ``eager_prefill``."""
         with self._lock:
-            ring, engine, settings, active = self._ring, self._engine, self._settings, self._state == "active"
-        if ring is None:
+            rings, engine, settings, active = self._rings, self._engine, self._settings, self._state == "active"
+        if rings is None:
             return
+        ring = rings.ring(robot)
         try:
             observation = decode(settings)
         except EngineError as exc:
@@ -239,7 +245,7 @@ class InferenceNode(LifecycleNode):
     # --- services -----------------------------------------------------------------------------------------------
     async def _on_infer(self, request: Infer.Request, response: Infer.Response) -> Infer.Response:
         with self._lock:
-            engine, ring, settings, state = self._engine, self._ring, self._settings, self._state
+            engine, rings, settings, state = self._engine, self._rings, self._settings, self._state
         if state != "active":
             return convert.error_response(response, ErrorCode.FAILED_PRECONDITION, f"node is not active ({state})")
         if request.want_actions and self._random_weights and not settings.allow_random_weights:
@@ -248,7 +254,7 @@ class InferenceNode(LifecycleNode):
         try:
             convert.check_infer_request(request, settings.max_prompt_chars)
             convert.check_state(request.state)
-            seen = self._observation_of(request, ring, settings)
+            seen = self._observation_of(request, rings, settings)
             observation = convert.with_state(seen or Observation(), request.state) if request.state else seen
             greq = convert.generate_request(request, observation, settings.sampling_defaults(), settings.max_prompt_chars)
         except EngineError as exc:
@@ -257,18 +263,18 @@ class InferenceNode(LifecycleNode):
         return convert.fill_response(response, out, seen, settings.action_period_s, self.get_clock().now().to_msg())
 
     @staticmethod
-    def _observation_of(request: Any, ring: ObservationRing, settings: params.NodeParams) -> Observation | None:
+    def _observation_of(request: Any, rings: FleetRings, settings: params.NodeParams) -> Observation | None:
         """A request's inline observation (hashed by content like a published one, so the same image shares its
-        KV either way), else the ring's ``observation_id`` ('' = the latest)."""
+        KV either way), else its robot's ring's ``observation_id`` ('' = that robot's latest)."""
         if request.observation:
             return convert.observation_from_msg(request.observation[0], settings.max_prompt_chars)
-        return ring.get(request.observation_id)
+        return rings.ring(request.robot).get(request.observation_id)
 
     def _serving(self) -> tuple:
         """For /oxygen/generate: (engine, observation resolver, settings, state) as they are now."""
         with self._lock:
-            engine, ring, settings, state = self._engine, self._ring, self._settings, self._state
-        return engine, lambda goal: self._observation_of(goal, ring, settings), settings, state
+            engine, rings, settings, state = self._engine, self._rings, self._settings, self._state
+        return engine, lambda goal: self._observation_of(goal, rings, settings), settings, state
 
     def _on_get_pool_stats(self, request: GetPoolStats.Request, response: GetPoolStats.Response):
         """The latest snapshot; an unconfigured node has no pool and answers an empty one (total_blocks 0)."""

@@ -28,6 +28,11 @@ class NodeParams:
                                 "an observation")  # fmt: skip
     observation_topic: str = setting("oxygen/observation", "oxygen_ros/Observation input (text + images + state, "
                                      "e.g. from a scene describer)")  # fmt: skip
+    robots: list[str] = setting(
+        [], "namespaces of the robots this node serves (a fleet on one inference node): each one's camera_topic and "
+        "observation_topic are subscribed under it and its observations kept apart, requests name theirs in "
+        "Infer.robot; [] = one robot, the topics as they resolve in the node's own namespace",
+    )  # fmt: skip
     observation_ring: int = setting(8, "recent observations addressable by observation_id (at least this many)",
                                     (1, 10_000))  # fmt: skip
     observation_keep_s: float = setting(

@@ -38,7 +38,7 @@ QUESTION = AskQuestion.Request(question="What colour is the wall?", max_new_toke
 def robot(ros_domain_id):
     context = make_context(ros_domain_id)
     inference = InferenceNode(context=context, parameter_overrides=[
-        Parameter(k, value=v) for k, v in (INFERENCE | {"stats_rate_hz": 20.0}).items()])  # fmt: skip
+        Parameter(k, value=v) for k, v in (INFERENCE | {"stats_rate_hz": 20.0, "robots": ["/", *ROBOTS]}).items()])  # fmt: skip
     local = VqaNode(context=context)
     shared = {ns: VqaNode(context=context, namespace=ns, cli_args=inference_at("/")) for ns in ROBOTS}
     navigation = NavigationNode(context=context, namespace="robot1", cli_args=inference_at("/"))
