@@ -1,10 +1,12 @@
 """Constrained answers on the real SmolLM2 weights: JSON schemas checked by the `jsonschema` library, regex and GBNF
 answers matched by `re`, constrained and free requests in one batch equal to each alone, hostile grammars refused or
-bounded, and log-probabilities equal to transformers' on the same weights."""
+bounded, preempted constrained requests resuming as they would have run, and log-probabilities equal to
+transformers' on the same weights."""
 
 import json
 import re
 import time
+from dataclasses import replace
 
 import jsonschema
 import pytest
@@ -12,6 +14,7 @@ import torch
 from engine_helpers import make_engine
 from hf_reference import hf_smollm2
 
+from oxygen_ros.bench.preemption_workload import POOL_BLOCKS, preemption_requests
 from oxygen_ros.engine.io import Constraint, GenerateRequest, Observation
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
@@ -164,3 +167,26 @@ def test_logprobs_equal_transformers(engine):
     with pytest.raises(EngineError) as err:
         engine.submit(GenerateRequest("hi", logprobs=21))
     assert err.value.code == ErrorCode.INVALID_ARGUMENT and "logprobs" in err.value.message
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_constrained_requests_survive_preemption(smollm2_bundle, mode):
+    """Four constrained requests in a pool that holds half of what they grow to: preempted and resumed (recomputed
+    or swapped), each answers what it answers in a roomy pool, and every answer still matches its regex."""
+    pattern = r"[a-z ,]{40,200}"
+
+    def run(engine) -> list[list[int]]:
+        requests = [replace(r, constraint=Constraint("regex", pattern)) for r in preemption_requests()]
+        outs = engine.generate(requests)
+        assert all(o.ok and re.fullmatch(r"[a-z ,]*", o.text) for o in outs), [o.text for o in outs]
+        return [o.token_ids for o in outs]
+
+    roomy = run(make_engine(smollm2_bundle))
+    tier = {"cpu_tier_bytes": 64 << 20, "cpu_tier_format": "pool"} if mode == "swap" else {}
+    bpb = make_engine(smollm2_bundle, kv_cache_bytes=1 << 20).layout.bytes_per_block
+    tight = make_engine(smollm2_bundle, kv_cache_bytes=POOL_BLOCKS * bpb, preemption_mode=mode, **tier)
+    assert run(tight) == roomy
+    costs = tight.kv_manager.costs
+    assert (costs.swapped if mode == "swap" else costs.recomputed) > 0
+    tight.check_invariants()
+    assert tight.pool.num_used == 0
