@@ -10,8 +10,10 @@ A text-only model (SmolLM2) has no action head (FAILED_PRECONDITION from the pro
 instruction with the scene text and narrates which object to take, every `narration_period_s`, and a low-level
 controller here (``oxygen_ros.control.reach``) turns the target into end-effector waypoint chunks on
 `arm/action_chunk` at exactly ``rate_hz``. The target is the detected object (newest frame, looked up every
-PERCEPTION_PERIOD_S) that the instruction names by colour or shape, else the one the narration names; with none the
-arm holds still, and a goal that never saw its target ends FAILED_PRECONDITION, not SUCCEEDED.
+PERCEPTION_PERIOD_S) that the instruction names by colour or shape; the language head's answer (schema-checked JSON,
+``nodes/narration.py``) is narration and may stop the arm, never start it. With no target, or while the head says
+stop, the arm holds still, and a goal whose arm never moved towards its target ends FAILED_PRECONDITION, not
+SUCCEEDED.
 
 Ticks come from the goal's clock thread (see ``_keep_time``), never waiting on the model: ``rate_hz`` chunks per
 second on the controller path; on the VLA path one tick per control period (the chunk's period_s), with at most
@@ -41,7 +43,7 @@ from oxygen_ros.control import reach
 from oxygen_ros.errors import NO_ACTION_HEAD, EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros import bounds
-from oxygen_ros.nodes import arm_io, gripper_io, latest_frame, vla_arm
+from oxygen_ros.nodes import arm_io, gripper_io, latest_frame, narration, vla_arm
 from oxygen_ros.nodes.arm_io import ArmIO
 from oxygen_ros.nodes.convert import action_chunk
 from oxygen_ros.nodes.declare import Ranges, Table, keep_positive
@@ -60,6 +62,8 @@ PARAMETERS: Table = {
     "horizon": (10, "waypoints per action chunk of the controller"),
     "narration_period_s": (3.0, "how often the language head is asked to narrate, seconds"),
     "max_new_tokens": (24, "narration token budget"),
+    "head_may_stop": (False, "the language head's stop flag holds the controller's arm (a model that can judge it: "
+                      "SmolLM2-135M answers stop to every instruction)"),
     "infer_timeout_s": (60.0, "longest wait for /oxygen/infer to answer, seconds"),
     "service_wait_s": (1.0, "how long to wait for /oxygen/infer to appear before aborting UNAVAILABLE, seconds"),
     **latest_frame.PARAMETERS,
@@ -102,7 +106,8 @@ class Stream:
     last_chunk_at: float = 0.0
     awaiting_chunk: bool = False  # VLA path: a chunk request is in flight
     target: tuple[float, float] | None = None  # where the named object is (base_link, metres); None = not seen
-    target_seen: bool = False  # controller path: the target was in view at least once (else nothing moved)
+    target_seen: bool = False  # controller path: the arm was sent towards the target at least once
+    head_stop: bool = False  # controller path: the language head's latest answer says the arm must not move
     clock: threading.Thread | None = None  # runs the ticks
 
 
@@ -323,7 +328,7 @@ class InstructionNode(TaskActionNode[Stream]):
             stream.run.end(ErrorCode.DEADLINE_EXCEEDED, "no chunk reached the arm in duration_s: the arm did not move")
         elif stream.plan is None and not stream.target_seen:
             stream.run.end(ErrorCode.FAILED_PRECONDITION, "the model has no action head and nothing the instruction "
-                           "names was in view: the arm did not move")  # fmt: skip
+                           "names was in view (or the language head said stop): the arm did not move")  # fmt: skip
         else:
             stream.run.end()
 
@@ -331,9 +336,9 @@ class InstructionNode(TaskActionNode[Stream]):
         """Find the named object in the newest frame (off the tick: detection takes milliseconds)."""
         detections = self.frame.detections()
         objects = detections.objects if detections else []
-        found = reach.find_target([stream.instruction, stream.narration], objects)
-        stream.target = (found.ahead_cm / 100.0, found.left_cm / 100.0) if found else None
-        stream.target_seen |= found is not None
+        found = reach.find_target([stream.instruction], objects)  # the instruction alone: model output never starts
+        stream.target = (found.ahead_cm / 100.0, found.left_cm / 100.0) if found and not stream.head_stop else None
+        stream.target_seen |= stream.target is not None
 
     def _publish(self, stream: Stream, chunk: ActionChunk) -> None:
         """A chunk on arm/action_chunk and as feedback."""
@@ -400,11 +405,15 @@ class InstructionNode(TaskActionNode[Stream]):
             stream.plan.answered(1)  # the probe is request 1
 
     async def _narrate(self, stream: Stream) -> None:
-        """The language head says which object the robot is reaching for; its answer is the narration."""
-        prompt = f"The robot was told: {stream.instruction}\nWhich object is it reaching for, and where?"
-        text = await self.language_head(stream.run, "instruction", prompt)
+        """The language head says, as JSON fields, which object the robot should reach for and whether it must stop
+        (``narration``); its answer is the narration, and its stop flag holds the controller's arm."""
+        text = await self.language_head(stream.run, "instruction", narration.prompt(stream.instruction),
+                                        narration.SCHEMA)  # fmt: skip
         if text is not None:
-            stream.narration = text
+            answer = narration.read(text)
+            stream.narration = answer.narration
+            if answer.stop is not None and self.settings["head_may_stop"]:
+                stream.head_stop = answer.stop
 
 
 def main(args: list[str] | None = None) -> int:

@@ -123,19 +123,20 @@ class TaskActionNode(Node, Generic[State]):
         self.finish(state, result)
         return run.report(result)
 
-    async def language_head(self, run: GoalRun, task_type: str, prompt: str) -> str | None:
+    async def language_head(self, run: GoalRun, task_type: str, prompt: str, json_schema: str = "") -> str | None:
         """The language head's text about the newest frame (its pixels for a model that reads images, else its scene
         text: ``InferClient.ask_about``), one call per goal at a time (None while one is already running, or once
         the goal ended); a failure comes back as a parenthesised error line. Not streamed: the narration and the
         reasoning are state the controllers read (the target is looked up in the narration), so they change to a
-        whole answer, never to half a sentence."""
+        whole answer, never to half a sentence. With ``json_schema`` the answer is JSON valid against it."""
         if run.asking or not run.running:
             return None
         run.asking = True
         try:
             max_new_tokens = self.get_parameter("max_new_tokens").value
             request = Infer.Request(
-                task_id=run.task_id, task_type=task_type, prompt=prompt, want_text=True, max_new_tokens=max_new_tokens
+                task_id=run.task_id, task_type=task_type, prompt=prompt, want_text=True, max_new_tokens=max_new_tokens,
+                json_schema=json_schema,
             )
             out = await self.infer.ask_about(request, self.frame)
         finally:

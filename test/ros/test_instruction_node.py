@@ -22,7 +22,7 @@ RED_TRIANGLE = "pick up the red triangle"  # seed 0: the red triangle is ahead o
 
 @pytest.fixture(scope="module")
 def graph(ros_domain_id):
-    parameters = {"service_wait_s": 0.5, "narration_period_s": 1.0, "max_new_tokens": 8}
+    parameters = {"service_wait_s": 0.5, "narration_period_s": 1.0, "max_new_tokens": 24}
     with task_graph(ros_domain_id, InstructionNode, **parameters) as (graph, _):
         graph.chunks = Capture(graph.client, ActionChunk, "/arm/action_chunk", 100)
         graph.traces = Capture(graph.client, ChunkTrace, "/arm/chunk_trace", 100)
