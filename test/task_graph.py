@@ -61,8 +61,7 @@ class TaskGraph:
 
     def wait_for_frame(self, timeout: float = 10.0) -> None:
         """Until the inference node holds a camera frame: a VLA asked for actions without one refuses to act."""
-        wait_until(lambda: self.inference._ring is not None and len(self.inference._ring) > 0, timeout,
-                   "a camera frame in the inference node")  # fmt: skip
+        wait_until(lambda: self.inference.held_observations() > 0, timeout, "a camera frame in the inference node")
 
     def stop_inference(self) -> None:
         """Remove the inference node from the graph: its services vanish, as when its process exits."""

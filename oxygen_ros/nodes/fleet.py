@@ -3,8 +3,9 @@
 One inference node may serve several robots (parameter ``robots``: their namespaces). Each robot's camera and
 observation topics are subscribed under its namespace and kept in a ring of its own, so a request's empty
 observation_id means the newest frame of the robot it names, never another robot's, and an id is looked up only
-among that robot's frames. Without ``robots`` the node serves one robot: the topics as they resolve in its own
-namespace, and a request may name that namespace or nothing.
+among that robot's frames. Without ``robots`` the node serves one robot, the topics as they resolve in its own
+namespace, and answers every request from them whatever robot it names (task nodes in sub-namespaces of one robot, an
+arm's for instance, share its camera): a node shared by several robots must list them.
 """
 
 from collections.abc import Callable
@@ -24,13 +25,12 @@ def robot_name(namespace: str) -> str:
 class FleetRings:
     """One observation ring per served robot (``make_ring(share)``: a ring holding ``share`` of the byte bound)."""
 
-    def __init__(self, robots: list[str], own_namespace: str, make_ring: Callable[[int], ObservationRing]) -> None:
+    def __init__(self, robots: list[str], make_ring: Callable[[int], ObservationRing]) -> None:
         names = [robot_name(r) for r in robots]
         if len(names) > MAX_ROBOTS or len(set(names)) != len(names) or any(len(n) > bounds.ID_CHARS for n in names):
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"robots must be at most {MAX_ROBOTS} distinct namespaces "
                               f"('/' for the root), got {robots!r}")  # fmt: skip
         self.fleet = bool(names)
-        self.own = robot_name(own_namespace)
         self._rings = {name: make_ring(len(names)) for name in names} if names else {"": make_ring(1)}
 
     def topics(self, camera_topic: str, observation_topic: str) -> list[tuple[str, str, str]]:
@@ -50,11 +50,8 @@ class FleetRings:
         ``robot`` when the node cannot tell or does not serve it."""
         bounds.text("robot", robot, bounds.ID_CHARS)
         name = robot_name(robot)
-        if not self.fleet:
-            if name in ("", self.own):
-                return self._rings[""]
-            raise EngineError(ErrorCode.NOT_FOUND, f"robot {robot!r} is not served here: this node serves its own "
-                              f"namespace '/{self.own}' (a node serving a fleet lists robots)")  # fmt: skip
+        if not self.fleet:  # one camera: every request is about it, whichever namespace the caller runs in
+            return self._rings[""]
         if name in self._rings:
             return self._rings[name]
         served = ", ".join(f"/{r}" for r in self._rings)

@@ -27,7 +27,7 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.qos import qos_profile_sensor_data
 from rclpy.task import Future
 from rclpy.validate_topic_name import validate_topic_name
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 from visualization_msgs.msg import MarkerArray
 
@@ -44,6 +44,7 @@ from oxygen_ros.msg import KvPoolStats
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros import bounds
 from oxygen_ros.nodes import convert, health, inference_params, params
+from oxygen_ros.nodes.compressed import compressed_observation, is_compressed
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.fleet import FleetRings
 from oxygen_ros.nodes.generate_server import GenerateServer
@@ -109,7 +110,7 @@ class InferenceNode(LifecycleNode):
             engine_config, settings = params.parse(values)
             for name in ("camera_topic", "observation_topic"):
                 validate_topic_name(getattr(settings, name))
-            rings = FleetRings(settings.robots, self.get_namespace(), lambda share: ObservationRing(
+            rings = FleetRings(settings.robots, lambda share: ObservationRing(
                 settings.observation_ring, settings.observation_keep_s, settings.observation_ring_bytes // share))
             topics = rings.topics(settings.camera_topic, settings.observation_topic)
         except EngineError as exc:
@@ -133,8 +134,10 @@ class InferenceNode(LifecycleNode):
         group = self._group
         inputs = []
         for robot, camera_topic, observation_topic in topics:
+            camera_kind, on_camera = ((CompressedImage, self._on_compressed) if is_compressed(camera_topic)
+                                      else (Image, self._on_camera))  # fmt: skip
             inputs += [
-                self.create_subscription(Image, camera_topic, partial(self._on_camera, robot=robot),
+                self.create_subscription(camera_kind, camera_topic, partial(on_camera, robot=robot),
                                          qos_profile_sensor_data, callback_group=group),
                 self.create_subscription(ObservationMsg, observation_topic, partial(self._on_observation, robot=robot),
                                          10, callback_group=group),
@@ -205,9 +208,18 @@ class InferenceNode(LifecycleNode):
             torch.cuda.empty_cache()
         self.get_logger().info(f"{new_state}: the KV pool is freed")
 
+    def held_observations(self, robot: str = "") -> int:
+        """Observations the node holds for ``robot`` now (0 while unconfigured): a VLA asked without one refuses."""
+        with self._lock:
+            rings = self._rings
+        return 0 if rings is None else len(rings.ring(robot))
+
     # --- inputs -------------------------------------------------------------------------------------------------
     def _on_camera(self, msg: Image, robot: str) -> None:
         self._remember(lambda _: convert.camera_observation(msg), "camera-frame", robot)
+
+    def _on_compressed(self, msg: CompressedImage, robot: str) -> None:
+        self._remember(lambda _: compressed_observation(msg), "camera-frame", robot)
 
     def _on_observation(self, msg: ObservationMsg, robot: str) -> None:
         named = msg.observation_id and len(msg.observation_id) <= bounds.ID_CHARS  # else no request can name it

@@ -38,8 +38,8 @@ def sim(ros_domain_id, tmp_path_factory):
         client.traces = Capture(client, ChunkTrace, "/arm/chunk_trace", 100)
         wait_until(lambda: {n for m in client.states.messages for n in m.name} == set(SO100_JOINTS), 20.0,
                    "the arm's and the jaw's joint states")  # fmt: skip
-        ring = lambda: graph.inference._ring  # noqa: E731  (a VLA asked for actions without a frame refuses)
-        wait_until(lambda: ring() is not None and len(ring()) > 0, 20.0, "a camera frame in the inference node")
+        wait_until(lambda: graph.inference.held_observations() > 0, 20.0,  # a VLA asked without a frame refuses
+                   "a camera frame in the inference node")
         yield client
 
 
