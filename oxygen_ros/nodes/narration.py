@@ -12,6 +12,7 @@ that model cannot judge would only ever hold the arm.
 import json
 from dataclasses import dataclass
 
+from oxygen_ros.nodes.head_json import read_fields, unreadable
 from oxygen_ros.perception.palette import OBJECT_COLOURS
 from oxygen_ros.perception.scene import SHAPES
 
@@ -35,14 +36,11 @@ class HeadAnswer:
 
 
 def read(answer: str) -> HeadAnswer:
-    """The head's answer as fields; an answer that is not the schema's JSON (the head's error line) is narrated as
-    it is and changes nothing."""
-    try:
-        fields = json.loads(answer)
-        colour, shape, stop = fields["colour"], fields["shape"], bool(fields["stop"])
-    except (ValueError, TypeError, KeyError):
-        if answer.startswith("{"):  # constrained JSON that ran out of tokens
-            return HeadAnswer(f"(language head: answer cut short, raise max_new_tokens: {answer})", None)
-        return HeadAnswer(answer, None)
+    """The head's answer as fields; an answer that is not the schema's JSON (the head's error line, a cut answer)
+    is narrated as such and changes nothing."""
+    fields = read_fields(answer, ("colour", "shape", "stop"))
+    if fields is None:
+        return HeadAnswer(unreadable(answer), None)
+    colour, shape, stop = fields["colour"], fields["shape"], bool(fields["stop"])
     named = "nothing" if colour == shape == "none" else " ".join(w for w in (colour, shape) if w != "none")
     return HeadAnswer(f"reaching for: {named}" + ("; language head says stop" if stop else ""), stop)

@@ -21,7 +21,7 @@ than `input_timeout_s`, it sends a zero Twist and the feedback says why; it driv
 target's orientation is not controlled: the goal is reached on position (the base ends facing the way it drove).
 
 The language head (`oxygen/infer`, task_type navigation) is asked about the scene every `reasoning_period_s`; its
-answer is the feedback's reasoning. It never gates motion: a text model is too slow to steer at the replan rate.
+answer (schema-checked JSON: ``nodes/reasoning.py``) is the feedback's reasoning. It never gates motion: a text model is too slow to steer at the replan rate.
 
 Results: success within `goal_tolerance_m` (or when nav2 succeeds); INVALID_ARGUMENT for a NaN/inf target or a
 frame other than map_frame/odom_frame (accepted, then aborted); OUT_OF_RANGE for a target farther than
@@ -58,7 +58,7 @@ from oxygen_ros.control import unicycle
 from oxygen_ros.control.unicycle import Pose2D
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros import bounds
-from oxygen_ros.nodes import obstacle_sources, velocity
+from oxygen_ros.nodes import obstacle_sources, reasoning, velocity
 from oxygen_ros.nodes.declare import current, keep_positive
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.future_wait import wait
@@ -400,13 +400,12 @@ class NavigationNode(TaskActionNode[Trip]):
         self._plan.publish(path)
 
     async def _reason(self, trip: Trip) -> None:
-        """The language head's view of the way ahead; its answer is the feedback's reasoning."""
-        hint = f" Hint: {trip.instruction}." if trip.instruction else ""
+        """The language head's view of the way ahead, as JSON fields (``reasoning``): the feedback's reasoning."""
         p = trip.target.pose.position
-        prompt = f"The robot drives to x {p.x:.1f} m, y {p.y:.1f} m.{hint} Is the path ahead clear?"
-        text = await self.language_head(trip.run, "navigation", prompt)
+        text = await self.language_head(trip.run, "navigation", reasoning.prompt(p.x, p.y, trip.instruction),
+                                        reasoning.SCHEMA)  # fmt: skip
         if text is not None:
-            trip.reasoning = text
+            trip.reasoning = reasoning.read(text)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -1,11 +1,12 @@
-"""The instruction head's JSON answer read as fields: what it names is narration, its stop flag holds the arm, and an
-answer that is not the schema's JSON (an error line, a cut answer) changes nothing."""
+"""The task heads' JSON answers read as fields: the instruction head's names are narration and its stop flag holds the
+arm, the navigation head's become the reasoning, and an answer that is not the schema's JSON (an error line, a cut
+answer) is said as such and changes nothing."""
 
 import json
 
 import jsonschema
 
-from oxygen_ros.nodes import narration
+from oxygen_ros.nodes import narration, reasoning
 
 
 def test_answers_are_read_as_fields():
@@ -19,3 +20,13 @@ def test_answers_are_read_as_fields():
         "(language head: UNAVAILABLE: gone)", None)  # fmt: skip
     cut = narration.read('{"colour":"red","sha')
     assert cut.stop is None and "max_new_tokens" in cut.narration
+
+
+def test_navigation_reasoning_is_read_from_fields():
+    schema = json.loads(reasoning.SCHEMA)
+    blocked = '{"path_clear":false,"obstacle":"a chair"}'
+    jsonschema.validate(json.loads(blocked), schema)
+    assert reasoning.read(blocked) == "path ahead blocked by: a chair"
+    assert reasoning.read('{"path_clear":true,"obstacle":""}') == "path ahead clear"
+    assert reasoning.read('{"path_clear":tr').startswith("(language head: answer cut short")
+    assert reasoning.read("(language head: DEADLINE_EXCEEDED: late)") == "(language head: DEADLINE_EXCEEDED: late)"

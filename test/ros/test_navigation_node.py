@@ -27,7 +27,7 @@ BELOW_THE_OBSTACLE = (1.0, 0.45)  # seed 0: the robot starts at (1.37, 0.35); th
 
 @pytest.fixture(scope="module")
 def graph(ros_domain_id):
-    parameters = {"service_wait_s": 0.5, "reasoning_period_s": 2.0, "max_new_tokens": 8}
+    parameters = {"service_wait_s": 0.5, "reasoning_period_s": 2.0, "max_new_tokens": 24}
     with task_graph(ros_domain_id, NavigationNode, **parameters) as (graph, node):
         graph.node = node
         graph.cmd_vel = Capture(graph.client, TwistStamped, "/cmd_vel", 100)  # Jazzy's diff_drive_controller
