@@ -1,8 +1,10 @@
 """The newest camera frame a task node has seen, with its detections computed once, when first asked for, and
 its images to send a model that reads them.
 
-Frames come from the robot's camera (`camera_topic`, sensor_msgs/Image, sensor-data QoS), each made the same
-observation the inference node makes of it (its content hash names it), and from `observation_topic`. An observation
+Frames come from the robot's camera (`camera_topic`, sensor_msgs/Image, or CompressedImage when the topic ends in
+/compressed; sensor-data QoS), each made the same observation the inference node makes of it (its content hash, a
+compressed frame's bytes' hash, names it), and from `observation_topic`. With `send_images` false a model that
+reads images is asked about the frame by id only (a remote inference node subscribes the same camera topic). An observation
 without images (camera_sim's scene text, which names its Image by id and sends no pixels) never replaces a frame
 that has them: the pixels stay what the detector and a model that reads images see. Positions are read from the pixels with the OpenCV detector only with
 ``use_sim``: it is tuned to camera_sim's coloured shapes, and on a real camera its "obstacles" and "targets" would be
@@ -18,11 +20,12 @@ import time
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import CompressedImage, Image
 
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.errors import EngineError
-from oxygen_ros.nodes.convert import check_observation, image_to_rgb
+from oxygen_ros.nodes.compressed import compressed_id, compressed_to_rgb, is_compressed
+from oxygen_ros.nodes.convert import check_observation, image_to_rgb, rgb_to_image
 from oxygen_ros.nodes.declare import Table
 from oxygen_ros.observations import content_id
 from oxygen_ros.perception.detect import Detections, detect
@@ -31,21 +34,25 @@ PARAMETERS: Table = {
     "camera_topic": ("camera/image_raw", "sensor_msgs/Image input (sensor-data QoS): the robot's camera"),
     "observation_topic": ("oxygen/observation", "oxygen_ros/Observation input: scene text (camera_sim's), or frames"),
     "use_sim": (False, "frames are camera_sim's: trust the OpenCV detector (tuned to its scene) for positions"),
+    "send_images": (True, "a model that reads images gets the newest frame's pixels inline with each request; false: "
+                    "the frame by id only, which the inference node has from the same camera topic (a remote "
+                    "inference node: each frame crosses the network once, not once per request)"),
 }
 
 
 class LatestFrame:
     def __init__(self, node: Node, settings: dict, group: CallbackGroup) -> None:
         self._logger = node.get_logger()
-        self._use_sim = settings["use_sim"]
+        self._use_sim, self._send_images = settings["use_sim"], settings["send_images"]
         self._lock = threading.Lock()
         self._msg: ObservationMsg | None = None
         self._received = -math.inf
         self._detected: tuple[str, Detections | None] = ("", None)
         node.create_subscription(ObservationMsg, settings["observation_topic"], self._on_observation, 1,
                                  callback_group=group)  # fmt: skip
-        node.create_subscription(Image, settings["camera_topic"], self._on_image, qos_profile_sensor_data,
-                                 callback_group=group)  # fmt: skip
+        camera = settings["camera_topic"]
+        kind, on_frame = (CompressedImage, self._on_compressed) if is_compressed(camera) else (Image, self._on_image)
+        node.create_subscription(kind, camera, on_frame, qos_profile_sensor_data, callback_group=group)
 
     def _on_image(self, msg: Image) -> None:
         """A camera frame as an observation named by its content hash, as the inference node names it."""
@@ -55,6 +62,17 @@ class LatestFrame:
             self._logger.warning(f"ignoring a camera frame: {exc.message}", throttle_duration_sec=5.0)
             return
         self._on_observation(ObservationMsg(header=msg.header, observation_id=observation_id, images=[msg]))
+
+    def _on_compressed(self, msg: CompressedImage) -> None:
+        """A compressed camera frame, named by its bytes as the inference node names it (``compressed``), decoded
+        once here for the detector and for a model that reads images."""
+        try:
+            observation_id, rgb = compressed_id(msg), compressed_to_rgb(msg)
+        except EngineError as exc:
+            self._logger.warning(f"ignoring a compressed camera frame: {exc.message}", throttle_duration_sec=5.0)
+            return
+        image = rgb_to_image(rgb, msg.header)
+        self._on_observation(ObservationMsg(header=msg.header, observation_id=observation_id, images=[image]))
 
     def _on_observation(self, msg: ObservationMsg) -> None:
         try:
@@ -81,7 +99,7 @@ class LatestFrame:
         by their content hash, as it names the same frame's camera image."""
         with self._lock:
             msg = self._msg
-        if msg is None or not msg.images or max_images < 1:
+        if msg is None or not msg.images or max_images < 1 or not self._send_images:
             return []
         return [ObservationMsg(header=msg.header, images=list(msg.images[:max_images]))]
 

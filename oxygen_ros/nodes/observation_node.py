@@ -22,18 +22,15 @@ stops the node with a ValueError naming it.
 """
 
 import functools
-import io
 import math
 import re
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import cv2
 import numpy as np
-from PIL import Image as PILImage
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import (
     InvalidParameterTypeException,
@@ -49,8 +46,9 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Header
 
 from oxygen_ros import bounds
-from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.errors import EngineError
 from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.nodes.compressed import compressed_to_rgb, is_compressed
 from oxygen_ros.nodes.convert import image_to_rgb, rgb_to_image
 from oxygen_ros.control.arm.state_entries import reported_velocities, state_entries
 from oxygen_ros.nodes.declare import declare
@@ -61,7 +59,6 @@ from oxygen_ros.perception.frame_sync import FrameSync, RateGate, Stamped
 
 NODE_NAME = "observation_node"
 NS = 1_000_000_000
-COMPRESSED_SUFFIX = "/compressed"  # image_transport's compressed topic
 SIDE = (16, 4096)  # a `resize` width or height, pixels
 ROTATIONS = {0: None, 90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_COUNTERCLOCKWISE}
 WARN_EVERY_S = 5.0  # one warning per subject (a camera, a joint) this often at most
@@ -80,7 +77,7 @@ RANGES = {"sync_slop_s": (0.0, 10.0), "sync_queue_size": (1, 100), "input_timeou
 POSITIVE = ("sync_slop_s", "input_timeout_s", "max_rate_hz")
 LISTS = {
     "camera_topics": f"key=topic per camera, in the order of the observation's images (at most {bounds.IMAGES}; "
-    f"keys: the checkpoint's image keys); a topic ending in {COMPRESSED_SUFFIX} is sensor_msgs/CompressedImage",
+    f"keys: the checkpoint's image keys); a topic ending in /compressed is sensor_msgs/CompressedImage",
     "resize": f"key=WxH: that camera's images resized to W x H pixels ({SIDE[0]}..{SIDE[1]}), after rotate; "
     "empty = as they come",
     "rotate": "key=90|180|270: that camera's images turned clockwise by that many degrees; empty = as they come",
@@ -99,7 +96,7 @@ class Camera:
 
     @property
     def compressed(self) -> bool:
-        return self.topic.endswith(COMPRESSED_SUFFIX)
+        return is_compressed(self.topic)
 
 
 @dataclass(frozen=True)
@@ -157,35 +154,6 @@ def joint_names(names: list[str]) -> tuple[str, ...]:
         raise ValueError(f"parameter state_joint_names must be distinct non-empty names of at most {bounds.ID_CHARS} "
                          f"characters (at most {bounds.STATE}), got {len(names)}")  # fmt: skip
     return tuple(names)
-
-
-def _invalid(message: str) -> EngineError:
-    return EngineError(ErrorCode.INVALID_ARGUMENT, message)
-
-
-def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
-    """HxWx3 uint8 RGB of a JPEG or PNG; its size, read from its header, bounded before it is decoded."""
-    bounds.at_most("compressed image data", len(msg.data), bounds.IMAGE_BYTES, "bytes")
-    if "compressedDepth" in msg.format:
-        bounds.text("compressed image format", msg.format, bounds.ID_CHARS)
-        raise _invalid(f"compressed image format {msg.format!r} is a depth image, not a colour one")
-    data = np.frombuffer(msg.data, dtype=np.uint8)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)  # the bounds below refuse it
-            with PILImage.open(io.BytesIO(data)) as header:
-                width, height = header.size
-    except (OSError, ValueError, PILImage.DecompressionBombError) as exc:
-        raise _invalid(f"compressed image is not an image OpenCV and Pillow can read: {exc}") from exc
-    if width == 0 or height == 0:
-        raise _invalid(f"zero-size compressed image ({width}x{height})")
-    bounds.at_most("compressed image width", width, bounds.IMAGE_SIDE, "pixels")
-    bounds.at_most("compressed image height", height, bounds.IMAGE_SIDE, "pixels")
-    bounds.at_most("compressed image RGB copy (width x height x 3)", width * height * 3, bounds.IMAGE_BYTES, "bytes")
-    bgr = cv2.imdecode(data, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
-    if bgr is None or bgr.shape != (height, width, 3):
-        raise _invalid(f"compressed image ({width}x{height}) could not be decoded")
-    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
 def frame_rgb(msg: Image | CompressedImage, camera: Camera) -> np.ndarray:

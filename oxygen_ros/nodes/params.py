@@ -24,8 +24,9 @@ from oxygen_ros.fields import check_bounds, described, setting
 
 @dataclass
 class NodeParams:
-    camera_topic: str = setting("camera/image_raw", "sensor_msgs/Image input (sensor-data QoS); each frame becomes "
-                                "an observation")  # fmt: skip
+    camera_topic: str = setting("camera/image_raw", "sensor_msgs/Image input (sensor-data QoS), or sensor_msgs/"
+                                "CompressedImage when it ends in /compressed (a remote inference node); each frame "
+                                "becomes an observation")  # fmt: skip
     observation_topic: str = setting("oxygen/observation", "oxygen_ros/Observation input (text + images + state, "
                                      "e.g. from a scene describer)")  # fmt: skip
     robots: list[str] = setting(
