@@ -15,6 +15,7 @@ from oxygen_ros.errors import EngineError, ErrorCode
 ID_CHARS = 256  # Infer.task_id, task_type, observation_id; CancelTask.task_id; Observation.observation_id
 TEXT_CHARS = 8192  # a task's own text: AskQuestion.question, FollowInstruction.instruction, Navigate.instruction
 PROMPT_CHARS = 65536  # default of the inference node's max_prompt_chars: Infer.prompt and Observation.text
+CHAT_IMAGES = 8  # images in one request's conversation (Infer/Generate.messages), besides its observation's
 TEMPLATE_OPTIONS_CHARS = 4096  # Infer/Generate.template_options, a JSON object
 IMAGES = 3  # images per Observation (a VLA's camera slots); caps KvPoolStats.max_images in the task nodes
 IMAGE_SIDE = 8192  # Image.width and Image.height, pixels

@@ -66,6 +66,10 @@ class AsyncEngine:
         except EngineError as exc:
             future.set_result(error_output(greq, exc.code, exc.message))
             return future
+        except Exception as exc:  # a bug in the grammar library's handling: this request fails, nothing else
+            log.exception("compiling a constraint failed")
+            future.set_result(error_output(greq, ErrorCode.INTERNAL, f"constraint: {type(exc).__name__}: {exc}"))
+            return future
         stream = None if on_text is None else _Stream(on_text, max(1, text_every))
         if not self._post(lambda: self._submit(greq, future, arrival, stream)):
             future.set_result(error_output(greq, ErrorCode.UNAVAILABLE, "the engine is shut down"))

@@ -49,6 +49,10 @@ def check_chat(greq: GenerateRequest, tokenizer: Tokenizer, style: str, model_id
             raise _bad(f"messages[{i}].images: model {model_id!r} reads no images")
         if message.tool_calls and message.role != "assistant":
             raise _bad(f"messages[{i}].tool_calls: only an assistant turn calls tools")
+        if not all(isinstance(call, dict) for call in message.tool_calls):
+            raise _bad(f"messages[{i}].tool_calls must be objects (OpenAI's tool call shape)")
+        if message.images and message.role != "user":
+            raise _bad(f"messages[{i}].images: only a user turn carries images")
     turns = [*greq.messages, *([ChatMessage("user", greq.prompt)] if greq.prompt else [])]
     if not turns:
         raise _bad("the prompt and messages are both empty")

@@ -35,19 +35,21 @@ class GrammarCompiler:
     """Compiled constraints for one tokenizer: ``matcher`` gives each request its own, ``prepare`` compiles ahead."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
-        self.vocab_size = tokenizer.vocab_size
         self._tokenizer = llguidance.LLTokenizer(tokenizer.backend.to_str(), n_vocab=tokenizer.vocab_size,
                                                  eos_token=list(tokenizer.eos_token_ids))  # fmt: skip
         self._compiled: OrderedDict[tuple[str, str], llguidance.LLMatcher] = OrderedDict()
         self._lock = threading.Lock()
 
     def prepare(self, constraint: Constraint) -> None:
-        """Compile ``constraint`` now (off the engine thread) so ``matcher`` finds it; EngineError as ``matcher``."""
-        self._template(constraint)
+        """Compile ``constraint`` now (off the engine thread) and keep the result on it, so ``matcher`` never
+        compiles again whatever the cache evicted meanwhile; EngineError as ``matcher``."""
+        if constraint.compiled is None:
+            constraint.compiled = self._template(constraint)
 
     def matcher(self, constraint: Constraint) -> llguidance.LLMatcher:
         """A fresh matcher for one request; INVALID_ARGUMENT (OUT_OF_RANGE past the size bound) naming the field."""
-        return self._template(constraint).deep_copy()
+        self.prepare(constraint)
+        return constraint.compiled.deep_copy()
 
     def _template(self, constraint: Constraint) -> llguidance.LLMatcher:
         key = (constraint.kind, constraint.source)
@@ -76,22 +78,23 @@ def _grammar(constraint: Constraint) -> str:
     if len(source) > MAX_SOURCE_CHARS:
         raise EngineError(ErrorCode.OUT_OF_RANGE, f"{kind} has {len(source)} characters, more than the bound of "
                           f"{MAX_SOURCE_CHARS}")  # fmt: skip
-    if kind == "regex":
-        return llguidance.LLMatcher.grammar_from_regex(source)
-    if kind == "grammar":
+    if kind == "json_schema":
+        if _depth(source) > MAX_JSON_DEPTH:
+            raise EngineError(ErrorCode.OUT_OF_RANGE, f"json_schema nests deeper than {MAX_JSON_DEPTH} levels")
         try:
-            return llguidance.grammar_from("grammar", source)  # GBNF (llama.cpp's) or llguidance's Lark
-        except Exception as exc:  # the GBNF converter raises plain exceptions on syntax it cannot read
-            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"grammar does not parse: {exc}") from exc
-    if _depth(source) > MAX_JSON_DEPTH:
-        raise EngineError(ErrorCode.OUT_OF_RANGE, f"json_schema nests deeper than {MAX_JSON_DEPTH} levels")
+            schema = json.loads(source)
+        except ValueError as exc:
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, f"json_schema is not valid JSON: {exc}") from exc
+        if not isinstance(schema, dict):
+            raise EngineError(ErrorCode.INVALID_ARGUMENT, "json_schema must be a JSON object (a schema)")
     try:
-        schema = json.loads(source)
-    except ValueError as exc:
-        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"json_schema is not valid JSON: {exc}") from exc
-    if not isinstance(schema, dict | bool):
-        raise EngineError(ErrorCode.INVALID_ARGUMENT, "json_schema must be a JSON object (a schema)")
-    return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
+        if kind == "regex":
+            return llguidance.LLMatcher.grammar_from_regex(source)
+        if kind == "grammar":
+            return llguidance.grammar_from("grammar", source)  # GBNF (llama.cpp's) or llguidance's Lark
+        return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
+    except Exception as exc:  # the converters raise plain exceptions on input they cannot read
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"{kind} does not parse: {exc}") from exc
 
 
 def _depth(source: str) -> int:

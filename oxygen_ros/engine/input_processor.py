@@ -7,8 +7,9 @@ same KV blocks: a chat model gets the observation's text as the system turn, a v
 """
 
 import math
+import threading
 from dataclasses import replace
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
 import jinja2
 import torch
@@ -39,11 +40,17 @@ class InputProcessor:
         threshold = config.reuse_similarity_threshold
         self.similar_frames = SimilarFrames(threshold) if threshold > 0 else None  # approximate reuse (opt-in)
         self._head = lru_cache(maxsize=OBSERVATION_HEADS)(self._observation_head)
+        self._grammars: GrammarCompiler | None = None
+        self._grammars_lock = threading.Lock()
 
-    @cached_property
+    @property
     def grammars(self) -> GrammarCompiler:
-        """Built on the first constrained request (it indexes the vocabulary once: ~0.2 s for SmolLM2's)."""
-        return GrammarCompiler(self.tokenizer)
+        """Built on the first constrained request (it indexes the vocabulary once: ~0.2 s for SmolLM2's), once
+        whichever threads ask at the same time."""
+        with self._grammars_lock:
+            if self._grammars is None:
+                self._grammars = GrammarCompiler(self.tokenizer)
+            return self._grammars
 
     def prepare_constraint(self, greq: GenerateRequest) -> None:
         """Compile the request's constraint ahead (the caller's thread); EngineError naming the field if it cannot."""
@@ -146,7 +153,7 @@ class InputProcessor:
         that do not alternate), with its own words."""
         try:
             return self.tokenizer.apply_chat_template(turns, tools=greq.tools, **greq.template_options)
-        except jinja2.TemplateError as exc:
+        except (jinja2.TemplateError, TypeError, ValueError) as exc:  # a template's own raise, or its filters
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"messages: the chat template of model "
                               f"{self.bundle.model_id!r} refuses this conversation: {exc}") from exc  # fmt: skip
 

@@ -1,6 +1,7 @@
 """What callers hand the engine and what they get back (plain data, no torch, no ROS)."""
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,7 @@ class Constraint:
 
     kind: str  # json_schema | regex | grammar (GBNF)
     source: str
+    compiled: Any = field(default=None, compare=False, repr=False)  # set by GrammarCompiler.prepare (caller's thread)
 
 
 @dataclass

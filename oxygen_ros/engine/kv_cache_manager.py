@@ -54,7 +54,8 @@ class KVCacheManager:
 
     def cached_prefix_tokens(self, req: Request) -> int:
         """Leading tokens of a waiting request whose blocks the pool holds now: what admitting it would not compute
-        (blocks only a tier holds are not counted: restoring them is work too). No side effects."""
+        (blocks only a tier holds are not counted: restoring them is work too). Changes nothing but the request's
+        memo of its block hashes."""
         hashes = self.reusable_hashes(req)
         hits = 0
         while hits < len(hashes) and self.pool.lookup(hashes[hits]) is not None:

@@ -23,7 +23,7 @@ class OutputProcessor:
         """Append ``token`` to ``req``; the reason it finishes with it ('' = it goes on)."""
         req.append_output(token)
         if req.matcher is not None and (not req.matcher.consume_token(token) or req.matcher.is_stopped()):
-            return "stop"  # the grammar is complete (or, never by the mask, broken: ``output`` says so)
+            return "stop"  # the grammar is complete (or past its per-token bound: ``output`` says so)
         s = req.sampling
         if token in s.stop_token_ids or (not s.ignore_eos and token in self.tokenizer.eos_token_ids):
             return "stop"
@@ -60,8 +60,8 @@ class OutputProcessor:
             logprobs=[self._spelt(lp) for lp in req.output_logprobs],
         )
         if req.matcher is not None and req.matcher.is_error():
-            out.error_code = ErrorCode.INTERNAL
-            out.message = f"the answer left its constraint: {req.matcher.get_error()[:300]}"
+            out.error_code = ErrorCode.OUT_OF_RANGE  # the grammar's per-token bound ran out (llguidance's limits)
+            out.message = f"the constraint became too complex to follow: {req.matcher.get_error()[:300]}"
         if req.deadline and req.finished_s > req.deadline:
             out.error_code = ErrorCode.DEADLINE_EXCEEDED
             late_ms = (req.finished_s - req.deadline) * 1e3

@@ -70,7 +70,8 @@ def _compile_template(source: str) -> jinja2.Template:
 
 def _template_variables(source: str) -> frozenset[str]:
     """The variables a chat template reads from its caller (``tools``, ``enable_thinking``, ...), from its syntax."""
-    return frozenset(jinja2.meta.find_undeclared_variables(_template_environment().parse(source)))
+    env = _template_environment()
+    return frozenset(jinja2.meta.find_undeclared_variables(env.parse(source)) - set(env.globals))
 
 
 def _token_content(value: str | dict | None) -> str | None:

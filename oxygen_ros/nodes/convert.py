@@ -155,9 +155,10 @@ def generate_request(req: Infer.Request | Generate.Goal, observation: Observatio
         priority=req.priority,
         deadline_s=req.deadline_s,
         chat=not req.raw,
-        messages=chat_messages(req.messages, max_prompt_chars - len(req.prompt)),
+        messages=chat_messages(req.messages, max_prompt_chars - len(req.prompt) - len(req.system_prompt)
+                               - len(req.tools)),  # one budget for the text a prompt is rendered from  # fmt: skip
         system_prompt=req.system_prompt,
-        tools=_json_field("tools", req.tools, bounds.PROMPT_CHARS, list),
+        tools=_json_field("tools", req.tools, max_prompt_chars, list),
         template_options=_json_field("template_options", req.template_options, bounds.TEMPLATE_OPTIONS_CHARS, dict),
         constraint=constraint(req),
         logprobs=req.logprobs,
@@ -165,8 +166,11 @@ def generate_request(req: Infer.Request | Generate.Goal, observation: Observatio
 
 
 def chat_messages(msgs: Sequence[ChatMessageMsg], max_chars: int) -> list[ChatMessage]:
-    """The conversation, its texts together within ``max_chars`` (the prompt's bound less the prompt's length)."""
-    bounds.at_most("messages' text", sum(len(m.content) for m in msgs), max(max_chars, 0), "characters")
+    """The conversation, its texts together within ``max_chars`` (the prompt's bound less what the prompt, the
+    system prompt and the tools take) and its images within ``bounds.CHAT_IMAGES``, both before anything is decoded."""
+    text = sum(len(m.content) + len(m.tool_calls) for m in msgs)
+    bounds.at_most("messages' text (with the prompt, system_prompt and tools)", text, max(max_chars, 0), "characters")
+    bounds.at_most("messages' images", sum(len(m.images) for m in msgs), bounds.CHAT_IMAGES, "images")
     out = []
     for i, msg in enumerate(msgs):
         bounds.text(f"messages[{i}].role", msg.role, bounds.ID_CHARS)

@@ -2,8 +2,8 @@
 
 One inference node may serve several robots (parameter ``robots``: their namespaces). Each robot's camera and
 observation topics are subscribed under its namespace and kept in a ring of its own, so a request's empty
-observation_id means the newest frame of the robot it names, never another robot's, and an id is looked up only
-among that robot's frames. Without ``robots`` the node serves one robot, the topics as they resolve in its own
+observation_id means the newest frame of the robot it names (or whose namespace it runs under: robot1/arm is
+robot1's), never another robot's, and an id is looked up only among that robot's frames. Without ``robots`` the node serves one robot, the topics as they resolve in its own
 namespace, and answers every request from them whatever robot it names (task nodes in sub-namespaces of one robot, an
 arm's for instance, share its camera): a node shared by several robots must list them.
 """
@@ -52,8 +52,10 @@ class FleetRings:
         name = robot_name(robot)
         if not self.fleet:  # one camera: every request is about it, whichever namespace the caller runs in
             return self._rings[""]
-        if name in self._rings:
-            return self._rings[name]
+        owner = name if name in self._rings else max((r for r in self._rings if r and name.startswith(f"{r}/")),
+                                                       key=len, default=None)  # an arm's nodes under robot1/arm  # fmt: skip
+        if owner is not None:
+            return self._rings[owner]
         served = ", ".join(f"/{r}" for r in self._rings)
         if not name:
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"robot must name one of the robots this node serves "

@@ -113,6 +113,8 @@ class InferenceNode(LifecycleNode):
             rings = FleetRings(settings.robots, lambda share: ObservationRing(
                 settings.observation_ring, settings.observation_keep_s, settings.observation_ring_bytes // share))
             topics = rings.topics(settings.camera_topic, settings.observation_topic)
+            for name, topic in (("robots", t) for _, *pair in topics for t in pair):
+                validate_topic_name(topic)
         except EngineError as exc:
             log.error(f"configure failed, bad parameter: {exc.message}")
             return TransitionCallbackReturn.FAILURE

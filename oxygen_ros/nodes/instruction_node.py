@@ -412,8 +412,8 @@ class InstructionNode(TaskActionNode[Stream]):
         if text is not None:
             answer = narration.read(text)
             stream.narration = answer.narration
-            if answer.stop is not None and self.settings["head_may_stop"]:
-                stream.head_stop = answer.stop
+            if answer.stop is not None:
+                stream.head_stop = answer.stop and self.settings["head_may_stop"]
 
 
 def main(args: list[str] | None = None) -> int:

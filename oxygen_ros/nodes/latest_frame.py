@@ -95,7 +95,8 @@ class LatestFrame:
 
     def inline(self, max_images: int) -> list[ObservationMsg]:
         """The newest frame's first ``max_images`` images as an inline observation ([] without a frame, images, or
-        ``max_images``). No scene text and no id: the model reads the pixels, and the inference node names them
+        ``max_images``, or with ``send_images`` false: then the model is asked about the frame by id). No scene
+        text and no id: the model reads the pixels, and the inference node names them
         by their content hash, as it names the same frame's camera image."""
         with self._lock:
             msg = self._msg

@@ -127,8 +127,8 @@ class TaskActionNode(Node, Generic[State]):
         """The language head's text about the newest frame (its pixels for a model that reads images, else its scene
         text: ``InferClient.ask_about``), one call per goal at a time (None while one is already running, or once
         the goal ended); a failure comes back as a parenthesised error line. Not streamed: the narration and the
-        reasoning are state the controllers read (the target is looked up in the narration), so they change to a
-        whole answer, never to half a sentence. With ``json_schema`` the answer is JSON valid against it."""
+        reasoning are state the nodes read as fields, so they change to a whole answer, never to half a sentence.
+        With ``json_schema`` the answer is JSON valid against it."""
         if run.asking or not run.running:
             return None
         run.asking = True

@@ -94,6 +94,10 @@ def test_tools_tool_calls_and_options_render_as_transformers_does(smollm2_bundle
     ({"tools": [{"type": "function"}]}, "tools"),
     ({"template_options": {"enable_thinking": False}}, "template_options.enable_thinking"),
     ({"template_options": {"messages": []}}, "template_options.messages"),
+    ({"template_options": {"raise_exception": True}}, "template_options.raise_exception"),  # a template function
+    ({"messages": [ChatMessage("assistant", "", tool_calls=["grasp"]), ChatMessage("user", "hi")]},
+     "messages[0].tool_calls"),
+    ({"messages": [ChatMessage("system", "be brief", images=[np.zeros((8, 8, 3), np.uint8)])]}, "messages[0].images"),
     ({"messages": [ChatMessage("robot", "hi")]}, "messages[0].role"),
     ({"messages": [ChatMessage("user", "hi", images=[np.zeros((8, 8, 3), np.uint8)])]}, "messages[0].images"),
     ({"messages": [ChatMessage("user", "hi", tool_calls=[{}])]}, "messages[0].tool_calls"),

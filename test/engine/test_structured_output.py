@@ -123,6 +123,7 @@ def test_hostile_constraints_are_refused_or_bounded(engine):
     refused(Constraint("json_schema", json.dumps(nested)), ErrorCode.OUT_OF_RANGE)
     refused(Constraint("json_schema", "x" * 70_000), ErrorCode.OUT_OF_RANGE)
     refused(Constraint("json_schema", "{not json"), ErrorCode.INVALID_ARGUMENT)
+    refused(Constraint("json_schema", "true"), ErrorCode.INVALID_ARGUMENT)  # JSON Schema allows it; not an answer shape
     refused(Constraint("regex", "[a-z]+("), ErrorCode.INVALID_ARGUMENT)
     refused(Constraint("grammar", "root ::= missing_rule"), ErrorCode.INVALID_ARGUMENT)
     huge_enum = {"enum": [f"item-{i}" for i in range(4000)]}

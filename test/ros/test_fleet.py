@@ -58,6 +58,8 @@ def test_each_robot_is_answered_about_its_own_frames_only(fleet):
     stranger = infer(client, "What colour is the wall?", robot="robot3")
     assert stranger.error_code == "NOT_FOUND" and "robot3" in stranger.message
     assert infer(client, "What colour is the wall?", robot="/robot2", max_new_tokens=2).success
+    arm = infer(client, "What colour is the wall?", robot="robot1/arm", max_new_tokens=2)  # robot1's arm's nodes
+    assert arm.success and arm.observation_id == ids["robot1"]
 
 
 def test_a_fleet_needs_relative_topics(ros_domain_id):
