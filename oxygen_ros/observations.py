@@ -102,18 +102,22 @@ class ObservationRing:
             self._entries.popitem(last=False)
             self._bytes -= oldest.nbytes
 
-    def get(self, observation_id: str) -> Observation | None:
+    def get(self, observation_id: str, needs_images: bool = False) -> Observation | None:
         """The observation, None when ``''`` is asked before anything arrived; EngineError NOT_FOUND for an id not
-        (or no longer) in the ring, the rejection's code (INVALID_ARGUMENT, OUT_OF_RANGE) for a rejected one."""
+        (or no longer) in the ring, the rejection's code (INVALID_ARGUMENT, OUT_OF_RANGE) for a rejected one.
+
+        ``needs_images`` (a VLA's request): ``''`` is the latest frame that has its camera images, since a frame's
+        describer text may arrive before its Image and a policy cannot act on text."""
         with self._lock:
             if not observation_id:
                 newest_first = (kept.entry for kept in reversed(self._entries.values()))
                 entry = next(newest_first, None)
                 if entry is None:
                     return None
-                if isinstance(entry, Observation) and not entry.text:
-                    described = (e for e in newest_first if isinstance(e, Observation) and e.text)
-                    entry = next(described, entry)
+                wanted = (lambda e: e.images) if needs_images else (lambda e: e.text)
+                if isinstance(entry, Observation) and not wanted(entry):
+                    fitting = (e for e in newest_first if isinstance(e, Observation) and wanted(e))
+                    entry = next(fitting, entry)
             else:
                 kept = self._entries.get(observation_id)
                 if kept is None:
@@ -136,6 +140,11 @@ class ObservationRing:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def count_with_images(self) -> int:
+        """Kept frames that have their camera images (what a VLA's ``''`` can be)."""
+        with self._lock:
+            return sum(isinstance(k.entry, Observation) and bool(k.entry.images) for k in self._entries.values())
 
 
 def _footprint(entry: Observation | Rejected) -> int:

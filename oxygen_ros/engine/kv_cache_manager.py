@@ -56,11 +56,17 @@ class KVCacheManager:
         """Leading tokens of a waiting request whose blocks the pool holds now: what admitting it would not compute
         (blocks only a tier holds are not counted: restoring them is work too). Changes nothing but the request's
         memo of its block hashes."""
-        hashes = self.reusable_hashes(req)
-        hits = 0
-        while hits < len(hashes) and self.pool.lookup(hashes[hits]) is not None:
-            hits += 1
-        return hits * self.block_size
+        return len(self._pool_hits(self.reusable_hashes(req))) * self.block_size
+
+    def _pool_hits(self, hashes: list[bytes]) -> list[int]:
+        """The pool's blocks for the leading run of ``hashes`` it holds."""
+        hits: list[int] = []
+        for h in hashes:
+            block_id = self.pool.lookup(h)
+            if block_id is None:
+                break
+            hits.append(block_id)
+        return hits
 
     def _hashes(self, req: Request, num_full: int) -> list[bytes]:
         """The hashes of the request's first ``num_full`` full blocks: kept on the request and extended, never
@@ -120,12 +126,7 @@ class KVCacheManager:
         Returns False, changing nothing in the pool, when it cannot hold the prompt now.
         """
         hashes = self.reusable_hashes(req) if hashes is None else hashes
-        hits: list[int] = []
-        for h in hashes:
-            block_id = self.pool.lookup(h)
-            if block_id is None:
-                break
-            hits.append(block_id)
+        hits = self._pool_hits(hashes)
         need = cdiv(req.num_tokens, self.block_size) - len(hits)
         reclaimable_hits = sum(self.pool.blocks[b].num_units for b in hits if self.pool.blocks[b].ref_count == 0)
         if self._units(req, len(hits), need) > self.pool.num_available - reclaimable_hits:

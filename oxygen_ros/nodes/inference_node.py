@@ -210,11 +210,15 @@ class InferenceNode(LifecycleNode):
             torch.cuda.empty_cache()
         self.get_logger().info(f"{new_state}: the KV pool is freed")
 
-    def held_observations(self, robot: str = "") -> int:
-        """Observations the node holds for ``robot`` now (0 while unconfigured): a VLA asked without one refuses."""
+    def held_observations(self, robot: str = "", with_images: bool = False) -> int:
+        """Observations the node holds for ``robot`` now (0 while unconfigured), or only those with camera images: a
+        VLA asked without one refuses."""
         with self._lock:
             rings = self._rings
-        return 0 if rings is None else len(rings.ring(robot))
+        if rings is None:
+            return 0
+        ring = rings.ring(robot)
+        return ring.count_with_images() if with_images else len(ring)
 
     # --- inputs -------------------------------------------------------------------------------------------------
     def _on_camera(self, msg: Image, robot: str) -> None:
@@ -279,10 +283,11 @@ class InferenceNode(LifecycleNode):
     @staticmethod
     def _observation_of(request: Any, rings: FleetRings, settings: params.NodeParams) -> Observation | None:
         """A request's inline observation (hashed by content like a published one, so the same image shares its
-        KV either way), else its robot's ring's ``observation_id`` ('' = that robot's latest)."""
+        KV either way), else its robot's ring's ``observation_id`` ('' = that robot's latest, with camera images
+        when actions are asked)."""
         if request.observation:
             return convert.observation_from_msg(request.observation[0], settings.max_prompt_chars)
-        return rings.ring(request.robot).get(request.observation_id)
+        return rings.ring(request.robot).get(request.observation_id, getattr(request, "want_actions", False))
 
     def _serving(self) -> tuple:
         """For /oxygen/generate: (engine, observation resolver, settings, state) as they are now."""

@@ -65,14 +65,15 @@ class LatestFrame:
 
     def _on_compressed(self, msg: CompressedImage) -> None:
         """A compressed camera frame, named by its bytes as the inference node names it (``compressed``), decoded
-        once here for the detector and for a model that reads images."""
+        once here only when something reads its pixels (the detector with ``use_sim``, a model with
+        ``send_images``): a remote inference node asked by id decodes its own copy."""
         try:
-            observation_id, rgb = compressed_id(msg), compressed_to_rgb(msg)
+            observation_id = compressed_id(msg)
+            pixels = [rgb_to_image(compressed_to_rgb(msg), msg.header)] if self._use_sim or self._send_images else []
         except EngineError as exc:
             self._logger.warning(f"ignoring a compressed camera frame: {exc.message}", throttle_duration_sec=5.0)
             return
-        image = rgb_to_image(rgb, msg.header)
-        self._on_observation(ObservationMsg(header=msg.header, observation_id=observation_id, images=[image]))
+        self._on_observation(ObservationMsg(header=msg.header, observation_id=observation_id, images=pixels))
 
     def _on_observation(self, msg: ObservationMsg) -> None:
         try:

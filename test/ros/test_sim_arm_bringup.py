@@ -38,8 +38,8 @@ def sim(ros_domain_id, tmp_path_factory):
         client.traces = Capture(client, ChunkTrace, "/arm/chunk_trace", 100)
         wait_until(lambda: {n for m in client.states.messages for n in m.name} == set(SO100_JOINTS), 20.0,
                    "the arm's and the jaw's joint states")  # fmt: skip
-        wait_until(lambda: graph.inference.held_observations() > 0, 20.0,  # a VLA asked without a frame refuses
-                   "a camera frame in the inference node")
+        wait_until(lambda: graph.inference.held_observations(with_images=True) > 0, 20.0,  # a VLA needs pixels
+                   "a camera frame with its images in the inference node")
         yield client
 
 
