@@ -5,7 +5,9 @@ the cosines and sines are the same in every layer, so computing them per layer w
 
 Scaled RoPE changes only the inverse frequencies (``RopeScaling``): Llama 3.1's ``llama3`` (low frequencies divided by
 ``factor``, the band between smoothed) and ``linear`` (all divided by ``factor``), as transformers'
-``modeling_rope_utils`` computes them. ``dynamic`` NTK depends on the longest sequence seen, which differs per request
+``modeling_rope_utils`` computes them, and ``freq_factors``: one divisor per frequency, the ``rope_freqs`` tensor
+llama.cpp's converter writes into a Llama 3.1 GGUF in place of the llama3 parameters (ggml's rope divides each
+frequency by its factor). ``dynamic`` NTK depends on the longest sequence seen, which differs per request
 in a shared batch, and YaRN also scales attention: neither is implemented (the loaders refuse them, naming the type).
 """
 
@@ -17,15 +19,21 @@ import torch
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """A config's ``rope_scaling`` / ``rope_parameters`` of type ``llama3`` or ``linear``."""
+    """A config's ``rope_scaling`` / ``rope_parameters`` of type ``llama3`` or ``linear``, or a GGUF's ``rope_freqs``
+    (type ``freq_factors``)."""
 
     rope_type: str
-    factor: float
+    factor: float = 1.0
     low_freq_factor: float = 1.0  # llama3 only
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    freq_factors: tuple[float, ...] = ()  # freq_factors only: head_dim / 2 divisors
 
     def inverse_frequencies(self, inv_freq: torch.Tensor) -> torch.Tensor:
+        if self.rope_type == "freq_factors":
+            if len(self.freq_factors) != inv_freq.numel():
+                raise ValueError(f"rope_freqs has {len(self.freq_factors)} factors for {inv_freq.numel()} frequencies")
+            return inv_freq / torch.tensor(self.freq_factors, dtype=torch.float32, device=inv_freq.device)
         if self.rope_type == "linear":
             return inv_freq / self.factor
         low_wavelen = self.original_max_position_embeddings / self.low_freq_factor
@@ -61,11 +69,13 @@ class RotaryEmbedding:
     """The angles at arbitrary integer positions (tokens of a ragged batch sit at different positions).
 
     The inverse frequencies are kept in fp32 and are no module buffer, so ``model.to(bfloat16)`` cannot round them
-    (in bf16 that would rotate position ~900 by more than a radian).
+    (in bf16 that would rotate position ~900 by more than a radian). They are made on the CPU even when the model is
+    built on the meta device (loaders build it there and assign the weights read).
     """
 
     def __init__(self, head_dim: int, theta: float, scaling: RopeScaling | None = None) -> None:
-        self._inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim
+        self._inv_freq = 1.0 / (theta**exponents)
         if scaling is not None:
             self._inv_freq = scaling.inverse_frequencies(self._inv_freq)
 

@@ -22,7 +22,7 @@ class LlamaArgs:
     tie_word_embeddings: bool = True
     attention_bias: bool = False  # Qwen2 has q/k/v biases, Llama does not
     family: str = "llama"  # the transformers model_type it was read as: llama, qwen2, qwen3, smollm3
-    rope_scaling: RopeScaling | None = None  # Llama 3.x's llama3, or linear; None = unscaled
+    rope_scaling: RopeScaling | None = None  # Llama 3.x's llama3 (or a GGUF's rope_freqs), or linear; None = unscaled
     qk_norm: bool = False  # Qwen3: an RMSNorm over each head of q and k before RoPE
     no_rope_layers: tuple[int, ...] = ()  # SmolLM3: per layer 1 = RoPE, 0 = none; () = RoPE everywhere
 

@@ -114,8 +114,9 @@ def read_llama_args(config: dict, source: Path) -> LlamaArgs:
     )
 
 
-def read_tensors(folder: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a single-file or sharded checkpoint, as fp32 under our names (no `model.` prefix)."""
+def read_tensors(folder: Path, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """All tensors of a single-file or sharded checkpoint, in ``dtype`` under our names (no `model.` prefix): each is
+    cast as it is read, so a bf16 model never holds an fp32 copy of its weights."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -128,17 +129,18 @@ def read_tensors(folder: Path) -> dict[str, torch.Tensor]:
         for name, tensor in load_file(folder / file).items():
             if name.endswith("rotary_emb.inv_freq"):  # a buffer older Llama checkpoints saved; RoPE recomputes it
                 continue
-            tensors[name.removeprefix("model.")] = tensor.float()
+            tensors[name.removeprefix("model.")] = tensor.to(dtype)
     return tensors
 
 
-def load_hf_folder(path: str | Path) -> LoadedModel:
-    """Load a Llama / Qwen2 / Mistral HF folder, rejecting configs whose attention or RoPE we do not implement."""
+def load_hf_folder(path: str | Path, dtype: torch.dtype = torch.float32) -> LoadedModel:
+    """Load a Llama / Qwen2 / Mistral HF folder, weights in ``dtype``, rejecting configs whose attention or RoPE we do
+    not implement."""
     folder = Path(path)
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder")
     args = read_llama_args(json.loads((folder / "config.json").read_text()), folder)
-    state_dict = read_tensors(folder)
+    state_dict = read_tensors(folder, dtype)
     if args.tie_word_embeddings:
         state_dict.pop("lm_head.weight", None)  # some exporters save the tied copy too
     check_state_dict(state_dict, args, str(folder))
@@ -151,6 +153,8 @@ def _config(loaded: LoadedModel) -> dict:
     args, tokenizer = loaded.args, loaded.tokenizer
     model_type = "qwen2" if args.attention_bias else args.family
     eos = tokenizer.eos_token_ids
+    if args.rope_scaling is not None and args.rope_scaling.rope_type == "freq_factors":
+        raise ValueError("a GGUF's rope_freqs factors have no transformers rope_scaling to be written as")
     scaling = None if args.rope_scaling is None else {
         "rope_type": args.rope_scaling.rope_type, "factor": args.rope_scaling.factor,
         "low_freq_factor": args.rope_scaling.low_freq_factor, "high_freq_factor": args.rope_scaling.high_freq_factor,

@@ -1,4 +1,5 @@
-"""What a loader hands the engine: the model's shape, its fp32 weights under our names, and its tokenizer."""
+"""What a loader hands the engine: the model's shape, its weights under our names (in the dtype asked), and its
+tokenizer."""
 
 from dataclasses import dataclass
 
@@ -13,7 +14,7 @@ class LoadedModel:
     """A model read from disk (GGUF or HF folder), independent of the file format it came from."""
 
     args: LlamaArgs
-    state_dict: dict[str, torch.Tensor]  # fp32, HF orientation [out, in], HF Llama names without "model."
+    state_dict: dict[str, torch.Tensor]  # the dtype asked, HF orientation [out, in], HF Llama names without "model."
     tokenizer: Tokenizer
     name: str
 

@@ -60,9 +60,10 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 
         return _load_idefics3(path, device, dtype, weight_dtype)
     if (path / "config.json").is_file() and (_is_pi0(path) or _is_pi05(path)):
         return _load_policy(path, device, dtype)
-    loaded = _read(name)
-    model = LlamaModel(loaded.args)
-    model.load_state_dict(loaded.state_dict, strict=True)
+    loaded = _read(name, dtype)
+    with torch.device("meta"):  # no weights allocated here: the ones read (already in dtype) are assigned
+        model = LlamaModel(loaded.args)
+    model.load_state_dict(loaded.state_dict, strict=True, assign=True)
     return _ready(model, loaded.tokenizer, loaded.name, loaded.args, device, dtype, weight_dtype)
 
 
@@ -172,12 +173,12 @@ def _ready(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str, args: Ll
     )  # fmt: skip
 
 
-def _read(name: str) -> LoadedModel:
+def _read(name: str, dtype: torch.dtype) -> LoadedModel:
     if name == "smollm2-135m":
         from oxygen_ros.models.gguf_loader import load_gguf, smollm2_gguf_path
 
         try:
-            return load_gguf(smollm2_gguf_path())
+            return load_gguf(smollm2_gguf_path(), dtype)
         except FileNotFoundError as exc:
             raise EngineError(ErrorCode.NOT_FOUND, str(exc)) from exc
     path = Path(name).expanduser()
@@ -187,14 +188,14 @@ def _read(name: str) -> LoadedModel:
         if not path.is_file():
             raise EngineError(ErrorCode.NOT_FOUND, f"model file {path} does not exist")
         try:
-            return load_gguf(path)
+            return load_gguf(path, dtype)
         except (ValueError, KeyError, IndexError) as exc:  # IndexError: a special token id past the vocabulary
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load GGUF file {path}: {exc}") from exc
     if path.is_dir():
         from oxygen_ros.models.hf_loader import load_hf_folder
 
         try:
-            return load_hf_folder(path)
+            return load_hf_folder(path, dtype)
         except (ValueError, FileNotFoundError) as exc:
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load model folder {path}: {exc}") from exc
     raise EngineError(

@@ -1,20 +1,29 @@
 """Llama 3.x (scaled RoPE: ``llama3`` and ``linear``), Qwen3 (an RMSNorm over each head of q and k) and SmolLM3
 (layers without RoPE) through the engine, token for token equal to transformers' greedy output on tiny random models
 saved with ``save_pretrained``: several prompts one at a time and as one ragged batch, a shared prefix served from
-the cache, and preemption under a pool too small for all of them at once. A RoPE type we do not run is refused at
-load, naming it."""
+the cache, and preemption under a pool too small for all of them at once. The Llama 3.1 and SmolLM3 checkpoints
+written as GGUF files the way llama.cpp's converter writes them (its tensor names from the ``gguf`` package, q/k rows
+interleaved, Llama 3.1's scaling as a ``rope_freqs`` tensor, SmolLM3's every-fourth-layer NoPE) answer the same, in
+fp32 and loaded as bf16. A RoPE type we do not run is refused at load, naming it."""
 
 import json
+import math
 
+import gguf
+import numpy as np
 import pytest
 import torch
 from engine_helpers import make_engine
 from hf_reference import hf_greedy
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, SmolLM3Config
+
+from oxygen_ros.models.gguf_loader import smollm2_gguf_path
 
 from oxygen_ros.engine.io import GenerateRequest
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.layers.rotary import RotaryEmbedding
 from oxygen_ros.models.registry import load_model
 
 NEW_TOKENS = 12
@@ -41,11 +50,11 @@ PROMPTS = [
 ]
 
 
-def _save(folder, kind: str, tokenizer) -> None:
+def _save(folder, kind: str, tokenizer, **overrides) -> None:
     config_class, extra = ARCHITECTURES[kind]
     tokens = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_ids[0],
               "pad_token_id": tokenizer.pad_token_id}  # fmt: skip
-    config = config_class(**SHAPES, **tokens, **extra)
+    config = config_class(**SHAPES, **tokens, **(extra | overrides))
     with torch.random.fork_rng():
         torch.manual_seed(7)
         model = AutoModelForCausalLM.from_config(config).eval()
@@ -140,3 +149,95 @@ def test_generation_config_stop_ids_end_answers_as_in_transformers(smollm2_bundl
     assert stop in bundle.tokenizer.eos_token_ids
     (out,) = make_engine(bundle).generate(_requests([prompt]))
     assert out.token_ids == expected and out.finish_reason == "stop"
+
+
+def _llama_cpp_permute(w: torch.Tensor, n_head: int) -> np.ndarray:
+    """convert_hf_to_gguf.py's LlamaModel.permute: q/k rows interleaved for ggml's RoPE."""
+    return w.numpy().reshape(n_head, 2, w.shape[0] // n_head // 2, w.shape[1]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _llama_cpp_rope_freqs(rope: dict, head_dim: int) -> np.ndarray:
+    """convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors for rope_type llama3: one divisor per frequency."""
+    base, factor, old_len = rope["rope_theta"], rope["factor"], rope["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old_len / rope["low_freq_factor"], old_len / rope["high_freq_factor"]
+    factors = []
+    for freq in 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim)):
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            factors.append(1.0)
+        elif wavelen > low_wavelen:
+            factors.append(factor)
+        else:
+            smooth = (old_len / wavelen - rope["low_freq_factor"]) / (rope["high_freq_factor"] - rope["low_freq_factor"])
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def _write_gguf(folder, path, arch: gguf.MODEL_ARCH) -> None:
+    """The checkpoint in ``folder`` as a GGUF file of ``arch``, as llama.cpp's converter writes it, with SmolLM2's
+    tokenizer metadata (the vocabulary the checkpoint was made with)."""
+    config = json.loads((folder / "config.json").read_text())
+    rope, head_dim = config["rope_parameters"], config["head_dim"]
+    heads, kv_heads, layers = config["num_attention_heads"], config["num_key_value_heads"], config["num_hidden_layers"]
+    source = gguf.GGUFReader(smollm2_gguf_path())
+    writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
+    writer.add_block_count(layers)
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_freq_base(rope["rope_theta"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_tokenizer_model("gpt2")
+    for key in ("tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
+                "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"):  # fmt: skip
+        field = source.fields[key]
+        value = field.contents()
+        kind = field.types[0] if field.types[0] != gguf.GGUFValueType.ARRAY else field.types[-1]
+        if isinstance(value, list):
+            writer.add_array(key, value)
+        else:
+            writer.add_key_value(key, value, kind)
+    names = gguf.get_tensor_name_map(arch, layers)
+    for name, tensor in load_file(folder / "model.safetensors").items():
+        ours = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert ours is not None, name
+        data = tensor.numpy()
+        if ours.endswith(("attn_q.weight", "attn_k.weight")):
+            data = _llama_cpp_permute(tensor, heads if ours.endswith("attn_q.weight") else kv_heads)
+        writer.add_tensor(ours, np.ascontiguousarray(data, dtype=np.float32))
+    if rope.get("rope_type") == "llama3":
+        writer.add_tensor("rope_freqs.weight", _llama_cpp_rope_freqs(rope, head_dim))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize(("kind", "arch", "overrides"), [
+    ("llama3", gguf.MODEL_ARCH.LLAMA, {}),
+    ("smollm3", gguf.MODEL_ARCH.SMOLLM3, {"no_rope_layers": [1, 1, 1, 0]}),  # llama.cpp's fixed every-fourth NoPE
+], ids=["llama3.1", "smollm3"])  # fmt: skip
+def test_a_gguf_file_written_as_llama_cpp_writes_it_answers_as_transformers(smollm2_bundle, tmp_path, kind, arch,
+                                                                            overrides):  # fmt: skip
+    tokenizer = smollm2_bundle.tokenizer
+    _save(tmp_path, kind, tokenizer, **overrides)
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    ids = [tokenizer.encode(p) for p in PROMPTS]
+    expected = [hf_greedy(reference, _Pad(tokenizer.pad_token_id), i, NEW_TOKENS) for i in ids]
+    path = tmp_path / f"tiny-{kind}.gguf"
+    _write_gguf(tmp_path, path, arch)
+    bundle = load_model(str(path), torch.device("cpu"), torch.float32)
+    args = bundle.model.args
+    assert (args.rope_scaling.rope_type if args.rope_scaling else None) == ("freq_factors" if kind == "llama3" else None)
+    assert args.no_rope_layers == ((1, 1, 1, 0) if kind == "smollm3" else ())
+    assert [o.token_ids for o in make_engine(bundle).generate(_requests(PROMPTS))] == expected
+    if kind == "llama3":  # the factors decide answers: running without them, as transformers' GGUF loader does, differs
+        unscaled = load_model(str(path), torch.device("cpu"), torch.float32)
+        unscaled.model.rotary = RotaryEmbedding(args.head_dim, args.rope_theta)
+        assert [o.token_ids for o in make_engine(unscaled).generate(_requests(PROMPTS))] != expected
+    bf16 = load_model(str(path), torch.device("cpu"), torch.bfloat16)
+    assert {p.dtype for p in bf16.model.parameters()} == {torch.bfloat16}
