@@ -6,7 +6,7 @@ Agreement is counted per prompt up to the first divergence: after it the two run
 their later tokens are not comparable.
 """
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tqdm import tqdm
@@ -44,7 +44,33 @@ PROMPTS = [
     "Give a recipe for pancakes with step by step instructions.",
     "Explain how to safely hand a pair of scissors to a person.",
     "Write a short history of the printing press.",
-]
+    "Explain how a dishwasher cleans plates without scrubbing them.",
+    "Describe a day in the life of a delivery robot in a hospital.",
+    "What should a family pack for a week of camping by a lake?",
+    "Explain how solar panels turn sunlight into electricity.",
+    "Write a short story about a lost umbrella that travels the city.",
+    "Describe how to fold a shirt neatly, step by step.",
+    "Why do we have seasons? Explain it to a curious child.",
+    "Give advice to someone starting to learn the piano.",
+    "Explain how a robot arm knows where its hand is.",
+    "Describe the sounds and smells of a bakery early in the morning.",
+    "What makes a good team? Explain with examples.",
+    "Explain how bees make honey and why they matter to farms.",
+    "Write a diary entry of a robot on its first day at a new home.",
+    "Describe how to set a table for a dinner with six guests.",
+    "Explain the difference between weather and climate.",
+    "Give step by step directions for making a cup of tea.",
+    "Describe the life cycle of a butterfly in detail.",
+    "Explain how a camera lens focuses light onto a sensor.",
+    "Write a short speech for the opening of a new library.",
+    "What should a robot do when it finds a toy on the stairs?",
+    "Explain how airplanes stay in the air.",
+    "Describe a rainy afternoon in a small seaside town.",
+    "Give five ideas for a birthday party for an eight year old.",
+    "Explain how recycling plastic bottles works from bin to factory.",
+    "Describe how a robot could help an elderly person at home.",
+    "Write a fable about a fox, a crow and a clever robot.",
+]  # 50, fixed before the KV formats were tuned against them
 
 
 @dataclass
@@ -97,8 +123,9 @@ class LanguageQuality:
     full_precision_layers: tuple[int, ...]
     layout: str  # KVLayout.name, e.g. "int8" or "fp8(fp32:3,7)"
     ppl_increase: float  # relative: exp(NLL) / exp(reference NLL) - 1
-    kl_divergence: float  # mean KL(full precision || this) of next-token distributions, nats per token
-    agreement: Agreement | None  # None: not run, the perplexity alone already missed its target
+    kl: float  # mean KL(full precision || this) of the teacher-forced next-token distributions, nats per token
+    teacher_forced_top1: float  # share of the text's positions whose argmax next token is full precision's
+    agreement: Agreement | None  # None: not run, the teacher-forced scores alone already missed the gates
 
 
 class LanguageBench:
@@ -122,13 +149,15 @@ class LanguageBench:
         return Engine(config, bundle=self.bundle)
 
     def measure(
-        self, kv_dtype: str, full_precision_layers: tuple[int, ...] = (), greedy_below_ppl: float = math.inf
-    ) -> LanguageQuality:
-        """Text scores, then greedy agreement unless the perplexity increase is already >= ``greedy_below_ppl``."""
+        self, kv_dtype: str, full_precision_layers: tuple[int, ...] = (),
+        greedy_if: Callable[[LanguageQuality], bool] | None = None,
+    ) -> LanguageQuality:  # fmt: skip
+        """Text scores, then greedy agreement unless ``greedy_if`` says the text scores already decide."""
         engine = self.engine(kv_dtype, full_precision_layers)
         name = engine.layout.name
-        quality = LanguageQuality(kv_dtype, full_precision_layers, name, *self.text.score(engine), None)
-        if quality.ppl_increase < greedy_below_ppl:
+        text = self.text.score(engine)
+        quality = LanguageQuality(kv_dtype, full_precision_layers, name, text.ppl_increase, text.kl, text.top1, None)
+        if greedy_if is None or greedy_if(quality):
             tokens = greedy_tokens(engine, self.prompts, self.new_tokens, name)
             quality.agreement = agreement(self.reference_tokens, tokens)
         return quality

@@ -5,7 +5,10 @@ unquantized) and everything before the chunk as read back from the pool in the p
 ``chunk`` tokens of every context are read quantized.  (One prefill of the whole text would attend to in-flight K/V
 only and measure nothing.)  Besides perplexity, the mean KL divergence of the next-token distributions from the
 full-precision ones is reported: perplexity changes of a few tenths of a percent go either way (they are the sum of
-many small per-token gains and losses), while the KL is never negative and grows with the distortion.
+many small per-token gains and losses), while the KL is never negative and grows with the distortion. And the
+teacher-forced top-1 agreement: the share of positions whose most likely next token is the full-precision one's.
+Both are stable where greedy agreement is not: every position is scored in the same context, so one flipped near-tie
+does not send the rest of a run down another text.
 """
 
 import math
@@ -48,6 +51,15 @@ def teacher_forced_logprobs(engine: Engine, ids: list[int], chunk: int) -> torch
 
 
 @dataclass(frozen=True)
+class TextScore:
+    """One layout's teacher-forced scores against the full-precision ones."""
+
+    ppl_increase: float  # relative: exp(NLL) / exp(reference NLL) - 1
+    kl: float  # mean KL(reference || this) of the next-token distributions, nats per token
+    top1: float  # share of positions whose argmax next token equals the reference's
+
+
+@dataclass(frozen=True)
 class TextReference:
     """The full-precision scores of ``ids`` that other KV layouts are compared with."""
 
@@ -65,11 +77,12 @@ class TextReference:
     def perplexity(self) -> float:
         return math.exp(self.nll)
 
-    def score(self, engine: Engine) -> tuple[float, float]:
-        """(relative perplexity change, mean KL(reference || engine) in nats per token) of ``engine``'s layout."""
+    def score(self, engine: Engine) -> TextScore:
+        """``engine``'s layout scored on the same text."""
         logprobs = teacher_forced_logprobs(engine, self.ids, self.chunk)
         kl = (self.logprobs.exp() * (self.logprobs - logprobs)).sum(dim=-1).mean()
-        return math.exp(_mean_nll(logprobs, self.ids) - self.nll) - 1.0, float(kl)
+        top1 = (logprobs.argmax(dim=-1) == self.logprobs.argmax(dim=-1)).float().mean()
+        return TextScore(math.exp(_mean_nll(logprobs, self.ids) - self.nll) - 1.0, float(kl), float(top1))
 
 
 def _mean_nll(logprobs: torch.Tensor, ids: list[int]) -> float:

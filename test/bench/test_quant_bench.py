@@ -9,8 +9,9 @@ import torch
 from engine_helpers import make_engine
 
 from oxygen_ros.bench.quant_actions import action_chunks, observation_change_mse, observations
-from oxygen_ros.bench.quant_fallback import Targets, fallback, layer_sensitivity
-from oxygen_ros.bench.quant_language import LanguageBench, agreement
+from oxygen_ros.bench.quant_fallback import Gates, fallback, layer_sensitivity
+from oxygen_ros.bench.quant_language import Agreement, LanguageBench, LanguageQuality, agreement
+from oxygen_ros.bench.quant_suite import gates
 from oxygen_ros.bench.quant_policy import PolicyBench
 from oxygen_ros.bench.quant_text import TextReference, text_token_ids
 
@@ -29,9 +30,13 @@ def test_chunked_scores_read_earlier_chunks_from_the_quantized_pool(tiny_bundle)
     one_pass, chunked = TextReference.of(full, ids, chunk=len(ids)), TextReference.of(full, ids, chunk=16)
     torch.testing.assert_close(chunked.logprobs, one_pass.logprobs, rtol=0, atol=1e-4)  # chunking itself is exact
     quantized = make_engine(tiny_bundle, kv_dtype="int8")
-    assert one_pass.score(quantized) == pytest.approx((0.0, 0.0), abs=1e-12)  # attends to in-flight K/V only
-    ppl_increase, kl = chunked.score(quantized)
-    assert kl > 1e-9 and ppl_increase != 0.0
+    in_flight = one_pass.score(quantized)  # attends to in-flight K/V only
+    assert (in_flight.ppl_increase, in_flight.kl, in_flight.top1) == pytest.approx((0.0, 0.0, 1.0), abs=1e-12)
+    score = chunked.score(quantized)
+    assert score.kl > 1e-9 and score.ppl_increase != 0.0
+    fp8 = chunked.score(make_engine(tiny_bundle, kv_dtype="fp8"))
+    # top-1 counts the positions whose argmax survives: fp8's larger error flips at least as many as int8's
+    assert 0.0 < fp8.top1 <= score.top1 <= 1.0 and fp8.kl > score.kl
     assert quantized.pool.num_free == quantized.pool.num_blocks  # the scoring gave its blocks back
 
 
@@ -40,13 +45,28 @@ def test_sweep_and_fallback_keep_the_most_sensitive_layers(tiny_bundle):
     sensitivity = layer_sensitivity(bench, "fp8", sweep_tokens=48)
     assert len(sensitivity) == 2 and all(0 < s < math.inf for s in sensitivity)
     worst = int(np.argmax(sensitivity))
-    best, tried = fallback(bench, "fp8", Targets(token_agreement=0.0, ppl_increase=math.inf), sensitivity, 2)
+    best, tried = fallback(bench, "fp8", Gates(), sensitivity, 2)
     assert [q.full_precision_layers for q in tried] == [(0, 1), (worst,)]  # the widest first, then from one layer
     assert best is tried[-1] and best.agreement is not None
-    best, tried = fallback(bench, "fp8", Targets(token_agreement=1.0, ppl_increase=-1.0), sensitivity, 2)
+    best, tried = fallback(bench, "fp8", Gates(token_agreement=1.0, kl=-1.0), sensitivity, 2)
     assert tried == [best] and best.full_precision_layers == (0, 1)  # even the widest misses: nothing narrower
-    assert best.agreement is None  # perplexity already missed: no greedy run
-    assert best.ppl_increase == pytest.approx(0.0, abs=1e-6)  # every layer at full precision
+    assert best.agreement is None  # the teacher-forced gates already missed: no greedy run
+    assert (best.ppl_increase, best.kl) == pytest.approx((0.0, 0.0), abs=1e-6)  # every layer at full precision
+    assert best.teacher_forced_top1 == 1.0
+
+
+def test_int8_is_gated_by_bf16_of_the_same_run_and_fp8_by_a_fixed_top1():
+    def quality(name: str, agreement_: float, top1: float, kl: float) -> LanguageQuality:
+        return LanguageQuality(name, (), name, 0.0, kl, top1, Agreement(agreement_, 0.0, []))
+
+    bf16 = quality("bf16", 0.83, 0.99, 3e-5)
+    assert gates("int8", {}) is None  # nothing to compare with: the gate is not judged
+    gate = gates("int8", {"bf16": bf16})
+    assert gate == Gates(0.83, 0.99, 3e-5)
+    assert gate.met(quality("int8", 0.84, 0.995, 2e-5)) and gate.met(quality("int8", 0.83, 0.99, 3e-5))
+    for worse in (quality("int8", 0.82, 0.995, 2e-5), quality("int8", 0.9, 0.98, 2e-5), quality("int8", 0.9, 1.0, 4e-5)):
+        assert not gate.met(worse)
+    assert gates("fp8", {}) == Gates(teacher_forced_top1=0.8)
 
 
 def test_action_chunks_are_reproducible_and_follow_the_observation(pi05_tiny):
