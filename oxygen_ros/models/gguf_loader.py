@@ -145,7 +145,7 @@ def _rope_scaling(reader: GGUFReader, arch: str, head_dim: int) -> RopeScaling |
     if tensor is not None:
         if arch != "llama":
             raise ValueError(f"a rope_freqs tensor in a {arch} file: llama.cpp reads it for the llama architecture only")
-        if kind not in ("none", "linear"):
+        if kind not in ("none", None):  # llama.cpp would apply both; Llama 3.1's converter writes the tensor alone
             raise ValueError(f"a rope_freqs tensor with {key} {kind!r}: unsupported together")
         factors = np.asarray(quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float64).reshape(-1)
         if factors.size != head_dim // 2 or not (np.isfinite(factors).all() and (factors > 0).all()):

@@ -93,6 +93,7 @@ def _minimal(path: Path, arch: str, scaling: str | None, rope_freqs: bool) -> Pa
     ("llama", "yarn", False, "llama.rope.scaling.type 'yarn'"),
     ("qwen2", None, True, "a rope_freqs tensor in a qwen2 file"),
     ("llama", "yarn", True, "a rope_freqs tensor with llama.rope.scaling.type 'yarn'"),
+    ("llama", "linear", True, "a rope_freqs tensor with llama.rope.scaling.type 'linear'"),
 ])  # fmt: skip
 def test_rope_scaling_we_do_not_run_is_refused_naming_it(tmp_path: Path, arch, scaling, rope_freqs, named) -> None:
     with pytest.raises(ValueError, match=re.escape(named)):
