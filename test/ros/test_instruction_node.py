@@ -60,9 +60,10 @@ def test_streams_chunks_at_the_requested_rate_towards_the_named_object(graph):
     # chunks go out one period apart and nothing waits on the language head (its calls take seconds); a stall of
     # the whole process on these two shared cores over a period loses that period (never a burst): the chunks sent
     # and the periods visibly lost in their stamps cover the 3 s, and the reported rate is the stamps' rate
-    lost = int(sum(round(gap / 0.1) - 1 for gap in gaps if gap > 0.15))
+    periods = round(gaps.sum() / 0.1) + 1  # the schedule's slots from the first chunk to the last
+    lost = periods - result.chunks_sent  # a late tick keeps the schedule; only a stall over a period loses one
     assert abs(np.median(gaps) - 0.1) < 0.01 and gaps.max() < 0.5, gaps
-    assert 29 <= result.chunks_sent + lost <= 31, (result.chunks_sent, lost)
+    assert 29 <= periods <= 31 and 0 <= lost <= int((gaps > 0.15).sum()), (result.chunks_sent, periods, gaps)
     assert math.isclose(result.achieved_rate_hz, len(gaps) / gaps.sum(), rel_tol=0.02), result.achieved_rate_hz
     if not lost:
         assert 9.5 <= result.achieved_rate_hz <= 10.5, result.achieved_rate_hz
