@@ -103,7 +103,8 @@ def _read_args(reader: GGUFReader) -> LlamaArgs:
     arch = field("general.architecture")
     if arch not in _ARCHITECTURES:
         raise ValueError(f"unsupported GGUF architecture {arch!r}: supported {list(_ARCHITECTURES)}")
-    names = {t.name for t in reader.tensors}
+    tensors = {t.name: t for t in reader.tensors}
+    names = tensors.keys()
     required = [f"{arch}.{key}" for key in ("embedding_length", "feed_forward_length", "block_count",
                                             "attention.head_count")]  # fmt: skip
     missing = [key for key in required if key not in reader.fields]
@@ -132,16 +133,16 @@ def _read_args(reader: GGUFReader) -> LlamaArgs:
         attention_bias="blk.0.attn_q.bias" in names,
         family=arch,
         qk_norm="blk.0.attn_q_norm.weight" in names,
-        rope_scaling=_rope_scaling(reader, arch, head_dim),
+        rope_scaling=_rope_scaling(reader, arch, head_dim, tensors.get("rope_freqs.weight")),
         no_rope_layers=no_rope,
     )
 
 
-def _rope_scaling(reader: GGUFReader, arch: str, head_dim: int) -> RopeScaling | None:
-    """A ``rope_freqs`` tensor (head_dim / 2 positive finite divisors), or ``linear`` metadata scaling; None unscaled."""
+def _rope_scaling(reader: GGUFReader, arch: str, head_dim: int, tensor: ReaderTensor | None) -> RopeScaling | None:
+    """The ``rope_freqs`` ``tensor`` (head_dim / 2 positive finite divisors), or ``linear`` metadata scaling; None
+    unscaled."""
     key = f"{arch}.rope.scaling.type"
     kind = reader.fields[key].contents() if key in reader.fields else "none"
-    tensor = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
     if tensor is not None:
         if arch != "llama":
             raise ValueError(f"a rope_freqs tensor in a {arch} file: llama.cpp reads it for the llama architecture only")

@@ -9,6 +9,10 @@ from an executor coroutine, never blocking a thread, with a timeout and every fa
   ``GONE_POLL_S`` by the id of their request reader, so a server restarted meanwhile (which never got the request)
   does not hide that the old one is gone. Discovery drops a SIGKILLed process after its DDS lease: 2 s for the
   processes of `oxygen-ros up` (config/fastdds_profile.xml), 20 s by Fast DDS's default.
+- A server that replaced one this client knew (a restarted inference node) gets no request until ``SETTLE_S`` after
+  it was first seen: DDS matches a service's two topics one way at a time, and a reply the new server sends before
+  its reply writer has matched this node's reader is lost, so the call would wait its whole ``timeout_s`` for an
+  answer (often a prompt FAILED_PRECONDITION from a node still loading its model) that never comes.
 - No answer within ``timeout_s``: DEADLINE_EXCEEDED. Text requests carry the same ``deadline_s``, so the engine
   drops a request nobody waits for any more and frees its KV blocks instead of decoding it to the end.
 - Anything the inference node answers (INVALID_ARGUMENT, FAILED_PRECONDITION, ...) is passed on unchanged; a streamed
@@ -38,6 +42,7 @@ SERVICE = "oxygen/infer"
 GENERATE = "oxygen/generate"
 CANCEL_SERVICE = "oxygen/cancel_task"
 _POLL_S = 0.05  # how often a call waiting for the service to appear looks for it again
+SETTLE_S = 0.5  # how long a replacement server is left to match this node's reply reader (discovery takes ms)
 FEEDBACK_EVERY = 4  # tokens per streamed piece: a few words at a time, not a message per token
 # A Generate goal is an Infer request's text fields (plus feedback_every); its result is an Infer response's fields
 GOAL_FIELDS = [name for name in Generate.Goal.get_fields_and_field_types() if name != "feedback_every"]
@@ -71,6 +76,8 @@ class InferClient:
         self.service = node.resolve_service_name(SERVICE)  # the full name, as messages quote it
         self._request_topic = f"rq{self.service}Request"
         self.wait_s, self.timeout_s = wait_s, timeout_s
+        self._first_seen: dict[bytes, float] = {}  # server id -> when this client first saw it (monotonic s)
+        self._met_a_server = False
 
     def destroy(self) -> None:
         """Destroy the action client with the node: rclpy's destroy_node leaves action clients alive, and a node
@@ -122,7 +129,7 @@ class InferClient:
             request.deadline_s = self.timeout_s
         if not request.robot:  # a fleet's shared inference node tells the robots apart by their namespaces
             request.robot = robot_name(self._node.get_namespace())
-        servers = self._servers()
+        servers = await self._settled()
 
         def give_up() -> bool:
             return self._gone(servers)
@@ -158,6 +165,18 @@ class InferClient:
             handle.cancel_goal_async()  # nobody waits for the rest: its blocks go back now
             return False, None
         return True, Infer.Response(**{name: getattr(got.result, name) for name in RESULT_FIELDS})
+
+    async def _settled(self) -> set[bytes]:
+        """The servers now, once any that replaced a known one has been in the graph ``SETTLE_S`` (the servers this
+        client meets first are taken as they are: they were there before its first call)."""
+        servers = self._servers()
+        now = time.monotonic()
+        seen = {server: self._first_seen.get(server, now if self._met_a_server else now - SETTLE_S) for server in servers}
+        self._first_seen, self._met_a_server = seen, self._met_a_server or bool(seen)  # ids of gone servers dropped
+        youngest = max(seen.values(), default=now - SETTLE_S)
+        if now - youngest < SETTLE_S:
+            await wait(self._node, None, SETTLE_S - (now - youngest))
+        return servers
 
     def _servers(self) -> set[bytes]:
         """The ids of the servers' request readers now (empty where the rmw does not name them)."""

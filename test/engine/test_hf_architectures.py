@@ -8,17 +8,17 @@ fp32 and loaded as bf16. A RoPE type we do not run is refused at load, naming it
 
 import json
 import math
+from collections.abc import Iterator
 
 import gguf
 import numpy as np
 import pytest
 import torch
 from engine_helpers import make_engine
+from gguf_files import Shape, write_gguf
 from hf_reference import hf_greedy
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, SmolLM3Config
-
-from oxygen_ros.models.gguf_loader import smollm2_gguf_path
 
 from oxygen_ros.engine.io import GenerateRequest
 from oxygen_ros.engine.sampling_params import SamplingParams
@@ -168,53 +168,36 @@ def _llama_cpp_rope_freqs(rope: dict, head_dim: int) -> np.ndarray:
         elif wavelen > low_wavelen:
             factors.append(factor)
         else:
-            smooth = (old_len / wavelen - rope["low_freq_factor"]) / (rope["high_freq_factor"] - rope["low_freq_factor"])
+            smooth = (old_len / wavelen - rope["low_freq_factor"]) / (
+                rope["high_freq_factor"] - rope["low_freq_factor"]
+            )
             factors.append(1 / ((1 - smooth) / factor + smooth))
     return np.array(factors, dtype=np.float32)
 
 
 def _write_gguf(folder, path, arch: gguf.MODEL_ARCH) -> None:
-    """The checkpoint in ``folder`` as a GGUF file of ``arch``, as llama.cpp's converter writes it, with SmolLM2's
-    tokenizer metadata (the vocabulary the checkpoint was made with)."""
+    """The checkpoint in ``folder`` as a GGUF file of ``arch``, as llama.cpp's converter writes it (gguf's tensor-name
+    map, its q/k permutation, its rope_freqs), with SmolLM2's tokenizer (the vocabulary the checkpoint was made with)."""
     config = json.loads((folder / "config.json").read_text())
     rope, head_dim = config["rope_parameters"], config["head_dim"]
     heads, kv_heads, layers = config["num_attention_heads"], config["num_key_value_heads"], config["num_hidden_layers"]
-    source = gguf.GGUFReader(smollm2_gguf_path())
-    writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
-    writer.add_block_count(layers)
-    writer.add_context_length(config["max_position_embeddings"])
-    writer.add_embedding_length(config["hidden_size"])
-    writer.add_feed_forward_length(config["intermediate_size"])
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
-    writer.add_key_length(head_dim)
-    writer.add_value_length(head_dim)
-    writer.add_rope_freq_base(rope["rope_theta"])
-    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
-    writer.add_tokenizer_model("gpt2")
-    for key in ("tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
-                "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"):  # fmt: skip
-        field = source.fields[key]
-        value = field.contents()
-        kind = field.types[0] if field.types[0] != gguf.GGUFValueType.ARRAY else field.types[-1]
-        if isinstance(value, list):
-            writer.add_array(key, value)
-        else:
-            writer.add_key_value(key, value, kind)
+    shape = Shape(layers=layers, context=config["max_position_embeddings"], hidden=config["hidden_size"],
+                  ff=config["intermediate_size"], heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                  rope_base=rope["rope_theta"], rms_eps=config["rms_norm_eps"])  # fmt: skip
     names = gguf.get_tensor_name_map(arch, layers)
-    for name, tensor in load_file(folder / "model.safetensors").items():
-        ours = names.get_name(name, try_suffixes=(".weight", ".bias"))
-        assert ours is not None, name
-        data = tensor.numpy()
-        if ours.endswith(("attn_q.weight", "attn_k.weight")):
-            data = _llama_cpp_permute(tensor, heads if ours.endswith("attn_q.weight") else kv_heads)
-        writer.add_tensor(ours, np.ascontiguousarray(data, dtype=np.float32))
-    if rope.get("rope_type") == "llama3":
-        writer.add_tensor("rope_freqs.weight", _llama_cpp_rope_freqs(rope, head_dim))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+
+    def tensors() -> Iterator[tuple[str, np.ndarray]]:
+        for name, tensor in load_file(folder / "model.safetensors").items():
+            ours = names.get_name(name, try_suffixes=(".weight", ".bias"))
+            assert ours is not None, name
+            if ours.endswith(("attn_q.weight", "attn_k.weight")):
+                yield ours, _llama_cpp_permute(tensor, heads if ours.endswith("attn_q.weight") else kv_heads)
+            else:
+                yield ours, tensor.numpy()
+        if rope.get("rope_type") == "llama3":
+            yield "rope_freqs.weight", _llama_cpp_rope_freqs(rope, head_dim)
+
+    write_gguf(path, gguf.MODEL_ARCH_NAMES[arch], shape, tensors())
 
 
 @pytest.mark.parametrize(("kind", "arch", "overrides"), [
@@ -232,7 +215,9 @@ def test_a_gguf_file_written_as_llama_cpp_writes_it_answers_as_transformers(smol
     _write_gguf(tmp_path, path, arch)
     bundle = load_model(str(path), torch.device("cpu"), torch.float32)
     args = bundle.model.args
-    assert (args.rope_scaling.rope_type if args.rope_scaling else None) == ("freq_factors" if kind == "llama3" else None)
+    assert (args.rope_scaling.rope_type if args.rope_scaling else None) == (
+        "freq_factors" if kind == "llama3" else None
+    )
     assert args.no_rope_layers == ((1, 1, 1, 0) if kind == "smollm3" else ())
     assert [o.token_ids for o in make_engine(bundle).generate(_requests(PROMPTS))] == expected
     if kind == "llama3":  # the factors decide answers: running without them, as transformers' GGUF loader does, differs

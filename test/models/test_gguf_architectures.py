@@ -4,6 +4,7 @@ name: ``llama-bpe``, ``qwen2``), loaded by us and by transformers' own GGUF load
 mixed text (code, accents, emoji, numbers) and the engine's greedy answers token for token; Qwen2's biases and
 Qwen3's q/k norms come from the file. What we do not run is refused at load naming it."""
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import gguf
@@ -11,14 +12,13 @@ import numpy as np
 import pytest
 import torch
 from engine_helpers import make_engine
-from gguf import GGUFReader
+from gguf_files import Shape, smollm2_vocabulary, write_gguf
 from hf_reference import hf_greedy
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from oxygen_ros.engine.io import GenerateRequest
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.models.gguf_loader import smollm2_gguf_path
 from oxygen_ros.models.registry import load_model
 
 HIDDEN, FF, LAYERS, HEADS, KV_HEADS = 64, 128, 2, 4, 2
@@ -30,59 +30,38 @@ TEXTS = ["def f(x):\n    return x ** 2  # 12345678", "Crème brûlée à la cart
 PROMPTS = ["The robot picked up the red block and", "x = 12345 * 3.5\n", "Où est le chargeur ? Il était"]
 
 
-def _write(path: Path, arch: str, pre: str) -> None:
-    source = GGUFReader(smollm2_gguf_path())
+def _tensors(arch: str, vocabulary: int) -> Iterator[tuple[str, np.ndarray]]:
+    """Random weights of a tiny model of ``arch`` under llama.cpp's tensor names."""
     head_dim = HEAD_DIMS[arch]
-
-    def field(key: str):
-        return source.fields[key].contents()
-
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_block_count(LAYERS)
-    writer.add_context_length(512)
-    writer.add_embedding_length(HIDDEN)
-    writer.add_feed_forward_length(FF)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(KV_HEADS)
-    writer.add_key_length(head_dim)
-    writer.add_value_length(head_dim)
-    writer.add_rope_freq_base(1e6 if arch != "llama" else 5e5)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre)
-    tokens = field("tokenizer.ggml.tokens")
-    writer.add_token_list(tokens)
-    writer.add_token_merges(field("tokenizer.ggml.merges"))
-    writer.add_token_types(field("tokenizer.ggml.token_type"))
-    writer.add_bos_token_id(field("tokenizer.ggml.bos_token_id"))
-    writer.add_eos_token_id(field("tokenizer.ggml.eos_token_id"))
     rng = np.random.default_rng(3)
 
-    def tensor(name: str, shape: tuple[int, ...], std: float = 0.2, mean: float = 0.0) -> None:
-        writer.add_tensor(name, (mean + std * rng.standard_normal(shape)).astype(np.float32))
+    def tensor(name: str, shape: tuple[int, ...], std: float = 0.2, mean: float = 0.0) -> tuple[str, np.ndarray]:
+        return name, (mean + std * rng.standard_normal(shape)).astype(np.float32)
 
-    tensor("token_embd.weight", (len(tokens), HIDDEN), 1.0)
-    tensor("output.weight", (len(tokens), HIDDEN))
-    tensor("output_norm.weight", (HIDDEN,), 0.1, 1.0)
+    yield tensor("token_embd.weight", (vocabulary, HIDDEN), 1.0)
+    yield tensor("output.weight", (vocabulary, HIDDEN))
+    yield tensor("output_norm.weight", (HIDDEN,), 0.1, 1.0)
     for i in range(LAYERS):
         b = f"blk.{i}"
         for name, shape in (("attn_q", (HEADS * head_dim, HIDDEN)), ("attn_k", (KV_HEADS * head_dim, HIDDEN)),
                             ("attn_v", (KV_HEADS * head_dim, HIDDEN)), ("attn_output", (HIDDEN, HEADS * head_dim)),
                             ("ffn_gate", (FF, HIDDEN)), ("ffn_up", (FF, HIDDEN)), ("ffn_down", (HIDDEN, FF))):  # fmt: skip
-            tensor(f"{b}.{name}.weight", shape)
-        tensor(f"{b}.attn_norm.weight", (HIDDEN,), 0.1, 1.0)
-        tensor(f"{b}.ffn_norm.weight", (HIDDEN,), 0.1, 1.0)
+            yield tensor(f"{b}.{name}.weight", shape)
+        yield tensor(f"{b}.attn_norm.weight", (HIDDEN,), 0.1, 1.0)
+        yield tensor(f"{b}.ffn_norm.weight", (HIDDEN,), 0.1, 1.0)
         if arch == "qwen2":
             for name, rows in (("attn_q", HEADS * head_dim), ("attn_k", KV_HEADS * head_dim),
                                ("attn_v", KV_HEADS * head_dim)):  # fmt: skip
-                tensor(f"{b}.{name}.bias", (rows,), 0.1)
+                yield tensor(f"{b}.{name}.bias", (rows,), 0.1)
         if arch == "qwen3":
-            tensor(f"{b}.attn_q_norm.weight", (head_dim,), 0.1, 1.0)
-            tensor(f"{b}.attn_k_norm.weight", (head_dim,), 0.1, 1.0)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+            yield tensor(f"{b}.attn_q_norm.weight", (head_dim,), 0.1, 1.0)
+            yield tensor(f"{b}.attn_k_norm.weight", (head_dim,), 0.1, 1.0)
+
+
+def _write(path: Path, arch: str, pre: str) -> None:
+    shape = Shape(layers=LAYERS, context=512, hidden=HIDDEN, ff=FF, heads=HEADS, kv_heads=KV_HEADS,
+                  head_dim=HEAD_DIMS[arch], rope_base=1e6 if arch != "llama" else 5e5, rms_eps=1e-6)  # fmt: skip
+    write_gguf(path, arch, shape, _tensors(arch, len(smollm2_vocabulary())), pre)
 
 
 @pytest.fixture(scope="module", params=list(FILES))

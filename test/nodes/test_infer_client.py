@@ -12,6 +12,7 @@ from rclpy.parameter import Parameter
 from rclpy.task import Future
 from ros_harness import spin_nodes, wait_for
 
+from oxygen_ros.nodes.infer_client import SETTLE_S
 from oxygen_ros.nodes.vqa_node import VqaNode
 
 INFER_TIMEOUT_S = 30.0
@@ -56,3 +57,46 @@ def test_a_call_whose_server_vanished_is_answered_unavailable_at_once(ros_contex
     assert (out.success, out.error_code) == (False, "UNAVAILABLE"), out.message
     assert "went away" in out.message
     assert elapsed < 2.0, f"answered {elapsed:.1f} s after the server vanished"
+
+
+def _refusing_server(context, name: str, received: list[float]) -> Node:
+    """An `/oxygen/infer` that refuses every request at once (an inference node still loading its model) and notes
+    when each arrived."""
+    node = Node(name, context=context)
+
+    def refuse(request: Infer.Request, response: Infer.Response) -> Infer.Response:
+        received.append(time.monotonic())
+        response.error_code, response.message = "FAILED_PRECONDITION", "node is not active (configuring)"
+        return response
+
+    node.create_service(Infer, "/oxygen/infer", refuse)
+    return node
+
+
+def test_a_restarted_server_is_asked_only_once_it_had_time_to_match_the_reply_reader(ros_context):
+    """DDS matches a service's request and reply topics one way at a time: a server that replaced the one a client knew
+    may answer before its reply writer has matched the client, and that reply is lost (the call would wait its whole
+    infer_timeout_s). The client leaves a replacement SETTLE_S before asking it; the first server it meets it asks
+    at once."""
+    overrides = [Parameter("infer_timeout_s", value=INFER_TIMEOUT_S), Parameter("service_wait_s", value=5.0)]
+    vqa = VqaNode(context=ros_context, parameter_overrides=overrides)
+    client = Node("infer_client_settle_test", context=ros_context)
+    first, second = [], []
+    with spin_nodes(ros_context, vqa, client) as executor:
+        ask = client.create_client(AskQuestion, "/vqa/ask")
+        assert ask.wait_for_service(timeout_sec=10)
+        server = _refusing_server(ros_context, "loading_inference", first)
+        executor.add_node(server)
+        out = wait_for(ask.call_async(AskQuestion.Request(question="Is the path ahead clear?")), INFER_TIMEOUT_S)
+        assert (out.error_code, len(first)) == ("FAILED_PRECONDITION", 1), out.message
+        executor.remove_node(server)
+        server.destroy_node()
+        time.sleep(1.0)  # discovery drops the destroyed server (its endpoints are announced gone)
+        successor = _refusing_server(ros_context, "restarted_inference", second)
+        appeared = time.monotonic()
+        executor.add_node(successor)
+        out = wait_for(ask.call_async(AskQuestion.Request(question="Is the path ahead clear?")), INFER_TIMEOUT_S)
+        executor.remove_node(successor)
+        successor.destroy_node()
+    assert (out.error_code, len(second)) == ("FAILED_PRECONDITION", 1), out.message
+    assert second[0] - appeared >= SETTLE_S, f"asked {second[0] - appeared:.2f} s after the replacement appeared"

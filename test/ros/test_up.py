@@ -76,6 +76,17 @@ def ask(graph, question: str, timeout: float, **fields) -> AskQuestion.Response:
     return call_service(graph.client, AskQuestion, "/vqa/ask", request, timeout)
 
 
+def serving(graph) -> AskQuestion.Response:
+    """The first answer of the vqa node once the inference node serves (restarted, its model loaded, active)."""
+    deadline = time.monotonic() + SERVING_AGAIN_S
+    # DEADLINE_EXCEEDED too: the vqa node's infer_timeout_s (20 s here) where a reply was lost all the same
+    while not (back := ask(graph, "What is on the table?", 60)).success:
+        assert back.error_code in ("UNAVAILABLE", "FAILED_PRECONDITION", "DEADLINE_EXCEEDED"), back.message
+        assert time.monotonic() < deadline, f"not serving {SERVING_AGAIN_S} s after the restart:\n{graph.log()}"
+        time.sleep(0.5)
+    return back
+
+
 def _vqa_answers(graph, timeout: float) -> bool:
     return ask(graph, "", timeout).error_code == "INVALID_ARGUMENT"  # answered by the node itself
 
@@ -153,13 +164,7 @@ def test_a_killed_inference_node_is_answered_unavailable_then_serves_again(graph
     assert time.monotonic() - start < UNAVAILABLE_S
 
     start = time.monotonic()
-    deadline = start + SERVING_AGAIN_S
-    # DEADLINE_EXCEEDED too: a reply the restarted server sends before its reply writer has matched the vqa node is
-    # lost (DDS services, see ros_harness.call_service), and the vqa node answers at its infer_timeout_s (20 s here)
-    while not (back := ask(graph, "What is on the table?", 60)).success:
-        assert back.error_code in ("UNAVAILABLE", "FAILED_PRECONDITION", "DEADLINE_EXCEEDED"), back.message
-        assert time.monotonic() < deadline, f"not serving {SERVING_AGAIN_S} s after the restart:\n{graph.log()}"
-        time.sleep(0.5)
+    back = serving(graph)
     print(f"serving again {time.monotonic() - start:.1f} s later: {back.answer!r}")
     after = graph.pids()
     assert after["inference_node"] != before["inference_node"]
@@ -170,6 +175,7 @@ def test_a_killed_inference_node_is_answered_unavailable_then_serves_again(graph
 
 
 def test_sigterm_stops_every_process_cleanly_and_writes_the_disk_tier(graph):
+    serving(graph)  # an active inference node with a pool to free (not one a failed test above left loading)
     pids = graph.pids()
     start = time.monotonic()
     assert graph.stop() == 0
