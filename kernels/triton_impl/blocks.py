@@ -4,6 +4,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..gpu_targets import tile_config
 from ..quant_spec import KVBlocks
 from .common import kind_code, load_codes, paged_tile, quantize_store, raw, round_for, scale_arg, tile_shape
 
@@ -72,6 +73,20 @@ def _copy_kernel(
         _copy_span(src_vs, dst_vs, src_block * scale_numel, dst_block * scale_numel, scale_numel, CHUNK)
 
 
+def gather_constants(head_dim: int, block_size: int, kind: int) -> tuple[dict[str, int], int]:
+    """``_gather_kernel``'s constexpr arguments and number of warps (shared with ``aot``): the decode kernel's tile
+    (no dots, so no shared memory to fit)."""
+    tile = tile_config(head_dim)
+    bs_pad, per_tile = tile_shape(block_size, tile.tokens)
+    return dict(D_PAD=triton.next_power_of_2(head_dim), BS_PAD=bs_pad, BLOCKS=per_tile, KIND=kind), tile.num_warps
+
+
+def requantize_constants(head_dim: int, block_size: int, src_kind: int, dst_kind: int) -> dict[str, int]:
+    """``_requantize_kernel``'s constexpr arguments (shared with ``aot``): one block per program."""
+    return dict(D_PAD=triton.next_power_of_2(head_dim), BS_PAD=triton.next_power_of_2(block_size), SRC_KIND=src_kind,
+                DST_KIND=dst_kind)  # fmt: skip
+
+
 def gather_kv(
     blocks: KVBlocks, block_tables: torch.Tensor, num_tokens: int, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,13 +98,12 @@ def gather_kv(
     if num_tokens == 0 or num_seqs == 0:
         return k_out, v_out
     block_tables = block_tables.contiguous()
-    bs_pad, per_tile = tile_shape(blocks.block_size)
+    constants, num_warps = gather_constants(blocks.head_dim, blocks.block_size, kind_code(blocks.k.dtype))
     _gather_kernel[(num_seqs, blocks.num_kv_heads)](
         raw(blocks.k), raw(blocks.v), scale_arg(blocks.k_scale, blocks.k), scale_arg(blocks.v_scale, blocks.v),
         block_tables, k_out, v_out,
         num_tokens, block_tables.stride(0), k_out.stride(0), k_out.stride(1), k_out.stride(2),
-        blocks.num_kv_heads, blocks.head_dim, blocks.block_size,
-        D_PAD=triton.next_power_of_2(blocks.head_dim), BS_PAD=bs_pad, BLOCKS=per_tile, KIND=kind_code(blocks.k.dtype),
+        blocks.num_kv_heads, blocks.head_dim, blocks.block_size, **constants, num_warps=num_warps,
     )
     return k_out, v_out
 
@@ -102,8 +116,7 @@ def requantize_blocks(src: KVBlocks, src_ids: torch.Tensor, dst: KVBlocks, dst_i
         raw(src.k), raw(src.v), scale_arg(src.k_scale, src.k), scale_arg(src.v_scale, src.v),
         raw(dst.k), raw(dst.v), scale_arg(dst.k_scale, dst.k), scale_arg(dst.v_scale, dst.v),
         src_ids.contiguous(), dst_ids.contiguous(), src.num_kv_heads, src.head_dim, src.block_size,
-        D_PAD=triton.next_power_of_2(src.head_dim), BS_PAD=triton.next_power_of_2(src.block_size),
-        SRC_KIND=kind_code(src.k.dtype), DST_KIND=kind_code(dst.k.dtype),
+        **requantize_constants(src.head_dim, src.block_size, kind_code(src.k.dtype), kind_code(dst.k.dtype)),
         enable_fp_fusion=False,  # int8 rounding must match torch's, see write_kv
     )
 

@@ -22,8 +22,6 @@ _INT8_MAX = tl.constexpr(INT8_MAX)
 _INT8_MIN_ABSMAX = tl.constexpr(INT8_MIN_ABSMAX)
 _FP8_MAX = tl.constexpr(FP8_MAX)
 
-TILE_TOKENS = 64  # tokens per loop iteration of the paged kernels: wide for the interpreter, register-sized on GPU
-
 
 def kind_code(dtype: torch.dtype) -> int:
     return _KIND_CODES[KVQuantSpec(dtype).kind]
@@ -39,10 +37,18 @@ def scale_arg(scale: torch.Tensor | None, data: torch.Tensor) -> torch.Tensor:
     return data if scale is None else scale
 
 
-def tile_shape(block_size: int) -> tuple[int, int]:
-    """(block_size rounded up to a power of two, whole blocks per tile): tiles hold whole blocks, padded."""
+def tile_shape(block_size: int, tokens: int) -> tuple[int, int]:
+    """(block_size rounded up to a power of two, whole blocks per tile of ``tokens``): tiles hold whole blocks,
+    padded; a block wider than ``tokens`` is one tile."""
     padded = triton.next_power_of_2(block_size)
-    return padded, max(1, TILE_TOKENS // padded)
+    return padded, max(1, tokens // padded)
+
+
+def shared_limit(device: torch.device) -> int | None:
+    """Shared memory one thread block may use on ``device`` (opt-in maximum); None off CUDA (the interpreter)."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
 
 
 @triton.jit

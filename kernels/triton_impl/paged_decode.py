@@ -1,7 +1,7 @@
 """Triton paged decode attention: one program per (sequence, kv-head), online softmax over tiles of whole blocks.
 
 Each program holds its kv-head's query heads as one tile (padded to 16 rows, the smallest ``tl.dot`` on GPUs) and
-streams the sequence's blocks through the table ``TILE_TOKENS`` tokens at a time.  Dequantization is folded into
+streams the sequence's blocks through the table a tile of whole blocks at a time (``gpu_targets.tile_config``).  Dequantization is folded into
 the math: codes go into the dots in fp32 and the per-token scales multiply score columns (K) and probability
 columns (V), so a scale costs one multiply per token instead of one per element.
 
@@ -15,8 +15,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ..gpu_targets import padded_group, padded_head_dim, tile_config
 from ..quant_spec import KVBlocks
-from .common import kind_code, load_codes, paged_tile, raw, round_for, scale_arg, tile_shape
+from .common import kind_code, load_codes, paged_tile, raw, round_for, scale_arg, shared_limit, tile_shape
 
 
 @triton.jit
@@ -69,6 +70,18 @@ def _paged_decode_kernel(
         tl.store(lse_ptr + seq * num_heads + heads, m + tl.log(denom), mask=head_mask)
 
 
+def decode_constants(
+    group: int, head_dim: int, block_size: int, kind: int, return_lse: bool, block_lse: bool, limit: int | None
+) -> tuple[dict[str, int | bool], int]:
+    """The kernel's constexpr arguments and its number of warps for a pool and a device's shared memory ``limit``
+    (shared with ``aot``, which compiles exactly what launches)."""
+    tile = tile_config(head_dim, group, limit)
+    bs_pad, per_tile = tile_shape(block_size, tile.tokens)
+    constants = dict(GROUP=group, G_PAD=padded_group(group), D_PAD=padded_head_dim(head_dim), BS_PAD=bs_pad,
+                     BLOCKS=per_tile, KIND=kind, RETURN_LSE=return_lse, BLOCK_LSE=block_lse)  # fmt: skip
+    return constants, tile.num_warps
+
+
 def paged_decode_attention(
     q: torch.Tensor, blocks: KVBlocks, block_tables: torch.Tensor, context_lens: torch.Tensor, sm_scale: float,
     block_mass: torch.Tensor | None = None, lse: torch.Tensor | None = None,
@@ -79,21 +92,19 @@ def paged_decode_attention(
     num_seqs, num_heads, head_dim = q.shape
     group = num_heads // blocks.num_kv_heads
     max_blocks = block_tables.shape[1]
-    bs_pad, per_tile = tile_shape(blocks.block_size)
     out = torch.empty_like(q)
     want_mass = block_mass is not None
     if lse is None and want_mass:
         lse = torch.empty(num_seqs, num_heads, device=q.device, dtype=torch.float32)
     block_lse = (torch.full((num_seqs, num_heads, max_blocks), float("-inf"), device=q.device, dtype=torch.float32)
                  if want_mass else out)
+    constants, num_warps = decode_constants(group, head_dim, blocks.block_size, kind_code(blocks.k.dtype),
+                                            lse is not None, want_mass, shared_limit(q.device))  # fmt: skip
     _paged_decode_kernel[(num_seqs, blocks.num_kv_heads)](
         q, raw(blocks.k), raw(blocks.v), scale_arg(blocks.k_scale, blocks.k), scale_arg(blocks.v_scale, blocks.v),
         block_tables, context_lens.contiguous(), out, out if lse is None else lse, block_lse,
         sm_scale, q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
-        num_heads, blocks.num_kv_heads, head_dim, blocks.block_size, max_blocks,
-        GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), D_PAD=max(16, triton.next_power_of_2(head_dim)),
-        BS_PAD=bs_pad, BLOCKS=per_tile, KIND=kind_code(blocks.k.dtype), RETURN_LSE=lse is not None,
-        BLOCK_LSE=want_mass,
+        num_heads, blocks.num_kv_heads, head_dim, blocks.block_size, max_blocks, **constants, num_warps=num_warps,
     )
     if want_mass:
         per_head = torch.exp(block_lse - lse[:, :, None])

@@ -1,13 +1,13 @@
-"""Triton ``write_kv``: one program per (64-token tile, kv-head) stores K and V rows, quantizing on the fly."""
+"""Triton ``write_kv``: one program per (tile of tokens, kv-head) stores K and V rows, quantizing on the fly; the
+tile is the paged kernels' (``gpu_targets.tile_config``: 64 tokens at head_dim 64, fewer at wider heads)."""
 
 import torch
 import triton
 import triton.language as tl
 
+from ..gpu_targets import tile_config
 from ..quant_spec import KVBlocks
 from .common import kind_code, quantize_store, raw, scale_arg
-
-BLOCK_T = 64
 
 
 @triton.jit
@@ -28,6 +28,12 @@ def _write_kv_kernel(
     quantize_store(v, v_cache, v_scale, slots, valid, head, num_kv_heads, cols, head_dim, KIND)
 
 
+def write_constants(head_dim: int, kind: int) -> tuple[dict[str, int], int]:
+    """``_write_kv_kernel``'s constexpr arguments and number of warps (shared with ``aot``)."""
+    tile = tile_config(head_dim)
+    return dict(BLOCK_T=tile.tokens, D_PAD=triton.next_power_of_2(head_dim), KIND=kind), tile.num_warps
+
+
 def write_kv(blocks: KVBlocks, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """See ``kernels.write_kv.write_kv``."""
     if blocks.spec.kind == "none":  # float -> float conversion is torch's (exact rounding); the kernel copies
@@ -36,11 +42,12 @@ def write_kv(blocks: KVBlocks, slot_mapping: torch.Tensor, k: torch.Tensor, v: t
     num_tokens, num_kv_heads, head_dim = k.shape
     if num_tokens == 0:
         return
-    grid = (triton.cdiv(num_tokens, BLOCK_T), num_kv_heads)
+    constants, num_warps = write_constants(head_dim, kind_code(blocks.k.dtype))
+    grid = (triton.cdiv(num_tokens, constants["BLOCK_T"]), num_kv_heads)
     _write_kv_kernel[grid](
         k, v, slot_mapping.contiguous(), raw(blocks.k), raw(blocks.v),
         scale_arg(blocks.k_scale, blocks.k), scale_arg(blocks.v_scale, blocks.v),
         num_tokens, k.stride(0), k.stride(1), v.stride(0), v.stride(1), num_kv_heads, head_dim,
-        BLOCK_T=BLOCK_T, D_PAD=triton.next_power_of_2(head_dim), KIND=kind_code(blocks.k.dtype),
+        **constants, num_warps=num_warps,
         enable_fp_fusion=False,  # x * inv + 0.5 must round twice, like torch, or int8 codes can differ at ties
     )
