@@ -25,7 +25,9 @@ print(f"gpu_check: {p.name} (sm_{p.major}{p.minor}), torch {torch.__version__}, 
 
 start=$SECONDS
 # --confcutdir: only test/kernels/conftest.py is loaded (test/conftest.py needs ROS, which a GPU box may not have).
-timeout 200 "$PYTHON" -m pytest -q -p no:cacheprovider --confcutdir=test/kernels test/kernels
+# test_gpu_targets compiles for five architectures without a GPU (CI does it); here the kernels really launch.
+timeout 200 "$PYTHON" -m pytest -q -p no:cacheprovider --confcutdir=test/kernels test/kernels \
+    --ignore=test/kernels/test_gpu_targets.py
 echo "gpu_check: kernel tests compiled, $((SECONDS - start)) s"
 
 timeout 90 "$PYTHON" -c 'import sys; from oxygen_ros.cli.main import main; sys.exit(main(sys.argv[1:]))' \
