@@ -6,7 +6,9 @@ import triton.language as tl
 
 from ..gpu_targets import tile_config
 from ..quant_spec import KVBlocks
-from .common import kind_code, load_codes, paged_tile, quantize_store, raw, round_for, scale_arg, tile_shape
+from .common import (
+    kind_code, load_codes, paged_tile, quantize_store, raw, round_for, scale_arg, shared_limit, tile_shape,
+)
 
 COPY_CHUNK = 1024
 
@@ -73,16 +75,15 @@ def _copy_kernel(
         _copy_span(src_vs, dst_vs, src_block * scale_numel, dst_block * scale_numel, scale_numel, CHUNK)
 
 
-def gather_constants(head_dim: int, block_size: int, kind: int) -> tuple[dict[str, int], int]:
-    """``_gather_kernel``'s constexpr arguments and number of warps (shared with ``aot``): the decode kernel's tile
-    (no dots, so no shared memory to fit)."""
+def gather_constants(head_dim: int, block_size: int, kind: int, limit: int | None) -> tuple[dict[str, int], int]:
+    """``_gather_kernel``'s constexpr arguments and number of warps: ``tile_config``'s tile."""
     tile = tile_config(head_dim)
-    bs_pad, per_tile = tile_shape(block_size, tile.tokens)
+    bs_pad, per_tile = tile_shape(block_size, tile.tokens, limit)
     return dict(D_PAD=triton.next_power_of_2(head_dim), BS_PAD=bs_pad, BLOCKS=per_tile, KIND=kind), tile.num_warps
 
 
 def requantize_constants(head_dim: int, block_size: int, src_kind: int, dst_kind: int) -> dict[str, int]:
-    """``_requantize_kernel``'s constexpr arguments (shared with ``aot``): one block per program."""
+    """``_requantize_kernel``'s constexpr arguments: one block per program."""
     return dict(D_PAD=triton.next_power_of_2(head_dim), BS_PAD=triton.next_power_of_2(block_size), SRC_KIND=src_kind,
                 DST_KIND=dst_kind)  # fmt: skip
 
@@ -98,7 +99,8 @@ def gather_kv(
     if num_tokens == 0 or num_seqs == 0:
         return k_out, v_out
     block_tables = block_tables.contiguous()
-    constants, num_warps = gather_constants(blocks.head_dim, blocks.block_size, kind_code(blocks.k.dtype))
+    constants, num_warps = gather_constants(blocks.head_dim, blocks.block_size, kind_code(blocks.k.dtype),
+                                            shared_limit(blocks.device))  # fmt: skip
     _gather_kernel[(num_seqs, blocks.num_kv_heads)](
         raw(blocks.k), raw(blocks.v), scale_arg(blocks.k_scale, blocks.k), scale_arg(blocks.v_scale, blocks.v),
         block_tables, k_out, v_out,

@@ -7,6 +7,8 @@ Orin).  The same care applies to bf16 outputs: values are rounded to nearest eve
 store, because the interpreter's fp32 -> bf16 cast truncates.
 """
 
+from functools import cache
+
 import torch
 import triton
 import triton.language as tl
@@ -37,10 +39,14 @@ def scale_arg(scale: torch.Tensor | None, data: torch.Tensor) -> torch.Tensor:
     return data if scale is None else scale
 
 
-def tile_shape(block_size: int, tokens: int) -> tuple[int, int]:
+def tile_shape(block_size: int, tokens: int, limit: int | None = None) -> tuple[int, int]:
     """(block_size rounded up to a power of two, whole blocks per tile of ``tokens``): tiles hold whole blocks,
-    padded; a block wider than ``tokens`` is one tile."""
+    padded. A block wider than the tile is refused on a GPU (``limit`` given: its kernels were sized for ``tokens``);
+    the interpreter takes it as one tile."""
     padded = triton.next_power_of_2(block_size)
+    if padded > tokens and limit is not None:
+        raise ValueError(f"block_size {block_size} is wider than the {tokens}-token tile this GPU's paged kernels hold "
+                         f"at this head size: use block_size <= {tokens}")
     return padded, max(1, tokens // padded)
 
 
@@ -48,7 +54,12 @@ def shared_limit(device: torch.device) -> int | None:
     """Shared memory one thread block may use on ``device`` (opt-in maximum); None off CUDA (the interpreter)."""
     if device.type != "cuda":
         return None
-    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+    return _cuda_shared_limit(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@cache
+def _cuda_shared_limit(index: int) -> int:
+    return torch.cuda.get_device_properties(index).shared_memory_per_block_optin
 
 
 @triton.jit

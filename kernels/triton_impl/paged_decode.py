@@ -1,9 +1,10 @@
 """Triton paged decode attention: one program per (sequence, kv-head), online softmax over tiles of whole blocks.
 
 Each program holds its kv-head's query heads as one tile (padded to 16 rows, the smallest ``tl.dot`` on GPUs) and
-streams the sequence's blocks through the table a tile of whole blocks at a time (``gpu_targets.tile_config``).  Dequantization is folded into
-the math: codes go into the dots in fp32 and the per-token scales multiply score columns (K) and probability
-columns (V), so a scale costs one multiply per token instead of one per element.
+streams the sequence's blocks through the table a tile of whole blocks at a time (``gpu_targets.decode_tile``).
+Dequantization is folded into the math: codes go into the dots as they are (``dot_precision``: tf32 where that is
+exact) and the per-token scales multiply score columns (K) and probability columns (V), so a scale costs one
+multiply per token instead of one per element.
 
 ``RETURN_LSE``: each program also writes, per query head, the log-sum-exp of the scores of the whole sequence
 (merging partial attentions); with ``BLOCK_LSE`` also that of every block, for the block mass.  A block's softmax
@@ -15,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..gpu_targets import padded_group, padded_head_dim, tile_config
+from ..gpu_targets import decode_tile, padded_group, padded_head_dim
 from ..quant_spec import KVBlocks
 from .common import kind_code, load_codes, paged_tile, raw, round_for, scale_arg, shared_limit, tile_shape
 
@@ -26,7 +27,7 @@ def _paged_decode_kernel(
     sm_scale, stride_qb, stride_qh, stride_tb, stride_ob, stride_oh,
     num_heads, num_kv_heads, head_dim, block_size, max_blocks,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, D_PAD: tl.constexpr, BS_PAD: tl.constexpr, BLOCKS: tl.constexpr,
-    KIND: tl.constexpr, RETURN_LSE: tl.constexpr, BLOCK_LSE: tl.constexpr,
+    KIND: tl.constexpr, RETURN_LSE: tl.constexpr, BLOCK_LSE: tl.constexpr, DOT: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -48,13 +49,13 @@ def _paged_decode_kernel(
         _, valid, slots = paged_tile(table_row, first, context, block_size, BS_PAD, BLOCKS)
         k, ks = load_codes(k_cache, k_scale, slots, valid, kv_head, num_kv_heads, cols, head_dim, KIND)
         v, vs = load_codes(v_cache, v_scale, slots, valid, kv_head, num_kv_heads, cols, head_dim, KIND)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * (ks * sm_scale)[None, :]
+        s = tl.dot(q, tl.trans(k), input_precision=DOT) * (ks * sm_scale)[None, :]
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new[:, None])
         denom = denom * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p * vs[None, :], v, input_precision="ieee")
+        acc = acc * alpha[:, None] + tl.dot(p * vs[None, :], v, input_precision=DOT)
         m = m_new
         if BLOCK_LSE:
             entries = first + tl.arange(0, BLOCKS)
@@ -70,16 +71,24 @@ def _paged_decode_kernel(
         tl.store(lse_ptr + seq * num_heads + heads, m + tl.log(denom), mask=head_mask)
 
 
+def dot_precision(q_dtype: torch.dtype, storage: torch.dtype) -> str:
+    """``tf32`` where every dot operand but the probabilities is exact in tf32 (16-bit queries over 16-bit, int8 or
+    fp8 codes: tensor cores, a third of the registers, no spill); ``ieee`` for fp32 queries or an fp32 pool. tf32
+    rounds the probabilities to 11 significant bits, finer than the bf16 output's 8 (test_dot_precision)."""
+    return "tf32" if q_dtype in (torch.float16, torch.bfloat16) and storage.itemsize <= 2 else "ieee"
+
+
 def decode_constants(
-    group: int, head_dim: int, block_size: int, kind: int, return_lse: bool, block_lse: bool, limit: int | None
-) -> tuple[dict[str, int | bool], int]:
-    """The kernel's constexpr arguments and its number of warps for a pool and a device's shared memory ``limit``
-    (shared with ``aot``, which compiles exactly what launches)."""
-    tile = tile_config(head_dim, group, limit)
-    bs_pad, per_tile = tile_shape(block_size, tile.tokens)
-    constants = dict(GROUP=group, G_PAD=padded_group(group), D_PAD=padded_head_dim(head_dim), BS_PAD=bs_pad,
-                     BLOCKS=per_tile, KIND=kind, RETURN_LSE=return_lse, BLOCK_LSE=block_lse)  # fmt: skip
-    return constants, tile.num_warps
+    group: int, head_dim: int, block_size: int, kind: int, dot: str, return_lse: bool, block_lse: bool,
+    limit: int | None,
+) -> dict[str, int | bool | str]:
+    """The kernel's constexpr arguments and launch options for a pool and a device's shared memory ``limit``: the
+    tile of ``gpu_targets.decode_tile``."""
+    tile = decode_tile(head_dim, group, dot, limit)
+    bs_pad, per_tile = tile_shape(block_size, tile.tokens, limit)
+    return dict(GROUP=group, G_PAD=padded_group(group), D_PAD=padded_head_dim(head_dim), BS_PAD=bs_pad,
+                BLOCKS=per_tile, KIND=kind, RETURN_LSE=return_lse, BLOCK_LSE=block_lse, DOT=dot,
+                num_warps=tile.num_warps, num_stages=tile.num_stages)  # fmt: skip
 
 
 def paged_decode_attention(
@@ -98,13 +107,14 @@ def paged_decode_attention(
         lse = torch.empty(num_seqs, num_heads, device=q.device, dtype=torch.float32)
     block_lse = (torch.full((num_seqs, num_heads, max_blocks), float("-inf"), device=q.device, dtype=torch.float32)
                  if want_mass else out)
-    constants, num_warps = decode_constants(group, head_dim, blocks.block_size, kind_code(blocks.k.dtype),
-                                            lse is not None, want_mass, shared_limit(q.device))  # fmt: skip
+    constants = decode_constants(group, head_dim, blocks.block_size, kind_code(blocks.k.dtype),
+                                 dot_precision(q.dtype, blocks.k.dtype), lse is not None, want_mass,
+                                 shared_limit(q.device))  # fmt: skip
     _paged_decode_kernel[(num_seqs, blocks.num_kv_heads)](
         q, raw(blocks.k), raw(blocks.v), scale_arg(blocks.k_scale, blocks.k), scale_arg(blocks.v_scale, blocks.v),
-        block_tables, context_lens.contiguous(), out, out if lse is None else lse, block_lse,
+        block_tables, context_lens.to(torch.int32), out, out if lse is None else lse, block_lse,
         sm_scale, q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
-        num_heads, blocks.num_kv_heads, head_dim, blocks.block_size, max_blocks, **constants, num_warps=num_warps,
+        num_heads, blocks.num_kv_heads, head_dim, blocks.block_size, max_blocks, **constants,
     )
     if want_mass:
         per_head = torch.exp(block_lse - lse[:, :, None])

@@ -1,5 +1,5 @@
 """Triton ``write_kv``: one program per (tile of tokens, kv-head) stores K and V rows, quantizing on the fly; the
-tile is the paged kernels' (``gpu_targets.tile_config``: 64 tokens at head_dim 64, fewer at wider heads)."""
+tile is the gather kernel's (``gpu_targets.tile_config``: 64 tokens at head_dim 64, fewer at wider heads)."""
 
 import torch
 import triton
@@ -29,7 +29,7 @@ def _write_kv_kernel(
 
 
 def write_constants(head_dim: int, kind: int) -> tuple[dict[str, int], int]:
-    """``_write_kv_kernel``'s constexpr arguments and number of warps (shared with ``aot``)."""
+    """``_write_kv_kernel``'s constexpr arguments and number of warps: ``tile_config``'s tile."""
     tile = tile_config(head_dim)
     return dict(BLOCK_T=tile.tokens, D_PAD=triton.next_power_of_2(head_dim), KIND=kind), tile.num_warps
 

@@ -9,10 +9,11 @@ from an executor coroutine, never blocking a thread, with a timeout and every fa
   ``GONE_POLL_S`` by the id of their request reader, so a server restarted meanwhile (which never got the request)
   does not hide that the old one is gone. Discovery drops a SIGKILLed process after its DDS lease: 2 s for the
   processes of `oxygen-ros up` (config/fastdds_profile.xml), 20 s by Fast DDS's default.
-- A server that replaced one this client knew (a restarted inference node) gets no request until ``SETTLE_S`` after
-  it was first seen: DDS matches a service's two topics one way at a time, and a reply the new server sends before
-  its reply writer has matched this node's reader is lost, so the call would wait its whole ``timeout_s`` for an
-  answer (often a prompt FAILED_PRECONDITION from a node still loading its model) that never comes.
+- A server gets no request until ``SETTLE_S`` after it could first have matched this client (a restarted inference
+  node: when this client first saw it; the first server: when this client was made or last saw no server): DDS
+  matches a service's two topics one way at a time, and a reply the server sends before its reply writer has matched
+  this node's reader is lost, so the call would wait its whole ``timeout_s`` for an answer (often a prompt
+  FAILED_PRECONDITION from a node still loading its model) that never comes.
 - No answer within ``timeout_s``: DEADLINE_EXCEEDED. Text requests carry the same ``deadline_s``, so the engine
   drops a request nobody waits for any more and frees its KV blocks instead of decoding it to the end.
 - Anything the inference node answers (INVALID_ARGUMENT, FAILED_PRECONDITION, ...) is passed on unchanged; a streamed
@@ -76,8 +77,9 @@ class InferClient:
         self.service = node.resolve_service_name(SERVICE)  # the full name, as messages quote it
         self._request_topic = f"rq{self.service}Request"
         self.wait_s, self.timeout_s = wait_s, timeout_s
-        self._first_seen: dict[bytes, float] = {}  # server id -> when this client first saw it (monotonic s)
+        self._first_seen: dict[bytes, float] = {}  # server id -> when it could first have matched this client
         self._met_a_server = False
+        self._since = time.monotonic()  # this client made, or last seen with no server: a new server is newer
 
     def destroy(self) -> None:
         """Destroy the action client with the node: rclpy's destroy_node leaves action clients alive, and a node
@@ -93,6 +95,7 @@ class InferClient:
         for _ in range(max(1, round(self.wait_s / _POLL_S))):
             if self.ready(streaming):
                 return True
+            self._since = time.monotonic()
             await wait(self._node, None, _POLL_S)
         return self.ready(streaming)
 
@@ -167,11 +170,11 @@ class InferClient:
         return True, Infer.Response(**{name: getattr(got.result, name) for name in RESULT_FIELDS})
 
     async def _settled(self) -> set[bytes]:
-        """The servers now, once any that replaced a known one has been in the graph ``SETTLE_S`` (the servers this
-        client meets first are taken as they are: they were there before its first call)."""
+        """The servers now, once each could have matched this client ``SETTLE_S`` ago (see the module docstring)."""
         servers = self._servers()
         now = time.monotonic()
-        seen = {server: self._first_seen.get(server, now if self._met_a_server else now - SETTLE_S) for server in servers}
+        new = now if self._met_a_server else self._since
+        seen = {server: self._first_seen.get(server, new) for server in servers}
         self._first_seen, self._met_a_server = seen, self._met_a_server or bool(seen)  # ids of gone servers dropped
         youngest = max(seen.values(), default=now - SETTLE_S)
         if now - youngest < SETTLE_S:

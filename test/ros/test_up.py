@@ -22,7 +22,7 @@ from oxygen_ros.srv import AskQuestion
 from process_graph import child_pids, process_graph
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from ros_harness import call_service, clean_fastdds_shm, make_context, send_goal, spin_nodes, wait_for, wait_until
+from ros_harness import clean_fastdds_shm, make_context, send_goal, spin_nodes, wait_for, wait_until
 from task_graph import SMOLLM2_BLOCK_BYTES
 
 from oxygen_ros.supervisor import GRAPH, RestartPolicy, Supervisor
@@ -53,7 +53,11 @@ def graph(ros_domain_id, tmp_path_factory):
             graph.client = Node("up_test_client", context=context)
             graph.frames = Capture(graph.client, ObservationMsg, "/oxygen/observation")
             graph.states = Capture(graph.client, JointState, "/joint_states")
+            # one long-lived client of the vqa node: a client made per question can send before the server's reply
+            # writer has matched it, and that reply is lost (DDS services, see ros_harness.call_service)
+            graph.vqa = graph.client.create_client(AskQuestion, "/vqa/ask")
             with spin_nodes(context, graph.client):
+                assert graph.vqa.wait_for_service(timeout_sec=60), graph.log()[-4000:]
                 yield graph
     finally:
         context.try_shutdown()
@@ -72,8 +76,12 @@ def retry(check, timeout: float, attempt_s: float = 5.0):
 
 
 def ask(graph, question: str, timeout: float, **fields) -> AskQuestion.Response:
-    request = AskQuestion.Request(question=question, **fields)
-    return call_service(graph.client, AskQuestion, "/vqa/ask", request, timeout)
+    future = graph.vqa.call_async(AskQuestion.Request(question=question, **fields))
+    try:
+        return wait_for(future, timeout)
+    except TimeoutError:
+        graph.vqa.remove_pending_request(future)
+        raise
 
 
 def serving(graph) -> AskQuestion.Response:
@@ -147,10 +155,8 @@ def test_a_killed_node_is_back_within_seconds_while_the_inference_node_serves(gr
 
 def test_a_killed_inference_node_is_answered_unavailable_then_serves_again(graph):
     before = graph.pids()
-    client = graph.client.create_client(AskQuestion, "/vqa/ask")
-    assert client.wait_for_service(timeout_sec=10)
     question = AskQuestion.Request(question="Describe everything you see, in detail.", max_new_tokens=200)
-    in_flight = client.call_async(question)
+    in_flight = graph.vqa.call_async(question)
     wait_until(lambda: pool_stats(graph.client).active_requests > 0, 60, "the question decoding")
     os.kill(before["inference_node"], signal.SIGKILL)
     start = time.monotonic()
@@ -171,7 +177,6 @@ def test_a_killed_inference_node_is_answered_unavailable_then_serves_again(graph
     assert {n: p for n, p in after.items() if n != "inference_node"} == {
         n: p for n, p in before.items() if n != "inference_node"
     }, "the task nodes and the camera kept running"
-    client.destroy()
 
 
 def test_sigterm_stops_every_process_cleanly_and_writes_the_disk_tier(graph):
