@@ -55,13 +55,14 @@ def tile_config(head_dim: int) -> TileConfig:
 @cache
 def decode_tile(head_dim: int, group: int, dot: str, shared_limit: int | None) -> TileConfig:
     """The paged decode kernel's tile for ``head_dim`` columns, ``group`` query heads per kv-head and ``dot``
-    precision: ``DECODE_TILES``' (wider heads than it covers are refused on a GPU), halved until its shared memory
+    precision: ``DECODE_TILES``' (narrower heads take its narrowest row, wider ones are refused on a GPU), halved
+    until its shared memory
     (``decode_shared_bytes``) fits ``shared_limit`` (None: no limit, the interpreter), or refused."""
-    d_pad = padded_head_dim(head_dim)
-    if (d_pad, dot) not in DECODE_TILES and shared_limit is not None:
-        raise ValueError(f"head_dim {head_dim}: the decode kernel's tiles are checked for head sizes up to "
-                         f"{max(d for d, _ in DECODE_TILES)} only (kernels/gpu_targets.py)")  # fmt: skip
-    tile = DECODE_TILES.get((d_pad, dot), DECODE_TILES[(max(d for d, _ in DECODE_TILES), dot)])
+    d_pad, widest = padded_head_dim(head_dim), max(d for d, _ in DECODE_TILES)
+    if d_pad > widest and shared_limit is not None:
+        raise ValueError(f"head_dim {head_dim}: the decode kernel's tiles are checked for head sizes up to {widest} "
+                         "only (kernels/gpu_targets.py)")  # fmt: skip
+    tile = DECODE_TILES[(min(max(d_pad, min(d for d, _ in DECODE_TILES)), widest), dot)]  # narrower: the 64 tile
     tokens = tile.tokens
     while (tokens > MIN_TILE_TOKENS and shared_limit is not None
            and decode_shared_bytes(tokens, head_dim, group) > shared_limit):  # fmt: skip

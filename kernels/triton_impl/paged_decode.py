@@ -72,10 +72,11 @@ def _paged_decode_kernel(
 
 
 def dot_precision(q_dtype: torch.dtype, storage: torch.dtype) -> str:
-    """``tf32`` where every dot operand but the probabilities is exact in tf32 (16-bit queries over 16-bit, int8 or
-    fp8 codes: tensor cores, a third of the registers, no spill); ``ieee`` for fp32 queries or an fp32 pool. tf32
-    rounds the probabilities to 11 significant bits, finer than the bf16 output's 8 (test_dot_precision)."""
-    return "tf32" if q_dtype in (torch.float16, torch.bfloat16) and storage.itemsize <= 2 else "ieee"
+    """``tf32`` where every dot operand but the probabilities is exact in tf32 and the output is bf16 (bf16 queries
+    over 16-bit, int8 or fp8 codes: tensor cores, a third of the registers, no spill); ``ieee`` otherwise. A tf32 dot
+    truncates the probabilities to 11 significant bits: less than the bf16 output's own rounding, but more than an
+    fp16 output's (test_dot_precision), so fp16 queries keep ieee."""
+    return "tf32" if q_dtype == torch.bfloat16 and storage.itemsize <= 2 else "ieee"
 
 
 def decode_constants(

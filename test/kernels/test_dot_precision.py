@@ -1,7 +1,8 @@
 """What tf32 dots cost the paged decode kernel on a GPU (the interpreter computes every dot in fp32, so the cost is
-measured here in torch): queries in bf16 / fp16 and K/V codes in bf16, fp16, int8 or fp8 are exact in tf32, so only
-the probabilities are rounded (to 11 significant bits), and the attention output moves less than the bf16 rounding
-the kernel applies to it anyway. fp32 queries or pools keep ieee dots (``dot_precision``)."""
+measured here in torch): bf16 queries and K/V codes in bf16, fp16, int8 or fp8 are exact in tf32, so only the
+probabilities lose bits (a tf32 dot truncates an fp32 operand to 11 significant bits, toward zero), and the attention
+output moves less than the bf16 rounding the kernel applies to it anyway. fp16 queries (an fp16 output, rounded 8x
+finer) and fp32 queries or pools keep ieee dots (``dot_precision``)."""
 
 import pytest
 import torch
@@ -10,15 +11,14 @@ from oxygen_ros.kernels.quant import dequantize, quantize
 
 
 def tf32(x: torch.Tensor) -> torch.Tensor:
-    """fp32 -> tf32 (10 explicit mantissa bits), round to nearest even, as the tensor cores read an fp32 operand."""
-    bits = x.float().contiguous().view(torch.int32)
-    bits = (bits + 0xFFF + ((bits >> 13) & 1)) & ~0x1FFF
-    return bits.view(torch.float32)
+    """fp32 -> tf32 (10 explicit mantissa bits) as the tensor cores read an fp32 operand a plain tf32 dot gives them:
+    the low 13 bits dropped (truncation toward zero; Triton inserts no rounding conversion)."""
+    return (x.float().contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
 
 
 def test_the_codes_the_dots_read_are_exact_in_tf32():
     x = torch.randn(4096) * 3
-    for dtype in (torch.bfloat16, torch.float16, torch.float8_e4m3fn):
+    for dtype in (torch.bfloat16, torch.float16, torch.float8_e4m3fn):  # fp16 codes: 11 significant bits, as tf32
         values = x.clamp(-448, 448).to(dtype).float()
         assert torch.equal(tf32(values), values), dtype
     codes = torch.arange(-127, 128, dtype=torch.float32)  # int8 codes: their scales multiply after the dot

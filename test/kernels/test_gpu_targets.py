@@ -45,6 +45,8 @@ def test_the_decode_tile_shrinks_to_the_devices_shared_memory_or_is_refused():
     with pytest.raises(ValueError, match="head_dim 512: the decode kernel's tiles are checked"):
         decode_tile(512, 1, "tf32", SHARED_MEMORY_PER_BLOCK[90])
     assert tile_config(64).tokens == 64 and tile_config(PI05_HEAD_DIM).tokens == 16  # gather / write_kv
+    for head_dim in (16, 32, 48):  # narrower heads (and the engine's startup probe, head_dim 16) take the 64 tile
+        assert decode_tile(head_dim, 1, "ieee", SHARED_MEMORY_PER_BLOCK[89]) == decode_tile(64, 1, "ieee", None)
 
 
 def test_a_block_wider_than_the_tile_is_refused_on_a_gpu_only():

@@ -76,8 +76,8 @@ def _refusing_server(context, name: str, received: list[float]) -> Node:
 def test_a_restarted_server_is_asked_only_once_it_had_time_to_match_the_reply_reader(ros_context):
     """DDS matches a service's request and reply topics one way at a time: a server that replaced the one a client knew
     may answer before its reply writer has matched the client, and that reply is lost (the call would wait its whole
-    infer_timeout_s). The client leaves a replacement SETTLE_S before asking it; the first server it meets it asks
-    at once."""
+    infer_timeout_s). The client leaves a replacement SETTLE_S before asking it (the first server it meets, SETTLE_S
+    after the client was made or last saw no server)."""
     overrides = [Parameter("infer_timeout_s", value=INFER_TIMEOUT_S), Parameter("service_wait_s", value=5.0)]
     vqa = VqaNode(context=ros_context, parameter_overrides=overrides)
     client = Node("infer_client_settle_test", context=ros_context)
