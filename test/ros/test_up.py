@@ -165,7 +165,10 @@ def test_a_killed_inference_node_is_answered_unavailable_then_serves_again(graph
     print(f"the question in flight was answered {answer.error_code} {time.monotonic() - start:.1f} s after SIGKILL")
 
     start = time.monotonic()  # while the inference node is away or loading: a prompt refusal, never a hang
-    meanwhile = ask(graph, "What is on the table?", UNAVAILABLE_S)
+    try:
+        meanwhile = ask(graph, "What is on the table?", UNAVAILABLE_S)
+    except TimeoutError as exc:  # the nodes' logs say which reply went nowhere
+        raise TimeoutError(f"{exc}; the graph's log:\n{graph.log()[-6000:]}") from exc
     assert meanwhile.error_code in ("UNAVAILABLE", "FAILED_PRECONDITION"), meanwhile.message
     assert time.monotonic() - start < UNAVAILABLE_S
 
