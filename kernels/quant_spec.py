@@ -3,15 +3,24 @@
 Three kinds of storage share the pool layout ``[num_blocks, block_size, num_kv_heads, head_dim]``:
 
 * ``none``: float passthrough (float32 / float16 / bfloat16), no scales.
-* ``int8``: symmetric, one fp32 scale per token and head (``[num_blocks, block_size, num_kv_heads]``), so every
-  token-head row uses its full code range and |error| <= scale / 2 per element.  fp32 rather than fp16 scales: the
-  2 extra bytes cost 1.6% of an fp16 token-head at head_dim 64 (68 B vs 66 B, both well under 0.57 * 128 B = 73 B),
-  and fp16 scales would go subnormal (lose precision) for rows with absmax below ~8e-3 and overflow past 65504 * 127.
+* ``int8``: symmetric codes. Keys have one bf16 scale per (block, kv-head, channel) over the block's tokens
+  (``k_scale`` ``[num_blocks, 1, num_kv_heads, head_dim]``, broadcasting over the block's tokens); values one fp32
+  scale per token and head (``v_scale`` ``[num_blocks, block_size, num_kv_heads]``).  Keys have outlier channels
+  (KIVI, KVQuant): one scale per token spends the code range on a few channels, one per channel over a block's 16
+  tokens does not (``docs/quantization.md``). A block being filled is requantized as it grows
+  (``quant.store_channel_tokens``). bf16 key scales: one per 16 tokens costs 0.125 B per element at block size 16,
+  where fp32 would take int8 over 0.57x of fp16 at head_dim 64; bf16 has fp32's range (no subnormal scales for tiny
+  channels) and the codes are computed against the rounded scale, so |error| <= scale / 2 still holds.  Value scales
+  stay fp32 (4 B per token-head).
 * ``fp8``: float8_e4m3fn codes with one fp32 scale per kv-head per layer (``[num_kv_heads]``, K and V separately),
   set by online calibration (``Fp8Calibrator``); values beyond +-448 * scale saturate.  The scale is per layer, not
   per token, so it adds nothing per token.
+
+A scale tensor's rank says how it applies to codes of rank 4: rank 4 per (block, channel), broadcast over tokens;
+rank 3 per token and head; rank 1 per head.
 """
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -24,7 +33,8 @@ KVKind = Literal["none", "int8", "fp8"]
 INT8_MAX = 127.0
 INT8_MIN_ABSMAX = 1e-30  # floor of the int8 row absmax: 127 / absmax stays finite and zero rows get code 0
 FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
-SCALE_DTYPE = torch.float32
+SCALE_DTYPE = torch.float32  # int8 value scales and fp8 head scales
+KEY_SCALE_DTYPE = torch.bfloat16  # int8 key scales, one per (block, kv-head, channel)
 
 Plane = tuple[torch.Tensor, torch.Tensor | None]  # codes and their scales (None for float storage)
 
@@ -62,21 +72,31 @@ class KVQuantSpec:
     def name(self) -> str:
         return {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(self.storage_dtype, self.kind)
 
-    def scale_shape(self, num_blocks: int, block_size: int, num_kv_heads: int) -> tuple[int, ...] | None:
-        """Shape of one plane's (K's or V's) scale tensor, None when the format has no scales."""
+    def scale_shapes(
+        self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+    ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """Shapes of the K and V scale tensors, None when the format has no scales."""
         if self.kind == "int8":
-            return (num_blocks, block_size, num_kv_heads)
+            return (num_blocks, 1, num_kv_heads, head_dim), (num_blocks, block_size, num_kv_heads)
         if self.kind == "fp8":
-            return (num_kv_heads,)
+            return (num_kv_heads,), (num_kv_heads,)
         return None
 
-    def bytes_per_token_head(self, head_dim: int) -> int:
-        """Bytes one token stores for one kv-head in one plane: codes plus per-token scales.
+    def scale_dtypes(self) -> tuple[torch.dtype, torch.dtype]:
+        """dtypes of the K and V scale tensors (see the module docstring)."""
+        return (KEY_SCALE_DTYPE, SCALE_DTYPE) if self.kind == "int8" else (SCALE_DTYPE, SCALE_DTYPE)
 
-        fp8's per-head scales belong to the layer, not to tokens, and are left out (see ``KVBlocks.nbytes``).
+    def block_bytes(self, block_size: int, num_kv_heads: int, head_dim: int) -> int:
+        """Bytes one block stores in one layer: K and V codes plus the scales that belong to the block (int8's).
+
+        fp8's per-head scales belong to the layer, not to blocks, and are left out (see ``KVBlocks.nbytes``).
         """
-        data = head_dim * self.storage_dtype.itemsize
-        return data + (SCALE_DTYPE.itemsize if self.kind == "int8" else 0)
+        codes = 2 * block_size * num_kv_heads * head_dim * self.storage_dtype.itemsize
+        if self.kind != "int8":
+            return codes
+        k_shape, v_shape = self.scale_shapes(1, block_size, num_kv_heads, head_dim)
+        k_dtype, v_dtype = self.scale_dtypes()
+        return codes + math.prod(k_shape) * k_dtype.itemsize + math.prod(v_shape) * v_dtype.itemsize
 
 
 @dataclass
@@ -100,15 +120,16 @@ class KVBlocks:
                              "must share one [num_blocks, block_size, num_kv_heads, head_dim] shape and dtype")
         if not (self.k.is_contiguous() and self.v.is_contiguous()):
             raise ValueError("K/V block tensors must be contiguous")
-        want = self.spec.scale_shape(self.num_blocks, self.block_size, self.num_kv_heads)
-        for name, scale in (("k_scale", self.k_scale), ("v_scale", self.v_scale)):
-            if want is None and scale is not None:
+        shapes = self.spec.scale_shapes(self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim)
+        dtypes = self.spec.scale_dtypes()
+        for i, (name, scale) in enumerate((("k_scale", self.k_scale), ("v_scale", self.v_scale))):
+            if shapes is None and scale is not None:
                 raise ValueError(f"{self.spec.name} storage has no scales but {name} was given")
-            if want is not None and (scale is None or tuple(scale.shape) != want or scale.dtype != SCALE_DTYPE
-                                     or not scale.is_contiguous()):
+            if shapes is not None and (scale is None or tuple(scale.shape) != shapes[i] or scale.dtype != dtypes[i]
+                                       or not scale.is_contiguous()):  # fmt: skip
                 got = None if scale is None else (tuple(scale.shape), scale.dtype)
-                raise ValueError(f"{self.spec.name} storage needs a contiguous {SCALE_DTYPE} {name} of shape "
-                                 f"{want}, got {got}")
+                raise ValueError(f"{self.spec.name} storage needs a contiguous {dtypes[i]} {name} of shape "
+                                 f"{shapes[i]}, got {got}")
 
     @classmethod
     def allocate(
@@ -117,19 +138,12 @@ class KVBlocks:
     ) -> "KVBlocks":
         """Zeroed storage; fp8 scales start at 1.0 until the calibrator sets them."""
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        scale_shape = spec.scale_shape(num_blocks, block_size, num_kv_heads)
-
-        def scale() -> torch.Tensor | None:
-            if scale_shape is None:
-                return None
-            return torch.ones(scale_shape, dtype=SCALE_DTYPE, device=device)
-
-        return cls(
-            torch.zeros(shape, dtype=spec.storage_dtype, device=device),
-            torch.zeros(shape, dtype=spec.storage_dtype, device=device),
-            scale(),
-            scale(),
-        )
+        codes = [torch.zeros(shape, dtype=spec.storage_dtype, device=device) for _ in "kv"]
+        shapes = spec.scale_shapes(num_blocks, block_size, num_kv_heads, head_dim)
+        if shapes is None:
+            return cls(*codes)
+        scales = [torch.ones(s, dtype=d, device=device) for s, d in zip(shapes, spec.scale_dtypes(), strict=True)]
+        return cls(*codes, *scales)
 
     @property
     def spec(self) -> KVQuantSpec:
@@ -157,7 +171,8 @@ class KVBlocks:
 
     @property
     def planes(self) -> tuple[Plane, Plane]:
-        """``((k, k_scale), (v, v_scale))``: K and V are handled identically, one plane at a time."""
+        """``((k, k_scale), (v, v_scale))``: one plane at a time; a scale's rank says how it applies (see the module
+        docstring), so code that dequantizes by rank handles K and V alike."""
         return (self.k, self.k_scale), (self.v, self.v_scale)
 
     @property

@@ -42,6 +42,7 @@ FORMATS = ("fp32", "fp16", "bf16", "int8", "fp8")
 BLOCK_SIZES = (16, 4)  # the default, and the narrowest unit of a mixed-format pool (fp32 next to int8)
 KERNELS: dict[str, JITFunction] = {"paged_decode": paged_decode._paged_decode_kernel,
                                    "gather": blocks._gather_kernel, "write_kv": write_kv._write_kv_kernel,
+                                   "write_key_blocks": write_kv._write_key_blocks_kernel,
                                    "requantize": blocks._requantize_kernel, "copy": blocks._copy_kernel}  # fmt: skip
 LIMITED = (paged_decode, blocks, write_kv)  # launcher modules that size tiles by ``shared_limit``
 

@@ -18,6 +18,7 @@ from ..quant_spec import FP8_MAX, INT8_MAX, INT8_MIN_ABSMAX, KVQuantSpec
 KIND_NONE = tl.constexpr(0)
 KIND_INT8 = tl.constexpr(1)
 KIND_FP8 = tl.constexpr(2)
+KIND_INT8_CHANNEL = tl.constexpr(3)  # int8 keys: bf16 scales per (block, kv-head, channel)
 _KIND_CODES = {"none": 0, "int8": 1, "fp8": 2}
 
 _INT8_MAX = tl.constexpr(INT8_MAX)
@@ -27,6 +28,12 @@ _FP8_MAX = tl.constexpr(FP8_MAX)
 
 def kind_code(dtype: torch.dtype) -> int:
     return _KIND_CODES[KVQuantSpec(dtype).kind]
+
+
+def plane_kinds(dtype: torch.dtype) -> tuple[int, int]:
+    """The kind codes of a format's K and V planes: int8 keys have per-channel scales, int8 values per-token ones."""
+    kind = kind_code(dtype)
+    return (KIND_INT8_CHANNEL.value if kind == KIND_INT8.value else kind), kind
 
 
 def raw(data: torch.Tensor) -> torch.Tensor:
@@ -79,8 +86,9 @@ def paged_tile(table_row_ptr, first_block, num_tokens, block_size, BS_PAD: tl.co
 
 
 @triton.jit
-def load_codes(data_ptr, scale_ptr, slots, valid, head, num_kv_heads, cols, head_dim, KIND: tl.constexpr):
-    """Rows ``slots`` [R] of one head as fp32 codes [R, C] and their scales [R]: values = codes * scale[:, None]."""
+def load_codes(data_ptr, scale_ptr, slots, valid, head, num_kv_heads, cols, head_dim, block_size, KIND: tl.constexpr):
+    """Rows ``slots`` [R] of one head as fp32 codes [R, C] and their scales [R]: values = codes * scale[:, None].
+    Per-channel (int8 key) scales cannot go on a row: they are applied here and the row scales are 1."""
     row = slots * num_kv_heads + head
     mask = valid[:, None] & (cols < head_dim)[None, :]
     codes = tl.load(data_ptr + row[:, None] * head_dim + cols[None, :], mask=mask, other=0)
@@ -90,6 +98,10 @@ def load_codes(data_ptr, scale_ptr, slots, valid, head, num_kv_heads, cols, head
     elif KIND == KIND_INT8:
         values = codes.to(tl.float32)
         scale = tl.load(scale_ptr + row, mask=valid, other=0.0)
+    elif KIND == KIND_INT8_CHANNEL:
+        channel = (slots // block_size * num_kv_heads + head)[:, None] * head_dim + cols[None, :]
+        values = codes.to(tl.float32) * tl.load(scale_ptr + channel, mask=mask, other=0.0).to(tl.float32)
+        scale = tl.zeros_like(row).to(tl.float32) + 1.0
     else:
         values = codes.to(tl.float32)
         scale = tl.zeros_like(row).to(tl.float32) + 1.0
@@ -97,9 +109,18 @@ def load_codes(data_ptr, scale_ptr, slots, valid, head, num_kv_heads, cols, head
 
 
 @triton.jit
+def channel_scales(scale_ptr, block, head, num_kv_heads, cols, head_dim):
+    """One block's per-channel (int8 key) scales for one head, [C] fp32: where a tile is one block, they multiply
+    a row (the queries, or the block's values) instead of every code."""
+    return tl.load(scale_ptr + (block * num_kv_heads + head) * head_dim + cols, mask=cols < head_dim,
+                   other=0.0).to(tl.float32)  # fmt: skip
+
+
+@triton.jit
 def quantize_store(x, data_ptr, scale_ptr, slots, valid, head, num_kv_heads, cols, head_dim, KIND: tl.constexpr):
     """Store rows x [R, C] (padding columns 0) of one head at ``slots`` in the storage format; same math as
-    ``kernels.quant.quantize``.  Float storage takes x as is (fp32 is rounded for a bf16 destination)."""
+    ``kernels.quant.quantize``.  Float storage takes x as is (fp32 is rounded for a bf16 destination).  Per-channel
+    (int8 key) storage is ``quantize_store_block``'s."""
     row = slots * num_kv_heads + head
     mask = valid[:, None] & (cols < head_dim)[None, :]
     ptrs = data_ptr + row[:, None] * head_dim + cols[None, :]
@@ -118,12 +139,35 @@ def quantize_store(x, data_ptr, scale_ptr, slots, valid, head, num_kv_heads, col
 
 
 @triton.jit
+def quantize_store_block(x, data_ptr, scale_ptr, block, offsets, valid, head, num_kv_heads, cols, head_dim,
+                         block_size):  # fmt: skip
+    """Store one block's rows x [R, C] (rows at ``offsets``; invalid rows and padding columns 0) of one head as int8
+    codes with per-channel bf16 scales over the rows; same math as ``kernels.quant.quantize_channels``."""
+    x = x.to(tl.float32)
+    absmax = tl.maximum(tl.max(tl.abs(x), axis=0), _INT8_MIN_ABSMAX)
+    scale = bf16_round(tl.div_rn(absmax, _INT8_MAX))
+    codes = tl.floor(tl.div_rn(x, scale[None, :]) + 0.5)
+    codes = tl.minimum(tl.maximum(codes, -_INT8_MAX), _INT8_MAX)
+    col_mask = cols < head_dim
+    rows = (block * block_size + offsets) * num_kv_heads + head
+    tl.store(data_ptr + rows[:, None] * head_dim + cols[None, :], codes.to(tl.int8),
+             mask=valid[:, None] & col_mask[None, :])  # fmt: skip
+    tl.store(scale_ptr + (block * num_kv_heads + head) * head_dim + cols, scale, mask=col_mask)
+
+
+@triton.jit
+def bf16_round(x):
+    """fp32 x rounded to the nearest even bf16, as fp32 (exact to store to bf16; the interpreter's cast truncates)."""
+    bits = x.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def round_for(x, ptr):
     """fp32 x rounded to nearest even for a bf16 destination (so the store's cast is exact); otherwise x."""
     if x.dtype == tl.float32 and ptr.dtype.element_ty == tl.bfloat16:
-        bits = x.to(tl.int32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
-        x = bits.to(tl.float32, bitcast=True)
+        x = bf16_round(x)
     return x
 
 

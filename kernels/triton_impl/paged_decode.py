@@ -4,7 +4,8 @@ Each program holds its kv-head's query heads as one tile (padded to 16 rows, the
 streams the sequence's blocks through the table a tile of whole blocks at a time (``gpu_targets.decode_tile``).
 Dequantization is folded into the math: codes go into the dots as they are (``dot_precision``: tf32 where that is
 exact) and the per-token scales multiply score columns (K) and probability columns (V), so a scale costs one
-multiply per token instead of one per element.
+multiply per token instead of one per element. int8 keys' per-channel scales multiply the queries where a tile is
+one block (head_dim 256), else the key tile.
 
 ``RETURN_LSE``: each program also writes, per query head, the log-sum-exp of the scores of the whole sequence
 (merging partial attentions); with ``BLOCK_LSE`` also that of every block, for the block mass.  A block's softmax
@@ -18,7 +19,10 @@ import triton.language as tl
 
 from ..gpu_targets import decode_tile, padded_group, padded_head_dim
 from ..quant_spec import KVBlocks
-from .common import kind_code, load_codes, paged_tile, raw, round_for, scale_arg, shared_limit, tile_shape
+from .common import (
+    KIND_INT8_CHANNEL, KIND_NONE, channel_scales, load_codes, paged_tile, plane_kinds, raw, round_for, scale_arg,
+    shared_limit, tile_shape,
+)
 
 
 @triton.jit
@@ -27,7 +31,8 @@ def _paged_decode_kernel(
     sm_scale, stride_qb, stride_qh, stride_tb, stride_ob, stride_oh,
     num_heads, num_kv_heads, head_dim, block_size, max_blocks,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, D_PAD: tl.constexpr, BS_PAD: tl.constexpr, BLOCKS: tl.constexpr,
-    KIND: tl.constexpr, RETURN_LSE: tl.constexpr, BLOCK_LSE: tl.constexpr, DOT: tl.constexpr,
+    K_KIND: tl.constexpr, V_KIND: tl.constexpr, RETURN_LSE: tl.constexpr, BLOCK_LSE: tl.constexpr,
+    DOT: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -47,9 +52,17 @@ def _paged_decode_kernel(
     table_row = table_ptr + seq * stride_tb
     for first in range(0, num_blocks, BLOCKS):
         _, valid, slots = paged_tile(table_row, first, context, block_size, BS_PAD, BLOCKS)
-        k, ks = load_codes(k_cache, k_scale, slots, valid, kv_head, num_kv_heads, cols, head_dim, KIND)
-        v, vs = load_codes(v_cache, v_scale, slots, valid, kv_head, num_kv_heads, cols, head_dim, KIND)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT) * (ks * sm_scale)[None, :]
+        if K_KIND == KIND_INT8_CHANNEL and BLOCKS == 1:  # one block per tile: its channel scales go on q
+            k, ks = load_codes(k_cache, k_scale, slots, valid, kv_head, num_kv_heads, cols, head_dim, block_size,
+                               KIND_NONE)  # fmt: skip
+            block = tl.load(table_row + first).to(tl.int64)
+            q_tile = q * channel_scales(k_scale, block, kv_head, num_kv_heads, cols, head_dim)[None, :]
+        else:
+            k, ks = load_codes(k_cache, k_scale, slots, valid, kv_head, num_kv_heads, cols, head_dim, block_size,
+                               K_KIND)  # fmt: skip
+            q_tile = q
+        v, vs = load_codes(v_cache, v_scale, slots, valid, kv_head, num_kv_heads, cols, head_dim, block_size, V_KIND)
+        s = tl.dot(q_tile, tl.trans(k), input_precision=DOT) * (ks * sm_scale)[None, :]
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - m_new)
@@ -73,22 +86,25 @@ def _paged_decode_kernel(
 
 def dot_precision(q_dtype: torch.dtype, storage: torch.dtype) -> str:
     """``tf32`` where every dot operand but the probabilities is exact in tf32 and the output is bf16 (bf16 queries
-    over 16-bit, int8 or fp8 codes: tensor cores, a third of the registers, no spill); ``ieee`` otherwise. A tf32 dot
+    over 16-bit or fp8 codes: tensor cores, a third of the registers, no spill); ``ieee`` otherwise. A tf32 dot
     truncates the probabilities to 11 significant bits: less than the bf16 output's own rounding, but more than an
-    fp16 output's (test_dot_precision), so fp16 queries keep ieee."""
-    return "tf32" if q_dtype == torch.bfloat16 and storage.itemsize <= 2 else "ieee"
+    fp16 output's (test_dot_precision), so fp16 queries keep ieee. int8 keys enter the dot times their bf16
+    per-channel scales (up to 15 significant bits), so int8 pools keep ieee too."""
+    exact = storage.itemsize <= 2 and storage != torch.int8
+    return "tf32" if q_dtype == torch.bfloat16 and exact else "ieee"
 
 
 def decode_constants(
-    group: int, head_dim: int, block_size: int, kind: int, dot: str, return_lse: bool, block_lse: bool,
+    group: int, head_dim: int, block_size: int, storage: torch.dtype, dot: str, return_lse: bool, block_lse: bool,
     limit: int | None,
 ) -> dict[str, int | bool | str]:
     """The kernel's constexpr arguments and launch options for a pool and a device's shared memory ``limit``: the
     tile of ``gpu_targets.decode_tile``."""
     tile = decode_tile(head_dim, group, dot, limit)
     bs_pad, per_tile = tile_shape(block_size, tile.tokens, limit)
+    k_kind, v_kind = plane_kinds(storage)
     return dict(GROUP=group, G_PAD=padded_group(group), D_PAD=padded_head_dim(head_dim), BS_PAD=bs_pad,
-                BLOCKS=per_tile, KIND=kind, RETURN_LSE=return_lse, BLOCK_LSE=block_lse, DOT=dot,
+                BLOCKS=per_tile, K_KIND=k_kind, V_KIND=v_kind, RETURN_LSE=return_lse, BLOCK_LSE=block_lse, DOT=dot,
                 num_warps=tile.num_warps, num_stages=tile.num_stages)  # fmt: skip
 
 
@@ -108,7 +124,7 @@ def paged_decode_attention(
         lse = torch.empty(num_seqs, num_heads, device=q.device, dtype=torch.float32)
     block_lse = (torch.full((num_seqs, num_heads, max_blocks), float("-inf"), device=q.device, dtype=torch.float32)
                  if want_mass else out)
-    constants = decode_constants(group, head_dim, blocks.block_size, kind_code(blocks.k.dtype),
+    constants = decode_constants(group, head_dim, blocks.block_size, blocks.k.dtype,
                                  dot_precision(q.dtype, blocks.k.dtype), lse is not None, want_mass,
                                  shared_limit(q.device))  # fmt: skip
     _paged_decode_kernel[(num_seqs, blocks.num_kv_heads)](

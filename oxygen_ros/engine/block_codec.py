@@ -5,7 +5,7 @@ header names the cache key (model id and pool KV format), the block hash and eve
 is the zstd-compressed raw bytes of each layer's K codes, K scales, V codes, V scales.  ``decode_block`` checks all
 of it against what the caller expects and raises ``BadBlockFile`` on any mismatch, so a corrupted, truncated or
 foreign file is a miss, never a wrong block.  A block travels as one ``KVBlocks`` per layer holding one block
-(int8: its token scales; fp8: the per-head scales it was quantized with).
+(int8: its key channel and value token scales; fp8: the per-head scales it was quantized with).
 """
 
 import hashlib
@@ -19,7 +19,7 @@ import zstandard
 from oxygen_ros.kernels import KVBlocks, KVQuantSpec
 
 MAGIC = b"OXKVBLK\0"
-VERSION = 1
+VERSION = 2  # 2: int8 keys with per-channel block scales (a version-1 file is a miss, never misread)
 _PREFIX = struct.Struct("<8sHI")
 _DIGEST = 16
 
@@ -78,7 +78,7 @@ def decode_block(
     if header.get("key") != key or header.get("hash") != block_hash.hex() or len(specs) != num_layers:
         raise BadBlockFile("the file holds another model, format or block")
     bs, kvh, dim = block_shape
-    expected = sum(2 * bs * kvh * s.bytes_per_token_head(dim) + (2 * kvh * 4 if s.kind == "fp8" else 0) for s in specs)
+    expected = sum(s.block_bytes(bs, kvh, dim) + (2 * kvh * 4 if s.kind == "fp8" else 0) for s in specs)
     try:
         raw = memoryview(zstandard.ZstdDecompressor().decompress(body, max_output_size=expected))
     except zstandard.ZstdError as exc:
@@ -88,12 +88,12 @@ def decode_block(
     layers, offset = [], 0
     for spec in specs:
         planes = []
-        for _ in range(2):
+        shapes = spec.scale_shapes(1, bs, kvh, dim)
+        for plane, scale_dtype in enumerate(spec.scale_dtypes()):
             codes, offset = _tensor(raw, offset, spec.storage_dtype, (1, bs, kvh, dim))
-            scale_shape = spec.scale_shape(1, bs, kvh)
             scale = None
-            if scale_shape is not None:
-                scale, offset = _tensor(raw, offset, torch.float32, scale_shape)
+            if shapes is not None:
+                scale, offset = _tensor(raw, offset, scale_dtype, shapes[plane])
             planes.append((codes, scale))
         (k, k_scale), (v, v_scale) = planes
         layers.append(KVBlocks(k, v, k_scale, v_scale))

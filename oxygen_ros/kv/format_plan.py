@@ -44,8 +44,10 @@ class FormatPlan:
     """
 
     def __init__(self, units: BlockUnitsFn, block_size: int, num_formats: int, slot_mapping: torch.Tensor,
-                 slots: list[int], block_tables: torch.Tensor, tables: list[list[int]]) -> None:  # fmt: skip
+                 slots: list[int], block_tables: torch.Tensor, tables: list[list[int]],
+                 fills: list[int | None] | None = None) -> None:  # fmt: skip
         self.units = units
+        self._fills = fills or [None] * num_formats  # per format: plan its writes' BlockFills for this block size
         self.block_size, self.num_formats = block_size, num_formats
         self.slot_mapping, self._slot_list = slot_mapping, slots
         self.block_tables, self._tables = block_tables, tables
@@ -67,7 +69,9 @@ class FormatPlan:
                 out[fmt][t] = units[offset // unit_tokens] * unit_tokens + offset % unit_tokens
             device = self.slot_mapping.device
             writes = (stored_tokens(fmt, fmt_slots, device) for fmt, fmt_slots in enumerate(out))
-            self._slots = [w for w in writes if w is not None]
+            self._slots = [w if w is None or self._fills[w.fmt] is None else w.with_fills(self._fills[w.fmt])
+                           for w in writes]  # fmt: skip
+            self._slots = [w for w in self._slots if w is not None]
         return self._slots
 
     def segments(self, lens: list[int]) -> list[Segment]:

@@ -29,7 +29,7 @@ from oxygen_ros.kernels import (
     write_kv,
 )
 from oxygen_ros.kernels.cpu_paged_decode import can_read, cpu_paged_decode
-from oxygen_ros.kernels.quant_spec import SCALE_DTYPE
+from oxygen_ros.kernels.quant_spec import SCALE_DTYPE, KVQuantSpec
 from oxygen_ros.kv.attention_backend import AttentionBackend, choose_backend
 from oxygen_ros.kv.block_moves import take
 from oxygen_ros.kv.format_plan import FormatPlan
@@ -91,7 +91,7 @@ class LayerKV:
             if calibrator is not None:
                 live = None if self._live_units is None else (lambda fmt=write.fmt: self._live_units(fmt))
                 calibrator.update(view, ks, vs, live_blocks=live)
-            write_kv(view, write.slots, ks, vs, all_stored=True, backend=self.kernels)
+            write_kv(view, write.slots, ks, vs, all_stored=True, fills=write.fills, backend=self.kernels)
 
     def gather(
         self, block_tables: torch.Tensor, num_tokens: int, dtype: torch.dtype, plan: FormatPlan | None = None,
@@ -190,10 +190,12 @@ class KVCache:
         pl, lay = self.pool_layout, self.layout
         code_bytes = lay.block_size * lay.num_kv_heads * lay.head_dim * pl.unit_itemsize(layer)
         arenas = [torch.zeros(self.num_blocks, code_bytes, dtype=torch.uint8, device=self.device) for _ in "kv"]
-        token_scales = None
+        block_scales = None  # int8's, one arena per plane shared by the units of every int8 view
         if pl.scaled(layer):
-            shape = (self.num_blocks, lay.block_size, lay.num_kv_heads)
-            token_scales = [torch.ones(shape, dtype=SCALE_DTYPE, device=self.device) for _ in "kv"]
+            int8 = KVQuantSpec(torch.int8)
+            shapes = int8.scale_shapes(self.num_blocks, lay.block_size, lay.num_kv_heads, lay.head_dim)
+            block_scales = [torch.ones(shape, dtype=dtype, device=self.device)
+                            for shape, dtype in zip(shapes, int8.scale_dtypes(), strict=True)]  # fmt: skip
         views = []
         for fmt, fmt_layout in enumerate(pl.formats):
             spec = fmt_layout.layer_spec(layer)
@@ -201,7 +203,7 @@ class KVCache:
             k, v = (arena.view(spec.storage_dtype).view(shape) for arena in arenas)
             scales: list[torch.Tensor] | list[None] = [None, None]
             if spec.kind == "int8":
-                scales = token_scales
+                scales = block_scales
             elif spec.kind == "fp8":
                 scales = [torch.ones(lay.num_kv_heads, dtype=SCALE_DTYPE, device=self.device) for _ in "kv"]
             views.append(KVBlocks(k, v, *scales))

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import torch
 
 from oxygen_ros.kernels import KVQuantSpec
-from oxygen_ros.kernels.quant_spec import SCALE_DTYPE
 
 
 @dataclass(frozen=True)
@@ -38,15 +37,15 @@ class KVLayout:
         return f"{name}({KVQuantSpec(self.full_precision_dtype).name}:{layers})"
 
     @property
-    def bytes_per_token(self) -> int:
-        """K and V of one token over every layer, per-token scales included."""
-        per_layer = (2 * self.num_kv_heads * self.layer_spec(i).bytes_per_token_head(self.head_dim)
-                     for i in range(self.num_layers))
-        return sum(per_layer)
+    def bytes_per_block(self) -> int:
+        """K and V of one block over every layer, int8's scales included."""
+        shape = (self.block_size, self.num_kv_heads, self.head_dim)
+        return sum(self.layer_spec(i).block_bytes(*shape) for i in range(self.num_layers))
 
     @property
-    def bytes_per_block(self) -> int:
-        return self.bytes_per_token * self.block_size
+    def bytes_per_token(self) -> float:
+        """K and V of one token over every layer, its share of its block's scales included."""
+        return self.bytes_per_block / self.block_size
 
     def blocks_for_budget(self, budget_bytes: int) -> int:
         return budget_bytes // self.bytes_per_block
@@ -109,11 +108,13 @@ class PoolLayout:
     def unit_bytes(self) -> int:
         """K and V of one unit over every layer, int8 scales included (what the budget pays per unit)."""
         lay = self.layout
-        per_token_head = (
-            lay.head_dim * self.unit_itemsize(i) + (SCALE_DTYPE.itemsize if self.scaled(i) else 0)
+        int8 = KVQuantSpec(torch.int8)
+        codes = 2 * lay.block_size * lay.num_kv_heads * lay.head_dim
+        return sum(
+            int8.block_bytes(lay.block_size, lay.num_kv_heads, lay.head_dim) if self.scaled(i)
+            else codes * self.unit_itemsize(i)
             for i in range(lay.num_layers)
-        )
-        return 2 * lay.block_size * lay.num_kv_heads * sum(per_token_head)
+        )  # fmt: skip
 
     def bytes_per_block(self, fmt: int = 0) -> int:
         return self.units_per_block(fmt) * self.unit_bytes

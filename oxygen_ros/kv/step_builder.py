@@ -87,11 +87,15 @@ class StepBuilder:
         if ctx.planned:
             return ctx
         kv, backend = self._kv, self._kv.backend
+        fills = self._fill_block_sizes()
+        if not kv.pool_layout.mixed and fills[0] is not None:
+            ctx.writes = [write.with_fills(fills[0]) for write in ctx.writes]
         if kv.pool_layout.mixed:
             if ctx.decode_rows is not None:
                 ctx.merge_decode_rows()
             plan = ctx.format_plan = FormatPlan(kv.units, self.block_size, len(kv.pool_layout.formats),
-                                                ctx.slot_mapping, ctx.slots, ctx.block_tables, ctx.tables)  # fmt: skip
+                                                ctx.slot_mapping, ctx.slots, ctx.block_tables, ctx.tables,
+                                                fills)  # fmt: skip
             plan.write_slots()
             plan.segments(ctx.context_lens if ctx.prefill is None else ctx.prefill.cached_lens)
         elif ctx.is_decode and not backend.triton:
@@ -110,6 +114,15 @@ class StepBuilder:
                           and kv.device.type == "cpu")  # fmt: skip
         ctx.planned = True
         return ctx
+
+    def _fill_block_sizes(self) -> list[int | None]:
+        """Per format: the block size its writes plan ``BlockFills`` for (int8 keys on the torch path), else None."""
+        pl = self._kv.pool_layout
+        if self._kv.backend.triton:
+            return [None] * len(pl.formats)
+        return [self.block_size // pl.units_per_block(fmt)
+                if any(lay.layer_spec(i).kind == "int8" for i in range(lay.num_layers)) else None
+                for fmt, lay in enumerate(pl.formats)]  # fmt: skip
 
 
 def _rows_read_the_pool(ctx: StepContext) -> bool:

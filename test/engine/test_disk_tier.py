@@ -88,6 +88,25 @@ def test_damaged_files_are_misses_and_removed(tmp_path, damage):
     assert not path.exists() and block_hash not in tier and tier.used_bytes == 0
 
 
+def test_a_file_of_the_old_int8_layout_is_a_miss(tmp_path):
+    """Version 1 stored int8 keys with per-token fp32 scales; read as today's per-channel layout, its bytes would
+    be other numbers. It is a miss (and removed), never a block."""
+    import json
+
+    import zstandard
+
+    _, block_hash, path = _stored(tmp_path)
+    bs, kvh, dim = SHAPE
+    plane = torch.zeros(bs, kvh, dim, dtype=torch.int8).numpy().tobytes() + torch.ones(bs, kvh).numpy().tobytes()
+    header = json.dumps({"key": KEY, "hash": block_hash.hex(), "dtypes": ["int8", "int8"]}).encode()
+    body = zstandard.ZstdCompressor().compress(plane * 4)
+    path.write_bytes(codec._PREFIX.pack(codec.MAGIC, 1, len(header)) + header
+                     + hashlib.blake2b(header + body, digest_size=16).digest() + body)  # fmt: skip
+    assert codec.VERSION == 2
+    tier = _tier(tmp_path)
+    assert tier.load(block_hash) is None and not path.exists()
+
+
 def test_foreign_files_are_misses(tmp_path):
     """A file of another model (same name), or another block's file under this name, never passes for this one."""
     _, block_hash, path = _stored(tmp_path)

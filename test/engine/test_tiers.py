@@ -23,9 +23,10 @@ def _pool(layout: KVLayout = LAYOUT, num_blocks: int = 4) -> list:
 
 
 def test_int8_host_format_halves_fp16_and_keeps_quantized_layouts():
-    assert host_layout(LAYOUT, "int8").bytes_per_block / LAYOUT.bytes_per_block == pytest.approx(68 / 128)
+    # per token-head: keys 64 codes + 64 bf16 channel scales / 16 tokens, values 64 codes + one fp32 scale
+    assert host_layout(LAYOUT, "int8").bytes_per_block / LAYOUT.bytes_per_block == pytest.approx(70 / 128)
     fp32 = KVLayout(2, 3, 64, 16, torch.float32)
-    assert host_layout(fp32, "int8").bytes_per_block / fp32.bytes_per_block == pytest.approx(68 / 256)
+    assert host_layout(fp32, "int8").bytes_per_block / fp32.bytes_per_block == pytest.approx(70 / 256)
     int8 = KVLayout(2, 3, 64, 16, torch.int8, full_precision_layers=(1,))
     assert host_layout(int8, "int8") == KVLayout(2, 3, 64, 16, torch.int8, (1,), torch.int8)
     assert host_layout(LAYOUT, "pool") == LAYOUT
@@ -45,9 +46,12 @@ def test_host_round_trip(fmt):
         for s, d in ((2, 1), (0, 3)):
             if fmt == "pool":
                 assert torch.equal(a.k[s], b.k[d]) and torch.equal(a.v[s], b.v[d])
-            else:  # int8: |error| <= scale / 2 = absmax / 254 per token-head row, then fp16 rounding
-                bound = a.k[s].float().abs().amax(-1, keepdim=True) / 254 + 2e-3
-                assert ((a.k[s].float() - b.k[d].float()).abs() <= bound).all()
+            else:  # int8: |error| <= scale / 2, then fp16 rounding; key scales per channel over the block (bf16),
+                # value scales per token-head row
+                k_bound = a.k[s].float().abs().amax(0, keepdim=True) / 254 * (1 + 2**-8) + 2e-3
+                assert ((a.k[s].float() - b.k[d].float()).abs() <= k_bound).all()
+                v_bound = a.v[s].float().abs().amax(-1, keepdim=True) / 254 + 2e-3
+                assert ((a.v[s].float() - b.v[d].float()).abs() <= v_bound).all()
 
 
 def test_host_overflow_pushes_out_the_least_recently_used():
@@ -58,7 +62,8 @@ def test_host_overflow_pushes_out_the_least_recently_used():
     tier.touch([a])
     ((pushed_hash, layers),) = tier.put([c], src, [2])
     assert pushed_hash == b and a in tier and c in tier and b not in tier
-    assert layers[0].k.shape == (1, 16, 3, 64) and layers[0].k_scale.shape == (1, 16, 3)
+    assert layers[0].k.shape == (1, 16, 3, 64) and layers[0].k_scale.shape == (1, 1, 3, 64)
+    assert layers[0].v_scale.shape == (1, 16, 3)
 
 
 PROMPTS = ["the red cup is on the table near the door " * 5, "a blue box sits on the shelf by the window " * 5]

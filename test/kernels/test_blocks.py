@@ -7,14 +7,23 @@ import torch
 
 from oxygen_ros.kernels import KVBlocks, KVQuantSpec, copy_blocks, gather_kv, requantize_blocks
 
-# Element error of a value stored in a format, relative to the value (int8: to its row's absmax).
+# Element error of a value stored in a format, relative to the value (int8 values: to their row's absmax; int8 keys:
+# to their channel's absmax over the block, with 2^-8 for the bf16 rounding of the scale).
 STORAGE_REL_ERR = {"fp32": 0.0, "fp16": 2**-11, "bf16": 2**-8, "int8": 1 / 254, "fp8": 2**-4}
 FP8_SCALE = 8.0 / 448
 
 
-def storage_bound(dtype: str, x: torch.Tensor, head_scale: torch.Tensor | None) -> torch.Tensor:
-    """Largest |stored - x| per element of x [..., kvh, d] (fp8: plus the subnormal step 2^-10 * scale)."""
-    magnitude = x.abs().amax(dim=-1, keepdim=True) if dtype == "int8" else x.abs()
+def storage_bound(dtype: str, x: torch.Tensor, head_scale: torch.Tensor | None, keys: bool = False,
+                  block_size: int = 16) -> torch.Tensor:  # fmt: skip
+    """Largest |stored - x| per element of x [n, kvh, d] (fp8: plus the subnormal step 2^-10 * scale). int8 keys:
+    x's tokens fill blocks of ``block_size`` from its first, each block quantized once."""
+    magnitude = x.abs()
+    if dtype == "int8" and keys:
+        padded = torch.nn.functional.pad(magnitude, (0, 0, 0, 0, 0, -len(x) % block_size))
+        per_block = padded.view(-1, block_size, *x.shape[1:]).amax(dim=1, keepdim=True) * (1 + 2**-8)
+        magnitude = per_block.expand(-1, block_size, -1, -1).reshape(-1, *x.shape[1:])[: len(x)]
+    elif dtype == "int8":
+        magnitude = x.abs().amax(dim=-1, keepdim=True)
     bound = magnitude * STORAGE_REL_ERR[dtype] * (1 + 1e-5)
     if dtype == "fp8":
         bound = bound + 2**-10 * head_scale.to(x.device)[:, None]
@@ -30,11 +39,13 @@ def test_gather_kv(dtype, out_dtype, block_size, make_paged):
     num_tokens = max(lens)
     tri = gather_kv(case.blocks, case.tables, num_tokens, out_dtype, backend="triton")
     ref = gather_kv(case.blocks, case.tables, num_tokens, out_dtype, backend="torch")
-    for t, r, original, (_, head_scale) in zip(tri, ref, (case.k, case.v), case.blocks.planes, strict=True):
+    for plane, (t, r, original) in enumerate(zip(tri, ref, (case.k, case.v), strict=True)):
+        head_scale = case.blocks.planes[plane][1]
         assert t.dtype == out_dtype and t.shape == (len(lens), num_tokens, 2, 64)
         assert torch.equal(t, r)  # exact: same dequantization, rounded to nearest even on both sides
         for b, n in enumerate(lens):
-            bound = storage_bound(dtype, original[b], head_scale) + original[b].abs() * torch.finfo(out_dtype).eps
+            bound = (storage_bound(dtype, original[b], head_scale, keys=plane == 0, block_size=block_size)
+                     + original[b].abs() * torch.finfo(out_dtype).eps)  # fmt: skip
             assert torch.all((t[b, :n].float().cpu() - original[b]).abs() <= bound)
 
 
@@ -58,7 +69,8 @@ def test_requantize_blocks(src_dtype, dst_dtype, make_paged, device, assert_same
     # Requantized values sit within the destination's error of the source's values.
     src_k, _ = gather_kv(case.blocks, src_ids.view(1, -1), 4 * 16)
     dst_k, _ = gather_kv(pools["triton"], dst_ids.view(1, -1), 4 * 16)
-    assert torch.all((dst_k - src_k).abs() <= storage_bound(dst_dtype, src_k, pools["triton"].k_scale))
+    bound = storage_bound(dst_dtype, src_k[0], pools["triton"].k_scale, keys=True)
+    assert torch.all((dst_k - src_k).abs() <= bound)
 
 
 @pytest.mark.parametrize("backend", ["triton", "torch"])

@@ -38,15 +38,17 @@ def test_quantized_bytes_per_token_at_most_057_of_fp16(name):
     fp16, quantized = KVQuantSpec.parse("fp16"), KVQuantSpec.parse(name)
     ratio = bytes_per_token(quantized) / bytes_per_token(fp16)
     assert ratio <= 0.57
-    # The per token-head figure pools use for budgets agrees with the allocation (fp8 scales amortized away).
-    per_token = 2 * KV_HEADS * quantized.bytes_per_token_head(HEAD_DIM)
+    # The per-block figure pools use for budgets agrees with the allocation (fp8 scales amortized away).
+    per_token = quantized.block_bytes(block_size, KV_HEADS, HEAD_DIM) / block_size
     assert per_token <= bytes_per_token(quantized) <= per_token + 2 * KV_HEADS * 4 / tokens
-    assert quantized.bytes_per_token_head(HEAD_DIM) <= 0.57 * fp16.bytes_per_token_head(HEAD_DIM)
+    assert per_token <= 0.57 * fp16.block_bytes(block_size, KV_HEADS, HEAD_DIM) / block_size
 
 
 def test_blocks_validate_scales():
     blocks = KVBlocks.allocate(KVQuantSpec.parse("int8"), 2, 16, KV_HEADS, HEAD_DIM)
     with pytest.raises(ValueError, match="k_scale of shape"):
         dataclasses.replace(blocks, k_scale=torch.ones(KV_HEADS))
+    with pytest.raises(ValueError, match="bfloat16 k_scale"):  # per-token fp32 key scales are the old layout
+        dataclasses.replace(blocks, k_scale=torch.ones(2, 16, KV_HEADS))
     with pytest.raises(ValueError, match="has no scales"):
         KVBlocks(torch.zeros(2, 16, 3, 64), torch.zeros(2, 16, 3, 64), torch.ones(3), None)
