@@ -1,13 +1,15 @@
 """What tf32 dots cost the paged decode kernel on a GPU (the interpreter computes every dot in fp32, so the cost is
-measured here in torch): bf16 queries and K/V codes in bf16, fp16, int8 or fp8 are exact in tf32, so only the
+measured here in torch): bf16 queries and K/V codes in bf16, fp16 or fp8 are exact in tf32, so only the
 probabilities lose bits (a tf32 dot truncates an fp32 operand to 11 significant bits, toward zero), and the attention
 output moves less than the bf16 rounding the kernel applies to it anyway. fp16 queries (an fp16 output, rounded 8x
-finer) and fp32 queries or pools keep ieee dots (``dot_precision``)."""
+finer), fp32 queries or pools, and int8 pools (keys enter the dot times their bf16 channel scales) keep ieee dots
+(``dot_precision``)."""
 
 import pytest
 import torch
 
 from oxygen_ros.kernels.quant import dequantize, quantize
+from oxygen_ros.kernels.triton_impl.paged_decode import dot_precision
 
 
 def tf32(x: torch.Tensor) -> torch.Tensor:
@@ -26,7 +28,15 @@ def test_the_codes_the_dots_read_are_exact_in_tf32():
     assert not torch.equal(tf32(x), x)  # fp32 values are not: fp32 queries and pools keep ieee dots
 
 
-@pytest.mark.parametrize("storage", [torch.bfloat16, torch.float16, torch.int8, torch.float8_e4m3fn])
+def test_int8_keys_times_their_channel_scales_are_not_exact_in_tf32_so_int8_keeps_ieee():
+    codes = torch.arange(-127, 128, dtype=torch.float32)
+    scales = (torch.rand(255) * 0.1).to(torch.bfloat16).float()
+    assert not torch.equal(tf32(codes * scales), codes * scales)
+    assert dot_precision(torch.bfloat16, torch.int8) == "ieee"
+    assert dot_precision(torch.bfloat16, torch.float8_e4m3fn) == dot_precision(torch.bfloat16, torch.bfloat16) == "tf32"
+
+
+@pytest.mark.parametrize("storage", [torch.bfloat16, torch.float16, torch.float8_e4m3fn])
 @pytest.mark.parametrize("head_dim", [64, 256])
 def test_tf32_dots_move_the_output_less_than_its_bf16_rounding(storage, head_dim):
     torch.manual_seed(head_dim)
