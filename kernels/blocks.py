@@ -64,7 +64,7 @@ def requantize_blocks_torch(src: KVBlocks, src_ids: torch.Tensor, dst: KVBlocks,
 def copy_blocks(
     src: KVBlocks, src_ids: torch.Tensor, dst: KVBlocks, dst_ids: torch.Tensor, *, backend: Backend | None = None
 ) -> None:
-    """Block ``dst_ids[i]`` of ``dst`` := block ``src_ids[i]`` of ``src``, bit for bit, int8 token scales included.
+    """Block ``dst_ids[i]`` of ``dst`` := block ``src_ids[i]`` of ``src``, bit for bit, int8's scales included.
 
     ``dst`` may be ``src`` (copy-on-write) or another pool of the same format, on any device (cross-device copies
     run in torch).  fp8 per-head scales belong to the layer and are not copied: both pools must already agree on

@@ -10,8 +10,9 @@ Three kinds of storage share the pool layout ``[num_blocks, block_size, num_kv_h
   tokens does not (``docs/quantization.md``). A block being filled is requantized as it grows
   (``quant.store_channel_tokens``). bf16 key scales: one per 16 tokens costs 0.125 B per element at block size 16,
   where fp32 would take int8 over 0.57x of fp16 at head_dim 64; bf16 has fp32's range (no subnormal scales for tiny
-  channels) and the codes are computed against the rounded scale, so |error| <= scale / 2 still holds.  Value scales
-  stay fp32 (4 B per token-head).
+  channels) and the codes are computed against the rounded scale, so a block written at once is off by at most
+  scale / 2; one filled in steps adds half of each scale a channel grew to (its earlier keys are rounded again), so
+  its codes depend on how it was filled.  Value scales stay fp32 (4 B per token-head), |error| <= scale / 2.
 * ``fp8``: float8_e4m3fn codes with one fp32 scale per kv-head per layer (``[num_kv_heads]``, K and V separately),
   set by online calibration (``Fp8Calibrator``); values beyond +-448 * scale saturate.  The scale is per layer, not
   per token, so it adds nothing per token.
@@ -105,7 +106,7 @@ class KVBlocks:
 
     ``k``/``v``: ``[num_blocks, block_size, num_kv_heads, head_dim]`` in the storage dtype, contiguous (kernels
     address a token by its flat slot ``block * block_size + offset``).  ``k_scale``/``v_scale``: see
-    ``KVQuantSpec.scale_shape``; fp8 scales may be replaced (``dataclasses.replace``) to view the same codes under
+    ``KVQuantSpec.scale_shapes``; fp8 scales may be replaced (``dataclasses.replace``) to view the same codes under
     other scales, which is how the calibrator rescales a pool in place.
     """
 

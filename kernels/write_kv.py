@@ -28,7 +28,7 @@ def write_kv(
     if use_triton(blocks.device, backend):
         from .triton_impl import write_kv as impl
 
-        impl.write_kv(blocks, slot_mapping, k, v)
+        impl.write_kv(blocks, slot_mapping, k, v, all_stored)
     else:
         write_kv_torch(blocks, slot_mapping, k, v, all_stored, fills)
 

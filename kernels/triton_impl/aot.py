@@ -139,7 +139,7 @@ def launches(limit: int) -> list[Launch]:
         with captured(limit) as calls:
             blocks.copy_blocks(source, ids, source, ids + 2)
             for dst in FORMATS:
-                if dst != src or dst == "fp8":  # tier moves change format; fp8 is rescaled in place
+                if dst != src or dst in ("fp8", "int8"):  # tier moves (int8 to an int8 L1 too); fp8 rescales
                     blocks.requantize_blocks(source, ids, _pool(dst, kv_heads, head_dim, 16), ids)
         out += [Launch(k, f"pi0.5 {src}", head_dim, a, kw) for k, a, kw in calls]
     return out

@@ -80,7 +80,9 @@ def key_block_warps(head_dim: int) -> int:
     return 8 if head_dim > 128 else 4
 
 
-def write_kv(blocks: KVBlocks, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def write_kv(
+    blocks: KVBlocks, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor, all_stored: bool = False
+) -> None:
     """See ``kernels.write_kv.write_kv``."""
     if blocks.spec.kind == "none":  # float -> float conversion is torch's (exact rounding); the kernel copies
         k, v = k.to(blocks.k.dtype), v.to(blocks.v.dtype)
@@ -98,6 +100,12 @@ def write_kv(blocks: KVBlocks, slot_mapping: torch.Tensor, k: torch.Tensor, v: t
         enable_fp_fusion=False,  # x * inv + 0.5 must round twice, like torch, or int8 codes can differ at ties
     )
     if constants["K_KIND"] == KIND_INT8_CHANNEL.value:
+        if not all_stored:  # a skipped token inside a block's run would make its next token a second leader
+            stored = slot_mapping >= 0
+            slot_mapping, k = slot_mapping[stored], k[stored]
+            num_tokens = k.shape[0]
+            if num_tokens == 0:
+                return
         _write_key_blocks_kernel[(num_tokens, num_kv_heads)](
             k, slot_mapping.contiguous(), blocks.k, blocks.k_scale, num_tokens, k.stride(0), k.stride(1),
             num_kv_heads, head_dim, blocks.block_size, BS_PAD=triton.next_power_of_2(blocks.block_size),

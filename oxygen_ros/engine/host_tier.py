@@ -1,7 +1,8 @@
 """L1 of the KV tiers: a preallocated arena of blocks in host memory (pinned when the pool is on CUDA).
 
-Format ``int8`` (the default) stores float layers as int8 with per token-head scales (fp16 -> int8 is the article's
-2:1, fp32 -> int8 about 3.8:1) and int8 / fp8 layers as they are; ``pool`` stores every layer in the pool's own
+Format ``int8`` (the default) stores float layers as int8, keys with per-channel scales over the block and values
+with per token-head ones (fp16 -> int8 about 1.8:1, near the article's 2:1; fp32 -> int8 about 3.7:1 at head_dim 64)
+and int8 / fp8 layers as they are; ``pool`` stores every layer in the pool's own
 format, so a block comes back bit for bit.  Moves in and out go through a ``BlockMover`` (``block_moves.py``): one
 requantization per layer over all the blocks of a call, on the pool's device, with compact codes crossing the bus.
 Replacement is LRU over blocks; a block pushed out is handed back to the caller (for the disk tier) before its slot

@@ -70,7 +70,7 @@ class BlockMover:
         requantize_blocks(src, s.to(src.device), staged, torch.arange(len(s), device=src.device), backend=self.kernels)
         for (data, scale), (out_data, out_scale) in zip(staged.planes, dst.planes, strict=True):
             out_data[d] = data.to(dst.device)
-            if scale is not None and scale.dim() > 1:  # int8 token scales travel with their blocks
+            if scale is not None and scale.dim() > 1:  # int8's scales travel with their blocks
                 out_scale[d] = scale.to(dst.device)
 
     def to_device(self, src: KVBlocks, s: torch.Tensor, dst: KVBlocks, d: torch.Tensor) -> None:

@@ -6,8 +6,9 @@ counted in units: a unit is one block in the pool's narrowest format, and a bloc
 ``s`` units, which need not be adjacent (the engine's block pool hands them out).  Per layer, the K and V codes are one byte arena each,
 ``[num_units, unit bytes]``; every format sees it as its own contiguous ``KVBlocks`` view ``[num_units, block_size /
 s, kv_heads, head_dim]``, so the kernels read any format unchanged, a wide block being ``s`` consecutive table
-entries of its view.  int8's per-token scales are a second arena ``[num_units, block_size, kv_heads]`` (present only
-when a format is int8; the units of wider blocks leave theirs unused), fp8's per-head scales belong to the layer.
+entries of its view.  int8's scales are two more arenas, keys ``[num_units, 1, kv_heads, head_dim]`` (per unit and
+channel) and values ``[num_units, block_size, kv_heads]`` (per token), present only when a format is int8 (the units
+of wider blocks leave theirs unused); fp8's per-head scales belong to the layer.
 
 In a single-format pool a unit is a block and its id is the block's id: that is the fast path, with no mapping.
 """

@@ -101,7 +101,7 @@ class PoolLayout:
         return self._itemsize(fmt, 0) // self.unit_itemsize(0)
 
     def scaled(self, layer: int) -> bool:
-        """Whether ``layer`` needs the int8 per-token scale arena."""
+        """Whether ``layer`` needs the int8 scale arenas (keys per unit and channel, values per token)."""
         return any(lay.layer_spec(layer).kind == "int8" for lay in self.formats)
 
     @property
@@ -118,9 +118,6 @@ class PoolLayout:
 
     def bytes_per_block(self, fmt: int = 0) -> int:
         return self.units_per_block(fmt) * self.unit_bytes
-
-    def bytes_per_token(self, fmt: int = 0) -> int:
-        return self.bytes_per_block(fmt) // self.layout.block_size
 
     def units_for_budget(self, budget_bytes: int) -> int:
         return budget_bytes // self.unit_bytes

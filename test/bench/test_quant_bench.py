@@ -85,6 +85,7 @@ def test_policy_bench_keeps_the_observation_prefix_in_its_own_format(tiny_bundle
     everywhere, kept = bench.measure("int8"), bench.measure("int8", "fp32")
     assert (everywhere.layout, kept.layout) == ("int8", "int8+fp32")
     fp32 = same.bytes_per_token  # tiny_bundle computes in fp32
-    idle_scales = 1 + 4 / tiny_bundle.head_dim  # an fp32 block's four int8 units each carry a scale it does not use
+    # an fp32 block's four int8 units each carry key (per channel) and value (per token) scales it does not use
+    idle_scales = 1 + 1 / bench.block_size + 2 / tiny_bundle.head_dim
     assert everywhere.bytes_per_token < kept.bytes_per_token < fp32 * idle_scales
     assert all(0.0 <= q.token_agreement <= 1.0 and q.time_ratio > 0 for q in (everywhere, kept))

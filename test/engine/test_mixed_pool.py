@@ -46,9 +46,11 @@ def test_units_one_budget_for_blocks_of_every_width():
 def test_pool_layout_counts_units_and_bytes():
     mixed = _layouts("fp32", "int8", "fp16")
     assert [mixed.units_per_block(f) for f in range(3)] == [4, 1, 2]
-    assert mixed.unit_bytes == 2 * BS * KVH * (D + 4)  # int8 codes + their fp32 scales
+    # int8 codes + bf16 key scales per channel + fp32 value scales per token
+    assert mixed.unit_bytes == 2 * BS * KVH * D + 2 * KVH * D + 4 * BS * KVH
     fp32_alone = KVLayout(1, KVH, D, BS, torch.float32).bytes_per_block
-    assert fp32_alone < mixed.bytes_per_block(0) <= fp32_alone * (1 + 4 / D)  # a wide block pays the idle scales
+    idle = 4 * (2 * KVH * D + 4 * BS * KVH)  # a wide block pays its four units' idle scales
+    assert mixed.bytes_per_block(0) == fp32_alone + idle
     with pytest.raises(ValueError, match="single-format"):
         PoolLayout((KVLayout(1, KVH, D, BS, torch.int8, (0,)), KVLayout(1, KVH, D, BS, torch.float32)))
 

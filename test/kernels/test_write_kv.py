@@ -90,6 +90,16 @@ def test_skipped_slots_and_untouched_blocks(backend, device):
     assert blocks.v_scale.view(-1, 2)[17].tolist() == pytest.approx([3 / 127] * 2)
 
 
+def test_a_skipped_token_inside_a_blocks_run_leaves_one_writer(device, assert_same_codes):
+    """Slot -1 between two tokens of one block (a caller's, never the engine's: its writes name stored tokens only):
+    the Triton key write drops it first, so the block has one run and one writer, as in torch."""
+    k = torch.randn(3, 2, 64, generator=torch.Generator().manual_seed(5))
+    pools = _write_both("int8", torch.tensor([16, -1, 17]), k, k, 4, device)
+    assert_same_codes(pools["triton"].k, pools["torch"].k)
+    assert torch.equal(pools["triton"].k_scale, pools["torch"].k_scale)
+    assert torch.equal(pools["torch"].k_scale[1].cpu(), (k[[0, 2]].abs().amax(0, keepdim=True) / 127).to(torch.bfloat16))
+
+
 @pytest.mark.parametrize("chunk", [1, 5, 16])
 def test_int8_keys_filled_in_steps_match_torch_and_stay_within_their_steps(chunk, device, assert_same_codes):
     """A block filled a few tokens at a time (decode: 1, chunked prefill: 5) is requantized each time: Triton and

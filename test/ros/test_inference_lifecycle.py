@@ -94,8 +94,9 @@ def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread, capfd):
         _not_active(client, "inactive")
         stats = pool_stats(client)
         assert stats.total_blocks > 0
-        # counted in units of the int8 format (pi05-causal-tiny: 6 layers x 1 kv-head x 256, K and V, fp32 token scales)
-        assert stats.tiers[0].capacity_bytes == stats.total_blocks * 2 * 16 * 6 * (256 + 4)
+        # counted in units of the int8 format (pi05-causal-tiny: 6 layers x 1 kv-head x 256): per block and layer the
+        # K and V codes, bf16 key scales per channel, fp32 value scales per token
+        assert stats.tiers[0].capacity_bytes == stats.total_blocks * 6 * (2 * 16 * 256 + 2 * 256 + 4 * 16)
 
         assert transition(client, Transition.TRANSITION_ACTIVATE)
         assert lifecycle_state(client) == "active"
