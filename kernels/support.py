@@ -11,8 +11,10 @@ code path, not the format alone:
   for every format, with the dispatcher's message.
 
 The probe writes one block, reads it back (``gather_kv``) and attends over it (``paged_decode_attention``): the three
-ops the engine uses.  Its tolerance only has to catch broken paths (zeros, NaN, garbage): every format's rounding
-stays far below it.
+ops the engine uses, at the model's shape (kv-heads, head size, query heads per kv-head, block size, compute dtype),
+so that a GPU tile the launchers refuse for it (a head wider than 256, a block wider than the tile: kernels/
+gpu_targets.py) fails here too.  Its tolerance only has to catch broken paths (zeros, NaN, garbage): every format's
+rounding stays far below it.
 """
 
 import torch
@@ -28,13 +30,14 @@ PROBE_TOLERANCE = 0.1  # relative L2 error; fp8 e4m3 rounds to ~3% at most, int8
 
 def format_support_error(
     spec: KVQuantSpec, device: torch.device | str, backend: Backend | None = None, num_kv_heads: int = 2,
-    head_dim: int = 16,
+    head_dim: int = 16, group: int = 2, block_size: int = 16, q_dtype: torch.dtype = torch.float32,
 ) -> str | None:
-    """None when ``spec`` round-trips one block on ``device`` with ``backend``; else a sentence saying why not."""
-    block_size = 16
+    """None when ``spec`` round-trips one block of ``block_size`` tokens on ``device`` with ``backend`` for
+    ``num_kv_heads`` x ``head_dim`` keys and ``group`` queries per kv-head in ``q_dtype``; else a sentence saying
+    why not."""
     gen = torch.Generator().manual_seed(0)
     k, v = (torch.randn(block_size, num_kv_heads, head_dim, generator=gen).to(device) for _ in range(2))
-    q = torch.randn(1, 2 * num_kv_heads, head_dim, generator=gen).to(device)
+    q = torch.randn(1, group * num_kv_heads, head_dim, generator=gen).to(device, q_dtype)
     table = torch.zeros(1, 1, dtype=torch.int32, device=device)
     lens = torch.full((1,), block_size, dtype=torch.int32, device=device)
     try:
@@ -48,7 +51,8 @@ def format_support_error(
     except Exception as exc:  # whatever breaks (dispatch, compile, a missing dtype op) means unsupported
         return f"{spec.name} KV kernels fail on {device}: {exc}"
     expected = torch.nn.functional.scaled_dot_product_attention(
-        q.float().view(1, num_kv_heads, 2, head_dim), k.float().transpose(0, 1)[None], v.float().transpose(0, 1)[None]
+        q.float().view(1, num_kv_heads, group, head_dim), k.float().transpose(0, 1)[None],
+        v.float().transpose(0, 1)[None],
     ).view(1, -1, head_dim)
     for what, got, want in (("K", k_back[0], k), ("V", v_back[0], v), ("attention", out.float(), expected)):
         error = float((got.float() - want.float()).norm() / want.float().norm())

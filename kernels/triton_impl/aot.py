@@ -109,6 +109,17 @@ def _compute(fmt: str) -> torch.dtype:
     return {"fp32": torch.float32, "fp16": torch.float16}.get(fmt, torch.bfloat16)
 
 
+def _decode_variants(block_size: int) -> dict[str, dict[str, Any]]:
+    """The decode launches checked over a pool of ``block_size``: with the attention mass (the eviction policy's
+    steps) or neither, and over the int32 block tables of the engine's startup probe (which attends at the model's
+    shape on every start). A trial run also compiled the log-sum-exp alone, queries in the other compute dtype, 8-token
+    units and 16-entry tables: two of those spill (docs/benchmarks.md) and wait for their tiles."""
+    mass = {"block_mass": torch.zeros(2, 8)}
+    if block_size != 16:  # a mixed pool's units: its decode always returns the log-sum-exp and the mass
+        return {"+lse+mass": mass}
+    return {"": {}, "+lse+mass": mass, "+int32 tables": {"tables": torch.arange(8, dtype=torch.int32).repeat(2, 1)}}
+
+
 def launches(limit: int) -> list[Launch]:
     """Every launch the launchers make for the served shapes and formats (run on CPU tensors, captured)."""
     out: list[Launch] = []
@@ -117,20 +128,20 @@ def launches(limit: int) -> list[Launch]:
             dtype = _compute(fmt)
             for block_size in BLOCK_SIZES:
                 pool = _pool(fmt, kv_heads, head_dim, block_size)
-                tables = torch.arange(8, dtype=torch.long).repeat(2, 1)  # as the engine builds them: int64
                 lens = torch.tensor([3 * block_size, 5 * block_size + 1])
                 q = torch.zeros(2, heads, head_dim, dtype=dtype)
-                variants = {"": {}, "+lse+mass": {"block_mass": torch.zeros(2, 8)}} if block_size == 16 else {
-                    "+lse+mass": {"block_mass": torch.zeros(2, 8)}}  # fmt: skip
-                for variant, extra in variants.items():
+                for variant, extra in _decode_variants(block_size).items():
+                    tables = extra.pop("tables", torch.arange(8, dtype=torch.long).repeat(2, 1))  # the engine's int64
                     with captured(limit) as calls:
                         paged_decode.paged_decode_attention(q, pool, tables, lens, 0.125, **extra)
                     out += [Launch(k, f"{model} {fmt} bs{block_size}{variant}", head_dim, a, kw) for k, a, kw in calls]
             pool = _pool(fmt, kv_heads, head_dim, 16)
             with captured(limit) as calls:
                 blocks.gather_kv(pool, torch.arange(4, dtype=torch.long)[None], 50, dtype)
-                k = torch.zeros(40, kv_heads, head_dim, dtype=dtype)
-                write_kv.write_kv(pool, torch.arange(40, dtype=torch.long), k, k.clone())
+                blocks.gather_kv(pool, torch.zeros(1, 1, dtype=torch.int32), 16, dtype)  # the startup probe's
+                for tokens in (40, 1):  # a prefill chunk; one decode token (the JIT specializes an int equal to 1)
+                    k = torch.zeros(tokens, kv_heads, head_dim, dtype=dtype)
+                    write_kv.write_kv(pool, torch.arange(tokens, dtype=torch.long), k, k.clone(), all_stored=True)
             out += [Launch(k, f"{model} {fmt}", head_dim, a, kw) for k, a, kw in calls]
     _, kv_heads, head_dim = MODELS["pi0.5"]  # the widest head: the most registers per program
     ids = torch.arange(2, dtype=torch.long)

@@ -57,9 +57,11 @@ def kv_formats(config: EngineConfig, bundle: ModelBundle, dtype: torch.dtype, de
         pool_layout = PoolLayout(layouts)
     except ValueError as exc:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, str(exc)) from exc
+    group = bundle.num_heads // bundle.num_kv_heads if bundle.num_heads else 2  # query heads per kv-head
     for lay in layouts:
         for spec in dict.fromkeys(lay.layer_spec(i) for i in range(bundle.num_layers)):  # e.g. fp8 and fp32 layers
-            why = format_support_error(spec, device, kernels)
+            why = format_support_error(spec, device, kernels, bundle.num_kv_heads, bundle.head_dim, group,
+                                       config.block_size, dtype)  # fmt: skip
             if why:
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"KV format {spec.name} cannot run here: {why}")
     task_formats = {t: dtypes.index(d) for t, d in per_task.items()}

@@ -37,6 +37,7 @@ class ModelBundle:
     max_position_embeddings: int
     vla: bool = False  # has an action expert: images in, action chunks out (a LeRobotPolicy: pi0 or pi0.5)
     vision: bool = False  # a vision-language model: images in the prompt, text out (an Idefics3Model)
+    num_heads: int = 0  # query heads (0: not known, a hand-made bundle; the startup probe then asks two per kv-head)
 
 
 def known_models() -> list[str]:
@@ -101,6 +102,7 @@ def _vla_bundle(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str) -> 
     return ModelBundle(
         model=model.eval(), tokenizer=tokenizer, model_id=model_id, num_layers=cfg.num_layers,
         num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, max_position_embeddings=8192, vla=True,  # Gemma's context
+        num_heads=cfg.num_heads,
     )  # fmt: skip
 
 
@@ -169,7 +171,7 @@ def _ready(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str, args: Ll
     return ModelBundle(
         model=model, tokenizer=tokenizer, model_id=model_id, num_layers=args.num_layers,
         num_kv_heads=args.num_kv_heads, head_dim=args.head_dim, max_position_embeddings=args.max_position_embeddings,
-        vision=vision,
+        vision=vision, num_heads=args.num_heads,
     )  # fmt: skip
 
 

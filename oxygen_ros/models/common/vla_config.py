@@ -75,6 +75,10 @@ class BackbonePoolShape:
         return self.backbone.num_kv_heads
 
     @property
+    def num_heads(self) -> int:
+        return self.backbone.num_heads
+
+    @property
     def head_dim(self) -> int:
         return self.backbone.head_dim
 
