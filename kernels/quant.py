@@ -108,7 +108,8 @@ def store_channel_tokens(data: torch.Tensor, scale: torch.Tensor, fills: BlockFi
     kept at their values, the rest zero.
 
     The tokens written to one block are the block's next ones (a sequence fills its last block in order; a block at
-    offset 0 is new), so the scales grow with the block and a full block's codes are those of its own tokens.
+    offset 0 is new), so the scales grow with the block over its own tokens only; a key already stored is rounded
+    again when its channel's scale grows (off by at most half of each scale it was rounded to).
     """
     values = dequantize(take_rows(data, fills.blocks), take_rows(scale, fills.blocks))
     values = torch.where(fills.kept[:, :, None, None], values, 0.0)
