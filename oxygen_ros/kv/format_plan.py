@@ -69,9 +69,8 @@ class FormatPlan:
                 out[fmt][t] = units[offset // unit_tokens] * unit_tokens + offset % unit_tokens
             device = self.slot_mapping.device
             writes = (stored_tokens(fmt, fmt_slots, device) for fmt, fmt_slots in enumerate(out))
-            self._slots = [w if w is None or self._fills[w.fmt] is None else w.with_fills(self._fills[w.fmt])
-                           for w in writes]  # fmt: skip
-            self._slots = [w for w in self._slots if w is not None]
+            self._slots = [w if self._fills[w.fmt] is None else w.with_fills(self._fills[w.fmt])
+                           for w in writes if w is not None]  # fmt: skip
         return self._slots
 
     def segments(self, lens: list[int]) -> list[Segment]:

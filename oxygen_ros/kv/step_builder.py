@@ -31,6 +31,7 @@ class StepBuilder:
     def __init__(self, kv: "KVCache") -> None:
         self._kv = kv
         self.block_size = kv.layout.block_size
+        self._fills = self._fill_block_sizes()  # the pool's formats and backend are fixed: once, not per step
 
     def batch(self, tables: list[list[int]], starts: list[int], counts: list[int],
               bidirectional: list[int]) -> tuple[StepContext, torch.Tensor]:  # fmt: skip
@@ -87,7 +88,7 @@ class StepBuilder:
         if ctx.planned:
             return ctx
         kv, backend = self._kv, self._kv.backend
-        fills = self._fill_block_sizes()
+        fills = self._fills
         if not kv.pool_layout.mixed and fills[0] is not None:
             ctx.writes = [write.with_fills(fills[0]) for write in ctx.writes]
         if kv.pool_layout.mixed:
