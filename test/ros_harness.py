@@ -111,6 +111,17 @@ class Goal:
     def wait_feedback(self, count: int, timeout: float = 10.0) -> None:
         wait_until(lambda: len(self.feedback) >= count, timeout, f"{count} feedback messages")
 
+    def streamed_text(self, until: str, timeout: float = 5.0, strip: bool = False) -> str:
+        """The feedback's text joined, once it equals ``until`` (after ``strip`` if asked) or after ``timeout`` s:
+        an action's feedback (a topic) and its result (a service reply) travel apart, so the result may come first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            joined = "".join(f.text for f in list(self.feedback))
+            joined = joined.strip() if strip else joined
+            if joined == until or time.monotonic() > deadline:
+                return joined
+            time.sleep(0.02)
+
     def result(self, timeout: float = 10.0):
         """The GetResult response: `.status` (action_msgs GoalStatus) and `.result`."""
         return wait_for(self.handle.get_result_async(), timeout)

@@ -50,13 +50,14 @@ def _ask(client, args: argparse.Namespace) -> int:
         print(f"{name} rejected the question", file=sys.stderr)
         return EXIT_BAD_REQUEST
     result, cancelled = client.follow(handle, name)
-    if pieces:
+    printed = "".join(pieces)
+    if result.success and result.answer.startswith(printed):  # the result may overtake the stream's last pieces
+        print(result.answer[len(printed) :], end="")
+    if pieces or result.success:
         print()
     if cancelled:
         return EXIT_CANCELLED
     if not result.success:
         return failed(result.error_code, result.message)
-    if not pieces:  # an answer too short to stream: the result still has it
-        print(result.answer.strip())
     print(f"({result.reused_prefix_tokens} prompt tokens reused from the shared pool, {result.latency_ms:.0f} ms)")
     return 0

@@ -37,6 +37,7 @@ from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.latest_frame import LatestFrame
 from oxygen_ros.nodes.qos import ACTION_QUEUES, SERVICE_QUEUE
 from oxygen_ros.nodes.served_model import STATS_SERVICE, STATS_TOPIC, ServedModel
+from oxygen_ros.nodes.streamed_text import StreamedText, TextCallback
 from oxygen_ros.srv import CancelTask, Infer
 
 SERVICE = "oxygen/infer"
@@ -48,7 +49,6 @@ FEEDBACK_EVERY = 4  # tokens per streamed piece: a few words at a time, not a me
 # A Generate goal is an Infer request's text fields (plus feedback_every); its result is an Infer response's fields
 GOAL_FIELDS = [name for name in Generate.Goal.get_fields_and_field_types() if name != "feedback_every"]
 RESULT_FIELDS = list(Generate.Result.get_fields_and_field_types())
-TextCallback = Callable[[str, int], None]  # (the answer's text added since the last call, tokens decoded so far)
 
 
 def inference_at(namespace: str) -> list[str]:
@@ -125,7 +125,8 @@ class InferClient:
 
     async def call(self, request: Infer.Request, on_text: TextCallback | None = None) -> Infer.Response:
         """One request; with ``on_text`` its text answer streams through `/oxygen/generate` (actions are not
-        streamed) and ``on_text(piece, tokens)`` runs on each feedback, the pieces adding up to the answer."""
+        streamed) and ``on_text(piece, tokens)`` runs on each feedback, the pieces adding up to the answer (a tail the
+        result overtook is passed on when the result lands)."""
         if not await self.available(streaming=on_text is not None):
             return error(ErrorCode.UNAVAILABLE, f"{self.service} is not available (is the inference node running?)")
         if request.want_text and not request.deadline_s:
@@ -155,8 +156,9 @@ class InferClient:
                       give_up: Callable[[], bool]) -> tuple[bool, Any]:  # fmt: skip
         goal = Generate.Goal(feedback_every=FEEDBACK_EVERY, **{name: getattr(request, name) for name in GOAL_FIELDS})
         end = time.monotonic() + self.timeout_s
+        stream = StreamedText(on_text)
         sent = self._generate.send_goal_async(
-            goal, feedback_callback=lambda msg: on_text(msg.feedback.text, msg.feedback.generated_tokens)
+            goal, feedback_callback=lambda msg: stream.piece(msg.feedback.text, msg.feedback.generated_tokens)
         )
         ok, handle = await wait(self._node, sent, self.timeout_s, give_up)
         if not ok:
@@ -167,6 +169,7 @@ class InferClient:
         if not ok:
             handle.cancel_goal_async()  # nobody waits for the rest: its blocks go back now
             return False, None
+        stream.finish(got.result.text, got.result.generated_tokens)  # the feedback the result overtook
         return True, Infer.Response(**{name: getattr(got.result, name) for name in RESULT_FIELDS})
 
     async def _settled(self) -> set[bytes]:

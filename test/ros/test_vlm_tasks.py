@@ -115,7 +115,7 @@ def test_three_tasks_about_one_frame_compute_its_image_tokens_once(graph):
                                                                                        max_new_tokens=MAX_NEW))  # fmt: skip
     done = asked.result(MODEL_TIMEOUT)
     assert done.status == GoalStatus.STATUS_SUCCEEDED and done.result.success, done.result.message
-    assert "".join(f.text for f in asked.feedback).strip() == done.result.answer != ""
+    assert asked.streamed_text(done.result.answer, strip=True) == done.result.answer != ""
     assert done.result.reused_image_tokens == 0  # the first look at the frame computes it
     target = PoseStamped()
     target.header.frame_id, target.pose.position.x, target.pose.position.y = "odom", 1.0, 1.0  # no TF needed
