@@ -10,7 +10,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .ONESHELL:
 .DEFAULT_GOAL := install
-.PHONY: venv compat build install test lint demo bench fuzz peers clean
+.PHONY: venv compat build install test lint demo bench fuzz peers clean cross-tools
 
 PYTHON ?= python3.11
 PYTEST_ARGS ?=
@@ -83,6 +83,14 @@ install: build compat
 	@cmake --install $(BUILD) > $(BUILD)/install.log 2>&1 || { cat $(BUILD)/install.log; exit 1; }
 	grep 'Removing stale' $(BUILD)/install.log || true
 	echo "installed oxygen_ros into $(VENV)"
+
+# The aarch64 cross compiler and qemu-user that test/kernels/test_c_kernels.py runs the C kernels' checks with
+# (Debian / Ubuntu packages; installed only where missing, as root)
+cross-tools:
+	@command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null && command -v qemu-x86_64 >/dev/null && exit 0
+	packages="gcc-aarch64-linux-gnu qemu-user"
+	apt-get install -y -qq $$packages > /dev/null || { apt-get update -qq && apt-get install -y -qq $$packages > /dev/null; }
+	echo "installed $$packages"
 
 # pytest exits 5 when it collected nothing: that must fail loudly, not pass quietly.
 test: install

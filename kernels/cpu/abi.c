@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "oxygen_kernels.h"
+#include "simd.h"
 
 #define STRUCTS(S) S(PagedDecode) S(RowLayer) S(RowModel) S(RowStep)
 #define FIELDS_PagedDecode(F, T)                                                                                     \
@@ -38,3 +39,6 @@ int64_t oxygen_abi(int64_t* out, int64_t capacity, const char** names) {
   *names = layout_names;
   return count;
 }
+
+/* The instruction set this build's vectors use (simd.h): what cpu_library.loaded_isa reports. */
+const char* oxygen_isa(void) { return SIMD_ISA; }

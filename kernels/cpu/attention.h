@@ -42,19 +42,19 @@ static inline __attribute__((always_inline)) void attend_fixed(const PagedContex
                                                                 int64_t stride, float* out, float* lse,
                                                                 const int V, const int G) {
   const int64_t n = c->length;
-  __m512 qv[ATTEND_MAX_G][MAX_V], acc[ATTEND_MAX_G][MAX_V];
+  vf qv[ATTEND_MAX_G][MAX_V], acc[ATTEND_MAX_G][MAX_V];
   float top[ATTEND_MAX_G];
   for (int j = 0; j < G; ++j) {
     top[j] = -INFINITY;
-    for (int i = 0; i < V; ++i) { qv[j][i] = _mm512_loadu_ps(q + (j * V + i) * 16); acc[j][i] = _mm512_setzero_ps(); }
+    for (int i = 0; i < V; ++i) { qv[j][i] = vf_loadu(q + (j * V + i) * 16); acc[j][i] = vf_zero(); }
   }
   FOR_EACH_TOKEN(c, c->k, kv_head, t, k) {
-    __m512 kv[MAX_V];
-    for (int i = 0; i < V; ++i) kv[i] = _mm512_loadu_ps(k + 16 * i);
+    vf kv[MAX_V];
+    for (int i = 0; i < V; ++i) kv[i] = vf_loadu(k + 16 * i);
     for (int j = 0; j < G; ++j) {
-      __m512 dot = _mm512_mul_ps(qv[j][0], kv[0]);
-      for (int i = 1; i < V; ++i) dot = _mm512_fmadd_ps(qv[j][i], kv[i], dot);
-      const float score = _mm512_reduce_add_ps(dot) * scale;
+      vf dot = vf_mul(qv[j][0], kv[0]);
+      for (int i = 1; i < V; ++i) dot = vf_fmadd(qv[j][i], kv[i], dot);
+      const float score = vf_reduce_add(dot) * scale;
       probs[j * stride + t] = score;
       top[j] = score > top[j] ? score : top[j];
     }
@@ -62,28 +62,27 @@ static inline __attribute__((always_inline)) void attend_fixed(const PagedContex
   float inv[ATTEND_MAX_G];
   for (int j = 0; j < G; ++j) {
     float* p = probs + j * stride;
-    const __m512 shift = _mm512_set1_ps(top[j]);
-    __m512 total = _mm512_setzero_ps();
+    const vf shift = vf_set1(top[j]);
+    vf total = vf_zero();
     for (int64_t t = 0; t < n; t += 16) {
-      const __mmask16 mask = lanes(n - t);
-      const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, p + t), shift));
-      total = _mm512_add_ps(total, _mm512_maskz_mov_ps(mask, e));
-      _mm512_mask_storeu_ps(p + t, mask, e);
+      const vf e = vf_exp(vf_sub(vf_load_n(p + t, n - t), shift));
+      total = vf_add(total, vf_first_n(e, n - t));
+      vf_store_n(p + t, e, n - t);
     }
-    const float sum = _mm512_reduce_add_ps(total);
+    const float sum = vf_reduce_add(total);
     inv[j] = 1.0f / sum;
     if (lse) lse[j] = top[j] + logf(sum);
   }
   FOR_EACH_TOKEN(c, c->v, kv_head, t, v) {
-    __m512 vv[MAX_V];
-    for (int i = 0; i < V; ++i) vv[i] = _mm512_loadu_ps(v + 16 * i);
+    vf vv[MAX_V];
+    for (int i = 0; i < V; ++i) vv[i] = vf_loadu(v + 16 * i);
     for (int j = 0; j < G; ++j) {
-      const __m512 w = _mm512_set1_ps(probs[j * stride + t] *= inv[j]);
-      for (int i = 0; i < V; ++i) acc[j][i] = _mm512_fmadd_ps(w, vv[i], acc[j][i]);
+      const vf w = vf_set1(probs[j * stride + t] *= inv[j]);
+      for (int i = 0; i < V; ++i) acc[j][i] = vf_fmadd(w, vv[i], acc[j][i]);
     }
   }
   for (int j = 0; j < G; ++j)
-    for (int i = 0; i < V; ++i) _mm512_storeu_ps(out + (j * V + i) * 16, acc[j][i]);
+    for (int i = 0; i < V; ++i) vf_storeu(out + (j * V + i) * 16, acc[j][i]);
 }
 
 #define ATTEND_G(V, G) \
@@ -116,9 +115,8 @@ static void attend_heads(const PagedContext* c, int64_t kv_head, const float* q,
 static void credit_blocks(const float* probs, int64_t heads, int64_t stride, int64_t length, int64_t block_size,
                           float* mass, int64_t b) {
   const int64_t t0 = b * block_size, t1 = t0 + block_size < length ? t0 + block_size : length;
-  __m512 sum = _mm512_setzero_ps();
+  vf sum = vf_zero();
   for (int64_t hd = 0; hd < heads; ++hd)
-    for (int64_t t = t0; t < t1; t += 16)
-      sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(lanes(t1 - t), probs + hd * stride + t));
-  mass[b] += _mm512_reduce_add_ps(sum);
+    for (int64_t t = t0; t < t1; t += 16) sum = vf_add(sum, vf_load_n(probs + hd * stride + t, t1 - t));
+  mass[b] += vf_reduce_add(sum);
 }

@@ -45,6 +45,7 @@ typedef struct { /* the step: the token's hidden state (updated in place) and wh
 
 /* abi.c */
 int64_t oxygen_abi(int64_t* out, int64_t capacity, const char** names);
+const char* oxygen_isa(void);
 
 /* matvec.c */
 void matvec(const void* w, int weight_bf16, const float* x, float* y, int64_t m, int64_t n, int64_t k, int threads);

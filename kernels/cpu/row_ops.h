@@ -10,32 +10,29 @@
  * may be x itself). */
 static inline void add_rms_norm_row(const float* x, const float* dx, float* sum, const float* w, float* y, int64_t n,
                                     float eps) {
-  const __mmask16 tail = lanes(n % 16);
-  const int64_t body = n - n % 16;
+  const int64_t tail = n % 16, body = n - tail;
   const float* s = dx ? sum : x;
-  __m512 acc = _mm512_setzero_ps();
+  vf acc = vf_zero();
   for (int64_t j = 0; j < body; j += 16) {
-    __m512 v = _mm512_loadu_ps(x + j);
+    vf v = vf_loadu(x + j);
     if (dx) {
-      v = _mm512_add_ps(v, _mm512_loadu_ps(dx + j));
-      _mm512_storeu_ps(sum + j, v);
+      v = vf_add(v, vf_loadu(dx + j));
+      vf_storeu(sum + j, v);
     }
-    acc = _mm512_fmadd_ps(v, v, acc);
+    acc = vf_fmadd(v, v, acc);
   }
   if (tail) {
-    __m512 v = _mm512_maskz_loadu_ps(tail, x + body);
+    vf v = vf_load_n(x + body, tail);
     if (dx) {
-      v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(tail, dx + body));
-      _mm512_mask_storeu_ps(sum + body, tail, v);
+      v = vf_add(v, vf_load_n(dx + body, tail));
+      vf_store_n(sum + body, v, tail);
     }
-    acc = _mm512_fmadd_ps(v, v, acc);
+    acc = vf_fmadd(v, v, acc);
   }
-  const __m512 inv = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(acc) / (float)n + eps));
-  for (int64_t j = 0; j < body; j += 16)
-    _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(s + j), inv), _mm512_loadu_ps(w + j)));
+  const vf inv = vf_set1(1.0f / sqrtf(vf_reduce_add(acc) / (float)n + eps));
+  for (int64_t j = 0; j < body; j += 16) vf_storeu(y + j, vf_mul(vf_mul(vf_loadu(s + j), inv), vf_loadu(w + j)));
   if (tail)
-    _mm512_mask_storeu_ps(y + body, tail, _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + body), inv),
-                                                        _mm512_maskz_loadu_ps(tail, w + body)));
+    vf_store_n(y + body, vf_mul(vf_mul(vf_load_n(s + body, tail), inv), vf_load_n(w + body, tail)), tail);
 }
 
 /* `heads` heads of head_dim floats at x rotated in place, HF's rotate-half: x1 * cos - x2 * sin | x2 * cos + x1 * sin,
@@ -54,8 +51,7 @@ static inline void rotate_half_heads(float* x, int64_t heads, int64_t head_dim, 
 
 /* y[0 .. n) = SiLU(g) * u for the first n (<= 16) floats. */
 static inline void silu_mul_16(const float* g, const float* u, float* y, int64_t n) {
-  const __mmask16 mask = lanes(n);
-  const __m512 gv = _mm512_maskz_loadu_ps(mask, g);
-  const __m512 silu = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
-  _mm512_mask_storeu_ps(y, mask, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(mask, u)));
+  const vf gv = vf_load_n(g, n);
+  const vf silu = vf_div(gv, vf_add(vf_set1(1.0f), vf_exp(vf_sub(vf_zero(), gv))));
+  vf_store_n(y, vf_mul(silu, vf_load_n(u, n)), n);
 }

@@ -33,9 +33,7 @@ static void transpose_chunk(const SharedPrefixView* p, int64_t kv_head, int64_t 
   const int64_t d = p->head_dim, t0 = chunk * 16;
   if (t0 + 16 <= p->tokens && p->block_size % 16 == 0) {
     const float* first = prefix_row(p, p->k, t0, kv_head);
-    const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32((int)(p->kv_heads * d)));
-    for (int64_t j = 0; j < d; ++j) _mm512_storeu_ps(kt + j * 16, _mm512_i32gather_ps(rows, first + j, 4));
+    for (int64_t j = 0; j < d; ++j) vf_storeu(kt + j * 16, vf_gather(first + j, p->kv_heads * d));
     return;
   }
   for (int64_t i = 0; i < 16; ++i) {
@@ -55,37 +53,33 @@ static inline __attribute__((always_inline)) void prefix_tile(const SharedPrefix
                                                                float* const* probs, float* const* out, float* lse,
                                                                int normalize, const int V, const int Q) {
   const int64_t d = 16 * V, chunks = prefix_chunks(p->tokens);
-  __m512 top[PREFIX_MAX_Q];
-  for (int i = 0; i < Q; ++i) top[i] = _mm512_set1_ps(-INFINITY);
+  vf top[PREFIX_MAX_Q];
+  for (int i = 0; i < Q; ++i) top[i] = vf_set1(-INFINITY);
   for (int64_t c = 0; c < chunks; ++c) {
     const float* block = kt + c * d * 16;
-    __m512 s[PREFIX_MAX_Q];
-    for (int i = 0; i < Q; ++i) s[i] = _mm512_setzero_ps();
+    vf s[PREFIX_MAX_Q];
+    for (int i = 0; i < Q; ++i) s[i] = vf_zero();
     for (int64_t j = 0; j < d; ++j) {
-      const __m512 column = _mm512_loadu_ps(block + j * 16);
-      for (int i = 0; i < Q; ++i) s[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[i][j]), column, s[i]);
+      const vf column = vf_loadu(block + j * 16);
+      for (int i = 0; i < Q; ++i) s[i] = vf_fmadd(vf_set1(q[i][j]), column, s[i]);
     }
     const int64_t left = p->tokens - c * 16;
-    const __mmask16 mask = lanes(left);
     for (int i = 0; i < Q; ++i) {
-      const __m512 scaled = _mm512_mul_ps(s[i], _mm512_set1_ps(scale));
-      _mm512_mask_storeu_ps(probs[i] + c * 16, mask, scaled);
-      top[i] = _mm512_mask_max_ps(top[i], mask, top[i], scaled);
+      const vf scaled = vf_mul(s[i], vf_set1(scale));
+      vf_store_n(probs[i] + c * 16, scaled, left);
+      top[i] = vf_max_n(top[i], scaled, left);
     }
   }
   float shift[PREFIX_MAX_Q];
-  __m512 acc[PREFIX_MAX_Q][MAX_V];
+  vf acc[PREFIX_MAX_Q][MAX_V];
   for (int i = 0; i < Q; ++i) {
-    shift[i] = _mm512_reduce_max_ps(top[i]);
-    for (int j = 0; j < V; ++j) acc[i][j] = _mm512_setzero_ps();
+    shift[i] = vf_reduce_max(top[i]);
+    for (int j = 0; j < V; ++j) acc[i][j] = vf_zero();
   }
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t left = p->tokens - c * 16, n = left >= 16 ? 16 : left;
-    const __mmask16 mask = lanes(n);
-    for (int i = 0; i < Q; ++i) {
-      const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, probs[i] + c * 16), _mm512_set1_ps(shift[i])));
-      _mm512_mask_storeu_ps(probs[i] + c * 16, mask, e);
-    }
+    for (int i = 0; i < Q; ++i)
+      vf_store_n(probs[i] + c * 16, vf_exp(vf_sub(vf_load_n(probs[i] + c * 16, n), vf_set1(shift[i]))), n);
     const float* row = prefix_row(p, p->v, c * 16, kv_head);
     int64_t offset = c * 16 % p->block_size; /* within the block: its next token is a row further, until it ends */
     for (int64_t t = 0; t < n; ++t, ++offset, row += p->kv_heads * d) {
@@ -93,26 +87,23 @@ static inline __attribute__((always_inline)) void prefix_tile(const SharedPrefix
         row = prefix_row(p, p->v, c * 16 + t, kv_head);
         offset = 0;
       }
-      __m512 values[MAX_V];
-      for (int j = 0; j < V; ++j) values[j] = _mm512_loadu_ps(row + 16 * j);
+      vf values[MAX_V];
+      for (int j = 0; j < V; ++j) values[j] = vf_loadu(row + 16 * j);
       for (int i = 0; i < Q; ++i) {
-        const __m512 w = _mm512_set1_ps(probs[i][c * 16 + t]);
-        for (int j = 0; j < V; ++j) acc[i][j] = _mm512_fmadd_ps(w, values[j], acc[i][j]);
+        const vf w = vf_set1(probs[i][c * 16 + t]);
+        for (int j = 0; j < V; ++j) acc[i][j] = vf_fmadd(w, values[j], acc[i][j]);
       }
     }
   }
   for (int i = 0; i < Q; ++i) { /* the sum of the weights, read back: no accumulators live across the loop above */
-    __m512 total = _mm512_setzero_ps();
-    for (int64_t t = 0; t < p->tokens; t += 16)
-      total = _mm512_add_ps(total, _mm512_maskz_loadu_ps(lanes(p->tokens - t), probs[i] + t));
-    const float sum = _mm512_reduce_add_ps(total);
-    const __m512 inv = _mm512_set1_ps(1.0f / sum);
-    for (int j = 0; j < V; ++j) _mm512_storeu_ps(out[i] + 16 * j, _mm512_mul_ps(acc[i][j], inv));
+    vf total = vf_zero();
+    for (int64_t t = 0; t < p->tokens; t += 16) total = vf_add(total, vf_load_n(probs[i] + t, p->tokens - t));
+    const float sum = vf_reduce_add(total);
+    const vf inv = vf_set1(1.0f / sum);
+    for (int j = 0; j < V; ++j) vf_storeu(out[i] + 16 * j, vf_mul(acc[i][j], inv));
     lse[i] = shift[i] + logf(sum);
-    for (int64_t t = 0; normalize && t < p->tokens; t += 16) {
-      const __mmask16 mask = lanes(p->tokens - t);
-      _mm512_mask_storeu_ps(probs[i] + t, mask, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, probs[i] + t), inv));
-    }
+    for (int64_t t = 0; normalize && t < p->tokens; t += 16)
+      vf_store_n(probs[i] + t, vf_mul(vf_load_n(probs[i] + t, p->tokens - t), inv), p->tokens - t);
   }
 }
 

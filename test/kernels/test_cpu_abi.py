@@ -11,7 +11,7 @@ from oxygen_ros.kernels.cpu_library import library
 
 kernels = library()
 pytestmark = pytest.mark.skipif(kernels is None,
-                                reason="the CPU decode kernels do not run here (no AVX-512 or no C compiler)")
+                                reason="the CPU decode kernels do not run here (no AVX-512, AVX2 or NEON, or no C compiler)")
 
 
 def _mirror(like: type[ctypes.Structure], fields: list[tuple]) -> type[ctypes.Structure]:

@@ -10,7 +10,7 @@ from oxygen_ros.layers.packed_linear import PackedLinear, can_pack, can_pack_bf1
 
 matvec = cpu_matvec.matvec_kernel()
 needs_kernel = pytest.mark.skipif(
-    matvec is None, reason="the CPU decode kernels do not run here: no AVX-512, no C compiler, or disabled"
+    matvec is None, reason="the CPU decode kernels do not run here: no AVX-512, AVX2 or NEON, no C compiler, or disabled"
 )
 
 

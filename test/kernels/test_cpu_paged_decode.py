@@ -14,7 +14,7 @@ from oxygen_ros.kv.cascade import plan_cascade, plan_prefix_groups
 
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.skipif(not can_read(pool("fp32", 1, 16, 64, CPU)),
-                                reason="the CPU decode kernels do not run here (no AVX-512 or no C compiler)")
+                                reason="the CPU decode kernels do not run here (no AVX-512, AVX2 or NEON, or no C compiler)")
 
 
 @pytest.mark.parametrize("grouped", [True, False])

@@ -37,7 +37,7 @@ def test_auto_runs_torchs_kv_kernels_on_a_cpu():
 def test_config_switches_reach_the_step_context():
     on = choose_backend(EngineConfig(), CPU)
     if not on.c_kernels or cpu_library.library() is None:
-        pytest.skip("the C kernels do not run here (no AVX-512 / cc): nothing to switch off")
+        pytest.skip("the C kernels do not run here (no AVX-512 / AVX2 / NEON, or no cc): nothing to switch off")
     assert on.c_paged_decode and on.decode_row
     assert _pool(EngineConfig()).steps.batch([TABLE], [40], [1], [0])[0].row_decode
     row_off = _pool(EngineConfig(cpu_decode_row=False))

@@ -71,7 +71,7 @@ def _scattered_context(block_size: int) -> tuple[StepContext, int]:
     return ctx, shared + sum(own) + 1
 
 
-@pytest.mark.skipif(library() is None, reason="the CPU decode kernels do not run here (no AVX-512 / cc)")
+@pytest.mark.skipif(library() is None, reason="the CPU decode kernels do not run here (no AVX-512 / AVX2 / NEON, or no cc)")
 @pytest.mark.parametrize("heads,kv_heads,head_dim,block_size", [(4, 2, 16, 16), (3, 1, 32, 16), (4, 2, 16, 8),
                                                                  (3, 1, 32, 32)])  # fmt: skip
 def test_mixed_step_through_token_rows_equals_masked_attention(heads, kv_heads, head_dim, block_size, monkeypatch):

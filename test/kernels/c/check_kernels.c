@@ -1,0 +1,323 @@
+/* Every CPU kernel of kernels/cpu against scalar C written here, with no Python: built once per instruction set
+ * (test_c_kernels.py: AVX-512 and AVX2 and plain C natively, AVX2 again under qemu's Haswell, which has no AVX-512,
+ * and aarch64 NEON under qemu-aarch64 on a Cortex-A53, which has no dotprod, and on qemu's `max` CPU).
+ *
+ * Shapes cover what the engine sends: rows that are no multiple of 16, one to eight input rows, fp32 and bf16
+ * weights, GQA groups of 1 to 4, head sizes 16 to 256, ragged contexts over shuffled blocks, shared prefixes of
+ * several rows, block mass, a whole Llama stack for one token. Prints the instruction set and one line per check;
+ * exits 1 at the first kernel that differs from the reference by more than its tolerance.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oxygen_kernels.h"
+
+#define THREADS 2
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static int checks;
+
+static float uniform(void) { /* [-1, 1) */
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (float)((rng >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+
+static float* randoms(int64_t n, float scale) {
+  float* x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  for (int64_t i = 0; i < n; ++i) x[i] = uniform() * scale;
+  return x;
+}
+
+static float bf16_value(uint16_t b) {
+  const uint32_t bits = (uint32_t)b << 16;
+  float x;
+  memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+/* Fails unless |got - want| <= atol + rtol |want| everywhere. */
+static void expect_close(const char* what, const float* got, const double* want, int64_t n, double atol, double rtol) {
+  double worst = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double err = fabs((double)got[i] - want[i]), limit = atol + rtol * fabs(want[i]);
+    if (!(err <= limit)) {
+      printf("FAIL %s: element %lld is %.7g, the reference %.7g\n", what, (long long)i, got[i], want[i]);
+      exit(1);
+    }
+    worst = err > worst ? err : worst;
+  }
+  ++checks;
+  printf("ok   %-60s max error %.2e\n", what, worst);
+}
+
+static void check_matvec(int bf16, int64_t m, int64_t n, int64_t k) {
+  float* wf = randoms(n * k, 1.0f);
+  uint16_t* wb = malloc((size_t)(n * k) * sizeof(uint16_t));
+  for (int64_t i = 0; i < n * k; ++i) {
+    uint32_t bits;
+    memcpy(&bits, &wf[i], sizeof bits);
+    wb[i] = (uint16_t)(bits >> 16);
+    if (bf16) wf[i] = bf16_value(wb[i]);
+  }
+  float *x = randoms(m * k, 1.0f), *y = calloc((size_t)(m * n), sizeof(float));
+  double* want = calloc((size_t)(m * n), sizeof(double));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < k; ++j) want[i * n + r] += (double)wf[r * k + j] * x[i * k + j];
+  matvec(bf16 ? (const void*)wb : (const void*)wf, bf16, x, y, m, n, k, THREADS);
+  char what[96];
+  snprintf(what, sizeof what, "matvec %s m=%lld n=%lld k=%lld", bf16 ? "bf16" : "fp32", (long long)m, (long long)n,
+           (long long)k);
+  expect_close(what, y, want, m * n, 2e-7 * sqrt((double)k), 2e-6);
+  free(wf), free(wb), free(x), free(y), free(want);
+}
+
+static void check_row_ops(int64_t rows, int64_t n) {
+  float *h = randoms(rows * n, 2.0f), *delta = randoms(rows * n, 1.0f), *w = randoms(n, 1.0f);
+  float *sum = calloc((size_t)(rows * n), sizeof(float)), *out = calloc((size_t)(rows * n), sizeof(float));
+  double *want_sum = calloc((size_t)(rows * n), sizeof(double)), *want = calloc((size_t)(rows * n), sizeof(double));
+  const float eps = 1e-5f;
+  for (int with_delta = 0; with_delta < 2; ++with_delta) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double squares = 0.0;
+      for (int64_t j = 0; j < n; ++j) {
+        const double s = (double)h[r * n + j] + (with_delta ? (double)delta[r * n + j] : 0.0);
+        want_sum[r * n + j] = s, squares += s * s;
+      }
+      for (int64_t j = 0; j < n; ++j) want[r * n + j] = want_sum[r * n + j] / sqrt(squares / n + eps) * w[j];
+    }
+    add_rms_norm_f32(h, with_delta ? delta : NULL, sum, w, out, rows, n, eps, THREADS);
+    char what[96];
+    snprintf(what, sizeof what, "add_rms_norm %s rows=%lld n=%lld", with_delta ? "h+delta" : "h", (long long)rows,
+             (long long)n);
+    expect_close(what, out, want, rows * n, 1e-6, 2e-6);
+    if (with_delta) expect_close("  its sum", sum, want_sum, rows * n, 1e-6, 1e-6);
+  }
+  const int64_t inter = n / 2;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < inter; ++j) {
+      const double g = h[r * 2 * inter + j], u = h[r * 2 * inter + inter + j];
+      want[r * inter + j] = g / (1.0 + exp(-g)) * u;
+    }
+  silu_mul_f32(h, out, rows, inter, THREADS);
+  char what[96];
+  snprintf(what, sizeof what, "silu_mul rows=%lld inter=%lld", (long long)rows, (long long)inter);
+  expect_close(what, out, want, rows * inter, 1e-6, 2e-6);
+  free(h), free(delta), free(w), free(sum), free(out), free(want_sum), free(want);
+}
+
+static void check_rotate_half(int64_t rows, int64_t heads, int64_t head_dim) {
+  const int64_t stride = (heads + 1) * head_dim; /* a row holds one more head, left alone */
+  float *x = randoms(rows * stride, 1.0f), *cos_ = randoms(rows * head_dim, 1.0f), *sin_ = randoms(rows * head_dim, 1.0f);
+  double* want = malloc((size_t)(rows * stride) * sizeof(double));
+  const int64_t half = head_dim / 2;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < stride; ++i) {
+      const int64_t hd = i / head_dim, j = i % head_dim;
+      const float* v = x + r * stride + hd * head_dim;
+      const double c = cos_[r * head_dim + j], s = sin_[r * head_dim + j];
+      want[r * stride + i] = hd >= heads ? v[j] : j < half ? v[j] * c - (double)v[j + half] * s
+                                                           : v[j] * c + (double)v[j - half] * s;
+    }
+  rotate_half_f32(x, rows, stride, heads, head_dim, cos_, sin_, THREADS);
+  char what[96];
+  snprintf(what, sizeof what, "rotate_half rows=%lld heads=%lld head_dim=%lld", (long long)rows, (long long)heads,
+           (long long)head_dim);
+  expect_close(what, x, want, rows * stride, 1e-6, 1e-6);
+  free(x), free(cos_), free(sin_), free(want);
+}
+
+/* softmax(q K^T * scale) V of one query head over `length` tokens of a paged context (double), and each block's
+ * share of the weights added to mass (if given). */
+static void reference_attention(const float* q, const float* k, const float* v, const int64_t* table, int64_t length,
+                                int64_t block_size, int64_t kv_heads, int64_t kv_head, int64_t d, float scale,
+                                double* out, double* mass) {
+  double* w = malloc((size_t)length * sizeof(double));
+  double top = -INFINITY, total = 0.0;
+  for (int64_t t = 0; t < length; ++t) {
+    const float* row = k + ((table[t / block_size] * block_size + t % block_size) * kv_heads + kv_head) * d;
+    double s = 0.0;
+    for (int64_t j = 0; j < d; ++j) s += (double)q[j] * row[j];
+    w[t] = s * scale, top = w[t] > top ? w[t] : top;
+  }
+  for (int64_t t = 0; t < length; ++t) w[t] = exp(w[t] - top), total += w[t];
+  for (int64_t j = 0; j < d; ++j) out[j] = 0.0;
+  for (int64_t t = 0; t < length; ++t) {
+    const float* row = v + ((table[t / block_size] * block_size + t % block_size) * kv_heads + kv_head) * d;
+    for (int64_t j = 0; j < d; ++j) out[j] += w[t] / total * row[j];
+    if (mass) mass[t / block_size] += w[t] / total;
+  }
+  free(w);
+}
+
+/* A batch of `seqs` rows over a pool of shuffled blocks: rows [0, shared_rows) share their first `shared_blocks`
+ * blocks (one prefix group, when shared_rows > 1), the others have their own; lengths ragged. */
+static void check_paged_decode(int64_t seqs, int64_t heads, int64_t kv_heads, int64_t d, int64_t block_size,
+                               int64_t shared_rows, int64_t shared_blocks, int with_mass) {
+  const int64_t width = shared_blocks + 6, units = seqs * width + 1;
+  float *k = randoms(units * block_size * kv_heads * d, 1.0f), *v = randoms(units * block_size * kv_heads * d, 1.0f);
+  float* q = randoms(seqs * heads * d, 1.0f);
+  int64_t *tables = malloc((size_t)(seqs * width) * sizeof(int64_t)), *lengths = malloc((size_t)seqs * sizeof(int64_t));
+  int64_t* order = malloc((size_t)units * sizeof(int64_t));
+  for (int64_t i = 0; i < units; ++i) order[i] = i;
+  for (int64_t i = units - 1; i > 0; --i) { /* shuffled: a context's blocks are anywhere in the pool */
+    const int64_t j = (int64_t)((uniform() + 1.0f) / 2.0f * (float)(i + 1)) % (i + 1), t = order[i];
+    order[i] = order[j], order[j] = t;
+  }
+  int64_t next = 0, max_length = 0;
+  for (int64_t s = 0; s < seqs; ++s) {
+    for (int64_t b = 0; b < width; ++b)
+      tables[s * width + b] = s < shared_rows && b < shared_blocks ? order[b] : order[shared_blocks + next++];
+    const int64_t own = 1 + (s * 7 + 3) % ((width - shared_blocks - 1) * block_size); /* ragged, >= 1 own token */
+    lengths[s] = (s < shared_rows ? shared_blocks * block_size : 0) + own;
+    max_length = lengths[s] > max_length ? lengths[s] : max_length;
+  }
+  const int64_t grouped = shared_rows > 1 && shared_blocks > 0;
+  int64_t group_rows[64], group_starts[2] = {0, grouped ? shared_rows : 0}, group_blocks[1] = {shared_blocks};
+  for (int64_t s = 0; s < shared_rows && s < 64; ++s) group_rows[s] = s;
+  float *out = calloc((size_t)(seqs * heads * d), sizeof(float)), *mass = calloc((size_t)(seqs * width), sizeof(float));
+  const float scale = 1.0f / sqrtf((float)d);
+  PagedDecode a = {q, k, v, tables, lengths, out, with_mass ? mass : NULL, NULL, group_rows, group_starts,
+                   group_blocks, seqs, heads, kv_heads, d, block_size, width, max_length, grouped, scale};
+  a.scratch = malloc((size_t)paged_decode_scratch(&a) * sizeof(float));
+  paged_decode_f32(&a, THREADS);
+  double *want = calloc((size_t)(seqs * heads * d), sizeof(double)), *want_mass = calloc((size_t)(seqs * width), sizeof(double));
+  for (int64_t s = 0; s < seqs; ++s)
+    for (int64_t h = 0; h < heads; ++h)
+      reference_attention(q + (s * heads + h) * d, k, v, tables + s * width, lengths[s], block_size, kv_heads,
+                          h / (heads / kv_heads), d, scale, want + (s * heads + h) * d, want_mass + s * width);
+  char what[128];
+  snprintf(what, sizeof what, "paged_decode seqs=%lld heads=%lld/%lld d=%lld block=%lld shared=%lldx%lld%s",
+           (long long)seqs, (long long)heads, (long long)kv_heads, (long long)d, (long long)block_size,
+           (long long)(grouped ? shared_rows : 0), (long long)shared_blocks, with_mass ? " +mass" : "");
+  expect_close(what, out, want, seqs * heads * d, 1e-6, 2e-6);
+  if (with_mass) expect_close("  its block mass", mass, want_mass, seqs * width, 2e-6, 2e-6);
+  free(k), free(v), free(q), free(tables), free(lengths), free(order), free(out), free(mass), free(a.scratch);
+  free(want), free(want_mass);
+}
+
+/* y = W x for W [n, k] (double accumulation) */
+static void ref_matvec(const float* w, const double* x, double* y, int64_t n, int64_t k) {
+  for (int64_t r = 0; r < n; ++r) {
+    y[r] = 0.0;
+    for (int64_t j = 0; j < k; ++j) y[r] += (double)w[r * k + j] * x[j];
+  }
+}
+
+static void ref_rms_norm(const double* x, const float* w, double* y, int64_t n, float eps) {
+  double squares = 0.0;
+  for (int64_t j = 0; j < n; ++j) squares += x[j] * x[j];
+  for (int64_t j = 0; j < n; ++j) y[j] = x[j] / sqrt(squares / n + eps) * w[j];
+}
+
+/* One token through a two-layer Llama stack (GQA, q/k/v bias) at position `length` - 1 of a paged context. */
+static void check_decode_row(int64_t heads, int64_t kv_heads, int64_t d, int64_t hidden, int64_t inter,
+                             int64_t length) {
+  enum { LAYERS = 2 };
+  const int64_t block_size = 16, units = (length + block_size - 1) / block_size + 2, nqkv = (heads + 2 * kv_heads) * d;
+  const float eps = 1e-6f, scale = 1.0f / sqrtf((float)d);
+  RowLayer layers[LAYERS];
+  int64_t* table = malloc((size_t)units * sizeof(int64_t));
+  for (int64_t b = 0; b < units; ++b) table[b] = units - 1 - b; /* blocks in reverse pool order */
+  float *cos_ = malloc((size_t)d * sizeof(float)), *sin_ = malloc((size_t)d * sizeof(float));
+  for (int64_t j = 0; j < d; ++j) {
+    const double angle = (length - 1) * pow(10000.0, -(double)(2 * (j % (d / 2))) / (double)d);
+    cos_[j] = (float)cos(angle), sin_[j] = (float)sin(angle);
+  }
+  const int64_t slot = table[(length - 1) / block_size] * block_size + (length - 1) % block_size;
+  float* ref_k[LAYERS];
+  float* ref_v[LAYERS];
+  for (int l = 0; l < LAYERS; ++l) {
+    const float w_scale = 1.0f / sqrtf((float)hidden);
+    layers[l] = (RowLayer){randoms(hidden, 0.2f), randoms(nqkv, 0.1f), randoms(hidden, 0.2f),
+                           randoms(nqkv * hidden, w_scale), randoms(hidden * heads * d, w_scale),
+                           randoms(2 * inter * hidden, w_scale), randoms(hidden * inter, 1.0f / sqrtf((float)inter)),
+                           randoms(units * block_size * kv_heads * d, 1.0f), randoms(units * block_size * kv_heads * d, 1.0f)};
+    for (int64_t j = 0; j < hidden; ++j) ((float*)layers[l].input_norm)[j] += 1.0f, ((float*)layers[l].post_norm)[j] += 1.0f;
+    ref_k[l] = malloc((size_t)(units * block_size * kv_heads * d) * sizeof(float));
+    ref_v[l] = malloc((size_t)(units * block_size * kv_heads * d) * sizeof(float));
+    memcpy(ref_k[l], layers[l].k_cache, (size_t)(units * block_size * kv_heads * d) * sizeof(float));
+    memcpy(ref_v[l], layers[l].v_cache, (size_t)(units * block_size * kv_heads * d) * sizeof(float));
+  }
+  float* h = randoms(hidden, 1.0f);
+  double* want = malloc((size_t)hidden * sizeof(double));
+  for (int64_t j = 0; j < hidden; ++j) want[j] = h[j];
+  double *x = malloc((size_t)hidden * sizeof(double)), *qkv = malloc((size_t)nqkv * sizeof(double));
+  double *attn = malloc((size_t)(heads * d) * sizeof(double)), *tmp = malloc((size_t)hidden * sizeof(double));
+  double *gate_up = malloc((size_t)(2 * inter) * sizeof(double)), *act = malloc((size_t)inter * sizeof(double));
+  float* qf = malloc((size_t)(heads * d) * sizeof(float));
+  for (int l = 0; l < LAYERS; ++l) {
+    const RowLayer* L = layers + l;
+    ref_rms_norm(want, L->input_norm, x, hidden, eps);
+    ref_matvec(L->qkv, x, qkv, nqkv, hidden);
+    for (int64_t j = 0; j < nqkv; ++j) qkv[j] += L->qkv_bias[j];
+    for (int64_t hd = 0; hd < heads + kv_heads; ++hd) { /* rotate-half RoPE on q and k */
+      double* r = qkv + hd * d;
+      for (int64_t j = 0; j < d / 2; ++j) {
+        const double a = r[j], b = r[j + d / 2];
+        r[j] = a * cos_[j] - b * sin_[j], r[j + d / 2] = b * cos_[j + d / 2] + a * sin_[j + d / 2];
+      }
+    }
+    for (int64_t j = 0; j < kv_heads * d; ++j)
+      ref_k[l][slot * kv_heads * d + j] = (float)qkv[heads * d + j],
+                         ref_v[l][slot * kv_heads * d + j] = (float)qkv[(heads + kv_heads) * d + j];
+    for (int64_t j = 0; j < heads * d; ++j) qf[j] = (float)qkv[j];
+    for (int64_t hd = 0; hd < heads; ++hd)
+      reference_attention(qf + hd * d, ref_k[l], ref_v[l], table, length, block_size, kv_heads,
+                          hd / (heads / kv_heads), d, scale, attn + hd * d, NULL);
+    ref_matvec(L->o, attn, tmp, hidden, heads * d);
+    for (int64_t j = 0; j < hidden; ++j) want[j] += tmp[j];
+    ref_rms_norm(want, L->post_norm, x, hidden, eps);
+    ref_matvec(L->gate_up, x, gate_up, 2 * inter, hidden);
+    for (int64_t j = 0; j < inter; ++j) act[j] = gate_up[j] / (1.0 + exp(-gate_up[j])) * gate_up[inter + j];
+    ref_matvec(L->down, act, tmp, hidden, inter);
+    for (int64_t j = 0; j < hidden; ++j) want[j] += tmp[j];
+  }
+  const RowModel model = {LAYERS, hidden, heads, kv_heads, d, inter, block_size, 0, eps, scale};
+  RowStep step = {h, cos_, sin_, table, length, slot, NULL, NULL};
+  step.scratch = malloc((size_t)decode_row_scratch(&model, length) * sizeof(float));
+  decode_row(&model, layers, &step, THREADS);
+  char what[96];
+  snprintf(what, sizeof what, "decode_row heads=%lld/%lld d=%lld hidden=%lld inter=%lld length=%lld", (long long)heads,
+           (long long)kv_heads, (long long)d, (long long)hidden, (long long)inter, (long long)length);
+  expect_close(what, h, want, hidden, 2e-6, 2e-6);
+  double* k_want = malloc((size_t)(kv_heads * d) * sizeof(double));
+  for (int64_t j = 0; j < kv_heads * d; ++j) k_want[j] = ref_k[LAYERS - 1][slot * kv_heads * d + j];
+  expect_close("  the token's key in the last layer's pool", layers[LAYERS - 1].k_cache + slot * kv_heads * d, k_want,
+               kv_heads * d, 2e-6, 2e-6);
+  for (int l = 0; l < LAYERS; ++l) {
+    free((void*)layers[l].input_norm), free((void*)layers[l].qkv_bias), free((void*)layers[l].post_norm);
+    free((void*)layers[l].qkv), free((void*)layers[l].o), free((void*)layers[l].gate_up), free((void*)layers[l].down);
+    free(layers[l].k_cache), free(layers[l].v_cache), free(ref_k[l]), free(ref_v[l]);
+  }
+  free(table), free(cos_), free(sin_), free(h), free(want), free(x), free(qkv), free(attn), free(tmp), free(gate_up);
+  free(act), free(qf), free(step.scratch), free(k_want);
+}
+
+int main(void) {
+  printf("isa %s\n", oxygen_isa());
+  for (int bf16 = 0; bf16 < 2; ++bf16)
+    for (int64_t m = 1; m <= 8; ++m) {
+      check_matvec(bf16, m, 9 + m, 1 + 37 * m); /* k: 38 .. 297, rarely a multiple of 16 */
+      check_matvec(bf16, m, 16, 64);
+    }
+  check_matvec(0, 1, 1, 1);
+  check_matvec(1, 3, 33, 15);
+  check_row_ops(3, 37);
+  check_row_ops(5, 64);
+  check_rotate_half(3, 4, 16);
+  check_rotate_half(2, 2, 64);
+  /* head_dim 16 .. 256 (one to sixteen vectors a head), GQA groups 1 .. 4, blocks of 16 and 32, prefixes */
+  const int64_t shapes[][5] = {{4, 4, 16, 16, 0}, {6, 2, 64, 16, 0}, {8, 2, 80, 16, 0}, {2, 1, 128, 32, 0},
+                               {8, 1, 256, 16, 0}, {9, 3, 64, 16, 1}, {4, 1, 256, 16, 1}, {6, 2, 48, 32, 1}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
+    const int64_t* s = shapes[i];
+    check_paged_decode(5, s[0], s[1], s[2], s[3], s[4] ? 4 : 0, s[4] ? 3 : 0, (int)(i % 2));
+  }
+  check_paged_decode(3, 6, 2, 64, 16, 3, 2, 1);
+  check_decode_row(4, 2, 32, 96, 160, 37);
+  check_decode_row(6, 2, 64, 128, 200, 16);
+  printf("all %d checks passed on %s\n", checks, oxygen_isa());
+  return 0;
+}
