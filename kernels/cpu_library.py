@@ -25,6 +25,7 @@ import logging
 import os
 import platform
 import shutil
+import struct
 import subprocess
 import tempfile
 from functools import cache
@@ -72,11 +73,31 @@ def machine_isa() -> str | None:
 
 
 def supported_isas() -> tuple[str, ...]:
-    """The levels this CPU runs, best first."""
-    if platform.machine().lower() in ("aarch64", "arm64"):
-        return ("neon",)
-    capability = torch.backends.cpu.get_cpu_capability()  # what torch's own kernels dispatch on: "AVX512", "AVX2", ...
-    return {"AVX512": ("avx512", "avx2"), "AVX2": ("avx2",)}.get(capability, ())
+    """The levels this CPU runs, best first: read from the CPU's own flags where Linux lists them (torch's capability
+    follows ``ATEN_CPU_CAPABILITY`` unchecked, which would let a wrong setting pick instructions the CPU lacks)."""
+    machine = platform.machine().lower()
+    if machine in ("aarch64", "arm64"):
+        return ("neon",) if struct.calcsize("P") == 8 else ()  # a 32-bit userland on a 64-bit kernel: no aarch64 code
+    if machine not in ("x86_64", "amd64"):
+        return ()
+    flags = _cpu_flags()
+    if flags is None:  # no /proc/cpuinfo: what torch found
+        capability = torch.backends.cpu.get_cpu_capability()
+        return {"AVX512": ("avx512", "avx2"), "AVX2": ("avx2",)}.get(capability, ())
+    levels = {"avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"}, "avx2": {"avx2", "fma"}}
+    return tuple(isa for isa, needs in levels.items() if needs <= flags)
+
+
+def _cpu_flags() -> set[str] | None:
+    """The first CPU's feature flags as Linux lists them, or None where it does not."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return None
 
 
 @cache

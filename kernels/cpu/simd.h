@@ -182,7 +182,7 @@ static inline vf vf_fnmadd(vf a, vf b, vf c) { /* c - a b */
   for (int i = 0; i < VF_P; ++i) VF_REG(r, i) = vr_fnmadd(VF_REG(a, i), VF_REG(b, i), VF_REG(c, i));
   return r;
 }
-static inline vf vf_scale_pow2(vf p, vf n) { /* p * 2^n for integral n in [-254, 256]: two normal factors */
+static inline vf vf_scale_pow2(vf p, vf n) { /* p * 2^n for integral n in [-252, 254]: two normal factors */
   const vf half = vf_round(vf_mul(n, vf_set1(0.5f)));
   vf a, b;
   for (int i = 0; i < VF_P; ++i) {
