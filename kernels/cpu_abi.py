@@ -25,18 +25,18 @@ class PagedDecode(ctypes.Structure):
 
 
 class RowLayer(ctypes.Structure):
-    """One decoder layer of the batch-1 stack (``cpu_decode_row``): its weights and its pool view."""
+    """One decoder layer of the batch-1 stack (``cpu_decode_row``): its weights, its pool view, int8 row scales."""
 
     _fields_ = [(name, ctypes.c_void_p) for name in
-                ("input_norm", "qkv_bias", "post_norm", "qkv", "o", "gate_up", "down", "k_cache",
-                 "v_cache")]  # fmt: skip
+                ("input_norm", "qkv_bias", "post_norm", "qkv", "o", "gate_up", "down", "k_cache", "v_cache",
+                 "qkv_scale", "o_scale", "gate_up_scale", "down_scale")]  # fmt: skip
 
 
 class RowModel(ctypes.Structure):
     """The batch-1 stack's shape."""
 
     _fields_ = [(name, ctypes.c_int64) for name in
-                ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "block_size", "bf16_weights")]
+                ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "block_size", "weight_format")]
     _fields_ += [("eps", ctypes.c_float), ("scale", ctypes.c_float)]
 
 

@@ -13,7 +13,7 @@ import torch
 
 from .cpu_abi import RowLayer, RowModel, RowStep
 from .cpu_library import library
-from .cpu_matvec import STREAMED_DTYPES
+from .cpu_matvec import STREAMED_DTYPES, WEIGHT_FORMATS
 from .quant_spec import KVBlocks
 
 MAX_HEAD_DIM = 256  # the kernel keeps a query head in 16 registers
@@ -22,7 +22,7 @@ MAX_HEAD_DIM = 256  # the kernel keeps a query head in 16 registers
 @dataclass(frozen=True)
 class RowLayerWeights:
     """One decoder layer's weights: fp32 norms and bias, the projections row-major ``[out, in]`` (fused q|k|v, o, fused
-    gate|up, down) in fp32 or all in bf16."""
+    gate|up, down) all in fp32, all in bf16, or all in int8 with their fp32 row scales (``cpu_matvec.quantize_rows``)."""
 
     input_norm: torch.Tensor
     qkv: torch.Tensor
@@ -31,6 +31,10 @@ class RowLayerWeights:
     post_norm: torch.Tensor
     gate_up: torch.Tensor
     down: torch.Tensor
+    scales: tuple[torch.Tensor, ...] | None = None  # int8: (qkv, o, gate_up, down)'s row scales
+
+    def projections(self) -> tuple[torch.Tensor, ...]:
+        return self.qkv, self.o, self.gate_up, self.down
 
 
 @dataclass(frozen=True)
@@ -55,14 +59,13 @@ class LlamaDecodeRow:
         self._scratch_floats.argtypes = [ctypes.POINTER(RowModel), ctypes.c_int64]
         self._scratch_floats.restype = ctypes.c_int64
         self._keep = [layers, views]  # the pointers below are theirs
-        bf16 = layers[0].qkv.dtype == torch.bfloat16
         self._model = RowModel(len(layers), shape.hidden, shape.heads, shape.kv_heads, shape.head_dim,
-                               shape.intermediate, views[0].block_size, bf16, shape.eps,
+                               shape.intermediate, views[0].block_size, WEIGHT_FORMATS[layers[0].qkv.dtype], shape.eps,
                                shape.head_dim**-0.5)  # fmt: skip
         self._layers = (RowLayer * len(layers))(*(
             RowLayer(w.input_norm.data_ptr(), 0 if w.qkv_bias is None else w.qkv_bias.data_ptr(),
-                     w.post_norm.data_ptr(), w.qkv.data_ptr(), w.o.data_ptr(), w.gate_up.data_ptr(),
-                     w.down.data_ptr(), view.k.data_ptr(), view.v.data_ptr())
+                     w.post_norm.data_ptr(), *(t.data_ptr() for t in w.projections()), view.k.data_ptr(),
+                     view.v.data_ptr(), *(0 if w.scales is None else t.data_ptr() for t in w.scales or (None,) * 4))
             for w, view in zip(layers, views, strict=True)
         ))  # fmt: skip
         self._scratch = torch.empty(0)
@@ -91,13 +94,17 @@ def llama_decode_row(shape: RowShape, layers: list[RowLayerWeights], views: list
         return None
     if len(views) != len(layers) or any(v.k.dtype != torch.float32 or v.k.device.type != "cpu" for v in views):
         return None
-    if any(t is None for w in layers for name, t in vars(w).items() if name != "qkv_bias"):
+    if any(t is None for w in layers for t in (w.input_norm, w.post_norm, *w.projections())):
         return None  # a layer without its row-major weights (packed without the one-row kernel)
-    tensors = [t for w in layers for t in vars(w).values() if t is not None]
+    norms = [t for w in layers for t in (w.input_norm, w.post_norm, w.qkv_bias) if t is not None]
+    scales = [t for w in layers for t in w.scales or ()]
+    tensors = [*norms, *scales, *(t for w in layers for t in w.projections())]
     if any(t.device.type != "cpu" or not t.is_contiguous() for t in tensors):
         return None
-    norms = [t for w in layers for t in (w.input_norm, w.post_norm, w.qkv_bias) if t is not None]
-    projections = {t.dtype for w in layers for t in (w.qkv, w.o, w.gate_up, w.down)}
-    if any(t.dtype != torch.float32 for t in norms) or len(projections) != 1 or projections - STREAMED_DTYPES:
+    projections = {t.dtype for w in layers for t in w.projections()}
+    if any(t.dtype != torch.float32 for t in norms + scales) or len(projections) != 1 or projections - STREAMED_DTYPES:
         return None
+    int8 = projections == {torch.int8}
+    if any((w.scales is not None) != int8 or (int8 and len(w.scales) != 4) for w in layers):
+        return None  # int8 rows come with their four scales, other formats with none
     return LlamaDecodeRow(kernels, shape, layers, views)

@@ -1,4 +1,4 @@
-"""A matrix-vector product that reads fp32 (or bf16) weights at the DRAM rate: the products of a decode step of one to
+"""A matrix-vector product that reads fp32, bf16 or int8 weights at the DRAM rate: the products of a decode step of one to
 eight sequences on a CPU.
 
 A decode step of a few sequences multiplies every weight once by a few vectors, so its time is the time the weights take
@@ -8,8 +8,9 @@ sequential stream, which the prefetcher follows) with 256-bit loads (faster stre
 Two to eight input rows share each weight load and prefetch the stream ahead (~1.2-1.5x oneDNN's blocked product at 2-8
 rows). The decoder layers of a batch-1 token run whole in ``cpu/llama_decode_row.c``; this product serves the LM head
 and any packed layer given up to ``STREAMED_MAX_INPUTS`` rows. bf16 weights are widened to fp32 exactly as they stream
-in: half the bytes, fp32 products. Where the C kernels do not run (``cpu_library``), ``matvec_kernel()`` is None and
-callers keep oneDNN.
+in: half the bytes, fp32 products. int8 weights (``quantize_rows``: one fp32 scale per output row, its absmax / 127)
+are read as integers into fp32 products and each row's sum is scaled: a quarter of the bytes. Where the C kernels do
+not run (``cpu_library``), ``matvec_kernel()`` is None and callers keep oneDNN.
 """
 
 import ctypes
@@ -20,33 +21,38 @@ import torch
 
 from .cpu_library import library
 
-Matvec = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-STREAMED_DTYPES = frozenset((torch.float32, torch.bfloat16))  # weight formats it reads (bf16 widened exactly)
+Matvec = Callable[..., torch.Tensor]  # (weight, x, scales=None) -> y
+WEIGHT_FORMATS = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}  # cpu/oxygen_kernels.h's WEIGHTS_F32 / BF16 / I8
+STREAMED_DTYPES = frozenset(WEIGHT_FORMATS)  # weight formats it reads (bf16 widened exactly, int8 with row scales)
 STREAMED_MAX_INPUTS = 8  # input rows one pass serves (cpu/vector.h); more go to oneDNN's blocked products
 
 
 @cache
 def matvec_kernel() -> Matvec | None:
-    """``matvec(weight [n, k], x [m, k] or [k]) -> [m, n] or [n]`` (x fp32 and contiguous, 1 <= m <=
-    ``STREAMED_MAX_INPUTS``; the weight fp32 or bf16, contiguous, CPU), or None where it cannot run."""
+    """``matvec(weight [n, k], x [m, k] or [k], scales=None) -> [m, n] or [n]`` (x fp32 and contiguous, 1 <= m <=
+    ``STREAMED_MAX_INPUTS``; the weight fp32, bf16 or int8, contiguous, CPU; int8 with its fp32 ``scales`` [n]), or
+    None where it cannot run."""
     kernels = library()
     if kernels is None:
         return None
     function = kernels.matvec
-    function.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                         ctypes.c_int64, ctypes.c_int64, ctypes.c_int]  # fmt: skip
+    function.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]  # fmt: skip
     function.restype = None
 
-    def matvec(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def matvec(weight: torch.Tensor, x: torch.Tensor, scales: torch.Tensor | None = None) -> torch.Tensor:
         n, k = weight.shape
         m = 1 if x.dim() == 1 else x.shape[0]
         if not (x.dim() <= 2 and 1 <= m <= STREAMED_MAX_INPUTS and x.shape[-1] == k and x.dtype == torch.float32
                 and x.is_contiguous()):  # fmt: skip
             raise ValueError(f"matvec takes 1 to {STREAMED_MAX_INPUTS} contiguous fp32 rows of {k}, "
                              f"got {tuple(x.shape)} {x.dtype}")
+        int8 = weight.dtype == torch.int8
+        if int8 != (scales is not None) or (int8 and not _row_scales(scales, n)):
+            raise ValueError(f"int8 weights take fp32 scales [{n}] (one per row), other formats none")
         out = torch.empty((*x.shape[:-1], n), dtype=torch.float32)
-        bf16 = weight.dtype == torch.bfloat16
-        function(weight.data_ptr(), bf16, x.data_ptr(), out.data_ptr(), m, n, k, torch.get_num_threads())
+        function(weight.data_ptr(), WEIGHT_FORMATS[weight.dtype], scales.data_ptr() if int8 else None, x.data_ptr(),
+                 out.data_ptr(), m, n, k, torch.get_num_threads())  # fmt: skip
         return out
 
     return matvec
@@ -55,3 +61,18 @@ def matvec_kernel() -> Matvec | None:
 def can_stream(weight: torch.Tensor) -> bool:
     """Whether ``matvec`` can read this weight as it is."""
     return weight.device.type == "cpu" and weight.dtype in STREAMED_DTYPES and weight.is_contiguous()
+
+
+def _row_scales(scales: torch.Tensor, rows: int) -> bool:
+    return (scales.dtype == torch.float32 and scales.shape == (rows,) and scales.is_contiguous()
+            and scales.device.type == "cpu")  # fmt: skip
+
+
+def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight`` [n, k] as int8 rows and one fp32 scale per row (its absmax / 127, rounded to nearest): per output
+    channel, what the int8 products read. An all-zero row gets scale 1 (its integers are 0)."""
+    values = weight.detach().float()
+    scales = values.abs().amax(dim=1) / 127.0
+    scales = torch.where(scales > 0, scales, torch.ones_like(scales))
+    rows = torch.round(values / scales[:, None]).clamp_(-127, 127).to(torch.int8)
+    return rows.contiguous(), scales.contiguous()

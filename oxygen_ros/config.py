@@ -37,10 +37,11 @@ class EngineConfig:
     )  # fmt: skip
     weight_dtype: str = setting(
         "auto",
-        "stored format of the decoder layers' projection weights (the LM head stays in dtype): auto (= dtype), or "
-        "bfloat16 under float32 compute on a CPU (half the bytes, oneDNN's bf16 products: faster, lossy; "
-        "docs/benchmarks.md measures it)",
-        choices=("auto", *COMPUTE_DTYPES),
+        "stored format of the decoder layers' projection weights: auto (= dtype); under float32 compute on a CPU, "
+        "bfloat16 (half the bytes, oneDNN's bf16 products, the LM head stays float32) or int8 (one scale per output "
+        "row, a quarter of the bytes for the layers and the LM head, the C kernels' products): faster, lossy; "
+        "docs/benchmarks.md measures both",
+        choices=("auto", *COMPUTE_DTYPES, "int8"),
     )
     block_size: int = setting(16, "tokens per KV block (a power of two)", (1, 1024))
     kv_cache_bytes: int = setting(

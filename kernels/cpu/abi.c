@@ -17,10 +17,10 @@
   F(T, width) F(T, max_length) F(T, groups) F(T, scale)
 #define FIELDS_RowLayer(F, T)                                                                                        \
   F(T, input_norm) F(T, qkv_bias) F(T, post_norm) F(T, qkv) F(T, o) F(T, gate_up) F(T, down) F(T, k_cache)          \
-  F(T, v_cache)
+  F(T, v_cache) F(T, qkv_scale) F(T, o_scale) F(T, gate_up_scale) F(T, down_scale)
 #define FIELDS_RowModel(F, T)                                                                                        \
   F(T, layers) F(T, hidden) F(T, heads) F(T, kv_heads) F(T, head_dim) F(T, intermediate) F(T, block_size)           \
-  F(T, bf16_weights) F(T, eps) F(T, scale)
+  F(T, weight_format) F(T, eps) F(T, scale)
 #define FIELDS_RowStep(F, T)                                                                                         \
   F(T, h) F(T, cos) F(T, sin) F(T, table) F(T, length) F(T, slot) F(T, block_mass) F(T, scratch)
 

@@ -8,7 +8,7 @@
  * -> fused gate|up product -> SiLU(gate) * up -> down product -> residual, inside one OpenMP parallel region: the
  * products split their eight-row blocks over the threads, attention its query heads, the vector ops run on one.
  * All math is fp32 over an fp32 pool, as in the torch path (bf16 projection weights, when the model stores them so,
- * are widened to fp32 exactly as they are read); the attention mass of each block (summed over heads)
+ * are widened to fp32 exactly as they are read; int8 ones are read as integers and each row's sum scaled); the attention mass of each block (summed over heads)
  * is added to block_mass when it is given, as the eviction policy reads it.
  */
 #include <omp.h>
@@ -28,12 +28,13 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
   const int64_t blocks = (s->length + m->block_size - 1) / m->block_size;
   float *h = s->h, *x = s->scratch, *tmp = x + H, *qkv = tmp + H, *attn = qkv + nqkv, *gate_up = attn + heads * d;
   float *act = gate_up + 2 * I, *probs = act + I;
+  const int fmt = (int)m->weight_format;
   #pragma omp parallel num_threads(threads)
   for (int64_t l = 0; l < m->layers; ++l) {
     const RowLayer* L = layers + l;
     #pragma omp single
     add_rms_norm_row(h, NULL, NULL, L->input_norm, x, H, m->eps);
-    matvec_for(L->qkv, (int)m->bf16_weights, x, qkv, 1, nqkv, H);
+    matvec_for(L->qkv, fmt, L->qkv_scale, x, qkv, 1, nqkv, H);
     #pragma omp single
     {
       if (L->qkv_bias)
@@ -51,13 +52,13 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
       #pragma omp for schedule(static)
       for (int64_t b = 0; b < blocks; ++b) credit_blocks(probs, heads, cap, s->length, m->block_size, s->block_mass, b);
     }
-    matvec_for(L->o, (int)m->bf16_weights, attn, tmp, 1, H, heads * d);
+    matvec_for(L->o, fmt, L->o_scale, attn, tmp, 1, H, heads * d);
     #pragma omp single
     add_rms_norm_row(h, tmp, h, L->post_norm, x, H, m->eps);
-    matvec_for(L->gate_up, (int)m->bf16_weights, x, gate_up, 1, 2 * I, H);
+    matvec_for(L->gate_up, fmt, L->gate_up_scale, x, gate_up, 1, 2 * I, H);
     #pragma omp for schedule(static)
     for (int64_t j = 0; j < I; j += 16) silu_mul_16(gate_up + j, gate_up + I + j, act + j, I - j);
-    matvec_for(L->down, (int)m->bf16_weights, act, tmp, 1, H, I);
+    matvec_for(L->down, fmt, L->down_scale, act, tmp, 1, H, I);
     #pragma omp single
     for (int64_t j = 0; j < H; ++j) h[j] += tmp[j];
   }

@@ -22,15 +22,20 @@ typedef struct {
   float scale;
 } PagedDecode;
 
-typedef struct { /* one decoder layer: fp32 norms and bias, row-major projections (fp32 or bf16), its pool view */
+/* How a weight matrix's rows are stored (row-major [out, in]): fp32, bf16 (widened exactly as read), or int8 with one
+ * fp32 scale per row (per output channel) multiplying the row's finished sum. */
+enum { WEIGHTS_F32 = 0, WEIGHTS_BF16 = 1, WEIGHTS_I8 = 2 };
+
+typedef struct { /* one decoder layer: fp32 norms and bias, row-major projections, its pool view, int8 row scales */
   const float *input_norm, *qkv_bias, *post_norm;
   const void *qkv, *o, *gate_up, *down;
   float *k_cache, *v_cache;
+  const float *qkv_scale, *o_scale, *gate_up_scale, *down_scale; /* NULL unless the weights are int8 */
 } RowLayer;
 
 typedef struct { /* the decoder stack's shape (llama_decode_row.c), the same for every token */
   int64_t layers, hidden, heads, kv_heads, head_dim, intermediate, block_size;
-  int64_t bf16_weights; /* the projections are stored as bf16 */
+  int64_t weight_format; /* the projections' storage: WEIGHTS_F32, WEIGHTS_BF16 or WEIGHTS_I8 */
   float eps, scale;
 } RowModel;
 
@@ -48,7 +53,8 @@ int64_t oxygen_abi(int64_t* out, int64_t capacity, const char** names);
 const char* oxygen_isa(void);
 
 /* matvec.c */
-void matvec(const void* w, int weight_bf16, const float* x, float* y, int64_t m, int64_t n, int64_t k, int threads);
+void matvec(const void* w, int weight_format, const float* scales, const float* x, float* y, int64_t m, int64_t n,
+            int64_t k, int threads);
 
 /* llama_decode_row.c */
 int64_t decode_row_scratch(const RowModel* m, int64_t length);

@@ -61,6 +61,12 @@ static inline vf vf_load_stream(const float* p) {
 static inline vf vf_widen_bf16(__m256i x) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16)); }
 static inline vf vf_load_bf16(const uint16_t* p) { return vf_widen_bf16(_mm256_loadu_si256((const __m256i*)p)); }
 static inline vf vf_load_bf16_n(const uint16_t* p, int64_t n) { return vf_widen_bf16(_mm256_maskz_loadu_epi16(vf_mask(n), p)); }
+static inline vf vf_load_i8(const int8_t* p) { /* 16 int8 as fp32 (exact) */
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
+}
+static inline vf vf_load_i8_n(const int8_t* p, int64_t n) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(vf_mask(n), p)));
+}
 static inline vf vf_gather(const float* first, int64_t stride) { /* first[i * stride] for i < 16 */
   const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                           _mm512_set1_epi32((int)stride));
@@ -101,6 +107,11 @@ static inline float vr_top(vreg x) {
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
+static inline vf vf_load_i8(const int8_t* p) { /* 16 int8 as fp32 (exact) */
+  const __m128i bytes = _mm_loadu_si128((const __m128i*)p);
+  return (vf){{_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)),
+               _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8)))}};
+}
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #define VF_P 4
 #define VF_W 4
@@ -124,6 +135,12 @@ static inline vreg vr_pow2(vreg n) {
 static inline vreg vr_bf16(const uint16_t* p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
 static inline float vr_sum(vreg x) { return vaddvq_f32(x); }
 static inline float vr_top(vreg x) { return vmaxvq_f32(x); }
+static inline vf vf_load_i8(const int8_t* p) { /* 16 int8 as fp32 (exact) */
+  const int8x16_t bytes = vld1q_s8(p);
+  const int16x8_t lo = vmovl_s8(vget_low_s8(bytes)), hi = vmovl_high_s8(bytes);
+  return (vf){{vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), vcvtq_f32_s32(vmovl_high_s16(lo)),
+               vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), vcvtq_f32_s32(vmovl_high_s16(hi))}};
+}
 #endif
 
 #define VF_MAP1(f, a)                                          \
@@ -226,6 +243,12 @@ static inline vf vf_load_bf16_n(const uint16_t* p, int64_t n) {
   uint16_t lanes[VF_LANES] = {0};
   memcpy(lanes, p, (size_t)vf_count(n) * sizeof(uint16_t));
   return vf_load_bf16(lanes);
+}
+static inline vf vf_load_i8_n(const int8_t* p, int64_t n) {
+  if (n >= VF_LANES) return vf_load_i8(p);
+  int8_t lanes[VF_LANES] = {0};
+  memcpy(lanes, p, (size_t)vf_count(n));
+  return vf_load_i8(lanes);
 }
 static inline vf vf_gather(const float* first, int64_t stride) { /* first[i * stride] for i < 16 */
   float lanes[VF_LANES];

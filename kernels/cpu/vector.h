@@ -1,7 +1,8 @@
-/* The rows of a streamed matrix-vector product (fp32 or bf16 weights), shared by the CPU decode kernels, in
+/* The rows of a streamed matrix-vector product (fp32, bf16 or int8 weights), shared by the CPU decode kernels, in
  * simd.h's 16-lane vectors.
  */
 #pragma once
+#include "oxygen_kernels.h"
 #include "simd.h"
 
 #define MATVEC_ROWS 8         /* weight rows per work item of the threads' split */
@@ -10,38 +11,47 @@
 
 static inline int64_t matvec_blocks(int64_t n) { return (n + MATVEC_ROWS - 1) / MATVEC_ROWS; }
 
-/* 16 weights of a row from element i on as fp32: fp32 as stored, bf16 widened (exact: bf16 is fp32's upper half). */
-static inline vf load_weights(const void* w, int64_t i, int bf16) {
-  return bf16 ? vf_load_bf16((const uint16_t*)w + i) : vf_load_stream((const float*)w + i);
+/* 16 weights of a row from element i on as fp32: fp32 as stored, bf16 widened (exact: bf16 is fp32's upper half),
+ * int8 as its integer (the row's scale multiplies the finished sum). */
+static inline vf load_weights(const void* w, int64_t i, int format) {
+  if (format == WEIGHTS_BF16) return vf_load_bf16((const uint16_t*)w + i);
+  if (format == WEIGHTS_I8) return vf_load_i8((const int8_t*)w + i);
+  return vf_load_stream((const float*)w + i);
 }
 
 /* The first n (< 16) of them, the other lanes 0. */
-static inline vf load_weights_tail(const void* w, int64_t i, int64_t n, int bf16) {
-  return bf16 ? vf_load_bf16_n((const uint16_t*)w + i, n) : vf_load_n((const float*)w + i, n);
+static inline vf load_weights_tail(const void* w, int64_t i, int64_t n, int format) {
+  if (format == WEIGHTS_BF16) return vf_load_bf16_n((const uint16_t*)w + i, n);
+  if (format == WEIGHTS_I8) return vf_load_i8_n((const int8_t*)w + i, n);
+  return vf_load_n((const float*)w + i, n);
 }
 
-/* One row of W [n, k] (fp32, or bf16 when bf16 is set) times x: two accumulators, a k that is no multiple of 32 ends
- * with masked steps. */
-static inline float dot_row(const void* w, int bf16, int64_t row, const float* x, int64_t k) {
+static inline int64_t weight_bytes(int format) { return format == WEIGHTS_BF16 ? 2 : format == WEIGHTS_I8 ? 1 : 4; }
+
+/* One row of W [n, k] (stored as `format`) times x, before the row's int8 scale: two accumulators, a k that is no
+ * multiple of 32 ends with masked steps. */
+static inline float dot_row(const void* w, int format, int64_t row, const float* x, int64_t k) {
   const int64_t base = row * k, body = k - k % 32;
   vf a0 = vf_zero(), a1 = vf_zero();
   for (int64_t j = 0; j < body; j += 32) {
-    a0 = vf_fmadd(load_weights(w, base + j, bf16), vf_loadu(x + j), a0);
-    a1 = vf_fmadd(load_weights(w, base + j + 16, bf16), vf_loadu(x + j + 16), a1);
+    a0 = vf_fmadd(load_weights(w, base + j, format), vf_loadu(x + j), a0);
+    a1 = vf_fmadd(load_weights(w, base + j + 16, format), vf_loadu(x + j + 16), a1);
   }
   for (int64_t j = body; j < k; j += 16)
-    a0 = vf_fmadd(load_weights_tail(w, base + j, k - j, bf16), vf_load_n(x + j, k - j), a0);
+    a0 = vf_fmadd(load_weights_tail(w, base + j, k - j, format), vf_load_n(x + j, k - j), a0);
   return vf_reduce_add(vf_add(a0, a1));
 }
 
-/* y[i * n + r] = W[r] . x[i] for the R (1 or 2) weight rows r = row, row + 1 and the M input rows x[i] (k floats
- * each, consecutive), R and M compile-time constants: each weight vector is loaded once for all M inputs and each
- * input vector once for both rows (fewer loads per multiply-add: at 6-8 inputs two rows a pass are ~1.2x one). With
- * M products a weight the core falls behind the hardware prefetcher, so the rows are prefetched into L2
- * PREFETCH_BYTES ahead (2-8 inputs: ~1.2-1.5x oneDNN's blocked product, which reads its layout at ~17-20 GB/s here). */
-static inline __attribute__((always_inline)) void dot_rows(const void* w, int bf16, int64_t row, const float* x,
-                                                           float* y, int64_t n, int64_t k, const int R, const int M) {
-  const int64_t body = k - k % 16, size = bf16 ? 2 : 4;
+/* y[i * n + r] = W[r] . x[i] (times scales[r] for int8 rows) for the R (1 or 2) weight rows r = row, row + 1 and the
+ * M input rows x[i] (k floats each, consecutive), R and M compile-time constants: each weight vector is loaded once
+ * for all M inputs and each input vector once for both rows (fewer loads per multiply-add: at 6-8 inputs two rows a
+ * pass are ~1.2x one). With M products a weight the core falls behind the hardware prefetcher, so the rows are
+ * prefetched into L2 PREFETCH_BYTES ahead (2-8 inputs: ~1.2-1.5x oneDNN's blocked product, which reads its layout at
+ * ~17-20 GB/s here). */
+static inline __attribute__((always_inline)) void dot_rows(const void* w, int format, const float* scales, int64_t row,
+                                                           const float* x, float* y, int64_t n, int64_t k, const int R,
+                                                           const int M) {
+  const int64_t body = k - k % 16, size = weight_bytes(format);
   vf acc[2][STREAMED_MAX_INPUTS];
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < M; ++i) acc[r][i] = vf_zero();
@@ -49,7 +59,7 @@ static inline __attribute__((always_inline)) void dot_rows(const void* w, int bf
     vf wv[2];
     for (int r = 0; r < R; ++r) {
       __builtin_prefetch((const char*)w + ((row + r) * k + j) * size + PREFETCH_BYTES, 0, 2); /* into L2 */
-      wv[r] = load_weights(w, (row + r) * k + j, bf16);
+      wv[r] = load_weights(w, (row + r) * k + j, format);
     }
     for (int i = 0; i < M; ++i) {
       const vf xv = vf_loadu(x + i * k + j);
@@ -60,34 +70,35 @@ static inline __attribute__((always_inline)) void dot_rows(const void* w, int bf
     for (int i = 0; i < M; ++i) {
       const vf xv = vf_load_n(x + i * k + body, k - body);
       for (int r = 0; r < R; ++r)
-        acc[r][i] = vf_fmadd(load_weights_tail(w, (row + r) * k + body, k - body, bf16), xv, acc[r][i]);
+        acc[r][i] = vf_fmadd(load_weights_tail(w, (row + r) * k + body, k - body, format), xv, acc[r][i]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < M; ++i) y[i * n + row + r] = vf_reduce_add(acc[r][i]);
+    for (int i = 0; i < M; ++i)
+      y[i * n + row + r] = vf_reduce_add(acc[r][i]) * (format == WEIGHTS_I8 ? scales[row + r] : 1.0f);
 }
 
-#define DOT_ROWS(R)                                                  \
-  switch (m) {                                                       \
-    case 2: dot_rows(w, bf16, row, x, y, n, k, R, 2); break;         \
-    case 3: dot_rows(w, bf16, row, x, y, n, k, R, 3); break;         \
-    case 4: dot_rows(w, bf16, row, x, y, n, k, R, 4); break;         \
-    case 5: dot_rows(w, bf16, row, x, y, n, k, R, 5); break;         \
-    case 6: dot_rows(w, bf16, row, x, y, n, k, R, 6); break;         \
-    case 7: dot_rows(w, bf16, row, x, y, n, k, R, 7); break;         \
-    default: dot_rows(w, bf16, row, x, y, n, k, R, 8); break;        \
+#define DOT_ROWS(R)                                                          \
+  switch (m) {                                                               \
+    case 2: dot_rows(w, format, scales, row, x, y, n, k, R, 2); break;       \
+    case 3: dot_rows(w, format, scales, row, x, y, n, k, R, 3); break;       \
+    case 4: dot_rows(w, format, scales, row, x, y, n, k, R, 4); break;       \
+    case 5: dot_rows(w, format, scales, row, x, y, n, k, R, 5); break;       \
+    case 6: dot_rows(w, format, scales, row, x, y, n, k, R, 6); break;       \
+    case 7: dot_rows(w, format, scales, row, x, y, n, k, R, 7); break;       \
+    default: dot_rows(w, format, scales, row, x, y, n, k, R, 8); break;      \
   }
 
 /* y[i][8b .. 8b+8) = W[8b .. 8b+8) x[i] for the m (1 .. STREAMED_MAX_INPUTS; callers keep to that) input rows, the
  * weight rows one after another for one input (ONE sequential read per thread, which the hardware prefetcher follows
  * best: eight rows interleaved, eight streams 1-2 KB apart, read ~1.6x slower on one core here), two at a time for
- * more (two adjacent streams, prefetched by hand); x stays in L1/L2. Callers pass bf16 as a constant. */
-static inline void matvec_block(const void* w, int bf16, const float* x, float* y, int64_t m, int64_t n, int64_t k,
-                                int64_t b) {
+ * more (two adjacent streams, prefetched by hand); x stays in L1/L2. Callers pass the format as a constant. */
+static inline void matvec_block(const void* w, int format, const float* scales, const float* x, float* y, int64_t m,
+                                int64_t n, int64_t k, int64_t b) {
   const int64_t n1 = (b + 1) * MATVEC_ROWS < n ? (b + 1) * MATVEC_ROWS : n;
   int64_t row = b * MATVEC_ROWS;
   if (m == 1) {
-    for (; row < n1; ++row) y[row] = dot_row(w, bf16, row, x, k);
+    for (; row < n1; ++row) y[row] = dot_row(w, format, row, x, k) * (format == WEIGHTS_I8 ? scales[row] : 1.0f);
     return;
   }
   for (; row + 1 < n1; row += 2) DOT_ROWS(2)
@@ -96,13 +107,17 @@ static inline void matvec_block(const void* w, int bf16, const float* x, float* 
 #undef DOT_ROWS
 
 /* y [m, n] = x [m, k] W^T with the eight-row blocks of W split over the threads of the enclosing OpenMP parallel
- * region (fp32 or bf16 W): each format its own loop. */
-static inline void matvec_for(const void* w, int bf16, const float* x, float* y, int64_t m, int64_t n, int64_t k) {
-  if (bf16) {
+ * region (W fp32, bf16, or int8 with one fp32 scale per row in `scales`): each format its own loop. */
+static inline void matvec_for(const void* w, int format, const float* scales, const float* x, float* y, int64_t m,
+                              int64_t n, int64_t k) {
+  if (format == WEIGHTS_BF16) {
     #pragma omp for schedule(static)
-    for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, 1, x, y, m, n, k, b);
+    for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, WEIGHTS_BF16, NULL, x, y, m, n, k, b);
+  } else if (format == WEIGHTS_I8) {
+    #pragma omp for schedule(static)
+    for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, WEIGHTS_I8, scales, x, y, m, n, k, b);
   } else {
     #pragma omp for schedule(static)
-    for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, 0, x, y, m, n, k, b);
+    for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, WEIGHTS_F32, NULL, x, y, m, n, k, b);
   }
 }

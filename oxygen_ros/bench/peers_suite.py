@@ -16,6 +16,8 @@ With ``bf16_weights`` ours also runs with its projections stored as bf16 under f
 bfloat16``: half the bytes a token reads, oneDNN's AVX512-BF16 products), and its quality is measured against our fp32
 reference path: the share of each answer's greedy tokens before the first that differs (the fp32 path equals
 transformers token for token); llama.cpp's Q4_1 answers get the same measure, the yardstick for a lossy format.
+With ``int8_weights`` it also runs with int8 projections and LM head (``weight_dtype: int8``: one scale per output
+row, a quarter of fp32's bytes for the one-to-eight-row C products), measured the same way.
 
 llama.cpp runs in its own venv (``make peers``: llama-cpp-python, built from source) as a subprocess on the same
 file, with the same thread count; without it the suite says so and reports ours and transformers only.  The PNG
@@ -41,6 +43,7 @@ from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.sampling_params import SamplingParams
+from oxygen_ros.layers.packed_linear import PackedLinear
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.gguf_loader import smollm2_gguf_path
 
@@ -51,7 +54,7 @@ PEERS_PYTHON_ENV = "OXYGEN_PEERS_PYTHON"  # else .peers-venv/bin/python of the c
 
 def run(
     ns: str = "1,4,8,16,32", new_tokens: int = 64, batch1_tokens: int = 128, prefix_tokens: int = 500,
-    hf_max_n: int = 8, plot: str = "out/bench/peers.png", bf16_weights: int = 1,
+    hf_max_n: int = 8, plot: str = "out/bench/peers.png", bf16_weights: int = 1, int8_weights: int = 1,
 ) -> dict[str, Any]:
     counts = [int(n) for n in str(ns).split(",")]
     threads = torch.get_num_threads()
@@ -65,17 +68,17 @@ def run(
     probes = [read_bandwidth()]  # before and after each of our runs: the VM's memory speed moves within minutes
     ours = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros")
     probes.append(read_bandwidth())
-    ours_bf16, bf16_weight_bytes = None, None
-    if bf16_weights:
-        del engine
-        engine = Engine(EngineConfig(kv_cache_bytes=1 << 30, max_num_seqs=max(counts), max_model_len=2048,
-                                     weight_dtype="bfloat16"))  # fmt: skip
-        bf16_weight_bytes = _weight_bytes_per_token(engine)
-        ours_bf16 = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros bf16 weights")
-        probes.append(read_bandwidth())
+    stored: dict[str, tuple[dict[str, Any], int]] = {}  # weight format -> (our runs, weight bytes a token reads)
+    for name, on in (("bf16", bf16_weights), ("int8", int8_weights)):
+        if on:
+            del engine
+            engine = Engine(EngineConfig(kv_cache_bytes=1 << 30, max_num_seqs=max(counts), max_model_len=2048,
+                                         weight_dtype={"bf16": "bfloat16", "int8": "int8"}[name]))  # fmt: skip
+            runs = _ours(engine, counts, workloads, batch1_tokens, new_tokens, f"oxygen_ros {name} weights")
+            stored[name] = (runs, _weight_bytes_per_token(engine))
+            probes.append(read_bandwidth())
     bandwidth = max(probes)
     bound = bandwidth / weight_bytes
-    bf16_bound = bandwidth / bf16_weight_bytes if bf16_weight_bytes else None
     llamacpp_bound = bandwidth / _gguf_weight_bytes()
     hf = _transformers(batch1, batch1_tokens, {n: p for n, p in prompts.items() if n <= hf_max_n}, new_tokens)
     llama = _llamacpp(batch1, batch1_tokens, prompts, new_tokens, threads)
@@ -91,20 +94,22 @@ def run(
     }
     for n in counts:
         metrics[f"tokens_per_s_n{n}"] = tokens_per_s(ours["shared"], n)
-    if ours_bf16 is not None:
-        metrics["bf16_weights_batch1_tokens_per_s"] = ours_bf16["batch1"]
-        metrics["bf16_weights_batch1_fraction_of_bound"] = ours_bf16["batch1"] / bf16_bound
+    for name, (runs, stored_bytes) in stored.items():
+        metrics[f"{name}_weights_batch1_tokens_per_s"] = runs["batch1"]
+        metrics[f"{name}_weights_batch1_fraction_of_bound"] = runs["batch1"] * stored_bytes / bandwidth
         for n in counts:
-            metrics[f"bf16_weights_tokens_per_s_n{n}"] = tokens_per_s(ours_bf16["shared"], n)
-        metrics["bf16_weights_greedy_agreement"] = _agreement(ours, ours_bf16, counts)
+            metrics[f"{name}_weights_tokens_per_s_n{n}"] = tokens_per_s(runs["shared"], n)
+        metrics[f"{name}_weights_greedy_agreement"] = _agreement(ours, runs, counts)
     if llama is not None:
         metrics["batch1_ratio_vs_llamacpp"] = ours["batch1"] / llama["batch1"]
         metrics["llamacpp_batch1_fraction_of_bound"] = llama["batch1"] / llamacpp_bound
+        for name, (runs, _) in stored.items():
+            metrics[f"{name}_weights_batch1_ratio_vs_llamacpp"] = runs["batch1"] / llama["batch1"]
         for n in counts:
             best = max(tokens_per_s(llama["shared"], n), tokens_per_s(llama["parallel"], n))
             metrics[f"ratio_vs_llamacpp_n{n}"] = tokens_per_s(ours["shared"], n) / best
-            if ours_bf16 is not None:
-                metrics[f"bf16_weights_ratio_vs_llamacpp_n{n}"] = tokens_per_s(ours_bf16["shared"], n) / best
+            for name, (runs, _) in stored.items():
+                metrics[f"{name}_weights_ratio_vs_llamacpp_n{n}"] = tokens_per_s(runs["shared"], n) / best
         # how far its Q4_1 answers follow the fp32 ones: the yardstick for a lossy weight format of ours
         metrics["llamacpp_greedy_agreement"] = _agreement(ours, llama, counts)
     details = {
@@ -114,16 +119,18 @@ def run(
         "weight_bytes_per_token": weight_bytes,
         "prompt_tokens": {n: [len(p) for p in ps] for n, ps in prompts.items()},
         "ours": ours,
-        "ours_bf16_weights": ours_bf16,
+        **{f"ours_{name}_weights": runs for name, (runs, _) in stored.items()},
+        "weight_bytes_per_token_stored": {name: stored_bytes for name, (_, stored_bytes) in stored.items()},
         "transformers": hf,
         "llamacpp": llama if llama is not None else "not run: no llama.cpp peer (make peers)",
     }
     if plot:
-        bounds = {"fp32": bound, "bf16": bf16_bound, "llama.cpp": llamacpp_bound}
-        _plot(Path(plot), counts, new_tokens, ours, ours_bf16, hf, llama, bounds)
+        bounds = {"fp32": bound, "llama.cpp": llamacpp_bound, **{name: bandwidth / b for name, (_, b) in stored.items()}}
+        _plot(Path(plot), counts, new_tokens, ours, {name: runs for name, (runs, _) in stored.items()}, hf, llama,
+              bounds)  # fmt: skip
         details["plot"] = plot
     params = {"ns": ns, "new_tokens": new_tokens, "batch1_tokens": batch1_tokens, "prefix_tokens": prefix_tokens,
-              "hf_max_n": hf_max_n, "bf16_weights": bf16_weights}  # fmt: skip
+              "hf_max_n": hf_max_n, "bf16_weights": bf16_weights, "int8_weights": int8_weights}  # fmt: skip
     return result("peers", metrics, details, params)
 
 
@@ -133,13 +140,16 @@ def _question(engine: Engine, obs: Observation, i: int) -> GenerateRequest:
 
 
 def _weight_bytes_per_token(engine: Engine) -> int:
-    """Bytes one decode token reads: every projection of every layer (in the format they are stored in) and the LM
-    head (in the compute dtype; the embedding lookup reads one row)."""
-    args: LlamaArgs = engine.bundle.model.args
-    h, q, kv = args.hidden_size, args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
-    per_layer = h * (q + 2 * kv) + q * h + 3 * h * args.intermediate_size
-    stored = getattr(engine.bundle.model.layers[0].self_attn.qkv_proj, "stored_dtype", engine.dtype)  # packed or not
-    return args.num_layers * per_layer * stored.itemsize + args.vocab_size * h * engine.dtype.itemsize
+    """Bytes one decode token reads: every projection of every layer and the LM head, as the one-row products stream
+    them (int8 rows with their scales, bf16 or fp32 rows; the embedding lookup reads one row)."""
+    model = engine.bundle.model
+    packed = [m for m in model.layers.modules() if isinstance(m, PackedLinear)] + [model.packed_head]
+    if any(m is None for m in packed) or len(packed) < 2:  # not packed (no oneDNN): stored as the compute dtype
+        args: LlamaArgs = model.args
+        h, q, kv = args.hidden_size, args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
+        per_layer = h * (q + 2 * kv) + q * h + 3 * h * args.intermediate_size
+        return (args.num_layers * per_layer + args.vocab_size * h) * engine.dtype.itemsize
+    return sum(m.streamed_bytes for m in packed)
 
 
 def _gguf_weight_bytes() -> int:
@@ -267,8 +277,8 @@ def _llamacpp(batch1: list[int], batch1_tokens: int, prompts: dict[int, list[lis
             **{way: {run["n"]: run for run in out[way]} for way in ("shared", "parallel")}}
 
 
-def _plot(path: Path, counts: list[int], new_tokens: int, ours: dict, ours_bf16: dict | None, hf: dict,
-          llama: dict | None, bounds: dict[str, float | None]) -> None:  # fmt: skip
+def _plot(path: Path, counts: list[int], new_tokens: int, ours: dict, stored: dict[str, dict], hf: dict,
+          llama: dict | None, bounds: dict[str, float]) -> None:  # fmt: skip
     """Left: batch-1 tokens/s, each bar with its own bound (its weights' bytes a token / the read bandwidth) and the
     share of it reached; right: tokens/s over N."""
     import matplotlib
@@ -277,8 +287,8 @@ def _plot(path: Path, counts: list[int], new_tokens: int, ours: dict, ours_bf16:
     import matplotlib.pyplot as plt
 
     sides = [("oxygen_ros fp32", ours, "tab:orange", bounds["fp32"])]
-    if ours_bf16 is not None:
-        sides.append(("oxygen_ros bf16 weights", ours_bf16, "tab:red", bounds["bf16"]))
+    for name, runs in stored.items():
+        sides.append((f"oxygen_ros {name} weights", runs, {"bf16": "tab:red", "int8": "tab:purple"}[name], bounds[name]))
     sides.append(("transformers", hf, "tab:blue", bounds["fp32"]))
     if llama is not None:
         sides.append(("llama.cpp (Q4_1)", llama, "tab:green", bounds["llama.cpp"]))

@@ -25,3 +25,10 @@ def resolve_dtype(name: str, device: torch.device, field_name: str = "dtype") ->
         raise EngineError(ErrorCode.INVALID_ARGUMENT,
                           f"{field_name} must be auto or one of {sorted(DTYPES)}, got {name!r}")  # fmt: skip
     return DTYPES[name]
+
+
+def resolve_weight_dtype(name: str, device: torch.device, compute: torch.dtype) -> torch.dtype:
+    """``weight_dtype``: ``auto`` = the compute dtype; ``int8`` (per output row, CPU) beside the float formats."""
+    if name == "auto":
+        return compute
+    return torch.int8 if name == "int8" else resolve_dtype(name, device, "weight_dtype")

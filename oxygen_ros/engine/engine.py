@@ -18,7 +18,7 @@ import torch
 
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.block_pool import BlockPool
-from oxygen_ros.engine.device import resolve_dtype, torch_device
+from oxygen_ros.engine.device import resolve_dtype, resolve_weight_dtype, torch_device
 from oxygen_ros.engine.eviction import make_policy
 from oxygen_ros.engine.input_processor import InputProcessor
 from oxygen_ros.engine.io import GenerateRequest, PoolStats, RequestOutput
@@ -44,8 +44,7 @@ class Engine:
         self.device = torch_device(config.device)
         self.backend = choose_backend(config, self.device)  # every path chosen once, before the model loads
         self.dtype = resolve_dtype(config.dtype, self.device)
-        auto = config.weight_dtype == "auto"
-        weight_dtype = self.dtype if auto else resolve_dtype(config.weight_dtype, self.device, "weight_dtype")
+        weight_dtype = resolve_weight_dtype(config.weight_dtype, self.device, self.dtype)
         self.bundle = b = bundle or load_model(config.model, self.device, self.dtype, config.seed, weight_dtype)
         self.tokenizer = b.tokenizer
         self.formats = kv_formats(config, b, self.dtype, self.device, self.backend.kernels)

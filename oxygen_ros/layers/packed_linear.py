@@ -19,12 +19,17 @@ input is rounded to bf16 on the way in and the sums run in fp32, but oneDNN hand
 before it is widened to fp32; up to eight rows instead stream the bf16 rows into fp32 products (``cpu_matvec``):
 exact up to fp32 sums. Lossy (bf16 keeps 8 bits of mantissa): an option whose quality
 ``bench --suite peers`` measures, never the reference path.
+
+With ``weight_dtype=torch.int8`` (``weight_dtype: int8``) the weight is quantized per output row (``quantize_rows``):
+up to eight rows stream the int8 rows (a quarter of fp32's bytes: batch-1 decode reads that much less), and more rows
+run oneDNN's fp32 product over the very values the int8 rows stand for (integer times its row's scale), so a request
+gets the same weights whatever its batch: only fp32 sums differ. Lossy like bf16, measured the same way.
 """
 
 import torch
 from torch import nn
 
-from oxygen_ros.kernels.cpu_matvec import STREAMED_MAX_INPUTS, can_stream, matvec_kernel
+from oxygen_ros.kernels.cpu_matvec import STREAMED_MAX_INPUTS, can_stream, matvec_kernel, quantize_rows
 
 BATCH_HINT = 32  # rows oneDNN tunes the layout for; measured as good from 1 to 512 rows
 
@@ -41,25 +46,41 @@ def can_pack_bf16(device: torch.device) -> bool:
 
 class PackedLinear(nn.Module):
     """``x @ weight.T + bias`` with a prepacked weight (inference only: the weight is no parameter).  ``weight_dtype``
-    is the stored format when it differs from the weight's (bf16 under fp32 compute); the bias stays as given."""
+    is the stored format when it differs from the weight's (bf16 or int8 under fp32 compute); the bias stays as given.
+    int8 needs the C product (``matvec_kernel()``; the model loader checks it)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
                  weight_dtype: torch.dtype | None = None) -> None:  # fmt: skip
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        stored = weight.detach().to(weight_dtype or weight.dtype).contiguous()
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(stored, BATCH_HINT)
-        self.stored_dtype = stored.dtype
+        self.scales: torch.Tensor | None = None  # int8 rows' scales, one per output row
+        if weight_dtype == torch.int8:
+            stored, self.scales = quantize_rows(weight)
+            packed = stored.float() * self.scales[:, None]  # what the int8 rows stand for, for oneDNN's product
+        else:
+            stored = packed = weight.detach().to(weight_dtype or weight.dtype).contiguous()
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(packed, BATCH_HINT)
+        self.stored_dtype = packed.dtype
         self.bias = None if bias is None else bias.detach()
-        streams = weight.dtype == torch.float32 and can_stream(stored)  # fp32 compute over fp32 or bf16 rows
+        streams = weight.dtype == torch.float32 and can_stream(stored)  # fp32 compute over fp32, bf16 or int8 rows
         self.matvec = matvec_kernel() if streams else None
+        if weight_dtype == torch.int8 and self.matvec is None:
+            raise ValueError("int8 weights need the CPU C kernels (kernels/cpu_library.py)")
         self.rows = stored if self.matvec is not None else None  # row-major, for products of up to eight rows
+
+    @property
+    def streamed_bytes(self) -> int:
+        """The weight bytes a product of up to eight rows reads: its row-major rows and their scales where it streams
+        them, else the packed weight."""
+        if self.rows is None:
+            return self.out_features * self.in_features * self.stored_dtype.itemsize
+        return self.rows.numel() * self.rows.element_size() + (0 if self.scales is None else 4 * self.scales.numel())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
         if (self.matvec is not None and 1 <= flat.shape[0] <= STREAMED_MAX_INPUTS and flat.dtype == torch.float32
                 and flat.is_contiguous()):  # fmt: skip
-            out = self.matvec(self.rows, flat)
+            out = self.matvec(self.rows, flat, self.scales)
             if self.bias is not None:
                 out += self.bias
         elif flat.dtype == self.stored_dtype:

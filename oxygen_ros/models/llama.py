@@ -98,16 +98,17 @@ class LlamaModel(nn.Module):
 
     def pack_weights(self, weight_dtype: torch.dtype | None = None) -> None:
         """Fuse q/k/v and gate/up, then prepack every projection and the LM head for this CPU (``packed_linear``);
-        the layers' projections stored as ``weight_dtype`` when given (bf16 under fp32 compute), the head always in the
-        compute dtype: a product of several bf16 rows comes back rounded to bf16, and logits rounded to bf16 tie
-        often enough to decide greedy answers.  Call once, after loading.  A tied head gets its own packed copy: the
-        embedding table stays row-major for lookups."""
+        the layers' projections stored as ``weight_dtype`` when given (bf16 or int8 under fp32 compute). The head stays
+        in the compute dtype under bf16 (a product of several bf16 rows comes back rounded to bf16, and logits rounded
+        to bf16 tie often enough to decide greedy answers) and is int8 too under int8 (its products stay fp32; at
+        batch 1 the head is a fifth of SmolLM2's fp32 bytes).  Call once, after loading.  A tied head gets its own
+        packed copy: the embedding table stays row-major for lookups."""
         head = self.embed_tokens.weight if self.args.tie_word_embeddings else self.lm_head.weight
         for layer in self.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
         pack_linears(self.layers, weight_dtype)
-        self.packed_head = PackedLinear(head)
+        self.packed_head = PackedLinear(head, weight_dtype=torch.int8 if weight_dtype == torch.int8 else None)
         if not self.args.tie_word_embeddings:
             del self.lm_head
 
@@ -152,7 +153,7 @@ class LlamaModel(nn.Module):
                 RowLayerWeights(layer.input_layernorm.weight.detach(), layer.self_attn.qkv_proj.rows,
                                 layer.self_attn.qkv_proj.bias, layer.self_attn.o_proj.rows,
                                 layer.post_attention_layernorm.weight.detach(), layer.mlp.gate_up_proj.rows,
-                                layer.mlp.down_proj.rows)
+                                layer.mlp.down_proj.rows, _row_scales(layer))
                 for layer in self.layers
             ]  # fmt: skip
             decoder = row_decoder(shape, weights, kv)
@@ -164,3 +165,10 @@ class LlamaModel(nn.Module):
             return self.packed_head(hidden)
         weight = self.embed_tokens.weight if self.args.tie_word_embeddings else self.lm_head.weight
         return F.linear(hidden, weight)
+
+
+def _row_scales(layer: LlamaDecoderLayer) -> tuple[torch.Tensor, ...] | None:
+    """The int8 row scales of a packed layer's (qkv, o, gate_up, down), or None for other formats."""
+    projections = (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
+    scales = tuple(p.scales for p in projections)
+    return None if any(s is None for s in scales) else scales

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.kernels.cpu_matvec import matvec_kernel
 from oxygen_ros.layers.packed_linear import can_pack, can_pack_bf16
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.llama import LlamaModel
@@ -47,7 +48,8 @@ def known_models() -> list[str]:
 def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 0,
                weight_dtype: torch.dtype | None = None) -> ModelBundle:  # fmt: skip
     """Build ``name`` (a registered name or a Hugging Face folder) on ``device``; EngineError if it cannot.
-    ``weight_dtype``: the layers' projections' stored format when it is not ``dtype`` (bf16 under fp32 compute, CPU only)."""
+    ``weight_dtype``: the layers' projections' stored format when it is not ``dtype`` (bf16 or int8 under fp32 compute,
+    CPU only)."""
     if weight_dtype not in (None, dtype):
         _check_weight_dtype(name, device, dtype, weight_dtype)
     if name in RENAMED:
@@ -69,18 +71,22 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 
 
 
 def _check_weight_dtype(name: str, device: torch.device, dtype: torch.dtype, weight_dtype: torch.dtype) -> None:
-    """A stored weight format apart from the compute dtype exists for one case: bf16 projections of a language
-    model (or a VLM's decoder) under fp32 compute on a CPU, through oneDNN's packed products."""
+    """A stored weight format apart from the compute dtype exists for two cases, language models (or a VLM's decoder)
+    under fp32 compute on a CPU: bf16 projections through oneDNN's packed products, and int8 ones (per output row)
+    through the C products."""
     path = Path(name).expanduser()
     if name in VLA_MODELS or ((path / "config.json").is_file() and (_is_pi0(path) or _is_pi05(path))):
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype applies to language models and VLM decoders, "
                           f"not to the action model {name!r}: leave it auto")  # fmt: skip
-    if (weight_dtype, dtype) != (torch.bfloat16, torch.float32):
-        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype {weight_dtype} with dtype {dtype}: the one mixed "
-                          "format is bfloat16 weights under float32 compute")  # fmt: skip
-    if not can_pack_bf16(device):
+    if weight_dtype not in (torch.bfloat16, torch.int8) or dtype != torch.float32:
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype {weight_dtype} with dtype {dtype}: the mixed "
+                          "formats are bfloat16 or int8 weights under float32 compute")  # fmt: skip
+    if weight_dtype == torch.bfloat16 and not can_pack_bf16(device):
         raise EngineError(ErrorCode.FAILED_PRECONDITION, f"weight_dtype bfloat16 under float32 compute runs on a CPU "
                           f"whose oneDNN computes bf16 products (AVX-512); not on {device} here")  # fmt: skip
+    if weight_dtype == torch.int8 and (device.type != "cpu" or matvec_kernel() is None):
+        raise EngineError(ErrorCode.FAILED_PRECONDITION, f"weight_dtype int8 runs on a CPU with the C kernels built "
+                          f"(AVX-512, AVX2 or NEON and a C compiler, cpu_kernels on); not on {device} here")  # fmt: skip
 
 
 def _load_vla(name: str, device: torch.device, dtype: torch.dtype, seed: int) -> ModelBundle:

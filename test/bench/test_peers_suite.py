@@ -12,19 +12,24 @@ def test_peers_suite_measures_ours_and_transformers(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(peers_suite, "_peers_python", lambda: None)
     plot = tmp_path / "peers.png"
     out = peers_suite.run(ns="1,2", new_tokens=3, batch1_tokens=4, prefix_tokens=40, hf_max_n=2, plot=str(plot),
-                          bf16_weights=1)  # fmt: skip
+                          bf16_weights=1, int8_weights=1)  # fmt: skip
     metrics = out["metrics"]
     assert "ratio_vs_llamacpp_n2" not in metrics and "no llama.cpp peer" in out["details"]["llamacpp"]
     assert "make peers" in capsys.readouterr().err
     for name in ("batch1_tokens_per_s", "batch1_ratio_vs_hf", "batch1_fraction_of_bound", "bound_tokens_per_s",
                  "tokens_per_s_n1", "tokens_per_s_n2", "bf16_weights_batch1_tokens_per_s",
-                 "bf16_weights_tokens_per_s_n2", "bf16_weights_batch1_fraction_of_bound"):  # fmt: skip
+                 "bf16_weights_tokens_per_s_n2", "bf16_weights_batch1_fraction_of_bound",
+                 "int8_weights_batch1_tokens_per_s", "int8_weights_tokens_per_s_n2",
+                 "int8_weights_batch1_fraction_of_bound"):  # fmt: skip
         assert math.isfinite(metrics[name]) and metrics[name] > 0, name
     assert 0.0 <= metrics["bf16_weights_greedy_agreement"] <= 1.0
+    assert 0.0 <= metrics["int8_weights_greedy_agreement"] <= 1.0
     details = out["details"]
     assert details["read_bandwidth_gb_s"] > 0.5
     assert details["weight_bytes_per_token"] == 4 * (30 * (576 * (576 + 2 * 192) + 576 * 576 + 3 * 576 * 1536)
                                                      + 49152 * 576)  # fmt: skip  SmolLM2-135M, fp32
+    rows = 30 * (576 + 2 * 192 + 576 + 2 * 1536 + 576) + 49152  # output rows: layers' q|k|v, o, gate|up, down; head
+    assert details["weight_bytes_per_token_stored"]["int8"] == details["weight_bytes_per_token"] // 4 + 4 * rows
     for n in (1, 2):
         assert len(details["ours"]["shared"][n]["ttft_s"]) == n and len(details["ours"]["shared"][n]["tokens"]) == n
         assert len(details["transformers"]["shared"][n]["ttft_s"]) == n

@@ -1,6 +1,7 @@
 """The streamed matrix-vector product (decode steps of one to eight sequences on a CPU) against fp64 torch, over shapes
-that end inside an eight-row block and inside a 16-float vector, one to eight input rows, with fp32 and bf16 weights,
-and the packed layer's choice between it and oneDNN, including bf16 weights under fp32 compute."""
+that end inside an eight-row block and inside a 16-float vector, one to eight input rows, with fp32, bf16 and int8
+weights (per output row), and the packed layer's choice between it and oneDNN, including bf16 and int8 weights under
+fp32 compute."""
 
 import pytest
 import torch
@@ -109,3 +110,57 @@ def test_packed_layer_with_bf16_weights_under_fp32_compute():
         assert out.dtype == torch.float32
         torch.testing.assert_close(out.double() - bias.double(), exact, atol=1e-3, rtol=2**-8)  # one bf16 rounding
         assert (out.double() - bias.double() - exact).abs().max() > 0  # it is the lossy product, not fp32's
+
+
+def test_quantize_rows_is_per_output_row_absmax():
+    gen = torch.Generator().manual_seed(5)
+    weight = torch.randn(9, 70, generator=gen) * torch.logspace(-3, 1, 9)[:, None]  # rows of very different sizes
+    weight[4] = 0.0
+    rows, scales = cpu_matvec.quantize_rows(weight)
+    assert rows.dtype == torch.int8 and scales.dtype == torch.float32 and scales.shape == (9,)
+    live = torch.arange(9) != 4
+    torch.testing.assert_close(scales[live], weight[live].abs().amax(1) / 127)
+    assert rows[live].abs().amax(1).tolist() == [127] * 8 and scales[4] == 1 and not rows[4].any()
+    error = (rows.float() * scales[:, None] - weight).abs()
+    assert (error <= scales[:, None] / 2 * (1 + 1e-6)).all()  # round to nearest: half a step at most
+
+
+@needs_kernel
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("n,k", [(7, 5), (37, 50), (960, 576), (3, 1001)])
+def test_matvec_of_int8_rows_equals_fp64_of_the_values_they_stand_for(m, n, k):
+    gen = torch.Generator().manual_seed(m * 100_000 + n * 1000 + k)
+    rows, scales = cpu_matvec.quantize_rows(torch.randn(n, k, generator=gen))
+    x = torch.randn(m, k, generator=gen)
+    out = matvec(rows, x, scales)
+    assert out.shape == (m, n) and out.dtype == torch.float32
+    reference = x.double() @ (rows.double() * scales.double()[:, None]).T
+    torch.testing.assert_close(out.double(), reference, atol=1e-5 * k**0.5, rtol=0)
+
+
+@needs_kernel
+def test_matvec_refuses_int8_rows_without_their_scales_and_scales_elsewhere():
+    rows, scales = cpu_matvec.quantize_rows(torch.randn(16, 32))
+    for weight, given in ((rows, None), (rows, scales[:8]), (rows, scales.double()), (rows.float(), scales)):
+        with pytest.raises(ValueError, match="int8 weights take fp32 scales"):
+            matvec(weight, torch.randn(32), given)
+
+
+@needs_kernel
+@pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="oneDNN packing is unavailable")
+def test_packed_layer_with_int8_weights_is_the_same_weights_at_every_batch():
+    """Up to eight rows stream the int8 rows; more run oneDNN's fp32 product over the values those rows stand for: the
+    same weights either way (only fp32 sums differ), a quarter of fp32's bytes streamed, and lossy against fp32."""
+    gen = torch.Generator().manual_seed(2)
+    weight, bias = torch.randn(960, 576, generator=gen), torch.randn(960, generator=gen)
+    layer = PackedLinear(weight, bias, weight_dtype=torch.int8)
+    assert layer.rows.dtype == torch.int8 and layer.stored_dtype == torch.float32
+    assert layer.streamed_bytes == 960 * 576 + 4 * 960
+    rows, scales = cpu_matvec.quantize_rows(weight)
+    values = rows.double() * scales.double()[:, None]
+    with torch.inference_mode():
+        for count in (1, 5, 8, 9, 40):
+            x = torch.randn(count, 576, generator=gen)
+            out = layer(x)
+            torch.testing.assert_close(out.double(), x.double() @ values.T + bias.double(), atol=1e-4, rtol=0)
+        assert (layer(x).double() - (x.double() @ weight.double().T + bias.double())).abs().max() > 1e-3

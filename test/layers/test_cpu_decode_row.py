@@ -105,6 +105,27 @@ def test_row_decoder_with_bf16_weights_equals_fp32_on_the_rounded_weights(heads,
     assert (out - _decode(unrounded, prompt, 11, row_path=True, prefill=fp32)[0]).abs().max() > 1e-4  # not fp32
 
 
+@pytest.mark.parametrize("heads,kv_heads,head_dim,bias", [(4, 2, 32, False), (3, 3, 64, True)])
+def test_row_decoder_with_int8_weights_equals_the_layer_by_layer_int8_products(heads, kv_heads, head_dim, bias):
+    """int8 rows and their scales through the one-call decoder: the same token output, K/V and block mass as the
+    layer-by-layer path's one-row int8 products over the same model (the LM head is int8 too), and not fp32's."""
+    model = _model(heads, kv_heads, head_dim, bias, weight_dtype=torch.int8)
+    assert model.layers[0].mlp.down_proj.rows.dtype == model.packed_head.rows.dtype == torch.int8
+    assert model._row_decoder(KVCache(KVLayout(3, kv_heads, head_dim, BLOCK, torch.float32), 2,
+                                      torch.device("cpu"))) is not None  # fmt: skip
+    prompt = torch.randint(0, 97, (47,), generator=torch.Generator().manual_seed(4)).tolist()
+    fast, fast_kv, fast_mass = _decode(model, prompt, 11, row_path=True)
+    slow, slow_kv, slow_mass = _decode(model, prompt, 11, row_path=False)
+    torch.testing.assert_close(fast, slow, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(fast_mass, slow_mass, atol=1e-5, rtol=1e-5)
+    slot = TABLE[47 // BLOCK] * BLOCK + 47 % BLOCK
+    for fast_layer, slow_layer in zip(fast_kv.layers, slow_kv.layers, strict=True):
+        torch.testing.assert_close(fast_layer.blocks.k.flatten(0, 1)[slot], slow_layer.blocks.k.flatten(0, 1)[slot],
+                                   atol=1e-5, rtol=1e-5)  # fmt: skip
+    fp32 = _model(heads, kv_heads, head_dim, bias)
+    assert (fast - _decode(fp32, prompt, 11, row_path=True)[0]).abs().max() > 1e-4  # int8 is not fp32
+
+
 def test_row_decoder_declines_what_it_cannot_read():
     model = _model(4, 2, 32, False)
     cpu, fp32 = torch.device("cpu"), KVLayout(3, 2, 32, BLOCK, torch.float32)

@@ -2,7 +2,7 @@
  * (test_c_kernels.py: AVX-512 and AVX2 and plain C natively, AVX2 again under qemu's Haswell, which has no AVX-512,
  * and aarch64 NEON under qemu-aarch64 on a Cortex-A53, which has no dotprod, and on qemu's `max` CPU).
  *
- * Shapes cover what the engine sends: rows that are no multiple of 16, one to eight input rows, fp32 and bf16
+ * Shapes cover what the engine sends: rows that are no multiple of 16, one to eight input rows, fp32, bf16 and int8
  * weights, GQA groups of 1 to 4, head sizes 16 to 256, ragged contexts over shuffled blocks, shared prefixes of
  * several rows, block mass, a whole Llama stack for one token. Prints the instruction set and one line per check;
  * exits 1 at the first kernel that differs from the reference by more than its tolerance.
@@ -51,26 +51,52 @@ static void expect_close(const char* what, const float* got, const double* want,
   printf("ok   %-60s max error %.2e\n", what, worst);
 }
 
-static void check_matvec(int bf16, int64_t m, int64_t n, int64_t k) {
-  float* wf = randoms(n * k, 1.0f);
-  uint16_t* wb = malloc((size_t)(n * k) * sizeof(uint16_t));
-  for (int64_t i = 0; i < n * k; ++i) {
-    uint32_t bits;
-    memcpy(&bits, &wf[i], sizeof bits);
-    wb[i] = (uint16_t)(bits >> 16);
-    if (bf16) wf[i] = bf16_value(wb[i]);
+static const char* const FORMAT_NAMES[] = {"fp32", "bf16", "int8"};
+
+/* Rows of `format` with the fp32 values they stand for in `values` (int8: integer times its row's scale). */
+static const void* weights_of(int format, int64_t n, int64_t k, float* values, float** scales) {
+  *scales = NULL;
+  if (format == WEIGHTS_F32) return values;
+  if (format == WEIGHTS_BF16) {
+    uint16_t* rows = malloc((size_t)(n * k) * sizeof(uint16_t));
+    for (int64_t i = 0; i < n * k; ++i) {
+      uint32_t bits;
+      memcpy(&bits, &values[i], sizeof bits);
+      rows[i] = (uint16_t)(bits >> 16);
+      values[i] = bf16_value(rows[i]);
+    }
+    return rows;
   }
+  int8_t* rows = malloc((size_t)(n * k));
+  *scales = malloc((size_t)n * sizeof(float));
+  for (int64_t r = 0; r < n; ++r) { /* each row quantized by its absmax, as the engine does */
+    float top = 0.0f;
+    for (int64_t j = 0; j < k; ++j) top = fmaxf(top, fabsf(values[r * k + j]));
+    (*scales)[r] = top > 0.0f ? top / 127.0f : 1.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      rows[r * k + j] = (int8_t)lrintf(values[r * k + j] / (*scales)[r]);
+      values[r * k + j] = rows[r * k + j] * (*scales)[r];
+    }
+  }
+  return rows;
+}
+
+static void check_matvec(int format, int64_t m, int64_t n, int64_t k) {
+  float* values = randoms(n * k, 1.0f);
+  float* scales;
+  const void* w = weights_of(format, n, k, values, &scales);
   float *x = randoms(m * k, 1.0f), *y = calloc((size_t)(m * n), sizeof(float));
   double* want = calloc((size_t)(m * n), sizeof(double));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t r = 0; r < n; ++r)
-      for (int64_t j = 0; j < k; ++j) want[i * n + r] += (double)wf[r * k + j] * x[i * k + j];
-  matvec(bf16 ? (const void*)wb : (const void*)wf, bf16, x, y, m, n, k, THREADS);
+      for (int64_t j = 0; j < k; ++j) want[i * n + r] += (double)values[r * k + j] * x[i * k + j];
+  matvec(w, format, scales, x, y, m, n, k, THREADS);
   char what[96];
-  snprintf(what, sizeof what, "matvec %s m=%lld n=%lld k=%lld", bf16 ? "bf16" : "fp32", (long long)m, (long long)n,
+  snprintf(what, sizeof what, "matvec %s m=%lld n=%lld k=%lld", FORMAT_NAMES[format], (long long)m, (long long)n,
            (long long)k);
   expect_close(what, y, want, m * n, 2e-7 * sqrt((double)k), 2e-6);
-  free(wf), free(wb), free(x), free(y), free(want);
+  if (w != values) free((void*)w);
+  free(values), free(scales), free(x), free(y), free(want);
 }
 
 static void check_row_ops(int64_t rows, int64_t n, float range) {
@@ -213,8 +239,14 @@ static void ref_rms_norm(const double* x, const float* w, double* y, int64_t n, 
   for (int64_t j = 0; j < n; ++j) y[j] = x[j] / sqrt(squares / n + eps) * w[j];
 }
 
-/* One token through a two-layer Llama stack (GQA, q/k/v bias) at position `length` - 1 of a paged context. */
-static void check_decode_row(int64_t heads, int64_t kv_heads, int64_t d, int64_t hidden, int64_t inter,
+static const void* const* stored_of(const RowLayer* layer, int p) {
+  const void* const* all[] = {&layer->qkv, &layer->o, &layer->gate_up, &layer->down};
+  return all[p];
+}
+
+/* One token through a two-layer Llama stack (GQA, q/k/v bias, projections stored as `format`) at position `length`
+ * - 1 of a paged context. */
+static void check_decode_row(int format, int64_t heads, int64_t kv_heads, int64_t d, int64_t hidden, int64_t inter,
                              int64_t length) {
   enum { LAYERS = 2 };
   const int64_t block_size = 16, units = (length + block_size - 1) / block_size + 2, nqkv = (heads + 2 * kv_heads) * d;
@@ -230,12 +262,23 @@ static void check_decode_row(int64_t heads, int64_t kv_heads, int64_t d, int64_t
   const int64_t slot = table[(length - 1) / block_size] * block_size + (length - 1) % block_size;
   float* ref_k[LAYERS];
   float* ref_v[LAYERS];
+  float* values[LAYERS][4]; /* each projection's values: qkv, o, gate_up, down */
   for (int l = 0; l < LAYERS; ++l) {
     const float w_scale = 1.0f / sqrtf((float)hidden);
     layers[l] = (RowLayer){randoms(hidden, 0.2f), randoms(nqkv, 0.1f), randoms(hidden, 0.2f),
                            randoms(nqkv * hidden, w_scale), randoms(hidden * heads * d, w_scale),
                            randoms(2 * inter * hidden, w_scale), randoms(hidden * inter, 1.0f / sqrtf((float)inter)),
-                           randoms(units * block_size * kv_heads * d, 1.0f), randoms(units * block_size * kv_heads * d, 1.0f)};
+                           randoms(units * block_size * kv_heads * d, 1.0f), randoms(units * block_size * kv_heads * d, 1.0f),
+                           NULL, NULL, NULL, NULL};
+    /* the kernel reads `format` rows; the reference (values[]) the numbers they stand for */
+    float** scales[] = {(float**)&layers[l].qkv_scale, (float**)&layers[l].o_scale, (float**)&layers[l].gate_up_scale,
+                        (float**)&layers[l].down_scale};
+    const void** stored[] = {&layers[l].qkv, &layers[l].o, &layers[l].gate_up, &layers[l].down};
+    const int64_t shapes[][2] = {{nqkv, hidden}, {hidden, heads * d}, {2 * inter, hidden}, {hidden, inter}};
+    for (int p = 0; p < 4; ++p) {
+      values[l][p] = (float*)*stored[p];
+      *stored[p] = weights_of(format, shapes[p][0], shapes[p][1], values[l][p], scales[p]);
+    }
     for (int64_t j = 0; j < hidden; ++j) ((float*)layers[l].input_norm)[j] += 1.0f, ((float*)layers[l].post_norm)[j] += 1.0f;
     ref_k[l] = malloc((size_t)(units * block_size * kv_heads * d) * sizeof(float));
     ref_v[l] = malloc((size_t)(units * block_size * kv_heads * d) * sizeof(float));
@@ -252,7 +295,7 @@ static void check_decode_row(int64_t heads, int64_t kv_heads, int64_t d, int64_t
   for (int l = 0; l < LAYERS; ++l) {
     const RowLayer* L = layers + l;
     ref_rms_norm(want, L->input_norm, x, hidden, eps);
-    ref_matvec(L->qkv, x, qkv, nqkv, hidden);
+    ref_matvec(values[l][0], x, qkv, nqkv, hidden);
     for (int64_t j = 0; j < nqkv; ++j) qkv[j] += L->qkv_bias[j];
     for (int64_t hd = 0; hd < heads + kv_heads; ++hd) { /* rotate-half RoPE on q and k */
       double* r = qkv + hd * d;
@@ -268,21 +311,22 @@ static void check_decode_row(int64_t heads, int64_t kv_heads, int64_t d, int64_t
     for (int64_t hd = 0; hd < heads; ++hd)
       reference_attention(qf + hd * d, ref_k[l], ref_v[l], table, length, block_size, kv_heads,
                           hd / (heads / kv_heads), d, scale, attn + hd * d, NULL);
-    ref_matvec(L->o, attn, tmp, hidden, heads * d);
+    ref_matvec(values[l][1], attn, tmp, hidden, heads * d);
     for (int64_t j = 0; j < hidden; ++j) want[j] += tmp[j];
     ref_rms_norm(want, L->post_norm, x, hidden, eps);
-    ref_matvec(L->gate_up, x, gate_up, 2 * inter, hidden);
+    ref_matvec(values[l][2], x, gate_up, 2 * inter, hidden);
     for (int64_t j = 0; j < inter; ++j) act[j] = gate_up[j] / (1.0 + exp(-gate_up[j])) * gate_up[inter + j];
-    ref_matvec(L->down, act, tmp, hidden, inter);
+    ref_matvec(values[l][3], act, tmp, hidden, inter);
     for (int64_t j = 0; j < hidden; ++j) want[j] += tmp[j];
   }
-  const RowModel model = {LAYERS, hidden, heads, kv_heads, d, inter, block_size, 0, eps, scale};
+  const RowModel model = {LAYERS, hidden, heads, kv_heads, d, inter, block_size, format, eps, scale};
   RowStep step = {h, cos_, sin_, table, length, slot, NULL, NULL};
   step.scratch = malloc((size_t)decode_row_scratch(&model, length) * sizeof(float));
   decode_row(&model, layers, &step, THREADS);
   char what[96];
-  snprintf(what, sizeof what, "decode_row heads=%lld/%lld d=%lld hidden=%lld inter=%lld length=%lld", (long long)heads,
-           (long long)kv_heads, (long long)d, (long long)hidden, (long long)inter, (long long)length);
+  snprintf(what, sizeof what, "decode_row %s heads=%lld/%lld d=%lld hidden=%lld inter=%lld length=%lld",
+           FORMAT_NAMES[format], (long long)heads, (long long)kv_heads, (long long)d, (long long)hidden,
+           (long long)inter, (long long)length);
   expect_close(what, h, want, hidden, 2e-6, 2e-6);
   double* k_want = malloc((size_t)(kv_heads * d) * sizeof(double));
   for (int64_t j = 0; j < kv_heads * d; ++j) k_want[j] = ref_k[LAYERS - 1][slot * kv_heads * d + j];
@@ -290,7 +334,12 @@ static void check_decode_row(int64_t heads, int64_t kv_heads, int64_t d, int64_t
                kv_heads * d, 2e-6, 2e-6);
   for (int l = 0; l < LAYERS; ++l) {
     free((void*)layers[l].input_norm), free((void*)layers[l].qkv_bias), free((void*)layers[l].post_norm);
-    free((void*)layers[l].qkv), free((void*)layers[l].o), free((void*)layers[l].gate_up), free((void*)layers[l].down);
+    for (int p = 0; p < 4; ++p) {
+      if (*stored_of(&layers[l], p) != values[l][p]) free((void*)*stored_of(&layers[l], p));
+      free(values[l][p]);
+    }
+    free((void*)layers[l].qkv_scale), free((void*)layers[l].o_scale), free((void*)layers[l].gate_up_scale);
+    free((void*)layers[l].down_scale);
     free(layers[l].k_cache), free(layers[l].v_cache), free(ref_k[l]), free(ref_v[l]);
   }
   free(table), free(cos_), free(sin_), free(h), free(want), free(x), free(qkv), free(attn), free(tmp), free(gate_up);
@@ -299,13 +348,14 @@ static void check_decode_row(int64_t heads, int64_t kv_heads, int64_t d, int64_t
 
 int main(void) {
   printf("isa %s\n", oxygen_isa());
-  for (int bf16 = 0; bf16 < 2; ++bf16)
+  for (int format = WEIGHTS_F32; format <= WEIGHTS_I8; ++format) {
     for (int64_t m = 1; m <= 8; ++m) {
-      check_matvec(bf16, m, 9 + m, 1 + 37 * m); /* k: 38 .. 297, rarely a multiple of 16 */
-      check_matvec(bf16, m, 16, 64);
+      check_matvec(format, m, 9 + m, 1 + 37 * m); /* k: 38 .. 297, rarely a multiple of 16 */
+      check_matvec(format, m, 16, 64);
     }
-  check_matvec(0, 1, 1, 1);
-  check_matvec(1, 3, 33, 15);
+    check_matvec(format, 1, 1, 1);
+    check_matvec(format, 3, 33, 15);
+  }
   check_row_ops(3, 37, 2.0f);
   check_row_ops(5, 64, 2.0f);
   check_row_ops(2, 40, 120.0f); /* SiLU's e^-g from e^-120 to e^120: exp's clamp and the far ends of its scaling */
@@ -321,8 +371,10 @@ int main(void) {
   check_paged_decode(3, 6, 2, 64, 16, 3, 2, 1, 1.0f);
   check_paged_decode(5, 4, 2, 64, 8, 4, 3, 1, 1.0f); /* a 24-token prefix: a partial 16-token chunk, read row by row */
   check_paged_decode(4, 4, 2, 64, 16, 3, 2, 1, 30.0f); /* scores of tens: softmax weights down to e^-87 (clamped) */
-  check_decode_row(4, 2, 32, 96, 160, 37);
-  check_decode_row(6, 2, 64, 128, 200, 16);
+  for (int format = WEIGHTS_F32; format <= WEIGHTS_I8; ++format) {
+    check_decode_row(format, 4, 2, 32, 96, 160, 37);
+    check_decode_row(format, 6, 2, 64, 128, 200, 16);
+  }
   printf("all %d checks passed on %s\n", checks, oxygen_isa());
   return 0;
 }

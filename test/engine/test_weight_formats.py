@@ -1,6 +1,7 @@
-"""``weight_dtype: bfloat16`` under fp32 compute: the real SmolLM2 with bf16 layer projections (the LM head stays fp32)
-must keep transformers' fp32 predictions (teacher-forced next tokens over a scene text and the questions of the token tests), serve the engine's
-batched and batch-1 paths, and be refused where it does not apply, naming the field."""
+"""``weight_dtype: bfloat16`` and ``int8`` under fp32 compute: the real SmolLM2 with bf16 layer projections (the LM head
+stays fp32) or int8 ones (per output row, the LM head too) must keep transformers' fp32 predictions (teacher-forced
+next tokens over a scene text and the questions of the token tests), serve the engine's batched and batch-1 paths, and
+be refused where they do not apply, naming the field."""
 
 import pytest
 import torch
@@ -8,16 +9,21 @@ from engine_helpers import make_engine
 from hf_reference import hf_smollm2
 
 from oxygen_ros.config import EngineConfig
+from oxygen_ros.engine.device import resolve_weight_dtype
 from oxygen_ros.engine.io import GenerateRequest
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.kernels.cpu_matvec import matvec_kernel
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.layers.packed_linear import can_pack_bf16
 from oxygen_ros.models.registry import load_model
 
 CPU = torch.device("cpu")
-pytestmark = pytest.mark.skipif(not can_pack_bf16(CPU), reason="oneDNN bf16 products are unavailable here")
+FORMATS = [
+    pytest.param(torch.bfloat16, marks=pytest.mark.skipif(not can_pack_bf16(CPU), reason="no oneDNN bf16 products")),
+    pytest.param(torch.int8, marks=pytest.mark.skipif(matvec_kernel() is None, reason="the C kernels do not run here")),
+]
 BLOCK = 16
 TEXT = ("A kitchen table seen from the robot's head camera: a red cup 10 cm left and 40 cm ahead, a blue box, a green "
         "apple beside a white plate, a phone and a tall grey bottle at the far edge. The robot is asked what it sees, "
@@ -27,9 +33,9 @@ PROMPTS = ["What is the capital of France?", "Name three primary colors.", "How 
            "Which planet is known as the red planet?"]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def bf16_bundle():
-    return load_model("smollm2-135m", CPU, torch.float32, weight_dtype=torch.bfloat16)
+@pytest.fixture(scope="module", params=FORMATS, ids=["bf16", "int8"])
+def bundle(request):
+    return load_model("smollm2-135m", CPU, torch.float32, weight_dtype=request.param)
 
 
 def _teacher_forced_logits(model, ids: list[int]) -> torch.Tensor:
@@ -42,14 +48,18 @@ def _teacher_forced_logits(model, ids: list[int]) -> torch.Tensor:
         return model.compute_logits(model(torch.tensor(ids), positions, ctx, kv))
 
 
-def test_bf16_weights_keep_transformers_predictions(bf16_bundle, smollm2_bundle):
+def test_stored_weights_keep_transformers_predictions(bundle, smollm2_bundle):
     hf_model, tokenizer = hf_smollm2()
     ids = tokenizer(TEXT + " " + " ".join(PROMPTS))["input_ids"]
     with torch.inference_mode():
         reference = hf_model(torch.tensor([ids])).logits[0].float()
-    assert bf16_bundle.model.layers[0].mlp.gate_up_proj.stored_dtype == torch.bfloat16
-    assert bf16_bundle.model.packed_head.stored_dtype == torch.float32  # logits never rounded to bf16
-    ours = _teacher_forced_logits(bf16_bundle.model, ids)
+    layer, head = bundle.model.layers[0].mlp.gate_up_proj, bundle.model.packed_head
+    if layer.scales is None:  # bf16: the layers' weights stored so, the head fp32 (logits never rounded to bf16)
+        assert layer.stored_dtype == torch.bfloat16 and head.stored_dtype == torch.float32
+    else:  # int8 rows for the one-row products, the head too; oneDNN's fp32 product over the values they stand for
+        assert layer.rows.dtype == head.rows.dtype == torch.int8 and layer.stored_dtype == torch.float32
+        assert layer.streamed_bytes == layer.out_features * (layer.in_features + 4)  # a quarter of fp32's, + scales
+    ours = _teacher_forced_logits(bundle.model, ids)
     fp32 = _teacher_forced_logits(smollm2_bundle.model, ids)
     assert (fp32.argmax(-1) == reference.argmax(-1)).float().mean() == 1.0  # the reference path: the same tokens
     agreement = (ours.argmax(-1) == reference.argmax(-1)).float().mean().item()
@@ -60,8 +70,8 @@ def test_bf16_weights_keep_transformers_predictions(bf16_bundle, smollm2_bundle)
     assert (ours - fp32).abs().max() > 1e-3  # lossy: it is not the fp32 path
 
 
-def test_engine_serves_bf16_weights_batched_and_alone(bf16_bundle):
-    engine = make_engine(bf16_bundle)
+def test_engine_serves_stored_weights_batched_and_alone(bundle):
+    engine = make_engine(bundle)
     sampling = SamplingParams(max_new_tokens=12)
     batched = engine.generate([GenerateRequest(p, sampling=sampling) for p in PROMPTS])
     alone = engine.generate([GenerateRequest(PROMPTS[0], sampling=sampling)])
@@ -73,10 +83,11 @@ def test_engine_serves_bf16_weights_batched_and_alone(bf16_bundle):
 @pytest.mark.parametrize(
     "values,needle",
     [
-        ({"weight_dtype": "int4"}, "weight_dtype must be auto, float32, float16 or bfloat16"),
+        ({"weight_dtype": "int4"}, "weight_dtype must be auto, float32, float16, bfloat16 or int8"),
         ({"weight_dtype": "bfloat16", "dtype": "bfloat16", "model": "smollm2-135m"}, None),
-        ({"weight_dtype": "float16"}, "the one mixed format is bfloat16 weights under float32"),
+        ({"weight_dtype": "float16"}, "the mixed formats are bfloat16 or int8 weights under float32"),
         ({"weight_dtype": "bfloat16", "model": "pi05-causal-tiny"}, "weight_dtype applies to language models"),
+        ({"weight_dtype": "int8", "model": "pi05-causal-tiny"}, "weight_dtype applies to language models"),
     ],
 )
 def test_weight_dtype_is_checked_naming_the_field(values, needle):
@@ -85,6 +96,11 @@ def test_weight_dtype_is_checked_naming_the_field(values, needle):
         return
     with pytest.raises(EngineError) as err:
         cfg = EngineConfig.from_dict(values)
-        load_model(cfg.model, CPU, torch.float32,
-                   weight_dtype={"float16": torch.float16, "bfloat16": torch.bfloat16}[cfg.weight_dtype])  # fmt: skip
+        load_model(cfg.model, CPU, torch.float32, weight_dtype=resolve_weight_dtype(cfg.weight_dtype, CPU, torch.float32))
     assert err.value.code == ErrorCode.INVALID_ARGUMENT and needle in err.value.message
+
+
+def test_int8_weights_under_bf16_compute_are_refused():
+    with pytest.raises(EngineError) as err:
+        load_model("smollm2-135m", CPU, torch.bfloat16, weight_dtype=torch.int8)
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT and "under float32 compute" in err.value.message
