@@ -25,7 +25,7 @@ class PagedDecode(ctypes.Structure):
 
 
 class RowLayer(ctypes.Structure):
-    """One decoder layer of the batch-1 stack (``cpu_decode_row``): its weights, its pool view, int8 row scales."""
+    """One decoder layer of the batch-1 stack (``cpu_decode_row``): its weights, its pool view, int8 group scales."""
 
     _fields_ = [(name, ctypes.c_void_p) for name in
                 ("input_norm", "qkv_bias", "post_norm", "qkv", "o", "gate_up", "down", "k_cache", "v_cache",

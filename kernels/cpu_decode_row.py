@@ -13,7 +13,7 @@ import torch
 
 from .cpu_abi import RowLayer, RowModel, RowStep
 from .cpu_library import library
-from .cpu_matvec import STREAMED_DTYPES, WEIGHT_FORMATS
+from .cpu_matvec import INT8_GROUP, STREAMED_DTYPES, WEIGHT_FORMATS
 from .quant_spec import KVBlocks
 
 MAX_HEAD_DIM = 256  # the kernel keeps a query head in 16 registers
@@ -22,7 +22,7 @@ MAX_HEAD_DIM = 256  # the kernel keeps a query head in 16 registers
 @dataclass(frozen=True)
 class RowLayerWeights:
     """One decoder layer's weights: fp32 norms and bias, the projections row-major ``[out, in]`` (fused q|k|v, o, fused
-    gate|up, down) all in fp32, all in bf16, or all in int8 with their fp32 row scales (``cpu_matvec.quantize_rows``)."""
+    gate|up, down) all in fp32, all in bf16, or all in int8 with their fp32 group scales (``cpu_matvec.quantize_int8``)."""
 
     input_norm: torch.Tensor
     qkv: torch.Tensor
@@ -31,7 +31,7 @@ class RowLayerWeights:
     post_norm: torch.Tensor
     gate_up: torch.Tensor
     down: torch.Tensor
-    scales: tuple[torch.Tensor, ...] | None = None  # int8: (qkv, o, gate_up, down)'s row scales
+    scales: tuple[torch.Tensor, ...] | None = None  # int8: (qkv, o, gate_up, down)'s group scales
 
     def projections(self) -> tuple[torch.Tensor, ...]:
         return self.qkv, self.o, self.gate_up, self.down
@@ -107,4 +107,7 @@ def llama_decode_row(shape: RowShape, layers: list[RowLayerWeights], views: list
     int8 = projections == {torch.int8}
     if any((w.scales is not None) != int8 or (int8 and len(w.scales) != 4) for w in layers):
         return None  # int8 rows come with their four scales, other formats with none
+    if int8 and any(s.shape != (p.shape[0], -(-p.shape[1] // INT8_GROUP))
+                    for w in layers for p, s in zip(w.projections(), w.scales, strict=True)):  # fmt: skip
+        return None
     return LlamaDecodeRow(kernels, shape, layers, views)

@@ -8,8 +8,8 @@ sequential stream, which the prefetcher follows) with 256-bit loads (faster stre
 Two to eight input rows share each weight load and prefetch the stream ahead (~1.2-1.5x oneDNN's blocked product at 2-8
 rows). The decoder layers of a batch-1 token run whole in ``cpu/llama_decode_row.c``; this product serves the LM head
 and any packed layer given up to ``STREAMED_MAX_INPUTS`` rows. bf16 weights are widened to fp32 exactly as they stream
-in: half the bytes, fp32 products. int8 weights (``quantize_rows``: one fp32 scale per output row, its absmax / 127)
-are read as integers into fp32 products and each row's sum is scaled: a quarter of the bytes. Where the C kernels do
+in: half the bytes, fp32 products. int8 weights (``quantize_int8``: one fp32 scale per 32 weights of a row, their
+absmax / 127) are widened and scaled as they stream into fp32 products: 1.125 bytes a weight, 0.28 of fp32's. Where the C kernels do
 not run (``cpu_library``), ``matvec_kernel()`` is None and callers keep oneDNN.
 """
 
@@ -23,14 +23,15 @@ from .cpu_library import library
 
 Matvec = Callable[..., torch.Tensor]  # (weight, x, scales=None) -> y
 WEIGHT_FORMATS = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}  # cpu/oxygen_kernels.h's WEIGHTS_F32 / BF16 / I8
-STREAMED_DTYPES = frozenset(WEIGHT_FORMATS)  # weight formats it reads (bf16 widened exactly, int8 with row scales)
+STREAMED_DTYPES = frozenset(WEIGHT_FORMATS)  # weight formats it reads (bf16 widened exactly, int8 with group scales)
+INT8_GROUP = 32  # int8 weights a scale covers along a row (cpu/oxygen_kernels.h's I8_GROUP)
 STREAMED_MAX_INPUTS = 8  # input rows one pass serves (cpu/vector.h); more go to oneDNN's blocked products
 
 
 @cache
 def matvec_kernel() -> Matvec | None:
     """``matvec(weight [n, k], x [m, k] or [k], scales=None) -> [m, n] or [n]`` (x fp32 and contiguous, 1 <= m <=
-    ``STREAMED_MAX_INPUTS``; the weight fp32, bf16 or int8, contiguous, CPU; int8 with its fp32 ``scales`` [n]), or
+    ``STREAMED_MAX_INPUTS``; the weight fp32, bf16 or int8, contiguous, CPU; int8 with its fp32 group ``scales``), or
     None where it cannot run."""
     kernels = library()
     if kernels is None:
@@ -48,8 +49,9 @@ def matvec_kernel() -> Matvec | None:
             raise ValueError(f"matvec takes 1 to {STREAMED_MAX_INPUTS} contiguous fp32 rows of {k}, "
                              f"got {tuple(x.shape)} {x.dtype}")
         int8 = weight.dtype == torch.int8
-        if int8 != (scales is not None) or (int8 and not _row_scales(scales, n)):
-            raise ValueError(f"int8 weights take fp32 scales [{n}] (one per row), other formats none")
+        if int8 != (scales is not None) or (int8 and not _group_scales(scales, n, k)):
+            raise ValueError(f"int8 weights take fp32 scales [{n}, {-(-k // INT8_GROUP)}] (one per {INT8_GROUP} "
+                             "weights of a row), other formats none")
         out = torch.empty((*x.shape[:-1], n), dtype=torch.float32)
         function(weight.data_ptr(), WEIGHT_FORMATS[weight.dtype], scales.data_ptr() if int8 else None, x.data_ptr(),
                  out.data_ptr(), m, n, k, torch.get_num_threads())  # fmt: skip
@@ -63,16 +65,24 @@ def can_stream(weight: torch.Tensor) -> bool:
     return weight.device.type == "cpu" and weight.dtype in STREAMED_DTYPES and weight.is_contiguous()
 
 
-def _row_scales(scales: torch.Tensor, rows: int) -> bool:
-    return (scales.dtype == torch.float32 and scales.shape == (rows,) and scales.is_contiguous()
+def _group_scales(scales: torch.Tensor, rows: int, cols: int) -> bool:
+    return (scales.dtype == torch.float32 and scales.shape == (rows, -(-cols // INT8_GROUP)) and scales.is_contiguous()
             and scales.device.type == "cpu")  # fmt: skip
 
 
-def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``weight`` [n, k] as int8 rows and one fp32 scale per row (its absmax / 127, rounded to nearest): per output
-    channel, what the int8 products read. An all-zero row gets scale 1 (its integers are 0)."""
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight`` [n, k] as int8 and one fp32 scale per ``INT8_GROUP`` weights of a row (the group's absmax / 127,
+    rounded to nearest; llama.cpp's Q8_0 grouping with fp32 scales), what the int8 products read: scales
+    [n, ceil(k / INT8_GROUP)]. An all-zero group gets scale 1 (its integers are 0)."""
     values = weight.detach().float()
-    scales = values.abs().amax(dim=1) / 127.0
+    n, k = values.shape
+    padded = torch.nn.functional.pad(values, (0, -k % INT8_GROUP)).view(n, -1, INT8_GROUP)
+    scales = padded.abs().amax(dim=2) / 127.0
     scales = torch.where(scales > 0, scales, torch.ones_like(scales))
-    rows = torch.round(values / scales[:, None]).clamp_(-127, 127).to(torch.int8)
+    rows = torch.round(padded / scales[:, :, None]).clamp_(-127, 127).to(torch.int8).view(n, -1)[:, :k]
     return rows.contiguous(), scales.contiguous()
+
+
+def dequantize_int8(rows: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The fp32 values int8 ``rows`` and their group ``scales`` stand for."""
+    return rows.float() * scales.repeat_interleave(INT8_GROUP, dim=1)[:, : rows.shape[1]]

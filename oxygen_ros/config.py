@@ -38,8 +38,8 @@ class EngineConfig:
     weight_dtype: str = setting(
         "auto",
         "stored format of the decoder layers' projection weights: auto (= dtype); under float32 compute on a CPU, "
-        "bfloat16 (half the bytes, oneDNN's bf16 products, the LM head stays float32) or int8 (one scale per output "
-        "row, a quarter of the bytes for the layers and the LM head, the C kernels' products): faster, lossy; "
+        "bfloat16 (half the bytes, oneDNN's bf16 products, the LM head stays float32) or int8 (one scale per 32 "
+        "weights of a row, 0.28 of the bytes for the layers and the LM head, the C kernels' products): faster, lossy; "
         "docs/benchmarks.md measures both",
         choices=("auto", *COMPUTE_DTYPES, "int8"),
     )

@@ -23,14 +23,15 @@ typedef struct {
 } PagedDecode;
 
 /* How a weight matrix's rows are stored (row-major [out, in]): fp32, bf16 (widened exactly as read), or int8 with one
- * fp32 scale per row (per output channel) multiplying the row's finished sum. */
+ * fp32 scale per I8_GROUP weights of a row (llama.cpp's Q8_0 grouping; scales [out, ceil(in / I8_GROUP)]). */
 enum { WEIGHTS_F32 = 0, WEIGHTS_BF16 = 1, WEIGHTS_I8 = 2 };
+#define I8_GROUP 32
 
-typedef struct { /* one decoder layer: fp32 norms and bias, row-major projections, its pool view, int8 row scales */
+typedef struct { /* one decoder layer: fp32 norms and bias, row-major projections, its pool view, int8 scales */
   const float *input_norm, *qkv_bias, *post_norm;
   const void *qkv, *o, *gate_up, *down;
   float *k_cache, *v_cache;
-  const float *qkv_scale, *o_scale, *gate_up_scale, *down_scale; /* NULL unless the weights are int8 */
+  const float *qkv_scale, *o_scale, *gate_up_scale, *down_scale; /* int8 group scales; NULL for other formats */
 } RowLayer;
 
 typedef struct { /* the decoder stack's shape (llama_decode_row.c), the same for every token */

@@ -12,7 +12,7 @@
 static inline int64_t matvec_blocks(int64_t n) { return (n + MATVEC_ROWS - 1) / MATVEC_ROWS; }
 
 /* 16 weights of a row from element i on as fp32: fp32 as stored, bf16 widened (exact: bf16 is fp32's upper half),
- * int8 as its integer (the row's scale multiplies the finished sum). */
+ * int8 as its integer (row_weights applies its group's scale). */
 static inline vf load_weights(const void* w, int64_t i, int format) {
   if (format == WEIGHTS_BF16) return vf_load_bf16((const uint16_t*)w + i);
   if (format == WEIGHTS_I8) return vf_load_i8((const int8_t*)w + i);
@@ -28,21 +28,37 @@ static inline vf load_weights_tail(const void* w, int64_t i, int64_t n, int form
 
 static inline int64_t weight_bytes(int format) { return format == WEIGHTS_BF16 ? 2 : format == WEIGHTS_I8 ? 1 : 4; }
 
-/* One row of W [n, k] (stored as `format`) times x, before the row's int8 scale: two accumulators, a k that is no
- * multiple of 32 ends with masked steps. */
-static inline float dot_row(const void* w, int format, int64_t row, const float* x, int64_t k) {
-  const int64_t base = row * k, body = k - k % 32;
+static inline int64_t i8_groups(int64_t k) { return (k + I8_GROUP - 1) / I8_GROUP; }
+
+/* 16 weights of row `row` from its element j on (j a multiple of 16) as the values they stand for: an int8 group's
+ * integers times its scale (16 divides I8_GROUP: one group), other formats as loaded. */
+static inline vf row_weights(const void* w, int format, const float* scales, int64_t row, int64_t k, int64_t j) {
+  const vf v = load_weights(w, row * k + j, format);
+  return format == WEIGHTS_I8 ? vf_mul(v, vf_set1(scales[row * i8_groups(k) + j / I8_GROUP])) : v;
+}
+
+/* The same for the n weights from j on (all 16 from n = 16 on), the other lanes 0. */
+static inline vf row_weights_tail(const void* w, int format, const float* scales, int64_t row, int64_t k, int64_t j,
+                                  int64_t n) {
+  const vf v = load_weights_tail(w, row * k + j, n, format);
+  return format == WEIGHTS_I8 ? vf_mul(v, vf_set1(scales[row * i8_groups(k) + j / I8_GROUP])) : v;
+}
+
+/* One row of W [n, k] (stored as `format`, int8 with its group scales) times x: two accumulators, a k that is no
+ * multiple of 32 ends with a partial step. */
+static inline float dot_row(const void* w, int format, const float* scales, int64_t row, const float* x, int64_t k) {
+  const int64_t body = k - k % 32;
   vf a0 = vf_zero(), a1 = vf_zero();
   for (int64_t j = 0; j < body; j += 32) {
-    a0 = vf_fmadd(load_weights(w, base + j, format), vf_loadu(x + j), a0);
-    a1 = vf_fmadd(load_weights(w, base + j + 16, format), vf_loadu(x + j + 16), a1);
+    a0 = vf_fmadd(row_weights(w, format, scales, row, k, j), vf_loadu(x + j), a0);
+    a1 = vf_fmadd(row_weights(w, format, scales, row, k, j + 16), vf_loadu(x + j + 16), a1);
   }
   for (int64_t j = body; j < k; j += 16)
-    a0 = vf_fmadd(load_weights_tail(w, base + j, k - j, format), vf_load_n(x + j, k - j), a0);
+    a0 = vf_fmadd(row_weights_tail(w, format, scales, row, k, j, k - j), vf_load_n(x + j, k - j), a0);
   return vf_reduce_add(vf_add(a0, a1));
 }
 
-/* y[i * n + r] = W[r] . x[i] (times scales[r] for int8 rows) for the R (1 or 2) weight rows r = row, row + 1 and the
+/* y[i * n + r] = W[r] . x[i] for the R (1 or 2) weight rows r = row, row + 1 and the
  * M input rows x[i] (k floats each, consecutive), R and M compile-time constants: each weight vector is loaded once
  * for all M inputs and each input vector once for both rows (fewer loads per multiply-add: at 6-8 inputs two rows a
  * pass are ~1.2x one). With M products a weight the core falls behind the hardware prefetcher, so the rows are
@@ -59,7 +75,7 @@ static inline __attribute__((always_inline)) void dot_rows(const void* w, int fo
     vf wv[2];
     for (int r = 0; r < R; ++r) {
       __builtin_prefetch((const char*)w + ((row + r) * k + j) * size + PREFETCH_BYTES, 0, 2); /* into L2 */
-      wv[r] = load_weights(w, (row + r) * k + j, format);
+      wv[r] = row_weights(w, format, scales, row + r, k, j);
     }
     for (int i = 0; i < M; ++i) {
       const vf xv = vf_loadu(x + i * k + j);
@@ -70,12 +86,11 @@ static inline __attribute__((always_inline)) void dot_rows(const void* w, int fo
     for (int i = 0; i < M; ++i) {
       const vf xv = vf_load_n(x + i * k + body, k - body);
       for (int r = 0; r < R; ++r)
-        acc[r][i] = vf_fmadd(load_weights_tail(w, (row + r) * k + body, k - body, format), xv, acc[r][i]);
+        acc[r][i] = vf_fmadd(row_weights_tail(w, format, scales, row + r, k, body, k - body), xv, acc[r][i]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < M; ++i)
-      y[i * n + row + r] = vf_reduce_add(acc[r][i]) * (format == WEIGHTS_I8 ? scales[row + r] : 1.0f);
+    for (int i = 0; i < M; ++i) y[i * n + row + r] = vf_reduce_add(acc[r][i]);
 }
 
 #define DOT_ROWS(R)                                                          \
@@ -98,7 +113,7 @@ static inline void matvec_block(const void* w, int format, const float* scales, 
   const int64_t n1 = (b + 1) * MATVEC_ROWS < n ? (b + 1) * MATVEC_ROWS : n;
   int64_t row = b * MATVEC_ROWS;
   if (m == 1) {
-    for (; row < n1; ++row) y[row] = dot_row(w, format, row, x, k) * (format == WEIGHTS_I8 ? scales[row] : 1.0f);
+    for (; row < n1; ++row) y[row] = dot_row(w, format, scales, row, x, k);
     return;
   }
   for (; row + 1 < n1; row += 2) DOT_ROWS(2)
@@ -107,7 +122,8 @@ static inline void matvec_block(const void* w, int format, const float* scales, 
 #undef DOT_ROWS
 
 /* y [m, n] = x [m, k] W^T with the eight-row blocks of W split over the threads of the enclosing OpenMP parallel
- * region (W fp32, bf16, or int8 with one fp32 scale per row in `scales`): each format its own loop. */
+ * region (W fp32, bf16, or int8 with one fp32 scale per I8_GROUP weights of a row in `scales`): each format its own
+ * loop. */
 static inline void matvec_for(const void* w, int format, const float* scales, const float* x, float* y, int64_t m,
                               int64_t n, int64_t k) {
   if (format == WEIGHTS_BF16) {

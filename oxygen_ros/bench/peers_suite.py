@@ -16,8 +16,8 @@ With ``bf16_weights`` ours also runs with its projections stored as bf16 under f
 bfloat16``: half the bytes a token reads, oneDNN's AVX512-BF16 products), and its quality is measured against our fp32
 reference path: the share of each answer's greedy tokens before the first that differs (the fp32 path equals
 transformers token for token); llama.cpp's Q4_1 answers get the same measure, the yardstick for a lossy format.
-With ``int8_weights`` it also runs with int8 projections and LM head (``weight_dtype: int8``: one scale per output
-row, a quarter of fp32's bytes for the one-to-eight-row C products), measured the same way.
+With ``int8_weights`` it also runs with int8 projections and LM head (``weight_dtype: int8``: one fp32 scale per 32
+weights of a row, 0.28 of fp32's bytes for the one-to-eight-row C products), measured the same way.
 
 llama.cpp runs in its own venv (``make peers``: llama-cpp-python, built from source) as a subprocess on the same
 file, with the same thread count; without it the suite says so and reports ours and transformers only.  The PNG
@@ -43,7 +43,8 @@ from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.sampling_params import SamplingParams
-from oxygen_ros.layers.packed_linear import PackedLinear
+from oxygen_ros.kernels.cpu_matvec import matvec_kernel
+from oxygen_ros.layers.packed_linear import PackedLinear, can_pack_bf16
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.gguf_loader import smollm2_gguf_path
 
@@ -69,8 +70,10 @@ def run(
     ours = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros")
     probes.append(read_bandwidth())
     stored: dict[str, tuple[dict[str, Any], int]] = {}  # weight format -> (our runs, weight bytes a token reads)
+    runs_here = {"bf16": can_pack_bf16(torch.device("cpu")), "int8": matvec_kernel() is not None}
+    skipped = [name for name, on in (("bf16", bf16_weights), ("int8", int8_weights)) if on and not runs_here[name]]
     for name, on in (("bf16", bf16_weights), ("int8", int8_weights)):
-        if on:
+        if on and runs_here[name]:
             del engine
             engine = Engine(EngineConfig(kv_cache_bytes=1 << 30, max_num_seqs=max(counts), max_model_len=2048,
                                          weight_dtype={"bf16": "bfloat16", "int8": "int8"}[name]))  # fmt: skip
@@ -121,6 +124,7 @@ def run(
         "ours": ours,
         **{f"ours_{name}_weights": runs for name, (runs, _) in stored.items()},
         "weight_bytes_per_token_stored": {name: stored_bytes for name, (_, stored_bytes) in stored.items()},
+        "weight_formats_not_run": {name: "this CPU lacks its products" for name in skipped},
         "transformers": hf,
         "llamacpp": llama if llama is not None else "not run: no llama.cpp peer (make peers)",
     }

@@ -28,7 +28,7 @@ def resolve_dtype(name: str, device: torch.device, field_name: str = "dtype") ->
 
 
 def resolve_weight_dtype(name: str, device: torch.device, compute: torch.dtype) -> torch.dtype:
-    """``weight_dtype``: ``auto`` = the compute dtype; ``int8`` (per output row, CPU) beside the float formats."""
+    """``weight_dtype``: ``auto`` = the compute dtype; ``int8`` (scales per 32 weights of a row, CPU) beside the float formats."""
     if name == "auto":
         return compute
     return torch.int8 if name == "int8" else resolve_dtype(name, device, "weight_dtype")

@@ -11,7 +11,7 @@ Up to eight rows (decode steps of up to eight sequences, batch 1 among them) go 
 runs: it reads the weight at nearly the machine's DRAM rate, where oneDNN's small-batch products read it at half.
 That needs the row-major weight as well, so a packed layer keeps both (for a tied LM head the embedding table is that
 copy already): on a CPU the weights take twice their size, ~1 GB for SmolLM2-135M, for ~1.3-2x faster decode steps
-of one to eight sequences.
+of one to eight sequences (int8 weights: the fp32 packed copy plus int8 rows, 1.25x fp32's size).
 
 With ``weight_dtype=torch.bfloat16`` under fp32 compute (``weight_dtype: bfloat16``) a layer stores its weight as bf16:
 half the bytes to stream, and oneDNN's bf16 products (AVX512-BF16) run ~1.6-2x faster than fp32 ones here. Each
@@ -20,16 +20,23 @@ before it is widened to fp32; up to eight rows instead stream the bf16 rows into
 exact up to fp32 sums. Lossy (bf16 keeps 8 bits of mantissa): an option whose quality
 ``bench --suite peers`` measures, never the reference path.
 
-With ``weight_dtype=torch.int8`` (``weight_dtype: int8``) the weight is quantized per output row (``quantize_rows``):
-up to eight rows stream the int8 rows (a quarter of fp32's bytes: batch-1 decode reads that much less), and more rows
-run oneDNN's fp32 product over the very values the int8 rows stand for (integer times its row's scale), so a request
-gets the same weights whatever its batch: only fp32 sums differ. Lossy like bf16, measured the same way.
+With ``weight_dtype=torch.int8`` (``weight_dtype: int8``) the weight is quantized in groups of 32 along each row
+(``quantize_int8``): up to eight rows stream the int8 rows (0.28 of fp32's bytes: batch-1 decode reads that much less),
+and more rows run oneDNN's fp32 product over the very values the int8 rows stand for (integer times its group's
+scale), so a request gets the same weights whatever its batch: only fp32 sums differ. Lossy like bf16, measured the
+same way.
 """
 
 import torch
 from torch import nn
 
-from oxygen_ros.kernels.cpu_matvec import STREAMED_MAX_INPUTS, can_stream, matvec_kernel, quantize_rows
+from oxygen_ros.kernels.cpu_matvec import (
+    STREAMED_MAX_INPUTS,
+    can_stream,
+    dequantize_int8,
+    matvec_kernel,
+    quantize_int8,
+)
 
 BATCH_HINT = 32  # rows oneDNN tunes the layout for; measured as good from 1 to 512 rows
 
@@ -53,10 +60,10 @@ class PackedLinear(nn.Module):
                  weight_dtype: torch.dtype | None = None) -> None:  # fmt: skip
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        self.scales: torch.Tensor | None = None  # int8 rows' scales, one per output row
+        self.scales: torch.Tensor | None = None  # int8 rows' group scales
         if weight_dtype == torch.int8:
-            stored, self.scales = quantize_rows(weight)
-            packed = stored.float() * self.scales[:, None]  # what the int8 rows stand for, for oneDNN's product
+            stored, self.scales = quantize_int8(weight)
+            packed = dequantize_int8(stored, self.scales)  # what the int8 rows stand for, for oneDNN's product
         else:
             stored = packed = weight.detach().to(weight_dtype or weight.dtype).contiguous()
         self.packed = torch.ops.mkldnn._reorder_linear_weight(packed, BATCH_HINT)

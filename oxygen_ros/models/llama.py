@@ -168,7 +168,7 @@ class LlamaModel(nn.Module):
 
 
 def _row_scales(layer: LlamaDecoderLayer) -> tuple[torch.Tensor, ...] | None:
-    """The int8 row scales of a packed layer's (qkv, o, gate_up, down), or None for other formats."""
+    """The int8 group scales of a packed layer's (qkv, o, gate_up, down), or None for other formats."""
     projections = (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
     scales = tuple(p.scales for p in projections)
     return None if any(s is None for s in scales) else scales

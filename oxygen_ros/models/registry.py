@@ -72,7 +72,7 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 
 
 def _check_weight_dtype(name: str, device: torch.device, dtype: torch.dtype, weight_dtype: torch.dtype) -> None:
     """A stored weight format apart from the compute dtype exists for two cases, language models (or a VLM's decoder)
-    under fp32 compute on a CPU: bf16 projections through oneDNN's packed products, and int8 ones (per output row)
+    under fp32 compute on a CPU: bf16 projections through oneDNN's packed products, and int8 ones (a scale per 32 weights)
     through the C products."""
     path = Path(name).expanduser()
     if name in VLA_MODELS or ((path / "config.json").is_file() and (_is_pi0(path) or _is_pi05(path))):
@@ -84,9 +84,9 @@ def _check_weight_dtype(name: str, device: torch.device, dtype: torch.dtype, wei
     if weight_dtype == torch.bfloat16 and not can_pack_bf16(device):
         raise EngineError(ErrorCode.FAILED_PRECONDITION, f"weight_dtype bfloat16 under float32 compute runs on a CPU "
                           f"whose oneDNN computes bf16 products (AVX-512); not on {device} here")  # fmt: skip
-    if weight_dtype == torch.int8 and (device.type != "cpu" or matvec_kernel() is None):
+    if weight_dtype == torch.int8 and (not can_pack(device, torch.float32) or matvec_kernel() is None):
         raise EngineError(ErrorCode.FAILED_PRECONDITION, f"weight_dtype int8 runs on a CPU with the C kernels built "
-                          f"(AVX-512, AVX2 or NEON and a C compiler, cpu_kernels on); not on {device} here")  # fmt: skip
+                          f"(AVX-512, AVX2 or NEON and a C compiler, cpu_kernels on) and oneDNN; not on {device} here")  # fmt: skip
 
 
 def _load_vla(name: str, device: torch.device, dtype: torch.dtype, seed: int) -> ModelBundle:

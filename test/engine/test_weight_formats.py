@@ -1,5 +1,5 @@
 """``weight_dtype: bfloat16`` and ``int8`` under fp32 compute: the real SmolLM2 with bf16 layer projections (the LM head
-stays fp32) or int8 ones (per output row, the LM head too) must keep transformers' fp32 predictions (teacher-forced
+stays fp32) or int8 ones (a scale per 32 weights, the LM head too) must keep transformers' fp32 predictions (teacher-forced
 next tokens over a scene text and the questions of the token tests), serve the engine's batched and batch-1 paths, and
 be refused where they do not apply, naming the field."""
 
@@ -7,6 +7,7 @@ import pytest
 import torch
 from engine_helpers import make_engine
 from hf_reference import hf_smollm2
+from transformers import AutoModelForCausalLM, LlamaConfig
 
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.device import resolve_weight_dtype
@@ -58,7 +59,7 @@ def test_stored_weights_keep_transformers_predictions(bundle, smollm2_bundle):
         assert layer.stored_dtype == torch.bfloat16 and head.stored_dtype == torch.float32
     else:  # int8 rows for the one-row products, the head too; oneDNN's fp32 product over the values they stand for
         assert layer.rows.dtype == head.rows.dtype == torch.int8 and layer.stored_dtype == torch.float32
-        assert layer.streamed_bytes == layer.out_features * (layer.in_features + 4)  # a quarter of fp32's, + scales
+        assert layer.streamed_bytes == layer.out_features * layer.in_features * 9 // 8  # a byte + 4 / 32 a weight
     ours = _teacher_forced_logits(bundle.model, ids)
     fp32 = _teacher_forced_logits(smollm2_bundle.model, ids)
     assert (fp32.argmax(-1) == reference.argmax(-1)).float().mean() == 1.0  # the reference path: the same tokens
@@ -104,3 +105,49 @@ def test_int8_weights_under_bf16_compute_are_refused():
     with pytest.raises(EngineError) as err:
         load_model("smollm2-135m", CPU, torch.bfloat16, weight_dtype=torch.int8)
     assert err.value.code == ErrorCode.INVALID_ARGUMENT and "under float32 compute" in err.value.message
+
+
+@pytest.fixture(scope="module")
+def fp32_folder(smollm2_bundle, tmp_path_factory):
+    """A random Llama saved by transformers in fp32: weights that were never quantized (SmolLM2's bundled fp32 weights
+    are a dequantized Q4_1 file, which flatters any lossy format that lands near its grid)."""
+    folder = tmp_path_factory.mktemp("fp32_llama")
+    tokenizer = smollm2_bundle.tokenizer
+    config = LlamaConfig(vocab_size=49152, hidden_size=256, intermediate_size=640, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_ids[0], pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    with torch.random.fork_rng():
+        torch.manual_seed(11)
+        model = AutoModelForCausalLM.from_config(config).eval()
+        with torch.no_grad():  # std 0.02 leaves near-ties everywhere: weights that matter
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.normal_(1.0, 0.1)
+                else:
+                    p.normal_(std=1.0 if "embed" in name else 0.1)
+    model.save_pretrained(folder)
+    tokenizer.save_hf(folder)
+    return folder, model
+
+
+@pytest.mark.parametrize("weight_dtype", FORMATS, ids=["bf16", "int8"])
+def test_on_weights_never_quantized_the_loss_is_bounded_and_measured(fp32_folder, smollm2_bundle, weight_dtype):
+    """Teacher-forced over a scene text, against transformers' fp32 model on its own fp32 weights: next-token top-1
+    agreement and KL (nats/token) per format, printed; the fp32 path is the reference's, the stored formats within the
+    bounds measured here with margin. This random model amplifies a weight's error far more than SmolLM2 does
+    (measured 2026-12-04, 126 tokens: bf16 top-1 0.93 / KL 1.5e-2, int8 0.90 / 4.9e-2, where SmolLM2's int8 gives KL
+    ~1e-3): the point is a bounded loss on weights no quantizer has touched, and int8 within a few times bf16's."""
+    folder, reference_model = fp32_folder
+    ids = smollm2_bundle.tokenizer.encode(TEXT + " " + " ".join(PROMPTS))
+    with torch.inference_mode():
+        reference = reference_model(torch.tensor([ids])).logits[0].float()
+    bounds = {torch.bfloat16: (0.88, 0.04), torch.int8: (0.82, 0.1)}[weight_dtype]
+    for stored, (least_top1, most_kl) in ((None, (1.0, 1e-6)), (weight_dtype, bounds)):
+        bundle = load_model(str(folder), CPU, torch.float32, weight_dtype=stored)
+        ours = _teacher_forced_logits(bundle.model, ids)
+        top1 = (ours.argmax(-1) == reference.argmax(-1)).float().mean().item()
+        kl = torch.nn.functional.kl_div(ours.log_softmax(-1), reference.log_softmax(-1), log_target=True,
+                                        reduction="batchmean").item()  # fmt: skip
+        print(f"{stored or 'fp32'}: teacher-forced top-1 {top1:.4f}, KL {kl:.2e} over {len(ids)} tokens")
+        assert top1 >= least_top1 and kl <= most_kl, (stored, top1, kl)

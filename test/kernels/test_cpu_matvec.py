@@ -1,6 +1,6 @@
 """The streamed matrix-vector product (decode steps of one to eight sequences on a CPU) against fp64 torch, over shapes
 that end inside an eight-row block and inside a 16-float vector, one to eight input rows, with fp32, bf16 and int8
-weights (per output row), and the packed layer's choice between it and oneDNN, including bf16 and int8 weights under
+weights (a scale per 32 weights of a row), and the packed layer's choice between it and oneDNN, including bf16 and int8 weights under
 fp32 compute."""
 
 import pytest
@@ -112,52 +112,56 @@ def test_packed_layer_with_bf16_weights_under_fp32_compute():
         assert (out.double() - bias.double() - exact).abs().max() > 0  # it is the lossy product, not fp32's
 
 
-def test_quantize_rows_is_per_output_row_absmax():
+def test_quantize_int8_takes_each_group_of_32_by_its_absmax():
     gen = torch.Generator().manual_seed(5)
-    weight = torch.randn(9, 70, generator=gen) * torch.logspace(-3, 1, 9)[:, None]  # rows of very different sizes
-    weight[4] = 0.0
-    rows, scales = cpu_matvec.quantize_rows(weight)
-    assert rows.dtype == torch.int8 and scales.dtype == torch.float32 and scales.shape == (9,)
-    live = torch.arange(9) != 4
-    torch.testing.assert_close(scales[live], weight[live].abs().amax(1) / 127)
-    assert rows[live].abs().amax(1).tolist() == [127] * 8 and scales[4] == 1 and not rows[4].any()
-    error = (rows.float() * scales[:, None] - weight).abs()
-    assert (error <= scales[:, None] / 2 * (1 + 1e-6)).all()  # round to nearest: half a step at most
+    weight = torch.randn(3, 70, generator=gen) * torch.logspace(-3, 1, 70)  # groups of very different sizes
+    weight[1, 32:64] = 0.0
+    rows, scales = cpu_matvec.quantize_int8(weight)
+    assert rows.dtype == torch.int8 and rows.shape == (3, 70) and scales.dtype == torch.float32
+    assert scales.shape == (3, 3)  # 32 + 32 + a partial group of 6
+    groups = [weight[:, 0:32], weight[:, 32:64], weight[:, 64:70]]
+    expected = torch.stack([g.abs().amax(1) / 127 for g in groups], dim=1)
+    expected[1, 1] = 1.0  # an all-zero group: scale 1, integers 0
+    torch.testing.assert_close(scales, expected)
+    assert not rows[1, 32:64].any() and rows[0, 0:32].abs().max() == 127
+    values = cpu_matvec.dequantize_int8(rows, scales)
+    step = scales.repeat_interleave(32, dim=1)[:, :70]
+    assert ((values - weight).abs() <= step / 2 * (1 + 1e-6)).all()  # round to nearest: half a step at most
 
 
 @needs_kernel
 @pytest.mark.parametrize("m", [1, 3, 8])
 @pytest.mark.parametrize("n,k", [(7, 5), (37, 50), (960, 576), (3, 1001)])
-def test_matvec_of_int8_rows_equals_fp64_of_the_values_they_stand_for(m, n, k):
+def test_matvec_of_int8_groups_equals_fp64_of_the_values_they_stand_for(m, n, k):
     gen = torch.Generator().manual_seed(m * 100_000 + n * 1000 + k)
-    rows, scales = cpu_matvec.quantize_rows(torch.randn(n, k, generator=gen))
+    rows, scales = cpu_matvec.quantize_int8(torch.randn(n, k, generator=gen))
     x = torch.randn(m, k, generator=gen)
     out = matvec(rows, x, scales)
     assert out.shape == (m, n) and out.dtype == torch.float32
-    reference = x.double() @ (rows.double() * scales.double()[:, None]).T
+    reference = x.double() @ cpu_matvec.dequantize_int8(rows, scales).double().T
     torch.testing.assert_close(out.double(), reference, atol=1e-5 * k**0.5, rtol=0)
 
 
 @needs_kernel
 def test_matvec_refuses_int8_rows_without_their_scales_and_scales_elsewhere():
-    rows, scales = cpu_matvec.quantize_rows(torch.randn(16, 32))
-    for weight, given in ((rows, None), (rows, scales[:8]), (rows, scales.double()), (rows.float(), scales)):
+    rows, scales = cpu_matvec.quantize_int8(torch.randn(16, 64))
+    for weight, given in ((rows, None), (rows, scales[:8]), (rows, scales[:, :1].contiguous()), (rows, scales.double()),
+                          (rows.float(), scales)):  # fmt: skip
         with pytest.raises(ValueError, match="int8 weights take fp32 scales"):
-            matvec(weight, torch.randn(32), given)
+            matvec(weight, torch.randn(64), given)
 
 
 @needs_kernel
 @pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="oneDNN packing is unavailable")
 def test_packed_layer_with_int8_weights_is_the_same_weights_at_every_batch():
     """Up to eight rows stream the int8 rows; more run oneDNN's fp32 product over the values those rows stand for: the
-    same weights either way (only fp32 sums differ), a quarter of fp32's bytes streamed, and lossy against fp32."""
+    same weights either way (only fp32 sums differ), 9/32 of fp32's bytes streamed, and lossy against fp32."""
     gen = torch.Generator().manual_seed(2)
     weight, bias = torch.randn(960, 576, generator=gen), torch.randn(960, generator=gen)
     layer = PackedLinear(weight, bias, weight_dtype=torch.int8)
     assert layer.rows.dtype == torch.int8 and layer.stored_dtype == torch.float32
-    assert layer.streamed_bytes == 960 * 576 + 4 * 960
-    rows, scales = cpu_matvec.quantize_rows(weight)
-    values = rows.double() * scales.double()[:, None]
+    assert layer.streamed_bytes == 960 * 576 + 4 * 960 * 576 // 32
+    values = cpu_matvec.dequantize_int8(*cpu_matvec.quantize_int8(weight)).double()
     with torch.inference_mode():
         for count in (1, 5, 8, 9, 40):
             x = torch.randn(count, 576, generator=gen)

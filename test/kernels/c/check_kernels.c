@@ -53,7 +53,7 @@ static void expect_close(const char* what, const float* got, const double* want,
 
 static const char* const FORMAT_NAMES[] = {"fp32", "bf16", "int8"};
 
-/* Rows of `format` with the fp32 values they stand for in `values` (int8: integer times its row's scale). */
+/* Rows of `format` with the fp32 values they stand for in `values` (int8: integer times its group's scale). */
 static const void* weights_of(int format, int64_t n, int64_t k, float* values, float** scales) {
   *scales = NULL;
   if (format == WEIGHTS_F32) return values;
@@ -67,17 +67,20 @@ static const void* weights_of(int format, int64_t n, int64_t k, float* values, f
     }
     return rows;
   }
+  const int64_t groups = (k + I8_GROUP - 1) / I8_GROUP;
   int8_t* rows = malloc((size_t)(n * k));
-  *scales = malloc((size_t)n * sizeof(float));
-  for (int64_t r = 0; r < n; ++r) { /* each row quantized by its absmax, as the engine does */
-    float top = 0.0f;
-    for (int64_t j = 0; j < k; ++j) top = fmaxf(top, fabsf(values[r * k + j]));
-    (*scales)[r] = top > 0.0f ? top / 127.0f : 1.0f;
-    for (int64_t j = 0; j < k; ++j) {
-      rows[r * k + j] = (int8_t)lrintf(values[r * k + j] / (*scales)[r]);
-      values[r * k + j] = rows[r * k + j] * (*scales)[r];
+  *scales = malloc((size_t)(n * groups) * sizeof(float));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t g = 0; g < groups; ++g) { /* each group of a row quantized by its absmax, as the engine does */
+      const int64_t j0 = g * I8_GROUP, j1 = j0 + I8_GROUP < k ? j0 + I8_GROUP : k;
+      float top = 0.0f, *scale = *scales + r * groups + g;
+      for (int64_t j = j0; j < j1; ++j) top = fmaxf(top, fabsf(values[r * k + j]));
+      *scale = top > 0.0f ? top / 127.0f : 1.0f;
+      for (int64_t j = j0; j < j1; ++j) {
+        rows[r * k + j] = (int8_t)lrintf(values[r * k + j] / *scale);
+        values[r * k + j] = rows[r * k + j] * *scale;
+      }
     }
-  }
   return rows;
 }
 
