@@ -35,3 +35,18 @@ def hf_greedy(
         pad_token_id=tokenizer.pad_token_id,
     )
     return output[0, len(prompt_ids) :].tolist()
+
+
+def random_causal_lm(config, seed: int, std: float) -> PreTrainedModel:
+    """transformers' own model class for ``config`` with seeded random weights that matter: norms ~N(1, 0.1),
+    embeddings ~N(0, 1), every other weight ~N(0, ``std``) (its default 0.02 would leave near-ties in the logits)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config).eval()
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.normal_(1.0, 0.1)
+                else:
+                    p.normal_(std=1.0 if "embed" in name else std)
+    return model

@@ -16,7 +16,7 @@ import pytest
 import torch
 from engine_helpers import make_engine
 from gguf_files import Shape, write_gguf
-from hf_reference import hf_greedy
+from hf_reference import hf_greedy, random_causal_lm
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, SmolLM3Config
 
@@ -55,15 +55,7 @@ def _save(folder, kind: str, tokenizer, **overrides) -> None:
     tokens = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_ids[0],
               "pad_token_id": tokenizer.pad_token_id}  # fmt: skip
     config = config_class(**SHAPES, **tokens, **(extra | overrides))
-    with torch.random.fork_rng():
-        torch.manual_seed(7)
-        model = AutoModelForCausalLM.from_config(config).eval()
-        with torch.no_grad():  # std 0.02 would leave near-ties in the logits: every weight matters at 0.1-0.5
-            for name, p in model.named_parameters():
-                if "norm" in name:
-                    p.normal_(1.0, 0.1)
-                else:
-                    p.normal_(std=1.0 if "embed" in name else 0.2)
+    model = random_causal_lm(config, seed=7, std=0.2)
     model.save_pretrained(folder)
     tokenizer.save_hf(folder)
 

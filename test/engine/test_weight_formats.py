@@ -6,8 +6,8 @@ be refused where they do not apply, naming the field."""
 import pytest
 import torch
 from engine_helpers import make_engine
-from hf_reference import hf_smollm2
-from transformers import AutoModelForCausalLM, LlamaConfig
+from hf_reference import hf_smollm2, random_causal_lm
+from transformers import LlamaConfig
 
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.device import resolve_weight_dtype
@@ -117,15 +117,7 @@ def fp32_folder(smollm2_bundle, tmp_path_factory):
                          num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
                          tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_ids[0], pad_token_id=tokenizer.pad_token_id)  # fmt: skip
-    with torch.random.fork_rng():
-        torch.manual_seed(11)
-        model = AutoModelForCausalLM.from_config(config).eval()
-        with torch.no_grad():  # std 0.02 leaves near-ties everywhere: weights that matter
-            for name, p in model.named_parameters():
-                if "norm" in name:
-                    p.normal_(1.0, 0.1)
-                else:
-                    p.normal_(std=1.0 if "embed" in name else 0.1)
+    model = random_causal_lm(config, seed=11, std=0.1)
     model.save_pretrained(folder)
     tokenizer.save_hf(folder)
     return folder, model
