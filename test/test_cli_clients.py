@@ -2,6 +2,7 @@
 (`oxygen-ros up`'s Graph, here in-process on this session's domain: the inference node with SmolLM2, camera_sim and
 the three task nodes), and a clear one-line failure with exit status 69 within seconds when no graph is running."""
 
+import argparse
 import os
 import re
 import select
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from oxygen_ros.bringup import Graph
+from oxygen_ros.cli.options import namespace
 from oxygen_ros.cli.stats import format_stats
 from oxygen_ros.srv import GetPoolStats
 from rclpy.node import Node
@@ -25,6 +27,9 @@ NOT_RUNNING = {
     ("navigate", "--x", "1", "--y", "2"): "/navigate action server",
     ("stats",): "/oxygen/get_pool_stats service",
     ("stats", "--namespace", "robot7"): "/robot7/oxygen/get_pool_stats service",  # a namespaced robot's
+    ("ask", "hi", "--namespace", "robot7"): "/robot7/vqa/ask action server",
+    ("instruct", "go", "--namespace", "/robot7/"): "/robot7/follow_instruction action server",
+    ("navigate", "--x", "1", "--y", "2", "--namespace", "robot7"): "/robot7/navigate action server",
 }
 
 
@@ -61,6 +66,16 @@ def test_every_client_says_when_no_graph_is_running():
     assert elapsed < 30, f"{len(procs)} clients took {elapsed:.0f} s to give up"
 
 
+def test_a_namespace_is_written_as_ros_writes_it_or_refused_by_name():
+    assert [namespace(ns) for ns in ("", "/", " robot1 ", "/robot1/", "fleet/robot_2")] == [
+        "", "", "/robot1", "/robot1", "/fleet/robot_2"]  # fmt: skip
+    for bad in ("robot-1", "1robot", "fleet//robot1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not a ROS name token"):
+            namespace(bad)
+    result = oxygen_ros("ask", "hi", "--namespace", "robot-1", "--timeout", "1")
+    assert result.returncode == 2 and "namespace 'robot-1'" in result.stderr, result.stderr
+
+
 @pytest.fixture(scope="module")
 def graph(ros_domain_id):
     with Graph(overrides={"kv_cache_bytes": 64 << 20}, domain_id=ros_domain_id) as graph:
@@ -74,7 +89,8 @@ def test_ask_prints_the_answer_reuse_and_latency(graph):
     *lines, stats = result.stdout.strip().splitlines()  # the answer (streamed; it may span lines), then the stats
     answer = "\n".join(lines)
     assert re.search(r"triangle|circle|star|square|pentagon", answer), answer  # read from the describer's text
-    match = re.fullmatch(r"\((\d+) prompt tokens reused from the shared pool, (\d+) ms\)", stats)
+    match = re.fullmatch(r"\(about observation obs-[0-9a-f]{16}, (\d+) prompt tokens reused from the shared pool, "
+                         r"(\d+) ms\)", stats)  # fmt: skip
     assert match and int(match[2]) > 0, stats
 
 

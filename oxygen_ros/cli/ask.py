@@ -59,5 +59,6 @@ def _ask(client, args: argparse.Namespace) -> int:
         return EXIT_CANCELLED
     if not result.success:
         return failed(result.error_code, result.message)
-    print(f"({result.reused_prefix_tokens} prompt tokens reused from the shared pool, {result.latency_ms:.0f} ms)")
+    about = f"about observation {result.observation_id}, " if result.observation_id else ""
+    print(f"({about}{result.reused_prefix_tokens} prompt tokens reused from the shared pool, {result.latency_ms:.0f} ms)")
     return 0

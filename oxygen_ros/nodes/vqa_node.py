@@ -119,7 +119,8 @@ class VqaNode(Node):
             else:
                 out = await self._infer.ask_about(infer, self.frame, on_text)
         target.success, target.error_code, target.message = out.success, out.error_code, out.message
-        target.answer, target.reused_prefix_tokens = out.text.strip(), out.reused_prefix_tokens
+        target.answer, target.observation_id = out.text.strip(), out.observation_id
+        target.reused_prefix_tokens = out.reused_prefix_tokens
         target.reused_image_tokens = out.reused_image_tokens
         target.latency_ms = (time.perf_counter() - start) * 1e3
         return target

@@ -1,7 +1,8 @@
 """Remote inference: the camera's frames cross the network once, compressed, and requests name them by id. Measured
 here: the bytes of one frame each way and of one request each way (CDR, as DDS sends them); and through real rclpy
 nodes and the real SmolLM2, an inference node and a VQA node on `camera/image_raw/compressed` agree on a frame's id
-(the hash of its compressed bytes), the VQA node sends no pixels, and its question is answered about that frame."""
+(the hash of its compressed bytes), the VQA node sends no pixels, and its question, naming that frame or none (the
+VQA node then names its newest by id), is answered about that frame."""
 
 import cv2
 import pytest
@@ -67,5 +68,8 @@ def test_a_compressed_frame_is_named_alike_and_asked_about_by_id(remote):
     answer = call_service(graph.client, AskQuestion, "/vqa/ask", AskQuestion.Request(
         question="What is on the table?", observation_id=frame_id, max_new_tokens=8), MODEL_TIMEOUT)  # fmt: skip
     assert answer.success and answer.answer, answer.message
+    newest = call_service(graph.client, AskQuestion, "/vqa/ask", AskQuestion.Request(
+        question="What is on the table?", max_new_tokens=8), MODEL_TIMEOUT)  # the VQA node's newest frame, by id
+    assert newest.success and newest.observation_id == frame_id, (newest.message, newest.observation_id)
     seen = infer(graph.client, "What is on the table?", observation_id=frame_id, max_new_tokens=2)
     assert seen.success and seen.observation_id == frame_id

@@ -1,23 +1,23 @@
 """The robot bringup (no simulator) through real rclpy nodes and the real SmolLM2: nothing of ours publishes
 odometry, TF or camera frames; the task nodes answer from frames the test publishes on the camera topic; two robots
 (robot1, robot2) of task nodes share one inference node, each answered, their KV usage reported per task under
-their own names; parameters carry types, ranges and read-only flags, and an out-of-range or read-once set is
+their own names, each answer about its own robot's newest frame (the service and the streaming action); parameters carry types, ranges and read-only flags, and an out-of-range or read-once set is
 refused with a reason."""
 
-import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from inference_client import MODEL_TIMEOUT, Capture, wait_for_observation
 from oxygen_ros.msg import KvPoolStats
+from oxygen_ros.action import AskQuestion as AskQuestionAction
 from oxygen_ros.srv import AskQuestion
 from rcl_interfaces.msg import ParameterType
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
-from ros_harness import call_service, make_context, spin_nodes, wait_until
+from ros_harness import call_service, make_context, send_goal, spin_nodes, wait_until
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from task_graph import INFERENCE
@@ -30,7 +30,8 @@ from oxygen_ros.nodes.vqa_node import VqaNode
 from oxygen_ros.observations import content_id
 
 ROBOTS = ("robot1", "robot2")
-FRAME = np.full((48, 64, 3), (200, 30, 30), dtype=np.uint8)  # a red wall
+FRAMES = {ns: np.full((48, 64, 3), colour, dtype=np.uint8) for ns, colour in
+          (("", (200, 30, 30)), ("robot1", (30, 200, 30)), ("robot2", (30, 30, 200)))}  # a wall per camera  # fmt: skip
 QUESTION = AskQuestion.Request(question="What colour is the wall?", max_new_tokens=24)
 
 
@@ -49,7 +50,8 @@ def robot(ros_domain_id):
             assert inference.trigger_activate() == TransitionCallbackReturn.SUCCESS
             cameras = {ns: client.create_publisher(Image, camera_topic(ns), qos_profile_sensor_data)
                        for ns in ("", *ROBOTS)}  # fmt: skip
-            yield {"client": client, "cameras": cameras, "shared": shared, "navigation": navigation}
+            yield {"client": client, "cameras": cameras, "shared": shared, "navigation": navigation,
+                   "inference": inference}  # fmt: skip
     finally:
         context.try_shutdown()
 
@@ -59,7 +61,7 @@ def camera_topic(ns: str) -> str:
 
 
 def publish_until(robot, ns: str, done) -> None:
-    image = rgb_to_image(FRAME, Header(frame_id="camera_optical_frame"))
+    image = rgb_to_image(FRAMES[ns], Header(frame_id="camera_optical_frame"))
     wait_until(lambda: robot["cameras"][ns].publish(image) or done(), 10.0, f"frames on {ns or '/'} camera")
 
 
@@ -73,9 +75,9 @@ def test_nothing_publishes_odometry_tf_or_camera_frames(robot):
 
 def test_the_task_nodes_answer_from_frames_on_the_camera_topic(robot):
     client = robot["client"]
-    frame_id = content_id("", [FRAME], [])
+    frame_id = content_id("", [FRAMES[""]], [])
     for _ in range(50):  # sensor-data QoS is best effort: publish until the inference node has the frame
-        robot["cameras"][""].publish(rgb_to_image(FRAME, Header()))
+        robot["cameras"][""].publish(rgb_to_image(FRAMES[""], Header()))
         try:
             wait_for_observation(client, frame_id, timeout=0.2)
             break
@@ -89,8 +91,11 @@ def test_the_task_nodes_answer_from_frames_on_the_camera_topic(robot):
 
 def test_two_robots_share_one_inference_node_and_their_kv_is_reported_per_task(robot):
     client = robot["client"]
-    for ns in ROBOTS:
-        publish_until(robot, ns, lambda ns=ns: math.isfinite(robot["shared"][ns].frame.age()))
+    inference = robot["inference"]
+    ids = {ns: content_id("", [FRAMES[ns]], []) for ns in ROBOTS}
+    for ns in ROBOTS:  # each robot's task node and the inference node have that robot's frame
+        publish_until(robot, ns, lambda ns=ns: robot["shared"][ns].frame.observation_id() == ids[ns]
+                      and inference.held_observations(ns) > 0)  # fmt: skip
     stats = Capture(client, KvPoolStats, "/oxygen/pool_stats", 100)
     with ThreadPoolExecutor(len(ROBOTS)) as pool:
         asked = {ns: pool.submit(call_service, client, AskQuestion, f"/{ns}/vqa/ask", QUESTION, MODEL_TIMEOUT)
@@ -98,6 +103,10 @@ def test_two_robots_share_one_inference_node_and_their_kv_is_reported_per_task(r
         answers = {ns: future.result() for ns, future in asked.items()}
     for ns, out in answers.items():
         assert out.success and out.answer, (ns, out.message)
+        assert out.observation_id == ids[ns], (ns, out.observation_id, ids)  # its own robot's frame, never another's
+    goal = AskQuestionAction.Goal(question="What colour is the wall?", max_new_tokens=8)
+    streamed = send_goal(client, AskQuestionAction, "/robot2/vqa/ask", goal, MODEL_TIMEOUT).result(MODEL_TIMEOUT).result
+    assert streamed.success and streamed.observation_id == ids["robot2"], (streamed.message, streamed.observation_id)
     seen = {usage.task_id for msg in stats.messages for usage in msg.tasks}
     for ns in ROBOTS:
         assert any(task.startswith(f"/{ns}/vqa_node/") for task in seen), (ns, seen)
