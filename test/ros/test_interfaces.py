@@ -30,10 +30,10 @@ CONTRACT = {
     Infer.Response: "success:boolean error_code:string message:string text:string actions:oxygen_ros/ActionChunk "
     "prompt_tokens:uint32 reused_prefix_tokens:uint32 generated_tokens:uint32 queue_ms:float latency_ms:float",
     AskQuestion.Request: "question:string observation_id:string max_new_tokens:uint32",
-    AskQuestion.Response: "success:boolean error_code:string message:string answer:string "
+    AskQuestion.Response: "success:boolean error_code:string message:string answer:string observation_id:string "
     "reused_prefix_tokens:uint32 latency_ms:float",
     AskQuestionAction.Goal: "question:string observation_id:string max_new_tokens:uint32",
-    AskQuestionAction.Result: "success:boolean error_code:string message:string answer:string "
+    AskQuestionAction.Result: "success:boolean error_code:string message:string answer:string observation_id:string "
     "reused_prefix_tokens:uint32 reused_image_tokens:uint32 latency_ms:float",
     AskQuestionAction.Feedback: "text:string generated_tokens:uint32",
     GetPoolStats.Request: "",
