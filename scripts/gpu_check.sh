@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# GPU check of the KV kernels, under 5 minutes on a CUDA machine:
+# GPU check of the KV kernels and the engine on them, under 8 minutes on a CUDA machine:
 #   1. test/kernels with the Triton kernels COMPILED (TRITON_INTERPRET unset; conftest then runs them on CUDA tensors),
 #      which includes a mixed-format pool's layer operations and the tier moves between host and GPU (side stream);
 #   2. the paged-decode micro-benchmark per KV format vs torch SDPA on gathered contiguous KV (`bench --suite kernels`),
-#      printing time ratios (ours / SDPA) and errors; the full result goes to $RESULT (default gpu_check_kernels.json).
-# Runs from the source tree (PYTHONPATH), so it needs only torch with CUDA, triton, pytest and hypothesis in $PYTHON.
+#      printing time ratios (ours / SDPA) and errors; the full result goes to $RESULT (default gpu_check_kernels.json);
+#   3. the engine end to end (`bench --suite device`): a pi05-random-full action chunk's latency (three cameras) and a
+#      batched decode at SmolLM2-135M's shape at batch 1, 8 and 32 (tokens/s); random weights and a byte-level
+#      tokenizer, so no model file is needed; the result goes to $DEVICE_RESULT (default gpu_check_device.json).
+# Runs from the source tree (PYTHONPATH), so it needs torch with CUDA, triton, numpy, tokenizers, jinja2, gguf, tqdm,
+# pytest and hypothesis in $PYTHON (no ROS, nothing installed from this repository).
 # Without CUDA it says so and exits 2 at once: on CPU the kernel tests run interpreted through `make test` instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 RESULT=${RESULT:-gpu_check_kernels.json}
+DEVICE_RESULT=${DEVICE_RESULT:-gpu_check_device.json}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 unset TRITON_INTERPRET OXYGEN_KERNELS
 
@@ -32,4 +37,8 @@ echo "gpu_check: kernel tests compiled, $((SECONDS - start)) s"
 
 timeout 90 "$PYTHON" -c 'import sys; from oxygen_ros.cli.main import main; sys.exit(main(sys.argv[1:]))' \
     bench --suite kernels --json "$RESULT"
+echo "gpu_check: kernels benchmark done, $((SECONDS - start)) s"
+
+timeout 180 "$PYTHON" -c 'import sys; from oxygen_ros.cli.main import main; sys.exit(main(sys.argv[1:]))' \
+    bench --suite device --json "$DEVICE_RESULT"
 echo "gpu_check: done in $((SECONDS - start)) s"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 SUITES = {
     "causal": "oxygen_ros.bench.causal_suite",
+    "device": "oxygen_ros.bench.device_suite",
     "engine": "oxygen_ros.bench.engine_suite",
     "kernels": "oxygen_ros.bench.kernel_suite",
     "multitask": "oxygen_ros.bench.multitask_suite",

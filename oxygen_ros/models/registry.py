@@ -100,10 +100,11 @@ def _load_vla(name: str, device: torch.device, dtype: torch.dtype, seed: int) ->
         tokenizer = Tokenizer.from_gguf_metadata(GGUFReader(smollm2_gguf_path()))
     except FileNotFoundError as exc:
         raise EngineError(ErrorCode.NOT_FOUND, str(exc)) from exc
-    return _vla_bundle(build_random_pi05(name, device, dtype, seed), tokenizer, f"{name}@seed{seed}")
+    return vla_bundle(build_random_pi05(name, device, dtype, seed), tokenizer, f"{name}@seed{seed}")
 
 
-def _vla_bundle(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str) -> ModelBundle:
+def vla_bundle(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str) -> ModelBundle:
+    """A LeRobotPolicy (pi0 or pi0.5) as the engine serves it."""
     cfg = model.config
     return ModelBundle(
         model=model.eval(), tokenizer=tokenizer, model_id=model_id, num_layers=cfg.num_layers,
@@ -152,7 +153,7 @@ def _load_policy(folder: Path, device: torch.device, dtype: torch.dtype) -> Mode
         model, model_id = load(folder, config)
     except (ValueError, FileNotFoundError) as exc:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load model folder {folder}: {exc}") from exc
-    return _vla_bundle(model.to(device=device, dtype=dtype), tokenizer, model_id)
+    return vla_bundle(model.to(device=device, dtype=dtype), tokenizer, model_id)
 
 
 def _load_idefics3(folder: Path, device: torch.device, dtype: torch.dtype,
