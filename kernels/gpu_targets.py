@@ -21,6 +21,11 @@ MAX_TILE_TOKENS = 64  # tokens per loop iteration at small heads: wide for the i
 MIN_TILE_TOKENS = 16  # the smallest tl.dot operand
 ELEMENTS_PER_THREAD = 16  # K (or V) tile elements per thread of gather / write_kv: at 32 ptxas spills (``aot``)
 WARPS = (4, 8)
+# Registers per thread the decode kernel may use (PTX .maxnreg; 255 is every architecture's per-thread maximum).
+# Without it ptxas caps some launches by an occupancy heuristic at 64-80 registers and spills 12-44 B where their
+# neighbours take 90-110 (``aot``: pi0.5 int8 with the log-sum-exp alone on sm_90, a mixed pool's 8-token bf16 units
+# on sm_80); with it the same launches take 88-96 registers and spill nothing.
+MAX_REGISTERS = 255
 
 
 @dataclass(frozen=True)

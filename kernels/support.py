@@ -38,7 +38,7 @@ def format_support_error(
     gen = torch.Generator().manual_seed(0)
     k, v = (torch.randn(block_size, num_kv_heads, head_dim, generator=gen).to(device) for _ in range(2))
     q = torch.randn(1, group * num_kv_heads, head_dim, generator=gen).to(device, q_dtype)
-    table = torch.zeros(1, 1, dtype=torch.int32, device=device)
+    table = torch.zeros(1, 1, dtype=torch.long, device=device)  # the engine's tables: the probe builds its kernels
     lens = torch.full((1,), block_size, dtype=torch.int32, device=device)
     try:
         blocks = KVBlocks.allocate(spec, 1, block_size, num_kv_heads, head_dim, device)

@@ -39,7 +39,6 @@ from . import blocks, paged_decode, write_kv
 
 MODELS = {"SmolLM2": (9, 3, 64), "Llama 3 8B": (32, 8, 128), "pi0.5": (8, 1, 256)}  # heads, kv-heads, head_dim
 FORMATS = ("fp32", "fp16", "bf16", "int8", "fp8")
-BLOCK_SIZES = (16, 4)  # the default, and the narrowest unit of a mixed-format pool (fp32 next to int8)
 KERNELS: dict[str, JITFunction] = {"paged_decode": paged_decode._paged_decode_kernel,
                                    "gather": blocks._gather_kernel, "write_kv": write_kv._write_kv_kernel,
                                    "write_key_blocks": write_kv._write_key_blocks_kernel,
@@ -109,15 +108,34 @@ def _compute(fmt: str) -> torch.dtype:
     return {"fp32": torch.float32, "fp16": torch.float16}.get(fmt, torch.bfloat16)
 
 
-def _decode_variants(block_size: int) -> dict[str, dict[str, Any]]:
-    """The decode launches checked over a pool of ``block_size``: with the attention mass (the eviction policy's
-    steps) or neither, and over the int32 block tables of the engine's startup probe (which attends at the model's
-    shape on every start). A trial run also compiled the log-sum-exp alone, queries in the other compute dtype, 8-token
-    units and 16-entry tables: two of those spill (docs/benchmarks.md) and wait for their tiles."""
-    mass = {"block_mass": torch.zeros(2, 8)}
-    if block_size != 16:  # a mixed pool's units: its decode always returns the log-sum-exp and the mass
-        return {"+lse+mass": mass}
-    return {"": {}, "+lse+mass": mass, "+int32 tables": {"tables": torch.arange(8, dtype=torch.int32).repeat(2, 1)}}
+def _other_compute(fmt: str) -> torch.dtype:
+    """The other queries a pool of ``fmt`` may meet: bf16 over fp32 (a bf16 model's full-precision units in a mixed
+    pool), fp32 over anything narrower (an fp32 model)."""
+    return torch.bfloat16 if fmt == "fp32" else torch.float32
+
+
+def _unit_tokens(fmt: str) -> tuple[int, ...]:
+    """The block sizes ``fmt``'s view takes in a mixed pool of 16-token blocks: a unit holds as many bytes as the
+    narrowest format's block, so 16-bit codes beside one-byte ones are 8-token units and fp32 8 or 4."""
+    itemsize = KVQuantSpec.parse(fmt).storage_dtype.itemsize
+    return tuple(16 * narrow // itemsize for narrow in (1, 2, 4) if narrow <= itemsize and (narrow, itemsize) != (4, 4))
+
+
+def _decode_cases(fmt: str) -> dict[tuple[int, torch.dtype, bool, bool], str]:
+    """Every decode launch the engine can make over ``fmt`` for pools of 16-token blocks, as (block size, query
+    dtype, log-sum-exp, block mass) -> case label: a single-format pool attends with or without the mass (which
+    needs the log-sum-exp); a mixed pool's view always returns the log-sum-exp, with the mass on the eviction
+    policy's steps; queries in the pool's compute dtype or the other one. The block table's width is not
+    specialized (``do_not_specialize``), so one launch per case stands for every width."""
+    cases = {}
+    for q in (_compute(fmt), _other_compute(fmt)):
+        other = "" if q == _compute(fmt) else f" {str(q).removeprefix('torch.')} q"
+        cases[(16, q, False, False)] = f"bs16{other}"
+        for size in _unit_tokens(fmt):
+            cases[(size, q, True, False)] = f"bs{size}{other}+lse"
+            cases[(size, q, True, True)] = f"bs{size}{other}+lse+mass"
+        cases[(16, q, True, True)] = f"bs16{other}+lse+mass"
+    return cases
 
 
 def launches(limit: int) -> list[Launch]:
@@ -126,19 +144,18 @@ def launches(limit: int) -> list[Launch]:
     for model, (heads, kv_heads, head_dim) in MODELS.items():
         for fmt in FORMATS:
             dtype = _compute(fmt)
-            for block_size in BLOCK_SIZES:
+            for (block_size, q_dtype, lse, mass), case in _decode_cases(fmt).items():
                 pool = _pool(fmt, kv_heads, head_dim, block_size)
                 lens = torch.tensor([3 * block_size, 5 * block_size + 1])
-                q = torch.zeros(2, heads, head_dim, dtype=dtype)
-                for variant, extra in _decode_variants(block_size).items():
-                    tables = extra.pop("tables", torch.arange(8, dtype=torch.long).repeat(2, 1))  # the engine's int64
-                    with captured(limit) as calls:
-                        paged_decode.paged_decode_attention(q, pool, tables, lens, 0.125, **extra)
-                    out += [Launch(k, f"{model} {fmt} bs{block_size}{variant}", head_dim, a, kw) for k, a, kw in calls]
+                q = torch.zeros(2, heads, head_dim, dtype=q_dtype)
+                extra = {"lse": torch.empty(2, heads)} if lse else {}
+                extra |= {"block_mass": torch.zeros(2, 8)} if mass else {}
+                with captured(limit) as calls:
+                    paged_decode.paged_decode_attention(q, pool, torch.arange(8).repeat(2, 1), lens, 0.125, **extra)
+                out += [Launch(k, f"{model} {fmt} {case}", head_dim, a, kw) for k, a, kw in calls]
             pool = _pool(fmt, kv_heads, head_dim, 16)
             with captured(limit) as calls:
                 blocks.gather_kv(pool, torch.arange(4, dtype=torch.long)[None], 50, dtype)
-                blocks.gather_kv(pool, torch.zeros(1, 1, dtype=torch.int32), 16, dtype)  # the startup probe's
                 for tokens in (40, 1):  # a prefill chunk; one decode token (the JIT specializes an int equal to 1)
                     k = torch.zeros(tokens, kv_heads, head_dim, dtype=dtype)
                     write_kv.write_kv(pool, torch.arange(tokens, dtype=torch.long), k, k.clone(), all_stored=True)
@@ -156,15 +173,22 @@ def launches(limit: int) -> list[Launch]:
     return out
 
 
+def specialize(launch: Launch, target: GPUTarget) -> tuple[Any, dict, dict, dict]:
+    """(options, signature, constants, attributes) of ``launch`` for ``target``, as Triton's JIT specializes it:
+    two launches with equal ones run the same binary."""
+    kernel = KERNELS[launch.kernel]
+    backend = make_backend(target)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, specialization, options = binder(*launch.args, **launch.kwargs)
+    return kernel._pack_args(backend, launch.kwargs, bound, specialization, options)
+
+
 def compile_launch(launch: Launch, arch: int, limit: int) -> Build:
     """Compile ``launch`` for ``arch`` as the JIT would on such a GPU and fill in shared memory (Triton's allocation),
     registers and spills (ptxas -v on the PTX, with the ptxas and flags Triton itself uses there)."""
     kernel = KERNELS[launch.kernel]
     target = GPUTarget("cuda", arch, 32)
-    backend = make_backend(target)
-    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    bound, specialization, options = binder(*launch.args, **launch.kwargs)
-    options, signature, constants, attrs = kernel._pack_args(backend, launch.kwargs, bound, specialization, options)
+    options, signature, constants, attrs = specialize(launch, target)
     compiled = triton.compile(ASTSource(kernel, signature, constants, attrs), target=target, options=options.__dict__)
     names = kernel.arg_names
     build = Build(launch.kernel, launch.case, launch.head_dim, arch, options.num_warps,

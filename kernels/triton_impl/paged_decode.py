@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..gpu_targets import decode_tile, padded_group, padded_head_dim
+from ..gpu_targets import MAX_REGISTERS, decode_tile, padded_group, padded_head_dim
 from ..quant_spec import KVBlocks
 from .common import (
     KIND_INT8_CHANNEL, KIND_NONE, channel_scales, load_codes, paged_tile, plane_kinds, raw, round_for, scale_arg,
@@ -25,7 +25,7 @@ from .common import (
 )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_tb", "max_blocks"])  # the table's width changes as contexts grow: one build
 def _paged_decode_kernel(
     q_ptr, k_cache, v_cache, k_scale, v_scale, table_ptr, context_ptr, out_ptr, lse_ptr, block_lse_ptr,
     sm_scale, stride_qb, stride_qh, stride_tb, stride_ob, stride_oh,
@@ -105,7 +105,7 @@ def decode_constants(
     k_kind, v_kind = plane_kinds(storage)
     return dict(GROUP=group, G_PAD=padded_group(group), D_PAD=padded_head_dim(head_dim), BS_PAD=bs_pad,
                 BLOCKS=per_tile, K_KIND=k_kind, V_KIND=v_kind, RETURN_LSE=return_lse, BLOCK_LSE=block_lse, DOT=dot,
-                num_warps=tile.num_warps, num_stages=tile.num_stages)  # fmt: skip
+                num_warps=tile.num_warps, num_stages=tile.num_stages, maxnreg=MAX_REGISTERS)  # fmt: skip
 
 
 def paged_decode_attention(
