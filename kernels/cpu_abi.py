@@ -18,9 +18,10 @@ class PagedDecode(ctypes.Structure):
 
     _fields_ = [(name, ctypes.c_void_p) for name in
                 ("q", "k", "v", "tables", "lengths", "out", "block_mass", "scratch", "group_rows", "group_starts",
-                 "group_blocks")]  # fmt: skip
+                 "group_blocks", "k_scale", "v_scale")]  # fmt: skip
     _fields_ += [(name, ctypes.c_int64) for name in
-                 ("seqs", "heads", "kv_heads", "head_dim", "block_size", "width", "max_length", "groups")]  # fmt: skip
+                 ("seqs", "heads", "kv_heads", "head_dim", "block_size", "width", "max_length", "groups",
+                  "kv_format")]  # fmt: skip
     _fields_ += [("scale", ctypes.c_float)]
 
 

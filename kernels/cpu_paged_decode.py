@@ -1,11 +1,13 @@
-"""``cpu_paged_decode``: attention of one query per row over an fp32 pool on a CPU, read in place (``cpu/paged_decode.c``):
-a decode step's rows, or a short prefill chunk's tokens as rows (``kv.token_rows``).
+"""``cpu_paged_decode``: attention of one query per row over an fp32 or int8 pool on a CPU, read in place
+(``cpu/paged_decode.c``): a decode step's rows, or a short prefill chunk's tokens as rows (``kv.token_rows``).
 
 The torch path (``cascade_decode``) copies what it reads out of the pool and merges partial attentions in several
 ops per layer; the C kernel reads each sequence's blocks where they are, through its block table. Blocks that a group
 of sequences shares (``PrefixGroups``, planned once per step by ``kv.cascade.plan_prefix_groups``) are attended by all
-the group's queries at once as matrix products, the rest by dot products, merged exactly. Same contract as
-``paged_decode_attention`` with a ``[B, max_blocks]`` block mass, for fp32 storage only; callers ask ``can_read``.
+the group's queries at once as matrix products, the rest by dot products, merged exactly. An int8 pool (keys per
+channel over each block, values per token: ``quant_spec``) is read as codes and scales, every row by dot products
+over its whole context (its groups are not read). Same contract as ``paged_decode_attention`` with a ``[B,
+max_blocks]`` block mass; callers ask ``can_read``.
 """
 
 import ctypes
@@ -17,7 +19,9 @@ import torch
 
 from .cpu_abi import PagedDecode
 from .cpu_library import library
-from .quant_spec import KVBlocks
+from .quant_spec import KEY_SCALE_DTYPE, SCALE_DTYPE, KVBlocks
+
+KV_F32, KV_I8 = 0, 1  # cpu/oxygen_kernels.h
 
 MAX_HEAD_DIM = 256  # a query head is kept in 16 vector registers
 _scratch = threading.local()  # one buffer per thread, grown as needed: a fresh ~1 MB per layer call would be faulted in
@@ -49,16 +53,27 @@ def _functions() -> tuple | None:
     kernels = library()
     if kernels is None:
         return None
-    run, scratch = kernels.paged_decode_f32, kernels.paged_decode_scratch
+    run, scratch = kernels.paged_decode, kernels.paged_decode_scratch
     run.argtypes, run.restype = [ctypes.POINTER(PagedDecode), ctypes.c_int], None
     scratch.argtypes, scratch.restype = [ctypes.POINTER(PagedDecode)], ctypes.c_int64
     return run, scratch
 
 
 def can_read(blocks: KVBlocks) -> bool:
-    """Whether the kernel runs here and reads this layer's storage (fp32 on a CPU, head_dim a multiple of 16)."""
-    return (_functions() is not None and blocks.k.dtype == torch.float32 and blocks.k.device.type == "cpu"
-            and blocks.head_dim % 16 == 0 and blocks.head_dim <= MAX_HEAD_DIM)  # fmt: skip
+    """Whether the kernel runs here and reads this layer's storage (fp32, or int8 with key scales per block and
+    channel and value scales per token, on a CPU; head_dim a multiple of 16)."""
+    return (_functions() is not None and blocks.k.device.type == "cpu" and blocks.head_dim % 16 == 0
+            and blocks.head_dim <= MAX_HEAD_DIM and (blocks.k.dtype == torch.float32 or _int8_layout(blocks)))  # fmt: skip
+
+
+def _int8_layout(blocks: KVBlocks) -> bool:
+    """int8 codes with the scales the kernel reads: bf16 ``[units, 1, kv_heads, head_dim]`` keys, fp32 ``[units,
+    block_size, kv_heads]`` values, all contiguous."""
+    k_scale, v_scale = blocks.k_scale, blocks.v_scale
+    return (blocks.k.dtype == torch.int8 and k_scale is not None and v_scale is not None
+            and k_scale.dtype == KEY_SCALE_DTYPE and k_scale.dim() == 4 and k_scale.shape[1] == 1
+            and v_scale.dtype == SCALE_DTYPE and v_scale.dim() == 3
+            and all(t.is_contiguous() for t in (blocks.k, blocks.v, k_scale, v_scale)))  # fmt: skip
 
 
 def cpu_paged_decode(
@@ -83,11 +98,13 @@ def cpu_paged_decode(
         raise ValueError(f"block_mass must be a contiguous fp32 {tuple(tables.shape)}, got {tuple(block_mass.shape)}")
     group_ptrs = (0, 0, 0) if groups is None else (groups.rows.data_ptr(), groups.starts.data_ptr(),
                                                    groups.blocks.data_ptr())  # fmt: skip
+    int8 = blocks.k.dtype == torch.int8
+    scales = (blocks.k_scale.data_ptr(), blocks.v_scale.data_ptr()) if int8 else (0, 0)
     args = PagedDecode(queries.data_ptr(), blocks.k.data_ptr(), blocks.v.data_ptr(), tables.data_ptr(),
                        lengths.data_ptr(), out.data_ptr(), 0 if block_mass is None else block_mass.data_ptr(), 0,
-                       *group_ptrs, num_seqs, num_heads, blocks.num_kv_heads, head_dim, blocks.block_size,
+                       *group_ptrs, *scales, num_seqs, num_heads, blocks.num_kv_heads, head_dim, blocks.block_size,
                        tables.shape[1], max_context, 0 if groups is None else groups.blocks.shape[0],
-                       sm_scale)  # fmt: skip
+                       KV_I8 if int8 else KV_F32, sm_scale)  # fmt: skip
     args.scratch = _scratch_buffer(scratch_floats(ctypes.byref(args))).data_ptr()
     run(ctypes.byref(args), torch.get_num_threads())
     return out.to(q.dtype)

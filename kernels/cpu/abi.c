@@ -13,8 +13,8 @@
 #define STRUCTS(S) S(PagedDecode) S(RowLayer) S(RowModel) S(RowStep)
 #define FIELDS_PagedDecode(F, T)                                                                                     \
   F(T, q) F(T, k) F(T, v) F(T, tables) F(T, lengths) F(T, out) F(T, block_mass) F(T, scratch) F(T, group_rows)      \
-  F(T, group_starts) F(T, group_blocks) F(T, seqs) F(T, heads) F(T, kv_heads) F(T, head_dim) F(T, block_size)      \
-  F(T, width) F(T, max_length) F(T, groups) F(T, scale)
+  F(T, group_starts) F(T, group_blocks) F(T, k_scale) F(T, v_scale) F(T, seqs) F(T, heads) F(T, kv_heads)         \
+  F(T, head_dim) F(T, block_size) F(T, width) F(T, max_length) F(T, groups) F(T, kv_format) F(T, scale)
 #define FIELDS_RowLayer(F, T)                                                                                        \
   F(T, input_norm) F(T, qkv_bias) F(T, post_norm) F(T, qkv) F(T, o) F(T, gate_up) F(T, down) F(T, k_cache)          \
   F(T, v_cache) F(T, qkv_scale) F(T, o_scale) F(T, gate_up_scale) F(T, down_scale)

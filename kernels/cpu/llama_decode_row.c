@@ -43,7 +43,7 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
       float *k = L->k_cache + s->slot * kvh * d, *v = L->v_cache + s->slot * kvh * d;
       for (int64_t j = 0; j < kvh * d; ++j) { k[j] = qkv[heads * d + j]; v[j] = qkv[(heads + kvh) * d + j]; }
     }
-    const PagedContext context = {L->k_cache, L->v_cache, s->table, s->length, m->block_size, kvh, d};
+    const PagedContext context = {L->k_cache, L->v_cache, NULL, NULL, s->table, s->length, m->block_size, kvh, d};
     #pragma omp for schedule(static)
     for (int64_t g = 0; g < kvh; ++g)
       attend_heads(&context, g, qkv + g * group * d, group, m->scale, probs + g * group * cap, cap,

@@ -5,11 +5,15 @@
 #pragma once
 #include <stdint.h>
 
+/* How a pool view stores K and V: fp32, or int8 codes with a bf16 scale per (unit, kv head, channel) for keys (over
+ * the unit's tokens) and an fp32 scale per (token, kv head) for values (kernels/quant_spec.py's int8). */
+enum { KV_F32 = 0, KV_I8 = 1 };
+
 /* A batch's decode attention (paged_decode.c): one query per sequence and head over each sequence's paged context,
  * the prefix groups whose shared leading blocks are attended together, and where the outputs go. */
 typedef struct {
   const float* q;              /* [seqs, heads, head_dim] */
-  const float *k, *v;          /* the layer's pool view [units, block_size, kv_heads, head_dim] */
+  const void *k, *v;           /* the layer's pool view [units, block_size, kv_heads, head_dim], as kv_format says */
   const int64_t* tables;       /* [seqs, width] */
   const int64_t* lengths;      /* [seqs] */
   float* out;                  /* [seqs, heads, head_dim] */
@@ -18,7 +22,10 @@ typedef struct {
   const int64_t* group_rows;   /* the rows of every group, group after group */
   const int64_t* group_starts; /* [groups + 1]: group g's rows are group_rows[group_starts[g] ..) */
   const int64_t* group_blocks; /* [groups]: leading blocks its rows share (their ids: its first row's table) */
+  const uint16_t* k_scale;     /* KV_I8: bf16 [units, kv_heads, head_dim]; else NULL */
+  const float* v_scale;        /* KV_I8: [units, block_size, kv_heads]; else NULL */
   int64_t seqs, heads, kv_heads, head_dim, block_size, width, max_length, groups;
+  int64_t kv_format;           /* KV_F32, or KV_I8 (its rows attend their whole context: groups are not read) */
   float scale;
 } PagedDecode;
 
@@ -63,7 +70,7 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
 
 /* paged_decode.c */
 int64_t paged_decode_scratch(const PagedDecode* a);
-void paged_decode_f32(const PagedDecode* a, int threads);
+void paged_decode(const PagedDecode* a, int threads);
 
 /* row_ops.c */
 void add_rms_norm_f32(const float* h, const float* delta, float* sum, const float* w, float* out, int64_t rows,

@@ -1,12 +1,14 @@
 /* Decode attention of a batch, one query per sequence and head, over each sequence's paged context, read in place:
- * the CPU's decode attention for fp32 pools.
+ * the CPU's decode attention for fp32 and int8 pools.
  *
  * Sequences that share leading blocks (a group: the observation every task asks about) have those blocks attended by
  * all their queries at once as matrix products (shared_prefix.h); then each sequence's own blocks (its suffix) by
  * dot products, three query heads of a kv head per K/V row read (attention.h); the two parts merge exactly by their
  * log-sum-exp. A sequence in no group is one pass of dot products over its whole context. The work is split over
  * OpenMP threads by (kv head, tile of queries) for prefixes and by (sequence, kv head) for the rest. Block mass
- * (summed over heads) is credited from the exact normalized weights.
+ * (summed over heads) is credited from the exact normalized weights. An int8 pool's rows read their codes and scales
+ * in place by dot products over their whole context (its prefix groups are not read: their transposed tiles are
+ * fp32).
  */
 #include <omp.h>
 
@@ -17,9 +19,12 @@
 _Static_assert(TILE <= PREFIX_MAX_Q, "a work item is one tile");
 _Static_assert(PREFIX_WIDE_Q <= PREFIX_MAX_Q && PREFIX_NARROW_Q <= PREFIX_MAX_Q, "tiles fit their arrays");
 
+/* the prefix groups this call attends as groups */
+static int64_t groups_of(const PagedDecode* a) { return a->kv_format == KV_F32 ? a->groups : 0; }
+
 static int64_t transposed_floats(const PagedDecode* a) {
   int64_t n = 0;
-  for (int64_t g = 0; g < a->groups; ++g) n += a->kv_heads * prefix_chunks(a->group_blocks[g] * a->block_size) * 16;
+  for (int64_t g = 0; g < groups_of(a); ++g) n += a->kv_heads * prefix_chunks(a->group_blocks[g] * a->block_size) * 16;
   return n * a->head_dim;
 }
 
@@ -31,23 +36,24 @@ int64_t paged_decode_scratch(const PagedDecode* a) {
 
 static SharedPrefixView prefix_of(const PagedDecode* a, int64_t g) {
   const int64_t leader = a->group_rows[a->group_starts[g]];
-  return (SharedPrefixView){a->k, a->v, a->tables + leader * a->width, a->group_blocks[g] * a->block_size,
+  return (SharedPrefixView){(const float*)a->k, (const float*)a->v, a->tables + leader * a->width, a->group_blocks[g] * a->block_size,
                             a->block_size, a->kv_heads, a->head_dim};
 }
 
-void paged_decode_f32(const PagedDecode* a, int threads) {
+void paged_decode(const PagedDecode* a, int threads) {
   const int64_t group = a->heads / a->kv_heads, cap = padded16(a->max_length), d = a->head_dim, H = a->heads;
+  const int64_t groups = groups_of(a);
   const int64_t queries = a->seqs * H;
   float *probs = a->scratch, *prefix_out = probs + queries * cap, *prefix_lse = prefix_out + queries * d;
   float *suffix_lse = prefix_lse + queries, *shared = suffix_lse + queries, *kt = shared + a->seqs;
   for (int64_t r = 0; r < a->seqs; ++r) shared[r] = 0.0f;
-  for (int64_t g = 0; g < a->groups; ++g)
+  for (int64_t g = 0; g < groups; ++g)
     for (int64_t i = a->group_starts[g]; i < a->group_starts[g + 1]; ++i)
       shared[a->group_rows[i]] = (float)a->group_blocks[g];
   #pragma omp parallel num_threads(threads)
   {
     float* g_kt = kt;
-    for (int64_t g = 0; g < a->groups; ++g) { /* 1. each group's prefix K, transposed: (kv head, chunk) items */
+    for (int64_t g = 0; g < groups; ++g) { /* 1. each group's prefix K, transposed: (kv head, chunk) items */
       const SharedPrefixView p = prefix_of(a, g);
       const int64_t chunks = prefix_chunks(p.tokens);
       #pragma omp for schedule(static)
@@ -56,7 +62,7 @@ void paged_decode_f32(const PagedDecode* a, int threads) {
       g_kt += a->kv_heads * chunks * d * 16;
     }
     g_kt = kt;
-    for (int64_t g = 0; g < a->groups; ++g) { /* 2. its queries over it, by (kv head, tile of queries) */
+    for (int64_t g = 0; g < groups; ++g) { /* 2. its queries over it, by (kv head, tile of queries) */
       const SharedPrefixView p = prefix_of(a, g);
       const int64_t chunks = prefix_chunks(p.tokens), rows = a->group_starts[g + 1] - a->group_starts[g];
       const int64_t per_head = rows * group, tiles = (per_head + TILE - 1) / TILE;
@@ -85,8 +91,8 @@ void paged_decode_f32(const PagedDecode* a, int threads) {
     for (int64_t item = 0; item < a->seqs * a->kv_heads; ++item) {
       const int64_t kv_head = item / a->seqs, seq = item % a->seqs, row = seq * H + kv_head * group;
       const int64_t skip = (int64_t)shared[seq], skipped = skip * a->block_size;
-      const PagedContext context = {a->k, a->v, a->tables + seq * a->width + skip, a->lengths[seq] - skipped,
-                                    a->block_size, a->kv_heads, d};
+      const PagedContext context = {a->k, a->v, a->k_scale, a->v_scale, a->tables + seq * a->width + skip,
+                                    a->lengths[seq] - skipped, a->block_size, a->kv_heads, d};
       attend_heads(&context, kv_head, a->q + row * d, group, a->scale, probs + row * cap + skipped, cap,
                    a->out + row * d, suffix_lse + row);
       if (!skip) continue;

@@ -31,8 +31,11 @@ QUESTIONS = [
 ]
 
 
-def run(num_requests: int = 8, prefix_tokens: int = 500, new_tokens: int = 64, block_size: int = 16) -> dict[str, Any]:
-    engine = Engine(EngineConfig(block_size=block_size, kv_cache_bytes=512 << 20, max_num_seqs=num_requests))
+def run(num_requests: int = 8, prefix_tokens: int = 500, new_tokens: int = 64, block_size: int = 16,
+        kv_dtype: str = "auto") -> dict[str, Any]:
+    """``kv_dtype``: the pool's format (config ``kv_dtype``; ``auto`` = the compute dtype)."""
+    engine = Engine(EngineConfig(block_size=block_size, kv_cache_bytes=512 << 20, max_num_seqs=num_requests,
+                                 kv_dtype=kv_dtype))  # fmt: skip
     obs = Observation(text=observation_text(engine.tokenizer, prefix_tokens))
     sampling = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
     reqs = [
@@ -69,7 +72,8 @@ def run(num_requests: int = 8, prefix_tokens: int = 500, new_tokens: int = 64, b
         "static_kv_bytes": static_bytes,
         "reused_prefix_tokens": ours["reused_prefix_tokens"],
     }
-    params = {"num_requests": num_requests, "prefix_tokens": prefix_tokens, "new_tokens": new_tokens}
+    params = {"num_requests": num_requests, "prefix_tokens": prefix_tokens, "new_tokens": new_tokens,
+              "kv_dtype": engine.kv_dtype_name}  # fmt: skip
     return result("engine", metrics, details, params)
 
 

@@ -1,8 +1,9 @@
-"""The C decode attention over an fp32 pool (``cpu/paged_decode.c``, the CPU's decode path for fp32 pools) against
+"""The C decode attention over an fp32 or int8 pool (``cpu/paged_decode.c``, the CPU's decode path) against
 the paged decode kernel (Triton, interpreted here), its torch reference, the shared-prefix torch path it replaces
 and fp64 attention, on the rows of paged_contexts.py: blocks shared by several rows as a run or scattered, rows
 alone, ragged lengths, a context ending on a block boundary; MHA and GQA; with the shared prefixes attended as
-matrix products (prefix groups, several of them, of 2-3 rows) and without; block mass on the same entries."""
+matrix products (prefix groups, several of them, of 2-3 rows; an int8 pool's rows read it whole) and without; block
+mass on the same entries."""
 
 import pytest
 import torch
@@ -17,10 +18,12 @@ pytestmark = pytest.mark.skipif(not can_read(pool("fp32", 1, 16, 64, CPU)),
                                 reason="the CPU decode kernels do not run here (no AVX-512, AVX2 or NEON, or no C compiler)")
 
 
+@pytest.mark.parametrize("fmt", ["fp32", "int8"])
 @pytest.mark.parametrize("grouped", [True, False])
 @pytest.mark.parametrize("kv_heads,group,head_dim", [(2, 1, 64), (3, 3, 64), (1, 8, 32), (2, 4, 128), (1, 5, 48)])
-def test_equals_paged_decode_cascade_and_naive(kv_heads, group, head_dim, grouped):
-    blocks = pool("fp32", kv_heads, 16, head_dim, CPU)
+def test_equals_paged_decode_cascade_and_naive(kv_heads, group, head_dim, grouped, fmt):
+    blocks = pool(fmt, kv_heads, 16, head_dim, CPU)
+    assert can_read(blocks)
     tables, lens = [r[0] for r in ROWS], [r[1] for r in ROWS]
     width = max(map(len, tables))
     padded = [t + [0] * (width - len(t)) for t in tables]
@@ -64,10 +67,12 @@ def test_threads_change_nothing_and_mass_is_optional():
                                              block_mass=torch.zeros(tables.shape)))  # fmt: skip
 
 
-def test_declines_quantized_storage():
-    assert not can_read(pool("int8", 2, 16, 64, CPU))
+def test_reads_fp32_and_int8_and_declines_other_storage():
+    assert can_read(pool("int8", 2, 16, 64, CPU)) and can_read(pool("int8", 2, 4, 64, CPU))
     assert not can_read(pool("fp16", 2, 16, 64, CPU))
+    assert not can_read(pool("fp8", 2, 16, 64, CPU))
     assert not can_read(pool("fp32", 2, 16, 40, CPU))  # head_dim not a multiple of 16
+    assert not can_read(pool("int8", 2, 16, 40, CPU))
 
 
 @pytest.mark.parametrize("rows,grouped", [(4, False), (15, False), (16, True), (32, True)])

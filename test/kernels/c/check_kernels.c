@@ -181,12 +181,54 @@ static void reference_attention(const float* q, const float* k, const float* v, 
   free(w);
 }
 
-/* A batch of `seqs` rows over a pool of shuffled blocks: rows [0, shared_rows) share their first `shared_blocks`
- * blocks (one prefix group, when shared_rows > 1), the others have their own; lengths ragged. */
-static void check_paged_decode(int64_t seqs, int64_t heads, int64_t kv_heads, int64_t d, int64_t block_size,
-                               int64_t shared_rows, int64_t shared_blocks, int with_mass, float q_range) {
+/* int8 storage of the pool view k, v [units, block_size, kv_heads, d] as the engine lays it out (kernels/quant_spec.py):
+ * keys per (unit, kv head, channel) with a bf16 scale over the unit's tokens, values per (token, kv head) with an fp32
+ * scale; k and v become the values the codes stand for, the reference's input. */
+static void int8_view(float* k, float* v, int64_t units, int64_t block_size, int64_t kv_heads, int64_t d,
+                      int8_t** k_codes, int8_t** v_codes, uint16_t** k_scale, float** v_scale) {
+  const int64_t n = units * block_size * kv_heads * d, row = kv_heads * d;
+  *k_codes = malloc((size_t)n), *v_codes = malloc((size_t)n);
+  *k_scale = malloc((size_t)(units * row) * sizeof(uint16_t));
+  *v_scale = malloc((size_t)(units * block_size * kv_heads) * sizeof(float));
+  for (int64_t u = 0; u < units; ++u)
+    for (int64_t c = 0; c < row; ++c) { /* one key channel of one kv head over the unit's tokens */
+      float top = 0.0f;
+      for (int64_t t = 0; t < block_size; ++t) top = fmaxf(top, fabsf(k[(u * block_size + t) * row + c]));
+      const float wanted = top > 0.0f ? top / 127.0f : 1.0f;
+      uint32_t bits;
+      memcpy(&bits, &wanted, sizeof bits);
+      (*k_scale)[u * row + c] = (uint16_t)((bits + 0x8000u) >> 16); /* rounded to bf16, then coded against it */
+      const float scale = bf16_value((*k_scale)[u * row + c]);
+      for (int64_t t = 0; t < block_size; ++t) {
+        const int64_t i = (u * block_size + t) * row + c;
+        const long code = lrintf(k[i] / scale);
+        (*k_codes)[i] = (int8_t)(code > 127 ? 127 : code < -127 ? -127 : code);
+        k[i] = (*k_codes)[i] * scale;
+      }
+    }
+  for (int64_t r = 0; r < units * block_size * kv_heads; ++r) { /* one value row of one token and kv head */
+    float top = 0.0f;
+    for (int64_t j = 0; j < d; ++j) top = fmaxf(top, fabsf(v[r * d + j]));
+    const float scale = (*v_scale)[r] = top > 0.0f ? top / 127.0f : 1.0f;
+    for (int64_t j = 0; j < d; ++j) {
+      (*v_codes)[r * d + j] = (int8_t)lrintf(v[r * d + j] / scale);
+      v[r * d + j] = (*v_codes)[r * d + j] * scale;
+    }
+  }
+}
+
+/* A batch of `seqs` rows over a pool of shuffled blocks stored as `format` (KV_F32, KV_I8): rows [0, shared_rows)
+ * share their first `shared_blocks` blocks (one prefix group, when shared_rows > 1), the others have their own;
+ * lengths ragged. */
+static void check_paged_decode(int format, int64_t seqs, int64_t heads, int64_t kv_heads, int64_t d,
+                               int64_t block_size, int64_t shared_rows, int64_t shared_blocks, int with_mass,
+                               float q_range) {
   const int64_t width = shared_blocks + 6, units = seqs * width + 1;
   float *k = randoms(units * block_size * kv_heads * d, 1.0f), *v = randoms(units * block_size * kv_heads * d, 1.0f);
+  int8_t *k_codes = NULL, *v_codes = NULL;
+  uint16_t* k_scale = NULL;
+  float* v_scale = NULL;
+  if (format == KV_I8) int8_view(k, v, units, block_size, kv_heads, d, &k_codes, &v_codes, &k_scale, &v_scale);
   float* q = randoms(seqs * heads * d, q_range);
   int64_t *tables = malloc((size_t)(seqs * width) * sizeof(int64_t)), *lengths = malloc((size_t)seqs * sizeof(int64_t));
   int64_t* order = malloc((size_t)units * sizeof(int64_t));
@@ -208,24 +250,26 @@ static void check_paged_decode(int64_t seqs, int64_t heads, int64_t kv_heads, in
   for (int64_t s = 0; s < shared_rows && s < 64; ++s) group_rows[s] = s;
   float *out = calloc((size_t)(seqs * heads * d), sizeof(float)), *mass = calloc((size_t)(seqs * width), sizeof(float));
   const float scale = 1.0f / sqrtf((float)d);
-  PagedDecode a = {q, k, v, tables, lengths, out, with_mass ? mass : NULL, NULL, group_rows, group_starts,
-                   group_blocks, seqs, heads, kv_heads, d, block_size, width, max_length, grouped, scale};
+  const void *k_view = format == KV_I8 ? (const void*)k_codes : k, *v_view = format == KV_I8 ? (const void*)v_codes : v;
+  PagedDecode a = {q, k_view, v_view, tables, lengths, out, with_mass ? mass : NULL, NULL, group_rows, group_starts,
+                   group_blocks, k_scale, v_scale, seqs, heads, kv_heads, d, block_size, width, max_length, grouped,
+                   format, scale};
   a.scratch = malloc((size_t)paged_decode_scratch(&a) * sizeof(float));
-  paged_decode_f32(&a, THREADS);
+  paged_decode(&a, THREADS);
   double *want = calloc((size_t)(seqs * heads * d), sizeof(double)), *want_mass = calloc((size_t)(seqs * width), sizeof(double));
   for (int64_t s = 0; s < seqs; ++s)
     for (int64_t h = 0; h < heads; ++h)
       reference_attention(q + (s * heads + h) * d, k, v, tables + s * width, lengths[s], block_size, kv_heads,
                           h / (heads / kv_heads), d, scale, want + (s * heads + h) * d, want_mass + s * width);
   char what[128];
-  snprintf(what, sizeof what, "paged_decode seqs=%lld heads=%lld/%lld d=%lld block=%lld shared=%lldx%lld q<%g%s",
-           (long long)seqs, (long long)heads, (long long)kv_heads, (long long)d, (long long)block_size,
+  snprintf(what, sizeof what, "paged_decode %s seqs=%lld heads=%lld/%lld d=%lld block=%lld shared=%lldx%lld q<%g%s",
+           format == KV_I8 ? "int8" : "fp32", (long long)seqs, (long long)heads, (long long)kv_heads, (long long)d, (long long)block_size,
            (long long)(grouped ? shared_rows : 0), (long long)shared_blocks, q_range, with_mass ? " +mass" : "");
   /* fp32 scores carry a rounding error in proportion to their size, and so do the weights made of them */
   expect_close(what, out, want, seqs * heads * d, 1e-6 * q_range, 2e-6 * q_range);
   if (with_mass) expect_close("  its block mass", mass, want_mass, seqs * width, 2e-6 * q_range, 2e-6 * q_range);
   free(k), free(v), free(q), free(tables), free(lengths), free(order), free(out), free(mass), free(a.scratch);
-  free(want), free(want_mass);
+  free(want), free(want_mass), free(k_codes), free(v_codes), free(k_scale), free(v_scale);
 }
 
 /* y = W x for W [n, k] (double accumulation) */
@@ -369,11 +413,16 @@ int main(void) {
                                {8, 1, 256, 16, 0}, {9, 3, 64, 16, 1}, {4, 1, 256, 16, 1}, {6, 2, 48, 32, 1}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
     const int64_t* s = shapes[i];
-    check_paged_decode(5, s[0], s[1], s[2], s[3], s[4] ? 4 : 0, s[4] ? 3 : 0, (int)(i % 2), 1.0f);
+    check_paged_decode(KV_F32, 5, s[0], s[1], s[2], s[3], s[4] ? 4 : 0, s[4] ? 3 : 0, (int)(i % 2), 1.0f);
   }
-  check_paged_decode(3, 6, 2, 64, 16, 3, 2, 1, 1.0f);
-  check_paged_decode(5, 4, 2, 64, 8, 4, 3, 1, 1.0f); /* a 24-token prefix: a partial 16-token chunk, read row by row */
-  check_paged_decode(4, 4, 2, 64, 16, 3, 2, 1, 30.0f); /* scores of tens: softmax weights down to e^-87 (clamped) */
+  check_paged_decode(KV_F32, 3, 6, 2, 64, 16, 3, 2, 1, 1.0f);
+  check_paged_decode(KV_F32, 5, 4, 2, 64, 8, 4, 3, 1, 1.0f); /* a 24-token prefix: a partial chunk, read row by row */
+  check_paged_decode(KV_F32, 4, 4, 2, 64, 16, 3, 2, 1, 30.0f); /* scores of tens: weights down to e^-87 (clamped) */
+  /* int8 codes and scales read in place: GQA, head sizes 16 to 256, units of 16 and 4, a prefix group (not read) */
+  check_paged_decode(KV_I8, 5, 4, 4, 16, 16, 0, 0, 1, 1.0f);
+  check_paged_decode(KV_I8, 5, 6, 2, 64, 16, 3, 2, 1, 1.0f);
+  check_paged_decode(KV_I8, 4, 3, 3, 128, 4, 0, 0, 0, 1.0f);
+  check_paged_decode(KV_I8, 3, 8, 1, 256, 16, 0, 0, 1, 1.0f);
   for (int format = WEIGHTS_F32; format <= WEIGHTS_I8; ++format) {
     check_decode_row(format, 4, 2, 32, 96, 160, 37);
     check_decode_row(format, 6, 2, 64, 128, 200, 16);
