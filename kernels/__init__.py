@@ -16,7 +16,7 @@ Ops, each with a torch reference (``*_torch``, the CPU runtime path) and a Trito
 On a CPU, decode attention takes one of two paths, both tested against the kernel and its reference:
 ``cascade_decode_attention`` (``cascade_decode``), torch ops that read blocks several rows share once
 (``SharedPrefix``), and ``cpu_paged_decode`` (``cpu_paged_decode``), C (``cpu/*.c``, built at first use by
-``cpu_library``) that reads an fp32 pool in place.
+``cpu_library``) that reads an fp32 or int8 pool in place.
 
 The C kernels are called through ctypes here only, a wrapper each: ``cpu_paged_decode``, ``cpu_decode_row`` (a
 batch-1 token through a Llama decoder stack, ``cpu/llama_decode_row.c``), ``cpu_matvec`` (the products of one to

@@ -1,8 +1,8 @@
 """The CPU decode kernels (``cpu/*.c``): plain C with no torch headers, built by the machine's C compiler at first use
 and called through ctypes with the tensors' pointers.
 
-On a GPU the Triton kernels read the pool in place; on a CPU these do the same for fp32 pools (fp32, bf16 or int8
-weights):
+On a GPU the Triton kernels read the pool in place; on a CPU these do the same for fp32 pools (and int8 ones, for
+decode attention), with fp32, bf16 or int8 weights:
 the products of decode steps of one to eight rows (``matvec.c``), a batch-1 token through the whole Llama decoder
 stack (``llama_decode_row.c``), a batch's decode attention over its paged contexts (``paged_decode.c``) and a layer's
 element-wise steps (``row_ops.c``). The structs and functions Python calls are declared in ``oxygen_kernels.h``; the

@@ -19,7 +19,7 @@ import torch
 
 from .cpu_abi import PagedDecode
 from .cpu_library import library
-from .quant_spec import KEY_SCALE_DTYPE, SCALE_DTYPE, KVBlocks
+from .quant_spec import KVBlocks
 
 KV_F32, KV_I8 = 0, 1  # cpu/oxygen_kernels.h
 
@@ -60,20 +60,10 @@ def _functions() -> tuple | None:
 
 
 def can_read(blocks: KVBlocks) -> bool:
-    """Whether the kernel runs here and reads this layer's storage (fp32, or int8 with key scales per block and
-    channel and value scales per token, on a CPU; head_dim a multiple of 16)."""
+    """Whether the kernel runs here and reads this layer's storage (fp32, or int8: its one layout, ``KVBlocks``
+    checks its scales' shapes and dtypes; on a CPU; head_dim a multiple of 16)."""
     return (_functions() is not None and blocks.k.device.type == "cpu" and blocks.head_dim % 16 == 0
-            and blocks.head_dim <= MAX_HEAD_DIM and (blocks.k.dtype == torch.float32 or _int8_layout(blocks)))  # fmt: skip
-
-
-def _int8_layout(blocks: KVBlocks) -> bool:
-    """int8 codes with the scales the kernel reads: bf16 ``[units, 1, kv_heads, head_dim]`` keys, fp32 ``[units,
-    block_size, kv_heads]`` values, all contiguous."""
-    k_scale, v_scale = blocks.k_scale, blocks.v_scale
-    return (blocks.k.dtype == torch.int8 and k_scale is not None and v_scale is not None
-            and k_scale.dtype == KEY_SCALE_DTYPE and k_scale.dim() == 4 and k_scale.shape[1] == 1
-            and v_scale.dtype == SCALE_DTYPE and v_scale.dim() == 3
-            and all(t.is_contiguous() for t in (blocks.k, blocks.v, k_scale, v_scale)))  # fmt: skip
+            and blocks.head_dim <= MAX_HEAD_DIM and blocks.k.dtype in (torch.float32, torch.int8))  # fmt: skip
 
 
 def cpu_paged_decode(

@@ -43,19 +43,19 @@ static inline __attribute__((always_inline)) void attend_fixed(const PagedContex
                                                                 int64_t stride, float* out, float* lse,
                                                                 const int V, const int G, const int I8) {
   const int64_t n = c->length, row_step = c->kv_heads * c->head_dim;
-  vf qv[ATTEND_MAX_G][MAX_V], qs[ATTEND_MAX_G][MAX_V], acc[ATTEND_MAX_G][MAX_V];
+  vf qs[ATTEND_MAX_G][MAX_V], acc[ATTEND_MAX_G][MAX_V]; /* the queries (int8: times the unit's key scales) */
   float top[ATTEND_MAX_G];
   for (int j = 0; j < G; ++j) {
     top[j] = -INFINITY;
-    for (int i = 0; i < V; ++i) { qv[j][i] = qs[j][i] = vf_loadu(q + (j * V + i) * 16); acc[j][i] = vf_zero(); }
+    for (int i = 0; i < V; ++i) { qs[j][i] = vf_loadu(q + (j * V + i) * 16); acc[j][i] = vf_zero(); }
   }
   for (int64_t b = 0, t = 0; t < n; ++b) { /* scores, unit by unit */
     const int64_t unit = c->table[b], end = t + c->block_size < n ? t + c->block_size : n;
     if (I8) {
       const uint16_t* s = c->k_scale + (unit * c->kv_heads + kv_head) * c->head_dim;
       for (int i = 0; i < V; ++i) {
-        const vf si = vf_load_bf16(s + 16 * i);
-        for (int j = 0; j < G; ++j) qs[j][i] = vf_mul(qv[j][i], si);
+        const vf si = vf_load_bf16(s + 16 * i); /* q again from L1: a second copy would outgrow the registers */
+        for (int j = 0; j < G; ++j) qs[j][i] = vf_mul(vf_loadu(q + (j * V + i) * 16), si);
       }
     }
     for (int64_t e = unit_start(c, unit, kv_head); t < end; ++t, e += row_step) {

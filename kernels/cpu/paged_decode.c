@@ -36,8 +36,8 @@ int64_t paged_decode_scratch(const PagedDecode* a) {
 
 static SharedPrefixView prefix_of(const PagedDecode* a, int64_t g) {
   const int64_t leader = a->group_rows[a->group_starts[g]];
-  return (SharedPrefixView){(const float*)a->k, (const float*)a->v, a->tables + leader * a->width, a->group_blocks[g] * a->block_size,
-                            a->block_size, a->kv_heads, a->head_dim};
+  return (SharedPrefixView){(const float*)a->k, (const float*)a->v, a->tables + leader * a->width,
+                            a->group_blocks[g] * a->block_size, a->block_size, a->kv_heads, a->head_dim};
 }
 
 void paged_decode(const PagedDecode* a, int threads) {
@@ -91,8 +91,10 @@ void paged_decode(const PagedDecode* a, int threads) {
     for (int64_t item = 0; item < a->seqs * a->kv_heads; ++item) {
       const int64_t kv_head = item / a->seqs, seq = item % a->seqs, row = seq * H + kv_head * group;
       const int64_t skip = (int64_t)shared[seq], skipped = skip * a->block_size;
-      const PagedContext context = {a->k, a->v, a->k_scale, a->v_scale, a->tables + seq * a->width + skip,
-                                    a->lengths[seq] - skipped, a->block_size, a->kv_heads, d};
+      const int i8 = a->kv_format == KV_I8; /* the storage is what kv_format says, whatever else is set */
+      const PagedContext context = {a->k, a->v, i8 ? a->k_scale : NULL, i8 ? a->v_scale : NULL,
+                                    a->tables + seq * a->width + skip, a->lengths[seq] - skipped, a->block_size,
+                                    a->kv_heads, d};
       attend_heads(&context, kv_head, a->q + row * d, group, a->scale, probs + row * cap + skipped, cap,
                    a->out + row * d, suffix_lse + row);
       if (!skip) continue;

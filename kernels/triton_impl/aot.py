@@ -108,10 +108,11 @@ def _compute(fmt: str) -> torch.dtype:
     return {"fp32": torch.float32, "fp16": torch.float16}.get(fmt, torch.bfloat16)
 
 
-def _other_compute(fmt: str) -> torch.dtype:
+def _other_computes(fmt: str) -> tuple[torch.dtype, ...]:
     """The other queries a pool of ``fmt`` may meet: bf16 over fp32 (a bf16 model's full-precision units in a mixed
-    pool), fp32 over anything narrower (an fp32 model)."""
-    return torch.bfloat16 if fmt == "fp32" else torch.float32
+    pool) and over fp16 (the GPU's default compute dtype with ``kv_dtype: fp16``), fp32 over anything narrower (an
+    fp32 model). fp16 queries over other formats (an fp16 model with another KV format) are not compiled."""
+    return {"fp32": (torch.bfloat16,), "fp16": (torch.float32, torch.bfloat16)}.get(fmt, (torch.float32,))
 
 
 def _unit_tokens(fmt: str) -> tuple[int, ...]:
@@ -128,7 +129,7 @@ def _decode_cases(fmt: str) -> dict[tuple[int, torch.dtype, bool, bool], str]:
     policy's steps; queries in the pool's compute dtype or the other one. The block table's width is not
     specialized (``do_not_specialize``), so one launch per case stands for every width."""
     cases = {}
-    for q in (_compute(fmt), _other_compute(fmt)):
+    for q in (_compute(fmt), *_other_computes(fmt)):
         other = "" if q == _compute(fmt) else f" {str(q).removeprefix('torch.')} q"
         cases[(16, q, False, False)] = f"bs16{other}"
         for size in _unit_tokens(fmt):

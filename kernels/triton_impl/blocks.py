@@ -14,7 +14,7 @@ from .common import (
 COPY_CHUNK = 1024
 
 
-@triton.jit(do_not_specialize=["num_tokens", "stride_tb", "stride_ob"])  # prefix lengths and table widths vary
+@triton.jit(do_not_specialize=["num_tokens", "stride_tb"])  # prefix lengths and table widths vary
 def _gather_kernel(
     k_cache, v_cache, k_scale, v_scale, table_ptr, k_out, v_out,
     num_tokens, stride_tb, stride_ob, stride_ot, stride_oh, num_kv_heads, head_dim, block_size,

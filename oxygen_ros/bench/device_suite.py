@@ -10,6 +10,7 @@ file (a GPU machine may have only the repository); the text they produce is nois
 
 import statistics
 import time
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -25,6 +26,7 @@ from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.models.args import LlamaArgs
+from oxygen_ros.models.common.seeded import seeded_init
 from oxygen_ros.models.llama import LlamaModel
 from oxygen_ros.models.pi05 import build_random_pi05
 from oxygen_ros.models.registry import ModelBundle, vla_bundle
@@ -66,9 +68,8 @@ def run(
     del vla
     metrics |= {"chunk_latency_ms_median": statistics.median(latencies), "chunk_latency_ms_max": max(latencies),
                 "chunk_hz": 1e3 / statistics.median(latencies)}  # fmt: skip
-    args = SMOLLM2_135M if not layers else LlamaArgs(**{**SMOLLM2_135M.__dict__, "num_layers": layers})
-    torch.manual_seed(seed)
-    lm = LlamaModel(args).to(device, dtype).eval()
+    args = replace(SMOLLM2_135M, num_layers=layers or SMOLLM2_135M.num_layers)
+    lm = seeded_init(lambda: LlamaModel(args), device, dtype, seed)
     bundle = ModelBundle(lm, tokenizer, f"smollm2-shape-random@seed{seed}", args.num_layers, args.num_kv_heads,
                          args.head_dim, args.max_position_embeddings, num_heads=args.num_heads)  # fmt: skip
     sizes = [int(b) for b in batches.split(",")]
@@ -115,5 +116,6 @@ def decode_tokens_per_s(engine: Engine, size: int, prompt_tokens: int, new_token
             bar.update(len(done))
     short = [o for o in outs if o.generated_tokens != new_tokens]
     if short:
-        raise RuntimeError(f"{len(short)} of {size} requests decoded fewer than {new_tokens} tokens: {short[0].message}")
+        raise RuntimeError(f"{len(short)} of {size} requests decoded other than {new_tokens} tokens: "
+                           f"{short[0].message}")  # fmt: skip
     return tokens / seconds

@@ -4,8 +4,8 @@
   and torch's references elsewhere, ``torch`` always the references, ``triton`` always Triton (on a CPU: the Triton
   interpreter, which must be chosen before triton is first imported, so it is set here when nothing imported it yet).
 * ``cpu_kernels``: the C kernels on a CPU at all (products, decode attention, element-wise steps, the one-call
-  decoder); ``cpu_paged_decode``: decode (and short prefill) attention by the C kernel reading an fp32 pool in
-  place, else shared-prefix attention in torch ops; ``cpu_decode_row``: a batch-1 decode token through the whole
+  decoder); ``cpu_paged_decode``: decode attention by the C kernel reading an fp32 or int8 pool in place (and
+  short prefill chunks, over fp32), else shared-prefix attention in torch ops; ``cpu_decode_row``: a batch-1 decode token through the whole
   decoder stack in one C call.
 
 Each has an environment override (``OXYGEN_KERNELS``, ``OXYGEN_CPU_MATVEC=0``, ``OXYGEN_CPU_PAGED_DECODE=0``,

@@ -115,8 +115,8 @@ class LayerKV:
 
     def decode_step(self, q: torch.Tensor, ctx: StepContext, scale: float) -> torch.Tensor:
         """Decode attention of a step's queries [B, H, D] over their contexts, by the path ``StepBuilder.plan`` chose:
-        shared-prefix attention in torch ops or the C kernel reading an fp32 pool in place on a CPU, else the paged
-        kernel (per format in a mixed pool)."""
+        shared-prefix attention in torch ops or the C kernel reading an fp32 or int8 pool in place on a CPU, else the
+        paged kernel (per format in a mixed pool)."""
         if ctx.cascade is not None:
             return cascade_decode_attention(q, self.views[0], ctx.cascade, scale, block_mass=ctx.block_mass)
         if ctx.prefix_groups is not None:
@@ -185,6 +185,10 @@ class KVCache:
         self.layers = [self._layer(i) for i in range(self.layout.num_layers)]
         # CPU decode attention: the C kernel where it reads every layer, else shared-prefix torch ops
         self.decodes_in_place = self.backend.c_paged_decode and all(layer.reads_in_place for layer in self.layers)
+        # a short prefill chunk's tokens as rows over the pool (kv.token_rows): exact over fp32 storage only (over
+        # int8 each token would read its chunk's keys back quantized, under scales set by the chunk's later tokens)
+        self.prefills_in_place = self.decodes_in_place and all(layer.views[0].k.dtype == torch.float32
+                                                               for layer in self.layers)  # fmt: skip
         self.steps = StepBuilder(self)
 
     def _layer(self, layer: int) -> LayerKV:

@@ -106,7 +106,7 @@ class StepBuilder:
                 ctx.prefix_groups = groups
             else:
                 ctx.cascade = groups
-        elif kv.decodes_in_place and not backend.triton and _rows_read_the_pool(ctx):
+        elif kv.prefills_in_place and not backend.triton and _rows_read_the_pool(ctx):
             ctx.token_rows = plan_token_rows(ctx.block_tables, ctx.query_lens, ctx.context_lens, ctx.tables,
                                              self.block_size)  # fmt: skip
         if ctx.decode_rows is not None and ctx.token_rows is None:

@@ -85,7 +85,8 @@ def test_every_kernel_launch_compiles_for_every_architecture_within_its_limits(t
     decode = {(b["case"], b["arch"]) for b in builds if b["kernel"] == "paged_decode"}
     assert {("pi0.5 int8 bs16+lse+mass", 89), ("pi0.5 fp32 bs4+lse+mass", 89), ("SmolLM2 fp8 bs16", 87),
             ("Llama 3 8B fp32 bs16", 90), ("pi0.5 int8 bs16+lse", 90), ("SmolLM2 bf16 bs8+lse+mass", 80),
-            ("pi0.5 fp32 bs4 bfloat16 q+lse+mass", 80), ("Llama 3 8B fp8 bs16 float32 q", 87)} <= decode  # fmt: skip
+            ("pi0.5 fp32 bs4 bfloat16 q+lse+mass", 80), ("Llama 3 8B fp8 bs16 float32 q", 87),
+            ("pi0.5 fp16 bs8 bfloat16 q+lse", 89)} <= decode  # fmt: skip
     pi05 = next(b for b in builds if (b["kernel"], b["case"], b["arch"]) == ("paged_decode", "pi0.5 bf16 bs16", 89))
     print(f"pi0.5 decode on sm_89: {pi05['shared']} of {pi05['limit']} B shared, {pi05['registers']} registers, "
           f"{len(builds)} builds in all")

@@ -51,6 +51,21 @@ def test_config_switches_reach_the_step_context():
     assert cpu_library.library() is None  # the packed products fall back to torch's too
 
 
+def test_the_c_kernel_decodes_int8_pools_but_prefills_over_fp32_only():
+    """Decode attention reads an int8 pool in place; a short prefill chunk's tokens as rows would read the chunk's own
+    keys back quantized (under scales its later tokens set), so int8 prefill keeps torch's attention."""
+    backend = choose_backend(EngineConfig(), CPU)
+    if not backend.c_paged_decode or cpu_library.library() is None:
+        pytest.skip("the C kernels do not run here (no AVX-512 / AVX2 / NEON, or no cc)")
+    fp32, int8 = (KVCache(KVLayout(2, 2, 16, 16, dtype), 8, CPU, backend) for dtype in (torch.float32, torch.int8))
+    assert fp32.decodes_in_place and fp32.prefills_in_place
+    assert int8.decodes_in_place and not int8.prefills_in_place
+    ctx, _ = int8.steps.batch([TABLE, [5]], [40, 9], [1, 1], [0, 0])
+    assert ctx.prefix_groups is not None and ctx.cascade is None  # the C kernel's step
+    one_layer_fp32 = KVCache(KVLayout(2, 2, 16, 16, torch.int8, full_precision_layers=(0,)), 8, CPU, backend)
+    assert one_layer_fp32.decodes_in_place and not one_layer_fp32.prefills_in_place
+
+
 @pytest.mark.parametrize("field", ["cpu_kernels", "cpu_paged_decode", "cpu_decode_row"])
 def test_an_environment_override_turns_a_path_off(monkeypatch, field):
     monkeypatch.setenv(OVERRIDES[field], "0")

@@ -40,7 +40,7 @@ def test_decode_rows_beside_a_prompt_equal_the_padded_step(prompts, config):
     ctx, _ = kv.steps.batch(tables, starts, counts, bidirectional)
     assert ctx.decode_rows is not None
     # causal rows over a pool the C kernel reads in place go that way (kv.token_rows), the rest split
-    assert (ctx.token_rows is not None) == (kv.decodes_in_place and not any(bidirectional))
+    assert (ctx.token_rows is not None) == (kv.prefills_in_place and not any(bidirectional))
     assert ctx.token_rows is not None or ctx.decode_rows.context.planned  # planned with the step
     gen = torch.Generator().manual_seed(9)
     total = sum(counts)

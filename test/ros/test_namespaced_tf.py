@@ -41,8 +41,10 @@ def test_a_namespaced_robots_tf_is_its_own(ros_domain_id, remap_arguments):
             wait_until(lambda: static, 10.0, f"camera_sim's static transforms on /{NAMESPACE}/tf_static")
             assert {t.child_frame_id for msg in static for t in msg.transforms}, static
             for topic in ("tf", "tf_static"):
-                assert probe.count_publishers(f"/{NAMESPACE}/{topic}") >= 1, topic  # camera_sim's broadcasters
-                assert probe.count_subscribers(f"/{NAMESPACE}/{topic}") >= 1, topic  # the navigation node's listener
+                publishers = {i.node_name for i in probe.get_publishers_info_by_topic(f"/{NAMESPACE}/{topic}")}
+                readers = {i.node_name for i in probe.get_subscriptions_info_by_topic(f"/{NAMESPACE}/{topic}")}
+                assert camera.get_name() in publishers, (topic, publishers)  # camera_sim's broadcasters
+                assert navigation.get_name() in readers, (topic, readers)  # the navigation node's listener
                 assert probe.count_publishers(f"/{topic}") == 0, topic
                 assert probe.count_subscribers(f"/{topic}") == 0, topic
     finally:

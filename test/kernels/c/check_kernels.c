@@ -263,8 +263,9 @@ static void check_paged_decode(int format, int64_t seqs, int64_t heads, int64_t 
                           h / (heads / kv_heads), d, scale, want + (s * heads + h) * d, want_mass + s * width);
   char what[128];
   snprintf(what, sizeof what, "paged_decode %s seqs=%lld heads=%lld/%lld d=%lld block=%lld shared=%lldx%lld q<%g%s",
-           format == KV_I8 ? "int8" : "fp32", (long long)seqs, (long long)heads, (long long)kv_heads, (long long)d, (long long)block_size,
-           (long long)(grouped ? shared_rows : 0), (long long)shared_blocks, q_range, with_mass ? " +mass" : "");
+           format == KV_I8 ? "int8" : "fp32", (long long)seqs, (long long)heads, (long long)kv_heads, (long long)d,
+           (long long)block_size, (long long)(grouped ? shared_rows : 0), (long long)shared_blocks, q_range,
+           with_mass ? " +mass" : "");
   /* fp32 scores carry a rounding error in proportion to their size, and so do the weights made of them */
   expect_close(what, out, want, seqs * heads * d, 1e-6 * q_range, 2e-6 * q_range);
   if (with_mass) expect_close("  its block mass", mass, want_mass, seqs * width, 2e-6 * q_range, 2e-6 * q_range);
