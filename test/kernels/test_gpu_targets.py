@@ -1,7 +1,9 @@
 """The Triton kernels are proven to build for the GPUs robots and servers have, on this machine without one: every
 launch the launchers make (each kernel, KV format and block size for SmolLM2's, Llama 3's and pi0.5's heads), captured
-and specialized as Triton's JIT would, compiled ahead of time for sm_80, sm_86, sm_87 (Jetson Orin), sm_89 and sm_90,
-fits the architecture's shared memory per block and spills no register (ptxas -v). The tile comes from the head size
+and specialized as Triton's JIT would, compiled ahead of time for sm_80, sm_87 (Jetson Orin), sm_89 and sm_90, fits
+the architecture's shared memory per block and spills no register (ptxas -v). sm_86 (RTX 3090, A10), sm_89's shared
+memory limit and so its tiles, is left to the tool's full run (docs/benchmarks.md): four architectures split evenly
+over two compilers keep the cold compile of CI's fresh machine at two architectures' time. The tile comes from the head size
 and the device: pi0.5's decode at the old fixed tile (64 tokens, 4 warps, 3 stages, fp32 dots) needs more shared
 memory than an sm_89 block has, and that configuration fails the same check."""
 
@@ -60,8 +62,8 @@ def test_a_block_wider_than_the_tile_is_refused_on_a_gpu_only():
 
 def test_every_kernel_launch_compiles_for_every_architecture_within_its_limits(tmp_path):
     assert REQUIRED <= set(ARCHITECTURES)
-    archs = sorted(ARCHITECTURES)
-    halves = [archs[::2], archs[1::2]]  # two compilers at once on two cores
+    archs = sorted(REQUIRED)
+    halves = [archs[::2], archs[1::2]]  # two compilers at once on two cores, two architectures each
     runs = []
     for i, half in enumerate(halves):
         command = [sys.executable, "-m", "oxygen_ros.kernels.triton_impl.aot", "--json", str(tmp_path / f"{i}.json")]
