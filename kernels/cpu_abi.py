@@ -1,16 +1,26 @@
-"""The ctypes mirrors of the structs the CPU kernels take (``cpu/oxygen_kernels.h``), and their check against the built
-library.
+"""The ctypes mirrors of the structs and constants the CPU kernels take (``cpu/oxygen_kernels.h``), and their check
+against the built library.
 
-ctypes cannot read a C header: each struct is written again here, field for field. A mirror that drifts from the
-header (a field added, moved or retyped on one side only) would pass the kernels pointers where they read sizes, so
-``cpu_library`` loads a library only when ``abi_mismatches`` finds none: every mirror's size and each field's offset
-equal what the library reports (``cpu/abi.c``), matched by struct and field name.
+ctypes cannot read a C header: each struct is written again here, field for field, and each enum member and size the
+Python side passes or lays memory out by (KV and weight formats, group sizes). A mirror that drifts from the header (a
+field added, moved or retyped, a format renumbered on one side only) would pass the kernels pointers where they read
+sizes, or one format where they read another, so ``cpu_library`` loads a library only when ``abi_mismatches`` finds
+none: every mirror's size, each field's offset and each constant equal what the library reports (``cpu/abi.c``),
+matched by name.
 """
 
 import ctypes
 from collections.abc import Sequence
 
 Mirror = type[ctypes.Structure]
+
+KV_F32, KV_I8 = 0, 1  # how a pool view stores K and V
+WEIGHTS_F32, WEIGHTS_BF16, WEIGHTS_I8, WEIGHTS_Q4_1 = 0, 1, 2, 3  # how a weight matrix's rows are stored
+I8_GROUP = 32  # int8 weights one scale covers along a row
+Q4_1_GROUP, Q4_1_BYTES = 32, 20  # weights a GGUF Q4_1 block holds along a row, and its bytes
+CONSTANTS = {"KV_F32": KV_F32, "KV_I8": KV_I8, "WEIGHTS_F32": WEIGHTS_F32, "WEIGHTS_BF16": WEIGHTS_BF16,
+             "WEIGHTS_I8": WEIGHTS_I8, "WEIGHTS_Q4_1": WEIGHTS_Q4_1, "I8_GROUP": I8_GROUP, "Q4_1_GROUP": Q4_1_GROUP,
+             "Q4_1_BYTES": Q4_1_BYTES}  # fmt: skip
 
 
 class PagedDecode(ctypes.Structure):
@@ -68,13 +78,19 @@ def abi_layout(library: ctypes.CDLL) -> dict[str, int] | None:
     return dict(zip(names.value.decode().split(), values, strict=True))
 
 
-def abi_mismatches(library: ctypes.CDLL, mirrors: Sequence[Mirror] = MIRRORS) -> list[str]:
-    """Where ``mirrors`` differ from the library's layout, one line per struct or field, naming it; empty where
-    they agree. A struct of the header that no mirror names is not checked."""
+def abi_mismatches(library: ctypes.CDLL, mirrors: Sequence[Mirror] = MIRRORS,
+                   constants: dict[str, int] = CONSTANTS) -> list[str]:  # fmt: skip
+    """Where ``mirrors`` and ``constants`` differ from the library's layout, one line per struct, field or constant,
+    naming it; empty where they agree. A struct of the header that no mirror names is not checked."""
     layout = abi_layout(library)
     if layout is None:
         return ["the library reports no layout (oxygen_abi): built from other sources"]
     mismatches = []
+    for name, value in constants.items():
+        if f"const.{name}" not in layout:
+            mismatches.append(f"{name}: no such constant in the library")
+        elif layout[f"const.{name}"] != value:
+            mismatches.append(f"{name}: {value} here, {layout[f'const.{name}']} in the library")
     for mirror in mirrors:
         name = mirror.__name__
         if name not in layout:

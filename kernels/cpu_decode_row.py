@@ -13,7 +13,8 @@ import torch
 
 from .cpu_abi import RowLayer, RowModel, RowStep
 from .cpu_library import library
-from .cpu_matvec import INT8_GROUP, STREAMED_DTYPES, WEIGHT_FORMATS
+from .cpu_abi import I8_GROUP
+from .cpu_matvec import STREAMED_DTYPES, WEIGHT_FORMATS
 from .quant_spec import KVBlocks
 
 MAX_HEAD_DIM = 256  # the kernel keeps a query head in 16 registers
@@ -107,7 +108,7 @@ def llama_decode_row(shape: RowShape, layers: list[RowLayerWeights], views: list
     int8 = projections == {torch.int8}
     if any((w.scales is not None) != int8 or (int8 and len(w.scales) != 4) for w in layers):
         return None  # int8 rows come with their four scales, other formats with none
-    if int8 and any(s.shape != (p.shape[0], -(-p.shape[1] // INT8_GROUP))
+    if int8 and any(s.shape != (p.shape[0], -(-p.shape[1] // I8_GROUP))
                     for w in layers for p, s in zip(w.projections(), w.scales, strict=True)):  # fmt: skip
         return None
     return LlamaDecodeRow(kernels, shape, layers, views)

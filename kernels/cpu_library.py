@@ -43,8 +43,8 @@ HEADERS = tuple(
 )
 FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC")
 ISA_FLAGS = {  # each level's flags (x86: avx512 > avx2; arm: neon)
-    "avx512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"),
-    "avx2": ("-mavx2", "-mfma"),
+    "avx512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"),
+    "avx2": ("-mavx2", "-mfma", "-mf16c"),  # F16C (fp16 <-> fp32): every AVX2 CPU has it, GGUF's block scales need it
     "neon": ("-march=armv8-a",),  # NEON is part of every aarch64 CPU
 }
 ISA_ENV = "OXYGEN_CPU_ISA"
@@ -85,7 +85,7 @@ def supported_isas() -> tuple[str, ...]:
     if flags is None:  # no /proc/cpuinfo: what torch found
         capability = torch.backends.cpu.get_cpu_capability()
         return {"AVX512": ("avx512", "avx2"), "AVX2": ("avx2",)}.get(capability, ())
-    levels = {"avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"}, "avx2": {"avx2", "fma"}}
+    levels = {"avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"}, "avx2": {"avx2", "fma", "f16c"}}
     return tuple(isa for isa, needs in levels.items() if needs <= flags)
 
 

@@ -17,11 +17,9 @@ from functools import cache
 
 import torch
 
-from .cpu_abi import PagedDecode
+from .cpu_abi import KV_F32, KV_I8, PagedDecode
 from .cpu_library import library
 from .quant_spec import KVBlocks
-
-KV_F32, KV_I8 = 0, 1  # cpu/oxygen_kernels.h
 
 MAX_HEAD_DIM = 256  # a query head is kept in 16 vector registers
 _scratch = threading.local()  # one buffer per thread, grown as needed: a fresh ~1 MB per layer call would be faulted in

@@ -1,7 +1,7 @@
 """The names of compute dtypes and KV storage formats, as the configuration spells them. A leaf (no torch), so a
 configuration is checked where torch is not importable; the engine and the kernels map the names to torch dtypes."""
 
-COMPUTE_DTYPES = ("float32", "float16", "bfloat16")  # dtype and weight_dtype (which also takes int8), besides auto
+COMPUTE_DTYPES = ("float32", "float16", "bfloat16")  # dtype and weight_dtype (which also takes int8, q4_1), besides auto
 # KV storage names -> the torch dtype (by name) their codes are stored in
 KV_FORMATS = {
     "fp32": "float32",

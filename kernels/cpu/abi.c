@@ -2,8 +2,9 @@
  * ctypes mirrors with when the library loads: a stale or mismatched build is never called with a wrong layout.
  *
  * The values, in this order: for each struct in STRUCTS, its sizeof, then the offsetof of each of its fields in
- * declaration order. Each value has a name, space separated in the same order: "PagedDecode" for a size,
- * "PagedDecode.q" for an offset; by name, a mirror's swapped fields are found even where they have the same size.
+ * declaration order; then the value of each of the header's enum members and sizes in CONSTANTS. Each value has a
+ * name, space separated in the same order: "PagedDecode" for a size, "PagedDecode.q" for an offset, "const.KV_I8" for
+ * a constant; by name, a mirror's swapped fields are found even where they have the same size.
  */
 #include <stddef.h>
 
@@ -24,13 +25,19 @@
 #define FIELDS_RowStep(F, T)                                                                                         \
   F(T, h) F(T, cos) F(T, sin) F(T, table) F(T, length) F(T, slot) F(T, block_mass) F(T, scratch)
 
+#define CONSTANTS(C)                                                                                                 \
+  C(KV_F32) C(KV_I8) C(WEIGHTS_F32) C(WEIGHTS_BF16) C(WEIGHTS_I8) C(WEIGHTS_Q4_1) C(I8_GROUP) C(Q4_1_GROUP) C(Q4_1_BYTES)
+
 #define OFFSET(T, field) offsetof(T, field),
 #define FIELD_NAME(T, field) #T "." #field " "
 #define SIZE_AND_OFFSETS(T) sizeof(T), FIELDS_##T(OFFSET, T)
 #define NAMES(T) #T " " FIELDS_##T(FIELD_NAME, T)
 
-static const int64_t layout[] = {STRUCTS(SIZE_AND_OFFSETS)};
-static const char layout_names[] = STRUCTS(NAMES);
+#define VALUE(name) name,
+#define CONSTANT_NAME(name) "const." #name " "
+
+static const int64_t layout[] = {STRUCTS(SIZE_AND_OFFSETS) CONSTANTS(VALUE)};
+static const char layout_names[] = STRUCTS(NAMES) CONSTANTS(CONSTANT_NAME);
 
 /* Writes the first `capacity` values to out and points *names at their names; returns how many values there are. */
 int64_t oxygen_abi(int64_t* out, int64_t capacity, const char** names) {

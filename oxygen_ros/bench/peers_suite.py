@@ -17,7 +17,9 @@ bfloat16``: half the bytes a token reads, oneDNN's AVX512-BF16 products), and it
 reference path: the share of each answer's greedy tokens before the first that differs (the fp32 path equals
 transformers token for token); llama.cpp's Q4_1 answers get the same measure, the yardstick for a lossy format.
 With ``int8_weights`` it also runs with int8 projections and LM head (``weight_dtype: int8``: one fp32 scale per 32
-weights of a row, 0.28 of fp32's bytes for the one-to-eight-row C products), measured the same way.
+weights of a row, 0.28 of fp32's bytes for the one-to-eight-row C products), and with ``q4_1_weights`` with the
+projections as the file's own Q4_1 blocks (``weight_dtype: q4_1``, the LM head int8: llama.cpp's bytes, fp32 products
+over the very weights our fp32 path has), each measured the same way.
 
 llama.cpp runs in its own venv (``make peers``: llama-cpp-python, built from source) as a subprocess on the same
 file, with the same thread count; without it the suite says so and reports ours and transformers only.  The PNG
@@ -51,11 +53,14 @@ from oxygen_ros.models.gguf_loader import smollm2_gguf_path
 BATCH1_PROMPT = "Tell me a story about a robot that learns to cook."
 BATCH1_REPEATS = 3  # batch-1 decode is the fastest of this many runs for every peer: this VM's speed moves in minutes
 PEERS_PYTHON_ENV = "OXYGEN_PEERS_PYTHON"  # else .peers-venv/bin/python of the checkout (``make peers``)
+# our stored weight formats run beside fp32: the suite's name -> (weight_dtype, the plot's colour)
+STORED_FORMATS = {"bf16": ("bfloat16", "tab:red"), "int8": ("int8", "tab:purple"), "q4_1": ("q4_1", "tab:brown")}
 
 
 def run(
     ns: str = "1,4,8,16,32", new_tokens: int = 64, batch1_tokens: int = 128, prefix_tokens: int = 500,
     hf_max_n: int = 8, plot: str = "out/bench/peers.png", bf16_weights: int = 1, int8_weights: int = 1,
+    q4_1_weights: int = 1,
 ) -> dict[str, Any]:
     counts = [int(n) for n in str(ns).split(",")]
     threads = torch.get_num_threads()
@@ -70,13 +75,15 @@ def run(
     ours = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros")
     probes.append(read_bandwidth())
     stored: dict[str, tuple[dict[str, Any], int]] = {}  # weight format -> (our runs, weight bytes a token reads)
-    runs_here = {"bf16": can_pack_bf16(torch.device("cpu")), "int8": matvec_kernel() is not None}
-    skipped = [name for name, on in (("bf16", bf16_weights), ("int8", int8_weights)) if on and not runs_here[name]]
-    for name, on in (("bf16", bf16_weights), ("int8", int8_weights)):
+    c_kernels = matvec_kernel() is not None
+    runs_here = {"bf16": can_pack_bf16(torch.device("cpu")), "int8": c_kernels, "q4_1": c_kernels}
+    asked = {"bf16": bf16_weights, "int8": int8_weights, "q4_1": q4_1_weights}
+    skipped = [name for name, on in asked.items() if on and not runs_here[name]]
+    for name, on in asked.items():
         if on and runs_here[name]:
             del engine
             engine = Engine(EngineConfig(kv_cache_bytes=1 << 30, max_num_seqs=max(counts), max_model_len=2048,
-                                         weight_dtype={"bf16": "bfloat16", "int8": "int8"}[name]))  # fmt: skip
+                                         weight_dtype=STORED_FORMATS[name][0]))  # fmt: skip
             runs = _ours(engine, counts, workloads, batch1_tokens, new_tokens, f"oxygen_ros {name} weights")
             stored[name] = (runs, _weight_bytes_per_token(engine))
             probes.append(read_bandwidth())
@@ -134,7 +141,8 @@ def run(
               bounds)  # fmt: skip
         details["plot"] = plot
     params = {"ns": ns, "new_tokens": new_tokens, "batch1_tokens": batch1_tokens, "prefix_tokens": prefix_tokens,
-              "hf_max_n": hf_max_n, "bf16_weights": bf16_weights, "int8_weights": int8_weights}  # fmt: skip
+              "hf_max_n": hf_max_n, "bf16_weights": bf16_weights, "int8_weights": int8_weights,
+              "q4_1_weights": q4_1_weights}  # fmt: skip
     return result("peers", metrics, details, params)
 
 
@@ -145,7 +153,7 @@ def _question(engine: Engine, obs: Observation, i: int) -> GenerateRequest:
 
 def _weight_bytes_per_token(engine: Engine) -> int:
     """Bytes one decode token reads: every projection of every layer and the LM head, as the one-row products stream
-    them (int8 rows with their scales, bf16 or fp32 rows; the embedding lookup reads one row)."""
+    them (int8 rows with their scales, Q4_1 blocks, bf16 or fp32 rows; the embedding lookup reads one row)."""
     model = engine.bundle.model
     packed = [m for m in model.layers.modules() if isinstance(m, PackedLinear)] + [model.packed_head]
     if any(m is None for m in packed) or len(packed) < 2:  # not packed (no oneDNN): stored as the compute dtype
@@ -292,7 +300,7 @@ def _plot(path: Path, counts: list[int], new_tokens: int, ours: dict, stored: di
 
     sides = [("oxygen_ros fp32", ours, "tab:orange", bounds["fp32"])]
     for name, runs in stored.items():
-        sides.append((f"oxygen_ros {name} weights", runs, {"bf16": "tab:red", "int8": "tab:purple"}[name], bounds[name]))
+        sides.append((f"oxygen_ros {name} weights", runs, STORED_FORMATS[name][1], bounds[name]))
     sides.append(("transformers", hf, "tab:blue", bounds["fp32"]))
     if llama is not None:
         sides.append(("llama.cpp (Q4_1)", llama, "tab:green", bounds["llama.cpp"]))

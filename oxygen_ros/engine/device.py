@@ -27,8 +27,12 @@ def resolve_dtype(name: str, device: torch.device, field_name: str = "dtype") ->
     return DTYPES[name]
 
 
+QUANTIZED_WEIGHTS = {"int8": torch.int8, "q4_1": torch.uint8}  # the dtypes their rows are stored in (cpu_matvec)
+
+
 def resolve_weight_dtype(name: str, device: torch.device, compute: torch.dtype) -> torch.dtype:
-    """``weight_dtype``: ``auto`` = the compute dtype; ``int8`` (scales per 32 weights of a row, CPU) beside the float formats."""
+    """``weight_dtype``: ``auto`` = the compute dtype; ``int8`` (scales per 32 weights of a row, CPU) and ``q4_1``
+    (GGUF Q4_1 blocks, stored as uint8) beside the float formats."""
     if name == "auto":
         return compute
-    return torch.int8 if name == "int8" else resolve_dtype(name, device, "weight_dtype")
+    return QUANTIZED_WEIGHTS[name] if name in QUANTIZED_WEIGHTS else resolve_dtype(name, device, "weight_dtype")

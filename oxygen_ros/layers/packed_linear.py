@@ -25,17 +25,25 @@ With ``weight_dtype=torch.int8`` (``weight_dtype: int8``) the weight is quantize
 and more rows run oneDNN's fp32 product over the very values the int8 rows stand for (integer times its group's
 scale), so a request gets the same weights whatever its batch: only fp32 sums differ. Lossy like bf16, measured the
 same way.
+
+With ``weight_dtype=Q4_1`` (``weight_dtype: q4_1``) the rows are GGUF Q4_1 blocks (``quantize_q4_1``: 0.625 bytes a
+weight), more rows again oneDNN's fp32 product over the values they stand for. Over a Q4_1 GGUF's tensors (the
+bundled SmolLM2) the blocks are the file's own and their values the fp32 weights the loader gave: lossless there, lossy
+on weights that were never 4-bit.
 """
 
 import torch
 from torch import nn
 
 from oxygen_ros.kernels.cpu_matvec import (
+    Q4_1,
     STREAMED_MAX_INPUTS,
     can_stream,
     dequantize_int8,
+    dequantize_q4_1,
     matvec_kernel,
     quantize_int8,
+    quantize_q4_1,
 )
 
 BATCH_HINT = 32  # rows oneDNN tunes the layout for; measured as good from 1 to 512 rows
@@ -53,8 +61,8 @@ def can_pack_bf16(device: torch.device) -> bool:
 
 class PackedLinear(nn.Module):
     """``x @ weight.T + bias`` with a prepacked weight (inference only: the weight is no parameter).  ``weight_dtype``
-    is the stored format when it differs from the weight's (bf16 or int8 under fp32 compute); the bias stays as given.
-    int8 needs the C product (``matvec_kernel()``; the model loader checks it)."""
+    is the stored format when it differs from the weight's (bf16, int8 or Q4_1 under fp32 compute); the bias stays as
+    given. int8 and Q4_1 need the C product (``matvec_kernel()``; the model loader checks it)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
                  weight_dtype: torch.dtype | None = None) -> None:  # fmt: skip
@@ -64,15 +72,18 @@ class PackedLinear(nn.Module):
         if weight_dtype == torch.int8:
             stored, self.scales = quantize_int8(weight)
             packed = dequantize_int8(stored, self.scales)  # what the int8 rows stand for, for oneDNN's product
+        elif weight_dtype == Q4_1:
+            stored = quantize_q4_1(weight)
+            packed = dequantize_q4_1(stored)  # what the blocks stand for, for oneDNN's product
         else:
             stored = packed = weight.detach().to(weight_dtype or weight.dtype).contiguous()
         self.packed = torch.ops.mkldnn._reorder_linear_weight(packed, BATCH_HINT)
         self.stored_dtype = packed.dtype
         self.bias = None if bias is None else bias.detach()
-        streams = weight.dtype == torch.float32 and can_stream(stored)  # fp32 compute over fp32, bf16 or int8 rows
+        streams = weight.dtype == torch.float32 and can_stream(stored)  # fp32 compute over fp32, bf16, int8, Q4_1 rows
         self.matvec = matvec_kernel() if streams else None
-        if weight_dtype == torch.int8 and self.matvec is None:
-            raise ValueError("int8 weights need the CPU C kernels (kernels/cpu_library.py)")
+        if weight_dtype in (torch.int8, Q4_1) and self.matvec is None:
+            raise ValueError(f"{weight_dtype} weights need the CPU C kernels (kernels/cpu_library.py)")
         self.rows = stored if self.matvec is not None else None  # row-major, for products of up to eight rows
 
     @property

@@ -26,5 +26,10 @@ class LlamaArgs:
     qk_norm: bool = False  # Qwen3: an RMSNorm over each head of q and k before RoPE
     no_rope_layers: tuple[int, ...] = ()  # SmolLM3: per layer 1 = RoPE, 0 = none; () = RoPE everywhere
 
+    def projection_inputs(self) -> tuple[int, ...]:
+        """The input widths of a layer's projections (q/k/v and gate/up read the hidden state, o the heads, down the
+        MLP's width) and of the LM head: what a row-blocked weight format must divide."""
+        return self.hidden_size, self.num_heads * self.head_dim, self.intermediate_size
+
     def uses_rope(self, layer: int) -> bool:
         return not self.no_rope_layers or bool(self.no_rope_layers[layer])

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oxygen_ros.kernels import cpu_row_ops
+from oxygen_ros.kernels.cpu_matvec import Q4_1
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.cpu_decode_row import RowDecoder, RowLayerWeights, RowShape, row_decoder
@@ -98,17 +99,18 @@ class LlamaModel(nn.Module):
 
     def pack_weights(self, weight_dtype: torch.dtype | None = None) -> None:
         """Fuse q/k/v and gate/up, then prepack every projection and the LM head for this CPU (``packed_linear``);
-        the layers' projections stored as ``weight_dtype`` when given (bf16 or int8 under fp32 compute). The head stays
-        in the compute dtype under bf16 (a product of several bf16 rows comes back rounded to bf16, and logits rounded
-        to bf16 tie often enough to decide greedy answers) and is int8 too under int8 (its products stay fp32; at
-        batch 1 the head is a fifth of SmolLM2's fp32 bytes).  Call once, after loading.  A tied head gets its own
+        the layers' projections stored as ``weight_dtype`` when given (bf16, int8 or Q4_1 under fp32 compute). The head
+        stays in the compute dtype under bf16 (a product of several bf16 rows comes back rounded to bf16, and logits
+        rounded to bf16 tie often enough to decide greedy answers) and is int8 under int8 and Q4_1 (its products stay
+        fp32; at batch 1 the head is a fifth of SmolLM2's fp32 bytes; llama.cpp's Q4_1 files keep it Q8_0, whose
+        values int8 groups hold exactly).  Call once, after loading.  A tied head gets its own
         packed copy: the embedding table stays row-major for lookups."""
         head = self.embed_tokens.weight if self.args.tie_word_embeddings else self.lm_head.weight
         for layer in self.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
         pack_linears(self.layers, weight_dtype)
-        self.packed_head = PackedLinear(head, weight_dtype=torch.int8 if weight_dtype == torch.int8 else None)
+        self.packed_head = PackedLinear(head, weight_dtype=torch.int8 if weight_dtype in (torch.int8, Q4_1) else None)
         if not self.args.tie_word_embeddings:
             del self.lm_head
 

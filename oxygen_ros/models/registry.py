@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.kernels.cpu_matvec import matvec_kernel
+from oxygen_ros.kernels.cpu_matvec import Q4_1, Q4_1_GROUP, matvec_kernel
 from oxygen_ros.layers.packed_linear import can_pack, can_pack_bf16
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.llama import LlamaModel
@@ -71,21 +71,21 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 
 
 
 def _check_weight_dtype(name: str, device: torch.device, dtype: torch.dtype, weight_dtype: torch.dtype) -> None:
-    """A stored weight format apart from the compute dtype exists for two cases, language models (or a VLM's decoder)
-    under fp32 compute on a CPU: bf16 projections through oneDNN's packed products, and int8 ones (a scale per 32 weights)
-    through the C products."""
+    """A stored weight format apart from the compute dtype exists for language models (or a VLM's decoder) under fp32
+    compute on a CPU: bf16 projections through oneDNN's packed products, int8 ones (a scale per 32 weights) and Q4_1
+    blocks through the C products."""
     path = Path(name).expanduser()
     if name in VLA_MODELS or ((path / "config.json").is_file() and (_is_pi0(path) or _is_pi05(path))):
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype applies to language models and VLM decoders, "
                           f"not to the action model {name!r}: leave it auto")  # fmt: skip
-    if weight_dtype not in (torch.bfloat16, torch.int8) or dtype != torch.float32:
+    if weight_dtype not in (torch.bfloat16, torch.int8, Q4_1) or dtype != torch.float32:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype {weight_dtype} with dtype {dtype}: the mixed "
-                          "formats are bfloat16 or int8 weights under float32 compute")  # fmt: skip
+                          "formats are bfloat16, int8 or q4_1 weights under float32 compute")  # fmt: skip
     if weight_dtype == torch.bfloat16 and not can_pack_bf16(device):
         raise EngineError(ErrorCode.FAILED_PRECONDITION, f"weight_dtype bfloat16 under float32 compute runs on a CPU "
                           f"whose oneDNN computes bf16 products (AVX-512); not on {device} here")  # fmt: skip
-    if weight_dtype == torch.int8 and (not can_pack(device, torch.float32) or matvec_kernel() is None):
-        raise EngineError(ErrorCode.FAILED_PRECONDITION, f"weight_dtype int8 runs on a CPU with the C kernels built "
+    if weight_dtype in (torch.int8, Q4_1) and (not can_pack(device, torch.float32) or matvec_kernel() is None):
+        raise EngineError(ErrorCode.FAILED_PRECONDITION, f"weight_dtype {weight_dtype} runs on a CPU with the C kernels built "
                           f"(AVX-512, AVX2 or NEON and a C compiler, cpu_kernels on) and oneDNN; not on {device} here")  # fmt: skip
 
 
@@ -173,6 +173,9 @@ def _ready(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str, args: Ll
     """A loaded Llama-decoder model on ``device`` in ``dtype``, its weights prepacked (as ``weight_dtype`` when given)
     where this CPU reads that faster, with what the engine needs to know about it."""
     model.to(device=device, dtype=dtype).eval()
+    if weight_dtype == Q4_1 and (uneven := {w for w in args.projection_inputs() if w % Q4_1_GROUP}):
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype q4_1 needs projection inputs in multiples of "
+                          f"{Q4_1_GROUP} weights (GGUF blocks); {model_id} has widths {sorted(uneven)}")  # fmt: skip
     if can_pack(device, dtype):
         model.pack_weights(None if weight_dtype == dtype else weight_dtype)
     return ModelBundle(

@@ -12,7 +12,7 @@ def test_peers_suite_measures_ours_and_transformers(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(peers_suite, "_peers_python", lambda: None)
     plot = tmp_path / "peers.png"
     out = peers_suite.run(ns="1,2", new_tokens=3, batch1_tokens=4, prefix_tokens=40, hf_max_n=2, plot=str(plot),
-                          bf16_weights=1, int8_weights=1)  # fmt: skip
+                          bf16_weights=1, int8_weights=1, q4_1_weights=1)  # fmt: skip
     metrics = out["metrics"]
     assert "ratio_vs_llamacpp_n2" not in metrics and "no llama.cpp peer" in out["details"]["llamacpp"]
     assert "make peers" in capsys.readouterr().err
@@ -20,16 +20,21 @@ def test_peers_suite_measures_ours_and_transformers(tmp_path, monkeypatch, capsy
                  "tokens_per_s_n1", "tokens_per_s_n2", "bf16_weights_batch1_tokens_per_s",
                  "bf16_weights_tokens_per_s_n2", "bf16_weights_batch1_fraction_of_bound",
                  "int8_weights_batch1_tokens_per_s", "int8_weights_tokens_per_s_n2",
-                 "int8_weights_batch1_fraction_of_bound"):  # fmt: skip
+                 "int8_weights_batch1_fraction_of_bound", "q4_1_weights_batch1_tokens_per_s",
+                 "q4_1_weights_tokens_per_s_n2", "q4_1_weights_batch1_fraction_of_bound"):  # fmt: skip
         assert math.isfinite(metrics[name]) and metrics[name] > 0, name
     assert 0.0 <= metrics["bf16_weights_greedy_agreement"] <= 1.0
     assert 0.0 <= metrics["int8_weights_greedy_agreement"] <= 1.0
+    assert metrics["q4_1_weights_greedy_agreement"] == 1.0  # the file's blocks: our fp32 weights, its answers
     details = out["details"]
     assert details["read_bandwidth_gb_s"] > 0.5
     assert details["weight_bytes_per_token"] == 4 * (30 * (576 * (576 + 2 * 192) + 576 * 576 + 3 * 576 * 1536)
                                                      + 49152 * 576)  # fmt: skip  SmolLM2-135M, fp32
     # a byte a weight plus a 4-byte scale per 32 (every row's length, 576 or 1536, is a multiple of 32)
     assert details["weight_bytes_per_token_stored"]["int8"] == details["weight_bytes_per_token"] * 9 // 32
+    # Q4_1 layers: 20 bytes per 32 weights; the head int8
+    layers, head = 30 * (576 * (576 + 2 * 192) + 576 * 576 + 3 * 576 * 1536), 49152 * 576
+    assert details["weight_bytes_per_token_stored"]["q4_1"] == layers * 20 // 32 + head * 36 // 32
     for n in (1, 2):
         assert len(details["ours"]["shared"][n]["ttft_s"]) == n and len(details["ours"]["shared"][n]["tokens"]) == n
         assert len(details["transformers"]["shared"][n]["ttft_s"]) == n

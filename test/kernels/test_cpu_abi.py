@@ -1,12 +1,13 @@
-"""The C kernels' struct layout (``cpu/oxygen_kernels.h``, reported by ``cpu/abi.c``) against the ctypes mirrors
-(``cpu_abi``): the built library equals every mirror, and a mirror with two fields swapped or one missing is reported
-with its struct and field named, which keeps ``cpu_library`` from loading a library it would misread."""
+"""The C kernels' struct layout and constants (``cpu/oxygen_kernels.h``, reported by ``cpu/abi.c``) against the ctypes
+mirrors (``cpu_abi``): the built library equals every mirror, and a mirror with two fields swapped or one missing, or a
+format renumbered, is reported with its struct, field or constant named, which keeps ``cpu_library`` from loading a
+library it would misread."""
 
 import ctypes
 
 import pytest
 
-from oxygen_ros.kernels.cpu_abi import MIRRORS, RowModel, RowStep, abi_layout, abi_mismatches
+from oxygen_ros.kernels.cpu_abi import CONSTANTS, MIRRORS, RowModel, RowStep, abi_layout, abi_mismatches
 from oxygen_ros.kernels.cpu_library import library
 
 kernels = library()
@@ -23,6 +24,14 @@ def test_the_library_equals_every_mirror():
     assert abi_mismatches(kernels) == []
     structs = {name for name in abi_layout(kernels) if "." not in name}
     assert structs == {mirror.__name__ for mirror in MIRRORS}  # every struct of the header has its mirror
+    constants = {name.removeprefix("const.") for name in abi_layout(kernels) if name.startswith("const.")}
+    assert constants == set(CONSTANTS)  # and every constant the library reports its mirror
+
+
+def test_a_renumbered_format_and_an_unknown_constant_are_named():
+    drifted = CONSTANTS | {"WEIGHTS_Q4_1": 4, "Q4_0_BYTES": 18}
+    assert abi_mismatches(kernels, MIRRORS, drifted) == ["WEIGHTS_Q4_1: 4 here, 3 in the library",
+                                                         "Q4_0_BYTES: no such constant in the library"]  # fmt: skip
 
 
 def test_swapped_fields_of_one_size_are_named():

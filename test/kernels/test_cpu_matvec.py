@@ -1,7 +1,8 @@
 """The streamed matrix-vector product (decode steps of one to eight sequences on a CPU) against fp64 torch, over shapes
-that end inside an eight-row block and inside a 16-float vector, one to eight input rows, with fp32, bf16 and int8
-weights (a scale per 32 weights of a row), and the packed layer's choice between it and oneDNN, including bf16 and int8 weights under
-fp32 compute."""
+that end inside an eight-row block and inside a 16-float vector, one to eight input rows, with fp32, bf16, int8
+weights (a scale per 32 weights of a row) and GGUF Q4_1 blocks (gguf-py's quantizer and dequantizer, llama.cpp's
+reference ports, as the yardstick), and the packed layer's choice between it and oneDNN, including bf16, int8 and Q4_1
+weights under fp32 compute."""
 
 import pytest
 import torch
@@ -168,3 +169,77 @@ def test_packed_layer_with_int8_weights_is_the_same_weights_at_every_batch():
             out = layer(x)
             torch.testing.assert_close(out.double(), x.double() @ values.T + bias.double(), atol=1e-4, rtol=0)
         assert (layer(x).double() - (x.double() @ weight.double().T + bias.double())).abs().max() > 1e-3
+
+
+def test_quantize_q4_1_writes_llama_cpps_blocks_and_rounds_to_its_grid():
+    """Blocks [n, k / 32, 20] as gguf-py's Q4_1 writes them (fp16 d = (max - min) / 15 and m = min, then the nibbles),
+    every weight within half a step of its block's grid (plus the fp16 rounding of d and m), and a constant block
+    exact (d = 0)."""
+    gen = torch.Generator().manual_seed(6)
+    weight = torch.randn(5, 96, generator=gen) * torch.logspace(-2, 1, 96)
+    weight[2, 32:64] = 0.25
+    blocks = cpu_matvec.quantize_q4_1(weight)
+    assert blocks.dtype == cpu_matvec.Q4_1 and blocks.shape == (5, 3, 20) and blocks.is_contiguous()
+    assert cpu_matvec.weight_shape(blocks) == (5, 96)
+    halves = blocks[..., :4].contiguous().view(torch.float16).float()  # [5, 3, 2]: d, m
+    groups = weight.view(5, 3, 32)
+    torch.testing.assert_close(halves[..., 1], groups.amin(-1).half().float())
+    torch.testing.assert_close(halves[..., 0], ((groups.amax(-1) - groups.amin(-1)) / 15).half().float())
+    low, high = blocks[..., 4:] & 15, blocks[..., 4:] >> 4
+    codes = torch.cat([low, high], dim=-1).float()  # weights 0-15 in the low nibbles, 16-31 in the high ones
+    values = cpu_matvec.dequantize_q4_1(blocks)
+    torch.testing.assert_close(values.view(5, 3, 32), codes * halves[..., :1] + halves[..., 1:])
+    step = halves[..., :1].expand(5, 3, 32).reshape(5, 96)
+    assert ((values - weight).abs() <= step / 2 + 2e-3 * weight.abs().amax()).all()
+    assert torch.equal(values[2, 32:64], torch.full((32,), 0.25))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        cpu_matvec.quantize_q4_1(torch.randn(4, 40))
+
+
+@needs_kernel
+@pytest.mark.parametrize("m", [1, 2, 5, 8])
+@pytest.mark.parametrize("n,k", [(1, 32), (7, 64), (37, 96), (960, 576), (576, 1536)])
+def test_matvec_of_q4_1_blocks_equals_fp64_of_the_values_they_stand_for(m, n, k):
+    gen = torch.Generator().manual_seed(m * 100_000 + n * 1000 + k)
+    blocks = cpu_matvec.quantize_q4_1(torch.randn(n, k, generator=gen))
+    x = torch.randn(m, k, generator=gen)
+    out = matvec(blocks, x)
+    assert out.shape == (m, n) and out.dtype == torch.float32
+    reference = x.double() @ cpu_matvec.dequantize_q4_1(blocks).double().T
+    torch.testing.assert_close(out.double(), reference, atol=1e-5 * k**0.5, rtol=0)
+
+
+@needs_kernel
+def test_one_row_of_q4_1_blocks_sums_as_fp32_rows_of_their_values():
+    """One input row: the blocks' product is the fp32 rows' product over the values they stand for, bit for bit (the
+    same multiply-adds in the same order), which is why Q4_1 over a Q4_1 GGUF answers as the fp32 path does."""
+    gen = torch.Generator().manual_seed(9)
+    blocks = cpu_matvec.quantize_q4_1(torch.randn(300, 576, generator=gen))
+    x = torch.randn(576, generator=gen)
+    assert torch.equal(matvec(blocks, x), matvec(cpu_matvec.dequantize_q4_1(blocks).contiguous(), x))
+
+
+@needs_kernel
+def test_matvec_refuses_q4_1_blocks_of_another_shape_and_scales():
+    blocks = cpu_matvec.quantize_q4_1(torch.randn(16, 64))
+    with pytest.raises(ValueError, match="Q4_1: blocks"):
+        matvec(blocks.view(16, 40), torch.randn(64))
+    with pytest.raises(ValueError, match="other formats none"):
+        matvec(blocks, torch.randn(64), torch.ones(16, 2))
+
+
+@needs_kernel
+@pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="oneDNN packing is unavailable")
+def test_packed_layer_with_q4_1_weights_is_the_same_weights_at_every_batch():
+    """Up to eight rows stream the blocks (5/8 of a byte a weight); more run oneDNN's fp32 product over the values
+    they stand for: the same weights either way."""
+    gen = torch.Generator().manual_seed(3)
+    weight, bias = torch.randn(960, 576, generator=gen), torch.randn(960, generator=gen)
+    layer = PackedLinear(weight, bias, weight_dtype=cpu_matvec.Q4_1)
+    assert layer.rows.dtype == cpu_matvec.Q4_1 and layer.stored_dtype == torch.float32
+    assert layer.streamed_bytes == 960 * 576 * 5 // 8
+    values = cpu_matvec.dequantize_q4_1(cpu_matvec.quantize_q4_1(weight)).double()
+    with torch.inference_mode():
+        for count in (1, 5, 8, 9, 40):
+            x = torch.randn(count, 576, generator=gen)
+            torch.testing.assert_close(layer(x).double(), x.double() @ values.T + bias.double(), atol=1e-4, rtol=0)

@@ -14,6 +14,7 @@ from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.kernels.cpu_library import library
+from oxygen_ros.kernels.cpu_matvec import Q4_1, dequantize_q4_1, quantize_q4_1
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.llama import LlamaModel
 
@@ -23,10 +24,13 @@ TABLE = [5, 2, 9, 0, 7]  # scattered and out of order: read through the table, n
 
 
 def _model(heads: int, kv_heads: int, head_dim: int, bias: bool, weight_dtype: torch.dtype | None = None,
-           rounded: bool = False) -> LlamaModel:  # fmt: skip
+           rounded: bool = False, q4_1_grid: bool = False, intermediate: int = 200) -> LlamaModel:  # fmt: skip
+    """A random model; ``rounded``: its projections' values bf16's, ``q4_1_grid``: Q4_1 blocks' (whose rows hold
+    whole blocks of 32: an ``intermediate`` width that 32 divides)."""
     torch.manual_seed(heads * 100 + kv_heads * 10 + head_dim + bias)
-    args = LlamaArgs(vocab_size=97, hidden_size=heads * head_dim, intermediate_size=200, num_layers=3,
-                     num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, attention_bias=bias)  # fmt: skip
+    args = LlamaArgs(vocab_size=97, hidden_size=heads * head_dim, intermediate_size=intermediate,
+                     num_layers=3, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+                     attention_bias=bias)  # fmt: skip
     model = LlamaModel(args).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -34,6 +38,8 @@ def _model(heads: int, kv_heads: int, head_dim: int, bias: bool, weight_dtype: t
         for name, p in model.named_parameters():
             if rounded and name.endswith("_proj.weight"):
                 p.copy_(p.bfloat16())  # the projections' values as bf16 holds them (embeddings stay fp32)
+            if q4_1_grid and name.endswith("_proj.weight"):
+                p.copy_(dequantize_q4_1(quantize_q4_1(p)))
     model.pack_weights(weight_dtype)
     return model
 
@@ -124,6 +130,24 @@ def test_row_decoder_with_int8_weights_equals_the_layer_by_layer_int8_products(h
                                    atol=1e-5, rtol=1e-5)  # fmt: skip
     fp32 = _model(heads, kv_heads, head_dim, bias)
     assert (fast - _decode(fp32, prompt, 11, row_path=True)[0]).abs().max() > 1e-4  # int8 is not fp32
+
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim,bias", [(4, 2, 32, False), (3, 3, 64, True)])
+def test_row_decoder_with_q4_1_blocks_equals_fp32_on_the_values_they_stand_for(heads, kv_heads, head_dim, bias):
+    """Q4_1 blocks through the one-call decoder, over weights on the Q4_1 grid (as a Q4_1 GGUF's are): the fp32
+    decoder's output, K/V and block mass bit for bit (the same products over the same values), and not the output
+    of weights off the grid."""
+    model = _model(heads, kv_heads, head_dim, bias, weight_dtype=Q4_1, q4_1_grid=True, intermediate=224)
+    assert model.layers[0].mlp.down_proj.rows.dtype == Q4_1 and model.packed_head.rows.dtype == torch.int8
+    fp32 = _model(heads, kv_heads, head_dim, bias, q4_1_grid=True, intermediate=224)
+    prompt = torch.randint(0, 97, (47,), generator=torch.Generator().manual_seed(4)).tolist()
+    fast, fast_kv, fast_mass = _decode(model, prompt, 11, row_path=True)
+    ref, ref_kv, ref_mass = _decode(fp32, prompt, 11, row_path=True)
+    assert torch.equal(fast, ref) and torch.equal(fast_mass, ref_mass)
+    for fast_layer, ref_layer in zip(fast_kv.layers, ref_kv.layers, strict=True):
+        assert torch.equal(fast_layer.blocks.k, ref_layer.blocks.k) and torch.equal(fast_layer.blocks.v, ref_layer.blocks.v)
+    off_grid = _model(heads, kv_heads, head_dim, bias, intermediate=224)
+    assert (fast - _decode(off_grid, prompt, 11, row_path=True)[0]).abs().max() > 1e-3
 
 
 def test_row_decoder_declines_what_it_cannot_read():

@@ -2,8 +2,8 @@
  * (test_c_kernels.py: AVX-512 and AVX2 and plain C natively, AVX2 again under qemu's Haswell, which has no AVX-512,
  * and aarch64 NEON under qemu-aarch64 on a Cortex-A53, which has no dotprod, and on qemu's `max` CPU).
  *
- * Shapes cover what the engine sends: rows that are no multiple of 16, one to eight input rows, fp32, bf16 and int8
- * weights, GQA groups of 1 to 4, head sizes 16 to 256, ragged contexts over shuffled blocks, shared prefixes of
+ * Shapes cover what the engine sends: rows that are no multiple of 16, one to eight input rows, fp32, bf16, int8 and
+ * Q4_1 weights, GQA groups of 1 to 4, head sizes 16 to 256, ragged contexts over shuffled blocks, shared prefixes of
  * several rows, block mass, a whole Llama stack for one token. Prints the instruction set and one line per check;
  * exits 1 at the first kernel that differs from the reference by more than its tolerance.
  */
@@ -51,9 +51,52 @@ static void expect_close(const char* what, const float* got, const double* want,
   printf("ok   %-60s max error %.2e\n", what, worst);
 }
 
-static const char* const FORMAT_NAMES[] = {"fp32", "bf16", "int8"};
+static const char* const FORMAT_NAMES[] = {"fp32", "bf16", "int8", "q4_1"};
 
-/* Rows of `format` with the fp32 values they stand for in `values` (int8: integer times its group's scale). */
+/* fp32 -> IEEE half, rounded to nearest even (normal halves: the test's scales and minima are). */
+static uint16_t half_of(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  const uint32_t sign = (bits >> 16) & 0x8000u, magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude < 0x38800000u) return (uint16_t)sign; /* below the smallest normal half: 0 */
+  uint32_t rounded = magnitude + 0xFFFu + ((magnitude >> 13) & 1u);
+  return (uint16_t)(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+static double half_value(uint16_t h) { /* normal: (1024 + mantissa) 2^(exponent - 25); subnormal: mantissa 2^-24 */
+  const int exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+  const double magnitude = exponent ? ldexp(1024 + mantissa, exponent - 25) : ldexp(mantissa, -24);
+  return h & 0x8000 ? -magnitude : magnitude;
+}
+
+/* Rows [n, k] (k a multiple of Q4_1_GROUP) as llama.cpp's reference quantize_row_q4_1 writes them (d = (max - min) /
+ * 15 and m = min, stored as halves; q = (x - min) / d rounded, at most 15), and `values` replaced by what the blocks
+ * stand for (d * q + m, computed in double here). */
+static uint8_t* q4_1_rows(int64_t n, int64_t k, float* values) {
+  const int64_t blocks = k / Q4_1_GROUP;
+  uint8_t* rows = malloc((size_t)(n * blocks * Q4_1_BYTES));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      float* x = values + r * k + b * Q4_1_GROUP;
+      uint8_t* block = rows + (r * blocks + b) * Q4_1_BYTES;
+      float lo = x[0], hi = x[0];
+      for (int j = 1; j < Q4_1_GROUP; ++j) lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
+      const float d = (hi - lo) / 15.0f, id = d ? 1.0f / d : 0.0f;
+      const uint16_t dh = half_of(d), mh = half_of(lo);
+      memcpy(block, &dh, 2), memcpy(block + 2, &mh, 2);
+      for (int j = 0; j < Q4_1_GROUP / 2; ++j) {
+        int q0 = (int)((x[j] - lo) * id + 0.5f), q1 = (int)((x[j + 16] - lo) * id + 0.5f);
+        q0 = q0 > 15 ? 15 : q0, q1 = q1 > 15 ? 15 : q1;
+        block[4 + j] = (uint8_t)(q0 | q1 << 4);
+        x[j] = (float)(half_value(dh) * q0 + half_value(mh));
+        x[j + 16] = (float)(half_value(dh) * q1 + half_value(mh));
+      }
+    }
+  return rows;
+}
+
+/* Rows of `format` with the fp32 values they stand for in `values` (int8: integer times its group's scale; Q4_1:
+ * d * q + m). */
 static const void* weights_of(int format, int64_t n, int64_t k, float* values, float** scales) {
   *scales = NULL;
   if (format == WEIGHTS_F32) return values;
@@ -67,6 +110,7 @@ static const void* weights_of(int format, int64_t n, int64_t k, float* values, f
     }
     return rows;
   }
+  if (format == WEIGHTS_Q4_1) return q4_1_rows(n, k, values);
   const int64_t groups = (k + I8_GROUP - 1) / I8_GROUP;
   int8_t* rows = malloc((size_t)(n * k));
   *scales = malloc((size_t)(n * groups) * sizeof(float));
@@ -404,6 +448,9 @@ int main(void) {
     check_matvec(format, 1, 1, 1);
     check_matvec(format, 3, 33, 15);
   }
+  for (int64_t m = 1; m <= 8; ++m) check_matvec(WEIGHTS_Q4_1, m, 9 + m, 32 * m); /* rows in whole blocks */
+  check_matvec(WEIGHTS_Q4_1, 1, 1, 32);
+  check_matvec(WEIGHTS_Q4_1, 2, 33, 576);
   check_row_ops(3, 37, 2.0f);
   check_row_ops(5, 64, 2.0f);
   check_row_ops(2, 40, 120.0f); /* SiLU's e^-g from e^-120 to e^120: exp's clamp and the far ends of its scaling */
@@ -424,9 +471,9 @@ int main(void) {
   check_paged_decode(KV_I8, 5, 6, 2, 64, 16, 3, 2, 1, 1.0f);
   check_paged_decode(KV_I8, 4, 3, 3, 128, 4, 0, 0, 0, 1.0f);
   check_paged_decode(KV_I8, 3, 8, 1, 256, 16, 0, 0, 1, 1.0f);
-  for (int format = WEIGHTS_F32; format <= WEIGHTS_I8; ++format) {
+  for (int format = WEIGHTS_F32; format <= WEIGHTS_Q4_1; ++format) {
     check_decode_row(format, 4, 2, 32, 96, 160, 37);
-    check_decode_row(format, 6, 2, 64, 128, 200, 16);
+    check_decode_row(format, 6, 2, 64, 128, 224, 16); /* Q4_1 rows: in and out widths multiples of 32 */
   }
   printf("all %d checks passed on %s\n", checks, oxygen_isa());
   return 0;
