@@ -11,10 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .cpu_abi import RowLayer, RowModel, RowStep
+from .cpu_abi import I8_GROUP, RowLayer, RowModel, RowStep
 from .cpu_library import library
-from .cpu_abi import I8_GROUP
-from .cpu_matvec import STREAMED_DTYPES, WEIGHT_FORMATS
+from .cpu_matvec import STREAMED_DTYPES, WEIGHT_FORMATS, can_stream, weight_shape
 from .quant_spec import KVBlocks
 
 MAX_HEAD_DIM = 256  # the kernel keeps a query head in 16 registers
@@ -23,7 +22,8 @@ MAX_HEAD_DIM = 256  # the kernel keeps a query head in 16 registers
 @dataclass(frozen=True)
 class RowLayerWeights:
     """One decoder layer's weights: fp32 norms and bias, the projections row-major ``[out, in]`` (fused q|k|v, o, fused
-    gate|up, down) all in fp32, all in bf16, or all in int8 with their fp32 group scales (``cpu_matvec.quantize_int8``)."""
+    gate|up, down) all in fp32, all in bf16, all in int8 with their fp32 group scales (``cpu_matvec.quantize_int8``),
+    or all Q4_1 blocks ``[out, in / 32, 20]`` (``cpu_matvec.quantize_q4_1``)."""
 
     input_norm: torch.Tensor
     qkv: torch.Tensor
@@ -105,6 +105,11 @@ def llama_decode_row(shape: RowShape, layers: list[RowLayerWeights], views: list
     projections = {t.dtype for w in layers for t in w.projections()}
     if any(t.dtype != torch.float32 for t in norms + scales) or len(projections) != 1 or projections - STREAMED_DTYPES:
         return None
+    h, q, kv, inter = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.intermediate
+    widths = ((q + 2 * kv, h), (h, q), (2 * inter, h), (h, inter))  # qkv, o, gate_up, down as [out, in]
+    if any(not can_stream(p) or weight_shape(p) != want
+           for w in layers for p, want in zip(w.projections(), widths, strict=True)):  # fmt: skip
+        return None  # rows the kernel would read past (a Q4_1 tensor of another shape, a width the shape does not say)
     int8 = projections == {torch.int8}
     if any((w.scales is not None) != int8 or (int8 and len(w.scales) != 4) for w in layers):
         return None  # int8 rows come with their four scales, other formats with none

@@ -2,7 +2,7 @@
 and called through ctypes with the tensors' pointers.
 
 On a GPU the Triton kernels read the pool in place; on a CPU these do the same for fp32 pools (and int8 ones, for
-decode attention), with fp32, bf16 or int8 weights:
+decode attention), with fp32, bf16, int8 or Q4_1 weights:
 the products of decode steps of one to eight rows (``matvec.c``), a batch-1 token through the whole Llama decoder
 stack (``llama_decode_row.c``), a batch's decode attention over its paged contexts (``paged_decode.c``) and a layer's
 element-wise steps (``row_ops.c``). The structs and functions Python calls are declared in ``oxygen_kernels.h``; the
@@ -43,8 +43,8 @@ HEADERS = tuple(
 )
 FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC")
 ISA_FLAGS = {  # each level's flags (x86: avx512 > avx2; arm: neon)
-    "avx512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"),
-    "avx2": ("-mavx2", "-mfma", "-mf16c"),  # F16C (fp16 <-> fp32): every AVX2 CPU has it, GGUF's block scales need it
+    "avx512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"),
+    "avx2": ("-mavx2", "-mfma"),
     "neon": ("-march=armv8-a",),  # NEON is part of every aarch64 CPU
 }
 ISA_ENV = "OXYGEN_CPU_ISA"
@@ -85,8 +85,16 @@ def supported_isas() -> tuple[str, ...]:
     if flags is None:  # no /proc/cpuinfo: what torch found
         capability = torch.backends.cpu.get_cpu_capability()
         return {"AVX512": ("avx512", "avx2"), "AVX2": ("avx2",)}.get(capability, ())
-    levels = {"avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"}, "avx2": {"avx2", "fma", "f16c"}}
+    levels = {"avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"}, "avx2": {"avx2", "fma"}}
     return tuple(isa for isa, needs in levels.items() if needs <= flags)
+
+
+def isa_flags(isa: str) -> tuple[str, ...]:
+    """The compiler flags of a level on this CPU: its own, and F16C's on x86 where the CPU lists it (every AVX2 CPU
+    has it, a VM may hide it; GGUF blocks' fp16 scales convert in one instruction with it, in a few without)."""
+    flags = _cpu_flags()
+    f16c = isa != "neon" and (flags is None or "f16c" in flags)  # no cpuinfo: torch found AVX2 or more
+    return (*ISA_FLAGS[isa], *(("-mf16c",) if f16c else ()))
 
 
 def _cpu_flags() -> set[str] | None:
@@ -139,7 +147,7 @@ def loaded_isa() -> str | None:
 
 def build_library(compiler: str, isa: str) -> Path:
     """The shared library for these sources, compiler, instruction set and flags, built once."""
-    flags = (*FLAGS, *ISA_FLAGS[isa])
+    flags = (*FLAGS, *isa_flags(isa))
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     digest = hashlib.sha256(version.encode() + " ".join(flags).encode())
     for path in (*SOURCES, *HEADERS):

@@ -23,7 +23,6 @@ from functools import cache
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, quants
 
 from .cpu_abi import (
     I8_GROUP,
@@ -38,6 +37,7 @@ from .cpu_library import library
 
 Matvec = Callable[..., torch.Tensor]  # (weight, x, scales=None) -> y
 Q4_1 = torch.uint8  # the dtype Q4_1 blocks are stored in, and how weight_dtype names the format (torch has no Q4_1)
+QUANTIZED_WEIGHTS = {"int8": torch.int8, "q4_1": Q4_1}  # weight_dtype's quantized names -> the dtypes they store in
 WEIGHT_FORMATS = {torch.float32: WEIGHTS_F32, torch.bfloat16: WEIGHTS_BF16, torch.int8: WEIGHTS_I8, Q4_1: WEIGHTS_Q4_1}
 STREAMED_DTYPES = frozenset(WEIGHT_FORMATS)  # weight formats it reads (bf16 widened exactly, int8 with group scales)
 STREAMED_MAX_INPUTS = 8  # input rows one pass serves (cpu/vector.h); more go to oneDNN's blocked products
@@ -76,6 +76,12 @@ def matvec_kernel() -> Matvec | None:
         return out
 
     return matvec
+
+
+def weight_format_name(dtype: torch.dtype) -> str:
+    """How ``weight_dtype`` spells a stored format: ``q4_1`` for Q4_1 blocks, ``int8``, else the dtype's own name."""
+    names = {stored: name for name, stored in QUANTIZED_WEIGHTS.items()}
+    return names.get(dtype, str(dtype).removeprefix("torch."))
 
 
 def weight_shape(weight: torch.Tensor) -> tuple[int, int]:
@@ -121,6 +127,8 @@ def quantize_q4_1(weight: torch.Tensor) -> torch.Tensor:
     """``weight`` [n, k] (k a multiple of 32) as GGUF Q4_1 blocks ``[n, k / 32, 20]``, by gguf-py's port of llama.cpp's
     reference quantizer (d = (max - min) / 15 and m = min per 32 weights, stored as fp16; q = (x - min) / d rounded).
     Over weights a Q4_1 GGUF was dequantized into it gives the file's own blocks back, byte for byte."""
+    from gguf import GGMLQuantizationType, quants
+
     n, k = weight.shape
     if k % Q4_1_GROUP:
         raise ValueError(f"Q4_1 weights need rows of a multiple of {Q4_1_GROUP} weights, got {k}")
@@ -130,6 +138,8 @@ def quantize_q4_1(weight: torch.Tensor) -> torch.Tensor:
 
 def dequantize_q4_1(blocks: torch.Tensor) -> torch.Tensor:
     """The fp32 values Q4_1 ``blocks`` [n, k / 32, 20] stand for (d * q + m), as gguf-py computes them: ``[n, k]``."""
+    from gguf import GGMLQuantizationType, quants
+
     n, k = weight_shape(blocks)
     values = quants.dequantize(blocks.reshape(n, -1).numpy(), GGMLQuantizationType.Q4_1)
     return torch.from_numpy(np.array(values, dtype=np.float32)).view(n, k)

@@ -8,8 +8,9 @@
  * -> fused gate|up product -> SiLU(gate) * up -> down product -> residual, inside one OpenMP parallel region: the
  * products split their eight-row blocks over the threads, attention its query heads, the vector ops run on one.
  * All math is fp32 over an fp32 pool, as in the torch path (bf16 projection weights, when the model stores them so,
- * are widened to fp32 exactly as they are read; int8 ones are read as integers and each row's sum scaled); the attention mass of each block (summed over heads)
- * is added to block_mass when it is given, as the eviction policy reads it.
+ * are widened to fp32 exactly as they are read; int8 ones are read as integers and each group's sum scaled; Q4_1
+ * blocks dequantized as read, d * q + m); the attention mass of each block (summed over heads) is added to block_mass
+ * when it is given, as the eviction policy reads it.
  */
 #include <omp.h>
 

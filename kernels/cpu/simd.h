@@ -11,12 +11,12 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__F16C__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
 #define SIMD_ISA "avx512"
 #define VF_AVX512 1
 #include <immintrin.h>
 typedef __m512 vf;
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#elif defined(__AVX2__) && defined(__FMA__)
 #define SIMD_ISA "avx2"
 #include <immintrin.h>
 typedef struct { __m256 h[2]; } vf;
@@ -25,16 +25,16 @@ typedef struct { __m256 h[2]; } vf;
 #include <arm_neon.h>
 typedef struct { float32x4_t q[4]; } vf;
 #else
-#error "the CPU kernels need AVX-512, AVX2 + FMA (with F16C) or aarch64 NEON (cpu_library builds them only there)"
+#error "the CPU kernels need AVX-512, AVX2 + FMA or aarch64 NEON (cpu_library builds them only there)"
 #endif
 
 #define VF_LANES 16
 
 static inline int vf_count(int64_t n) { return n >= VF_LANES ? VF_LANES : n <= 0 ? 0 : (int)n; }
 
-/* An IEEE half (a GGUF block's scale or minimum) as fp32, exactly: F16C's conversion on x86; on aarch64 (subnormals
- * included; weights carry no inf/NaN) its exponent and mantissa moved into fp32's places, then rebased by 2^112, one
- * exact multiply. */
+/* An IEEE half (a GGUF block's scale or minimum) as fp32, exactly: F16C's conversion where the build has it (x86 CPUs
+ * that list it); elsewhere (subnormals included; weights carry no inf/NaN) its exponent and mantissa moved into
+ * fp32's places, then rebased by 2^112, one exact multiply. */
 static inline float f16_to_f32(uint16_t h) {
 #if defined(__F16C__)
   return _cvtsh_ss(h);
@@ -88,11 +88,17 @@ static inline vf vf_load_i8_n(const int8_t* p, int64_t n) {
  * mask). Measured on Zen 4 against widening each nibble and a multiply-add per weight, or widening a row's scales
  * first: 1.2-1.4x faster; its cross-lane shuffles are what bounds it. */
 static inline void vf_load_q4_1(const uint8_t* block, vf* low, vf* high) {
+#if defined(__F16C__)
   int32_t halves;
   memcpy(&halves, block, sizeof halves);
   const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(halves)); /* d, m, 0, 0 */
-  const vf levels = _mm512_fmadd_ps(_mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                    _mm512_broadcastss_ps(dm), _mm512_broadcastss_ps(_mm_movehdup_ps(dm)));
+  const vf d = _mm512_broadcastss_ps(dm), m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
+#else
+  uint16_t halves[2];
+  memcpy(halves, block, sizeof halves);
+  const vf d = _mm512_set1_ps(f16_to_f32(halves[0])), m = _mm512_set1_ps(f16_to_f32(halves[1]));
+#endif
+  const vf levels = _mm512_fmadd_ps(_mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), d, m);
   const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(block + 4)));
   *low = _mm512_permutexvar_ps(codes, levels);
   *high = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), levels);
@@ -104,7 +110,7 @@ static inline vf vf_gather(const float* first, int64_t stride) { /* first[i * st
 }
 
 #else /* AVX2 and NEON: each operation a loop over the ISA's VF_P registers of VF_W lanes */
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__AVX2__) && defined(__FMA__)
 #define VF_P 2
 #define VF_W 8
 #define VF_REG(x, i) ((x).h[i])

@@ -28,24 +28,15 @@ static inline vf load_weights_tail(const void* w, int64_t i, int64_t n, int form
 
 static inline int64_t i8_groups(int64_t k) { return (k + I8_GROUP - 1) / I8_GROUP; }
 
-/* Where row `row`'s weights from element j on are stored (j a multiple of Q4_1_GROUP for Q4_1: its block). */
+/* Where row `row`'s weights from element j on are stored (Q4_1: the block holding element j). */
 static inline const char* weights_at(const void* w, int format, int64_t row, int64_t k, int64_t j) {
   if (format == WEIGHTS_Q4_1) return (const char*)w + (row * (k / Q4_1_GROUP) + j / Q4_1_GROUP) * Q4_1_BYTES;
   return (const char*)w + (row * k + j) * (format == WEIGHTS_BF16 ? 2 : format == WEIGHTS_I8 ? 1 : 4);
 }
 
-/* The 16 weights of a Q4_1 block starting at its element `half` * 16 (half 0 or 1) as the values they stand for:
- * d * q + m in one rounding, as llama.cpp and gguf dequantize them (d * q is exact in fp32). */
-static inline vf q4_1_weights(const uint8_t* block, int half) {
-  vf low, high;
-  vf_load_q4_1(block, &low, &high);
-  return half ? high : low;
-}
-
-/* 16 weights of row `row` from its element j on (j a multiple of 16) as the values they stand for: an int8 group's
- * integers times its scale (16 divides I8_GROUP: one group), a Q4_1 block's half dequantized, others as loaded. */
+/* 16 weights of row `row` from its element j on (j a multiple of 16; not Q4_1, read a block at a time) as the values
+ * they stand for: an int8 group's integers times its scale (16 divides I8_GROUP: one group), others as loaded. */
 static inline vf row_weights(const void* w, int format, const float* scales, int64_t row, int64_t k, int64_t j) {
-  if (format == WEIGHTS_Q4_1) return q4_1_weights((const uint8_t*)weights_at(w, format, row, k, j), (int)(j / 16 % 2));
   const vf v = load_weights(w, row * k + j, format);
   return format == WEIGHTS_I8 ? vf_mul(v, vf_set1(scales[row * i8_groups(k) + j / I8_GROUP])) : v;
 }
@@ -62,7 +53,8 @@ static inline vf row_weights_tail(const void* w, int format, const float* scales
  * operation, over the values its blocks stand for: the same sums as the fp32 weights llama.cpp's dequantization gives. */
 static inline float dot_row(const void* w, int format, const float* scales, int64_t row, const float* x, int64_t k) {
   const int64_t body = k - k % 32;
-  if (format == WEIGHTS_Q4_1) { /* a block a step, unpacked once: fp32's loop over the values it stands for */
+  if (format == WEIGHTS_Q4_1) { /* a block a step, unpacked once (simd.h: d * q + m, as gguf dequantizes): fp32's
+                                  loop over the values it stands for */
     const uint8_t* block = (const uint8_t*)weights_at(w, format, row, k, 0);
     vf a0 = vf_zero(), a1 = vf_zero();
     for (int64_t j = 0; j < k; j += Q4_1_GROUP, block += Q4_1_BYTES) {
@@ -108,19 +100,32 @@ static inline __attribute__((always_inline)) void dot_rows(const void* w, int fo
   vf acc[2][STREAMED_MAX_INPUTS];
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < M; ++i) acc[r][i] = vf_zero();
-  for (int64_t j = 0; j < body; j += 16) {
-    vf wv[2];
-    for (int r = 0; r < R; ++r) {
-      __builtin_prefetch(weights_at(w, format, row + r, k, j) + PREFETCH_BYTES, 0, 2); /* into L2 */
-      wv[r] = row_weights(w, format, scales, row + r, k, j);
+  if (format == WEIGHTS_Q4_1) { /* a block a step, unpacked once for all M inputs, summed in the fp32 loop's order */
+    for (int64_t j = 0; j < k; j += Q4_1_GROUP) {
+      vf low[2], high[2];
+      for (int r = 0; r < R; ++r) {
+        const char* block = weights_at(w, format, row + r, k, j);
+        __builtin_prefetch(block + PREFETCH_BYTES, 0, 2); /* into L2 */
+        vf_load_q4_1((const uint8_t*)block, low + r, high + r);
+      }
+      for (int i = 0; i < M; ++i) {
+        const vf x0 = vf_loadu(x + i * k + j), x1 = vf_loadu(x + i * k + j + 16);
+        for (int r = 0; r < R; ++r) acc[r][i] = vf_fmadd(high[r], x1, vf_fmadd(low[r], x0, acc[r][i]));
+      }
     }
-    for (int i = 0; i < M; ++i) {
-      const vf xv = vf_loadu(x + i * k + j);
-      for (int r = 0; r < R; ++r) acc[r][i] = vf_fmadd(wv[r], xv, acc[r][i]);
+  } else {
+    for (int64_t j = 0; j < body; j += 16) {
+      vf wv[2];
+      for (int r = 0; r < R; ++r) {
+        __builtin_prefetch(weights_at(w, format, row + r, k, j) + PREFETCH_BYTES, 0, 2); /* into L2 */
+        wv[r] = row_weights(w, format, scales, row + r, k, j);
+      }
+      for (int i = 0; i < M; ++i) {
+        const vf xv = vf_loadu(x + i * k + j);
+        for (int r = 0; r < R; ++r) acc[r][i] = vf_fmadd(wv[r], xv, acc[r][i]);
+      }
     }
-  }
-  if (body < k) {
-    for (int i = 0; i < M; ++i) {
+    for (int i = 0; i < M && body < k; ++i) {
       const vf xv = vf_load_n(x + i * k + body, k - body);
       for (int r = 0; r < R; ++r)
         acc[r][i] = vf_fmadd(row_weights_tail(w, format, scales, row + r, k, body, k - body), xv, acc[r][i]);

@@ -4,6 +4,7 @@ against this machine (a CUDA device asked for where there is none is FAILED_PREC
 import torch
 
 from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.kernels.cpu_matvec import QUANTIZED_WEIGHTS
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -25,9 +26,6 @@ def resolve_dtype(name: str, device: torch.device, field_name: str = "dtype") ->
         raise EngineError(ErrorCode.INVALID_ARGUMENT,
                           f"{field_name} must be auto or one of {sorted(DTYPES)}, got {name!r}")  # fmt: skip
     return DTYPES[name]
-
-
-QUANTIZED_WEIGHTS = {"int8": torch.int8, "q4_1": torch.uint8}  # the dtypes their rows are stored in (cpu_matvec)
 
 
 def resolve_weight_dtype(name: str, device: torch.device, compute: torch.dtype) -> torch.dtype:

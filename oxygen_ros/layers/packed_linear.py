@@ -44,6 +44,7 @@ from oxygen_ros.kernels.cpu_matvec import (
     matvec_kernel,
     quantize_int8,
     quantize_q4_1,
+    weight_format_name,
 )
 
 BATCH_HINT = 32  # rows oneDNN tunes the layout for; measured as good from 1 to 512 rows
@@ -83,7 +84,7 @@ class PackedLinear(nn.Module):
         streams = weight.dtype == torch.float32 and can_stream(stored)  # fp32 compute over fp32, bf16, int8, Q4_1 rows
         self.matvec = matvec_kernel() if streams else None
         if weight_dtype in (torch.int8, Q4_1) and self.matvec is None:
-            raise ValueError(f"{weight_dtype} weights need the CPU C kernels (kernels/cpu_library.py)")
+            raise ValueError(f"{weight_format_name(weight_dtype)} weights need the CPU C kernels (kernels/cpu_library.py)")
         self.rows = stored if self.matvec is not None else None  # row-major, for products of up to eight rows
 
     @property

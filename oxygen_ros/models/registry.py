@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.kernels.cpu_matvec import Q4_1, Q4_1_GROUP, matvec_kernel
+from oxygen_ros.kernels.cpu_matvec import Q4_1, Q4_1_GROUP, matvec_kernel, weight_format_name
 from oxygen_ros.layers.packed_linear import can_pack, can_pack_bf16
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.llama import LlamaModel
@@ -48,8 +48,8 @@ def known_models() -> list[str]:
 def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 0,
                weight_dtype: torch.dtype | None = None) -> ModelBundle:  # fmt: skip
     """Build ``name`` (a registered name or a Hugging Face folder) on ``device``; EngineError if it cannot.
-    ``weight_dtype``: the layers' projections' stored format when it is not ``dtype`` (bf16 or int8 under fp32 compute,
-    CPU only)."""
+    ``weight_dtype``: the layers' projections' stored format when it is not ``dtype`` (bf16, int8 or Q4_1 under fp32
+    compute, CPU only)."""
     if weight_dtype not in (None, dtype):
         _check_weight_dtype(name, device, dtype, weight_dtype)
     if name in RENAMED:
@@ -64,6 +64,7 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int = 
     if (path / "config.json").is_file() and (_is_pi0(path) or _is_pi05(path)):
         return _load_policy(path, device, dtype)
     loaded = _read(name, dtype)
+    _check_block_widths(loaded.args, loaded.name, weight_dtype)
     with torch.device("meta"):  # no weights allocated here: the ones read (already in dtype) are assigned
         model = LlamaModel(loaded.args)
     model.load_state_dict(loaded.state_dict, strict=True, assign=True)
@@ -79,14 +80,22 @@ def _check_weight_dtype(name: str, device: torch.device, dtype: torch.dtype, wei
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype applies to language models and VLM decoders, "
                           f"not to the action model {name!r}: leave it auto")  # fmt: skip
     if weight_dtype not in (torch.bfloat16, torch.int8, Q4_1) or dtype != torch.float32:
-        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype {weight_dtype} with dtype {dtype}: the mixed "
-                          "formats are bfloat16, int8 or q4_1 weights under float32 compute")  # fmt: skip
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype {weight_format_name(weight_dtype)} with dtype "
+                          f"{dtype}: the mixed formats are bfloat16, int8 or q4_1 weights under float32 compute")  # fmt: skip
     if weight_dtype == torch.bfloat16 and not can_pack_bf16(device):
         raise EngineError(ErrorCode.FAILED_PRECONDITION, f"weight_dtype bfloat16 under float32 compute runs on a CPU "
                           f"whose oneDNN computes bf16 products (AVX-512); not on {device} here")  # fmt: skip
     if weight_dtype in (torch.int8, Q4_1) and (not can_pack(device, torch.float32) or matvec_kernel() is None):
-        raise EngineError(ErrorCode.FAILED_PRECONDITION, f"weight_dtype {weight_dtype} runs on a CPU with the C kernels built "
+        raise EngineError(ErrorCode.FAILED_PRECONDITION, f"weight_dtype {weight_format_name(weight_dtype)} runs on a CPU "
+                          f"with the C kernels built "
                           f"(AVX-512, AVX2 or NEON and a C compiler, cpu_kernels on) and oneDNN; not on {device} here")  # fmt: skip
+
+
+def _check_block_widths(args: LlamaArgs, model_id: str, weight_dtype: torch.dtype | None) -> None:
+    """Q4_1 rows hold whole blocks of 32 weights: every projection's input width must be a multiple of 32."""
+    if weight_dtype == Q4_1 and (uneven := {w for w in args.projection_inputs() if w % Q4_1_GROUP}):
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype q4_1 needs projection inputs in multiples of "
+                          f"{Q4_1_GROUP} weights (GGUF blocks); {model_id} has widths {sorted(uneven)}")  # fmt: skip
 
 
 def _load_vla(name: str, device: torch.device, dtype: torch.dtype, seed: int) -> ModelBundle:
@@ -172,10 +181,8 @@ def _ready(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str, args: Ll
            dtype: torch.dtype, weight_dtype: torch.dtype | None, vision: bool = False) -> ModelBundle:  # fmt: skip
     """A loaded Llama-decoder model on ``device`` in ``dtype``, its weights prepacked (as ``weight_dtype`` when given)
     where this CPU reads that faster, with what the engine needs to know about it."""
+    _check_block_widths(args, model_id, weight_dtype)
     model.to(device=device, dtype=dtype).eval()
-    if weight_dtype == Q4_1 and (uneven := {w for w in args.projection_inputs() if w % Q4_1_GROUP}):
-        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"weight_dtype q4_1 needs projection inputs in multiples of "
-                          f"{Q4_1_GROUP} weights (GGUF blocks); {model_id} has widths {sorted(uneven)}")  # fmt: skip
     if can_pack(device, dtype):
         model.pack_weights(None if weight_dtype == dtype else weight_dtype)
     return ModelBundle(

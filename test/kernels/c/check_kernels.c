@@ -473,7 +473,7 @@ int main(void) {
   check_paged_decode(KV_I8, 3, 8, 1, 256, 16, 0, 0, 1, 1.0f);
   for (int format = WEIGHTS_F32; format <= WEIGHTS_Q4_1; ++format) {
     check_decode_row(format, 4, 2, 32, 96, 160, 37);
-    check_decode_row(format, 6, 2, 64, 128, 224, 16); /* Q4_1 rows: in and out widths multiples of 32 */
+    check_decode_row(format, 6, 2, 64, 128, format == WEIGHTS_Q4_1 ? 224 : 200, 16); /* Q4_1: whole blocks of 32 */
   }
   printf("all %d checks passed on %s\n", checks, oxygen_isa());
   return 0;
