@@ -9,6 +9,9 @@ ways of serving N questions, greedy, exactly ``new_tokens`` tokens each:
 * parallel sequences, the way llama.cpp's own ``parallel`` example and its server's slots batch: one context with
   N sequences in a unified KV cache, the shared prefix decoded once and shared by every sequence
   (``llama_memory_seq_cp``), the question tails in one batch, then one batch of N tokens per step.
+
+Then its quality teacher-forced: the logits of a text's tokens against our fp32 path's log-probabilities (a ``.npy``
+file the job names).
 """
 
 import ctypes
@@ -97,6 +100,21 @@ def _parallel(model_path: str, threads: int, prompts: list[list[int]], new_token
     return {"n": n, "seconds": seconds, "ttft_s": ttft, "tokens": answers}
 
 
+def _teacher_forced(job: dict) -> dict:
+    """Next-token scores of the text's tokens in one evaluation (logits at every position) against our fp32 path's
+    log-probabilities (``reference``, [tokens - 1, vocab]): the share of positions with the same most likely next
+    token, and the mean KL(fp32 || llama.cpp) in nats per token."""
+    ids, reference = job["teacher_forced"]["ids"], np.load(job["teacher_forced"]["reference"]).astype(np.float64)
+    llm = llama_cpp.Llama(job["gguf"], n_ctx=job["n_ctx"], n_threads=job["threads"], n_batch=512, logits_all=True,
+                          verbose=False)  # fmt: skip
+    llm.eval(ids)
+    logits = np.asarray(llm.scores[: len(ids) - 1], dtype=np.float64)  # position i scores token i + 1
+    top = logits.max(axis=1, keepdims=True)
+    logprobs = logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+    kl = float((np.exp(reference) * (reference - logprobs)).sum(axis=1).mean())
+    return {"top1": float((logprobs.argmax(axis=1) == reference.argmax(axis=1)).mean()), "kl": kl, "tokens": len(ids)}
+
+
 def main() -> int:
     job = json.load(sys.stdin)
     llm = llama_cpp.Llama(job["gguf"], n_ctx=job["n_ctx"], n_threads=job["threads"], n_batch=512, verbose=False)
@@ -120,6 +138,7 @@ def main() -> int:
         result["shared"].append({"n": len(run["prompts"]), "seconds": seconds, "ttft_s": ttfts, "tokens": answers})
         result.setdefault("parallel", []).append(_parallel(job["gguf"], job["threads"], run["prompts"],
                                                            run["new_tokens"]))  # fmt: skip
+    result["teacher_forced"] = _teacher_forced(job)
     json.dump(result, sys.stdout)
     return 0
 

@@ -19,7 +19,11 @@ transformers token for token); llama.cpp's Q4_1 answers get the same measure, th
 With ``int8_weights`` it also runs with int8 projections and LM head (``weight_dtype: int8``: one fp32 scale per 32
 weights of a row, 0.28 of fp32's bytes for the one-to-eight-row C products), and with ``q4_1_weights`` with the
 projections as the file's own Q4_1 blocks (``weight_dtype: q4_1``, the LM head int8: llama.cpp's bytes, fp32 products
-over the very weights our fp32 path has), each measured the same way.
+over the very weights our fp32 path has), each measured the same way. Each format's quality is also scored
+teacher-forced, which no early divergence can sway: over the first ``text_tokens`` tokens of the shipped text
+(``quant_text``), eight at a time (the C products of up to eight rows, over the stored rows), the share of positions
+whose most likely next token is the fp32 path's and the mean KL from its next-token distributions; llama.cpp's Q4_1
+is scored on the same tokens (its logits over the text in one evaluation) against the same fp32 distributions.
 
 llama.cpp runs in its own venv (``make peers``: llama-cpp-python, built from source) as a subprocess on the same
 file, with the same thread count; without it the suite says so and reports ours and transformers only.  The PNG
@@ -30,15 +34,18 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
 from oxygen_ros.bench.bandwidth import read_bandwidth
 from oxygen_ros.bench.engine_suite import QUESTIONS
+from oxygen_ros.bench.quant_text import TextReference, TextScore, text_token_ids
 from oxygen_ros.bench.report import result
 from oxygen_ros.bench.scene_text import observation_text
 from oxygen_ros.config import EngineConfig
@@ -52,6 +59,7 @@ from oxygen_ros.models.gguf_loader import smollm2_gguf_path
 
 BATCH1_PROMPT = "Tell me a story about a robot that learns to cook."
 BATCH1_REPEATS = 3  # batch-1 decode is the fastest of this many runs for every peer: this VM's speed moves in minutes
+TEXT_CHUNK = 8  # teacher-forced tokens per forward pass: the C products of up to eight rows, over the stored rows
 PEERS_PYTHON_ENV = "OXYGEN_PEERS_PYTHON"  # else .peers-venv/bin/python of the checkout (``make peers``)
 # our stored weight formats run beside fp32: the suite's name -> (weight_dtype, the plot's colour)
 STORED_FORMATS = {"bf16": ("bfloat16", "tab:red"), "int8": ("int8", "tab:purple"), "q4_1": ("q4_1", "tab:brown")}
@@ -60,7 +68,7 @@ STORED_FORMATS = {"bf16": ("bfloat16", "tab:red"), "int8": ("int8", "tab:purple"
 def run(
     ns: str = "1,4,8,16,32", new_tokens: int = 64, batch1_tokens: int = 128, prefix_tokens: int = 500,
     hf_max_n: int = 8, plot: str = "out/bench/peers.png", bf16_weights: int = 1, int8_weights: int = 1,
-    q4_1_weights: int = 1,
+    q4_1_weights: int = 1, text_tokens: int = 256,
 ) -> dict[str, Any]:
     counts = [int(n) for n in str(ns).split(",")]
     threads = torch.get_num_threads()
@@ -74,6 +82,8 @@ def run(
     probes = [read_bandwidth()]  # before and after each of our runs: the VM's memory speed moves within minutes
     ours = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros")
     probes.append(read_bandwidth())
+    text = TextReference.of(engine, text_token_ids(engine, text_tokens), TEXT_CHUNK)  # fp32's next-token distributions
+    scores: dict[str, TextScore] = {}
     stored: dict[str, tuple[dict[str, Any], int]] = {}  # weight format -> (our runs, weight bytes a token reads)
     c_kernels = matvec_kernel() is not None
     runs_here = {"bf16": can_pack_bf16(torch.device("cpu")), "int8": c_kernels, "q4_1": c_kernels}
@@ -86,12 +96,13 @@ def run(
                                          weight_dtype=STORED_FORMATS[name][0]))  # fmt: skip
             runs = _ours(engine, counts, workloads, batch1_tokens, new_tokens, f"oxygen_ros {name} weights")
             stored[name] = (runs, _weight_bytes_per_token(engine))
+            scores[name] = text.score(engine)
             probes.append(read_bandwidth())
     bandwidth = max(probes)
     bound = bandwidth / weight_bytes
     llamacpp_bound = bandwidth / _gguf_weight_bytes()
     hf = _transformers(batch1, batch1_tokens, {n: p for n, p in prompts.items() if n <= hf_max_n}, new_tokens)
-    llama = _llamacpp(batch1, batch1_tokens, prompts, new_tokens, threads)
+    llama = _llamacpp(batch1, batch1_tokens, prompts, new_tokens, threads, text)
 
     def tokens_per_s(side: dict[int, dict[str, Any]], n: int) -> float | None:
         return n * new_tokens / side[n]["seconds"] if n in side else None
@@ -110,6 +121,8 @@ def run(
         for n in counts:
             metrics[f"{name}_weights_tokens_per_s_n{n}"] = tokens_per_s(runs["shared"], n)
         metrics[f"{name}_weights_greedy_agreement"] = _agreement(ours, runs, counts)
+        metrics[f"{name}_weights_teacher_forced_top1"] = scores[name].top1
+        metrics[f"{name}_weights_kl"] = scores[name].kl
     if llama is not None:
         metrics["batch1_ratio_vs_llamacpp"] = ours["batch1"] / llama["batch1"]
         metrics["llamacpp_batch1_fraction_of_bound"] = llama["batch1"] / llamacpp_bound
@@ -122,6 +135,8 @@ def run(
                 metrics[f"{name}_weights_ratio_vs_llamacpp_n{n}"] = tokens_per_s(runs["shared"], n) / best
         # how far its Q4_1 answers follow the fp32 ones: the yardstick for a lossy weight format of ours
         metrics["llamacpp_greedy_agreement"] = _agreement(ours, llama, counts)
+        metrics["llamacpp_teacher_forced_top1"] = llama["teacher_forced"]["top1"]
+        metrics["llamacpp_kl"] = llama["teacher_forced"]["kl"]
     details = {
         "threads": threads,
         "read_bandwidth_gb_s": bandwidth / 1e9,
@@ -142,7 +157,7 @@ def run(
         details["plot"] = plot
     params = {"ns": ns, "new_tokens": new_tokens, "batch1_tokens": batch1_tokens, "prefix_tokens": prefix_tokens,
               "hf_max_n": hf_max_n, "bf16_weights": bf16_weights, "int8_weights": int8_weights,
-              "q4_1_weights": q4_1_weights}  # fmt: skip
+              "q4_1_weights": q4_1_weights, "text_tokens": text_tokens}  # fmt: skip
     return result("peers", metrics, details, params)
 
 
@@ -267,25 +282,29 @@ def _peers_python() -> Path | None:
 
 
 def _llamacpp(batch1: list[int], batch1_tokens: int, prompts: dict[int, list[list[int]]], new_tokens: int,
-              threads: int) -> dict[str, Any] | None:  # fmt: skip
+              threads: int, text: TextReference) -> dict[str, Any] | None:  # fmt: skip
     python = _peers_python()
     if python is None:
         print(f"llama.cpp peer skipped: no .peers-venv (run `make peers`) and no ${PEERS_PYTHON_ENV}", file=sys.stderr)
         return None
-    job = {
-        "gguf": str(smollm2_gguf_path()),
-        "threads": threads,
-        "n_ctx": 2048,
-        "batch1": {"prompt": batch1, "new_tokens": batch1_tokens, "repeats": BATCH1_REPEATS},
-        "shared": [{"prompts": ps, "new_tokens": new_tokens} for ps in prompts.values()],
-    }
-    print(f"llama.cpp ({python}): batch 1, then N questions one at a time ...", file=sys.stderr)
-    done = subprocess.run([str(python), str(Path(__file__).with_name("llamacpp_peer.py"))], input=json.dumps(job),
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:
+        reference = Path(folder) / "fp32_logprobs.npy"  # [tokens - 1, vocab]: ~50 MB for 256 tokens
+        np.save(reference, text.logprobs.numpy())
+        job = {
+            "gguf": str(smollm2_gguf_path()),
+            "threads": threads,
+            "n_ctx": 2048,
+            "batch1": {"prompt": batch1, "new_tokens": batch1_tokens, "repeats": BATCH1_REPEATS},
+            "shared": [{"prompts": ps, "new_tokens": new_tokens} for ps in prompts.values()],
+            "teacher_forced": {"ids": text.ids, "reference": str(reference)},
+        }
+        print(f"llama.cpp ({python}): batch 1, N questions, the text teacher-forced ...", file=sys.stderr)
+        done = subprocess.run([str(python), str(Path(__file__).with_name("llamacpp_peer.py"))], input=json.dumps(job),
+                              capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode:
         raise RuntimeError(f"the llama.cpp peer failed ({done.returncode}):\n{done.stderr[-2000:]}")
     out = json.loads(done.stdout)
-    return {"batch1": out["batch1_decode_tokens_per_s"],
+    return {"batch1": out["batch1_decode_tokens_per_s"], "teacher_forced": out["teacher_forced"],
             **{way: {run["n"]: run for run in out[way]} for way in ("shared", "parallel")}}
 
 

@@ -12,7 +12,7 @@ def test_peers_suite_measures_ours_and_transformers(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(peers_suite, "_peers_python", lambda: None)
     plot = tmp_path / "peers.png"
     out = peers_suite.run(ns="1,2", new_tokens=3, batch1_tokens=4, prefix_tokens=40, hf_max_n=2, plot=str(plot),
-                          bf16_weights=1, int8_weights=1, q4_1_weights=1)  # fmt: skip
+                          bf16_weights=1, int8_weights=1, q4_1_weights=1, text_tokens=64)  # fmt: skip
     metrics = out["metrics"]
     assert "ratio_vs_llamacpp_n2" not in metrics and "no llama.cpp peer" in out["details"]["llamacpp"]
     assert "make peers" in capsys.readouterr().err
@@ -26,6 +26,10 @@ def test_peers_suite_measures_ours_and_transformers(tmp_path, monkeypatch, capsy
     assert 0.0 <= metrics["bf16_weights_greedy_agreement"] <= 1.0
     assert 0.0 <= metrics["int8_weights_greedy_agreement"] <= 1.0
     assert metrics["q4_1_weights_greedy_agreement"] == 1.0  # the file's blocks: our fp32 weights, its answers
+    # teacher-forced over the text, eight rows at a time through the stored rows: Q4_1's are fp32's values
+    assert metrics["q4_1_weights_teacher_forced_top1"] == 1.0 and abs(metrics["q4_1_weights_kl"]) < 1e-5
+    for name in ("bf16", "int8"):
+        assert 0.8 <= metrics[f"{name}_weights_teacher_forced_top1"] < 1.0 and 0 < metrics[f"{name}_weights_kl"] < 0.1
     details = out["details"]
     assert details["read_bandwidth_gb_s"] > 0.5
     assert details["weight_bytes_per_token"] == 4 * (30 * (576 * (576 + 2 * 192) + 576 * 576 + 3 * 576 * 1536)
