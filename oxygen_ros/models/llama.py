@@ -14,46 +14,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oxygen_ros.kernels import cpu_row_ops
 from oxygen_ros.kernels.cpu_matvec import Q4_1
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.cpu_decode_row import RowDecoder, RowLayerWeights, RowShape, row_decoder
-from oxygen_ros.layers.packed_linear import PackedLinear, pack_linears
+from oxygen_ros.layers.gated_mlp import GatedMLP
+from oxygen_ros.layers.packed_linear import PackedLinear, pack_decoder_layers
 from oxygen_ros.layers.rms_norm import RMSNorm
 from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
 from oxygen_ros.layers.self_attention import PagedSelfAttention
 from oxygen_ros.models.args import LlamaArgs
 from oxygen_ros.models.interface import PreparedInputs, PromptStyle
 from oxygen_ros.models.tokenizer import Tokenizer
-
-
-class LlamaMLP(nn.Module):
-    def __init__(self, args: LlamaArgs) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
-        self.gate_up_proj: nn.Linear | None = None  # set by fuse_projections
-
-    def fuse_projections(self) -> None:
-        """One [gate | up] projection instead of two (weights load under Hugging Face's names first, then fuse)."""
-        weight = torch.cat([self.gate_proj.weight, self.up_proj.weight])
-        self.gate_up_proj = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device,
-                                      dtype=weight.dtype)  # fmt: skip
-        with torch.no_grad():
-            self.gate_up_proj.weight.copy_(weight)
-        del self.gate_proj, self.up_proj
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up_proj is None:
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate_up = self.gate_up_proj(x)
-        act = cpu_row_ops.silu_mul(gate_up)
-        if act is None:
-            gate, up = gate_up.chunk(2, dim=-1)
-            act = F.silu(gate) * up
-        return self.down_proj(act)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -65,7 +37,7 @@ class LlamaDecoderLayer(nn.Module):
             args.rms_norm_eps if args.qk_norm else None,
         )
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.mlp = LlamaMLP(args)
+        self.mlp = GatedMLP(args.hidden_size, args.intermediate_size, "silu")
         self.uses_rope = args.uses_rope(layer_idx)
 
     def forward(self, h: torch.Tensor, rope: RopeAngles, ctx: StepContext, kv: KVCache) -> torch.Tensor:
@@ -106,10 +78,7 @@ class LlamaModel(nn.Module):
         values int8 groups hold exactly).  Call once, after loading.  A tied head gets its own
         packed copy: the embedding table stays row-major for lookups."""
         head = self.embed_tokens.weight if self.args.tie_word_embeddings else self.lm_head.weight
-        for layer in self.layers:
-            layer.self_attn.fuse_projections()
-            layer.mlp.fuse_projections()
-        pack_linears(self.layers, weight_dtype)
+        pack_decoder_layers(self.layers, weight_dtype)
         self.packed_head = PackedLinear(head, weight_dtype=torch.int8 if weight_dtype in (torch.int8, Q4_1) else None)
         if not self.args.tie_word_embeddings:
             del self.lm_head

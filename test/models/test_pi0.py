@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from transformers import PI0ForConditionalGeneration
 
 from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.layers.packed_linear import PackedLinear, can_pack
 from oxygen_ros.models.pi0 import Pi0Model, load_pi0_folder, read_pi0_config
 from oxygen_ros.models.pi05.config import PI05_FULL
 
@@ -78,6 +79,19 @@ def test_actions_equal_transformers(ours: Pi0Model, pi0_hf: PI0ForConditionalGen
     assert got.shape == (2, CHUNK, ACTION_DIM)
     assert expected.abs().max() > 0.5 and (expected[0] - expected[1]).abs().max() > 0.5  # not degenerate
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="oneDNN packing is unavailable")
+def test_packed_gemma_layers_keep_transformers_actions(pi0_folder: Path, pi0_hf: PI0ForConditionalGeneration,
+                                                       noise: torch.Tensor) -> None:  # fmt: skip
+    """The backbone's and the expert's Gemma layers fused and prepacked, as the engine serves a policy on a CPU (every
+    projection a PackedLinear, gate|up one GeGLU product): the same actions as transformers, to the same tolerance."""
+    packed = load_pi0_folder(pi0_folder)[0]
+    packed.pack_weights()
+    for layers in (packed.backbone.layers, packed.expert.layers):
+        mlp, attn = layers[0].mlp, layers[0].self_attn
+        assert isinstance(mlp.gate_up_proj, PackedLinear) and isinstance(attn.qkv_proj, PackedLinear)
+    torch.testing.assert_close(pool_actions(packed, noise), hf_actions(pi0_hf, noise), atol=ATOL, rtol=RTOL)
 
 
 @torch.no_grad()

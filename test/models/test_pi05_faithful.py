@@ -4,6 +4,7 @@ PaliGemmaForConditionalGeneration with the whole prefix bidirectional; the exper
 copy of that prefix's cache, with adaRMS reduced to plain RMSNorm; the time MLP, adaRMS and Euler loop against
 LeRobot's formulas; the state-as-text prompt against values derived by hand from LeRobot's format."""
 
+import copy
 import json
 import math
 import shutil
@@ -20,6 +21,7 @@ from pi05_folders import (
 )
 
 from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.layers.packed_linear import PackedLinear, can_pack
 from oxygen_ros.models.common.lerobot_checkpoint import load_weights
 from oxygen_ros.models.common.flow import integrate_flow
 from oxygen_ros.models.pi05.config import PI05_FULL
@@ -109,11 +111,19 @@ def test_image_kv_depends_on_the_prompt(reference: tuple) -> None:
 
 
 @torch.no_grad()
-def test_expert_equals_stock_gemma_on_the_prefix(reference: tuple) -> None:
+@pytest.mark.parametrize("packed", [False, True], ids=["as_loaded", "packed"])
+def test_expert_equals_stock_gemma_on_the_prefix(reference: tuple, packed: bool) -> None:
     """The velocity of our expert (adaRMS reduced, so time does not enter) vs a stock Gemma run on a copy of the
     reference prefix cache: action tokens see the whole prefix and each other, at positions after the prefix,
-    then ``action_out_proj``, as LeRobot's ``denoise_step`` computes it."""
+    then ``action_out_proj``, as LeRobot's ``denoise_step`` computes it; also with the backbone's and the expert's
+    layers fused and prepacked (their adaptive norms' maps too), as the engine serves a policy on a CPU."""
     paligemma, gemma, heads, ours, tokenizer, _ = reference
+    if packed:
+        if not can_pack(torch.device("cpu"), torch.float32):
+            pytest.skip("oneDNN packing is unavailable")
+        ours = copy.deepcopy(ours)
+        ours.pack_weights()
+        assert isinstance(ours.expert.layers[0].mlp.gate_up_proj, PackedLinear)
     prompts = prompts_of(tokenizer)
     kv, tables, lens, _ = pool_prefix(ours, prompts)
     x_t = torch.randn(2, CHUNK, ACTION_DIM, generator=torch.Generator().manual_seed(3))

@@ -13,6 +13,7 @@ from torch import nn
 
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
+from oxygen_ros.layers.gated_mlp import GatedMLP
 from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
 from oxygen_ros.layers.self_attention import PagedSelfAttention
 from oxygen_ros.models.common.vla_config import GemmaConfig
@@ -43,19 +44,6 @@ class GemmaRMSNorm(nn.Module):
         return (h * (1.0 + scale) + shift).type_as(x), gate.type_as(x)
 
 
-class GemmaMLP(nn.Module):
-    """GeGLU: down(gelu_tanh(gate(x)) * up(x))."""
-
-    def __init__(self, cfg: GemmaConfig) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
-
-
 class GemmaDecoderLayer(nn.Module):
     """Pre-norm block; with ``cond_dim`` its norms are adaptive and their gates scale both residual branches."""
 
@@ -66,7 +54,7 @@ class GemmaDecoderLayer(nn.Module):
             cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, layer_idx
         )
         self.post_attention_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cond_dim)
-        self.mlp = GemmaMLP(cfg)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, "gelu_tanh")
 
     def forward(
         self,

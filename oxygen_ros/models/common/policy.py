@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.layers.packed_linear import pack_decoder_layers
 from oxygen_ros.models.common.flow import starting_noise
 from oxygen_ros.models.common.normalization import Normalizer
 from oxygen_ros.models.common.paligemma import PaliGemmaPrefix
@@ -71,6 +72,12 @@ class LeRobotPolicy(PaliGemmaPrefix):
                           kv: KVCache) -> None:  # fmt: skip
         """The K/V of a prompt's last token that stands for the state: none in pi0.5 (its state is text)."""
         raise NotImplementedError(f"{type(self).__name__} writes no state token")
+
+    def pack_weights(self) -> None:
+        """The backbone's and the action expert's Gemma layers fused and prepacked for this CPU (``packed_linear``):
+        the prefix, the text decode and every denoising step read them. Call once, after loading."""
+        pack_decoder_layers(self.backbone.layers)
+        pack_decoder_layers(self.expert.layers)
 
     def set_normalizer(self, normalizer: Normalizer) -> None:
         """Use the folder's stats; ValueError when their action width is not the chunk's robot dims."""
