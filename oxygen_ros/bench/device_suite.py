@@ -63,7 +63,7 @@ def run(
     tokenizer = byte_tokenizer()
     metrics: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                                "dtype": str(dtype).removeprefix("torch.")}  # fmt: skip
-    vla = vla_bundle(build_random_pi05(model, device, dtype, seed), tokenizer, f"{model}@seed{seed}")
+    vla = vla_bundle(build_random_pi05(model, device, dtype, seed), tokenizer, f"{model}@seed{seed}", device, dtype)
     latencies = chunk_latencies_ms(Engine(config, bundle=vla), chunks, images, seed)
     del vla
     metrics |= {"chunk_latency_ms_median": statistics.median(latencies), "chunk_latency_ms_max": max(latencies),

@@ -28,7 +28,9 @@ class GatedMLP(nn.Module):
         self.gate_up_proj: nn.Linear | None = None  # set by fuse_projections
 
     def fuse_projections(self) -> None:
-        """One [gate | up] projection instead of two (weights load under Hugging Face's names first, then fuse)."""
+        """One [gate | up] projection instead of two (weights load under Hugging Face's names first, then fuse; once)."""
+        if self.gate_up_proj is not None:
+            return
         weight = torch.cat([self.gate_proj.weight, self.up_proj.weight])
         self.gate_up_proj = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device,
                                       dtype=weight.dtype)  # fmt: skip

@@ -51,13 +51,18 @@ BATCH_HINT = 32  # rows oneDNN tunes the layout for; measured as good from 1 to 
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
-    return (device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))  # fmt: skip
+    """Whether weights of ``dtype`` can be packed and multiplied here: fp32 on a CPU with oneDNN; bf16 where oneDNN
+    also computes bf16 products (AVX-512 at least)."""
+    packs = (device.type == "cpu" and torch.backends.mkldnn.is_available()
+             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))  # fmt: skip
+    if dtype == torch.bfloat16:
+        return packs and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return packs and dtype == torch.float32
 
 
 def can_pack_bf16(device: torch.device) -> bool:
-    """Whether bf16 weights can be packed and multiplied here (oneDNN reports bf16 support: AVX-512 at least)."""
-    return can_pack(device, torch.bfloat16) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    """Whether bf16 weights can be packed and multiplied here."""
+    return can_pack(device, torch.bfloat16)
 
 
 class PackedLinear(nn.Module):
@@ -125,7 +130,7 @@ def pack_linears(module: nn.Module, weight_dtype: torch.dtype | None = None) -> 
 def pack_decoder_layers(layers: nn.ModuleList, weight_dtype: torch.dtype | None = None) -> None:
     """A decoder's layers as the CPU reads them fastest: each layer's q/k/v and gate/up fused (its ``self_attn`` and
     ``mlp``), then every ``nn.Linear`` below them packed (stored as ``weight_dtype`` when given). Llama's and Gemma's
-    (pi0 / pi0.5) layers alike: call once, after loading."""
+    (pi0 / pi0.5) layers alike, after loading; a second call finds nothing left to fuse or pack."""
     for layer in layers:
         layer.self_attn.fuse_projections()
         layer.mlp.fuse_projections()

@@ -36,7 +36,9 @@ class PagedSelfAttention(nn.Module):
 
     def fuse_projections(self) -> None:
         """One [q | k | v] projection instead of three: one weight read per step instead of three calls (weights load
-        under Hugging Face's names first, then fuse)."""
+        under Hugging Face's names first, then fuse; once)."""
+        if self.qkv_proj is not None:
+            return
         parts = (self.q_proj, self.k_proj, self.v_proj)
         fused = nn.Linear(parts[0].in_features, sum(p.out_features for p in parts), bias=parts[0].bias is not None)
         fused.to(device=parts[0].weight.device, dtype=parts[0].weight.dtype)

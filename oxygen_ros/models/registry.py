@@ -109,15 +109,15 @@ def _load_vla(name: str, device: torch.device, dtype: torch.dtype, seed: int) ->
         tokenizer = Tokenizer.from_gguf_metadata(GGUFReader(smollm2_gguf_path()))
     except FileNotFoundError as exc:
         raise EngineError(ErrorCode.NOT_FOUND, str(exc)) from exc
-    return vla_bundle(build_random_pi05(name, device, dtype, seed), tokenizer, f"{name}@seed{seed}")
+    return vla_bundle(build_random_pi05(name, device, dtype, seed), tokenizer, f"{name}@seed{seed}", device, dtype)
 
 
-def vla_bundle(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str) -> ModelBundle:
-    """A LeRobotPolicy (pi0 or pi0.5) as the engine serves it, its Gemma layers prepacked where this CPU reads that
-    faster (the same packed projections as a language model's)."""
+def vla_bundle(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str, device: torch.device,
+               dtype: torch.dtype) -> ModelBundle:  # fmt: skip
+    """A LeRobotPolicy (pi0 or pi0.5) on ``device`` in ``dtype`` as the engine serves it, its Gemma layers prepacked
+    where this CPU reads that faster (the same packed projections as a language model's)."""
     cfg = model.config
-    weight = next(model.parameters())
-    if can_pack(weight.device, weight.dtype):
+    if can_pack(device, dtype):
         model.pack_weights()
     return ModelBundle(
         model=model.eval(), tokenizer=tokenizer, model_id=model_id, num_layers=cfg.num_layers,
@@ -166,7 +166,7 @@ def _load_policy(folder: Path, device: torch.device, dtype: torch.dtype) -> Mode
         model, model_id = load(folder, config)
     except (ValueError, FileNotFoundError) as exc:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load model folder {folder}: {exc}") from exc
-    return vla_bundle(model.to(device=device, dtype=dtype), tokenizer, model_id)
+    return vla_bundle(model.to(device=device, dtype=dtype), tokenizer, model_id, device, dtype)
 
 
 def _load_idefics3(folder: Path, device: torch.device, dtype: torch.dtype,

@@ -1,6 +1,7 @@
 """pi05-causal-tiny over the paged pool: SigLIP vs transformers, Gemma vs transformers, the expert and language decode vs a
 dense recomputation without the pool, and the action chunk's contract (shape, seed, dependence on the image)."""
 
+import copy
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -19,6 +20,7 @@ from transformers import GemmaConfig, GemmaForCausalLM, SiglipVisionConfig, Sigl
 
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
+from oxygen_ros.layers.packed_linear import PackedLinear, can_pack
 from oxygen_ros.models.common.gemma import GemmaModel
 from oxygen_ros.models.common.images import image_content_hash
 from oxygen_ros.models.common.prefix import PrefixInputs
@@ -167,6 +169,29 @@ def test_actions_read_the_prefix_from_the_pool_like_dense_attention(
         expected = dense_actions(model, prefix_kv, noise[row], steps=4)
         torch.testing.assert_close(actions[row], expected, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(actions[0], actions[1])
+
+
+@pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="oneDNN packing is unavailable")
+def test_packed_layers_sample_the_chunk_the_loaded_ones_do(model: Pi05Model, prefix_a: PrefixInputs) -> None:
+    """The backbone and the action expert fused and prepacked (as the engine serves a policy on a CPU; packing again
+    changes nothing): the same prefix K/V and, over four flow steps whose time enters every adaptive norm, the same
+    chunk as the layers as loaded, to fp32 summation order."""
+    packed = copy.deepcopy(model)
+    packed.pack_weights()
+    packed.pack_weights()
+    assert all(isinstance(layer.mlp.gate_up_proj, PackedLinear) and isinstance(layer.input_layernorm.dense, PackedLinear)
+               for layer in packed.expert.layers)  # fmt: skip
+    blocks, noise = list(range(17)), torch.randn(2, 10, 32, generator=torch.Generator().manual_seed(5))
+    chunks, pools = [], []
+    for policy in (model, packed):
+        kv = fresh_pool(policy)
+        prefill(policy, kv, prefix_a, blocks)
+        lens = [len(prefix_a.token_ids)] * 2
+        chunks.append(policy.sample_actions(block_tables([blocks, blocks]), lens, kv, num_steps=4, noise=noise))
+        pools.append(kv.layers[3].blocks.k)
+    torch.testing.assert_close(pools[1], pools[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(chunks[1], chunks[0], atol=1e-5, rtol=1e-5)
+    assert chunks[0].abs().max() > 0.1
 
 
 def test_action_chunk_is_seeded_and_depends_on_the_image(model: Pi05Model, prefix_a: PrefixInputs) -> None:
