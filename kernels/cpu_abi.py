@@ -18,9 +18,10 @@ KV_F32, KV_I8 = 0, 1  # how a pool view stores K and V
 WEIGHTS_F32, WEIGHTS_BF16, WEIGHTS_I8, WEIGHTS_Q4_1 = 0, 1, 2, 3  # how a weight matrix's rows are stored
 I8_GROUP = 32  # int8 weights one scale covers along a row
 Q4_1_GROUP, Q4_1_BYTES = 32, 20  # weights a GGUF Q4_1 block holds along a row, and its bytes
+ACT_SILU, ACT_GELU_TANH = 0, 1  # the gated MLP's activation: SwiGLU, or Gemma's GeGLU
 CONSTANTS = {"KV_F32": KV_F32, "KV_I8": KV_I8, "WEIGHTS_F32": WEIGHTS_F32, "WEIGHTS_BF16": WEIGHTS_BF16,
              "WEIGHTS_I8": WEIGHTS_I8, "WEIGHTS_Q4_1": WEIGHTS_Q4_1, "I8_GROUP": I8_GROUP, "Q4_1_GROUP": Q4_1_GROUP,
-             "Q4_1_BYTES": Q4_1_BYTES}  # fmt: skip
+             "Q4_1_BYTES": Q4_1_BYTES, "ACT_SILU": ACT_SILU, "ACT_GELU_TANH": ACT_GELU_TANH}  # fmt: skip
 
 
 class PagedDecode(ctypes.Structure):
@@ -47,7 +48,8 @@ class RowModel(ctypes.Structure):
     """The batch-1 stack's shape."""
 
     _fields_ = [(name, ctypes.c_int64) for name in
-                ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "block_size", "weight_format")]
+                ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "block_size", "weight_format",
+                 "activation")]
     _fields_ += [("eps", ctypes.c_float), ("scale", ctypes.c_float)]
 
 

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .cpu_abi import I8_GROUP, RowLayer, RowModel, RowStep
+from .cpu_abi import ACT_GELU_TANH, ACT_SILU, I8_GROUP, RowLayer, RowModel, RowStep
 from .cpu_library import library
 from .cpu_matvec import STREAMED_DTYPES, WEIGHT_FORMATS, can_stream, weight_shape
 from .quant_spec import KVBlocks
 
 MAX_HEAD_DIM = 256  # the kernel keeps a query head in 16 registers
+ACTIVATIONS = {"silu": ACT_SILU, "gelu_tanh": ACT_GELU_TANH}
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class RowShape:
     head_dim: int
     intermediate: int
     eps: float
+    activation: str = "silu"  # the gated MLP's: "silu" (SwiGLU) or "gelu_tanh" (Gemma's GeGLU)
 
 
 class LlamaDecodeRow:
@@ -61,8 +63,8 @@ class LlamaDecodeRow:
         self._scratch_floats.restype = ctypes.c_int64
         self._keep = [layers, views]  # the pointers below are theirs
         self._model = RowModel(len(layers), shape.hidden, shape.heads, shape.kv_heads, shape.head_dim,
-                               shape.intermediate, views[0].block_size, WEIGHT_FORMATS[layers[0].qkv.dtype], shape.eps,
-                               shape.head_dim**-0.5)  # fmt: skip
+                               shape.intermediate, views[0].block_size, WEIGHT_FORMATS[layers[0].qkv.dtype],
+                               ACTIVATIONS[shape.activation], shape.eps, shape.head_dim**-0.5)  # fmt: skip
         self._layers = (RowLayer * len(layers))(*(
             RowLayer(w.input_norm.data_ptr(), 0 if w.qkv_bias is None else w.qkv_bias.data_ptr(),
                      w.post_norm.data_ptr(), *(t.data_ptr() for t in w.projections()), view.k.data_ptr(),
@@ -92,6 +94,8 @@ def llama_decode_row(shape: RowShape, layers: list[RowLayerWeights], views: list
     if kernels is None:
         return None
     if shape.head_dim % 16 or shape.head_dim > MAX_HEAD_DIM or shape.heads % shape.kv_heads:
+        return None
+    if shape.activation not in ACTIVATIONS:
         return None
     if len(views) != len(layers) or any(v.k.dtype != torch.float32 or v.k.device.type != "cpu" for v in views):
         return None

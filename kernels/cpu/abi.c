@@ -21,12 +21,13 @@
   F(T, v_cache) F(T, qkv_scale) F(T, o_scale) F(T, gate_up_scale) F(T, down_scale)
 #define FIELDS_RowModel(F, T)                                                                                        \
   F(T, layers) F(T, hidden) F(T, heads) F(T, kv_heads) F(T, head_dim) F(T, intermediate) F(T, block_size)           \
-  F(T, weight_format) F(T, eps) F(T, scale)
+  F(T, weight_format) F(T, activation) F(T, eps) F(T, scale)
 #define FIELDS_RowStep(F, T)                                                                                         \
   F(T, h) F(T, cos) F(T, sin) F(T, table) F(T, length) F(T, slot) F(T, block_mass) F(T, scratch)
 
 #define CONSTANTS(C)                                                                                                 \
-  C(KV_F32) C(KV_I8) C(WEIGHTS_F32) C(WEIGHTS_BF16) C(WEIGHTS_I8) C(WEIGHTS_Q4_1) C(I8_GROUP) C(Q4_1_GROUP) C(Q4_1_BYTES)
+  C(KV_F32) C(KV_I8) C(WEIGHTS_F32) C(WEIGHTS_BF16) C(WEIGHTS_I8) C(WEIGHTS_Q4_1) C(I8_GROUP) C(Q4_1_GROUP) C(Q4_1_BYTES) \
+  C(ACT_SILU) C(ACT_GELU_TANH)
 
 #define OFFSET(T, field) offsetof(T, field),
 #define FIELD_NAME(T, field) #T "." #field " "

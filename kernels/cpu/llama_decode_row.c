@@ -1,11 +1,13 @@
-/* A whole Llama decoder stack for ONE sequence's decode token, in one call: batch-1 decode on a CPU. Llama's layer
- * only (RMSNorm, rotate-half RoPE, SwiGLU; Qwen2's q/k/v bias): another family's layer is a kernel of its own.
+/* A whole Llama-style decoder stack for ONE sequence's decode token, in one call: batch-1 decode on a CPU. The
+ * layer of Llama (RMSNorm, rotate-half RoPE, SwiGLU; Qwen2's q/k/v bias) and of Gemma, pi0 / pi0.5's backbone (GeGLU
+ * with tanh GELU: RowModel.activation; its RMSNorm's 1 + w is the norm weight the caller passes); another family's
+ * layer is a kernel of its own.
  *
  * Done layer by layer in torch, a decode token is ~40 small ops per layer whose dispatch costs as much as reading
  * the weights (SmolLM2-135M: ~14 ms of ops next to ~16 ms of weight reads per token). Here each layer is RMSNorm ->
  * fused q|k|v product (+ bias) -> RoPE (rotate-half) -> K/V stored at the token's pool slot -> attention over the
  * row's paged context (GQA; the blocks read in place through its block table) -> o product -> residual -> RMSNorm
- * -> fused gate|up product -> SiLU(gate) * up -> down product -> residual, inside one OpenMP parallel region: the
+ * -> fused gate|up product -> SiLU(gate) * up (or GELU) -> down product -> residual, inside one OpenMP region: the
  * products split their eight-row blocks over the threads, attention its query heads, the vector ops run on one.
  * All math is fp32 over an fp32 pool, as in the torch path (bf16 projection weights, when the model stores them so,
  * are widened to fp32 exactly as they are read; int8 ones are read as integers and each group's sum scaled; Q4_1
@@ -58,7 +60,12 @@ void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int
     add_rms_norm_row(h, tmp, h, L->post_norm, x, H, m->eps);
     matvec_for(L->gate_up, fmt, L->gate_up_scale, x, gate_up, 1, 2 * I, H);
     #pragma omp for schedule(static)
-    for (int64_t j = 0; j < I; j += 16) silu_mul_16(gate_up + j, gate_up + I + j, act + j, I - j);
+    for (int64_t j = 0; j < I; j += 16) {
+      if (m->activation == ACT_GELU_TANH)
+        gelu_tanh_mul_16(gate_up + j, gate_up + I + j, act + j, I - j);
+      else
+        silu_mul_16(gate_up + j, gate_up + I + j, act + j, I - j);
+    }
     matvec_for(L->down, fmt, L->down_scale, act, tmp, 1, H, I);
     #pragma omp single
     for (int64_t j = 0; j < H; ++j) h[j] += tmp[j];

@@ -46,9 +46,14 @@ typedef struct { /* one decoder layer: fp32 norms and bias, row-major projection
   const float *qkv_scale, *o_scale, *gate_up_scale, *down_scale; /* int8 group scales; NULL for other formats */
 } RowLayer;
 
+/* The gated MLP's activation: SwiGLU's SiLU (Llama, Qwen, SmolLM) or GeGLU's tanh-approximated GELU (Gemma: pi0 /
+ * pi0.5's backbone). */
+enum { ACT_SILU = 0, ACT_GELU_TANH = 1 };
+
 typedef struct { /* the decoder stack's shape (llama_decode_row.c), the same for every token */
   int64_t layers, hidden, heads, kv_heads, head_dim, intermediate, block_size;
   int64_t weight_format; /* the projections' storage: WEIGHTS_F32, _BF16, _I8 or _Q4_1 */
+  int64_t activation;    /* ACT_SILU or ACT_GELU_TANH */
   float eps, scale;
 } RowModel;
 

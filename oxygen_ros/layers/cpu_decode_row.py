@@ -6,10 +6,15 @@ kernel runs every layer of the token (norms, fused products, RoPE, the K/V store
 in one OpenMP region, reading the row-major weights the packed layers keep for one-row products and the pool's
 blocks in place. It serves a single-format fp32 pool on a CPU with the C kernels built (``kernels.cpu_library``), when
 the step builder chose it (``StepContext.row_decode``: ``EngineConfig.cpu_decode_row``); anything else takes the
-layer-by-layer path, which stays the reference it is tested against.
+layer-by-layer path, which stays the reference it is tested against. Llama's layers (SwiGLU) and Gemma's (pi0 /
+pi0.5's backbone: GeGLU, RMSNorm scaled by 1 + w) run through it alike (``stack_row_decoder``).
 """
 
+import weakref
+from collections.abc import Callable, Sequence
+
 import torch
+from torch import nn
 
 from oxygen_ros.kernels.cpu_decode_row import LlamaDecodeRow, RowLayerWeights, RowShape, llama_decode_row
 from oxygen_ros.kv.kv_cache import KVCache
@@ -34,3 +39,49 @@ def row_decoder(shape: RowShape, layers: list[RowLayerWeights], kv: KVCache) -> 
         return None
     stack = llama_decode_row(shape, layers, [layer.views[0] for layer in kv.layers])
     return None if stack is None else RowDecoder(stack)
+
+
+def stack_row_decoder(layers: Sequence[nn.Module], shape: RowShape, kv: KVCache,
+                      norm_offset: float = 0.0) -> RowDecoder | None:  # fmt: skip
+    """The one-call decoder over decoder ``layers`` (each a ``self_attn`` with packed ``qkv_proj`` / ``o_proj``, an
+    ``mlp`` with packed ``gate_up_proj`` / ``down_proj``, and RMSNorms with a weight: ``w``, or Gemma's ``1 + w`` with
+    ``norm_offset`` 1) and ``kv``; None where a layer is not packed for it or has norms it does not have."""
+    norms = [n for layer in layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
+    projections = [p for layer in layers for p in _projections(layer)]
+    if any(getattr(n, "weight", None) is None for n in norms) or any(getattr(p, "rows", None) is None
+                                                                      for p in projections):  # fmt: skip
+        return None
+
+    def norm(n: nn.Module) -> torch.Tensor:
+        return n.weight.detach() if norm_offset == 0 else n.weight.detach().float() + norm_offset
+
+    weights = [
+        RowLayerWeights(norm(layer.input_layernorm), layer.self_attn.qkv_proj.rows, layer.self_attn.qkv_proj.bias,
+                        layer.self_attn.o_proj.rows, norm(layer.post_attention_layernorm),
+                        layer.mlp.gate_up_proj.rows, layer.mlp.down_proj.rows, _scales(layer))
+        for layer in layers
+    ]  # fmt: skip
+    return row_decoder(shape, weights, kv)
+
+
+class RowDecoderCache:
+    """A model's one-call decoder, built once per pool (the pool's K/V views are part of it)."""
+
+    def __init__(self) -> None:
+        self._built: tuple[weakref.ref, RowDecoder | None] | None = None
+
+    def get(self, kv: KVCache, build: Callable[[], RowDecoder | None]) -> RowDecoder | None:
+        if self._built is None or self._built[0]() is not kv:
+            self._built = (weakref.ref(kv), build())
+        return self._built[1]
+
+
+def _projections(layer: nn.Module) -> tuple[nn.Module | None, ...]:
+    attn, mlp = layer.self_attn, layer.mlp
+    return attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj
+
+
+def _scales(layer: nn.Module) -> tuple[torch.Tensor, ...] | None:
+    """The int8 group scales of a packed layer's (qkv, o, gate_up, down), or None for other formats."""
+    scales = tuple(p.scales for p in _projections(layer))
+    return None if any(s is None for s in scales) else scales

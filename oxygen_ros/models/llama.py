@@ -6,7 +6,6 @@ the same ``state_dict``.  The forward pass takes a flattened ragged batch (see `
 a prefill of several prompts, a batched decode step, or both.
 """
 
-import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,7 +16,7 @@ from torch import nn
 from oxygen_ros.kernels.cpu_matvec import Q4_1
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
-from oxygen_ros.layers.cpu_decode_row import RowDecoder, RowLayerWeights, RowShape, row_decoder
+from oxygen_ros.layers.cpu_decode_row import RowDecoder, RowDecoderCache, RowShape, stack_row_decoder
 from oxygen_ros.layers.gated_mlp import GatedMLP
 from oxygen_ros.layers.packed_linear import PackedLinear, pack_decoder_layers
 from oxygen_ros.layers.rms_norm import RMSNorm
@@ -67,7 +66,7 @@ class LlamaModel(nn.Module):
         if not args.tie_word_embeddings:
             self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
         self.packed_head: PackedLinear | None = None
-        self._row: tuple[weakref.ref, RowDecoder | None] | None = None  # the one-call batch-1 decoder, per pool
+        self._row = RowDecoderCache()  # the one-call batch-1 decoder, per pool
 
     def pack_weights(self, weight_dtype: torch.dtype | None = None) -> None:
         """Fuse q/k/v and gate/up, then prepack every projection and the LM head for this CPU (``packed_linear``);
@@ -112,34 +111,19 @@ class LlamaModel(nn.Module):
     def _row_decoder(self, kv: KVCache) -> RowDecoder | None:
         """The whole stack in one C call for a batch-1 decode token over ``kv`` (None: decode layer by layer, as for
         Qwen3's q/k norms and SmolLM3's no-RoPE layers, which the C decoder does not have)."""
-        if self._row is not None and self._row[0]() is kv:
-            return self._row[1]
-        decoder = None
-        attn = self.layers[0].self_attn
+        return self._row.get(kv, lambda: self._build_row_decoder(kv))
+
+    def _build_row_decoder(self, kv: KVCache) -> RowDecoder | None:
         plain = not self.args.qk_norm and not any(not self.args.uses_rope(i) for i in range(self.args.num_layers))
-        if plain and self.packed_head is not None and getattr(attn.qkv_proj, "rows", None) is not None:
-            shape = RowShape(self.args.hidden_size, attn.num_heads, attn.num_kv_heads, attn.head_dim,
-                             self.args.intermediate_size, self.args.rms_norm_eps)  # fmt: skip
-            weights = [
-                RowLayerWeights(layer.input_layernorm.weight.detach(), layer.self_attn.qkv_proj.rows,
-                                layer.self_attn.qkv_proj.bias, layer.self_attn.o_proj.rows,
-                                layer.post_attention_layernorm.weight.detach(), layer.mlp.gate_up_proj.rows,
-                                layer.mlp.down_proj.rows, _row_scales(layer))
-                for layer in self.layers
-            ]  # fmt: skip
-            decoder = row_decoder(shape, weights, kv)
-        self._row = (weakref.ref(kv), decoder)
-        return decoder
+        if not plain or self.packed_head is None:
+            return None
+        attn = self.layers[0].self_attn
+        shape = RowShape(self.args.hidden_size, attn.num_heads, attn.num_kv_heads, attn.head_dim,
+                         self.args.intermediate_size, self.args.rms_norm_eps)  # fmt: skip
+        return stack_row_decoder(self.layers, shape, kv)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.packed_head is not None:
             return self.packed_head(hidden)
         weight = self.embed_tokens.weight if self.args.tie_word_embeddings else self.lm_head.weight
         return F.linear(hidden, weight)
-
-
-def _row_scales(layer: LlamaDecoderLayer) -> tuple[torch.Tensor, ...] | None:
-    """The int8 group scales of a packed layer's (qkv, o, gate_up, down), or None for other formats."""
-    projections = (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
-    scales = tuple(p.scales for p in projections)
-    return None if any(s is None for s in scales) else scales

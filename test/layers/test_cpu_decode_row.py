@@ -62,12 +62,10 @@ def _decode(model: LlamaModel, prompt: list[int], token: int, row_path: bool,
         (prefill or model)(torch.tensor(prompt), positions, ctx, kv)  # prefill: layer by layer either way
         ctx, positions = _context(kv, [token], len(prompt), with_mass=True)
         if not row_path:
-            model._row = None
             model._row_decoder = lambda kv: None
         out = model(torch.tensor([token]), positions, ctx, kv)
         if not row_path:
             del model._row_decoder
-            model._row = None
     return out, kv, ctx.block_mass
 
 
@@ -155,7 +153,6 @@ def test_row_decoder_declines_what_it_cannot_read():
     cpu, fp32 = torch.device("cpu"), KVLayout(3, 2, 32, BLOCK, torch.float32)
     int8 = KVCache(KVLayout(3, 2, 32, BLOCK, torch.int8), 2, cpu)
     assert model._row_decoder(int8) is None  # quantized pools decode layer by layer
-    model._row = None
     off = KVCache(fp32, 2, cpu, backend=choose_backend(EngineConfig(cpu_decode_row=False), cpu))
     assert model._row_decoder(off) is None
     ctx, _ = off.steps.batch([TABLE], [40], [1], [0])

@@ -19,6 +19,7 @@ from models.pi05_conftest import (
 from transformers import GemmaConfig, GemmaForCausalLM, SiglipVisionConfig, SiglipVisionModel
 
 from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.kernels.cpu_library import library
 from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.layers.packed_linear import PackedLinear, can_pack
 from oxygen_ros.models.common.gemma import GemmaModel
@@ -192,6 +193,33 @@ def test_packed_layers_sample_the_chunk_the_loaded_ones_do(model: Pi05Model, pre
     torch.testing.assert_close(pools[1], pools[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(chunks[1], chunks[0], atol=1e-5, rtol=1e-5)
     assert chunks[0].abs().max() > 0.1
+
+
+@pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32) or library() is None,
+                    reason="oneDNN packing or the C kernels do not run here")  # fmt: skip
+def test_a_batch_1_language_token_runs_the_backbone_in_one_c_call(model: Pi05Model, prefix_a: PrefixInputs) -> None:
+    """Packed, the backbone decodes a lone language token through the one-call C decoder (Gemma's GeGLU and 1 + w
+    norms, MQA at head_dim 256): its logits and the K/V it stores are the layer-by-layer model's, and it is the C
+    decoder that ran (taking it away changes nothing but who computes)."""
+    packed = copy.deepcopy(model)
+    packed.pack_weights()
+    blocks, token = list(range(17)), 42
+    outputs, keys = [], []
+    for policy in (model, packed):
+        kv = fresh_pool(policy)
+        prefill(policy, kv, prefix_a, blocks)
+        ctx, positions = kv.steps.batch([blocks], [len(prefix_a.token_ids)], [1], [0])
+        assert ctx.row_decode  # the step builder asks for the one-call decoder
+        with torch.inference_mode():
+            outputs.append(policy.compute_logits(policy(torch.tensor([token]), positions, ctx, kv)))
+        keys.append(torch.stack([layer.blocks.k.flatten(0, 1)[ctx.slots[0]] for layer in kv.layers]))
+        if policy is packed:
+            assert packed.backbone._build_row_decoder(kv) is not None
+        else:
+            assert model.backbone._build_row_decoder(kv) is None  # as loaded: no row-major rows to read
+    torch.testing.assert_close(outputs[1], outputs[0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(keys[1], keys[0], atol=1e-5, rtol=1e-5)
+    assert outputs[0].abs().max() > 0.1
 
 
 def test_action_chunk_is_seeded_and_depends_on_the_image(model: Pi05Model, prefix_a: PrefixInputs) -> None:

@@ -13,6 +13,7 @@ from torch import nn
 
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
+from oxygen_ros.layers.cpu_decode_row import RowDecoder, RowDecoderCache, RowShape, stack_row_decoder
 from oxygen_ros.layers.gated_mlp import GatedMLP
 from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
 from oxygen_ros.layers.self_attention import PagedSelfAttention
@@ -84,6 +85,7 @@ class GemmaModel(nn.Module):
         self.embed_tokens = nn.Embedding(vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(GemmaDecoderLayer(cfg, i) for i in range(cfg.num_layers))
         self.norm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self._row = RowDecoderCache()  # the one-call batch-1 decoder (packed layers, an fp32 pool), per pool
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings times sqrt(width), the factor rounded to the weight dtype exactly as HF Gemma does."""
@@ -101,9 +103,21 @@ class GemmaModel(nn.Module):
         """[T] ids (or ready [T, width] embeds) at ``positions`` -> [T, width]; K/V land in the pool per ``ctx``."""
         rope = self.rotary.angles(positions)
         h = self.embed(input_ids) if input_embeds is None else input_embeds
+        row = self._row.get(kv, lambda: self._build_row_decoder(kv)) if ctx.row_decode else None
+        if row is not None and h.dtype == torch.float32:  # a batch-1 language token: the stack in one C call
+            h = h.contiguous() if input_embeds is None else h.clone()  # updated in place
+            row(h, rope, ctx)
+            return self.norm(h)[0]
         for layer in self.layers:
             h = layer(h, rope, ctx, kv)
         return self.norm(h)[0]
+
+    def _build_row_decoder(self, kv: KVCache) -> RowDecoder | None:
+        """Llama's one-call decoder with Gemma's GeGLU and its norms' 1 + w (None where the layers are not packed)."""
+        attn, cfg = self.layers[0].self_attn, self.cfg
+        shape = RowShape(cfg.hidden_size, attn.num_heads, attn.num_kv_heads, attn.head_dim, cfg.intermediate_size,
+                         cfg.rms_norm_eps, "gelu_tanh")  # fmt: skip
+        return stack_row_decoder(self.layers, shape, kv, norm_offset=1.0)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self.embed_tokens.weight)

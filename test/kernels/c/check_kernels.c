@@ -4,7 +4,7 @@
  *
  * Shapes cover what the engine sends: rows that are no multiple of 16, one to eight input rows, fp32, bf16, int8 and
  * Q4_1 weights, GQA groups of 1 to 4, head sizes 16 to 256, ragged contexts over shuffled blocks, shared prefixes of
- * several rows, block mass, a whole Llama stack for one token. Prints the instruction set and one line per check;
+ * several rows, block mass, a whole Llama stack (SwiGLU) or Gemma stack (GeGLU) for one token. Prints the instruction set and one line per check;
  * exits 1 at the first kernel that differs from the reference by more than its tolerance.
  */
 #include <math.h>
@@ -338,8 +338,8 @@ static const void* const* stored_of(const RowLayer* layer, int p) {
 
 /* One token through a two-layer Llama stack (GQA, q/k/v bias, projections stored as `format`) at position `length`
  * - 1 of a paged context. */
-static void check_decode_row(int format, int64_t heads, int64_t kv_heads, int64_t d, int64_t hidden, int64_t inter,
-                             int64_t length) {
+static void check_decode_row(int format, int activation, int64_t heads, int64_t kv_heads, int64_t d, int64_t hidden,
+                             int64_t inter, int64_t length) {
   enum { LAYERS = 2 };
   const int64_t block_size = 16, units = (length + block_size - 1) / block_size + 2, nqkv = (heads + 2 * kv_heads) * d;
   const float eps = 1e-6f, scale = 1.0f / sqrtf((float)d);
@@ -407,17 +407,21 @@ static void check_decode_row(int format, int64_t heads, int64_t kv_heads, int64_
     for (int64_t j = 0; j < hidden; ++j) want[j] += tmp[j];
     ref_rms_norm(want, L->post_norm, x, hidden, eps);
     ref_matvec(values[l][2], x, gate_up, 2 * inter, hidden);
-    for (int64_t j = 0; j < inter; ++j) act[j] = gate_up[j] / (1.0 + exp(-gate_up[j])) * gate_up[inter + j];
+    for (int64_t j = 0; j < inter; ++j) {
+      const double g = gate_up[j];
+      act[j] = (activation == ACT_GELU_TANH ? 0.5 * g * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (g + 0.044715 * g * g * g)))
+                                            : g / (1.0 + exp(-g))) * gate_up[inter + j];
+    }
     ref_matvec(values[l][3], act, tmp, hidden, inter);
     for (int64_t j = 0; j < hidden; ++j) want[j] += tmp[j];
   }
-  const RowModel model = {LAYERS, hidden, heads, kv_heads, d, inter, block_size, format, eps, scale};
+  const RowModel model = {LAYERS, hidden, heads, kv_heads, d, inter, block_size, format, activation, eps, scale};
   RowStep step = {h, cos_, sin_, table, length, slot, NULL, NULL};
   step.scratch = malloc((size_t)decode_row_scratch(&model, length) * sizeof(float));
   decode_row(&model, layers, &step, THREADS);
   char what[96];
-  snprintf(what, sizeof what, "decode_row %s heads=%lld/%lld d=%lld hidden=%lld inter=%lld length=%lld",
-           FORMAT_NAMES[format], (long long)heads, (long long)kv_heads, (long long)d, (long long)hidden,
+  snprintf(what, sizeof what, "decode_row %s%s heads=%lld/%lld d=%lld hidden=%lld inter=%lld length=%lld",
+           FORMAT_NAMES[format], activation == ACT_GELU_TANH ? " geglu" : "", (long long)heads, (long long)kv_heads, (long long)d, (long long)hidden,
            (long long)inter, (long long)length);
   expect_close(what, h, want, hidden, 2e-6, 2e-6);
   double* k_want = malloc((size_t)(kv_heads * d) * sizeof(double));
@@ -472,9 +476,11 @@ int main(void) {
   check_paged_decode(KV_I8, 4, 3, 3, 128, 4, 0, 0, 0, 1.0f);
   check_paged_decode(KV_I8, 3, 8, 1, 256, 16, 0, 0, 1, 1.0f);
   for (int format = WEIGHTS_F32; format <= WEIGHTS_Q4_1; ++format) {
-    check_decode_row(format, 4, 2, 32, 96, 160, 37);
-    check_decode_row(format, 6, 2, 64, 128, format == WEIGHTS_Q4_1 ? 224 : 200, 16); /* Q4_1: whole blocks of 32 */
+    check_decode_row(format, ACT_SILU, 4, 2, 32, 96, 160, 37);
+    check_decode_row(format, ACT_SILU, 6, 2, 64, 128, format == WEIGHTS_Q4_1 ? 224 : 200, 16); /* Q4_1: whole blocks */
   }
+  check_decode_row(WEIGHTS_F32, ACT_GELU_TANH, 8, 1, 256, 128, 200, 37); /* Gemma's: MQA, head_dim 256, GeGLU */
+  check_decode_row(WEIGHTS_BF16, ACT_GELU_TANH, 4, 1, 64, 96, 160, 16);
   printf("all %d checks passed on %s\n", checks, oxygen_isa());
   return 0;
 }
