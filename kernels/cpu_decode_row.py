@@ -1,4 +1,4 @@
-"""A batch-1 decode token through a Llama decoder stack in one C call (``cpu/llama_decode_row.c``): the ctypes side.
+"""A batch-1 decode token through a Llama or Gemma decoder stack in one C call (``cpu/llama_decode_row.c``): the ctypes side.
 
 The kernel's structs (``cpu_abi``) are built once from the layers' weights and the pool's K/V views, and each token
 passes only its hidden state, RoPE angles and context. Torch tensors in, no model: which model runs it, and when, is

@@ -56,11 +56,12 @@ static inline void silu_mul_16(const float* g, const float* u, float* y, int64_t
   vf_store_n(y, vf_mul(silu, vf_load_n(u, n)), n);
 }
 
-/* y[0 .. n) = GELU_tanh(g) * u for the first n (<= 16) floats: 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))), as
- * torch's gelu(approximate="tanh"), with tanh(z) = 1 - 2 / (e^2z + 1) (exp's clamp keeps it at +-1 far out). */
+/* y[0 .. n) = GELU_tanh(g) * u for the first n (<= 16) floats: 0.5 g (1 + tanh(z)), z = sqrt(2 / pi) (g + 0.044715
+ * g^3), as torch's gelu(approximate="tanh"), computed as g / (1 + e^-2z) (the same function, with no cancellation
+ * where tanh(z) nears -1; exp's clamp keeps it finite far out: g, or -0, there). */
 static inline void gelu_tanh_mul_16(const float* g, const float* u, float* y, int64_t n) {
-  const vf gv = vf_load_n(g, n), one = vf_set1(1.0f);
+  const vf gv = vf_load_n(g, n);
   const vf z = vf_mul(vf_set1(0.7978845608028654f), vf_fmadd(vf_mul(vf_set1(0.044715f), gv), vf_mul(gv, gv), gv));
-  const vf tanh_z = vf_sub(one, vf_div(vf_set1(2.0f), vf_add(vf_exp(vf_add(z, z)), one)));
-  vf_store_n(y, vf_mul(vf_mul(vf_mul(vf_set1(0.5f), gv), vf_add(one, tanh_z)), vf_load_n(u, n)), n);
+  const vf gelu = vf_div(gv, vf_add(vf_set1(1.0f), vf_exp(vf_mul(vf_set1(-2.0f), z))));
+  vf_store_n(y, vf_mul(gelu, vf_load_n(u, n)), n);
 }

@@ -111,8 +111,9 @@ class StepBuilder:
                                              self.block_size)  # fmt: skip
         if ctx.decode_rows is not None and ctx.token_rows is None:
             self.plan(ctx.decode_rows.context)
+        # one token of one sequence that it stores (an action step's slot is -1: its K/V is never kept)
         ctx.row_decode = (backend.decode_row and ctx.is_decode and ctx.num_seqs == 1 and not kv.pool_layout.mixed
-                          and kv.device.type == "cpu")  # fmt: skip
+                          and kv.device.type == "cpu" and ctx.slots[0] >= 0)  # fmt: skip
         ctx.planned = True
         return ctx
 

@@ -2,7 +2,8 @@
 
 One sequence decoding alone is the robot's common case (one task asking, or the others between their frames), and
 there the step is ~40 small torch ops per layer whose dispatch costs as much again as reading the weights. The C
-kernel runs every layer of the token (norms, fused products, RoPE, the K/V store, paged attention, SiLU, residuals)
+kernel runs every layer of the token (norms, fused products, RoPE, the K/V store, paged attention, SiLU or GELU,
+residuals)
 in one OpenMP region, reading the row-major weights the packed layers keep for one-row products and the pool's
 blocks in place. It serves a single-format fp32 pool on a CPU with the C kernels built (``kernels.cpu_library``), when
 the step builder chose it (``StepContext.row_decode``: ``EngineConfig.cpu_decode_row``); anything else takes the
@@ -71,9 +72,10 @@ class RowDecoderCache:
         self._built: tuple[weakref.ref, RowDecoder | None] | None = None
 
     def get(self, kv: KVCache, build: Callable[[], RowDecoder | None]) -> RowDecoder | None:
-        if self._built is None or self._built[0]() is not kv:
-            self._built = (weakref.ref(kv), build())
-        return self._built[1]
+        built = self._built
+        if built is None or built[0]() is not kv:
+            built = self._built = (weakref.ref(kv), build())
+        return built[1]
 
 
 def _projections(layer: nn.Module) -> tuple[nn.Module | None, ...]:

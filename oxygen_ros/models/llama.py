@@ -78,6 +78,7 @@ class LlamaModel(nn.Module):
         packed copy: the embedding table stays row-major for lookups."""
         head = self.embed_tokens.weight if self.args.tie_word_embeddings else self.lm_head.weight
         pack_decoder_layers(self.layers, weight_dtype)
+        self._row = RowDecoderCache()  # a decoder found missing before packing is looked for again
         self.packed_head = PackedLinear(head, weight_dtype=torch.int8 if weight_dtype in (torch.int8, Q4_1) else None)
         if not self.args.tie_word_embeddings:
             del self.lm_head

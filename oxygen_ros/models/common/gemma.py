@@ -112,6 +112,10 @@ class GemmaModel(nn.Module):
             h = layer(h, rope, ctx, kv)
         return self.norm(h)[0]
 
+    def forget_row_decoder(self) -> None:
+        """Look for the one-call decoder again (its layers were packed since)."""
+        self._row = RowDecoderCache()
+
     def _build_row_decoder(self, kv: KVCache) -> RowDecoder | None:
         """Llama's one-call decoder with Gemma's GeGLU and its norms' 1 + w (None where the layers are not packed)."""
         attn, cfg = self.layers[0].self_attn, self.cfg

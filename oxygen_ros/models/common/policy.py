@@ -78,6 +78,7 @@ class LeRobotPolicy(PaliGemmaPrefix):
         the prefix, the text decode and every denoising step read them. Call once, after loading."""
         pack_decoder_layers(self.backbone.layers)
         pack_decoder_layers(self.expert.layers)
+        self.backbone.forget_row_decoder()
 
     def set_normalizer(self, normalizer: Normalizer) -> None:
         """Use the folder's stats; ValueError when their action width is not the chunk's robot dims."""

@@ -336,7 +336,8 @@ static const void* const* stored_of(const RowLayer* layer, int p) {
   return all[p];
 }
 
-/* One token through a two-layer Llama stack (GQA, q/k/v bias, projections stored as `format`) at position `length`
+/* One token through a two-layer Llama (or, ACT_GELU_TANH, Gemma) stack (GQA, q/k/v bias, projections stored as
+ * `format`) at position `length`
  * - 1 of a paged context. */
 static void check_decode_row(int format, int activation, int64_t heads, int64_t kv_heads, int64_t d, int64_t hidden,
                              int64_t inter, int64_t length) {
