@@ -18,8 +18,8 @@ On a CPU, decode attention takes one of two paths, both tested against the kerne
 (``SharedPrefix``), and ``cpu_paged_decode`` (``cpu_paged_decode``), C (``cpu/*.c``, built at first use by
 ``cpu_library``) that reads an fp32 or int8 pool in place.
 
-The C kernels are called through ctypes here only, a wrapper each: ``cpu_paged_decode``, ``cpu_decode_row`` (a
-batch-1 token through a Llama or Gemma decoder stack, ``cpu/llama_decode_row.c``), ``cpu_matvec`` (the products of one to
+The C kernels are called through ctypes here only, a wrapper each: ``cpu_paged_decode``, ``cpu_decode_row`` (the
+decode tokens of one to eight sequences through a Llama or Gemma decoder stack, ``cpu/llama_decode_row.c``), ``cpu_matvec`` (the products of one to
 eight rows) and ``cpu_row_ops`` (a layer's element-wise steps). The structs they pass are declared once, in
 ``cpu/oxygen_kernels.h``, and mirrored in ``cpu_abi``, whose layout the library must report to be used.
 

@@ -37,7 +37,7 @@ class PagedDecode(ctypes.Structure):
 
 
 class RowLayer(ctypes.Structure):
-    """One decoder layer of the batch-1 stack (``cpu_decode_row``): its weights, its pool view, int8 group scales."""
+    """One decoder layer of the one-call stack (``cpu_decode_row``): its weights, its pool view, int8 group scales."""
 
     _fields_ = [(name, ctypes.c_void_p) for name in
                 ("input_norm", "qkv_bias", "post_norm", "qkv", "o", "gate_up", "down", "k_cache", "v_cache",
@@ -45,7 +45,7 @@ class RowLayer(ctypes.Structure):
 
 
 class RowModel(ctypes.Structure):
-    """The batch-1 stack's shape."""
+    """The one-call stack's shape."""
 
     _fields_ = [(name, ctypes.c_int64) for name in
                 ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "block_size", "weight_format",
@@ -54,11 +54,11 @@ class RowModel(ctypes.Structure):
 
 
 class RowStep(ctypes.Structure):
-    """One token of the batch-1 stack: its hidden state, RoPE angles and context."""
+    """One decode step of the stack: its rows' hidden states, RoPE angles and contexts."""
 
-    _fields_ = [("h", ctypes.c_void_p), ("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p),
-                ("table", ctypes.c_void_p), ("length", ctypes.c_int64), ("slot", ctypes.c_int64),
-                ("block_mass", ctypes.c_void_p), ("scratch", ctypes.c_void_p)]  # fmt: skip
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("h", "cos", "sin", "tables", "lengths", "slots", "block_mass", "scratch")]  # fmt: skip
+    _fields_ += [(name, ctypes.c_int64) for name in ("rows", "width", "max_length")]
 
 
 MIRRORS: tuple[Mirror, ...] = (PagedDecode, RowLayer, RowModel, RowStep)

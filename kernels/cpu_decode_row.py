@@ -1,22 +1,25 @@
-"""A batch-1 decode token through a Llama or Gemma decoder stack in one C call (``cpu/llama_decode_row.c``): the ctypes side.
+"""The decode tokens of one to eight sequences through a Llama or Gemma decoder stack in one C call
+(``cpu/llama_decode_row.c``): the ctypes side.
 
-The kernel's structs (``cpu_abi``) are built once from the layers' weights and the pool's K/V views, and each token
-passes only its hidden state, RoPE angles and context. Torch tensors in, no model: which model runs it, and when, is
+The kernel's structs (``cpu_abi``) are built once from the layers' weights and the pool's K/V views, and each step
+passes only its rows' hidden states, RoPE angles and contexts. Torch tensors in, no model: which model runs it, and when, is
 ``oxygen_ros.layers.cpu_decode_row``'s to decide. ``llama_decode_row`` is None where the kernel cannot read the
 tensors as they are, and the caller keeps its layer-by-layer path.
 """
 
 import ctypes
+import math
 from dataclasses import dataclass
 
 import torch
 
 from .cpu_abi import ACT_GELU_TANH, ACT_SILU, I8_GROUP, RowLayer, RowModel, RowStep
 from .cpu_library import library
-from .cpu_matvec import STREAMED_DTYPES, WEIGHT_FORMATS, can_stream, weight_shape
+from .cpu_matvec import STREAMED_DTYPES, STREAMED_MAX_INPUTS, WEIGHT_FORMATS, can_stream, weight_shape
 from .quant_spec import KVBlocks
 
 MAX_HEAD_DIM = 256  # the kernel keeps a query head in 16 registers
+MAX_ROWS = STREAMED_MAX_INPUTS  # its products read the weights once for up to this many rows
 ACTIVATIONS = {"silu": ACT_SILU, "gelu_tanh": ACT_GELU_TANH}
 
 
@@ -51,15 +54,15 @@ class RowShape:
 
 
 class LlamaDecodeRow:
-    """The stack over fixed weights and fp32 pool views (one per layer): each call runs one token through every
-    layer, storing its K/V at its slot."""
+    """The stack over fixed weights and fp32 pool views (one per layer): each call runs the decode tokens of one to
+    ``MAX_ROWS`` sequences through every layer, storing their K/V at their slots."""
 
     def __init__(self, kernels: ctypes.CDLL, shape: RowShape, layers: list[RowLayerWeights],
                  views: list[KVBlocks]) -> None:  # fmt: skip
-        self._run, self._scratch_floats = kernels.decode_row, kernels.decode_row_scratch
+        self._run, self._scratch_floats = kernels.decode_rows, kernels.decode_rows_scratch
         self._run.argtypes = [ctypes.POINTER(RowModel), ctypes.POINTER(RowLayer), ctypes.POINTER(RowStep), ctypes.c_int]
         self._run.restype = None
-        self._scratch_floats.argtypes = [ctypes.POINTER(RowModel), ctypes.c_int64]
+        self._scratch_floats.argtypes = [ctypes.POINTER(RowModel), ctypes.c_int64, ctypes.c_int64]
         self._scratch_floats.restype = ctypes.c_int64
         self._keep = [layers, views]  # the pointers below are theirs
         self._model = RowModel(len(layers), shape.hidden, shape.heads, shape.kv_heads, shape.head_dim,
@@ -71,19 +74,33 @@ class LlamaDecodeRow:
                      view.v.data_ptr(), *(0 if w.scales is None else t.data_ptr() for t in w.scales or (None,) * 4))
             for w, view in zip(layers, views, strict=True)
         ))  # fmt: skip
+        self._hidden, self._head_dim = shape.hidden, shape.head_dim
         self._scratch = torch.empty(0)
 
-    def __call__(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, table: torch.Tensor, length: int,
-                 slot: int, block_mass: torch.Tensor | None) -> None:  # fmt: skip
-        """``h`` [1, hidden] fp32 contiguous, the token's embedding, becomes the last layer's output; ``cos``/``sin``
-        fp32 ``[head_dim]`` at its position; ``table`` int64, its sequence's block ids; ``length`` its context's tokens
-        including it, ``slot`` its flat pool slot; ``block_mass`` fp32 (one per table entry, or None) gains each
-        block's attention mass, summed over heads and layers."""
-        need = self._scratch_floats(ctypes.byref(self._model), length)
+    def __call__(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, tables: torch.Tensor,
+                 lengths: torch.Tensor, slots: torch.Tensor, max_length: int,
+                 block_mass: torch.Tensor | None) -> None:  # fmt: skip
+        """``h`` [rows, hidden] fp32 contiguous, the tokens' embeddings, becomes the last layer's output; ``cos``/``sin``
+        fp32, ``[rows, head_dim]`` values (any shape with rows first) at their positions; ``tables`` int64 ``[rows, width]``, each sequence's block ids;
+        ``lengths`` int64 ``[rows]`` its context's tokens including the new one (none over ``max_length``), ``slots``
+        int64 ``[rows]`` the new token's flat pool slot; ``block_mass`` fp32 ``[rows, width]`` (or None) gains each
+        block's attention mass, summed over heads and layers. ValueError for tensors the kernel would misread."""
+        rows = h.shape[0]
+        want = ((h, (rows, self._hidden), torch.float32), (cos, (rows, self._head_dim), torch.float32),
+                (sin, (rows, self._head_dim), torch.float32), (tables, (rows, tables.shape[-1]), torch.int64),
+                (lengths, (rows,), torch.int64), (slots, (rows,), torch.int64))  # fmt: skip
+        if block_mass is not None:
+            want += ((block_mass, tuple(tables.shape), torch.float32),)
+        if not 1 <= rows <= MAX_ROWS or any(t.shape[0] != rows or t.numel() != math.prod(shape) or t.dtype != dtype
+                                              or not t.is_contiguous() for t, shape, dtype in want):  # fmt: skip
+            raise ValueError(f"decode rows: 1 to {MAX_ROWS} rows of contiguous tensors shaped as documented, got "
+                             f"{[(tuple(t.shape), t.dtype) for t, _, _ in want]}")  # fmt: skip
+        need = self._scratch_floats(ctypes.byref(self._model), rows, max_length)
         if self._scratch.numel() < need:
             self._scratch = torch.empty(max(need, 2 * self._scratch.numel()))
-        step = RowStep(h.data_ptr(), cos.data_ptr(), sin.data_ptr(), table.data_ptr(), length, slot,
-                       0 if block_mass is None else block_mass.data_ptr(), self._scratch.data_ptr())  # fmt: skip
+        step = RowStep(h.data_ptr(), cos.data_ptr(), sin.data_ptr(), tables.data_ptr(), lengths.data_ptr(),
+                       slots.data_ptr(), 0 if block_mass is None else block_mass.data_ptr(), self._scratch.data_ptr(),
+                       rows, tables.shape[-1], max_length)  # fmt: skip
         self._run(ctypes.byref(self._model), self._layers, ctypes.byref(step), torch.get_num_threads())
 
 

@@ -121,11 +121,11 @@ class EngineConfig:
         "torch, or triton (on a CPU the Triton interpreter: tests)", choices=("auto", "torch", "triton"),
     )  # fmt: skip
     cpu_kernels: bool = setting(True, "on a CPU, the C kernels (products, decode attention, element-wise steps, the "
-                                "batch-1 decoder), built by the machine's C compiler; false = torch's ops")  # fmt: skip
+                                "one-call decoder), built by the machine's C compiler; false = torch's ops")  # fmt: skip
     cpu_paged_decode: bool = setting(True, "on a CPU, decode attention by the C kernel reading an fp32 or int8 pool in "
                                      "place; false = shared-prefix attention in torch ops")  # fmt: skip
-    cpu_decode_row: bool = setting(True, "on a CPU, a batch-1 decode token through the whole decoder stack in one C "
-                                   "call; false = layer by layer")  # fmt: skip
+    cpu_decode_row: bool = setting(True, "on a CPU, a decode step of up to eight sequences (one token each) through "
+                                   "the whole decoder stack in one C call; false = layer by layer")  # fmt: skip
     reuse_similarity_threshold: float = setting(
         0.0, "approximate observation reuse: serve a frame from a recent one's KV when their thumbnails differ by "
         "less than this (mean abs difference, in [0, 1)); 0 = off", (0.0, 1.0), high_open=True,

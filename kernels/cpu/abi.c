@@ -23,7 +23,8 @@
   F(T, layers) F(T, hidden) F(T, heads) F(T, kv_heads) F(T, head_dim) F(T, intermediate) F(T, block_size)           \
   F(T, weight_format) F(T, activation) F(T, eps) F(T, scale)
 #define FIELDS_RowStep(F, T)                                                                                         \
-  F(T, h) F(T, cos) F(T, sin) F(T, table) F(T, length) F(T, slot) F(T, block_mass) F(T, scratch)
+  F(T, h) F(T, cos) F(T, sin) F(T, tables) F(T, lengths) F(T, slots) F(T, block_mass) F(T, scratch) F(T, rows)     \
+  F(T, width) F(T, max_length)
 
 #define CONSTANTS(C)                                                                                                 \
   C(KV_F32) C(KV_I8) C(WEIGHTS_F32) C(WEIGHTS_BF16) C(WEIGHTS_I8) C(WEIGHTS_Q4_1) C(I8_GROUP) C(Q4_1_GROUP) C(Q4_1_BYTES) \

@@ -57,13 +57,14 @@ typedef struct { /* the decoder stack's shape (llama_decode_row.c), the same for
   float eps, scale;
 } RowModel;
 
-typedef struct { /* the step: the token's hidden state (updated in place) and where its context lives */
-  float* h;
-  const float *cos, *sin; /* [head_dim] at the token's position */
-  const int64_t* table;   /* the row's block ids */
-  int64_t length, slot;   /* context tokens including this one; its flat slot (block * block_size + offset) */
-  float* block_mass;      /* [table entries] or NULL */
-  float* scratch;         /* decode_row_scratch floats */
+typedef struct { /* the step: each row's token (its hidden state, updated in place) and where its context lives */
+  float* h;                       /* [rows, hidden] */
+  const float *cos, *sin;         /* [rows, head_dim] at each token's position */
+  const int64_t* tables;          /* [rows, width]: each row's block ids */
+  const int64_t *lengths, *slots; /* [rows]: context tokens including the row's; its flat pool slot */
+  float* block_mass;              /* [rows, width] or NULL */
+  float* scratch;                 /* decode_rows_scratch floats */
+  int64_t rows, width, max_length; /* rows 1 .. STREAMED_MAX_INPUTS; max_length >= every length */
 } RowStep;
 
 /* abi.c */
@@ -75,8 +76,8 @@ void matvec(const void* w, int weight_format, const float* scales, const float* 
             int64_t k, int threads);
 
 /* llama_decode_row.c */
-int64_t decode_row_scratch(const RowModel* m, int64_t length);
-void decode_row(const RowModel* m, const RowLayer* layers, const RowStep* s, int threads);
+int64_t decode_rows_scratch(const RowModel* m, int64_t rows, int64_t max_length);
+void decode_rows(const RowModel* m, const RowLayer* layers, const RowStep* s, int threads);
 
 /* paged_decode.c */
 int64_t paged_decode_scratch(const PagedDecode* a);

@@ -1,4 +1,4 @@
-/* One row's element-wise steps of a decoder layer, shared by the batched kernels (row_ops.c) and the batch-1 stack
+/* One row's element-wise steps of a decoder layer, shared by the batched kernels (row_ops.c) and the one-call stack
  * (llama_decode_row.c).
  */
 #pragma once

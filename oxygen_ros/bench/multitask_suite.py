@@ -14,8 +14,12 @@ nothing of the scheduler.  On the 2-core CPU one pi05-causal-tiny chunk on a cac
 met the paper's way (a chunk of 10 actions covers one second at 10 Hz), not with a chunk every 0.1 s.  The text is a random-init model's (the same greedy tokens in both settings): it measures the
 work, not answer quality (SmolLM2's answers are checked by the demo and the VQA accuracy test).
 
-In-process engines share one interpreter: the isolated engines' threads contend for the GIL between torch calls
-(separate processes would not), while they also spread over both cores where our one engine uses one torch thread.
+Every engine computes on the threads the inference node takes by default (``num_threads`` 0: half the cores this
+process may use, leaving the rest to the robot's nodes; here the graph's own clients and executors), or on
+``threads`` each when given: one thread each on this 2-core VM, where a second one measured slower under the graph's
+load (its OpenMP barriers wait on a core the ROS threads hold). The isolated engines (eight) spread over the cores
+together. In-process engines share one interpreter: the isolated engines' threads contend for the GIL between torch
+calls (separate processes would not).
 
 Metrics: ``rps_ratio_vs_isolated`` (successful requests per second), ``kv_bytes_ratio_vs_isolated`` (peak KV bytes
 referenced by requests, summed over the engines, sampled from pool stats), ``p99_latency_ms_<type>`` (round trip
@@ -63,7 +67,7 @@ class Setting:
     action_hz: float = 10.0
     model: str = "pi05-causal-tiny"
     kv_mib: int = 64
-    threads: int = 1  # torch threads: pi05-causal-tiny's matmuls are small, one is fastest and steady under load
+    threads: int = 0  # each engine's compute threads (torch's and the C kernels'); 0 = the inference node's default
     sample_s: float = 0.25
     config: str = ""  # parameter YAML; '' = the installed config/oxygen.yaml
 
@@ -78,7 +82,6 @@ class Setting:
 def run(**params: Any) -> dict[str, Any]:
     """Both settings, one after the other, on the same task list (TypeError for an unknown parameter)."""
     setting = Setting(**params)
-    torch.set_num_threads(setting.threads)
     overrides = {"kv_cache_bytes": setting.kv_mib << 20, "observation_topic": BENCH_OBSERVATIONS,
                  "camera_topic": "/bench/no_camera", "action_period_s": 1.0 / setting.action_hz,
                  "num_threads": setting.threads}  # fmt: skip
@@ -87,7 +90,7 @@ def run(**params: Any) -> dict[str, Any]:
     for mode in MODES:
         namespaces = ("",) if mode == "oxygen_ros" else tuple(f"isolated{i}" for i in range(len(setting.tasks())))
         with Graph(config, setting.model, overrides, namespaces=namespaces) as graph:
-            settings[mode] = measure(graph, mode, namespaces, setting)
+            settings[mode] = measure(graph, mode, namespaces, setting) | {"threads": torch.get_num_threads()}
     ours, theirs = settings["oxygen_ros"], settings["isolated"]
     metrics = {
         "rps_ratio_vs_isolated": ours["rps"] / theirs["rps"],

@@ -5,8 +5,8 @@
   interpreter, which must be chosen before triton is first imported, so it is set here when nothing imported it yet).
 * ``cpu_kernels``: the C kernels on a CPU at all (products, decode attention, element-wise steps, the one-call
   decoder); ``cpu_paged_decode``: decode attention by the C kernel reading an fp32 or int8 pool in place (and
-  short prefill chunks, over fp32), else shared-prefix attention in torch ops; ``cpu_decode_row``: a batch-1 decode token through the whole
-  decoder stack in one C call.
+  short prefill chunks, over fp32), else shared-prefix attention in torch ops; ``cpu_decode_row``: a decode step of
+  up to eight sequences through the whole decoder stack in one C call.
 
 Each has an environment override (``OXYGEN_KERNELS``, ``OXYGEN_CPU_MATVEC=0``, ``OXYGEN_CPU_PAGED_DECODE=0``,
 ``OXYGEN_CPU_DECODE_ROW=0``), read here once, for tests and benchmarks that compare paths; nothing on the step path

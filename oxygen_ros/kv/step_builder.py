@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from oxygen_ros.kernels.cpu_decode_row import MAX_ROWS
 from oxygen_ros.kv.cascade import plan_cascade, plan_prefix_groups
 from oxygen_ros.kv.format_plan import FormatPlan
 from oxygen_ros.kv.step_context import StepContext
@@ -111,9 +112,9 @@ class StepBuilder:
                                              self.block_size)  # fmt: skip
         if ctx.decode_rows is not None and ctx.token_rows is None:
             self.plan(ctx.decode_rows.context)
-        # one token of one sequence that it stores (an action step's slot is -1: its K/V is never kept)
-        ctx.row_decode = (backend.decode_row and ctx.is_decode and ctx.num_seqs == 1 and not kv.pool_layout.mixed
-                          and kv.device.type == "cpu" and ctx.slots[0] >= 0)  # fmt: skip
+        # one token each of one to MAX_ROWS sequences, all stored (an action step's slots are -1: never kept)
+        ctx.row_decode = (backend.decode_row and ctx.is_decode and ctx.num_seqs <= MAX_ROWS
+                          and not kv.pool_layout.mixed and kv.device.type == "cpu" and min(ctx.slots) >= 0)  # fmt: skip
         ctx.planned = True
         return ctx
 

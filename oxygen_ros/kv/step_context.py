@@ -76,7 +76,7 @@ class StepContext:
     cascade: CascadeLayout | None = field(default=None, init=False, repr=False)  # CPU decode, torch's ops
     prefix_groups: PrefixGroups | None = field(default=None, init=False, repr=False)  # CPU decode, the C kernel
     token_rows: TokenRows | None = field(default=None, init=False, repr=False)  # CPU prefill, the C kernel
-    row_decode: bool = field(default=False, init=False, repr=False)  # batch-1 decode: the one-call C decoder
+    row_decode: bool = field(default=False, init=False, repr=False)  # decode of up to 8 rows: the one-call C decoder
 
     def __post_init__(self) -> None:
         if self.tables is None:

@@ -1,14 +1,15 @@
-"""A batch-1 decode token through the whole decoder stack in one C call (``kernels.cpu_decode_row``), for a model.
+"""The decode tokens of one to eight sequences through the whole decoder stack in one C call
+(``kernels.cpu_decode_row``), for a model.
 
-One sequence decoding alone is the robot's common case (one task asking, or the others between their frames), and
-there the step is ~40 small torch ops per layer whose dispatch costs as much again as reading the weights. The C
-kernel runs every layer of the token (norms, fused products, RoPE, the K/V store, paged attention, SiLU or GELU,
-residuals)
-in one OpenMP region, reading the row-major weights the packed layers keep for one-row products and the pool's
-blocks in place. It serves a single-format fp32 pool on a CPU with the C kernels built (``kernels.cpu_library``), when
-the step builder chose it (``StepContext.row_decode``: ``EngineConfig.cpu_decode_row``); anything else takes the
-layer-by-layer path, which stays the reference it is tested against. Llama's layers (SwiGLU) and Gemma's (pi0 /
-pi0.5's backbone: GeGLU, RMSNorm scaled by 1 + w) run through it alike (``stack_row_decoder``).
+One sequence decoding alone is the robot's common case (one task asking, or the others between their frames), and a
+few concurrent tasks' language rows the next; there a step is ~40 small torch ops per layer whose dispatch costs as
+much again as reading the weights. The C kernel runs every layer of the step (norms, fused products read once for
+all rows, RoPE, the K/V stores, each row's paged attention, SiLU or GELU, residuals) in one OpenMP region, reading the
+row-major weights the packed layers keep for few-row products and the pool's blocks in place. It serves a
+single-format fp32 pool on a CPU with the C kernels built (``kernels.cpu_library``), when the step builder chose it
+(``StepContext.row_decode``: ``EngineConfig.cpu_decode_row``); anything else takes the layer-by-layer path, which
+stays the reference it is tested against. Llama's layers (SwiGLU) and Gemma's (pi0 / pi0.5's backbone: GeGLU,
+RMSNorm scaled by 1 + w) run through it alike (``stack_row_decoder``).
 """
 
 import weakref
@@ -24,14 +25,15 @@ from oxygen_ros.layers.rotary import RopeAngles
 
 
 class RowDecoder:
-    """Runs one decode token of one sequence through every layer, writing its K/V into the pool."""
+    """Runs a decode step's tokens (one per sequence) through every layer, writing their K/V into the pool."""
 
     def __init__(self, stack: LlamaDecodeRow) -> None:
         self._stack = stack
 
     def __call__(self, h: torch.Tensor, rope: RopeAngles, ctx: StepContext) -> None:
-        """``h`` [1, hidden] fp32 contiguous, the token's embedding, becomes the last layer's output."""
-        self._stack(h, rope.cos, rope.sin, ctx.block_tables, ctx.context_lens[0], ctx.slots[0], ctx.block_mass)
+        """``h`` [rows, hidden] fp32 contiguous, the tokens' embeddings, becomes the last layer's output."""
+        self._stack(h, rope.cos, rope.sin, ctx.block_tables, ctx.context_lens_tensor, ctx.slot_mapping,
+                    ctx.max_context, ctx.block_mass)  # fmt: skip
 
 
 def row_decoder(shape: RowShape, layers: list[RowLayerWeights], kv: KVCache) -> RowDecoder | None:
@@ -66,7 +68,7 @@ def stack_row_decoder(layers: Sequence[nn.Module], shape: RowShape, kv: KVCache,
 
 
 class RowDecoderCache:
-    """A model's one-call decoder, built once per pool (the pool's K/V views are part of it)."""
+    """A model's one-call decoder, built once per pool (the pool's K/V views are part of it), and where it runs."""
 
     def __init__(self) -> None:
         self._built: tuple[weakref.ref, RowDecoder | None] | None = None
@@ -76,6 +78,20 @@ class RowDecoderCache:
         if built is None or built[0]() is not kv:
             built = self._built = (weakref.ref(kv), build())
         return built[1]
+
+    def decode(self, h: torch.Tensor, owned: bool, rope: RopeAngles, ctx: StepContext, kv: KVCache,
+               build: Callable[[], RowDecoder | None]) -> torch.Tensor | None:  # fmt: skip
+        """The stack's output for the step's embeddings ``h`` in one C call, where the step builder chose it and the
+        model has the decoder (``build``); None: run the layers. ``owned``: ``h`` is this step's own tensor, updated
+        in place (else a copy is)."""
+        if not ctx.row_decode or h.dtype != torch.float32:
+            return None
+        row = self.get(kv, build)
+        if row is None:
+            return None
+        h = h.contiguous() if owned else h.clone()
+        row(h, rope, ctx)
+        return h
 
 
 def _projections(layer: nn.Module) -> tuple[nn.Module | None, ...]:

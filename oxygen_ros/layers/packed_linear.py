@@ -33,6 +33,7 @@ on weights that were never 4-bit.
 """
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from oxygen_ros.kernels.cpu_matvec import (
@@ -70,9 +71,13 @@ class PackedLinear(nn.Module):
     is the stored format when it differs from the weight's (bf16, int8 or Q4_1 under fp32 compute); the bias stays as
     given. int8 and Q4_1 need the C product (``matvec_kernel()``; the model loader checks it)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                 weight_dtype: torch.dtype | None = None) -> None:  # fmt: skip
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, weight_dtype: torch.dtype | None = None,
+                 in_place: bool = False) -> None:  # fmt: skip
+        """``in_place``: no oneDNN copy; the weight itself is read, by the C product for up to eight rows and by
+        torch's otherwise (a tied LM head over a large vocabulary, whose copy would cost its size again)."""
         super().__init__()
+        if in_place and weight_dtype not in (None, weight.dtype):
+            raise ValueError("a weight read in place keeps its dtype")
         self.out_features, self.in_features = weight.shape
         self.scales: torch.Tensor | None = None  # int8 rows' group scales
         if weight_dtype == torch.int8:
@@ -83,14 +88,15 @@ class PackedLinear(nn.Module):
             packed = dequantize_q4_1(stored)  # what the blocks stand for, for oneDNN's product
         else:
             stored = packed = weight.detach().to(weight_dtype or weight.dtype).contiguous()
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(packed, BATCH_HINT)
+        self.packed = None if in_place else torch.ops.mkldnn._reorder_linear_weight(packed, BATCH_HINT)
         self.stored_dtype = packed.dtype
         self.bias = None if bias is None else bias.detach()
         streams = weight.dtype == torch.float32 and can_stream(stored)  # fp32 compute over fp32, bf16, int8, Q4_1 rows
         self.matvec = matvec_kernel() if streams else None
         if weight_dtype in (torch.int8, Q4_1) and self.matvec is None:
             raise ValueError(f"{weight_format_name(weight_dtype)} weights need the CPU C kernels (kernels/cpu_library.py)")
-        self.rows = stored if self.matvec is not None else None  # row-major, for products of up to eight rows
+        # row-major, for products of up to eight rows (and any product, read in place)
+        self.rows = stored if self.matvec is not None or in_place else None
 
     @property
     def streamed_bytes(self) -> int:
@@ -107,6 +113,8 @@ class PackedLinear(nn.Module):
             out = self.matvec(self.rows, flat, self.scales)
             if self.bias is not None:
                 out += self.bias
+        elif self.packed is None:  # read in place
+            out = F.linear(flat, self.rows, self.bias)
         elif flat.dtype == self.stored_dtype:
             out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
         else:  # bf16 weights under fp32 compute: bf16 in, fp32 sums, fp32 out

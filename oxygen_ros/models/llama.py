@@ -66,7 +66,7 @@ class LlamaModel(nn.Module):
         if not args.tie_word_embeddings:
             self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
         self.packed_head: PackedLinear | None = None
-        self._row = RowDecoderCache()  # the one-call batch-1 decoder, per pool
+        self._row = RowDecoderCache()  # the one-call decoder of decode steps, per pool
 
     def pack_weights(self, weight_dtype: torch.dtype | None = None) -> None:
         """Fuse q/k/v and gate/up, then prepack every projection and the LM head for this CPU (``packed_linear``);
@@ -100,21 +100,16 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor:
         rope = self.rotary.angles(positions)
         h = self.embed_tokens(input_ids) if input_embeds is None else input_embeds
-        row = self._row_decoder(kv) if ctx.row_decode else None
-        if row is not None and h.dtype == torch.float32:
-            h = h.contiguous() if input_embeds is None else h.clone()  # updated in place
-            row(h, rope, ctx)
-            return self.norm(h)
+        decoded = self._row.decode(h, input_embeds is None, rope, ctx, kv, lambda: self._build_row_decoder(kv))
+        if decoded is not None:
+            return self.norm(decoded)
         for layer in self.layers:
             h = layer(h, rope, ctx, kv)
         return self.norm(h)
 
-    def _row_decoder(self, kv: KVCache) -> RowDecoder | None:
-        """The whole stack in one C call for a batch-1 decode token over ``kv`` (None: decode layer by layer, as for
-        Qwen3's q/k norms and SmolLM3's no-RoPE layers, which the C decoder does not have)."""
-        return self._row.get(kv, lambda: self._build_row_decoder(kv))
-
     def _build_row_decoder(self, kv: KVCache) -> RowDecoder | None:
+        """The whole stack in one C call for decode steps over ``kv`` (None: decode layer by layer, as for Qwen3's q/k
+        norms and SmolLM3's no-RoPE layers, which the C decoder does not have)."""
         plain = not self.args.qk_norm and not any(not self.args.uses_rope(i) for i in range(self.args.num_layers))
         if not plain or self.packed_head is None:
             return None

@@ -5,6 +5,7 @@ import math
 
 from oxygen_ros.bench import multitask_suite
 from oxygen_ros.cli.bench import SUITES
+from oxygen_ros.nodes.params import available_cpus
 
 
 def test_multitask_suite_compares_one_shared_pool_with_isolated_engines():
@@ -25,6 +26,8 @@ def test_multitask_suite_compares_one_shared_pool_with_isolated_engines():
     assert m["isolated_warmup_reused_prefix_tokens"] == 0
     assert m["isolated_peak_shared_blocks"] == 0  # each engine holds its own copy
     assert out["params"]["vqa"] == 1 and out["suite"] == "multitask"
+    # every engine on the inference node's default threads (half the cores this process may use)
+    assert m["oxygen_ros_threads"] == m["isolated_threads"] == max(1, available_cpus() // 2)
 
 
 def test_bench_cli_knows_the_multitask_suite():

@@ -89,6 +89,24 @@ def test_packed_layer_streams_up_to_eight_rows_and_packs_the_rest():
                 assert torch.equal(out, matvec(linear.weight.detach(), x) + linear.bias)
 
 
+def test_a_layer_read_in_place_keeps_no_copy_and_answers_at_every_batch():
+    """A tied head over a large vocabulary: its table itself is read (no oneDNN copy), by the C product for up to
+    eight rows and by torch's for more; it refuses a storage format (it has no copy to hold one in)."""
+    gen = torch.Generator().manual_seed(1)
+    table = torch.randn(4000, 96, generator=gen)
+    layer = PackedLinear(table, in_place=True)
+    assert layer.packed is None and layer.rows.data_ptr() == table.data_ptr()
+    for rows in (1, 5, 8, 9, 40):
+        x = torch.randn(rows, 96, generator=gen)
+        with torch.inference_mode():
+            out = layer(x)
+        torch.testing.assert_close(out, x @ table.T, atol=1e-4, rtol=0)
+        if matvec is not None and rows <= cpu_matvec.STREAMED_MAX_INPUTS:
+            assert torch.equal(out, matvec(table, x))
+    with pytest.raises(ValueError, match="in place"):
+        PackedLinear(table, weight_dtype=torch.bfloat16, in_place=True)
+
+
 @pytest.mark.skipif(not can_pack_bf16(torch.device("cpu")), reason="oneDNN bf16 products are unavailable here")
 def test_packed_layer_with_bf16_weights_under_fp32_compute():
     """Up to eight rows: the bf16 weight widened into fp32 products (exact up to fp32 sums). More rows: oneDNN's bf16

@@ -1,7 +1,8 @@
-"""The one-call batch-1 decoder (``kernels/cpu/llama_decode_row.c``) against the layer-by-layer torch path it replaces,
-on a random Llama-shaped model over a pool whose blocks are scattered: the token's output, the K/V it stores and the
+"""The one-call decoder (``kernels/cpu/llama_decode_row.c``) against the layer-by-layer torch path it replaces, on a
+random Llama-shaped model over a pool whose blocks are scattered: the token's output, the K/V it stores and the
 attention mass per block must agree, for GQA and MHA, with and without q/k/v biases (Qwen2), a context ending inside a
-block and exactly at its end; with bf16 projection weights it must equal the fp32 decoder on the same weights rounded to
+block and exactly at its end, and for a step of several sequences sharing a prefix block (the layer path attends the
+shared block once for them all, the one-call decoder row by row); with bf16 projection weights it must equal the fp32 decoder on the same weights rounded to
 bf16 (the weights are widened exactly; only fp32 sums differ). (The real SmolLM2 against transformers, token for token,
 runs through this path too: test/engine/test_smollm2_vs_hf.py.)"""
 
@@ -13,6 +14,7 @@ from oxygen_ros.kv.attention_backend import choose_backend
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.layout import KVLayout
 from oxygen_ros.kv.step_context import StepContext
+from oxygen_ros.kernels.cpu_decode_row import MAX_ROWS
 from oxygen_ros.kernels.cpu_library import library
 from oxygen_ros.kernels.cpu_matvec import Q4_1, dequantize_q4_1, quantize_q4_1
 from oxygen_ros.models.args import LlamaArgs
@@ -61,20 +63,23 @@ def _decode(model: LlamaModel, prompt: list[int], token: int, row_path: bool,
         ctx, positions = _context(kv, prompt, 0, with_mass=False)
         (prefill or model)(torch.tensor(prompt), positions, ctx, kv)  # prefill: layer by layer either way
         ctx, positions = _context(kv, [token], len(prompt), with_mass=True)
-        if not row_path:
-            model._row_decoder = lambda kv: None
+        assert ctx.row_decode
+        ctx.row_decode = row_path
         out = model(torch.tensor([token]), positions, ctx, kv)
-        if not row_path:
-            del model._row_decoder
     return out, kv, ctx.block_mass
+
+
+def _pool(model: LlamaModel, blocks: int = 10) -> KVCache:
+    a = model.args
+    return KVCache(KVLayout(a.num_layers, a.num_kv_heads, a.head_dim, BLOCK, torch.float32), blocks,
+                   torch.device("cpu"))  # fmt: skip
 
 
 @pytest.mark.parametrize("heads,kv_heads,head_dim,bias", [(4, 2, 32, False), (3, 3, 64, True), (6, 2, 16, True)])
 @pytest.mark.parametrize("prompt_len", [40, 47])  # the decode token ends inside the third block / fills it
 def test_row_decoder_equals_layer_by_layer(heads, kv_heads, head_dim, bias, prompt_len):
     model = _model(heads, kv_heads, head_dim, bias)
-    assert model._row_decoder(KVCache(KVLayout(3, kv_heads, head_dim, BLOCK, torch.float32), 2,
-                                      torch.device("cpu"))) is not None  # fmt: skip
+    assert model._build_row_decoder(_pool(model, 2)) is not None
     gen = torch.Generator().manual_seed(prompt_len)
     prompt = torch.randint(0, 97, (prompt_len,), generator=gen).tolist()
     fast, fast_kv, fast_mass = _decode(model, prompt, 11, row_path=True)
@@ -95,8 +100,7 @@ def test_row_decoder_with_bf16_weights_equals_fp32_on_the_rounded_weights(heads,
     bf16 = _model(heads, kv_heads, head_dim, bias, weight_dtype=torch.bfloat16)
     fp32 = _model(heads, kv_heads, head_dim, bias, rounded=True)
     assert bf16.layers[0].self_attn.qkv_proj.rows.dtype == torch.bfloat16
-    assert bf16._row_decoder(KVCache(KVLayout(3, kv_heads, head_dim, BLOCK, torch.float32), 2,
-                                     torch.device("cpu"))) is not None  # the one-call decoder reads bf16 rows
+    assert bf16._build_row_decoder(_pool(bf16, 2)) is not None  # the one-call decoder reads bf16 rows
     prompt = torch.randint(0, 97, (40,), generator=torch.Generator().manual_seed(3)).tolist()
     for row_path in (True, False):  # the one-call decoder and the layer-by-layer one-row products alike
         # the prompt prefilled by the fp32 model for both: a multi-row bf16 product rounds its inputs (the option's
@@ -115,8 +119,7 @@ def test_row_decoder_with_int8_weights_equals_the_layer_by_layer_int8_products(h
     layer-by-layer path's one-row int8 products over the same model (the LM head is int8 too), and not fp32's."""
     model = _model(heads, kv_heads, head_dim, bias, weight_dtype=torch.int8)
     assert model.layers[0].mlp.down_proj.rows.dtype == model.packed_head.rows.dtype == torch.int8
-    assert model._row_decoder(KVCache(KVLayout(3, kv_heads, head_dim, BLOCK, torch.float32), 2,
-                                      torch.device("cpu"))) is not None  # fmt: skip
+    assert model._build_row_decoder(_pool(model, 2)) is not None
     prompt = torch.randint(0, 97, (47,), generator=torch.Generator().manual_seed(4)).tolist()
     fast, fast_kv, fast_mass = _decode(model, prompt, 11, row_path=True)
     slow, slow_kv, slow_mass = _decode(model, prompt, 11, row_path=False)
@@ -152,11 +155,57 @@ def test_row_decoder_declines_what_it_cannot_read():
     model = _model(4, 2, 32, False)
     cpu, fp32 = torch.device("cpu"), KVLayout(3, 2, 32, BLOCK, torch.float32)
     int8 = KVCache(KVLayout(3, 2, 32, BLOCK, torch.int8), 2, cpu)
-    assert model._row_decoder(int8) is None  # quantized pools decode layer by layer
+    assert model._build_row_decoder(int8) is None  # quantized pools decode layer by layer
     off = KVCache(fp32, 2, cpu, backend=choose_backend(EngineConfig(cpu_decode_row=False), cpu))
-    assert model._row_decoder(off) is None
+    assert model._build_row_decoder(off) is None
     ctx, _ = off.steps.batch([TABLE], [40], [1], [0])
     assert ctx.is_decode and not ctx.row_decode  # the step builder does not ask for it either
     on = KVCache(fp32, 2, cpu)
     assert on.steps.batch([TABLE], [40], [1], [0])[0].row_decode
-    assert not on.steps.batch([TABLE, TABLE], [40, 40], [1, 1], [0, 0])[0].row_decode  # batch 1 only
+    assert on.steps.batch([TABLE] * MAX_ROWS, [40] * MAX_ROWS, [1] * MAX_ROWS, [0] * MAX_ROWS)[0].row_decode
+    rows = MAX_ROWS + 1  # more rows than one pass over the weights serves: layer by layer (oneDNN's products)
+    assert not on.steps.batch([TABLE] * rows, [40] * rows, [1] * rows, [0] * rows)[0].row_decode
+    assert not on.steps.batch([TABLE, TABLE], [40, 40], [1, 2], [0, 0])[0].row_decode  # a prefill among them
+
+
+SHARED_TABLES = [[5, 2, 9], [5, 7, 3], [5, 1], [5, 0, 4, 6], [5, 8]]  # one prefix block, then each its own
+
+
+@pytest.mark.parametrize("rows", [2, 5])
+@pytest.mark.parametrize("heads,kv_heads,head_dim,bias,weight_dtype", [(4, 2, 32, False, None),
+                                                                       (3, 3, 64, True, torch.int8)])
+def test_a_step_of_several_sequences_equals_layer_by_layer(rows, heads, kv_heads, head_dim, bias, weight_dtype):
+    """Decode tokens of ``rows`` sequences of different lengths (inside a block, at its end, at a new block's first
+    slot) that share their first block, in one C call: each row's output, the K/V at its slot and its blocks' mass
+    equal the layer-by-layer step's (whose attention reads the shared block once for all rows)."""
+    model = _model(heads, kv_heads, head_dim, bias, weight_dtype=weight_dtype)
+    gen = torch.Generator().manual_seed(rows)
+    prefix = torch.randint(0, 97, (BLOCK,), generator=gen).tolist()
+    lengths = [40, 47, 31, 48, 17][:rows]  # tokens before the decode token
+    prompts = [prefix + torch.randint(0, 97, (n - BLOCK,), generator=gen).tolist() for n in lengths]
+    tables = SHARED_TABLES[:rows]
+    results = []
+    for row_path in (True, False):
+        kv = _pool(model)
+        with torch.inference_mode():
+            for i, (table, prompt) in enumerate(zip(tables, prompts, strict=True)):
+                start = 0 if i == 0 else BLOCK  # the shared block is the first sequence's
+                ctx, positions = kv.steps.batch([table], [start], [len(prompt) - start], [0])
+                model(torch.tensor(prompt[start:]), positions, ctx, kv)
+            ctx, positions = kv.steps.batch(tables, lengths, [1] * rows, [0] * rows)
+            ctx.block_mass = torch.zeros(rows, ctx.block_tables.shape[1])
+            assert ctx.row_decode
+            ctx.row_decode = row_path
+            out = model(torch.tensor([11 + i for i in range(rows)]), positions, ctx, kv)
+        results.append((out, kv, ctx))
+    (fast, fast_kv, fast_ctx), (slow, slow_kv, slow_ctx) = results
+    assert fast.shape == (rows, model.args.hidden_size)
+    torch.testing.assert_close(fast, slow, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(fast_ctx.block_mass, slow_ctx.block_mass, atol=1e-5, rtol=1e-5)
+    assert fast_ctx.block_mass.sum(1).tolist() == pytest.approx([model.args.num_layers * heads] * rows, rel=1e-5)
+    for fast_layer, slow_layer in zip(fast_kv.layers, slow_kv.layers, strict=True):
+        for a, b in ((fast_layer.blocks.k, slow_layer.blocks.k), (fast_layer.blocks.v, slow_layer.blocks.v)):
+            slots = fast_ctx.slot_mapping
+            torch.testing.assert_close(a.flatten(0, 1)[slots], b.flatten(0, 1)[slots], atol=1e-5, rtol=1e-5)
+    one = torch.stack([_decode(model, prompts[1], 12, row_path=True)[0][0]])  # row 1 alone, from its own pool
+    torch.testing.assert_close(fast[1:2], one, atol=2e-5, rtol=1e-5)

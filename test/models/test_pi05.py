@@ -197,29 +197,34 @@ def test_packed_layers_sample_the_chunk_the_loaded_ones_do(model: Pi05Model, pre
 
 @pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32) or library() is None,
                     reason="oneDNN packing or the C kernels do not run here")  # fmt: skip
-def test_a_batch_1_language_token_runs_the_backbone_in_one_c_call(model: Pi05Model, prefix_a: PrefixInputs) -> None:
-    """Packed, the backbone decodes a lone language token through the one-call C decoder (Gemma's GeGLU and 1 + w
-    norms, MQA at head_dim 256): its logits and the K/V it stores are the layer-by-layer model's, and it is the C
-    decoder that ran (taking it away changes nothing but who computes)."""
+@pytest.mark.parametrize("rows", [1, 2])
+def test_language_decode_steps_run_the_backbone_in_one_c_call(model: Pi05Model, prefix_a: PrefixInputs,
+                                                               rows: int) -> None:  # fmt: skip
+    """Packed, the backbone decodes a lone language token, or one for each of two sequences, through the one-call C
+    decoder (Gemma's GeGLU and 1 + w norms, MQA at head_dim 256): its logits and the K/V it stores are the
+    layer-by-layer model's, and it is the C decoder that ran (taking it away changes nothing but who computes)."""
     packed = copy.deepcopy(model)
     packed.pack_weights()
-    blocks, token = list(range(17)), 42
+    tables, tokens = [list(range(17)), list(range(17, 34))][:rows], [42, 7][:rows]
     outputs, keys = [], []
     for policy in (model, packed):
         kv = fresh_pool(policy)
-        prefill(policy, kv, prefix_a, blocks)
-        ctx, positions = kv.steps.batch([blocks], [len(prefix_a.token_ids)], [1], [0])
+        for blocks in tables:
+            prefill(policy, kv, prefix_a, blocks)
+        ctx, positions = kv.steps.batch(tables, [len(prefix_a.token_ids)] * rows, [1] * rows, [0] * rows)
         assert ctx.row_decode  # the step builder asks for the one-call decoder
         with torch.inference_mode():
-            outputs.append(policy.compute_logits(policy(torch.tensor([token]), positions, ctx, kv)))
-        keys.append(torch.stack([layer.blocks.k.flatten(0, 1)[ctx.slots[0]] for layer in kv.layers]))
+            outputs.append(policy.compute_logits(policy(torch.tensor(tokens), positions, ctx, kv)))
+        keys.append(torch.stack([layer.blocks.k.flatten(0, 1)[ctx.slot_mapping] for layer in kv.layers]))
         if policy is packed:
-            assert packed.backbone._build_row_decoder(kv) is not None
+            assert packed.backbone._build_row_decoder(kv) is not None and packed.backbone.packed_head is not None
         else:
             assert model.backbone._build_row_decoder(kv) is None  # as loaded: no row-major rows to read
     torch.testing.assert_close(outputs[1], outputs[0], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(keys[1], keys[0], atol=1e-5, rtol=1e-5)
-    assert outputs[0].abs().max() > 0.1
+    assert outputs[0].shape[0] == rows and outputs[0].abs().max() > 0.1
+    if rows == 2:
+        assert (outputs[0][0] - outputs[0][1]).abs().max() > 1e-3  # each row its own token
 
 
 def test_action_chunk_is_seeded_and_depends_on_the_image(model: Pi05Model, prefix_a: PrefixInputs) -> None:

@@ -15,6 +15,7 @@ from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.kv.step_context import StepContext
 from oxygen_ros.layers.cpu_decode_row import RowDecoder, RowDecoderCache, RowShape, stack_row_decoder
 from oxygen_ros.layers.gated_mlp import GatedMLP
+from oxygen_ros.layers.packed_linear import PackedLinear, pack_decoder_layers
 from oxygen_ros.layers.rotary import RopeAngles, RotaryEmbedding
 from oxygen_ros.layers.self_attention import PagedSelfAttention
 from oxygen_ros.models.common.vla_config import GemmaConfig
@@ -85,7 +86,8 @@ class GemmaModel(nn.Module):
         self.embed_tokens = nn.Embedding(vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(GemmaDecoderLayer(cfg, i) for i in range(cfg.num_layers))
         self.norm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self._row = RowDecoderCache()  # the one-call batch-1 decoder (packed layers, an fp32 pool), per pool
+        self.packed_head: PackedLinear | None = None
+        self._row = RowDecoderCache()  # the one-call decoder of decode steps (packed layers, an fp32 pool), per pool
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings times sqrt(width), the factor rounded to the weight dtype exactly as HF Gemma does."""
@@ -103,17 +105,19 @@ class GemmaModel(nn.Module):
         """[T] ids (or ready [T, width] embeds) at ``positions`` -> [T, width]; K/V land in the pool per ``ctx``."""
         rope = self.rotary.angles(positions)
         h = self.embed(input_ids) if input_embeds is None else input_embeds
-        row = self._row.get(kv, lambda: self._build_row_decoder(kv)) if ctx.row_decode else None
-        if row is not None and h.dtype == torch.float32:  # a batch-1 language token: the stack in one C call
-            h = h.contiguous() if input_embeds is None else h.clone()  # updated in place
-            row(h, rope, ctx)
-            return self.norm(h)[0]
+        decoded = self._row.decode(h, input_embeds is None, rope, ctx, kv, lambda: self._build_row_decoder(kv))
+        if decoded is not None:  # a decode step of language tokens: the stack in one C call
+            return self.norm(decoded)[0]
         for layer in self.layers:
             h = layer(h, rope, ctx, kv)
         return self.norm(h)[0]
 
-    def forget_row_decoder(self) -> None:
-        """Look for the one-call decoder again (its layers were packed since)."""
+    def pack_weights(self) -> None:
+        """Fuse and prepack the layers for this CPU (``packed_linear``) and read the tied head's table in place with
+        the C product (decode steps of up to eight rows: ~5x torch's product over a 49k-token vocabulary, no copy of
+        the table); the one-call decoder is looked for again. Call once, after loading."""
+        pack_decoder_layers(self.layers)
+        self.packed_head = PackedLinear(self.embed_tokens.weight, in_place=True)
         self._row = RowDecoderCache()
 
     def _build_row_decoder(self, kv: KVCache) -> RowDecoder | None:
@@ -124,4 +128,6 @@ class GemmaModel(nn.Module):
         return stack_row_decoder(self.layers, shape, kv, norm_offset=1.0)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.packed_head is not None:
+            return self.packed_head(hidden)
         return F.linear(hidden, self.embed_tokens.weight)

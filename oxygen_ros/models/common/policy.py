@@ -75,10 +75,10 @@ class LeRobotPolicy(PaliGemmaPrefix):
 
     def pack_weights(self) -> None:
         """The backbone's and the action expert's Gemma layers fused and prepacked for this CPU (``packed_linear``):
-        the prefix, the text decode and every denoising step read them. Call once, after loading."""
-        pack_decoder_layers(self.backbone.layers)
+        the prefix, the text decode and every denoising step read them; the backbone's tied head read in place by
+        the C product. Call once, after loading."""
+        self.backbone.pack_weights()
         pack_decoder_layers(self.expert.layers)
-        self.backbone.forget_row_decoder()
 
     def set_normalizer(self, normalizer: Normalizer) -> None:
         """Use the folder's stats; ValueError when their action width is not the chunk's robot dims."""

@@ -336,23 +336,29 @@ static const void* const* stored_of(const RowLayer* layer, int p) {
   return all[p];
 }
 
-/* One token through a two-layer Llama (or, ACT_GELU_TANH, Gemma) stack (GQA, q/k/v bias, projections stored as
- * `format`) at position `length`
- * - 1 of a paged context. */
-static void check_decode_row(int format, int activation, int64_t heads, int64_t kv_heads, int64_t d, int64_t hidden,
-                             int64_t inter, int64_t length) {
+/* The decode tokens of `rows` sequences through a two-layer Llama (or, ACT_GELU_TANH, Gemma) stack (GQA, q/k/v bias,
+ * projections stored as `format`): row r at position length + 3r - 1 of its own paged context, its blocks interleaved
+ * with the other rows' in one pool. Rows are independent, so the reference runs them one after another. */
+static void check_decode_rows(int format, int activation, int64_t rows, int64_t heads, int64_t kv_heads, int64_t d,
+                              int64_t hidden, int64_t inter, int64_t length) {
   enum { LAYERS = 2 };
-  const int64_t block_size = 16, units = (length + block_size - 1) / block_size + 2, nqkv = (heads + 2 * kv_heads) * d;
+  const int64_t block_size = 16, nqkv = (heads + 2 * kv_heads) * d, max_length = length + 3 * (rows - 1);
+  const int64_t width = (max_length + block_size - 1) / block_size, units = rows * width + 2;
+  const int64_t pool = units * block_size * kv_heads * d;
   const float eps = 1e-6f, scale = 1.0f / sqrtf((float)d);
   RowLayer layers[LAYERS];
-  int64_t* table = malloc((size_t)units * sizeof(int64_t));
-  for (int64_t b = 0; b < units; ++b) table[b] = units - 1 - b; /* blocks in reverse pool order */
-  float *cos_ = malloc((size_t)d * sizeof(float)), *sin_ = malloc((size_t)d * sizeof(float));
-  for (int64_t j = 0; j < d; ++j) {
-    const double angle = (length - 1) * pow(10000.0, -(double)(2 * (j % (d / 2))) / (double)d);
-    cos_[j] = (float)cos(angle), sin_[j] = (float)sin(angle);
+  int64_t *tables = malloc((size_t)(rows * width) * sizeof(int64_t)), *lengths = malloc((size_t)rows * sizeof(int64_t));
+  int64_t* slots = malloc((size_t)rows * sizeof(int64_t));
+  float *cos_ = malloc((size_t)(rows * d) * sizeof(float)), *sin_ = malloc((size_t)(rows * d) * sizeof(float));
+  for (int64_t r = 0; r < rows; ++r) {
+    lengths[r] = length + 3 * r;
+    for (int64_t b = 0; b < width; ++b) tables[r * width + b] = units - 1 - (b * rows + r); /* reverse, interleaved */
+    slots[r] = tables[r * width + (lengths[r] - 1) / block_size] * block_size + (lengths[r] - 1) % block_size;
+    for (int64_t j = 0; j < d; ++j) {
+      const double angle = (lengths[r] - 1) * pow(10000.0, -(double)(2 * (j % (d / 2))) / (double)d);
+      cos_[r * d + j] = (float)cos(angle), sin_[r * d + j] = (float)sin(angle);
+    }
   }
-  const int64_t slot = table[(length - 1) / block_size] * block_size + (length - 1) % block_size;
   float* ref_k[LAYERS];
   float* ref_v[LAYERS];
   float* values[LAYERS][4]; /* each projection's values: qkv, o, gate_up, down */
@@ -361,8 +367,7 @@ static void check_decode_row(int format, int activation, int64_t heads, int64_t 
     layers[l] = (RowLayer){randoms(hidden, 0.2f), randoms(nqkv, 0.1f), randoms(hidden, 0.2f),
                            randoms(nqkv * hidden, w_scale), randoms(hidden * heads * d, w_scale),
                            randoms(2 * inter * hidden, w_scale), randoms(hidden * inter, 1.0f / sqrtf((float)inter)),
-                           randoms(units * block_size * kv_heads * d, 1.0f), randoms(units * block_size * kv_heads * d, 1.0f),
-                           NULL, NULL, NULL, NULL};
+                           randoms(pool, 1.0f), randoms(pool, 1.0f), NULL, NULL, NULL, NULL};
     /* the kernel reads `format` rows; the reference (values[]) the numbers they stand for */
     float** scales[] = {(float**)&layers[l].qkv_scale, (float**)&layers[l].o_scale, (float**)&layers[l].gate_up_scale,
                         (float**)&layers[l].down_scale};
@@ -373,62 +378,73 @@ static void check_decode_row(int format, int activation, int64_t heads, int64_t 
       *stored[p] = weights_of(format, shapes[p][0], shapes[p][1], values[l][p], scales[p]);
     }
     for (int64_t j = 0; j < hidden; ++j) ((float*)layers[l].input_norm)[j] += 1.0f, ((float*)layers[l].post_norm)[j] += 1.0f;
-    ref_k[l] = malloc((size_t)(units * block_size * kv_heads * d) * sizeof(float));
-    ref_v[l] = malloc((size_t)(units * block_size * kv_heads * d) * sizeof(float));
-    memcpy(ref_k[l], layers[l].k_cache, (size_t)(units * block_size * kv_heads * d) * sizeof(float));
-    memcpy(ref_v[l], layers[l].v_cache, (size_t)(units * block_size * kv_heads * d) * sizeof(float));
+    ref_k[l] = malloc((size_t)pool * sizeof(float)), ref_v[l] = malloc((size_t)pool * sizeof(float));
+    memcpy(ref_k[l], layers[l].k_cache, (size_t)pool * sizeof(float));
+    memcpy(ref_v[l], layers[l].v_cache, (size_t)pool * sizeof(float));
   }
-  float* h = randoms(hidden, 1.0f);
-  double* want = malloc((size_t)hidden * sizeof(double));
-  for (int64_t j = 0; j < hidden; ++j) want[j] = h[j];
+  float* h = randoms(rows * hidden, 1.0f);
+  double* want = malloc((size_t)(rows * hidden) * sizeof(double));
+  for (int64_t j = 0; j < rows * hidden; ++j) want[j] = h[j];
   double *x = malloc((size_t)hidden * sizeof(double)), *qkv = malloc((size_t)nqkv * sizeof(double));
   double *attn = malloc((size_t)(heads * d) * sizeof(double)), *tmp = malloc((size_t)hidden * sizeof(double));
   double *gate_up = malloc((size_t)(2 * inter) * sizeof(double)), *act = malloc((size_t)inter * sizeof(double));
   float* qf = malloc((size_t)(heads * d) * sizeof(float));
-  for (int l = 0; l < LAYERS; ++l) {
-    const RowLayer* L = layers + l;
-    ref_rms_norm(want, L->input_norm, x, hidden, eps);
-    ref_matvec(values[l][0], x, qkv, nqkv, hidden);
-    for (int64_t j = 0; j < nqkv; ++j) qkv[j] += L->qkv_bias[j];
-    for (int64_t hd = 0; hd < heads + kv_heads; ++hd) { /* rotate-half RoPE on q and k */
-      double* r = qkv + hd * d;
-      for (int64_t j = 0; j < d / 2; ++j) {
-        const double a = r[j], b = r[j + d / 2];
-        r[j] = a * cos_[j] - b * sin_[j], r[j + d / 2] = b * cos_[j + d / 2] + a * sin_[j + d / 2];
+  for (int64_t r = 0; r < rows; ++r) {
+    double* hr = want + r * hidden;
+    const float *c = cos_ + r * d, *sn = sin_ + r * d;
+    const int64_t slot = slots[r];
+    for (int l = 0; l < LAYERS; ++l) {
+      const RowLayer* L = layers + l;
+      ref_rms_norm(hr, L->input_norm, x, hidden, eps);
+      ref_matvec(values[l][0], x, qkv, nqkv, hidden);
+      for (int64_t j = 0; j < nqkv; ++j) qkv[j] += L->qkv_bias[j];
+      for (int64_t hd = 0; hd < heads + kv_heads; ++hd) { /* rotate-half RoPE on q and k */
+        double* q = qkv + hd * d;
+        for (int64_t j = 0; j < d / 2; ++j) {
+          const double a = q[j], b = q[j + d / 2];
+          q[j] = a * c[j] - b * sn[j], q[j + d / 2] = b * c[j + d / 2] + a * sn[j + d / 2];
+        }
       }
+      for (int64_t j = 0; j < kv_heads * d; ++j)
+        ref_k[l][slot * kv_heads * d + j] = (float)qkv[heads * d + j],
+                           ref_v[l][slot * kv_heads * d + j] = (float)qkv[(heads + kv_heads) * d + j];
+      for (int64_t j = 0; j < heads * d; ++j) qf[j] = (float)qkv[j];
+      for (int64_t hd = 0; hd < heads; ++hd)
+        reference_attention(qf + hd * d, ref_k[l], ref_v[l], tables + r * width, lengths[r], block_size, kv_heads,
+                            hd / (heads / kv_heads), d, scale, attn + hd * d, NULL);
+      ref_matvec(values[l][1], attn, tmp, hidden, heads * d);
+      for (int64_t j = 0; j < hidden; ++j) hr[j] += tmp[j];
+      ref_rms_norm(hr, L->post_norm, x, hidden, eps);
+      ref_matvec(values[l][2], x, gate_up, 2 * inter, hidden);
+      for (int64_t j = 0; j < inter; ++j) {
+        const double g = gate_up[j];
+        act[j] = (activation == ACT_GELU_TANH ? 0.5 * g * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (g + 0.044715 * g * g * g)))
+                                              : g / (1.0 + exp(-g))) * gate_up[inter + j];
+      }
+      ref_matvec(values[l][3], act, tmp, hidden, inter);
+      for (int64_t j = 0; j < hidden; ++j) hr[j] += tmp[j];
     }
-    for (int64_t j = 0; j < kv_heads * d; ++j)
-      ref_k[l][slot * kv_heads * d + j] = (float)qkv[heads * d + j],
-                         ref_v[l][slot * kv_heads * d + j] = (float)qkv[(heads + kv_heads) * d + j];
-    for (int64_t j = 0; j < heads * d; ++j) qf[j] = (float)qkv[j];
-    for (int64_t hd = 0; hd < heads; ++hd)
-      reference_attention(qf + hd * d, ref_k[l], ref_v[l], table, length, block_size, kv_heads,
-                          hd / (heads / kv_heads), d, scale, attn + hd * d, NULL);
-    ref_matvec(values[l][1], attn, tmp, hidden, heads * d);
-    for (int64_t j = 0; j < hidden; ++j) want[j] += tmp[j];
-    ref_rms_norm(want, L->post_norm, x, hidden, eps);
-    ref_matvec(values[l][2], x, gate_up, 2 * inter, hidden);
-    for (int64_t j = 0; j < inter; ++j) {
-      const double g = gate_up[j];
-      act[j] = (activation == ACT_GELU_TANH ? 0.5 * g * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (g + 0.044715 * g * g * g)))
-                                            : g / (1.0 + exp(-g))) * gate_up[inter + j];
-    }
-    ref_matvec(values[l][3], act, tmp, hidden, inter);
-    for (int64_t j = 0; j < hidden; ++j) want[j] += tmp[j];
   }
   const RowModel model = {LAYERS, hidden, heads, kv_heads, d, inter, block_size, format, activation, eps, scale};
-  RowStep step = {h, cos_, sin_, table, length, slot, NULL, NULL};
-  step.scratch = malloc((size_t)decode_row_scratch(&model, length) * sizeof(float));
-  decode_row(&model, layers, &step, THREADS);
-  char what[96];
-  snprintf(what, sizeof what, "decode_row %s%s heads=%lld/%lld d=%lld hidden=%lld inter=%lld length=%lld",
-           FORMAT_NAMES[format], activation == ACT_GELU_TANH ? " geglu" : "", (long long)heads, (long long)kv_heads, (long long)d, (long long)hidden,
-           (long long)inter, (long long)length);
-  expect_close(what, h, want, hidden, 2e-6, 2e-6);
-  double* k_want = malloc((size_t)(kv_heads * d) * sizeof(double));
-  for (int64_t j = 0; j < kv_heads * d; ++j) k_want[j] = ref_k[LAYERS - 1][slot * kv_heads * d + j];
-  expect_close("  the token's key in the last layer's pool", layers[LAYERS - 1].k_cache + slot * kv_heads * d, k_want,
-               kv_heads * d, 2e-6, 2e-6);
+  RowStep step = {h, cos_, sin_, tables, lengths, slots, NULL, NULL, rows, width, max_length};
+  step.scratch = malloc((size_t)decode_rows_scratch(&model, rows, max_length) * sizeof(float));
+  decode_rows(&model, layers, &step, THREADS);
+  char what[112];
+  snprintf(what, sizeof what, "decode_rows %s%s rows=%lld heads=%lld/%lld d=%lld hidden=%lld inter=%lld length=%lld",
+           FORMAT_NAMES[format], activation == ACT_GELU_TANH ? " geglu" : "", (long long)rows, (long long)heads,
+           (long long)kv_heads, (long long)d, (long long)hidden, (long long)inter, (long long)length);
+  expect_close(what, h, want, rows * hidden, 2e-6, 2e-6);
+  const int64_t row_kv = 2 * kv_heads * d;
+  double* kv_want = malloc((size_t)(rows * row_kv) * sizeof(double));
+  float* kv_got = malloc((size_t)(rows * row_kv) * sizeof(float));
+  for (int64_t r = 0; r < rows; ++r) { /* each token's key and value in the last layer's pool, at its own slot */
+    const int64_t at = slots[r] * kv_heads * d, to = r * row_kv, half = kv_heads * d;
+    for (int64_t j = 0; j < half; ++j) {
+      kv_want[to + j] = ref_k[LAYERS - 1][at + j], kv_want[to + half + j] = ref_v[LAYERS - 1][at + j];
+      kv_got[to + j] = layers[LAYERS - 1].k_cache[at + j], kv_got[to + half + j] = layers[LAYERS - 1].v_cache[at + j];
+    }
+  }
+  expect_close("  the rows' keys and values in the last layer's pool", kv_got, kv_want, rows * row_kv, 2e-6, 2e-6);
   for (int l = 0; l < LAYERS; ++l) {
     free((void*)layers[l].input_norm), free((void*)layers[l].qkv_bias), free((void*)layers[l].post_norm);
     for (int p = 0; p < 4; ++p) {
@@ -439,8 +455,8 @@ static void check_decode_row(int format, int activation, int64_t heads, int64_t 
     free((void*)layers[l].down_scale);
     free(layers[l].k_cache), free(layers[l].v_cache), free(ref_k[l]), free(ref_v[l]);
   }
-  free(table), free(cos_), free(sin_), free(h), free(want), free(x), free(qkv), free(attn), free(tmp), free(gate_up);
-  free(act), free(qf), free(step.scratch), free(k_want);
+  free(tables), free(lengths), free(slots), free(cos_), free(sin_), free(h), free(want), free(x), free(qkv);
+  free(attn), free(tmp), free(gate_up), free(act), free(qf), free(step.scratch), free(kv_want), free(kv_got);
 }
 
 int main(void) {
@@ -477,11 +493,14 @@ int main(void) {
   check_paged_decode(KV_I8, 4, 3, 3, 128, 4, 0, 0, 0, 1.0f);
   check_paged_decode(KV_I8, 3, 8, 1, 256, 16, 0, 0, 1, 1.0f);
   for (int format = WEIGHTS_F32; format <= WEIGHTS_Q4_1; ++format) {
-    check_decode_row(format, ACT_SILU, 4, 2, 32, 96, 160, 37);
-    check_decode_row(format, ACT_SILU, 6, 2, 64, 128, format == WEIGHTS_Q4_1 ? 224 : 200, 16); /* Q4_1: whole blocks */
+    check_decode_rows(format, ACT_SILU, 1, 4, 2, 32, 96, 160, 37);
+    check_decode_rows(format, ACT_SILU, 1, 6, 2, 64, 128, format == WEIGHTS_Q4_1 ? 224 : 200, 16); /* Q4_1: whole blocks */
+    check_decode_rows(format, ACT_SILU, 3, 4, 2, 32, 96, 160, 15); /* a row per thread and one more; lengths 15, 18, 21 */
   }
-  check_decode_row(WEIGHTS_F32, ACT_GELU_TANH, 8, 1, 256, 128, 200, 37); /* Gemma's: MQA, head_dim 256, GeGLU */
-  check_decode_row(WEIGHTS_BF16, ACT_GELU_TANH, 4, 1, 64, 96, 160, 16);
+  for (int64_t rows = 2; rows <= 8; rows += 3) check_decode_rows(WEIGHTS_F32, ACT_SILU, rows, 6, 2, 64, 128, 200, 30);
+  check_decode_rows(WEIGHTS_F32, ACT_GELU_TANH, 1, 8, 1, 256, 128, 200, 37); /* Gemma's: MQA, head_dim 256, GeGLU */
+  check_decode_rows(WEIGHTS_F32, ACT_GELU_TANH, 5, 8, 1, 256, 128, 200, 37);
+  check_decode_rows(WEIGHTS_BF16, ACT_GELU_TANH, 1, 4, 1, 64, 96, 160, 16);
   printf("all %d checks passed on %s\n", checks, oxygen_isa());
   return 0;
 }
