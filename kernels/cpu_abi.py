@@ -19,9 +19,11 @@ WEIGHTS_F32, WEIGHTS_BF16, WEIGHTS_I8, WEIGHTS_Q4_1 = 0, 1, 2, 3  # how a weight
 I8_GROUP = 32  # int8 weights one scale covers along a row
 Q4_1_GROUP, Q4_1_BYTES = 32, 20  # weights a GGUF Q4_1 block holds along a row, and its bytes
 ACT_SILU, ACT_GELU_TANH = 0, 1  # the gated MLP's activation: SwiGLU, or Gemma's GeGLU
+STREAMED_MAX_INPUTS = 8  # input rows one pass over the weights serves (cpu/vector.h sizes its sums by it)
 CONSTANTS = {"KV_F32": KV_F32, "KV_I8": KV_I8, "WEIGHTS_F32": WEIGHTS_F32, "WEIGHTS_BF16": WEIGHTS_BF16,
              "WEIGHTS_I8": WEIGHTS_I8, "WEIGHTS_Q4_1": WEIGHTS_Q4_1, "I8_GROUP": I8_GROUP, "Q4_1_GROUP": Q4_1_GROUP,
-             "Q4_1_BYTES": Q4_1_BYTES, "ACT_SILU": ACT_SILU, "ACT_GELU_TANH": ACT_GELU_TANH}  # fmt: skip
+             "Q4_1_BYTES": Q4_1_BYTES, "ACT_SILU": ACT_SILU, "ACT_GELU_TANH": ACT_GELU_TANH,
+             "STREAMED_MAX_INPUTS": STREAMED_MAX_INPUTS}  # fmt: skip
 
 
 class PagedDecode(ctypes.Structure):

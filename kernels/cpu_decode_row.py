@@ -75,16 +75,17 @@ class LlamaDecodeRow:
             for w, view in zip(layers, views, strict=True)
         ))  # fmt: skip
         self._hidden, self._head_dim = shape.hidden, shape.head_dim
+        self._pool_slots = min(view.k.shape[0] * view.k.shape[1] for view in views)  # [units, block_size, ...]
         self._scratch = torch.empty(0)
 
     def __call__(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, tables: torch.Tensor,
-                 lengths: torch.Tensor, slots: torch.Tensor, max_length: int,
-                 block_mass: torch.Tensor | None) -> None:  # fmt: skip
+                 lengths: torch.Tensor, slots: torch.Tensor, block_mass: torch.Tensor | None) -> None:  # fmt: skip
         """``h`` [rows, hidden] fp32 contiguous, the tokens' embeddings, becomes the last layer's output; ``cos``/``sin``
-        fp32, ``[rows, head_dim]`` values (any shape with rows first) at their positions; ``tables`` int64 ``[rows, width]``, each sequence's block ids;
-        ``lengths`` int64 ``[rows]`` its context's tokens including the new one (none over ``max_length``), ``slots``
-        int64 ``[rows]`` the new token's flat pool slot; ``block_mass`` fp32 ``[rows, width]`` (or None) gains each
-        block's attention mass, summed over heads and layers. ValueError for tensors the kernel would misread."""
+        fp32, ``[rows, head_dim]`` values (any shape with rows first) at their positions; ``tables`` int64 ``[rows,
+        width]``, each sequence's block ids; ``lengths`` int64 ``[rows]`` its context's tokens including the new one,
+        ``slots`` int64 ``[rows]`` the new token's flat pool slot; ``block_mass`` fp32 ``[rows, width]`` (or None) gains
+        each block's attention mass, summed over heads and layers. ValueError for tensors the kernel would misread or
+        a context or slot outside the pool."""
         rows = h.shape[0]
         want = ((h, (rows, self._hidden), torch.float32), (cos, (rows, self._head_dim), torch.float32),
                 (sin, (rows, self._head_dim), torch.float32), (tables, (rows, tables.shape[-1]), torch.int64),
@@ -95,12 +96,19 @@ class LlamaDecodeRow:
                                               or not t.is_contiguous() for t, shape, dtype in want):  # fmt: skip
             raise ValueError(f"decode rows: 1 to {MAX_ROWS} rows of contiguous tensors shaped as documented, got "
                              f"{[(tuple(t.shape), t.dtype) for t, _, _ in want]}")  # fmt: skip
+        max_length, width = int(lengths.max()), tables.shape[-1]
+        block_size = self._model.block_size
+        if (int(lengths.min()) < 1 or max_length > width * block_size or int(tables.min()) < 0
+                or int(tables.max()) * block_size >= self._pool_slots or int(slots.min()) < 0
+                or int(slots.max()) >= self._pool_slots):  # fmt: skip
+            raise ValueError(f"decode rows: contexts of {lengths.tolist()} tokens over {width} blocks, blocks and "
+                             f"slots outside a pool of {self._pool_slots} slots")  # fmt: skip
         need = self._scratch_floats(ctypes.byref(self._model), rows, max_length)
         if self._scratch.numel() < need:
             self._scratch = torch.empty(max(need, 2 * self._scratch.numel()))
         step = RowStep(h.data_ptr(), cos.data_ptr(), sin.data_ptr(), tables.data_ptr(), lengths.data_ptr(),
                        slots.data_ptr(), 0 if block_mass is None else block_mass.data_ptr(), self._scratch.data_ptr(),
-                       rows, tables.shape[-1], max_length)  # fmt: skip
+                       rows, width, max_length)  # fmt: skip
         self._run(ctypes.byref(self._model), self._layers, ctypes.byref(step), torch.get_num_threads())
 
 
@@ -114,7 +122,7 @@ def llama_decode_row(shape: RowShape, layers: list[RowLayerWeights], views: list
         return None
     if shape.activation not in ACTIVATIONS:
         return None
-    if len(views) != len(layers) or any(v.k.dtype != torch.float32 or v.k.device.type != "cpu" for v in views):
+    if not layers or len(views) != len(layers) or any(v.k.dtype != torch.float32 or v.k.device.type != "cpu" for v in views):
         return None
     if any(t is None for w in layers for t in (w.input_norm, w.post_norm, *w.projections())):
         return None  # a layer without its row-major weights (packed without the one-row kernel)

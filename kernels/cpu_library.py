@@ -3,8 +3,8 @@ and called through ctypes with the tensors' pointers.
 
 On a GPU the Triton kernels read the pool in place; on a CPU these do the same for fp32 pools (and int8 ones, for
 decode attention), with fp32, bf16, int8 or Q4_1 weights:
-the products of decode steps of one to eight rows (``matvec.c``), a batch-1 token through a whole Llama or Gemma
-decoder stack (``llama_decode_row.c``), a batch's decode attention over its paged contexts (``paged_decode.c``) and a layer's
+the products of decode steps of one to eight rows (``matvec.c``), the decode tokens of one to eight sequences through a whole
+Llama or Gemma decoder stack (``llama_decode_row.c``), a batch's decode attention over its paged contexts (``paged_decode.c``) and a layer's
 element-wise steps (``row_ops.c``). The structs and functions Python calls are declared in ``oxygen_kernels.h``; the
 library is used only when the layout it reports (``abi.c``) equals the ctypes mirrors (``cpu_abi``).
 
@@ -118,14 +118,14 @@ def _loaded() -> ctypes.CDLL | None:
         return None
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
-        log.warning("no C compiler: batch-1 decode runs on torch's slower ops")
+        log.warning("no C compiler: decode runs on torch's slower ops")
         return None
     try:
         kernels = ctypes.CDLL(str(build_library(compiler, isa)))
     except subprocess.CalledProcessError as exc:
-        log.warning("building the CPU decode kernels failed: %s: batch-1 decode runs on torch's ops", exc.stderr or exc)
+        log.warning("building the CPU decode kernels failed: %s: decode runs on torch's ops", exc.stderr or exc)
     except OSError as exc:
-        log.warning("loading the CPU decode kernels failed (%s): batch-1 decode runs on torch's ops", exc)
+        log.warning("loading the CPU decode kernels failed (%s): decode runs on torch's ops", exc)
     else:
         mismatches = abi_mismatches(kernels)
         if not mismatches:

@@ -28,6 +28,7 @@ from .cpu_abi import (
     I8_GROUP,
     Q4_1_BYTES,
     Q4_1_GROUP,
+    STREAMED_MAX_INPUTS,
     WEIGHTS_BF16,
     WEIGHTS_F32,
     WEIGHTS_I8,
@@ -40,7 +41,6 @@ Q4_1 = torch.uint8  # the dtype Q4_1 blocks are stored in, and how weight_dtype 
 QUANTIZED_WEIGHTS = {"int8": torch.int8, "q4_1": Q4_1}  # weight_dtype's quantized names -> the dtypes they store in
 WEIGHT_FORMATS = {torch.float32: WEIGHTS_F32, torch.bfloat16: WEIGHTS_BF16, torch.int8: WEIGHTS_I8, Q4_1: WEIGHTS_Q4_1}
 STREAMED_DTYPES = frozenset(WEIGHT_FORMATS)  # weight formats it reads (bf16 widened exactly, int8 with group scales)
-STREAMED_MAX_INPUTS = 8  # input rows one pass serves (cpu/vector.h); more go to oneDNN's blocked products
 
 
 @cache

@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #include "oxygen_kernels.h"
-#include "simd.h"
+#include "vector.h"
 
 #define STRUCTS(S) S(PagedDecode) S(RowLayer) S(RowModel) S(RowStep)
 #define FIELDS_PagedDecode(F, T)                                                                                     \
@@ -28,7 +28,7 @@
 
 #define CONSTANTS(C)                                                                                                 \
   C(KV_F32) C(KV_I8) C(WEIGHTS_F32) C(WEIGHTS_BF16) C(WEIGHTS_I8) C(WEIGHTS_Q4_1) C(I8_GROUP) C(Q4_1_GROUP) C(Q4_1_BYTES) \
-  C(ACT_SILU) C(ACT_GELU_TANH)
+  C(ACT_SILU) C(ACT_GELU_TANH) C(STREAMED_MAX_INPUTS)
 
 #define OFFSET(T, field) offsetof(T, field),
 #define FIELD_NAME(T, field) #T "." #field " "

@@ -1,6 +1,6 @@
 /* y = x W^T for W [n, k] row-major (WEIGHTS_F32, _BF16, _I8 with fp32 group scales, or _Q4_1 blocks) and m fp32
  * input rows x [m, k], m from 1 to STREAMED_MAX_INPUTS: the products of a decode step of a few sequences (the LM head
- * of a batch-1 token, any packed layer given up to eight rows), one pass over the weights. Rows of W are split over OpenMP threads in
+ * of a decode step, any packed layer given up to eight rows), one pass over the weights. Rows of W are split over OpenMP threads in
  * contiguous ranges of eight-row blocks.
  */
 #include <omp.h>

@@ -32,8 +32,7 @@ class RowDecoder:
 
     def __call__(self, h: torch.Tensor, rope: RopeAngles, ctx: StepContext) -> None:
         """``h`` [rows, hidden] fp32 contiguous, the tokens' embeddings, becomes the last layer's output."""
-        self._stack(h, rope.cos, rope.sin, ctx.block_tables, ctx.context_lens_tensor, ctx.slot_mapping,
-                    ctx.max_context, ctx.block_mass)  # fmt: skip
+        self._stack(h, rope.cos, rope.sin, ctx.block_tables, ctx.context_lens_tensor, ctx.slot_mapping, ctx.block_mass)
 
 
 def row_decoder(shape: RowShape, layers: list[RowLayerWeights], kv: KVCache) -> RowDecoder | None:

@@ -1,5 +1,5 @@
 """The one-call decoder (``kernels/cpu/llama_decode_row.c``) against the layer-by-layer torch path it replaces, on a
-random Llama-shaped model over a pool whose blocks are scattered: the token's output, the K/V it stores and the
+random Llama-shaped model over a pool whose blocks are scattered: each token's output, the K/V it stores and the
 attention mass per block must agree, for GQA and MHA, with and without q/k/v biases (Qwen2), a context ending inside a
 block and exactly at its end, and for a step of several sequences sharing a prefix block (the layer path attends the
 shared block once for them all, the one-call decoder row by row); with bf16 projection weights it must equal the fp32 decoder on the same weights rounded to
@@ -166,6 +166,24 @@ def test_row_decoder_declines_what_it_cannot_read():
     rows = MAX_ROWS + 1  # more rows than one pass over the weights serves: layer by layer (oneDNN's products)
     assert not on.steps.batch([TABLE] * rows, [40] * rows, [1] * rows, [0] * rows)[0].row_decode
     assert not on.steps.batch([TABLE, TABLE], [40, 40], [1, 2], [0, 0])[0].row_decode  # a prefill among them
+
+
+def test_the_kernel_refuses_contexts_and_slots_outside_the_pool():
+    """What the step builder never passes, the kernel's wrapper still refuses before C reads it: a context longer than
+    its table, a slot or a block outside the pool, more rows than one pass serves."""
+    model = _model(4, 2, 32, False)
+    stack = model._build_row_decoder(_pool(model, 4))._stack  # 4 blocks of 16: slots 0 .. 63
+    h, angles, tables = torch.randn(2, 128), torch.randn(2, 32), torch.tensor([[0, 1], [2, 3]])
+    stack(h, angles, angles, tables, torch.tensor([5, 3]), torch.tensor([4, 34]), None)  # in bounds: runs
+    bad = [(tables, [5, 40], [4, 39]), (tables, [5, 3], [4, 64]), (tables, [5, 3], [-1, 34]),
+           (torch.tensor([[0, 1], [2, 4]]), [5, 20], [4, 35])]  # fmt: skip
+    for table, lengths, slots in bad:
+        with pytest.raises(ValueError, match="outside a pool of 64 slots"):
+            stack(h, angles, angles, table, torch.tensor(lengths), torch.tensor(slots), None)
+    rows = MAX_ROWS + 1
+    with pytest.raises(ValueError, match=f"1 to {MAX_ROWS} rows"):
+        stack(torch.randn(rows, 128), torch.randn(rows, 32), torch.randn(rows, 32), torch.zeros(rows, 2, dtype=torch.long),
+              torch.ones(rows, dtype=torch.long), torch.zeros(rows, dtype=torch.long), None)  # fmt: skip
 
 
 SHARED_TABLES = [[5, 2, 9], [5, 7, 3], [5, 1], [5, 0, 4, 6], [5, 8]]  # one prefix block, then each its own

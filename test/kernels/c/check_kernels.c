@@ -389,6 +389,7 @@ static void check_decode_rows(int format, int activation, int64_t rows, int64_t 
   double *attn = malloc((size_t)(heads * d) * sizeof(double)), *tmp = malloc((size_t)hidden * sizeof(double));
   double *gate_up = malloc((size_t)(2 * inter) * sizeof(double)), *act = malloc((size_t)inter * sizeof(double));
   float* qf = malloc((size_t)(heads * d) * sizeof(float));
+  double* mass_want = calloc((size_t)(rows * width), sizeof(double)); /* each row's blocks, over heads and layers */
   for (int64_t r = 0; r < rows; ++r) {
     double* hr = want + r * hidden;
     const float *c = cos_ + r * d, *sn = sin_ + r * d;
@@ -411,7 +412,7 @@ static void check_decode_rows(int format, int activation, int64_t rows, int64_t 
       for (int64_t j = 0; j < heads * d; ++j) qf[j] = (float)qkv[j];
       for (int64_t hd = 0; hd < heads; ++hd)
         reference_attention(qf + hd * d, ref_k[l], ref_v[l], tables + r * width, lengths[r], block_size, kv_heads,
-                            hd / (heads / kv_heads), d, scale, attn + hd * d, NULL);
+                            hd / (heads / kv_heads), d, scale, attn + hd * d, mass_want + r * width);
       ref_matvec(values[l][1], attn, tmp, hidden, heads * d);
       for (int64_t j = 0; j < hidden; ++j) hr[j] += tmp[j];
       ref_rms_norm(hr, L->post_norm, x, hidden, eps);
@@ -426,7 +427,8 @@ static void check_decode_rows(int format, int activation, int64_t rows, int64_t 
     }
   }
   const RowModel model = {LAYERS, hidden, heads, kv_heads, d, inter, block_size, format, activation, eps, scale};
-  RowStep step = {h, cos_, sin_, tables, lengths, slots, NULL, NULL, rows, width, max_length};
+  float* mass = calloc((size_t)(rows * width), sizeof(float));
+  RowStep step = {h, cos_, sin_, tables, lengths, slots, mass, NULL, rows, width, max_length};
   step.scratch = malloc((size_t)decode_rows_scratch(&model, rows, max_length) * sizeof(float));
   decode_rows(&model, layers, &step, THREADS);
   char what[112];
@@ -445,6 +447,7 @@ static void check_decode_rows(int format, int activation, int64_t rows, int64_t 
     }
   }
   expect_close("  the rows' keys and values in the last layer's pool", kv_got, kv_want, rows * row_kv, 2e-6, 2e-6);
+  expect_close("  the rows' attention mass per block", mass, mass_want, rows * width, 2e-6, 2e-6);
   for (int l = 0; l < LAYERS; ++l) {
     free((void*)layers[l].input_norm), free((void*)layers[l].qkv_bias), free((void*)layers[l].post_norm);
     for (int p = 0; p < 4; ++p) {
@@ -457,6 +460,7 @@ static void check_decode_rows(int format, int activation, int64_t rows, int64_t 
   }
   free(tables), free(lengths), free(slots), free(cos_), free(sin_), free(h), free(want), free(x), free(qkv);
   free(attn), free(tmp), free(gate_up), free(act), free(qf), free(step.scratch), free(kv_want), free(kv_got);
+  free(mass), free(mass_want);
 }
 
 int main(void) {
