@@ -6,6 +6,8 @@ from pathlib import Path
 
 import jinja2
 import pytest
+from tokenizers import Tokenizer as TokenizerBackend
+from tokenizers import pre_tokenizers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -52,12 +54,34 @@ def test_ids_match_transformers(gguf_model: LoadedModel, hf_tokenizer: PreTraine
     assert gguf_model.tokenizer.decode(ids, skip_special_tokens=False) == text
 
 
+@pytest.fixture(scope="module")
+def smollm2_splits(hf_tokenizer: PreTrainedTokenizerBase) -> TokenizerBackend:
+    """transformers' tokenizer from the GGUF (its vocabulary, merges and BPE) with the pre-tokenizer SmolLM2's own
+    tokenizer.json declares: every digit its own piece (``Digits(individual_digits=True)``), then byte-level. The
+    GGUF names it ``smollm``, which llama.cpp splits the same way (each ``\\p{N}`` alone); transformers' GGUF
+    conversion keeps only the byte-level part, so it glues a space to a numeric character that is not an ASCII digit
+    (' ²': 'ĠÂ' + '²' there, 'Ġ' + 'Â²' in SmolLM2 and llama.cpp)."""
+    backend = TokenizerBackend.from_str(hf_tokenizer.backend_tokenizer.to_str())
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                     pre_tokenizers.ByteLevel(add_prefix_space=False)])  # fmt: skip
+    return backend
+
+
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(max_size=64))
-def test_ids_match_transformers_on_random_text(
-    gguf_model: LoadedModel, hf_tokenizer: PreTrainedTokenizerBase, text: str
-) -> None:
-    assert gguf_model.tokenizer.encode(text) == hf_tokenizer.encode(text, add_special_tokens=False)
+def test_ids_match_transformers_on_random_text(gguf_model: LoadedModel, smollm2_splits: TokenizerBackend,
+                                               text: str) -> None:  # fmt: skip
+    assert gguf_model.tokenizer.encode(text) == smollm2_splits.encode(text, add_special_tokens=False).ids
+
+
+@pytest.mark.parametrize("text", [" ²", "x ³4", " ½ 2"])
+def test_numeric_characters_split_as_smollm2_declares(gguf_model: LoadedModel, hf_tokenizer: PreTrainedTokenizerBase,
+                                                      smollm2_splits: TokenizerBackend, text: str) -> None:  # fmt: skip
+    """Where transformers' GGUF conversion and SmolLM2's declared pre-tokenizer differ, ours is SmolLM2's."""
+    ids = gguf_model.tokenizer.encode(text)
+    assert ids == smollm2_splits.encode(text, add_special_tokens=False).ids
+    assert ids != hf_tokenizer.encode(text, add_special_tokens=False)
+    assert gguf_model.tokenizer.decode(ids, skip_special_tokens=False) == text
 
 
 @pytest.mark.parametrize("messages", CONVERSATIONS)
