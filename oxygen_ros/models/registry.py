@@ -178,14 +178,15 @@ def _load_idefics3(folder: Path, device: torch.device, dtype: torch.dtype,
         model, tokenizer, model_id = load_idefics3_folder(folder)
     except (ValueError, FileNotFoundError) as exc:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"cannot load model folder {folder}: {exc}") from exc
+    _check_block_widths(model.args, model_id, weight_dtype)  # its decoder's widths are known once it is read
     return _ready(model, tokenizer, model_id, model.args, device, dtype, weight_dtype, vision=True)
 
 
 def _ready(model: torch.nn.Module, tokenizer: Tokenizer, model_id: str, args: LlamaArgs, device: torch.device,
            dtype: torch.dtype, weight_dtype: torch.dtype | None, vision: bool = False) -> ModelBundle:  # fmt: skip
     """A loaded Llama-decoder model on ``device`` in ``dtype``, its weights prepacked (as ``weight_dtype`` when given)
-    where this CPU reads that faster, with what the engine needs to know about it."""
-    _check_block_widths(args, model_id, weight_dtype)
+    where this CPU reads that faster, with what the engine needs to know about it (its widths already checked for
+    ``weight_dtype``: ``_check_block_widths``)."""
     model.to(device=device, dtype=dtype).eval()
     if can_pack(device, dtype):
         model.pack_weights(None if weight_dtype == dtype else weight_dtype)
