@@ -109,7 +109,8 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``weight`` [n, k] as int8 and one fp32 scale per ``I8_GROUP`` weights of a row (the group's absmax / 127,
     rounded to nearest; llama.cpp's Q8_0 grouping with fp32 scales), what the int8 products read: scales
     [n, ceil(k / I8_GROUP)]. An all-zero group gets scale 1 (its integers are 0). Over a Q8_0 GGUF's dequantized
-    values it gives the blocks' own codes and fp16 scales back exactly (test_int8_groups_hold_gguf_q8_0_blocks_exactly)."""
+    values it keeps the values exactly, as the blocks' own codes and fp16 scales wherever a block's d is not 0
+    (test_int8_groups_hold_gguf_q8_0_blocks_exactly)."""
     values = weight.detach().float()
     n, k = values.shape
     padded = torch.nn.functional.pad(values, (0, -k % I8_GROUP)).view(n, -1, I8_GROUP)

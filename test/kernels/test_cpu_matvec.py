@@ -170,12 +170,11 @@ def test_matvec_refuses_int8_rows_without_their_scales_and_scales_elsewhere():
             matvec(weight, torch.randn(64), given)
 
 
-@needs_kernel
-@pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="oneDNN packing is unavailable")
 def test_int8_groups_hold_gguf_q8_0_blocks_exactly():
     """A Q8_0 GGUF's tensors, dequantized by the loader, are int8 weights' groups as they were: the codes are the
     blocks' own and each scale its block's fp16 d (x = d * q is exact in fp32, its absmax d * 127, and d * 127 / 127
-    is d again), so ``weight_dtype: int8`` keeps a Q8_0 file's values (1.125 bytes a weight against its 1.0625)."""
+    is d again), so ``weight_dtype: int8`` keeps a Q8_0 file's values (1.125 bytes a weight against its 1.0625). An
+    all-zero block (d = 0) keeps its values too, under scale 1."""
     from gguf import GGMLQuantizationType, quants
 
     weight = torch.randn(24, 96, generator=torch.Generator().manual_seed(5)) * torch.logspace(-3, 1, 96)
@@ -185,8 +184,12 @@ def test_int8_groups_hold_gguf_q8_0_blocks_exactly():
     assert torch.equal(rows.view(24, 3, 32), torch.from_numpy(blocks[:, :, 2:].copy()).view(torch.int8))
     assert torch.equal(scales, torch.from_numpy(blocks[:, :, :2].copy()).view(torch.float16).view(24, 3).float())
     assert torch.equal(cpu_matvec.dequantize_int8(rows, scales), values)
+    zero = torch.zeros(1, 32)
+    assert torch.equal(cpu_matvec.dequantize_int8(*cpu_matvec.quantize_int8(zero)), zero)
 
 
+@needs_kernel
+@pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="oneDNN packing is unavailable")
 def test_packed_layer_with_int8_weights_is_the_same_weights_at_every_batch():
     """Up to eight rows stream the int8 rows; more run oneDNN's fp32 product over the values those rows stand for: the
     same weights either way (only fp32 sums differ), 9/32 of fp32's bytes streamed, and lossy against fp32."""
