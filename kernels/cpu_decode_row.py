@@ -2,8 +2,8 @@
 (``cpu/llama_decode_row.c``): the ctypes side.
 
 The kernel's structs (``cpu_abi``) are built once from the layers' weights and the pool's K/V views, and each step
-passes only its rows' hidden states, RoPE angles and contexts. Torch tensors in, no model: which model runs it, and when, is
-``oxygen_ros.layers.cpu_decode_row``'s to decide. ``llama_decode_row`` is None where the kernel cannot read the
+passes only its rows' hidden states, RoPE angles and contexts. Torch tensors in, no model: which model runs it, and
+when, is ``oxygen_ros.layers.cpu_decode_row``'s to decide. ``llama_decode_row`` is None where the kernel cannot read the
 tensors as they are, and the caller keeps its layer-by-layer path.
 """
 

@@ -3,9 +3,9 @@ and called through ctypes with the tensors' pointers.
 
 On a GPU the Triton kernels read the pool in place; on a CPU these do the same for fp32 pools (and int8 ones, for
 decode attention), with fp32, bf16, int8 or Q4_1 weights:
-the products of decode steps of one to eight rows (``matvec.c``), the decode tokens of one to eight sequences through a whole
-Llama or Gemma decoder stack (``llama_decode_row.c``), a batch's decode attention over its paged contexts (``paged_decode.c``) and a layer's
-element-wise steps (``row_ops.c``). The structs and functions Python calls are declared in ``oxygen_kernels.h``; the
+the products of decode steps of one to eight rows (``matvec.c``), the decode tokens of one to eight sequences
+through a whole Llama or Gemma decoder stack (``llama_decode_row.c``), a batch's decode attention over its paged
+contexts (``paged_decode.c``) and a layer's element-wise steps (``row_ops.c``). The structs and functions Python calls are declared in ``oxygen_kernels.h``; the
 library is used only when the layout it reports (``abi.c``) equals the ctypes mirrors (``cpu_abi``).
 
 The instruction set is chosen when the library is built, for the CPU it runs on (``machine_isa``): AVX-512 (F, BW, VL,

@@ -7,8 +7,8 @@ to stream in. oneDNN's fp32 product reads them at about half the rate a plain su
 sequential stream, which the prefetcher follows) with 256-bit loads (faster streams than 512-bit ones on this Zen 4).
 Two to eight input rows share each weight load and prefetch the stream ahead (~1.2-1.5x oneDNN's blocked product at 2-8
 rows). The decoder layers of a decode step of up to eight sequences run whole in ``cpu/llama_decode_row.c``; this
-product serves the LM head and any packed layer given up to ``STREAMED_MAX_INPUTS`` rows. bf16 weights are widened to fp32 exactly as they stream
-in: half the bytes, fp32 products. int8 weights (``quantize_int8``: one fp32 scale per 32 weights of a row, their
+product serves the LM head and any packed layer given up to ``STREAMED_MAX_INPUTS`` rows. bf16 weights are widened to
+fp32 exactly as they stream in: half the bytes, fp32 products. int8 weights (``quantize_int8``: one fp32 scale per 32 weights of a row, their
 absmax / 127) are widened and scaled as they stream into fp32 products: 1.125 bytes a weight, 0.28 of fp32's. Q4_1
 weights are llama.cpp's GGUF blocks as its quantizer writes them (``quantize_q4_1``: per 32 weights of a row an fp16
 scale and minimum and 32 nibbles, 0.625 bytes a weight, 0.16 of fp32's), each weight dequantized to d * q + m as it

@@ -2,8 +2,8 @@
 random Llama-shaped model over a pool whose blocks are scattered: each token's output, the K/V it stores and the
 attention mass per block must agree, for GQA and MHA, with and without q/k/v biases (Qwen2), a context ending inside a
 block and exactly at its end, and for a step of several sequences sharing a prefix block (the layer path attends the
-shared block once for them all, the one-call decoder row by row); with bf16 projection weights it must equal the fp32 decoder on the same weights rounded to
-bf16 (the weights are widened exactly; only fp32 sums differ). (The real SmolLM2 against transformers, token for token,
+shared block once for them all, the one-call decoder row by row); with bf16 projection weights it must equal the fp32
+decoder on the same weights rounded to bf16 (the weights are widened exactly; only fp32 sums differ). (The real SmolLM2 against transformers, token for token,
 runs through this path too: test/engine/test_smollm2_vs_hf.py.)"""
 
 import pytest
@@ -57,8 +57,7 @@ def _decode(model: LlamaModel, prompt: list[int], token: int, row_path: bool,
             prefill: LlamaModel | None = None) -> tuple[torch.Tensor, KVCache, torch.Tensor]:  # fmt: skip
     """(the decode token's output, the pool after it, the block mass of its step) from a fresh pool, the prompt
     prefilled by ``prefill`` (default: the model itself)."""
-    a = model.args
-    kv = KVCache(KVLayout(a.num_layers, a.num_kv_heads, a.head_dim, BLOCK, torch.float32), 10, torch.device("cpu"))
+    kv = _pool(model)
     with torch.inference_mode():
         ctx, positions = _context(kv, prompt, 0, with_mass=False)
         (prefill or model)(torch.tensor(prompt), positions, ctx, kv)  # prefill: layer by layer either way
@@ -225,5 +224,5 @@ def test_a_step_of_several_sequences_equals_layer_by_layer(rows, heads, kv_heads
         for a, b in ((fast_layer.blocks.k, slow_layer.blocks.k), (fast_layer.blocks.v, slow_layer.blocks.v)):
             slots = fast_ctx.slot_mapping
             torch.testing.assert_close(a.flatten(0, 1)[slots], b.flatten(0, 1)[slots], atol=1e-5, rtol=1e-5)
-    one = torch.stack([_decode(model, prompts[1], 12, row_path=True)[0][0]])  # row 1 alone, from its own pool
+    one = _decode(model, prompts[1], 12, row_path=True)[0]  # row 1 alone, from its own pool
     torch.testing.assert_close(fast[1:2], one, atol=2e-5, rtol=1e-5)
