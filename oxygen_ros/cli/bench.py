@@ -2,6 +2,7 @@
 
 import argparse
 import importlib
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -51,11 +52,13 @@ def _parse(pairs: list[str]) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     suite = importlib.import_module(SUITES[args.suite])
+    params = _parse(args.param)
     try:
-        out = suite.run(**_parse(args.param))
+        inspect.signature(suite.run).bind(**params)  # a TypeError raised inside the run is the suite's own bug
     except TypeError as exc:
         print(f"error: bad --param for suite {args.suite}: {exc}", file=sys.stderr)
         return 2
+    out = suite.run(**params)
     for name, value in out["metrics"].items():
         print(f"{name:<32} {value:.4g}" if isinstance(value, float) else f"{name:<32} {value}")
     if args.json:
