@@ -4,7 +4,9 @@ The baseline is the same engine with full-precision KV (``kv_dtype=auto``: fp32 
 run changes only ``kv_dtype``.  Language (SmolLM2): greedy agreement over 50 fixed prompts, and teacher-forced top-1
 agreement, KL and perplexity on a public-domain text shipped in the package (``quant_language``).  Actions (pi05-causal-tiny): action chunks with the same
 noise (``quant_actions``).  The per-content policy (``quant_policy``): questions about an observation with every
-block quantized vs with the observation prefix kept at fp16.  Bytes: ``KVLayout.bytes_per_token``, scales included.
+block quantized vs with the observation prefix kept at fp16.  Distortion (``quant_distortion``): each K/V plane's
+relative error per format on the text's real K/V, and the bits a uniform code needs to be within bf16's.  Bytes:
+``KVLayout.bytes_per_token``, scales included.
 bf16 KV is measured by default too: its rounding (2^-9 relative) is the noise floor a quantized format is judged
 against (``--param dtypes=fp16,bf16,int8,fp8`` adds fp16).  The gates (``gates``): int8 agrees at least as well as
 bf16 KV, greedy and teacher-forced, with at most its KL; fp8's teacher-forced top-1 is at least 0.8; both store at
@@ -20,6 +22,7 @@ import numpy as np
 import torch
 
 from oxygen_ros.bench.quant_actions import action_chunks, observation_change_mse, observations
+from oxygen_ros.bench.quant_distortion import distortion, text_kv
 from oxygen_ros.bench.quant_fallback import Gates, fallback, layer_sensitivity
 from oxygen_ros.bench.quant_language import PROMPTS, LanguageBench, LanguageQuality
 from oxygen_ros.bench.quant_policy import PolicyBench
@@ -62,6 +65,7 @@ def run(
     smollm2 = load_model("smollm2-135m", device, compute_dtype)
     bench = LanguageBench(smollm2, PROMPTS[:prompts], new_tokens, text_tokens, chunk, block_size)
     metrics["reference_ppl"] = bench.text.perplexity
+    metrics |= distortion(*text_kv(bench.engine("fp32"), bench.text.ids, chunk))  # what each plane's storage loses
     measured: dict[str, LanguageQuality] = {}
     for name in sorted(names, key=lambda n: n in GATED):  # bf16 first: int8's gates are its numbers
         measured[name] = quality = bench.measure(name)

@@ -12,6 +12,8 @@ does not send the rest of a run down another text.
 """
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,23 +33,33 @@ def text_token_ids(engine: Engine, num_tokens: int) -> list[int]:
     return ids[:num_tokens]
 
 
-@torch.inference_mode()
 def teacher_forced_logprobs(engine: Engine, ids: list[int], chunk: int) -> torch.Tensor:
     """Log-probabilities of every next token, ``[len(ids) - 1, vocab]`` fp32 on the CPU, computed ``chunk`` tokens
     per forward pass over blocks taken from (and given back to) the engine's pool."""
+    with text_in_pool(engine, ids, chunk) as (_, logprobs):
+        return logprobs
+
+
+@contextmanager
+def text_in_pool(engine: Engine, ids: list[int], chunk: int) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """Score ``ids`` ``chunk`` tokens per forward pass into blocks from the engine's pool; yields (the blocks, the
+    log-probabilities as ``teacher_forced_logprobs``) while the blocks still hold the text's K/V (all but the last
+    token's), and gives the blocks back after."""
     bs, device, model = engine.config.block_size, engine.device, engine.bundle.model
     blocks = engine.pool.allocate(-(-len(ids) // bs))
     tokens = torch.tensor(ids, device=device)
     parts = []
     try:
-        for start in tqdm(range(0, len(ids) - 1, chunk), desc=f"text {engine.layout.name}", unit="chunk", leave=False):
-            end = min(start + chunk, len(ids) - 1)  # positions start..end-1 predict tokens start+1..end
-            ctx, positions = engine.kv.steps.batch([blocks], [start], [end - start], [0])
-            logits = model.compute_logits(model(tokens[start:end], positions, ctx, engine.kv))
-            parts.append(torch.log_softmax(logits.float(), dim=-1).cpu())
+        with torch.inference_mode():
+            for start in tqdm(range(0, len(ids) - 1, chunk), desc=f"text {engine.layout.name}", unit="chunk",
+                              leave=False):  # fmt: skip
+                end = min(start + chunk, len(ids) - 1)  # positions start..end-1 predict tokens start+1..end
+                ctx, positions = engine.kv.steps.batch([blocks], [start], [end - start], [0])
+                logits = model.compute_logits(model(tokens[start:end], positions, ctx, engine.kv))
+                parts.append(torch.log_softmax(logits.float(), dim=-1).cpu())
+        yield blocks, torch.cat(parts)
     finally:
         engine.pool.release(blocks)
-    return torch.cat(parts)
 
 
 @dataclass(frozen=True)

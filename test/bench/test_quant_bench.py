@@ -13,7 +13,9 @@ from oxygen_ros.bench.quant_fallback import Gates, fallback, layer_sensitivity
 from oxygen_ros.bench.quant_language import Agreement, LanguageBench, LanguageQuality, agreement
 from oxygen_ros.bench.quant_suite import gates
 from oxygen_ros.bench.quant_policy import PolicyBench
-from oxygen_ros.bench.quant_text import TextReference, text_token_ids
+from oxygen_ros.bench.quant_distortion import distortion, int8_as_stored, relative_error, text_kv, uniform_code
+from oxygen_ros.bench.quant_text import TextReference, text_in_pool, text_token_ids
+from oxygen_ros.kernels.quant import dequantize, select_scale
 
 
 def test_agreement_counts_positions_up_to_each_prompts_first_divergence():
@@ -89,3 +91,29 @@ def test_policy_bench_keeps_the_observation_prefix_in_its_own_format(tiny_bundle
     idle_scales = 1 + 1 / bench.block_size + 2 / tiny_bundle.head_dim
     assert everywhere.bytes_per_token < kept.bytes_per_token < fp32 * idle_scales
     assert all(0.0 <= q.token_agreement <= 1.0 and q.time_ratio > 0 for q in (everywhere, kept))
+
+
+def test_distortion_replays_the_int8_pool_and_ranks_bf16_against_uniform_codes(tiny_bundle):
+    full = make_engine(tiny_bundle)
+    ids = text_token_ids(full, 97)  # 96 stored tokens: six whole blocks of 16
+    k, v = text_kv(full, ids, chunk=len(ids))  # one pass: every layer's K/V is computed, never read back
+    assert k.shape == (tiny_bundle.num_layers * 6, 16, tiny_bundle.num_kv_heads, tiny_bundle.head_dim)
+    assert full.pool.num_free == full.pool.num_blocks
+    # the same pass through an int8 pool stores exactly what int8_as_stored makes of the fp32 K/V
+    int8 = make_engine(tiny_bundle, kv_dtype="int8")
+    with text_in_pool(int8, ids, chunk=len(ids)) as (blocks, _):
+        index = torch.tensor(blocks[:6])
+        stored = [torch.cat([dequantize(plane[index], select_scale(scale, index))
+                             for layer in int8.kv.layers for plane, scale in [layer.blocks.planes[i]]])
+                  for i in (0, 1)]  # fmt: skip
+    torch.testing.assert_close(stored[0], int8_as_stored(k, per_channel=True), rtol=0, atol=0)
+    torch.testing.assert_close(stored[1], int8_as_stored(v, per_channel=False), rtol=0, atol=0)
+    metrics = distortion(k, v)
+    for plane, x in (("k", k), ("v", v)):
+        bf16 = metrics[f"{plane}_bf16_rel_error"]
+        assert 0 < metrics[f"{plane}_fp16_rel_error"] < bf16 < metrics[f"{plane}_int8_rel_error"]
+        bits = metrics[f"{plane}_bits_to_match_bf16"]
+        assert bits is not None and 8 < bits <= 16
+        grouping = plane == "k"
+        assert relative_error(x, uniform_code(x, bits, grouping)) <= bf16 < relative_error(
+            x, uniform_code(x, bits - 1, grouping))  # the fewest bits, not merely enough
