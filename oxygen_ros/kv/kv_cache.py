@@ -61,9 +61,10 @@ class LayerKV:
     on the order of keys: positions are already rotated into them).
     """
 
-    def __init__(self, views: list[KVBlocks], live_units: Callable[[int], torch.Tensor] | None = None,
+    def __init__(self, views: list[KVBlocks], index: int, live_units: Callable[[int], torch.Tensor] | None = None,
                  kernels: str = "torch") -> None:  # fmt: skip
         self.views = views
+        self.index = index  # the model layer whose K/V this holds (a step context's per-layer data is indexed by it)
         self.kernels = kernels  # the backend every KV kernel call of this layer runs (AttentionBackend.kernels)
         self.calibrators = {
             fmt: Fp8Calibrator(view.num_kv_heads, device=view.device)
@@ -212,7 +213,7 @@ class KVCache:
             elif spec.kind == "fp8":
                 scales = [torch.ones(lay.num_kv_heads, dtype=SCALE_DTYPE, device=self.device) for _ in "kv"]
             views.append(KVBlocks(k, v, *scales))
-        return LayerKV(views, self._live_units if pl.mixed else None, self.backend.kernels)
+        return LayerKV(views, layer, self._live_units if pl.mixed else None, self.backend.kernels)
 
     def attach(self, pool: BlockUnits) -> None:
         """Read block formats and units from ``pool`` (the engine's; needed by a mixed pool)."""

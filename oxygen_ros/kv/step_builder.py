@@ -57,17 +57,23 @@ class StepBuilder:
         )
         return self.plan(ctx), torch.tensor(positions, dtype=torch.long, device=device)
 
-    def actions(self, block_tables: torch.Tensor, prefix_lens: list[int], horizon: int) -> StepContext:
+    def actions(self, block_tables: torch.Tensor, prefix_lens: list[int], horizon: int,
+                dtype: torch.dtype) -> StepContext:  # fmt: skip
         """``horizon`` action tokens per sequence after a prefix already in the pool, seeing the whole prefix and
-        each other, stored nowhere (slot -1): every denoising step of a flow reads the same context."""
-        ctx = StepContext(
+        each other, stored nowhere (slot -1): every denoising step of a flow reads the same context, so each layer's
+        prefix K/V is gathered here once, dequantized to ``dtype`` (the expert's), not once per step."""
+        ctx = self.plan(StepContext(
             slot_mapping=torch.full((len(prefix_lens) * horizon,), -1, dtype=torch.int64, device=block_tables.device),
             query_lens=[horizon] * len(prefix_lens),
             context_lens=[p + horizon for p in prefix_lens],
             block_tables=block_tables,
             bidirectional_lens=[p + horizon for p in prefix_lens],
-        )
-        return self.plan(ctx)
+        ))
+        layout = ctx.prefill  # no token is stored, so every row is in one padded layout
+        if layout is not None and layout.max_cached:
+            ctx.past_kv = [layer.gather(ctx.block_tables, layout.max_cached, dtype, plan=ctx.format_plan,
+                                        lens=layout.cached_lens) for layer in self._kv.layers]  # fmt: skip
+        return ctx
 
     def state_tokens(self, block_tables: torch.Tensor, prefix_lens: list[int]) -> StepContext:
         """One new token per sequence at position ``prefix_lens[b]``, stored in its slot, seeing the prefix and

@@ -77,6 +77,9 @@ class StepContext:
     prefix_groups: PrefixGroups | None = field(default=None, init=False, repr=False)  # CPU decode, the C kernel
     token_rows: TokenRows | None = field(default=None, init=False, repr=False)  # CPU prefill, the C kernel
     row_decode: bool = field(default=False, init=False, repr=False)  # decode of up to 8 rows: the one-call C decoder
+    # per layer, the cached K/V every row attends, gathered once for a context many forward passes read (an action
+    # flow's denoising steps); None: each pass gathers its own
+    past_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tables is None:

@@ -47,8 +47,8 @@ def _padded(
     qs, new_k, new_v = (_pad(x, layout.pad_index, num_seqs, max_q) for x in (q, k, v))
     keys, values = new_k, new_v
     if layout.max_cached:
-        past_k, past_v = cache.gather(tables, layout.max_cached, q.dtype, plan=ctx.format_plan,
-                                      lens=layout.cached_lens)  # fmt: skip
+        past_k, past_v = ctx.past_kv[cache.index] if ctx.past_kv is not None else cache.gather(
+            tables, layout.max_cached, q.dtype, plan=ctx.format_plan, lens=layout.cached_lens)
         keys, values = torch.cat([past_k, new_k], dim=1), torch.cat([past_v, new_v], dim=1)
     if q.shape[1] != k.shape[1] and layout.mask is not None and max_q <= FOLD_MAX_QUERY:
         out = _folded(qs, keys, values, layout.mask, scale)

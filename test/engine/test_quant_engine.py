@@ -101,7 +101,7 @@ def test_pi05_actions_and_text_through_a_quantized_pool(pi05_tiny, kv_dtype):
 
 
 def test_fp8_scales_follow_only_tokens_that_are_stored():
-    layer = LayerKV([KVBlocks.allocate(KVQuantSpec.parse("fp8"), 2, 16, 1, 8)])
+    layer = LayerKV([KVBlocks.allocate(KVQuantSpec.parse("fp8"), 2, 16, 1, 8)], 0)
     stored = torch.ones(4, 1, 8)
     layer.write(stored, stored, [stored_tokens(0, [0, 1, 2, 3], torch.device("cpu"))])
     scales = (layer.blocks.k_scale.clone(), layer.blocks.v_scale.clone())

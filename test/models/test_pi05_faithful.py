@@ -20,7 +20,7 @@ from pi05_folders import (
     write_lerobot_folder,
 )
 
-from oxygen_ros.kv.kv_cache import KVCache
+from oxygen_ros.kv.kv_cache import KVCache, LayerKV
 from oxygen_ros.layers.packed_linear import PackedLinear, can_pack
 from oxygen_ros.models.common.lerobot_checkpoint import load_weights
 from oxygen_ros.models.common.flow import integrate_flow
@@ -112,11 +112,14 @@ def test_image_kv_depends_on_the_prompt(reference: tuple) -> None:
 
 @torch.no_grad()
 @pytest.mark.parametrize("packed", [False, True], ids=["as_loaded", "packed"])
-def test_expert_equals_stock_gemma_on_the_prefix(reference: tuple, packed: bool) -> None:
+def test_expert_equals_stock_gemma_on_the_prefix(reference: tuple, packed: bool,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """The velocity of our expert (adaRMS reduced, so time does not enter) vs a stock Gemma run on a copy of the
     reference prefix cache: action tokens see the whole prefix and each other, at positions after the prefix,
     then ``action_out_proj``, as LeRobot's ``denoise_step`` computes it; also with the backbone's and the expert's
-    layers fused and prepacked (their adaptive norms' maps too), as the engine serves a policy on a CPU."""
+    layers fused and prepacked (their adaptive norms' maps too), as the engine serves a policy on a CPU. The
+    velocity reads the prefix K/V the action context gathered once, not the pool (a denoising step gathers
+    nothing)."""
     paligemma, gemma, heads, ours, tokenizer, _ = reference
     if packed:
         if not can_pack(torch.device("cpu"), torch.float32):
@@ -127,13 +130,18 @@ def test_expert_equals_stock_gemma_on_the_prefix(reference: tuple, packed: bool)
     prompts = prompts_of(tokenizer)
     kv, tables, lens, _ = pool_prefix(ours, prompts)
     x_t = torch.randn(2, CHUNK, ACTION_DIM, generator=torch.Generator().manual_seed(3))
-    ctx = kv.steps.actions(tables, lens, CHUNK)
+    ctx = kv.steps.actions(tables, lens, CHUNK, torch.float32)
     rope = ours.expert.rotary.angles(torch.cat([torch.arange(n, n + CHUNK) for n in lens]))
+    monkeypatch.setattr(LayerKV, "gather", _gathers_nothing)
     got = ours.expert.velocity(x_t, torch.tensor([0.7, 0.3]), rope, ctx, kv)
     for b, (cams, prompt) in enumerate(zip(CAMERAS, prompts)):
         expected = hf_velocity(gemma, heads, hf_prefix(paligemma, cams, prompt).cache, x_t[b : b + 1])
         assert expected.abs().max() > 0.5
         torch.testing.assert_close(got[b], expected, atol=ATOL, rtol=RTOL)
+
+
+def _gathers_nothing(*_: object, **__: object) -> None:
+    raise AssertionError("a denoising step gathered the prefix K/V again")
 
 
 def lerobot_time_embedding(t: torch.Tensor, dim: int, min_period: float, max_period: float) -> torch.Tensor:
@@ -181,7 +189,8 @@ def test_euler_loop_equals_lerobots() -> None:
     noise = torch.randn(2, CHUNK, ACTION_DIM, generator=torch.Generator().manual_seed(1))
     model = Pi05Model(TINY)
     kv = KVCache(model.kv_layout(BLOCK_SIZE, torch.float32), 4, torch.device("cpu"))
-    got = integrate_flow(velocity, model.expert.rotary, torch.tensor([[0], [1]]), [3, 5], kv, 10, noise)
+    got = integrate_flow(velocity, model.expert.rotary, torch.tensor([[0], [1]]), [3, 5], kv, 10, noise,
+                         torch.float32)
     ours_times, seen = seen, []
     x = lerobot_euler(velocity, noise, 10)
     assert all(torch.equal(a, b) for a, b in zip(ours_times, seen, strict=True))

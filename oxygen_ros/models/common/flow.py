@@ -42,18 +42,19 @@ Velocity = Callable[[torch.Tensor, torch.Tensor, RopeAngles, StepContext, KVCach
 
 def integrate_flow(
     velocity: Velocity, rotary: RotaryEmbedding, block_tables: torch.Tensor, prefix_lens: list[int], kv: KVCache,
-    num_steps: int, noise: torch.Tensor,
+    num_steps: int, noise: torch.Tensor, dtype: torch.dtype,
 ) -> torch.Tensor:
     """Euler integration of the flow from t=1 (noise [B, H, A]) to t=0: x <- x + dt * v, dt = -1/num_steps.
 
     ``velocity(x_t, t, rope, ctx, kv)`` is an expert's; sequence b's context is its first ``prefix_lens[b]`` tokens
-    in ``block_tables[b]`` (rows may share blocks), the action tokens sit at the positions that follow it.
+    in ``block_tables[b]`` (rows may share blocks), the action tokens sit at the positions that follow it;
+    ``dtype``: the expert's compute dtype, which its attention reads the prefix K/V in.
     """
     if num_steps < 1:
         raise ValueError(f"num_steps must be >= 1, got {num_steps}")
     B, H, _ = noise.shape
     device = noise.device
-    ctx = kv.steps.actions(block_tables, prefix_lens, H)  # one context for every denoising step
+    ctx = kv.steps.actions(block_tables, prefix_lens, H, dtype)  # one context (and prefix K/V) for every step
     rope = rotary.angles(torch.cat([torch.arange(p, p + H, device=device) for p in prefix_lens]))
     x = noise.float()
     dt = -1.0 / num_steps

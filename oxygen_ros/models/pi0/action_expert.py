@@ -66,4 +66,5 @@ class Pi0ActionExpert(nn.Module):
         self, block_tables: torch.Tensor, context_lens: list[int], kv: KVCache, num_steps: int, noise: torch.Tensor
     ) -> torch.Tensor:
         """Euler integration over contexts of ``context_lens[b]`` tokens: the prefix and the state token after it."""
-        return integrate_flow(self.velocity, self.rotary, block_tables, context_lens, kv, num_steps, noise)
+        return integrate_flow(self.velocity, self.rotary, block_tables, context_lens, kv, num_steps, noise,
+                              self.action_in_proj.weight.dtype)

@@ -59,4 +59,5 @@ class ActionExpert(nn.Module):
         self, block_tables: torch.Tensor, prefix_lens: list[int], kv: KVCache, num_steps: int, noise: torch.Tensor
     ) -> torch.Tensor:
         """Euler integration of the flow (``integrate_flow``) over the prefixes in the pool."""
-        return integrate_flow(self.velocity, self.rotary, block_tables, prefix_lens, kv, num_steps, noise)
+        return integrate_flow(self.velocity, self.rotary, block_tables, prefix_lens, kv, num_steps, noise,
+                              self.action_in_proj.weight.dtype)
