@@ -127,15 +127,47 @@ def dequantize_int8(rows: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
 
 def quantize_q4_1(weight: torch.Tensor) -> torch.Tensor:
     """``weight`` [n, k] (k a multiple of 32) as GGUF Q4_1 blocks ``[n, k / 32, 20]``, by gguf-py's port of llama.cpp's
-    reference quantizer (d = (max - min) / 15 and m = min per 32 weights, stored as fp16; q = (x - min) / d rounded).
-    Over weights a Q4_1 GGUF was dequantized into it gives the file's own blocks back, byte for byte."""
+    reference quantizer (d = (max - min) / 15 and m = min per 32 weights, stored as fp16; q = (x - min) / d rounded),
+    except where a block is closer to its weights as llama.cpp's Q4_0 writes it (``_as_q4_0``).
+
+    Over weights a Q4_1 GGUF was dequantized into it gives the file's own blocks back, byte for byte; over a Q4_0
+    GGUF's it gives blocks that stand for the file's values exactly (the reference's grid misses those of a block
+    whose codes do not reach both 0 and 15)."""
     from gguf import GGMLQuantizationType, quants
 
     n, k = weight.shape
     if k % Q4_1_GROUP:
         raise ValueError(f"Q4_1 weights need rows of a multiple of {Q4_1_GROUP} weights, got {k}")
-    blocks = quants.quantize(weight.detach().float().numpy(), GGMLQuantizationType.Q4_1)
-    return torch.from_numpy(np.ascontiguousarray(blocks)).view(n, k // Q4_1_GROUP, Q4_1_BYTES)
+    x = weight.detach().float().contiguous()
+    blocks = quants.quantize(x.numpy(), GGMLQuantizationType.Q4_1)
+    blocks = torch.from_numpy(np.ascontiguousarray(blocks)).view(n, k // Q4_1_GROUP, Q4_1_BYTES)
+    groups = x.view(n, k // Q4_1_GROUP, Q4_1_GROUP)
+    q4_0 = _as_q4_0(x)
+    closer = _block_error(q4_0, groups) < _block_error(blocks, groups)
+    blocks[closer] = q4_0[closer]
+    return blocks
+
+
+def _as_q4_0(x: torch.Tensor) -> torch.Tensor:
+    """``x`` [n, k] as llama.cpp's Q4_0 quantizer writes it (gguf-py's port: d = the weight of largest magnitude / -8,
+    q = x / d + 8 rounded, values d * (q - 8)), each block rewritten as the Q4_1 block of the same values: d, m =
+    -8 * d (exact in fp16: a power of two times d), the same nibbles. [n, k / 32, 20]. Over a Q4_0 GGUF's values the
+    quantizer gives the file's blocks back (the largest magnitude is -8 * d exactly, the rest d * (q - 8))."""
+    from gguf import GGMLQuantizationType, quants
+
+    n, k = x.shape
+    q4_0 = torch.from_numpy(quants.quantize(x.numpy(), GGMLQuantizationType.Q4_0)).view(n, k // Q4_1_GROUP, -1)
+    d = q4_0[..., :2].contiguous().view(torch.float16)
+    m = (d.float() * -8).half().view(torch.uint8)
+    return torch.cat([q4_0[..., :2], m, q4_0[..., 2:]], dim=-1).contiguous()
+
+
+def _block_error(blocks: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """Squared error of each block's values (d * q + m) against ``groups`` [n, b, 32]: [n, b]."""
+    halves = blocks[..., :4].contiguous().view(torch.float16).float()
+    codes = torch.cat([blocks[..., 4:] & 15, blocks[..., 4:] >> 4], dim=-1).float()
+    values = codes * halves[..., :1] + halves[..., 1:]
+    return (values - groups).pow(2).sum(-1)
 
 
 def dequantize_q4_1(blocks: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,7 @@ weights (a scale per 32 weights of a row) and GGUF Q4_1 blocks (gguf-py's quanti
 reference ports, as the yardstick), and the packed layer's choice between it and oneDNN, including bf16, int8 and Q4_1
 weights under fp32 compute."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -207,10 +208,13 @@ def test_packed_layer_with_int8_weights_is_the_same_weights_at_every_batch():
         assert (layer(x).double() - (x.double() @ weight.double().T + bias.double())).abs().max() > 1e-3
 
 
-def test_quantize_q4_1_writes_llama_cpps_blocks_and_rounds_to_its_grid():
-    """Blocks [n, k / 32, 20] as gguf-py's Q4_1 writes them (fp16 d = (max - min) / 15 and m = min, then the nibbles),
-    every weight within half a step of its block's grid (plus the fp16 rounding of d and m), and a constant block
-    exact (d = 0)."""
+def test_quantize_q4_1_writes_gguf_blocks_and_rounds_to_their_grid():
+    """Blocks [n, k / 32, 20] as GGUF Q4_1 lays them out (fp16 d and m, then the nibbles: weights 0-15 low, 16-31
+    high), each either gguf-py's reference Q4_1 block (d = (max - min) / 15, m = min) or llama.cpp's Q4_0 block of
+    the same weights rewritten as Q4_1 (m = -8 * d), every weight within half a step of its block's grid (plus the
+    fp16 rounding of d and m), and a constant block exact (d = 0)."""
+    from gguf import GGMLQuantizationType, quants
+
     gen = torch.Generator().manual_seed(6)
     weight = torch.randn(5, 96, generator=gen) * torch.logspace(-2, 1, 96)
     weight[2, 32:64] = 0.25
@@ -219,17 +223,45 @@ def test_quantize_q4_1_writes_llama_cpps_blocks_and_rounds_to_its_grid():
     assert cpu_matvec.weight_shape(blocks) == (5, 96)
     halves = blocks[..., :4].contiguous().view(torch.float16).float()  # [5, 3, 2]: d, m
     groups = weight.view(5, 3, 32)
-    torch.testing.assert_close(halves[..., 1], groups.amin(-1).half().float())
-    torch.testing.assert_close(halves[..., 0], ((groups.amax(-1) - groups.amin(-1)) / 15).half().float())
+    reference = torch.from_numpy(quants.quantize(weight.numpy(), GGMLQuantizationType.Q4_1)).view(5, 3, 20)
+    q4_0 = (blocks != reference).any(-1)
+    assert 0 < q4_0.sum() < q4_0.numel()  # both kinds occur here
+    torch.testing.assert_close(halves[..., 1][q4_0], -8 * halves[..., 0][q4_0], rtol=0, atol=0)
+    torch.testing.assert_close(halves[..., 1][~q4_0], groups.amin(-1).half().float()[~q4_0])
     low, high = blocks[..., 4:] & 15, blocks[..., 4:] >> 4
     codes = torch.cat([low, high], dim=-1).float()  # weights 0-15 in the low nibbles, 16-31 in the high ones
     values = cpu_matvec.dequantize_q4_1(blocks)
     torch.testing.assert_close(values.view(5, 3, 32), codes * halves[..., :1] + halves[..., 1:])
-    step = halves[..., :1].expand(5, 3, 32).reshape(5, 96)
+    step = halves[..., :1].abs().expand(5, 3, 32).reshape(5, 96)
     assert ((values - weight).abs() <= step / 2 + 2e-3 * weight.abs().amax()).all()
     assert torch.equal(values[2, 32:64], torch.full((32,), 0.25))
     with pytest.raises(ValueError, match="multiple of 32"):
         cpu_matvec.quantize_q4_1(torch.randn(4, 40))
+
+
+def test_q4_1_blocks_hold_a_q4_0_files_values_exactly_and_other_weights_no_worse_than_the_reference():
+    """Values of Q4_0 blocks as gguf-py's Q4_0 quantizer writes them (what a Q4_0 GGUF holds, d * (q - 8)) come back
+    from our Q4_1 blocks exactly, also in blocks whose codes do not reach both 0 and 15 (one-sided, or of few
+    levels), where the reference Q4_1 grid alone moves them; on weights never quantized every block is at least as
+    close as the reference quantizer's, and the whole closer."""
+    from gguf import GGMLQuantizationType, quants
+
+    gen = torch.Generator().manual_seed(12)
+    weight = torch.randn(64, 256, generator=gen)
+    weight[:, :32] = -weight[:, :32].abs()  # one-sided blocks
+    weight[:, 32:64] = torch.randint(-3, 4, (64, 32), generator=gen) * 0.1  # few levels
+    q4_0 = GGMLQuantizationType.Q4_0
+    values = torch.from_numpy(quants.dequantize(quants.quantize(weight.numpy(), q4_0), q4_0).astype(np.float32))
+    assert torch.equal(cpu_matvec.dequantize_q4_1(cpu_matvec.quantize_q4_1(values)), values)
+    q4_1 = GGMLQuantizationType.Q4_1
+    reference = torch.from_numpy(quants.quantize(values.numpy(), q4_1)).view(64, 8, 20)
+    assert not torch.equal(cpu_matvec.dequantize_q4_1(reference), values)  # the reference grid moves them
+    weight = torch.randn(64, 256, generator=gen) * torch.logspace(-2, 1, 256)
+    ours = cpu_matvec.quantize_q4_1(weight)
+    reference = torch.from_numpy(quants.quantize(weight.numpy(), q4_1)).view(64, 8, 20)
+    groups = weight.view(64, 8, 32)
+    errors = [(cpu_matvec.dequantize_q4_1(b).view(64, 8, 32) - groups).pow(2).sum(-1) for b in (ours, reference)]
+    assert (errors[0] <= errors[1]).all() and errors[0].sum() < errors[1].sum()
 
 
 @needs_kernel
