@@ -3,14 +3,23 @@ shares the observation's blocks across tasks and isolated pools never do."""
 
 import math
 
+import pytest
+
 from oxygen_ros.bench import multitask_suite
 from oxygen_ros.cli.bench import SUITES
 from oxygen_ros.nodes.params import available_cpus
 
 
 def test_multitask_suite_compares_one_shared_pool_with_isolated_engines():
-    out = multitask_suite.run(window_s=2.0, vqa=1, instruction=1, navigation=1, vqa_tokens=4, nav_tokens=2, kv_mib=16)
+    out = multitask_suite.run(window_s=2.0, vqa=1, instruction=1, navigation=1, vqa_tokens=4, nav_tokens=2, kv_mib=16,
+                              rounds=2)  # fmt: skip
     m = out["metrics"]
+    rounds = out["details"]["rounds"]
+    assert len(rounds) == 2 and out["details"]["median_round"] in (0, 1)
+    spread = sorted(r["tokens_per_s_ratio_vs_isolated"] for r in rounds)
+    assert [m["tokens_per_s_ratio_vs_isolated_min"], m["tokens_per_s_ratio_vs_isolated_max"]] == spread
+    assert m["tokens_per_s_ratio_vs_isolated"] == spread[0]  # the lower middle of two rounds
+    assert rounds[out["details"]["median_round"]]["rps_ratio_vs_isolated"] == m["rps_ratio_vs_isolated"]
     for name in ("rps_ratio_vs_isolated", "kv_bytes_ratio_vs_isolated", "p99_latency_ms_vqa",
                  "p99_latency_ms_instruction", "p99_latency_ms_navigation"):  # fmt: skip
         assert math.isfinite(m[name]) and m[name] > 0, (name, m[name])
@@ -28,6 +37,12 @@ def test_multitask_suite_compares_one_shared_pool_with_isolated_engines():
     assert out["params"]["vqa"] == 1 and out["suite"] == "multitask"
     # every engine on the inference node's default threads (half the cores this process may use)
     assert m["oxygen_ros_threads"] == m["isolated_threads"] == max(1, available_cpus() // 2)
+
+
+def test_rounds_are_bounded_before_any_graph_starts():
+    for rounds in (0, multitask_suite.MAX_ROUNDS + 1):
+        with pytest.raises(ValueError, match=f"rounds must be 1..{multitask_suite.MAX_ROUNDS}, got {rounds}"):
+            multitask_suite.run(rounds=rounds)
 
 
 def test_bench_cli_knows_the_multitask_suite():
