@@ -1,7 +1,7 @@
 """Writing small GGUF files for tests the way llama.cpp's converter does: its header keys for a Llama-shaped model,
 SmolLM2's tokenizer metadata (the vocabulary our tiny checkpoints are made with) and the tensors given."""
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +34,10 @@ def smollm2_vocabulary() -> list[str]:
 
 
 def write_gguf(path: Path, arch: str, shape: Shape, tensors: Iterable[tuple[str, np.ndarray]],
-               pre: str | None = None) -> None:  # fmt: skip
+               pre: str | None = None, q4_0: Callable[[str], bool] = lambda name: False) -> None:  # fmt: skip
     """``tensors`` (GGUF names, float32 arrays) as a GGUF file of architecture ``arch`` with SmolLM2's tokenizer;
-    ``pre`` replaces its pre-tokenizer name (``tokenizer.ggml.pre``)."""
+    ``pre`` replaces its pre-tokenizer name (``tokenizer.ggml.pre``); the tensors ``q4_0`` names are written as
+    llama.cpp's Q4_0 blocks (gguf-py's quantizer)."""
     source = gguf.GGUFReader(smollm2_gguf_path())
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_block_count(shape.layers)
@@ -59,7 +60,12 @@ def write_gguf(path: Path, arch: str, shape: Shape, tensors: Iterable[tuple[str,
         else:
             writer.add_key_value(key, value, field.types[0])
     for name, data in tensors:
-        writer.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
+        data = np.ascontiguousarray(data, dtype=np.float32)
+        if q4_0(name):
+            q4 = gguf.GGMLQuantizationType.Q4_0
+            writer.add_tensor(name, gguf.quants.quantize(data, q4), raw_dtype=q4)
+        else:
+            writer.add_tensor(name, data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

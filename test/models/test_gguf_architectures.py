@@ -4,7 +4,7 @@ name: ``llama-bpe``, ``qwen2``), loaded by us and by transformers' own GGUF load
 mixed text (code, accents, emoji, numbers) and the engine's greedy answers token for token; Qwen2's biases and
 Qwen3's q/k norms come from the file. What we do not run is refused at load naming it."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import gguf
@@ -17,6 +17,7 @@ from hf_reference import hf_greedy
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from oxygen_ros.engine.io import GenerateRequest
+from oxygen_ros.kernels.cpu_matvec import Q4_1, dequantize_q4_1, matvec_kernel
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.models.registry import load_model
@@ -58,10 +59,10 @@ def _tensors(arch: str, vocabulary: int) -> Iterator[tuple[str, np.ndarray]]:
             yield tensor(f"{b}.attn_k_norm.weight", (head_dim,), 0.1, 1.0)
 
 
-def _write(path: Path, arch: str, pre: str) -> None:
+def _write(path: Path, arch: str, pre: str, q4_0: Callable[[str], bool] = lambda name: False) -> None:
     shape = Shape(layers=LAYERS, context=512, hidden=HIDDEN, ff=FF, heads=HEADS, kv_heads=KV_HEADS,
                   head_dim=HEAD_DIMS[arch], rope_base=1e6 if arch != "llama" else 5e5, rms_eps=1e-6)  # fmt: skip
-    write_gguf(path, arch, shape, _tensors(arch, len(smollm2_vocabulary())), pre)
+    write_gguf(path, arch, shape, _tensors(arch, len(smollm2_vocabulary())), pre, q4_0)
 
 
 @pytest.fixture(scope="module", params=list(FILES))
@@ -106,3 +107,29 @@ def test_what_we_do_not_run_is_refused_naming_it(tmp_path):
     with pytest.raises(EngineError, match="does not exist") as err:
         load_model(str(tmp_path / "absent.gguf"), torch.device("cpu"), torch.float32)
     assert err.value.code == ErrorCode.NOT_FOUND
+
+
+@pytest.mark.skipif(matvec_kernel() is None, reason="the C kernels do not run here")
+def test_a_q4_0_file_served_as_q4_1_rows_keeps_its_values_and_answers_as_fp32(tmp_path):
+    """A llama file whose projections are Q4_0 blocks (as llama.cpp's quantizer writes them; many blocks' codes do
+    not reach both 0 and 15): its Q4_1 rows (``weight_dtype: q4_1``) stand for the very values the fp32 load reads
+    from the file, and the engine's greedy answers, batched and alone, are the fp32 load's token for token."""
+    path = tmp_path / "tiny-q4_0.gguf"
+    _write(path, "llama", FILES["llama"], q4_0=lambda name: name.startswith("blk.") and "norm" not in name)
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(path).tensors}
+    assert types["blk.0.ffn_down.weight"] == gguf.GGMLQuantizationType.Q4_0
+    fp32 = load_model(str(path), torch.device("cpu"), torch.float32)
+    q4_1 = load_model(str(path), torch.device("cpu"), torch.float32, weight_dtype=Q4_1)
+    for ours, reference in zip(q4_1.model.layers, fp32.model.layers, strict=True):
+        for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"):
+            rows, weight = ours.get_submodule(name).rows, reference.get_submodule(name).rows  # fp32 rows of the file
+            assert rows.dtype == Q4_1 and weight.dtype == torch.float32
+            assert torch.equal(dequantize_q4_1(rows), weight), name
+    sampling = SamplingParams(max_new_tokens=NEW_TOKENS)
+    answers = []
+    for bundle in (q4_1, fp32):
+        engine = make_engine(bundle)
+        batched = engine.generate([GenerateRequest(p, chat=False, sampling=sampling) for p in PROMPTS])
+        alone = engine.generate([GenerateRequest(PROMPTS[0], chat=False, sampling=sampling)])
+        answers.append([out.token_ids for out in batched + alone])
+    assert answers[0] == answers[1]
