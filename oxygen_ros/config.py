@@ -40,7 +40,7 @@ class EngineConfig:
         "stored format of the decoder layers' projection weights: auto (= dtype); under float32 compute on a CPU, "
         "bfloat16 (half the bytes, oneDNN's bf16 products, the LM head stays float32) or int8 (one scale per 32 "
         "weights of a row, 0.28 of the bytes for the layers and the LM head, the C kernels' products) or q4_1 (GGUF "
-        "Q4_1 blocks, 0.16 of the bytes for the layers, the LM head int8: lossless over a Q4_1 GGUF's own weights): "
+        "Q4_1 blocks, 0.16 of the bytes for the layers, the LM head int8: lossless over a Q4_1 or Q4_0 GGUF's own weights): "
         "faster, lossy on other weights; docs/benchmarks.md measures them",
         choices=("auto", *COMPUTE_DTYPES, "int8", "q4_1"),
     )

@@ -106,7 +106,12 @@ def test_bench_refuses_an_unknown_param_by_name_and_never_hides_a_suites_own_err
     monkeypatch.setitem(bench.SUITES, "stand_in", "suite_stand_in")
     args = argparse.Namespace(suite="stand_in", param=["steps=3"], json=None)
     assert bench.run(args) == 2
-    assert "error: bad --param for suite stand_in: got an unexpected keyword argument 'steps'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error: bad --param for suite stand_in: got an unexpected keyword argument 'steps'" in err
     args.param = ["tokens=3"]
     with pytest.raises(TypeError, match=r"inside the suite went wrong \(3 tokens\)"):  # a bug, not a bad --param
         bench.run(args)
+    for suite in ("multitask", "robot"):  # their run(**params) takes the fields of a dataclass: checked by those
+        assert bench.run(argparse.Namespace(suite=suite, param=["window=3"], json=None)) == 2
+        assert f"error: bad --param for suite {suite}: got an unexpected keyword argument 'window'" in (
+            capsys.readouterr().err)

@@ -26,14 +26,17 @@ referenced by requests, summed over the engines, sampled from pool stats), ``p99
 seen by the caller) and ``action_deadline_miss_rate`` (share of control periods without an on-time chunk), each
 also per setting.
 
-Rounds: the two settings run alternately ``rounds`` times (shared, isolated, shared, ...), each round's ratios
-taken within the round, and the ratios reported are the median round's (the lower middle of an even count) (``tokens_per_s_ratio_vs_isolated_min`` /
-``_max`` give the spread; ``details.rounds`` each round's).  One pair of windows on a shared VM moved the
-tokens/s ratio between 1.08 and 1.58 for the same code (2026-12-05): the machine's speed drifts over minutes, so
-a ratio is only as good as its two windows are close in time, and one is not a measurement.  The deadline miss
-rate is the worst round's, the per-setting numbers the median round's.
+Rounds: the two settings run ``rounds`` times as pairs of windows (shared then isolated, then isolated then shared,
+...), each round's ratios taken within the round, and the ratios reported are the median round's (the lower middle
+of an even count; ``tokens_per_s_ratio_vs_isolated_min`` / ``_max`` give the spread, ``details.rounds`` each round's
+ratios, failures and misses).  One pair of windows on a shared VM moved the tokens/s ratio between 1.08 and 1.58 for
+the same code (2026-12-05): the machine's speed drifts over minutes, so a ratio is only as good as its two windows
+are close in time, and one is not a measurement.  The deadline miss rate is the worst round's, the per-setting
+numbers the median round's, failures also summed over every round (``<setting>_failed_requests_all_rounds``, and the
+errors in ``details``).
 """
 
+import inspect
 import math
 import time
 from collections import Counter
@@ -97,32 +100,41 @@ def run(**params: Any) -> dict[str, Any]:
                  "camera_topic": "/bench/no_camera", "action_period_s": 1.0 / setting.action_hz,
                  "num_threads": setting.threads}  # fmt: skip
     config = Path(setting.config) if setting.config else None
-    rounds = []
+    pairs = []
     for n in range(setting.rounds):
-        settings = {}
-        for mode in MODES:
+        pair = {}
+        for mode in MODES if n % 2 == 0 else MODES[::-1]:  # a drift over the run favours neither setting
             namespaces = ("",) if mode == "oxygen_ros" else tuple(f"isolated{i}" for i in range(len(setting.tasks())))
             with Graph(config, setting.model, overrides, namespaces=namespaces) as graph:
                 label = f"{mode} (round {n + 1} of {setting.rounds})"
-                settings[mode] = measure(graph, label, namespaces, setting) | {"threads": torch.get_num_threads()}
-        rounds.append(settings)
-    ratios = [round_ratios(r["oxygen_ros"], r["isolated"]) for r in rounds]
-    median = sorted(range(len(rounds)), key=lambda i: ratios[i]["tokens_per_s_ratio_vs_isolated"])[(len(rounds) - 1) // 2]
-    settings, ours = rounds[median], rounds[median]["oxygen_ros"]
+                pair[mode] = measure(graph, label, namespaces, setting) | {"threads": torch.get_num_threads()}
+        pairs.append(pair)
+    ratios = [round_ratios(pair["oxygen_ros"], pair["isolated"]) for pair in pairs]
+    by_ratio = sorted(range(len(pairs)), key=lambda i: ratios[i]["tokens_per_s_ratio_vs_isolated"])
+    median = by_ratio[(len(pairs) - 1) // 2]
     spread = [r["tokens_per_s_ratio_vs_isolated"] for r in ratios]
     metrics = ratios[median] | {
         "tokens_per_s_ratio_vs_isolated_min": min(spread),
         "tokens_per_s_ratio_vs_isolated_max": max(spread),
-        "action_deadline_miss_rate": max(r["oxygen_ros"]["action_deadline_miss_rate"] for r in rounds),
-        **{name: value for name, value in ours.items() if name.startswith("p99_latency_ms_")},
+        "action_deadline_miss_rate": max(pair["oxygen_ros"]["action_deadline_miss_rate"] for pair in pairs),
+        **{name: value for name, value in pairs[median]["oxygen_ros"].items() if name.startswith("p99_latency_ms_")},
     }
-    for mode, summary in settings.items():
+    for mode, summary in pairs[median].items():
         metrics |= {f"{mode}_{name}": value for name, value in summary.items() if not isinstance(value, dict)}
-    details = {mode: {"errors": summary["errors"]} for mode, summary in settings.items()}
-    details["rounds"] = [ratio | {f"{mode}_tokens_per_s": r[mode]["tokens_per_s"] for mode in MODES}
-                         for ratio, r in zip(ratios, rounds, strict=True)]  # fmt: skip
+        metrics[f"{mode}_failed_requests_all_rounds"] = sum(pair[mode]["failed_requests"] for pair in pairs)
+    details: dict[str, Any] = {
+        mode: {"errors": dict(sum((Counter(pair[mode]["errors"]) for pair in pairs), Counter()))} for mode in MODES
+    }
+    details["rounds"] = [
+        ratio | {f"{mode}_{name}": pair[mode][name] for mode in MODES
+                 for name in ("tokens_per_s", "failed_requests", "action_deadline_miss_rate", "errors")}
+        for ratio, pair in zip(ratios, pairs, strict=True)
+    ]  # fmt: skip
     details["median_round"] = median
     return result("multitask", metrics, details, asdict(setting))
+
+
+run.__signature__ = inspect.signature(Setting)  # type: ignore[attr-defined]  # the fields --param may name
 
 
 def round_ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:

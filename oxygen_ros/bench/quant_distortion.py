@@ -20,7 +20,8 @@ BITS = range(8, 17)  # the code widths tried for bits_to_match_bf16
 
 def text_kv(engine: Engine, ids: list[int], chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The K and V a full-precision ``engine`` stores for the text, whole blocks only, as fp32
-    ``[layers * blocks, block_size, kv_heads, head_dim]``."""
+    ``[layers * blocks, block_size, kv_heads, head_dim]``; the model must compute in fp32 too (the suite measures
+    this only where it does, on a CPU)."""
     if engine.kv.pool_layout.mixed or engine.kv.layers[0].blocks.k.dtype != torch.float32:
         raise ValueError(f"the reference K/V must be stored at fp32, not {engine.layout.name}")
     with text_in_pool(engine, ids, chunk) as (blocks, _):

@@ -21,6 +21,7 @@ out of planned actions), ``chunks_sent``, ``vqa_answers_per_s`` and ``vqa_p99_la
 p99 within the chunk window, no underruns.
 """
 
+import inspect
 from collections import Counter
 from dataclasses import asdict
 from typing import Any
@@ -45,6 +46,9 @@ def run(**params: Any) -> dict[str, Any]:
     details = {mode: {k: v for k, v in summary.items() if isinstance(v, (dict, str))} for mode, summary in
                summaries.items()}  # fmt: skip
     return result("robot", metrics, details, asdict(setting))
+
+
+run.__signature__ = inspect.signature(RobotWorkload)  # type: ignore[attr-defined]  # the fields --param may name
 
 
 def summarize(goal: Any, answers: list[tuple[bool, float, str]], elapsed_s: float) -> dict[str, Any]:

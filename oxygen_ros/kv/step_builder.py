@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 TOKEN_ROWS_MAX_QUERY = 64  # new tokens per sequence, at most, for a prefill step run as rows of the paged kernel
 TOKEN_ROWS_MAX_READS = 1 << 20  # rows x longest context: the kernel's weights buffer (x heads floats) stays small
+# an action flow's prefix K/V held for all its denoising steps, every layer at once (pi0.5 in fp32: ~29 MB a sequence
+# of 800 prefix tokens); a larger batch gathers each layer's at each step, outside the pool's byte budget either way
+ACTION_PREFIX_MAX_BYTES = 64 << 20
 
 
 def padded_tables(tables: list[list[int]]) -> list[list[int]]:
@@ -61,7 +64,8 @@ class StepBuilder:
                 dtype: torch.dtype) -> StepContext:  # fmt: skip
         """``horizon`` action tokens per sequence after a prefix already in the pool, seeing the whole prefix and
         each other, stored nowhere (slot -1): every denoising step of a flow reads the same context, so each layer's
-        prefix K/V is gathered here once, dequantized to ``dtype`` (the expert's), not once per step."""
+        prefix K/V is gathered here once, dequantized to ``dtype`` (the expert's), not once per step (up to
+        ``ACTION_PREFIX_MAX_BYTES`` of it)."""
         ctx = self.plan(StepContext(
             slot_mapping=torch.full((len(prefix_lens) * horizon,), -1, dtype=torch.int64, device=block_tables.device),
             query_lens=[horizon] * len(prefix_lens),
@@ -69,8 +73,11 @@ class StepBuilder:
             block_tables=block_tables,
             bidirectional_lens=[p + horizon for p in prefix_lens],
         ))
-        layout = ctx.prefill  # no token is stored, so every row is in one padded layout
-        if layout is not None and layout.max_cached:
+        layout, lay = ctx.prefill, self._kv.layout  # no token is stored: every row is in one padded layout
+        if layout is None or not layout.max_cached:
+            return ctx
+        held = 2 * lay.num_layers * len(prefix_lens) * layout.max_cached * lay.num_kv_heads * lay.head_dim
+        if held * dtype.itemsize <= ACTION_PREFIX_MAX_BYTES:
             ctx.past_kv = [layer.gather(ctx.block_tables, layout.max_cached, dtype, plan=ctx.format_plan,
                                         lens=layout.cached_lens) for layer in self._kv.layers]  # fmt: skip
         return ctx

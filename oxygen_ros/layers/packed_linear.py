@@ -28,8 +28,9 @@ same way.
 
 With ``weight_dtype=Q4_1`` (``weight_dtype: q4_1``) the rows are GGUF Q4_1 blocks (``quantize_q4_1``: 0.625 bytes a
 weight), more rows again oneDNN's fp32 product over the values they stand for. Over a Q4_1 GGUF's tensors (the
-bundled SmolLM2) the blocks are the file's own and their values the fp32 weights the loader gave: lossless there, lossy
-on weights that were never 4-bit.
+bundled SmolLM2) the blocks are the file's own and their values the fp32 weights the loader gave, and over a Q4_0
+GGUF's they stand for its values exactly (its blocks as Q4_1, m = -8d): lossless there, lossy on weights that were
+never 4-bit.
 """
 
 import torch

@@ -20,6 +20,10 @@ def test_multitask_suite_compares_one_shared_pool_with_isolated_engines():
     assert [m["tokens_per_s_ratio_vs_isolated_min"], m["tokens_per_s_ratio_vs_isolated_max"]] == spread
     assert m["tokens_per_s_ratio_vs_isolated"] == spread[0]  # the lower middle of two rounds
     assert rounds[out["details"]["median_round"]]["rps_ratio_vs_isolated"] == m["rps_ratio_vs_isolated"]
+    for mode in multitask_suite.MODES:  # failures of every round, not only the median one's
+        assert m[f"{mode}_failed_requests_all_rounds"] == sum(r[f"{mode}_failed_requests"] for r in rounds)
+        assert sum(out["details"][mode]["errors"].values()) == m[f"{mode}_failed_requests_all_rounds"]
+    assert m["action_deadline_miss_rate"] == max(r["oxygen_ros_action_deadline_miss_rate"] for r in rounds)
     for name in ("rps_ratio_vs_isolated", "kv_bytes_ratio_vs_isolated", "p99_latency_ms_vqa",
                  "p99_latency_ms_instruction", "p99_latency_ms_navigation"):  # fmt: skip
         assert math.isfinite(m[name]) and m[name] > 0, (name, m[name])

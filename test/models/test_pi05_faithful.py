@@ -20,6 +20,7 @@ from pi05_folders import (
     write_lerobot_folder,
 )
 
+from oxygen_ros.kv import step_builder
 from oxygen_ros.kv.kv_cache import KVCache, LayerKV
 from oxygen_ros.layers.packed_linear import PackedLinear, can_pack
 from oxygen_ros.models.common.lerobot_checkpoint import load_weights
@@ -119,7 +120,7 @@ def test_expert_equals_stock_gemma_on_the_prefix(reference: tuple, packed: bool,
     then ``action_out_proj``, as LeRobot's ``denoise_step`` computes it; also with the backbone's and the expert's
     layers fused and prepacked (their adaptive norms' maps too), as the engine serves a policy on a CPU. The
     velocity reads the prefix K/V the action context gathered once, not the pool (a denoising step gathers
-    nothing)."""
+    nothing), and equals the one that gathers each layer's as it goes (a context over ``ACTION_PREFIX_MAX_BYTES``)."""
     paligemma, gemma, heads, ours, tokenizer, _ = reference
     if packed:
         if not can_pack(torch.device("cpu"), torch.float32):
@@ -132,8 +133,14 @@ def test_expert_equals_stock_gemma_on_the_prefix(reference: tuple, packed: bool,
     x_t = torch.randn(2, CHUNK, ACTION_DIM, generator=torch.Generator().manual_seed(3))
     ctx = kv.steps.actions(tables, lens, CHUNK, torch.float32)
     rope = ours.expert.rotary.angles(torch.cat([torch.arange(n, n + CHUNK) for n in lens]))
+    times = torch.tensor([0.7, 0.3])
+    monkeypatch.setattr(step_builder, "ACTION_PREFIX_MAX_BYTES", 0)  # over the cap: each layer gathers its own
+    per_step = kv.steps.actions(tables, lens, CHUNK, torch.float32)
+    assert per_step.past_kv is None and ctx.past_kv is not None
+    gathered_per_step = ours.expert.velocity(x_t, times, rope, per_step, kv)
     monkeypatch.setattr(LayerKV, "gather", _gathers_nothing)
-    got = ours.expert.velocity(x_t, torch.tensor([0.7, 0.3]), rope, ctx, kv)
+    got = ours.expert.velocity(x_t, times, rope, ctx, kv)
+    assert torch.equal(got, gathered_per_step)
     for b, (cams, prompt) in enumerate(zip(CAMERAS, prompts)):
         expected = hf_velocity(gemma, heads, hf_prefix(paligemma, cams, prompt).cache, x_t[b : b + 1])
         assert expected.abs().max() > 0.5
