@@ -163,11 +163,8 @@ def _as_q4_0(x: torch.Tensor) -> torch.Tensor:
 
 
 def _block_error(blocks: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
-    """Squared error of each block's values (d * q + m) against ``groups`` [n, b, 32]: [n, b]."""
-    halves = blocks[..., :4].contiguous().view(torch.float16).float()
-    codes = torch.cat([blocks[..., 4:] & 15, blocks[..., 4:] >> 4], dim=-1).float()
-    values = codes * halves[..., :1] + halves[..., 1:]
-    return (values - groups).pow(2).sum(-1)
+    """Squared error of each block's values against ``groups`` [n, b, 32]: [n, b]."""
+    return (dequantize_q4_1(blocks).view_as(groups) - groups).pow(2).sum(-1)
 
 
 def dequantize_q4_1(blocks: torch.Tensor) -> torch.Tensor:

@@ -9,11 +9,11 @@ import torch
 from engine_helpers import make_engine
 
 from oxygen_ros.bench.quant_actions import action_chunks, observation_change_mse, observations
+from oxygen_ros.bench.quant_distortion import distortion, int8_as_stored, relative_error, text_kv, uniform_code
 from oxygen_ros.bench.quant_fallback import Gates, fallback, layer_sensitivity
 from oxygen_ros.bench.quant_language import Agreement, LanguageBench, LanguageQuality, agreement
 from oxygen_ros.bench.quant_suite import gates
 from oxygen_ros.bench.quant_policy import PolicyBench
-from oxygen_ros.bench.quant_distortion import distortion, int8_as_stored, relative_error, text_kv, uniform_code
 from oxygen_ros.bench.quant_text import TextReference, text_in_pool, text_token_ids
 from oxygen_ros.kernels.quant import dequantize, select_scale
 

@@ -17,9 +17,9 @@ from hf_reference import hf_greedy
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from oxygen_ros.engine.io import GenerateRequest
-from oxygen_ros.kernels.cpu_matvec import Q4_1, dequantize_q4_1, matvec_kernel
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.kernels.cpu_matvec import Q4_1, dequantize_q4_1, matvec_kernel
 from oxygen_ros.models.registry import load_model
 
 HIDDEN, FF, LAYERS, HEADS, KV_HEADS = 64, 128, 2, 4, 2
