@@ -13,8 +13,8 @@ absmax / 127) are widened and scaled as they stream into fp32 products: 1.125 by
 weights are llama.cpp's GGUF blocks as its quantizer writes them (``quantize_q4_1``: per 32 weights of a row an fp16
 scale and minimum and 32 nibbles, 0.625 bytes a weight, 0.16 of fp32's), each weight dequantized to d * q + m as it
 streams in, as llama.cpp's own dequantization computes it: over a GGUF's Q4_1 tensors these are the very fp32 weights
-the loader gives, at a sixth of the bytes, and over its Q4_0 tensors too (a Q4_0 block is the Q4_1 block m = -8d). Where the C kernels do not run (``cpu_library``), ``matvec_kernel()`` is
-None and callers keep oneDNN.
+the loader gives, at a sixth of the bytes, and over its Q4_0 tensors too (a Q4_0 block is the Q4_1 block m = -8d).
+Where the C kernels do not run (``cpu_library``), ``matvec_kernel()`` is None and callers keep oneDNN.
 """
 
 import ctypes
