@@ -6,8 +6,15 @@ to its ``_futures`` list every time, then scans the whole list for finished ones
 and timers at 10 Hz the list grows to thousands of copies of the same tasks, and the spin thread spends most of
 the GIL on that scan: in the demo it took about half of all GIL time and left the model's thread a few percent
 (py-spy). Upstream ros2/rclpy#1452, fixed in later rclpy by #1547 (yield the GIL after a submit) and a ready-task
-queue. Here each task is listed once; resubmitting it stays as upstream does it (a task that is running or
-queued ignores the extra call, a parked coroutine gets polled), and the spin thread yields the GIL after a submit.
+queue. Here each task is listed once, and the spin thread yields the GIL after a submit.
+
+A coroutine awaiting a future is parked, not polled: rclpy 9.1 yields every pending task on every pass of its wait
+loop and ``Future.__await__`` is ``while pending: yield``, so with requests waiting on the engine the spin thread
+never blocks: it resumes each waiting coroutine over and over, holding the GIL the model's thread needs (py-spy, the
+multitask suite: 44% of GIL samples, the engine thread on a CPU only 71% of its step time). Here a task whose
+coroutine is suspended in ``await future`` on a pending rclpy future (found by walking the coroutine's await chain,
+so every ``await`` in every node qualifies without its code knowing) leaves the task list until that future's done
+callback puts it back and wakes the wait set, as asyncio and later rclpy's ready-task queue do.
 
 One fault never stops the spin: rclpy re-raises a callback's exception from ``spin``, so one bad callback (or a
 waitable caught half-built, ros2/rclpy#1589) used to end the loop of every node in the process, which then stopped
@@ -15,8 +22,11 @@ being served without exiting. Here the exception is logged with its node's logge
 goes on serving the rest; so is a failure while it builds its wait set (the next pass builds it afresh).
 """
 
+import inspect
 import os
+import threading
 import traceback
+from typing import Any
 
 from rclpy.executors import (
     ConditionReachedException,
@@ -28,24 +38,30 @@ from rclpy.executors import (
 )
 from rclpy.logging import get_logger
 from rclpy.node import Node
-from rclpy.task import Task
+from rclpy.task import Future, Task
 
 # Tasks made with create_task belong to no node; rclpy's throttling lives in the logger object, so there is one.
 LOGGER = get_logger("oxygen_ros.executor")
+FUTURE_AWAIT = Future.__await__.__code__  # the generator a coroutine suspended in ``await future`` sits in
+MAX_AWAIT_DEPTH = 64  # coroutines awaiting coroutines; deeper chains are polled as rclpy polls them
 
 
 class Executor(MultiThreadedExecutor):
     def __init__(self, num_threads: int | None = None, **kwargs) -> None:
         super().__init__(num_threads, **kwargs)
         self._nodes_of: dict[Task, Node | None] = {}  # each task in _futures and the node it serves
+        self._parked: dict[Task, tuple[Any, Node | None]] = {}  # tasks out of _tasks, with their entity and node
+        self._parked_lock = threading.Lock()
 
     def _spin_once_impl(self, timeout_sec: float | TimeoutObject | None = None, wait_condition=lambda: False) -> None:
         try:
-            handler, _, node = self.wait_for_ready_callbacks(timeout_sec, None, wait_condition)
+            handler, entity, node = self.wait_for_ready_callbacks(timeout_sec, None, wait_condition)
         except (ExternalShutdownException, ShutdownException, TimeoutException, ConditionReachedException):
             return
         except Exception as exc:  # e.g. an entity that raised while being added to the wait set
             LOGGER.error(_report("building the wait set", exc), throttle_duration_sec=1.0)
+            return
+        if self._park(handler, entity, node):
             return
         self._executor.submit(handler)
         if handler not in self._nodes_of:
@@ -57,6 +73,60 @@ class Executor(MultiThreadedExecutor):
             if future.exception() is not None:
                 (LOGGER if node is None else node.get_logger()).error(_report("a callback", future.exception()))
         os.sched_yield()
+
+    def _park(self, task: Task, entity: Any, node: Node | None) -> bool:
+        """Take ``task`` out of the task list while its coroutine waits on a pending future; that future's done
+        callback puts it back. False (run it now) when it is not waiting, or is running or queued to run (its lock
+        is taken or the future it awaited completed meanwhile), or its future belongs to another executor that
+        might not be spinning."""
+        if not task._task_lock.acquire(blocking=False):  # a worker is running it
+            return False
+        try:
+            future = awaited_future(task)
+            if future is None or future.done() or future.cancelled() or _owner(future) not in (None, self):
+                return False
+            with self._parked_lock:
+                if task in self._parked:
+                    return True
+                self._parked[task] = (entity, node)
+            with self._tasks_lock:
+                self._tasks = [listed for listed in self._tasks if listed[0] is not task]
+        finally:
+            task._task_lock.release()
+        future.add_done_callback(lambda _: self._unpark(task))  # runs at once if it completed meanwhile
+        return True
+
+    def _unpark(self, task: Task) -> None:
+        with self._parked_lock:
+            entity, node = self._parked.pop(task)
+        if task.done() or task.cancelled():
+            return
+        with self._tasks_lock:
+            self._tasks.append((task, entity, node))
+        self.wake()
+
+
+def awaited_future(task: Task) -> Future | None:
+    """The rclpy future ``task``'s coroutine is suspended on, following ``await`` through nested coroutines and
+    generator-based awaitables; None when it has not started, is finished, or waits on anything else."""
+    link = getattr(task, "_handler", None)
+    for _ in range(MAX_AWAIT_DEPTH):
+        if inspect.iscoroutine(link):
+            link = link.cr_await
+        elif inspect.isgenerator(link):
+            if link.gi_code is FUTURE_AWAIT and link.gi_frame is not None:
+                future = link.gi_frame.f_locals.get("self")
+                return future if isinstance(future, Future) else None
+            link = link.gi_yieldfrom
+        else:
+            return None
+    return None
+
+
+def _owner(future: Future) -> Any:
+    """The executor ``future`` schedules its done callbacks on (None: it runs them in the completing thread)."""
+    ref = getattr(future, "_executor", None)
+    return ref() if callable(ref) else None
 
 
 def _report(what: str, exc: BaseException) -> str:

@@ -1,6 +1,8 @@
 """The project's executor vs rclpy 9.1.2's MultiThreadedExecutor: a coroutine awaiting a slow future while a fast timer
 fires. rclpy's lists the waiting task again on every pass (its bookkeeping grows with time, ros2/rclpy#1452); ours
 keeps it once and still resumes it. If the stock executor stops growing, rclpy fixed it: drop the workaround.
+Coroutines waiting on futures are parked, not polled: a dozen of them leave the process idle (rclpy's spins the CPU),
+and each resumes when its future completes, with no ``wake`` call.
 
 And one fault never stops the spin: a callback that raises is logged with its node and the rest is still served,
 and action clients created on a node that is spinning (ros2/rclpy#1589) leave the executor serving."""
@@ -12,7 +14,7 @@ import pytest
 from oxygen_ros.action import FollowInstruction
 from oxygen_ros.srv import GetPoolStats
 from rclpy.action import ActionClient as RclpyActionClient
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.task import Future
 from ros_harness import call_service, spin_nodes, wait_until
@@ -67,6 +69,82 @@ def test_stock_executor_still_has_the_growth_this_works_around(executor_type, ro
     largest, result = _await_slow_future(executor_type, ros_context)
     assert result == "answered"
     assert largest > 50, "rclpy no longer re-lists waiting tasks: oxygen_ros.nodes.executor can go"
+
+
+PARKED = 12  # coroutines waiting at once, as service calls wait on the engine
+IDLE_S = 1.0
+
+
+async def _through_a_helper(future: Future) -> str:
+    """A nested await, as the nodes' ``wait`` helpers make: the executor must find the future two coroutines down."""
+    return await future
+
+
+def _runs_per_tick_while_parked(executor_type, context) -> tuple[float, float]:
+    """How many callbacks the executor runs per tick of a TIMER_HZ timer while PARKED coroutines wait (1 when the
+    waiting ones are left alone), and how long after their futures complete (from this thread, no wake) the last
+    one resumes."""
+    executor = executor_type(num_threads=2, context=context)
+    node = Node("park_probe", context=context)
+    executor.add_node(node)
+    ticks = []
+    node.create_timer(1.0 / TIMER_HZ, lambda: ticks.append(time.monotonic()))
+    runs = []
+    submit = executor._executor.submit
+    executor._executor.submit = lambda *args: runs.append(1) or submit(*args)
+    futures = [Future(executor=executor) for _ in range(PARKED)]
+
+    async def waiter(index: int) -> str:
+        return await _through_a_helper(futures[index])
+
+    tasks = [executor.create_task(waiter, index) for index in range(PARKED)]
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    try:
+        time.sleep(0.2)  # every task started and reached its await
+        ticks.clear(), runs.clear()
+        time.sleep(IDLE_S)
+        per_tick = len(runs) / max(len(ticks), 1)
+        completed = time.monotonic()
+        for index, future in enumerate(futures):
+            future.set_result(f"answer {index}")
+        wait_until(lambda: all(task.done() for task in tasks), 10.0, "every waiting coroutine resumed")
+        resumed_s = time.monotonic() - completed
+    finally:
+        executor.shutdown()
+        spinner.join(timeout=10)
+        node.destroy_node()
+    assert [task.result() for task in tasks] == [f"answer {index}" for index in range(PARKED)]
+    return per_tick, resumed_s
+
+
+def test_waiting_coroutines_are_parked_not_polled(ros_context):
+    per_tick, resumed_s = _runs_per_tick_while_parked(Executor, ros_context)
+    assert per_tick < 1.5, f"{per_tick:.1f} callbacks run per timer tick while {PARKED} coroutines wait"
+    assert resumed_s < 1.0
+
+
+def test_stock_executor_still_polls_waiting_coroutines(ros_context):
+    per_tick, _ = _runs_per_tick_while_parked(MultiThreadedExecutor, ros_context)
+    assert per_tick > PARKED / 2, "rclpy no longer polls waiting coroutines: nodes/executor.py's parking can go"
+
+
+def test_a_future_of_another_executor_is_polled_not_parked(ros_context):
+    """Its done callbacks would run on an executor nobody spins; parking on it would never wake."""
+    other = SingleThreadedExecutor(context=ros_context)
+    foreign: Future = Future(executor=other)
+    with spin_nodes(ros_context) as executor:
+
+        async def waiter() -> str:
+            return await foreign
+
+        task = executor.create_task(waiter)
+        time.sleep(0.1)
+        foreign.set_result("answered")
+        executor.wake()  # as every node does after completing a future its executor does not own
+        wait_until(task.done, 5.0, "the waiter resumed")
+    other.shutdown()
+    assert task.result() == "answered"
 
 
 CLIENTS = 20  # action clients created one after another on the spinning node
