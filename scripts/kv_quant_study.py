@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from oxygen_ros.bench.quant_distortion import relative_error, text_kv
+from oxygen_ros.bench.quant_distortion import PER_CHANNEL, PER_TOKEN, relative_error, text_kv, uniform_code
 from oxygen_ros.bench.quant_text import TextReference, text_token_ids
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
@@ -26,15 +26,8 @@ BLOCK = 16
 Quantizer = Callable[[torch.Tensor], torch.Tensor]
 
 
-def code(x: torch.Tensor, dims: tuple[int, ...], scale: Quantizer | None = None) -> torch.Tensor:
-    """``x`` through a symmetric 8-bit code with one scale per group (the absmax over ``dims``, through ``scale``)."""
-    s = x.abs().amax(dim=dims, keepdim=True).clamp_min(1e-30) / 127
-    s = s if scale is None else scale(s)
-    return torch.round(x / s).clamp(-127, 127) * s
-
-
 def per_token(x: torch.Tensor) -> torch.Tensor:
-    return code(x, (-1,))
+    return uniform_code(x, 8, PER_TOKEN)
 
 
 def exact(x: torch.Tensor) -> torch.Tensor:
@@ -47,7 +40,7 @@ def bf16(x: torch.Tensor) -> torch.Tensor:
 
 def per_channel(scale: Quantizer | None = None) -> Quantizer:
     """One scale per (group, head, channel) over the group's tokens: ``[g, tokens, heads, dim]``."""
-    return lambda g: code(g, (1,), scale)
+    return lambda g: uniform_code(g, 8, PER_CHANNEL, scale)
 
 
 def in_groups(tokens: int, quantize: Callable[[torch.Tensor], torch.Tensor]) -> Quantizer:
@@ -61,7 +54,7 @@ def in_groups(tokens: int, quantize: Callable[[torch.Tensor], torch.Tensor]) -> 
 
 
 def e4m3_under_block_base(tokens: int) -> Quantizer:
-    """Per channel over ``tokens`` tokens with one-byte e4m3 scales (rounded up) under a bf16 base per block and head."""
+    """Per channel over ``tokens`` tokens, one-byte e4m3 scales (rounded up) under a bf16 base per block and head."""
     def apply(x: torch.Tensor) -> torch.Tensor:
         pad = (-x.shape[0]) % BLOCK
         padded = torch.cat([x, x.new_zeros(pad, *x.shape[1:])])
@@ -69,7 +62,11 @@ def e4m3_under_block_base(tokens: int) -> Quantizer:
         base = (blocks.abs().amax(dim=(1, 3), keepdim=True).clamp_min(1e-30) / 127 / 448).bfloat16().float()
         base = base.repeat_interleave(BLOCK // tokens, 0)
         groups = padded.view(-1, tokens, *x.shape[1:])
-        out = code(groups, (1,), lambda s: (s / base * 1.0625).clamp(max=448).to(torch.float8_e4m3fn).float() * base)
+
+        def e4m3(step: torch.Tensor) -> torch.Tensor:
+            return (step / base * 1.0625).clamp(max=448).to(torch.float8_e4m3fn).float() * base
+
+        out = uniform_code(groups, 8, PER_CHANNEL, e4m3)
         return out.reshape(-1, *x.shape[1:])[: x.shape[0]]
     return apply
 
@@ -88,13 +85,13 @@ def relative_errors(k: torch.Tensor, v: torch.Tensor) -> None:
         rounded = relative_error(x, bf16(x))
         n, bs, h, d = x.shape
         layouts = {
-            "per token-head": code(x, (-1,)),
-            "per channel over 16 tokens": code(x, (1,)),
-            "per (token, 16 channels)": code(x.view(n, bs, h, d // 16, 16), (-1,)).view_as(x),
-            "per (token, 8 channels)": code(x.view(n, bs, h, d // 8, 8), (-1,)).view_as(x),
-            "per channel over 4 tokens": code(x.view(n * 4, bs // 4, h, d), (1,)).view_as(x),
-            "Hadamard, per token-head": code(x @ rotation, (-1,)) @ rotation.T,
-            "Hadamard, per channel over 16 tokens": code(x @ rotation, (1,)) @ rotation.T,
+            "per token-head": uniform_code(x, 8, PER_TOKEN),
+            "per channel over 16 tokens": uniform_code(x, 8, PER_CHANNEL),
+            "per (token, 16 channels)": uniform_code(x.view(n, bs, h, d // 16, 16), 8, PER_TOKEN).view_as(x),
+            "per (token, 8 channels)": uniform_code(x.view(n, bs, h, d // 8, 8), 8, PER_TOKEN).view_as(x),
+            "per channel over 4 tokens": uniform_code(x.view(n * 4, bs // 4, h, d), 8, PER_CHANNEL).view_as(x),
+            "Hadamard, per token-head": uniform_code(x @ rotation, 8, PER_TOKEN) @ rotation.T,
+            "Hadamard, per channel over 16 tokens": uniform_code(x @ rotation, 8, PER_CHANNEL) @ rotation.T,
         }
         print(f"{plane}: bf16 relative error {rounded:.3g}")
         for name, stored in layouts.items():

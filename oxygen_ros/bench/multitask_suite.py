@@ -36,7 +36,6 @@ numbers the median round's, failures also summed over every round (``<setting>_f
 errors in ``details``).
 """
 
-import inspect
 import math
 import time
 from collections import Counter
@@ -91,6 +90,9 @@ class Setting:
         return Workload(self.window_s, self.vqa_tokens, self.nav_tokens, self.replan_hz, self.action_hz, horizon)
 
 
+PARAMS = Setting  # the fields `bench --param` may name (run takes them as **params)
+
+
 def run(**params: Any) -> dict[str, Any]:
     """Both settings, alternately, ``rounds`` times, on the same task list (TypeError for an unknown parameter)."""
     setting = Setting(**params)
@@ -133,8 +135,6 @@ def run(**params: Any) -> dict[str, Any]:
     details["median_round"] = median
     return result("multitask", metrics, details, asdict(setting))
 
-
-run.__signature__ = inspect.signature(Setting)  # type: ignore[attr-defined]  # the fields --param may name
 
 
 def round_ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:

@@ -9,6 +9,8 @@ grouping needs to be within bf16's error (``<plane>_bits_to_match_bf16``).  At <
 9.12 bits per value for its codes and scales together.
 """
 
+from collections.abc import Callable
+
 import torch
 
 from oxygen_ros.bench.quant_text import text_in_pool
@@ -16,6 +18,8 @@ from oxygen_ros.engine.engine import Engine
 from oxygen_ros.kernels.quant import dequantize, quantize, quantize_channels
 
 BITS = range(8, 17)  # the code widths tried for bits_to_match_bf16
+PER_CHANNEL = (1,)  # ``[blocks, tokens, heads, dim]``: one scale per (block, head, channel) over the block's tokens
+PER_TOKEN = (-1,)  # one scale per (token, head) over the channels
 
 
 def text_kv(engine: Engine, ids: list[int], chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,12 +38,15 @@ def relative_error(x: torch.Tensor, stored: torch.Tensor) -> float:
     return float((x - stored).pow(2).sum() / x.pow(2).sum())
 
 
-def uniform_code(x: torch.Tensor, bits: int, per_channel: bool) -> torch.Tensor:
-    """``x`` through a symmetric ``bits``-wide code, exact scales: per (block, head, channel) over the block's tokens
-    (``per_channel``), else per (token, head) over the channels."""
+def uniform_code(
+    x: torch.Tensor, bits: int, dims: tuple[int, ...], scale: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> torch.Tensor:
+    """``x`` through a symmetric ``bits``-wide code with one scale per group, the absmax over ``dims``: exact, or
+    as stored through ``scale`` (e.g. rounded to fp8), with codes clamped to the range."""
     levels = 2 ** (bits - 1) - 1
-    absmax = x.abs().amax(dim=1 if per_channel else -1, keepdim=True).clamp_min(1e-30)
-    return torch.round(x / absmax * levels) * absmax / levels
+    step = x.abs().amax(dim=dims, keepdim=True).clamp_min(1e-30) / levels
+    step = step if scale is None else scale(step)
+    return torch.round(x / step).clamp(-levels, levels) * step
 
 
 def int8_as_stored(x: torch.Tensor, per_channel: bool) -> torch.Tensor:
@@ -56,6 +63,7 @@ def distortion(k: torch.Tensor, v: torch.Tensor) -> dict[str, float | int | None
     in the other grouping, and the fewest bits a uniform code in the shipped grouping needs to be within bf16's."""
     metrics: dict[str, float | int | None] = {}
     for plane, x, per_channel in (("k", k, True), ("v", v, False)):
+        grouping = PER_CHANNEL if per_channel else PER_TOKEN
         bf16 = relative_error(x, x.bfloat16().float())
         metrics |= {
             f"{plane}_bf16_rel_error": bf16,
@@ -64,6 +72,6 @@ def distortion(k: torch.Tensor, v: torch.Tensor) -> dict[str, float | int | None
             f"{plane}_int8_{'per_token' if per_channel else 'per_channel'}_rel_error":
                 relative_error(x, int8_as_stored(x, not per_channel)),
             f"{plane}_bits_to_match_bf16":
-                next((b for b in BITS if relative_error(x, uniform_code(x, b, per_channel)) <= bf16), None),
+                next((b for b in BITS if relative_error(x, uniform_code(x, b, grouping)) <= bf16), None),
         }  # fmt: skip
     return metrics

@@ -21,7 +21,6 @@ out of planned actions), ``chunks_sent``, ``vqa_answers_per_s`` and ``vqa_p99_la
 p99 within the chunk window, no underruns.
 """
 
-import inspect
 from collections import Counter
 from dataclasses import asdict
 from typing import Any
@@ -33,6 +32,9 @@ from oxygen_ros.bench.report import result
 from oxygen_ros.nodes.robot_load import RobotWorkload, drive
 
 MODES = ("shared", "isolated")
+
+
+PARAMS = RobotWorkload  # the fields `bench --param` may name (run takes them as **params)
 
 
 def run(**params: Any) -> dict[str, Any]:
@@ -47,8 +49,6 @@ def run(**params: Any) -> dict[str, Any]:
                summaries.items()}  # fmt: skip
     return result("robot", metrics, details, asdict(setting))
 
-
-run.__signature__ = inspect.signature(RobotWorkload)  # type: ignore[attr-defined]  # the fields --param may name
 
 
 def summarize(goal: Any, answers: list[tuple[bool, float, str]], elapsed_s: float) -> dict[str, Any]:

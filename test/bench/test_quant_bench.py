@@ -9,7 +9,15 @@ import torch
 from engine_helpers import make_engine
 
 from oxygen_ros.bench.quant_actions import action_chunks, observation_change_mse, observations
-from oxygen_ros.bench.quant_distortion import distortion, int8_as_stored, relative_error, text_kv, uniform_code
+from oxygen_ros.bench.quant_distortion import (
+    PER_CHANNEL,
+    PER_TOKEN,
+    distortion,
+    int8_as_stored,
+    relative_error,
+    text_kv,
+    uniform_code,
+)
 from oxygen_ros.bench.quant_fallback import Gates, fallback, layer_sensitivity
 from oxygen_ros.bench.quant_language import Agreement, LanguageBench, LanguageQuality, agreement
 from oxygen_ros.bench.quant_suite import gates
@@ -114,6 +122,6 @@ def test_distortion_replays_the_int8_pool_and_ranks_bf16_against_uniform_codes(t
         assert 0 < metrics[f"{plane}_fp16_rel_error"] < bf16 < metrics[f"{plane}_int8_rel_error"]
         bits = metrics[f"{plane}_bits_to_match_bf16"]
         assert bits is not None and 8 < bits <= 16
-        grouping = plane == "k"
+        grouping = PER_CHANNEL if plane == "k" else PER_TOKEN
         assert relative_error(x, uniform_code(x, bits, grouping)) <= bf16 < relative_error(
             x, uniform_code(x, bits - 1, grouping))  # the fewest bits, not merely enough
