@@ -9,9 +9,9 @@ the GIL on that scan: in the demo it took about half of all GIL time and left th
 queue. Here each task is listed once, and the spin thread yields the GIL after a submit.
 
 A coroutine awaiting a future is parked, not polled: rclpy 9.1 yields every pending task on every pass of its wait
-loop and ``Future.__await__`` is ``while pending: yield``, so with requests waiting on the engine the spin thread
-never blocks: it resumes each waiting coroutine over and over, holding the GIL the model's thread needs (py-spy, the
-multitask suite: 44% of GIL samples, the engine thread on a CPU only 71% of its step time). Here a task whose
+loop and ``Future.__await__`` is ``while pending: yield``, so every wake-up (a timer, a message, a finished request)
+resumes every waiting coroutine once more, on the GIL the model's thread needs (py-spy, the multitask suite: 44% of
+GIL samples, the engine thread on a CPU only 71% of its step time). Here a task whose
 coroutine is suspended in ``await future`` on a pending rclpy future (found by walking the coroutine's await chain,
 so every ``await`` in every node qualifies without its code knowing) leaves the task list until that future's done
 callback puts it back and wakes the wait set, as asyncio and later rclpy's ready-task queue do.
@@ -63,7 +63,7 @@ class Executor(MultiThreadedExecutor):
             return
         if self._park(handler, entity, node):
             return
-        self._executor.submit(handler)
+        self._executor.submit(self._run, handler, entity, node)
         if handler not in self._nodes_of:
             self._futures.append(handler)
             self._nodes_of[handler] = node
@@ -74,18 +74,31 @@ class Executor(MultiThreadedExecutor):
                 (LOGGER if node is None else node.get_logger()).error(_report("a callback", future.exception()))
         os.sched_yield()
 
+    def _run(self, task: Task, entity: Any, node: Node | None) -> None:
+        """Run or resume ``task`` on a worker, then park it there if it now waits: parking it on a later pass of
+        the spin thread would cost that pass, whose wait set (every entity of every node) is most of the spin
+        thread's time in a graph of many nodes."""
+        task()
+        if not task.done() and not self._park(task, entity, node):
+            future = awaited_future(task)
+            if future is not None and future.done():  # it completed before the park: resume on the next pass
+                self.wake()
+
     def _park(self, task: Task, entity: Any, node: Node | None) -> bool:
         """Take ``task`` out of the task list while its coroutine waits on a pending future; that future's done
-        callback puts it back. False (run it now) when it is not waiting, or is running or queued to run (its lock
-        is taken or the future it awaited completed meanwhile), or its future belongs to another executor that
-        might not be spinning."""
+        callback puts it back. True too when it is parked already (a pass listed it before it was); False (run it
+        now) when it is not waiting, or is running or queued to run (its lock is taken or the future it awaited
+        completed meanwhile), or its future belongs to another executor that might not be spinning."""
+        with self._parked_lock:
+            if task in self._parked:
+                return True
         if not task._task_lock.acquire(blocking=False):  # a worker is running it
             return False
         try:
             future = awaited_future(task)
             if future is None or future.done() or future.cancelled() or _owner(future) not in (None, self):
                 return False
-            with self._parked_lock:
+            with self._parked_lock:  # another thread may have parked it since the check above
                 if task in self._parked:
                     return True
                 self._parked[task] = (entity, node)
@@ -121,6 +134,14 @@ def awaited_future(task: Task) -> Future | None:
         else:
             return None
     return None
+
+
+def wake_waiters(executor: Any) -> None:
+    """Call after completing a future that no executor owns which a coroutine of ``executor`` may await: rclpy's
+    executors resume waiting coroutines only when something wakes them; this one put the parked coroutine back and
+    woke itself in the future's done callback already (a second wake would cost a second pass)."""
+    if executor is not None and not isinstance(executor, Executor):
+        executor.wake()
 
 
 def _owner(future: Future) -> Any:

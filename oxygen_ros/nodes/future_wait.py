@@ -1,7 +1,9 @@
 """Awaiting an rclpy future from an executor coroutine with a timeout, without holding an executor thread.
 
-rclpy resumes a waiting coroutine only when its executor wakes, so every future completed here wakes it. Shared by
-the task nodes' clients of the inference node (``infer_client``, ``served_model``).
+rclpy's executors resume a waiting coroutine only when woken, so every future completed here wakes them; the future
+awaited belongs to no executor, so the project's executor puts the parked coroutine back (and wakes) from the
+completing thread at once (``nodes.executor``). Shared by the task nodes' clients of the inference node
+(``infer_client``, ``served_model``).
 """
 
 import threading
@@ -12,6 +14,8 @@ from typing import Any
 from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
 from rclpy.task import Future
+
+from oxygen_ros.nodes.executor import wake_waiters
 
 GONE_POLL_S = 0.25  # how often a wait with ``give_up`` asks it (e.g. whether the server is still there)
 
@@ -24,14 +28,14 @@ async def wait(
     ``future`` never completes: ``await wait(node, None, s)`` sleeps ``s`` seconds without holding an executor
     thread."""
     executor = node.executor
-    done: Future = Future(executor=executor)
+    done: Future = Future()
     finished = threading.Event()
     period = GONE_POLL_S if give_up else timeout_s
 
     def finish(ok: bool, value: Any) -> None:
         if not done.done():
             done.set_result((ok, value))
-            executor.wake()
+            wake_waiters(executor)
         finished.set()
 
     def watch() -> None:

@@ -80,10 +80,11 @@ async def _through_a_helper(future: Future) -> str:
     return await future
 
 
-def _runs_per_tick_while_parked(executor_type, context) -> tuple[float, float]:
+def _runs_per_tick_while_parked(executor_type, context, owned: bool = True) -> tuple[float, float]:
     """How many callbacks the executor runs per tick of a TIMER_HZ timer while PARKED coroutines wait (1 when the
     waiting ones are left alone), and how long after their futures complete (from this thread, no wake) the last
-    one resumes."""
+    one resumes. ``owned``: the futures belong to the executor (their done callbacks become its tasks), else to
+    none (they run in the completing thread, as the nodes' engine waits do)."""
     executor = executor_type(num_threads=2, context=context)
     node = Node("park_probe", context=context)
     executor.add_node(node)
@@ -92,7 +93,7 @@ def _runs_per_tick_while_parked(executor_type, context) -> tuple[float, float]:
     runs = []
     submit = executor._executor.submit
     executor._executor.submit = lambda *args: runs.append(1) or submit(*args)
-    futures = [Future(executor=executor) for _ in range(PARKED)]
+    futures = [Future(executor=executor if owned else None) for _ in range(PARKED)]
 
     async def waiter(index: int) -> str:
         return await _through_a_helper(futures[index])
@@ -118,8 +119,9 @@ def _runs_per_tick_while_parked(executor_type, context) -> tuple[float, float]:
     return per_tick, resumed_s
 
 
-def test_waiting_coroutines_are_parked_not_polled(ros_context):
-    per_tick, resumed_s = _runs_per_tick_while_parked(Executor, ros_context)
+@pytest.mark.parametrize("owned", [True, False], ids=["executor_future", "free_future"])
+def test_waiting_coroutines_are_parked_not_polled(owned, ros_context):
+    per_tick, resumed_s = _runs_per_tick_while_parked(Executor, ros_context, owned)
     assert per_tick < 1.5, f"{per_tick:.1f} callbacks run per timer tick while {PARKED} coroutines wait"
     assert resumed_s < 1.0
 
