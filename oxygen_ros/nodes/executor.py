@@ -22,12 +22,14 @@ being served without exiting. Here the exception is logged with its node's logge
 goes on serving the rest; so is a failure while it builds its wait set (the next pass builds it afresh).
 """
 
+import contextlib
 import inspect
 import os
 import threading
 import traceback
 from typing import Any
 
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import (
     ConditionReachedException,
     ExternalShutdownException,
@@ -44,6 +46,9 @@ from rclpy.task import Future, Task
 LOGGER = get_logger("oxygen_ros.executor")
 FUTURE_AWAIT = Future.__await__.__code__  # the generator a coroutine suspended in ``await future`` sits in
 MAX_AWAIT_DEPTH = 64  # coroutines awaiting coroutines; deeper chains are polled as rclpy polls them
+# Parking reads rclpy internals (a Task's coroutine and run lock, the executor's task list); an rclpy without them
+# gets rclpy's own polling instead of a spin thread that fails.
+TASK_INTERNALS = all(hasattr(Task(lambda: None), name) for name in ("_handler", "_task_lock"))
 
 
 class Executor(MultiThreadedExecutor):
@@ -52,6 +57,7 @@ class Executor(MultiThreadedExecutor):
         self._nodes_of: dict[Task, Node | None] = {}  # each task in _futures and the node it serves
         self._parked: dict[Task, tuple[Any, Node | None]] = {}  # tasks out of _tasks, with their entity and node
         self._parked_lock = threading.Lock()
+        self._parks = TASK_INTERNALS and isinstance(getattr(self, "_tasks", None), list) and hasattr(self, "_tasks_lock")
 
     def _spin_once_impl(self, timeout_sec: float | TimeoutObject | None = None, wait_condition=lambda: False) -> None:
         try:
@@ -61,7 +67,7 @@ class Executor(MultiThreadedExecutor):
         except Exception as exc:  # e.g. an entity that raised while being added to the wait set
             LOGGER.error(_report("building the wait set", exc), throttle_duration_sec=1.0)
             return
-        if self._park(handler, entity, node):
+        if self._parked_now(handler, entity, node):
             return
         self._executor.submit(self._run, handler, entity, node)
         if handler not in self._nodes_of:
@@ -79,10 +85,20 @@ class Executor(MultiThreadedExecutor):
         the spin thread would cost that pass, whose wait set (every entity of every node) is most of the spin
         thread's time in a graph of many nodes."""
         task()
-        if not task.done() and not self._park(task, entity, node):
+        if not task.done() and not self._parked_now(task, entity, node):
             future = awaited_future(task)
-            if future is not None and future.done():  # it completed before the park: resume on the next pass
+            if future is not None and not future._pending():  # it ended before the park: resume on the next pass
                 self.wake()
+
+    def _parked_now(self, task: Task, entity: Any, node: Node | None) -> bool:
+        """``_park``, where parking is possible; a failure is logged and the task left to rclpy's polling."""
+        if not self._parks:
+            return False
+        try:
+            return self._park(task, entity, node)
+        except Exception as exc:
+            LOGGER.error(_report("parking a task", exc), throttle_duration_sec=1.0)
+            return False
 
     def _park(self, task: Task, entity: Any, node: Node | None) -> bool:
         """Take ``task`` out of the task list while its coroutine waits on a pending future; that future's done
@@ -96,17 +112,22 @@ class Executor(MultiThreadedExecutor):
             return False
         try:
             future = awaited_future(task)
-            if future is None or future.done() or future.cancelled() or _owner(future) not in (None, self):
+            if future is None or not future._pending() or _owner(future) not in (None, self):
                 return False
             with self._parked_lock:  # another thread may have parked it since the check above
                 if task in self._parked:
                     return True
                 self._parked[task] = (entity, node)
-            with self._tasks_lock:
-                self._tasks = [listed for listed in self._tasks if listed[0] is not task]
+            try:
+                with self._tasks_lock:
+                    self._tasks = [listed for listed in self._tasks if listed[0] is not task]
+            except BaseException:
+                with self._parked_lock:
+                    del self._parked[task]
+                raise
         finally:
             task._task_lock.release()
-        future.add_done_callback(lambda _: self._unpark(task))  # runs at once if it completed meanwhile
+        future.add_done_callback(lambda _: self._unpark(task))  # runs at once if it ended meanwhile
         return True
 
     def _unpark(self, task: Task) -> None:
@@ -116,7 +137,8 @@ class Executor(MultiThreadedExecutor):
             return
         with self._tasks_lock:
             self._tasks.append((task, entity, node))
-        self.wake()
+        with contextlib.suppress(InvalidHandle):  # shut down meanwhile: its guard condition is gone
+            self.wake()
 
 
 def awaited_future(task: Task) -> Future | None:
@@ -134,14 +156,6 @@ def awaited_future(task: Task) -> Future | None:
         else:
             return None
     return None
-
-
-def wake_waiters(executor: Any) -> None:
-    """Call after completing a future that no executor owns which a coroutine of ``executor`` may await: rclpy's
-    executors resume waiting coroutines only when something wakes them; this one put the parked coroutine back and
-    woke itself in the future's done callback already (a second wake would cost a second pass)."""
-    if executor is not None and not isinstance(executor, Executor):
-        executor.wake()
 
 
 def _owner(future: Future) -> Any:

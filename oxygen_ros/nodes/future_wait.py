@@ -15,8 +15,6 @@ from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
 from rclpy.task import Future
 
-from oxygen_ros.nodes.executor import wake_waiters
-
 GONE_POLL_S = 0.25  # how often a wait with ``give_up`` asks it (e.g. whether the server is still there)
 
 
@@ -35,7 +33,7 @@ async def wait(
     def finish(ok: bool, value: Any) -> None:
         if not done.done():
             done.set_result((ok, value))
-            wake_waiters(executor)
+            executor.wake()
         finished.set()
 
     def watch() -> None:

@@ -45,7 +45,7 @@ from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros import bounds
 from oxygen_ros.nodes import convert, health, inference_params, params
 from oxygen_ros.nodes.compressed import compressed_observation, is_compressed
-from oxygen_ros.nodes.executor import Executor, wake_waiters
+from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.fleet import FleetRings
 from oxygen_ros.nodes.generate_server import GenerateServer
 from oxygen_ros.nodes.pool_markers import pool_markers
@@ -323,7 +323,7 @@ class InferenceNode(LifecycleNode):
     async def _await(self, future: ConcurrentFuture[T]) -> T:
         """Await an engine-thread future inside an executor coroutine. ``done`` belongs to no executor, so its done
         callback (``nodes.executor`` putting the parked coroutine back) runs on the engine thread at once rather
-        than as one more executor task."""
+        than as one more executor task; the wake is for executors that poll waiting coroutines (rclpy's own)."""
         executor = self.executor
         done: Future = Future()
 
@@ -333,7 +333,7 @@ class InferenceNode(LifecycleNode):
                 done.set_result(source.result())
             else:
                 done.set_exception(error)
-            wake_waiters(executor)
+            executor.wake()
 
         future.add_done_callback(relay)
         return await done

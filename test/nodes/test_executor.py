@@ -131,6 +131,25 @@ def test_stock_executor_still_polls_waiting_coroutines(ros_context):
     assert per_tick > PARKED / 2, "rclpy no longer polls waiting coroutines: nodes/executor.py's parking can go"
 
 
+def test_a_parked_coroutine_resumes_with_nothing_else_waking_the_executor(ros_context):
+    """No node, no timer, no wake call: only each future's done callback can resume its waiter (rclpy's executor
+    would wait for ever), whether the future is the executor's, no executor's, or cancelled instead of completed."""
+    with spin_nodes(ros_context) as executor:
+        futures = {"owned": Future(executor=executor), "free": Future(), "cancelled": Future()}
+
+        async def waiter(future: Future) -> str | None:
+            return await _through_a_helper(future)
+
+        tasks = {name: executor.create_task(waiter, future) for name, future in futures.items()}
+        wait_until(lambda: all(task in executor._parked for task in tasks.values()), 2.0, "every waiter parked")
+        futures["owned"].set_result("owned")
+        futures["free"].set_result("free")
+        futures["cancelled"].cancel()
+        wait_until(lambda: all(task.done() for task in tasks.values()), 2.0, "every parked waiter resumed")
+        assert not executor._parked
+    assert {name: task.result() for name, task in tasks.items()} == {"owned": "owned", "free": "free", "cancelled": None}
+
+
 def test_a_future_of_another_executor_is_polled_not_parked(ros_context):
     """Its done callbacks would run on an executor nobody spins; parking on it would never wake."""
     other = SingleThreadedExecutor(context=ros_context)
