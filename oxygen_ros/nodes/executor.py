@@ -57,7 +57,8 @@ class Executor(MultiThreadedExecutor):
         self._nodes_of: dict[Task, Node | None] = {}  # each task in _futures and the node it serves
         self._parked: dict[Task, tuple[Any, Node | None]] = {}  # tasks out of _tasks, with their entity and node
         self._parked_lock = threading.Lock()
-        self._parks = TASK_INTERNALS and isinstance(getattr(self, "_tasks", None), list) and hasattr(self, "_tasks_lock")
+        self._parks = TASK_INTERNALS and isinstance(getattr(self, "_tasks", None), list)
+        self._parks = self._parks and hasattr(self, "_tasks_lock")
 
     def _spin_once_impl(self, timeout_sec: float | TimeoutObject | None = None, wait_condition=lambda: False) -> None:
         try:
@@ -87,7 +88,7 @@ class Executor(MultiThreadedExecutor):
         task()
         if not task.done() and not self._parked_now(task, entity, node):
             future = awaited_future(task)
-            if future is not None and not future._pending():  # it ended before the park: resume on the next pass
+            if future is not None and (future.done() or future.cancelled()):  # it ended before the park: resume
                 self.wake()
 
     def _parked_now(self, task: Task, entity: Any, node: Node | None) -> bool:
@@ -112,7 +113,7 @@ class Executor(MultiThreadedExecutor):
             return False
         try:
             future = awaited_future(task)
-            if future is None or not future._pending() or _owner(future) not in (None, self):
+            if future is None or future.done() or future.cancelled() or _owner(future) not in (None, self):
                 return False
             with self._parked_lock:  # another thread may have parked it since the check above
                 if task in self._parked:
