@@ -136,7 +136,6 @@ def run(**params: Any) -> dict[str, Any]:
     return result("multitask", metrics, details, asdict(setting))
 
 
-
 def round_ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
     """One round's shared-vs-isolated ratios, both windows taken back to back."""
     return {

@@ -50,7 +50,6 @@ def run(**params: Any) -> dict[str, Any]:
     return result("robot", metrics, details, asdict(setting))
 
 
-
 def summarize(goal: Any, answers: list[tuple[bool, float, str]], elapsed_s: float) -> dict[str, Any]:
     out = goal.result
     latencies = sorted(latency for ok, latency, _ in answers if ok)

@@ -57,8 +57,8 @@ class Executor(MultiThreadedExecutor):
         self._nodes_of: dict[Task, Node | None] = {}  # each task in _futures and the node it serves
         self._parked: dict[Task, tuple[Any, Node | None]] = {}  # tasks out of _tasks, with their entity and node
         self._parked_lock = threading.Lock()
-        self._parks = TASK_INTERNALS and isinstance(getattr(self, "_tasks", None), list)
-        self._parks = self._parks and hasattr(self, "_tasks_lock")
+        listed = isinstance(getattr(self, "_tasks", None), list) and hasattr(self, "_tasks_lock")
+        self._parks = TASK_INTERNALS and listed
 
     def _spin_once_impl(self, timeout_sec: float | TimeoutObject | None = None, wait_condition=lambda: False) -> None:
         try:
