@@ -1,8 +1,9 @@
 """The project's executor vs rclpy 9.1.2's MultiThreadedExecutor: a coroutine awaiting a slow future while a fast timer
 fires. rclpy's lists the waiting task again on every pass (its bookkeeping grows with time, ros2/rclpy#1452); ours
 keeps it once and still resumes it. If the stock executor stops growing, rclpy fixed it: drop the workaround.
-Coroutines waiting on futures are parked, not polled: a dozen of them leave the process idle (rclpy's spins the CPU),
-and each resumes when its future completes, with no ``wake`` call.
+Coroutines waiting on futures are parked, not polled: beside a dozen of them a timer's tick runs one callback (rclpy's
+executor resumes every waiting coroutine on every wake-up), and each resumes when its future completes, with no
+``wake`` call.
 
 And one fault never stops the spin: a callback that raises is logged with its node and the rest is still served,
 and action clients created on a node that is spinning (ros2/rclpy#1589) leave the executor serving."""
