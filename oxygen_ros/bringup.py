@@ -5,13 +5,16 @@ as the robot does: oxygen_ros/supervisor.py).
 `launch`/`launch_ros` are not installable from PyPI, so here the graph runs as nodes of one MultiThreadedExecutor.
 Parameters come from the same YAML file the launch file passes (the installed config/oxygen.yaml by default),
 through rclpy's own ``--params-file`` handling, so the bringups cannot drift.
+
+``EngineProcesses`` is the multitask benchmark's graph: one or several inference nodes, each in its own process as on
+the robot, and the camera here with the benchmark's clients.
 """
 
 from pathlib import Path
+from typing import IO
 
 import rclpy
 from rclpy.context import Context
-from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from oxygen_ros.nodes.arm_sim import ArmSim
@@ -24,14 +27,7 @@ from oxygen_ros.nodes.process_graph import ProcessGraph
 from oxygen_ros.nodes.vqa_node import VqaNode
 from oxygen_ros import simulation
 from oxygen_ros.share import default_config
-
-def remaps(namespace: str) -> list[str]:
-    """Arguments that move an inference node into ``namespace`` ('' = none): its names are relative, so every name
-    it serves moves with it (`/diagnostics` stays global), and several engines, each with its own pool, can run side
-    by side (the multitask benchmark's isolated setting).  Such a node takes its parameters from the declared
-    defaults and the overrides, not from the file's `oxygen_inference`."""
-    return ["--ros-args", "-r", f"__ns:=/{namespace}"] if namespace else []
-
+from oxygen_ros.supervisor import NodeSpec, Supervisor
 
 def _overrides(values: dict) -> list[Parameter]:
     return [Parameter(name, value=value) for name, value in values.items()]
@@ -39,9 +35,7 @@ def _overrides(values: dict) -> list[Parameter]:
 
 class Graph(ProcessGraph):
     """The simulated graph (``simulation``): the inference node (configured and active), the camera, the SO-100
-    arm's two controllers and the task nodes (vqa, instruction, navigation), spinning on a background thread.  With several ``namespaces`` there is one
-    inference node per namespace (see ``remaps``); ``inference`` is the first; the task nodes call the one without a
-    namespace.
+    arm's two controllers and the task nodes (vqa, instruction, navigation), spinning on a background thread.
 
     ``with Graph(...) as graph:`` brings them up and tears everything down on exit; ``graph.context`` lets a
     client node join the same ROS context.
@@ -53,7 +47,6 @@ class Graph(ProcessGraph):
         model: str = "",
         overrides: dict | None = None,
         domain_id: int | None = None,
-        namespaces: tuple[str, ...] = ("",),
     ) -> None:
         self.config = config or default_config()
         if not self.config.is_file():
@@ -65,9 +58,7 @@ class Graph(ProcessGraph):
         values = simulated["oxygen_inference"] | (overrides or {}) | ({"model": model} if model else {})
         parameters = _overrides(values)
         try:
-            for ns in namespaces:
-                self.add(InferenceNode(context=self.context, parameter_overrides=parameters, cli_args=remaps(ns)))
-            self.inference = self.inferences[0]
+            self.inference = self.add(InferenceNode(context=self.context, parameter_overrides=parameters))
             self.camera = self.add(CameraSim(context=self.context))
             self.arm = [self.add(node(context=self.context, parameter_overrides=_overrides(simulated.get(name, {}))))
                         for name, node in zip(simulation.ARM_NODES, (ArmSim, GripperSim), strict=True)]  # fmt: skip
@@ -79,6 +70,38 @@ class Graph(ProcessGraph):
             self.close()
             raise
 
-    def add_client(self, name: str) -> Node:
-        """A plain node in the graph's context and executor (for the CLI's calls)."""
-        return self.add(Node(name, context=self.context))
+
+class EngineProcesses(ProcessGraph):
+    """An inference node per namespace ('' = none), each a process of its own with its own engine and pool
+    (``supervisor.Supervisor``: configured and active before ``start`` returns), given the simulated bringup's
+    parameters, ``overrides`` and ``model``; and camera_sim in this process, spinning with the caller's client nodes
+    (``add_client``), so that a benchmark can take one frame and then stop it.  A namespaced node reads no section of
+    ``config``: its parameters are the declared defaults and these.  The processes' output goes to ``output``."""
+
+    def __init__(self, config: Path | None = None, model: str = "", overrides: dict | None = None,
+                 namespaces: tuple[str, ...] = ("",), output: IO | None = None) -> None:  # fmt: skip
+        self.config = config or default_config()
+        if not self.config.is_file():
+            raise FileNotFoundError(f"parameter file {self.config} not found")
+        context = Context()
+        rclpy.init(args=["--ros-args", "--params-file", str(self.config)], context=context)
+        super().__init__(context, "oxygen-engines")
+        inference = simulation.parameters()["oxygen_inference"] | (overrides or {}) | ({"model": model} if model else {})
+        nodes = tuple(NodeSpec("oxygen_inference", "inference_node", lifecycle=True, namespace=ns) for ns in namespaces)
+        self.supervisor: Supervisor | None = None  # None only while constructing, or when that failed
+        try:
+            self.supervisor = Supervisor(self.config, {node.key: inference for node in nodes}, nodes, output=output)
+            self.camera = self.add(CameraSim(context=self.context))
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.start()
+        super().start()
+
+    def close(self) -> None:
+        super().close()
+        if self.supervisor is not None:
+            self.supervisor.stop()

@@ -53,12 +53,23 @@ PROBE_S = 2.0  # how long one lifecycle get_state probe may take before it is se
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node of the graph: its name (its section in the YAML), its executable, whether it is a lifecycle node
-    to configure and activate after each start."""
+    """One node of the graph: its name, its executable, whether it is a lifecycle node to configure and activate
+    after each start, and the namespace it is moved into ('' = none; several inference nodes side by side, each
+    with its own pool). Its section in the YAML is its name, a namespaced node's its fully qualified name."""
 
     name: str
     executable: str
     lifecycle: bool = False
+    namespace: str = ""
+
+    @property
+    def fully_qualified_name(self) -> str:
+        return f"/{self.namespace}/{self.name}" if self.namespace else f"/{self.name}"
+
+    @property
+    def key(self) -> str:
+        """Its name in ``pids()``, ``restarts()`` and the YAML: the name, or the fully qualified name when namespaced."""
+        return self.fully_qualified_name if self.namespace else self.name
 
 
 # The nodes of launch/oxygen.launch.py.
@@ -113,6 +124,13 @@ def _dies_with(parent: int) -> Callable[[], None]:
     return preexec
 
 
+class _NoAliases(yaml.SafeDumper):
+    """Writes a value given twice (one dict of overrides for several nodes) twice: rcl's parser refuses YAML aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def _exit_reason(code: int) -> str:
     return f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
 
@@ -144,14 +162,15 @@ class Supervisor:
                 raise FileNotFoundError(f"{share.node_executable(spec.executable)} is not installed (make install)")
         self.policy, self.startup_timeout_s, self.stop_timeout_s = policy, startup_timeout_s, stop_timeout_s
         self.autostart = autostart
-        self._children = {spec.name: _Child(spec) for spec in nodes}
+        self._children = {spec.key: _Child(spec) for spec in nodes}
+        if len(self._children) < len(nodes):
+            raise ValueError("two nodes of the graph have the same fully qualified name")
         self._output = output
         self._folder = Path(tempfile.mkdtemp(prefix="oxygen_supervisor_"))
         self._params = [str(self.config)]
         if overrides:
-            (self._folder / "overrides.yaml").write_text(
-                yaml.safe_dump({name: {"ros__parameters": values} for name, values in overrides.items()})
-            )
+            sections = {name: {"ros__parameters": values} for name, values in overrides.items()}
+            (self._folder / "overrides.yaml").write_text(yaml.dump(sections, Dumper=_NoAliases))
             self._params.append(str(self._folder / "overrides.yaml"))
         self._env = dict(os.environ)
         if not any(name in os.environ for name in PROFILE_VARIABLES) and share.dds_profile().is_file():
@@ -174,13 +193,13 @@ class Supervisor:
         why (a missing model, a bad parameter); later failures are restarted instead."""
         try:
             for child in self._children.values():
-                child.thread = threading.Thread(target=self._keep, args=(child,), name=f"keep-{child.spec.name}")
+                child.thread = threading.Thread(target=self._keep, args=(child,), name=f"keep-{child.spec.key}")
                 child.thread.start()
             for child in self._children.values():
                 while not child.up.wait(0.2):  # short waits: Ctrl-C is handled meanwhile
                     pass
                 if not child.up_ok:
-                    raise RuntimeError(f"{child.spec.name} could not be configured and activated; its log says why")
+                    raise RuntimeError(f"{child.spec.key} could not be configured and activated; its log says why")
         except BaseException:
             self.stop()
             raise
@@ -238,7 +257,7 @@ class Supervisor:
                 child.up_ok = up
                 child.up.set()
             if not up and process.poll() is None and not self._stopping.is_set():
-                LOGGER.error(f"{spec.name} (pid {process.pid}) could not be configured and activated: stopping it")
+                LOGGER.error(f"{spec.key} (pid {process.pid}) could not be configured and activated: stopping it")
                 process.send_signal(signal.SIGINT)
                 try:
                     process.wait(self.stop_timeout_s)
@@ -250,13 +269,13 @@ class Supervisor:
             now = time.monotonic()
             delay = self.policy.delay(child.recent_restarts(now))
             if delay is None:
-                self.failure = f"{spec.name} exited {self.policy.per_minute + 1} times within a minute; giving up"
-                LOGGER.error(f"{spec.name} (pid {process.pid}) exited with {_exit_reason(code)}: {self.failure}")
+                self.failure = f"{spec.key} exited {self.policy.per_minute + 1} times within a minute; giving up"
+                LOGGER.error(f"{spec.key} (pid {process.pid}) exited with {_exit_reason(code)}: {self.failure}")
                 self.failed.set()
                 return
             child.restarts.append(now)
             LOGGER.warning(
-                f"{spec.name} (pid {process.pid}) exited with {_exit_reason(code)}; restarting it in {delay:g} s "
+                f"{spec.key} (pid {process.pid}) exited with {_exit_reason(code)}; restarting it in {delay:g} s "
                 f"(restart {len(child.restarts)}, {child.recent_restarts(now)} in the last minute)"
             )
             if self._stopping.wait(delay):
@@ -264,6 +283,8 @@ class Supervisor:
 
     def _spawn(self, child: _Child) -> subprocess.Popen | None:
         command = [str(share.node_executable(child.spec.executable)), "--ros-args"]
+        if child.spec.namespace:
+            command += ["-r", f"__ns:=/{child.spec.namespace}"]
         for path in self._params:
             command += ["--params-file", path]
         with self._lock:
@@ -278,7 +299,7 @@ class Supervisor:
                 env=self._env,
                 preexec_fn=_dies_with(os.getpid()),
             )
-        LOGGER.info(f"started {child.spec.name} (pid {child.process.pid})")
+        LOGGER.info(f"started {child.spec.key} (pid {child.process.pid})")
         return child.process
 
     def _bring_up(self, spec: NodeSpec, process: subprocess.Popen) -> bool:
@@ -286,8 +307,8 @@ class Supervisor:
         or the supervisor stops meanwhile)."""
         deadline = time.monotonic() + self.startup_timeout_s
         with self._bring_up_lock:
-            probe = self._node.create_client(GetState, f"/{spec.name}/get_state")
-            change = self._node.create_client(ChangeState, f"/{spec.name}/change_state")
+            probe = self._node.create_client(GetState, f"{spec.fully_qualified_name}/get_state")
+            change = self._node.create_client(ChangeState, f"{spec.fully_qualified_name}/change_state")
             try:
                 state = None
                 while state is None:  # a request sent before the new process's server is matched is lost: probe
@@ -299,7 +320,7 @@ class Supervisor:
                                         deadline)  # fmt: skip
                     if result is None or not result.success:
                         return False
-                LOGGER.info(f"{spec.name} (pid {process.pid}) is active (it was {state.current_state.label})")
+                LOGGER.info(f"{spec.key} (pid {process.pid}) is active (it was {state.current_state.label})")
                 return True
             finally:
                 self._node.destroy_client(probe)

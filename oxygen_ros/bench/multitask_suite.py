@@ -1,11 +1,13 @@
-"""`bench --suite multitask`: eight robot tasks on one camera observation, through the ROS graph, served by one
-inference node with one shared KV pool (``oxygen_ros``) or by one engine with its own pool per task (``isolated``).
+"""`bench --suite multitask`: eight robot tasks on one camera observation, through ROS, served by one inference node
+with one shared KV pool (``oxygen_ros``) or by one inference node with its own engine and pool per task
+(``isolated``).
 
-Both settings run the same requests with real rclpy calls to `/oxygen/infer`: the graph (``oxygen_ros.bringup``)
-is brought up in this process with camera_sim; ``isolated`` runs one inference node per task, each in its own
-namespace with its own `/NS/oxygen/infer`, engine and pool.  One camera_sim frame is pinned and republished to the
-engines, so every task looks at the same observation.  Each engine is warmed with one request (its prefill of the
-observation), then the window runs (see ``multitask_load`` for the three task loops).
+Both settings run as on the robot: each inference node is a process of its own (``bringup.EngineProcesses``, the
+supervisor `oxygen-ros up` uses), the isolated ones each in its own namespace with its own `/NS/oxygen/infer`, and
+the same requests reach them through real rclpy calls from this process, where camera_sim runs: one of its frames is
+pinned and republished to the engines, so every task looks at the same observation.  Each engine is warmed with one
+request (its prefill of the observation), then the window runs (``nodes.load_client`` runs the three task loops).
+The processes' output goes to ``NODE_LOG``.
 
 Model: pi05-causal-tiny (the pi0.5-shaped vision-language-action model, random-init, its prefix the camera image's 256
 SigLIP tokens) for all three task types.  SmolLM2 is text-only, so it cannot produce the action stream; with it the
@@ -14,12 +16,10 @@ nothing of the scheduler.  On the 2-core CPU one pi05-causal-tiny chunk on a cac
 met the paper's way (a chunk of 10 actions covers one second at 10 Hz), not with a chunk every 0.1 s.  The text is a random-init model's (the same greedy tokens in both settings): it measures the
 work, not answer quality (SmolLM2's answers are checked by the demo and the VQA accuracy test).
 
-Every engine computes on the threads the inference node takes by default (``num_threads`` 0: half the cores this
-process may use, leaving the rest to the robot's nodes; here the graph's own clients and executors), or on
-``threads`` each when given: one thread each on this 2-core VM, where a second one measured slower under the graph's
-load (its OpenMP barriers wait on a core the ROS threads hold). The isolated engines (eight) spread over the cores
-together. In-process engines share one interpreter: the isolated engines' threads contend for the GIL between torch
-calls (separate processes would not).
+Every engine computes on the threads the inference node takes by default (``num_threads`` 0: half the cores its
+process may use, leaving the rest to the robot's nodes), or on ``threads`` (the shared one) and ``isolated_threads``
+(each isolated one) when given. The eight isolated engines run side by side, each in its own interpreter (no GIL
+between them), on the same cores.
 
 Metrics: ``rps_ratio_vs_isolated`` (successful requests per second), ``kv_bytes_ratio_vs_isolated`` (peak KV bytes
 referenced by requests, summed over the engines, sampled from pool stats), ``p99_latency_ms_<type>`` (round trip
@@ -37,17 +37,17 @@ errors in ``details``).
 """
 
 import math
+import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 from oxygen_ros.bench.report import result
-from oxygen_ros.bringup import Graph
+from oxygen_ros.bringup import EngineProcesses
 from oxygen_ros.nodes.load_client import (
     BENCH_OBSERVATIONS,
     PoolSampler,
@@ -57,8 +57,10 @@ from oxygen_ros.nodes.load_client import (
     Workload,
     warm_up,
 )
+from oxygen_ros.nodes.params import compute_threads
 
 MODES = ("oxygen_ros", "isolated")
+NODE_LOG = Path(tempfile.gettempdir()) / "oxygen_multitask_nodes.log"  # the engine processes' output, each window's
 MAX_ROUNDS = 15
 TASK_TYPES = ("vqa", "instruction", "navigation")
 
@@ -78,7 +80,8 @@ class Setting:
     model: str = "pi05-causal-tiny"
     rounds: int = 3  # shared / isolated pairs, alternating; the ratios are the median pair's
     kv_mib: int = 64
-    threads: int = 0  # each engine's compute threads (torch's and the C kernels'); 0 = the inference node's default
+    threads: int = 0  # the shared engine's compute threads (torch's and the C kernels'); 0 = the inference node's default
+    isolated_threads: int = 0  # each isolated engine's
     sample_s: float = 0.25
     config: str = ""  # parameter YAML; '' = the installed config/oxygen.yaml
 
@@ -99,17 +102,21 @@ def run(**params: Any) -> dict[str, Any]:
     if not 1 <= setting.rounds <= MAX_ROUNDS:
         raise ValueError(f"rounds must be 1..{MAX_ROUNDS}, got {setting.rounds}")
     overrides = {"kv_cache_bytes": setting.kv_mib << 20, "observation_topic": BENCH_OBSERVATIONS,
-                 "camera_topic": "/bench/no_camera", "action_period_s": 1.0 / setting.action_hz,
-                 "num_threads": setting.threads}  # fmt: skip
+                 "camera_topic": "/bench/no_camera", "action_period_s": 1.0 / setting.action_hz}  # fmt: skip
     config = Path(setting.config) if setting.config else None
     pairs = []
     for n in range(setting.rounds):
         pair = {}
         for mode in MODES if n % 2 == 0 else MODES[::-1]:  # a drift over the run favours neither setting
             namespaces = ("",) if mode == "oxygen_ros" else tuple(f"isolated{i}" for i in range(len(setting.tasks())))
-            with Graph(config, setting.model, overrides, namespaces=namespaces) as graph:
-                label = f"{mode} (round {n + 1} of {setting.rounds})"
-                pair[mode] = measure(graph, label, namespaces, setting) | {"threads": torch.get_num_threads()}
+            threads = setting.threads if mode == "oxygen_ros" else setting.isolated_threads
+            label = f"{mode} (round {n + 1} of {setting.rounds})"
+            try:
+                with NODE_LOG.open("w") as log, EngineProcesses(config, setting.model, overrides | {"num_threads": threads},
+                                                                namespaces, log) as graph:  # fmt: skip
+                    pair[mode] = measure(graph, label, namespaces, setting) | {"threads": compute_threads(threads)}
+            except RuntimeError as exc:
+                raise RuntimeError(f"{label}: {exc} ({NODE_LOG})") from exc
         pairs.append(pair)
     ratios = [round_ratios(pair["oxygen_ros"], pair["isolated"]) for pair in pairs]
     by_ratio = sorted(range(len(pairs)), key=lambda i: ratios[i]["tokens_per_s_ratio_vs_isolated"])
@@ -145,7 +152,7 @@ def round_ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, floa
     }
 
 
-def measure(graph: Graph, label: str, namespaces: tuple[str, ...], setting: Setting) -> dict[str, Any]:
+def measure(graph: EngineProcesses, label: str, namespaces: tuple[str, ...], setting: Setting) -> dict[str, Any]:
     """One setting's window on a started graph: task i goes to engine i (modulo the number of engines)."""
     node = graph.add_client("bench_multitask")
     infer = [f"/{ns}/oxygen/infer" if ns else "/oxygen/infer" for ns in namespaces]

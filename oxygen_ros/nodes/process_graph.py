@@ -33,6 +33,10 @@ class ProcessGraph:
             self.inferences.append(node)
         return node
 
+    def add_client(self, name: str) -> Node:
+        """A plain node in the graph's context and executor (for the CLI's and the benchmarks' calls)."""
+        return self.add(Node(name, context=self.context))
+
     def _spin(self) -> None:
         try:
             self.executor.spin()

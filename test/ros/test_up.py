@@ -25,7 +25,7 @@ from sensor_msgs.msg import JointState
 from ros_harness import clean_fastdds_shm, make_context, send_goal, spin_nodes, wait_for, wait_until
 from task_graph import SMOLLM2_BLOCK_BYTES
 
-from oxygen_ros.supervisor import GRAPH, RestartPolicy, Supervisor
+from oxygen_ros.supervisor import GRAPH, NodeSpec, RestartPolicy, Supervisor
 
 pytestmark = pytest.mark.slow
 
@@ -235,6 +235,20 @@ def test_a_node_that_keeps_dying_is_given_up_on(tmp_path):
             assert graph.failure == "vqa_node exited 3 times within a minute; giving up"
             assert graph.restarts() == {"vqa_node": 2} and graph.pids() == {}
     assert "infer_timeout_s out of range" in (tmp_path / "nodes.log").read_text()  # its descriptor's range
+
+
+def test_a_namespaced_node_takes_the_section_of_its_fully_qualified_name(tmp_path):
+    vqa = NodeSpec("vqa_node", "vqa_node", namespace="robot2")
+    assert vqa.key == vqa.fully_qualified_name == "/robot2/vqa_node"
+    with pytest.raises(ValueError, match="two nodes of the graph have the same fully qualified name"):
+        Supervisor(nodes=(vqa, NodeSpec("vqa_node", "vqa_node", namespace="robot2")))
+    give_up = RestartPolicy(first_delay_s=0.05, max_delay_s=0.05, per_minute=1)
+    with (tmp_path / "nodes.log").open("w") as log:
+        with Supervisor(nodes=(vqa,), overrides={vqa.key: {"infer_timeout_s": -1.0}}, policy=give_up,
+                        output=log) as graph:  # fmt: skip
+            assert graph.failed.wait(60), (tmp_path / "nodes.log").read_text()
+            assert graph.failure == "/robot2/vqa_node exited 2 times within a minute; giving up"
+    assert "infer_timeout_s out of range" in (tmp_path / "nodes.log").read_text()  # the override reached it
 
 
 def test_restart_delays_double_up_to_a_cap_then_give_up():
