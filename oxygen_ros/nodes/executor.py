@@ -68,6 +68,7 @@ class Executor(MultiThreadedExecutor):
         except Exception as exc:  # e.g. an entity that raised while being added to the wait set
             LOGGER.error(_report("building the wait set", exc), throttle_duration_sec=1.0)
             return
+        self._drop_cancelled()
         if self._parked_now(handler, entity, node):
             return
         self._executor.submit(self._run, handler, entity, node)
@@ -133,13 +134,24 @@ class Executor(MultiThreadedExecutor):
 
     def _unpark(self, task: Task) -> None:
         with self._parked_lock:
-            entity, node = self._parked.pop(task)
+            if (parked := self._parked.pop(task, None)) is None:  # dropped when it was cancelled
+                return
+        entity, node = parked
         if task.done() or task.cancelled():
             return
         with self._tasks_lock:
             self._tasks.append((task, entity, node))
         with contextlib.suppress(InvalidHandle):  # shut down meanwhile: its guard condition is gone
             self.wake()
+
+
+    def _drop_cancelled(self) -> None:
+        """Forget parked tasks cancelled meanwhile (``Task.cancel`` closed the coroutine), on each pass that runs a
+        callback: rclpy drops a cancelled task from its list, and a parked one must not wait for a future that may
+        never end."""
+        with self._parked_lock:
+            for task in [task for task in self._parked if task.cancelled()]:
+                del self._parked[task]
 
 
 def awaited_future(task: Task) -> Future | None:

@@ -151,6 +151,26 @@ def test_a_parked_coroutine_resumes_with_nothing_else_waking_the_executor(ros_co
     assert {name: task.result() for name, task in tasks.items()} == {"owned": "owned", "free": "free", "cancelled": None}
 
 
+def test_a_parked_task_cancelled_is_forgotten_though_its_future_never_ends(ros_context):
+    """As rclpy drops a cancelled task from its list: on the next pass that runs a callback (here a task of its
+    own); the future's late end changes nothing."""
+    with spin_nodes(ros_context) as executor:
+        never = Future()
+
+        async def waiter() -> None:
+            await never
+
+        task = executor.create_task(waiter)
+        wait_until(lambda: task in executor._parked, 2.0, "the waiter parked")
+        task.cancel()
+        executor.create_task(lambda: None)
+        wait_until(lambda: not executor._parked, 2.0, "the cancelled task forgotten")
+        never.set_result("late")  # its done callback finds nothing to put back
+        executor.wake()
+        time.sleep(0.1)
+        assert task.cancelled() and not executor._parked and all(t is not task for t, *_ in executor._tasks)
+
+
 def test_a_future_of_another_executor_is_polled_not_parked(ros_context):
     """Its done callbacks would run on an executor nobody spins; parking on it would never wake."""
     other = SingleThreadedExecutor(context=ros_context)
