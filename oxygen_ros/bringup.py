@@ -1,6 +1,6 @@
-"""The nodes `ros2 launch oxygen_ros oxygen.launch.py` starts, in one process: for `oxygen-ros demo`, the multitask
-benchmark and tests, which want the whole graph fast and in reach (`oxygen-ros up` runs a process per node instead,
-as the robot does: oxygen_ros/supervisor.py).
+"""The nodes `ros2 launch oxygen_ros oxygen.launch.py` starts, in one process: for `oxygen-ros demo` and tests, which
+want the whole graph fast and in reach (`oxygen-ros up` runs a process per node instead, as the robot does:
+oxygen_ros/supervisor.py).
 
 `launch`/`launch_ros` are not installable from PyPI, so here the graph runs as nodes of one MultiThreadedExecutor.
 Parameters come from the same YAML file the launch file passes (the installed config/oxygen.yaml by default),
@@ -86,10 +86,11 @@ class EngineProcesses(ProcessGraph):
         context = Context()
         rclpy.init(args=["--ros-args", "--params-file", str(self.config)], context=context)
         super().__init__(context, "oxygen-engines")
-        inference = simulation.parameters()["oxygen_inference"] | (overrides or {}) | ({"model": model} if model else {})
-        nodes = tuple(NodeSpec("oxygen_inference", "inference_node", lifecycle=True, namespace=ns) for ns in namespaces)
         self.supervisor: Supervisor | None = None  # None only while constructing, or when that failed
         try:
+            inference = simulation.parameters()["oxygen_inference"] | (overrides or {}) | ({"model": model} if model else {})
+            nodes = tuple(NodeSpec("oxygen_inference", "inference_node", lifecycle=True, namespace=ns)
+                          for ns in namespaces)  # fmt: skip
             self.supervisor = Supervisor(self.config, {node.key: inference for node in nodes}, nodes, output=output)
             self.camera = self.add(CameraSim(context=self.context))
         except BaseException:
@@ -102,6 +103,8 @@ class EngineProcesses(ProcessGraph):
         super().start()
 
     def close(self) -> None:
-        super().close()
-        if self.supervisor is not None:
-            self.supervisor.stop()
+        try:
+            super().close()
+        finally:  # the engine processes stop whatever failed here
+            if self.supervisor is not None:
+                self.supervisor.stop()

@@ -62,6 +62,10 @@ class NodeSpec:
     lifecycle: bool = False
     namespace: str = ""
 
+    def __post_init__(self) -> None:
+        if self.namespace.startswith("/") or self.namespace.endswith("/"):
+            raise ValueError(f"namespace {self.namespace!r}: give it without leading or trailing '/'")
+
     @property
     def fully_qualified_name(self) -> str:
         return f"/{self.namespace}/{self.name}" if self.namespace else f"/{self.name}"
@@ -138,9 +142,9 @@ def _exit_reason(code: int) -> str:
 class Supervisor:
     """``with Supervisor(config) as graph:`` every node of ``nodes`` runs (the inference node configured and
     active, with ``autostart``) until the block ends; ``pids()`` and ``restarts()`` say what runs now and how often
-    each restarted.
+    each restarted, by each node's ``key`` (its name; a namespaced node's fully qualified name).
 
-    ``overrides`` maps a node name to parameters that replace the file's; ``output`` receives every child's stdout
+    ``overrides`` maps a node's key to parameters that replace the file's; ``output`` receives every child's stdout
     and stderr (None: this process's own, like ``output='screen'``)."""
 
     def __init__(
@@ -165,6 +169,8 @@ class Supervisor:
         self._children = {spec.key: _Child(spec) for spec in nodes}
         if len(self._children) < len(nodes):
             raise ValueError("two nodes of the graph have the same fully qualified name")
+        if unknown := sorted(set(overrides or {}) - set(self._children)):  # a namespaced node's key is its full name
+            raise ValueError(f"overrides for nodes the graph does not have: {', '.join(unknown)}")
         self._output = output
         self._folder = Path(tempfile.mkdtemp(prefix="oxygen_supervisor_"))
         self._params = [str(self.config)]
@@ -205,7 +211,7 @@ class Supervisor:
             raise
 
     def pids(self) -> dict[str, int]:
-        """The process id of every node running now, by node name."""
+        """The process id of every node running now, by key."""
         return {
             name: child.process.pid
             for name, child in self._children.items()
@@ -305,8 +311,8 @@ class Supervisor:
     def _bring_up(self, spec: NodeSpec, process: subprocess.Popen) -> bool:
         """Configure and activate a lifecycle node once its services answer; False if it cannot be (or dies,
         or the supervisor stops meanwhile)."""
-        deadline = time.monotonic() + self.startup_timeout_s
-        with self._bring_up_lock:
+        with self._bring_up_lock:  # one at a time: each node's budget starts when its turn does
+            deadline = time.monotonic() + self.startup_timeout_s
             probe = self._node.create_client(GetState, f"{spec.fully_qualified_name}/get_state")
             change = self._node.create_client(ChangeState, f"{spec.fully_qualified_name}/change_state")
             try:

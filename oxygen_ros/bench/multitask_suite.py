@@ -7,7 +7,8 @@ supervisor `oxygen-ros up` uses), the isolated ones each in its own namespace wi
 the same requests reach them through real rclpy calls from this process, where camera_sim runs: one of its frames is
 pinned and republished to the engines, so every task looks at the same observation.  Each engine is warmed with one
 request (its prefill of the observation), then the window runs (``nodes.load_client`` runs the three task loops).
-The processes' output goes to ``NODE_LOG``.
+Each window's engine processes write their output to a log of their own in a folder made for the run
+(``details.node_logs``).
 
 Model: pi05-causal-tiny (the pi0.5-shaped vision-language-action model, random-init, its prefix the camera image's 256
 SigLIP tokens) for all three task types.  SmolLM2 is text-only, so it cannot produce the action stream; with it the
@@ -50,6 +51,7 @@ from oxygen_ros.bench.report import result
 from oxygen_ros.bringup import EngineProcesses
 from oxygen_ros.nodes.load_client import (
     BENCH_OBSERVATIONS,
+    EngineThreads,
     PoolSampler,
     TaskLog,
     TaskThread,
@@ -57,10 +59,8 @@ from oxygen_ros.nodes.load_client import (
     Workload,
     warm_up,
 )
-from oxygen_ros.nodes.params import compute_threads
 
 MODES = ("oxygen_ros", "isolated")
-NODE_LOG = Path(tempfile.gettempdir()) / "oxygen_multitask_nodes.log"  # the engine processes' output, each window's
 MAX_ROUNDS = 15
 TASK_TYPES = ("vqa", "instruction", "navigation")
 
@@ -104,6 +104,7 @@ def run(**params: Any) -> dict[str, Any]:
     overrides = {"kv_cache_bytes": setting.kv_mib << 20, "observation_topic": BENCH_OBSERVATIONS,
                  "camera_topic": "/bench/no_camera", "action_period_s": 1.0 / setting.action_hz}  # fmt: skip
     config = Path(setting.config) if setting.config else None
+    logs = Path(tempfile.mkdtemp(prefix="oxygen_multitask_"))
     pairs = []
     for n in range(setting.rounds):
         pair = {}
@@ -111,12 +112,14 @@ def run(**params: Any) -> dict[str, Any]:
             namespaces = ("",) if mode == "oxygen_ros" else tuple(f"isolated{i}" for i in range(len(setting.tasks())))
             threads = setting.threads if mode == "oxygen_ros" else setting.isolated_threads
             label = f"{mode} (round {n + 1} of {setting.rounds})"
+            log_path = logs / f"round{n + 1}-{mode}.log"
             try:
-                with NODE_LOG.open("w") as log, EngineProcesses(config, setting.model, overrides | {"num_threads": threads},
-                                                                namespaces, log) as graph:  # fmt: skip
-                    pair[mode] = measure(graph, label, namespaces, setting) | {"threads": compute_threads(threads)}
+                with log_path.open("w") as log, EngineProcesses(config, setting.model, overrides | {"num_threads": threads},
+                                                               namespaces, log) as graph:  # fmt: skip
+                    pair[mode] = measure(graph, label, namespaces, setting)
+                    pair[mode]["engine_restarts"] = sum(graph.supervisor.restarts().values())
             except RuntimeError as exc:
-                raise RuntimeError(f"{label}: {exc} ({NODE_LOG})") from exc
+                raise RuntimeError(f"{label}: {exc} ({log_path})") from exc
         pairs.append(pair)
     ratios = [round_ratios(pair["oxygen_ros"], pair["isolated"]) for pair in pairs]
     by_ratio = sorted(range(len(pairs)), key=lambda i: ratios[i]["tokens_per_s_ratio_vs_isolated"])
@@ -140,6 +143,7 @@ def run(**params: Any) -> dict[str, Any]:
         for ratio, pair in zip(ratios, pairs, strict=True)
     ]  # fmt: skip
     details["median_round"] = median
+    details["node_logs"] = str(logs)
     return result("multitask", metrics, details, asdict(setting))
 
 
@@ -155,6 +159,7 @@ def round_ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, floa
 def measure(graph: EngineProcesses, label: str, namespaces: tuple[str, ...], setting: Setting) -> dict[str, Any]:
     """One setting's window on a started graph: task i goes to engine i (modulo the number of engines)."""
     node = graph.add_client("bench_multitask")
+    reports = EngineThreads(node)
     infer = [f"/{ns}/oxygen/infer" if ns else "/oxygen/infer" for ns in namespaces]
     stats = [name.replace("/infer", "/get_pool_stats") for name in infer]
     tasks = setting.tasks()
@@ -178,7 +183,11 @@ def measure(graph: EngineProcesses, label: str, namespaces: tuple[str, ...], set
     elapsed = time.monotonic() - start
     sampler.stop.set()
     sampler.join()
-    return summarize(logs, elapsed, sampler) | {"warmup_reused_prefix_tokens": sum(r.reused_prefix_tokens for r in warm)}
+    threads = set(reports.of([f"{ns}/oxygen_inference" if ns else "oxygen_inference" for ns in namespaces]))
+    if len(threads) != 1:
+        raise RuntimeError(f"the engines of one setting report different compute threads: {sorted(threads)}")
+    return summarize(logs, elapsed, sampler) | {"warmup_reused_prefix_tokens": sum(r.reused_prefix_tokens for r in warm),
+                                                "threads": threads.pop()}  # fmt: skip
 
 
 def summarize(logs: list[TaskLog], elapsed_s: float, sampler: PoolSampler) -> dict[str, Any]:

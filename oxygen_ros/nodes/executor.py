@@ -75,7 +75,7 @@ class Executor(MultiThreadedExecutor):
         if handler not in self._nodes_of:
             self._futures.append(handler)
             self._nodes_of[handler] = node
-        for future in [f for f in self._futures if f.done()]:
+        for future in [f for f in self._futures if f.done() or f.cancelled()]:  # a cancelled task is never done
             self._futures.remove(future)
             node = self._nodes_of.pop(future)
             if future.exception() is not None:
@@ -125,7 +125,7 @@ class Executor(MultiThreadedExecutor):
                     self._tasks = [listed for listed in self._tasks if listed[0] is not task]
             except BaseException:
                 with self._parked_lock:
-                    del self._parked[task]
+                    self._parked.pop(task, None)  # unless cancelled and dropped meanwhile
                 raise
         finally:
             task._task_lock.release()

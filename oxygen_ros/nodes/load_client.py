@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.client import Client
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
@@ -171,9 +172,35 @@ class PoolSampler(threading.Thread):
         return max((used for used, _ in self.samples), default=0)
 
 
+class EngineThreads:
+    """The compute threads each inference node says it took (`/diagnostics`, ``compute_threads``: "N of M CPUs"),
+    by its fully qualified name without the leading slash (its status is named "<that>: KV pool")."""
+
+    def __init__(self, node: Node) -> None:
+        self.reported: dict[str, int] = {}
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            name = status.name.removesuffix(": KV pool")
+            for value in status.values:
+                if value.key == "compute_threads":
+                    self.reported[name] = int(value.value.split()[0])
+
+    def of(self, names: list[str], timeout: float = 10.0) -> list[int]:
+        """Each named node's threads, waiting up to ``timeout`` for their reports (they publish once a second)."""
+        deadline = time.monotonic() + timeout
+        while missing := [name for name in names if name not in self.reported]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no compute_threads on /diagnostics from {', '.join(missing)} in {timeout:.0f} s")
+            time.sleep(0.1)
+        return [self.reported[name] for name in names]
+
+
 def pin_observation(graph: Any, node: Node, services: list[str], timeout: float = 60.0) -> str:
-    """Take one camera_sim frame (its Image with the Observation naming it), stop the camera (``graph``:
-    ``bringup.Graph``), and give that frame to every engine; its observation_id."""
+    """Take one camera_sim frame (its Image with the Observation naming it), stop the camera (``graph``: a
+    ``ProcessGraph`` with camera_sim as ``graph.camera``), and give that frame to every engine; its
+    observation_id."""
     texts: list[Observation] = []
     images: dict[str, Image] = {}
     node.create_subscription(Observation, "/oxygen/observation", texts.append, 10)

@@ -2,6 +2,7 @@
 shares the observation's blocks across tasks and isolated pools never do."""
 
 import math
+import os
 
 import pytest
 
@@ -39,8 +40,10 @@ def test_multitask_suite_compares_one_shared_pool_with_isolated_engines():
     assert m["isolated_warmup_reused_prefix_tokens"] == 0
     assert m["isolated_peak_shared_blocks"] == 0  # each engine holds its own copy
     assert out["params"]["vqa"] == 1 and out["suite"] == "multitask"
-    # every engine on the inference node's default threads (half the cores this process may use)
+    # every engine, as it reports on /diagnostics, on the inference node's default threads (half the cores)
     assert m["oxygen_ros_threads"] == m["isolated_threads"] == max(1, available_cpus() // 2)
+    assert m["oxygen_ros_engine_restarts"] == m["isolated_engine_restarts"] == 0
+    assert all(name.endswith(".log") for name in os.listdir(out["details"]["node_logs"]))
 
 
 def test_rounds_are_bounded_before_any_graph_starts():

@@ -169,6 +169,7 @@ def test_a_parked_task_cancelled_is_forgotten_though_its_future_never_ends(ros_c
         executor.wake()
         time.sleep(0.1)
         assert task.cancelled() and not executor._parked and all(t is not task for t, *_ in executor._tasks)
+        assert task not in executor._nodes_of  # nor kept as a callback still running
 
 
 def test_a_future_of_another_executor_is_polled_not_parked(ros_context):

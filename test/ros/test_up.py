@@ -242,6 +242,10 @@ def test_a_namespaced_node_takes_the_section_of_its_fully_qualified_name(tmp_pat
     assert vqa.key == vqa.fully_qualified_name == "/robot2/vqa_node"
     with pytest.raises(ValueError, match="two nodes of the graph have the same fully qualified name"):
         Supervisor(nodes=(vqa, NodeSpec("vqa_node", "vqa_node", namespace="robot2")))
+    with pytest.raises(ValueError, match="overrides for nodes the graph does not have: vqa_node"):
+        Supervisor(nodes=(vqa,), overrides={"vqa_node": {}})  # a namespaced node's section is its full name
+    with pytest.raises(ValueError, match="namespace '/robot2': give it without leading or trailing '/'"):
+        NodeSpec("vqa_node", "vqa_node", namespace="/robot2")
     give_up = RestartPolicy(first_delay_s=0.05, max_delay_s=0.05, per_minute=1)
     with (tmp_path / "nodes.log").open("w") as log:
         with Supervisor(nodes=(vqa,), overrides={vqa.key: {"infer_timeout_s": -1.0}}, policy=give_up,
