@@ -11,9 +11,10 @@
  * region: the products read the weights once for all rows and split their eight-row blocks over the threads,
  * attention its (row, kv head) pairs, the vector ops their rows.
  * All math is fp32 over an fp32 pool, as in the torch path (bf16 projection weights, when the model stores them so,
- * are widened to fp32 exactly as they are read; int8 ones are read as integers and each group's sum scaled; Q4_1
- * blocks dequantized as read, d * q + m); the attention mass of each block (summed over heads) is added to the
- * row's block_mass when it is given, as the eviction policy reads it.
+ * are widened to fp32 exactly as they are read; int8 ones are read as integers and each group's sum scaled, a single
+ * row's input coded to int16 for them (vector.h, code_i16); Q4_1 blocks dequantized as read, d * q + m); the
+ * attention mass of each block (summed over heads) is added to the row's block_mass when it is given, as the
+ * eviction policy reads it.
  */
 #include <omp.h>
 

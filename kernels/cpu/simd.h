@@ -103,6 +103,15 @@ static inline void vf_load_q4_1(const uint8_t* block, vf* low, vf* high) {
   *low = _mm512_permutexvar_ps(codes, levels);
   *high = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), levels);
 }
+/* The 32 products of int8 weights w and int16 codes x, summed in adjacent pairs (vpmaddwd, exact: a pair is at most
+ * 2 * 127 * 32767 < 2^24) as 16 fp32 lanes. */
+static inline vf vf_dot_i8_i16(const int8_t* w, const int16_t* x) {
+  const __m512i weights = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)w));
+  return _mm512_cvtepi32_ps(_mm512_madd_epi16(weights, _mm512_loadu_si512(x)));
+}
+static inline void vf_store_i16(int16_t* p, vf x) { /* 16 lanes rounded to the nearest (even) integer, in range */
+  _mm256_storeu_si256((__m256i*)p, _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(x)));
+}
 static inline vf vf_gather(const float* first, int64_t stride) { /* first[i * stride] for i < 16 */
   const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                           _mm512_set1_epi32((int)stride));
@@ -154,6 +163,16 @@ static inline vf vf_load_nibbles(const uint8_t* p, int shift) { /* (p[i] >> shif
   return (vf){{_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nibbles)),
                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(nibbles, 8)))}};
 }
+static inline vf vf_dot_i8_i16(const int8_t* w, const int16_t* x) { /* see the AVX-512 version */
+  const __m128i bytes0 = _mm_loadu_si128((const __m128i*)w), bytes1 = _mm_loadu_si128((const __m128i*)w + 1);
+  const __m256i p0 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(bytes0), _mm256_loadu_si256((const __m256i*)x));
+  const __m256i p1 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(bytes1), _mm256_loadu_si256((const __m256i*)x + 1));
+  return (vf){{_mm256_cvtepi32_ps(p0), _mm256_cvtepi32_ps(p1)}};
+}
+static inline void vf_store_i16(int16_t* p, vf x) { /* packs interleaves its halves by 128-bit lane: reordered */
+  const __m256i packed = _mm256_packs_epi32(_mm256_cvtps_epi32(x.h[0]), _mm256_cvtps_epi32(x.h[1]));
+  _mm256_storeu_si256((__m256i*)p, _mm256_permute4x64_epi64(packed, 0xD8));
+}
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #define VF_P 4
 #define VF_W 4
@@ -188,6 +207,19 @@ static inline vf vf_load_nibbles(const uint8_t* p, int shift) { /* (p[i] >> shif
   const uint16x8_t lo = vmovl_u8(vget_low_u8(nibbles)), hi = vmovl_high_u8(nibbles);
   return (vf){{vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))), vcvtq_f32_u32(vmovl_high_u16(lo)),
                vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))), vcvtq_f32_u32(vmovl_high_u16(hi))}};
+}
+static inline vf vf_dot_i8_i16(const int8_t* w, const int16_t* x) { /* see the AVX-512 version: lanes j, j + 4 */
+  const int8x16_t b0 = vld1q_s8(w), b1 = vld1q_s8(w + 16);
+  const int16x8_t w16[4] = {vmovl_s8(vget_low_s8(b0)), vmovl_high_s8(b0), vmovl_s8(vget_low_s8(b1)), vmovl_high_s8(b1)};
+  vf r;
+  for (int i = 0; i < 4; ++i) {
+    const int16x8_t x16 = vld1q_s16(x + 8 * i);
+    r.q[i] = vcvtq_f32_s32(vmlal_high_s16(vmull_s16(vget_low_s16(w16[i]), vget_low_s16(x16)), w16[i], x16));
+  }
+  return r;
+}
+static inline void vf_store_i16(int16_t* p, vf x) { /* rounded to the nearest (even) integer, in range */
+  for (int i = 0; i < 4; ++i) vst1_s16(p + 4 * i, vqmovn_s32(vcvtnq_s32_f32(x.q[i])));
 }
 #endif
 

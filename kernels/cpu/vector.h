@@ -8,6 +8,8 @@
 #define MATVEC_ROWS 8         /* weight rows per work item of the threads' split */
 #define STREAMED_MAX_INPUTS 8 /* input rows one pass over the weights serves (more: oneDNN's blocked products) */
 #define PREFETCH_BYTES 8192   /* how far ahead of its stream a few-input product asks for weights (into L2) */
+#define I16_MAX_K 16384       /* longest input one int8 row product codes to int16 (on each thread's stack) */
+_Static_assert(I8_GROUP == 32, "vf_dot_i8_i16 takes one group");
 
 static inline int64_t matvec_blocks(int64_t n) { return (n + MATVEC_ROWS - 1) / MATVEC_ROWS; }
 
@@ -85,6 +87,48 @@ static inline float dot_row(const void* w, int format, const float* scales, int6
   for (int64_t j = body; j < k; j += 16)
     a0 = vf_fmadd(row_weights_tail(w, format, scales, row, k, j, k - j), vf_load_n(x + j, k - j), a0);
   return vf_reduce_add(vf_add(a0, a1));
+}
+
+/* x (k floats) as int16 codes, one scale per I8_GROUP: code = round(x * 32767 / the group's absmax), scale =
+ * absmax / 32767 (a group of zeros: codes and scale 0). codes holds i8_groups(k) whole groups; past k, zeros. */
+static inline void code_i16(const float* x, int64_t k, int16_t* codes, float* scales) {
+  for (int64_t j = 0; j < k; j += I8_GROUP) {
+    vf top = vf_zero(), part[I8_GROUP / 16];
+    for (int h = 0; h < I8_GROUP / 16; ++h) {
+      part[h] = vf_load_n(x + j + 16 * h, k - j - 16 * h);
+      top = vf_max(top, vf_max(part[h], vf_sub(vf_zero(), part[h])));
+    }
+    const float absmax = vf_reduce_max(top);
+    const vf inv = vf_set1(absmax > 0.0f ? 32767.0f / absmax : 0.0f);
+    scales[j / I8_GROUP] = absmax / 32767.0f;
+    for (int h = 0; h < I8_GROUP / 16; ++h) vf_store_i16(codes + j + 16 * h, vf_mul(part[h], inv));
+  }
+}
+
+/* One int8 row (its group scales) times x coded by code_i16: each group's 32 products summed exactly in integers,
+ * then scaled by both scales once. Integer products of int16 codes read a group in ~4 vector operations where
+ * widening both operands to fp32 takes ~7: a batch-1 decode with int8 weights is bound by them, not by its reads.
+ * Two accumulators: each step depends on one, not on the last. */
+static inline float dot_row_i16(const void* w, const float* scales, int64_t row, const int16_t* codes,
+                                const float* code_scales, int64_t k) {
+  const int64_t groups = i8_groups(k), whole = k / I8_GROUP;
+  const int8_t* r = (const int8_t*)w + row * k;
+  const float* s = scales + row * groups;
+  vf a0 = vf_zero(), a1 = vf_zero();
+  int64_t g = 0;
+  for (; g + 1 < whole; g += 2) {
+    a0 = vf_fmadd(vf_dot_i8_i16(r + g * I8_GROUP, codes + g * I8_GROUP), vf_set1(s[g] * code_scales[g]), a0);
+    a1 = vf_fmadd(vf_dot_i8_i16(r + (g + 1) * I8_GROUP, codes + (g + 1) * I8_GROUP),
+                  vf_set1(s[g + 1] * code_scales[g + 1]), a1);
+  }
+  if (g < whole) a0 = vf_fmadd(vf_dot_i8_i16(r + g * I8_GROUP, codes + g * I8_GROUP), vf_set1(s[g] * code_scales[g]), a0);
+  float tail = 0.0f; /* a last, partial group (no whole 32 bytes to load): integers one by one */
+  if (whole < groups) {
+    int32_t sum = 0;
+    for (int64_t j = whole * I8_GROUP; j < k; ++j) sum += r[j] * codes[j];
+    tail = (float)sum * (s[whole] * code_scales[whole]);
+  }
+  return vf_reduce_add(vf_add(a0, a1)) + tail;
 }
 
 /* y[i * n + r] = W[r] . x[i] for the R (1 or 2) weight rows r = row, row + 1 and the
@@ -171,6 +215,12 @@ static inline void matvec_for(const void* w, int format, const float* scales, co
   if (format == WEIGHTS_BF16) {
     #pragma omp for schedule(static)
     for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, WEIGHTS_BF16, NULL, x, y, m, n, k, b);
+  } else if (format == WEIGHTS_I8 && m == 1 && k <= I16_MAX_K) { /* one input: coded to int16 (dot_row_i16) */
+    int16_t codes[i8_groups(k) * I8_GROUP];
+    float code_scales[i8_groups(k)];
+    code_i16(x, k, codes, code_scales); /* by every thread: the same codes, no barrier */
+    #pragma omp for schedule(static)
+    for (int64_t row = 0; row < n; ++row) y[row] = dot_row_i16(w, scales, row, codes, code_scales, k);
   } else if (format == WEIGHTS_I8) {
     #pragma omp for schedule(static)
     for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, WEIGHTS_I8, scales, x, y, m, n, k, b);

@@ -149,17 +149,43 @@ def test_quantize_int8_takes_each_group_of_32_by_its_absmax():
     assert ((values - weight).abs() <= step / 2 * (1 + 1e-6)).all()  # round to nearest: half a step at most
 
 
+def coded_i16(x: torch.Tensor) -> torch.Tensor:
+    """What an int8 product of one input row reads of it (kernels/cpu/vector.h, code_i16), in fp64: per group of 32,
+    round(x * (32767 / absmax)) in fp32, half to even, times absmax / 32767."""
+    k = x.shape[-1]
+    groups = torch.nn.functional.pad(x, (0, -k % 32)).view(-1, 32)
+    absmax = groups.abs().amax(-1, keepdim=True)
+    inv = torch.where(absmax > 0, 32767.0 / absmax, torch.zeros_like(absmax))
+    return (torch.round(groups * inv).double() * (absmax / 32767.0).double()).view(*x.shape[:-1], -1)[..., :k]
+
+
 @needs_kernel
 @pytest.mark.parametrize("m", [1, 3, 8])
 @pytest.mark.parametrize("n,k", [(7, 5), (37, 50), (960, 576), (3, 1001)])
 def test_matvec_of_int8_groups_equals_fp64_of_the_values_they_stand_for(m, n, k):
+    """Several input rows are read as they are; one (batch-1 decode) as its int16 codes per group of 32."""
     gen = torch.Generator().manual_seed(m * 100_000 + n * 1000 + k)
     rows, scales = cpu_matvec.quantize_int8(torch.randn(n, k, generator=gen))
     x = torch.randn(m, k, generator=gen)
     out = matvec(rows, x, scales)
     assert out.shape == (m, n) and out.dtype == torch.float32
-    reference = x.double() @ cpu_matvec.dequantize_int8(rows, scales).double().T
+    read = coded_i16(x) if m == 1 else x.double()
+    reference = read @ cpu_matvec.dequantize_int8(rows, scales).double().T
     torch.testing.assert_close(out.double(), reference, atol=1e-5 * k**0.5, rtol=0)
+    if m == 1:  # the codes are the input to 1 part in 65534 of each group's largest, but not the input
+        assert (read - x.double()).abs().max() > 0
+        torch.testing.assert_close(read, x.double(), atol=x.abs().max().item() / 65534 * 1.001, rtol=0)
+
+
+@needs_kernel
+def test_an_int8_product_of_one_row_codes_a_group_of_zeros_and_a_partial_group():
+    rows, scales = cpu_matvec.quantize_int8(torch.randn(5, 70, generator=torch.Generator().manual_seed(3)))
+    x = torch.randn(1, 70, generator=torch.Generator().manual_seed(4))
+    x[0, 32:64] = 0.0  # a group of zeros: scale 0, no division by it
+    out = matvec(rows, x, scales)
+    reference = coded_i16(x) @ cpu_matvec.dequantize_int8(rows, scales).double().T
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), reference, atol=1e-5 * 70**0.5, rtol=0)
 
 
 @needs_kernel
@@ -193,7 +219,8 @@ def test_int8_groups_hold_gguf_q8_0_blocks_exactly():
 @pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="oneDNN packing is unavailable")
 def test_packed_layer_with_int8_weights_is_the_same_weights_at_every_batch():
     """Up to eight rows stream the int8 rows; more run oneDNN's fp32 product over the values those rows stand for: the
-    same weights either way (only fp32 sums differ), 9/32 of fp32's bytes streamed, and lossy against fp32."""
+    same weights either way (only fp32 sums differ, and one row is read as its int16 codes), 9/32 of fp32's bytes
+    streamed, and lossy against fp32."""
     gen = torch.Generator().manual_seed(2)
     weight, bias = torch.randn(960, 576, generator=gen), torch.randn(960, generator=gen)
     layer = PackedLinear(weight, bias, weight_dtype=torch.int8)
@@ -204,7 +231,8 @@ def test_packed_layer_with_int8_weights_is_the_same_weights_at_every_batch():
         for count in (1, 5, 8, 9, 40):
             x = torch.randn(count, 576, generator=gen)
             out = layer(x)
-            torch.testing.assert_close(out.double(), x.double() @ values.T + bias.double(), atol=1e-4, rtol=0)
+            read = coded_i16(x) if count == 1 else x.double()
+            torch.testing.assert_close(out.double(), read @ values.T + bias.double(), atol=1e-4, rtol=0)
         assert (layer(x).double() - (x.double() @ weight.double().T + bias.double())).abs().max() > 1e-3
 
 

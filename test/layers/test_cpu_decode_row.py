@@ -225,4 +225,5 @@ def test_a_step_of_several_sequences_equals_layer_by_layer(rows, heads, kv_heads
             slots = fast_ctx.slot_mapping
             torch.testing.assert_close(a.flatten(0, 1)[slots], b.flatten(0, 1)[slots], atol=1e-5, rtol=1e-5)
     one = _decode(model, prompts[1], 12, row_path=True)[0]  # row 1 alone, from its own pool
-    torch.testing.assert_close(fast[1:2], one, atol=2e-5, rtol=1e-5)
+    # alone, an int8 product codes its one input row to int16 (1/65534 of each group of 32's largest): ~1e-4 here
+    torch.testing.assert_close(fast[1:2], one, atol=2e-5 if weight_dtype is None else 5e-4, rtol=1e-5)
