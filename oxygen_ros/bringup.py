@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO
 
 import rclpy
+import yaml
 from rclpy.context import Context
 from rclpy.parameter import Parameter
 
@@ -73,10 +74,11 @@ class Graph(ProcessGraph):
 
 class EngineProcesses(ProcessGraph):
     """An inference node per namespace ('' = none), each a process of its own with its own engine and pool
-    (``supervisor.Supervisor``: configured and active before ``start`` returns), given the simulated bringup's
-    parameters, ``overrides`` and ``model``; and camera_sim in this process, spinning with the caller's client nodes
-    (``add_client``), so that a benchmark can take one frame and then stop it.  A namespaced node reads no section of
-    ``config``: its parameters are the declared defaults and these.  The processes' output goes to ``output``."""
+    (``supervisor.Supervisor``: configured and active before ``start`` returns), each given ``config``'s
+    `oxygen_inference` section (which a namespaced node would not read by itself), the simulated bringup's parameters,
+    ``overrides`` and ``model``: the same parameters, whatever the namespace. camera_sim runs in this process, spinning
+    with the caller's client nodes (``add_client``), so that a benchmark can take one frame and then stop it. The
+    processes' output goes to ``output``."""
 
     def __init__(self, config: Path | None = None, model: str = "", overrides: dict | None = None,
                  namespaces: tuple[str, ...] = ("",), output: IO | None = None) -> None:  # fmt: skip
@@ -88,7 +90,9 @@ class EngineProcesses(ProcessGraph):
         super().__init__(context, "oxygen-engines")
         self.supervisor: Supervisor | None = None  # None only while constructing, or when that failed
         try:
-            inference = simulation.parameters()["oxygen_inference"] | (overrides or {}) | ({"model": model} if model else {})
+            section = yaml.safe_load(self.config.read_text())["oxygen_inference"]["ros__parameters"]
+            inference = (section | simulation.parameters()["oxygen_inference"] | (overrides or {})
+                         | ({"model": model} if model else {}))  # fmt: skip
             nodes = tuple(NodeSpec("oxygen_inference", "inference_node", lifecycle=True, namespace=ns)
                           for ns in namespaces)  # fmt: skip
             self.supervisor = Supervisor(self.config, {node.key: inference for node in nodes}, nodes, output=output)
