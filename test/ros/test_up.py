@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+import yaml
 from action_msgs.msg import GoalStatus
 from geometry_msgs.msg import PoseStamped
 from inference_client import Capture, infer, pool_stats
@@ -20,11 +21,15 @@ from oxygen_ros.action import FollowInstruction, Navigate
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.srv import AskQuestion
 from process_graph import child_pids, process_graph
+from rcl_interfaces.srv import GetParameters
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from ros_harness import clean_fastdds_shm, make_context, send_goal, spin_nodes, wait_for, wait_until
+from ros_harness import call_service, clean_fastdds_shm, make_context, send_goal, spin_nodes, wait_for, wait_until
 from task_graph import SMOLLM2_BLOCK_BYTES
 
+from oxygen_ros.bringup import EngineProcesses
+from oxygen_ros.config import EngineConfig
+from oxygen_ros.share import default_config
 from oxygen_ros.supervisor import GRAPH, NodeSpec, RestartPolicy, Supervisor
 
 pytestmark = pytest.mark.slow
@@ -253,6 +258,21 @@ def test_a_namespaced_node_takes_the_section_of_its_fully_qualified_name(tmp_pat
             assert graph.failed.wait(60), (tmp_path / "nodes.log").read_text()
             assert graph.failure == "/robot2/vqa_node exited 2 times within a minute; giving up"
     assert "infer_timeout_s out of range" in (tmp_path / "nodes.log").read_text()  # the override reached it
+
+
+def test_engine_processes_give_every_namespace_the_files_inference_section():
+    """A namespaced node reads no section of the file by itself; EngineProcesses hands it the bare node's, so the
+    multitask benchmark's shared and isolated engines run the same parameters (max_queue: the file's, not the
+    declared default)."""
+    in_file = yaml.safe_load(default_config().read_text())["oxygen_inference"]["ros__parameters"]["max_queue"]
+    assert in_file != EngineConfig().max_queue  # else this test could not tell them apart
+    with open(os.devnull, "w") as quiet, EngineProcesses(model="pi05-causal-tiny", overrides={"kv_cache_bytes": 16 << 20},
+                                                         namespaces=("", "robot2"), output=quiet) as graph:  # fmt: skip
+        node = graph.add_client("parameter_probe")
+        for prefix in ("", "/robot2"):
+            reply = call_service(node, GetParameters, f"{prefix}/oxygen_inference/get_parameters",
+                                 GetParameters.Request(names=["max_queue"]), 30.0, resend_s=5.0)  # fmt: skip
+            assert reply.values[0].integer_value == in_file, prefix
 
 
 def test_restart_delays_double_up_to_a_cap_then_give_up():
