@@ -110,7 +110,8 @@ static inline vf vf_dot_i8_i16(const int8_t* w, const int16_t* x) {
   return _mm512_cvtepi32_ps(_mm512_madd_epi16(weights, _mm512_loadu_si512(x)));
 }
 static inline void vf_store_i16(int16_t* p, vf x) { /* 16 lanes rounded to the nearest (even) integer, in range */
-  _mm256_storeu_si256((__m256i*)p, _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(x)));
+  const __m512i rounded = _mm512_cvt_roundps_epi32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  _mm256_storeu_si256((__m256i*)p, _mm512_cvtepi32_epi16(rounded));
 }
 static inline vf vf_gather(const float* first, int64_t stride) { /* first[i * stride] for i < 16 */
   const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -170,7 +171,8 @@ static inline vf vf_dot_i8_i16(const int8_t* w, const int16_t* x) { /* see the A
   return (vf){{_mm256_cvtepi32_ps(p0), _mm256_cvtepi32_ps(p1)}};
 }
 static inline void vf_store_i16(int16_t* p, vf x) { /* packs interleaves its halves by 128-bit lane: reordered */
-  const __m256i packed = _mm256_packs_epi32(_mm256_cvtps_epi32(x.h[0]), _mm256_cvtps_epi32(x.h[1]));
+  const __m256i low = _mm256_cvtps_epi32(vr_round(x.h[0])), high = _mm256_cvtps_epi32(vr_round(x.h[1]));
+  const __m256i packed = _mm256_packs_epi32(low, high);
   _mm256_storeu_si256((__m256i*)p, _mm256_permute4x64_epi64(packed, 0xD8));
 }
 #elif defined(__aarch64__) && defined(__ARM_NEON)

@@ -9,6 +9,7 @@
 #define STREAMED_MAX_INPUTS 8 /* input rows one pass over the weights serves (more: oneDNN's blocked products) */
 #define PREFETCH_BYTES 8192   /* how far ahead of its stream a few-input product asks for weights (into L2) */
 #define I16_MAX_K 16384       /* longest input one int8 row product codes to int16 (on each thread's stack) */
+#define I16_MIN_ABSMAX 0x1p-96f /* a group whose largest input is below this codes as zeros (32767 / it stays finite) */
 _Static_assert(I8_GROUP == 32, "vf_dot_i8_i16 takes one group");
 
 static inline int64_t matvec_blocks(int64_t n) { return (n + MATVEC_ROWS - 1) / MATVEC_ROWS; }
@@ -89,18 +90,22 @@ static inline float dot_row(const void* w, int format, const float* scales, int6
   return vf_reduce_add(vf_add(a0, a1));
 }
 
-/* x (k floats) as int16 codes, one scale per I8_GROUP: code = round(x * 32767 / the group's absmax), scale =
- * absmax / 32767 (a group of zeros: codes and scale 0). codes holds i8_groups(k) whole groups; past k, zeros. */
+/* x (k floats) as int16 codes, one scale per I8_GROUP: code = round(x * 32767 / the group's absmax), half to even,
+ * scale = absmax / 32767 (a group below I16_MIN_ABSMAX: codes and scale 0; one holding a NaN or an infinity: scale
+ * NaN, so the product is NaN as fp32's would be). codes holds i8_groups(k) whole groups; past k, zeros. */
 static inline void code_i16(const float* x, int64_t k, int16_t* codes, float* scales) {
   for (int64_t j = 0; j < k; j += I8_GROUP) {
-    vf top = vf_zero(), part[I8_GROUP / 16];
+    vf top = vf_zero(), part[I8_GROUP / 16], nan = vf_zero(); /* x * 0 is NaN for NaN and infinities only */
     for (int h = 0; h < I8_GROUP / 16; ++h) {
-      part[h] = vf_load_n(x + j + 16 * h, k - j - 16 * h);
+      const int64_t left = k - j - 16 * h;
+      part[h] = left > 0 ? vf_load_n(x + j + 16 * h, left) : vf_zero();
       top = vf_max(top, vf_max(part[h], vf_sub(vf_zero(), part[h])));
+      nan = vf_add(nan, vf_mul(part[h], vf_zero()));
     }
-    const float absmax = vf_reduce_max(top);
-    const vf inv = vf_set1(absmax > 0.0f ? 32767.0f / absmax : 0.0f);
-    scales[j / I8_GROUP] = absmax / 32767.0f;
+    const float absmax = vf_reduce_max(top), finite = vf_reduce_add(nan);
+    const int codes_it = absmax >= I16_MIN_ABSMAX && finite == 0.0f;
+    const vf inv = vf_set1(codes_it ? 32767.0f / absmax : 0.0f);
+    scales[j / I8_GROUP] = finite != 0.0f ? finite : codes_it ? absmax / 32767.0f : 0.0f;
     for (int h = 0; h < I8_GROUP / 16; ++h) vf_store_i16(codes + j + 16 * h, vf_mul(part[h], inv));
   }
 }
@@ -215,7 +220,7 @@ static inline void matvec_for(const void* w, int format, const float* scales, co
   if (format == WEIGHTS_BF16) {
     #pragma omp for schedule(static)
     for (int64_t b = 0; b < matvec_blocks(n); ++b) matvec_block(w, WEIGHTS_BF16, NULL, x, y, m, n, k, b);
-  } else if (format == WEIGHTS_I8 && m == 1 && k <= I16_MAX_K) { /* one input: coded to int16 (dot_row_i16) */
+  } else if (format == WEIGHTS_I8 && m == 1 && k > 0 && k <= I16_MAX_K) { /* one input: coded (dot_row_i16) */
     int16_t codes[i8_groups(k) * I8_GROUP];
     float code_scales[i8_groups(k)];
     code_i16(x, k, codes, code_scales); /* by every thread: the same codes, no barrier */

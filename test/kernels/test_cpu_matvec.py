@@ -151,12 +151,14 @@ def test_quantize_int8_takes_each_group_of_32_by_its_absmax():
 
 def coded_i16(x: torch.Tensor) -> torch.Tensor:
     """What an int8 product of one input row reads of it (kernels/cpu/vector.h, code_i16), in fp64: per group of 32,
-    round(x * (32767 / absmax)) in fp32, half to even, times absmax / 32767."""
+    round(x * (32767 / absmax)) in fp32, half to even, times absmax / 32767 (a group below 2^-96: zeros)."""
     k = x.shape[-1]
     groups = torch.nn.functional.pad(x, (0, -k % 32)).view(-1, 32)
     absmax = groups.abs().amax(-1, keepdim=True)
-    inv = torch.where(absmax > 0, 32767.0 / absmax, torch.zeros_like(absmax))
-    return (torch.round(groups * inv).double() * (absmax / 32767.0).double()).view(*x.shape[:-1], -1)[..., :k]
+    codes_it = absmax >= 2.0**-96
+    inv = torch.where(codes_it, 32767.0 / absmax, torch.zeros_like(absmax))
+    scale = torch.where(codes_it, absmax / 32767.0, torch.zeros_like(absmax))
+    return (torch.round(groups * inv).double() * scale.double()).view(*x.shape[:-1], -1)[..., :k]
 
 
 @needs_kernel
@@ -178,14 +180,28 @@ def test_matvec_of_int8_groups_equals_fp64_of_the_values_they_stand_for(m, n, k)
 
 
 @needs_kernel
-def test_an_int8_product_of_one_row_codes_a_group_of_zeros_and_a_partial_group():
-    rows, scales = cpu_matvec.quantize_int8(torch.randn(5, 70, generator=torch.Generator().manual_seed(3)))
-    x = torch.randn(1, 70, generator=torch.Generator().manual_seed(4))
+def test_an_int8_product_of_one_row_codes_zeros_tiny_groups_and_a_partial_group_and_keeps_nan():
+    rows, scales = cpu_matvec.quantize_int8(torch.randn(5, 102, generator=torch.Generator().manual_seed(3)))
+    x = torch.randn(1, 102, generator=torch.Generator().manual_seed(4))
     x[0, 32:64] = 0.0  # a group of zeros: scale 0, no division by it
+    x[0, 64:96] *= 1e-38  # below 2^-96: coded as zeros, where 32767 / absmax would overflow to infinity
     out = matvec(rows, x, scales)
     reference = coded_i16(x) @ cpu_matvec.dequantize_int8(rows, scales).double().T
     assert torch.isfinite(out).all()
-    torch.testing.assert_close(out.double(), reference, atol=1e-5 * 70**0.5, rtol=0)
+    torch.testing.assert_close(out.double(), reference, atol=1e-5 * 102**0.5, rtol=0)
+    for bad in (float("nan"), float("inf")):  # as fp32 products would: NaN out, not a finite number
+        x[0, 5] = bad
+        assert matvec(rows, x, scales).isnan().all()
+
+
+@needs_kernel
+def test_an_int8_product_of_one_row_longer_than_the_coded_limit_reads_it_as_it_is():
+    k = 16385  # vector.h's I16_MAX_K + 1: not coded on the threads' stacks
+    gen = torch.Generator().manual_seed(5)
+    rows, scales = cpu_matvec.quantize_int8(torch.randn(3, k, generator=gen))
+    x = torch.randn(1, k, generator=gen)
+    reference = x.double() @ cpu_matvec.dequantize_int8(rows, scales).double().T
+    torch.testing.assert_close(matvec(rows, x, scales).double(), reference, atol=1e-5 * k**0.5, rtol=0)
 
 
 @needs_kernel
