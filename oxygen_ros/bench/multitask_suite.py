@@ -10,6 +10,10 @@ request (its prefill of the observation), then the window runs (``nodes.load_cli
 Each window's engine processes write their output to a log of their own in a folder made for the run
 (``details.node_logs``).
 
+With ``frame_hz`` the camera moves: a new frame goes to every engine that often and each request is about the
+newest (a robot's camera, where the shared pool prefills each frame once and every isolated engine prefills it
+again); the default pins one frame for the whole window, so sharing saves no prefill inside it.
+
 Model: pi05-causal-tiny (the pi0.5-shaped vision-language-action model, random-init, its prefix the camera image's 256
 SigLIP tokens) for all three task types.  SmolLM2 is text-only, so it cannot produce the action stream; with it the
 instruction node's 10 Hz chunks come from its controller, which never waits on the model and so would measure
@@ -52,16 +56,19 @@ from oxygen_ros.bringup import EngineProcesses
 from oxygen_ros.nodes.load_client import (
     BENCH_OBSERVATIONS,
     EngineThreads,
+    FrameFeed,
     PoolSampler,
     TaskLog,
     TaskThread,
     pin_observation,
+    take_frames,
     Workload,
     warm_up,
 )
 
 MODES = ("oxygen_ros", "isolated")
 MAX_ROUNDS = 15
+MAX_FRAME_HZ = 10.0  # a new camera frame at most this often (frame_hz)
 TASK_TYPES = ("vqa", "instruction", "navigation")
 
 
@@ -84,6 +91,11 @@ class Setting:
     isolated_threads: int = 0  # each isolated engine's
     sample_s: float = 0.25
     config: str = ""  # parameter YAML; '' = the installed config/oxygen.yaml
+    frame_hz: float = 0.0  # a moving camera: a new frame this often, each request about the newest; 0 = one pinned
+
+    @property
+    def frames(self) -> int:
+        return 1 + math.floor(self.window_s * self.frame_hz)
 
     def tasks(self) -> list[tuple[str, str]]:
         counts = {"vqa": self.vqa, "instruction": self.instruction, "navigation": self.navigation}
@@ -101,6 +113,8 @@ def run(**params: Any) -> dict[str, Any]:
     setting = Setting(**params)
     if not 1 <= setting.rounds <= MAX_ROUNDS:
         raise ValueError(f"rounds must be 1..{MAX_ROUNDS}, got {setting.rounds}")
+    if not 0.0 <= setting.frame_hz <= MAX_FRAME_HZ:
+        raise ValueError(f"frame_hz must be 0..{MAX_FRAME_HZ:g}, got {setting.frame_hz}")
     overrides = {"kv_cache_bytes": setting.kv_mib << 20, "observation_topic": BENCH_OBSERVATIONS,
                  "camera_topic": "/bench/no_camera", "action_period_s": 1.0 / setting.action_hz}  # fmt: skip
     config = Path(setting.config) if setting.config else None
@@ -164,14 +178,19 @@ def measure(graph: EngineProcesses, label: str, namespaces: tuple[str, ...], set
     stats = [name.replace("/infer", "/get_pool_stats") for name in infer]
     tasks = setting.tasks()
     engine_of = {task_id: infer[i % len(infer)] for i, (task_id, _) in enumerate(tasks)}
-    observation_id = pin_observation(graph, node, infer)
+    frames = take_frames(graph, node, setting.frames, timeout=60.0 + setting.frames)
+    observation_id = pin_observation(node, frames[0], infer)
     warm = [warm_up(node, engine_of[task_id], task_id, kind, observation_id, setting.workload(1))
             for task_id, kind in tasks]  # fmt: skip
     work = setting.workload(horizon=max(reply.actions.horizon for reply in warm))
     logs = [TaskLog(task_id, kind) for task_id, kind in tasks]
     sampler = PoolSampler(node, stats, setting.sample_s)
     start = time.monotonic()
-    threads = [TaskThread(node, engine_of[log.task_id], log, observation_id, work, start) for log in logs]
+    feed = FrameFeed(node, frames, setting.frame_hz, start) if setting.frame_hz else None
+    observation = feed.current if feed else lambda: observation_id
+    threads = [TaskThread(node, engine_of[log.task_id], log, observation, work, start) for log in logs]
+    if feed:
+        feed.start()
     sampler.start()
     for thread in threads:
         thread.start()
@@ -181,6 +200,9 @@ def measure(graph: EngineProcesses, label: str, namespaces: tuple[str, ...], set
             bar.update(min(1, bar.total - bar.n))
             bar.set_postfix(done=sum(len(log.replies) for log in logs))
     elapsed = time.monotonic() - start
+    if feed:
+        feed.stop.set()
+        feed.join()
     sampler.stop.set()
     sampler.join()
     threads = set(reports.of([f"{ns}/oxygen_inference" if ns else "oxygen_inference" for ns in namespaces]))
@@ -206,6 +228,7 @@ def summarize(logs: list[TaskLog], elapsed_s: float, sampler: PoolSampler) -> di
         "action_periods_skipped": sum(log.skipped for log in logs),
         "action_deadline_miss_rate": 1.0 - sum(log.on_time for log in logs) / periods if periods else 0.0,
         "elapsed_s": elapsed_s,
+        "frames_asked_about": len({reply.observation_id for reply in replies}),
         "errors": dict(Counter(reply.error_code for reply in replies if not reply.ok)),
     }
     for kind in TASK_TYPES:

@@ -13,6 +13,7 @@ Task types (all on the one pinned observation):
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,7 @@ class Reply:
     ok: bool
     error_code: str
     generated_tokens: int
+    observation_id: str  # the frame it was about
 
 
 @dataclass
@@ -95,10 +97,12 @@ def request(task_id: str, task_type: str, prompt: str, observation_id: str, work
 class TaskThread(threading.Thread):
     """One task's loop until the window closes; its replies (only those sent inside the window) go to ``log``."""
 
-    def __init__(self, node: Node, service: str, log: TaskLog, observation_id: str, work: Workload, start_s: float):
+    def __init__(self, node: Node, service: str, log: TaskLog, observation: Callable[[], str], work: Workload,
+                 start_s: float) -> None:  # fmt: skip
+        """``observation``: the id of the frame each request is about (the newest one the camera gave)."""
         super().__init__(name=f"bench-{log.task_id}", daemon=True)
         self.client = node.create_client(Infer, service)
-        self.log, self.observation_id, self.work, self.start_s = log, observation_id, work, start_s
+        self.log, self.observation, self.work, self.start_s = log, observation, work, start_s
 
     def _send(self, round_: int) -> Reply:
         log = self.log
@@ -108,10 +112,10 @@ class TaskThread(threading.Thread):
             prompt = f"Step {round_} of {log.task_id}: the robot drives to the table. Is the path ahead clear?"
         else:
             prompt = f"Pick up the red triangle ({log.task_id})."
-        sent = time.monotonic()
-        out = call(self.client, request(log.task_id, log.task_type, prompt, self.observation_id, self.work))
+        sent, observation_id = time.monotonic(), self.observation()
+        out = call(self.client, request(log.task_id, log.task_type, prompt, observation_id, self.work))
         reply = Reply(log.task_type, sent - self.start_s, 1e3 * (time.monotonic() - sent), out.success,
-                      out.error_code, out.generated_tokens)  # fmt: skip
+                      out.error_code, out.generated_tokens, observation_id)  # fmt: skip
         log.replies.append(reply)
         return reply
 
@@ -197,25 +201,31 @@ class EngineThreads:
         return [self.reported[name] for name in names]
 
 
-def pin_observation(graph: Any, node: Node, services: list[str], timeout: float = 60.0) -> str:
-    """Take one camera_sim frame (its Image with the Observation naming it), stop the camera (``graph``: a
-    ``ProcessGraph`` with camera_sim as ``graph.camera``), and give that frame to every engine; its
-    observation_id."""
+def take_frames(graph: Any, node: Node, count: int, timeout: float = 60.0) -> list[Observation]:
+    """``count`` distinct camera_sim frames, each its Observation with the Image it names in ``images``; then stop the
+    camera (``graph``: a ``ProcessGraph`` with camera_sim as ``graph.camera``), so that only these frames exist."""
     texts: list[Observation] = []
     images: dict[str, Image] = {}
     node.create_subscription(Observation, "/oxygen/observation", texts.append, 10)
     node.create_subscription(Image, "/camera/image_raw",
                              lambda msg: images.setdefault(content_id("", [image_to_rgb(msg)], []), msg),
                              qos_profile_sensor_data)  # fmt: skip
-    publisher = node.create_publisher(Observation, BENCH_OBSERVATIONS, 10)
     deadline = time.monotonic() + timeout
-    while not (found := [text for text in texts if text.observation_id in images]):
+    while len(found := {text.observation_id: text for text in list(texts) if text.observation_id in images}) < count:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no frame from camera_sim within {timeout:.0f} s")
+            raise TimeoutError(f"{len(found)} of {count} distinct frames from camera_sim within {timeout:.0f} s")
         time.sleep(0.05)
     graph.executor.remove_node(graph.camera)
-    frame = found[0]
-    frame.images = [images[frame.observation_id]]
+    frames = list(found.values())[:count]
+    for frame in frames:
+        frame.images = [images[frame.observation_id]]
+    return frames
+
+
+def pin_observation(node: Node, frame: Observation, services: list[str], timeout: float = 60.0) -> str:
+    """Give ``frame`` to every engine (on BENCH_OBSERVATIONS, until each knows it); its observation_id."""
+    publisher = node.create_publisher(Observation, BENCH_OBSERVATIONS, 10)
+    deadline = time.monotonic() + timeout
     probe = Infer.Request(prompt="probe", observation_id=frame.observation_id, want_text=True, max_new_tokens=0)
     for service in services:
         client = node.create_client(Infer, service)
@@ -225,6 +235,32 @@ def pin_observation(graph: Any, node: Node, services: list[str], timeout: float 
             publisher.publish(frame)
             time.sleep(0.1)
     return frame.observation_id
+
+
+class FrameFeed(threading.Thread):
+    """A moving camera: frame i goes to every engine (BENCH_OBSERVATIONS) at ``start_s + i / hz``, and requests name
+    it (``current``) ``SETTLE_S`` later, once it has reached them; the first frame is current from the start."""
+
+    SETTLE_S = 0.05
+
+    def __init__(self, node: Node, frames: list[Observation], hz: float, start_s: float) -> None:
+        super().__init__(name="bench-frame-feed", daemon=True)
+        self.publisher = node.create_publisher(Observation, BENCH_OBSERVATIONS, 10)
+        self.frames, self.hz, self.start_s = frames, hz, start_s
+        self.current_id = frames[0].observation_id
+        self.stop = threading.Event()
+
+    def current(self) -> str:
+        return self.current_id
+
+    def run(self) -> None:
+        for i, frame in enumerate(self.frames[1:], start=1):
+            if self.stop.wait(max(0.0, self.start_s + i / self.hz - time.monotonic())):
+                return
+            self.publisher.publish(frame)
+            if self.stop.wait(self.SETTLE_S):
+                return
+            self.current_id = frame.observation_id
 
 
 def warm_up(node: Node, service: str, task_id: str, kind: str, observation_id: str, work: Workload) -> Infer.Response:

@@ -43,6 +43,7 @@ def test_multitask_suite_compares_one_shared_pool_with_isolated_engines():
     # every engine, as it reports on /diagnostics, on the inference node's default threads (half the cores)
     assert m["oxygen_ros_threads"] == m["isolated_threads"] == max(1, available_cpus() // 2)
     assert m["oxygen_ros_engine_restarts"] == m["isolated_engine_restarts"] == 0
+    assert m["oxygen_ros_frames_asked_about"] == m["isolated_frames_asked_about"] == 1  # one pinned frame
     assert all(name.endswith(".log") for name in os.listdir(out["details"]["node_logs"]))
 
 
@@ -50,6 +51,19 @@ def test_rounds_are_bounded_before_any_graph_starts():
     for rounds in (0, multitask_suite.MAX_ROUNDS + 1):
         with pytest.raises(ValueError, match=f"rounds must be 1..{multitask_suite.MAX_ROUNDS}, got {rounds}"):
             multitask_suite.run(rounds=rounds)
+
+
+def test_a_moving_camera_gives_every_engine_each_new_frame():
+    """frame_hz 2 over a 2 s window: five frames, each request about the newest; every engine has every frame it is
+    asked about (no NOT_FOUND), so both settings answer about several frames."""
+    out = multitask_suite.run(window_s=2.0, vqa=1, instruction=1, navigation=1, vqa_tokens=4, nav_tokens=2, kv_mib=16,
+                              rounds=1, frame_hz=2.0)  # fmt: skip
+    m = out["metrics"]
+    for mode in multitask_suite.MODES:
+        assert m[f"{mode}_failed_requests_all_rounds"] == 0, out["details"][mode]["errors"]
+        assert m[f"{mode}_frames_asked_about"] >= 3  # the pinned default asks about one
+    with pytest.raises(ValueError, match="frame_hz must be 0..10, got 11.0"):
+        multitask_suite.run(frame_hz=11.0)
 
 
 def test_bench_cli_knows_the_multitask_suite():
