@@ -69,6 +69,8 @@ from oxygen_ros.nodes.load_client import (
 MODES = ("oxygen_ros", "isolated")
 MAX_ROUNDS = 15
 MAX_FRAME_HZ = 10.0  # a new camera frame at most this often (frame_hz)
+MAX_WINDOW_S = 3600.0
+MAX_FRAMES = 600  # frames of a window (window_s x frame_hz + 1), all taken from the camera and held before it
 TASK_TYPES = ("vqa", "instruction", "navigation")
 
 
@@ -113,8 +115,12 @@ def run(**params: Any) -> dict[str, Any]:
     setting = Setting(**params)
     if not 1 <= setting.rounds <= MAX_ROUNDS:
         raise ValueError(f"rounds must be 1..{MAX_ROUNDS}, got {setting.rounds}")
+    if not 0.0 < setting.window_s <= MAX_WINDOW_S:
+        raise ValueError(f"window_s must be in (0, {MAX_WINDOW_S:g}], got {setting.window_s}")
     if not 0.0 <= setting.frame_hz <= MAX_FRAME_HZ:
         raise ValueError(f"frame_hz must be 0..{MAX_FRAME_HZ:g}, got {setting.frame_hz}")
+    if setting.frames > MAX_FRAMES:
+        raise ValueError(f"window_s x frame_hz must give at most {MAX_FRAMES} frames, got {setting.frames}")
     overrides = {"kv_cache_bytes": setting.kv_mib << 20, "observation_topic": BENCH_OBSERVATIONS,
                  "camera_topic": "/bench/no_camera", "action_period_s": 1.0 / setting.action_hz}  # fmt: skip
     config = Path(setting.config) if setting.config else None

@@ -62,8 +62,11 @@ def test_a_moving_camera_gives_every_engine_each_new_frame():
     for mode in multitask_suite.MODES:
         assert m[f"{mode}_failed_requests_all_rounds"] == 0, out["details"][mode]["errors"]
         assert m[f"{mode}_frames_asked_about"] >= 3  # the pinned default asks about one
-    with pytest.raises(ValueError, match="frame_hz must be 0..10, got 11.0"):
-        multitask_suite.run(frame_hz=11.0)
+    for params, message in (({"frame_hz": 11.0}, "frame_hz must be 0..10, got 11.0"),
+                            ({"window_s": 0.0}, r"window_s must be in \(0, 3600\], got 0.0"),
+                            ({"window_s": 100.0, "frame_hz": 10.0}, "at most 600 frames, got 1001")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            multitask_suite.run(**params)
 
 
 def test_bench_cli_knows_the_multitask_suite():
