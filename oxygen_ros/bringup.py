@@ -34,6 +34,21 @@ def _overrides(values: dict) -> list[Parameter]:
     return [Parameter(name, value=value) for name, value in values.items()]
 
 
+def _context(config: Path | None, domain_id: int | None = None) -> tuple[Path, Context]:
+    """The parameter file (the installed config/oxygen.yaml by default) and a context whose nodes read it."""
+    path = config or default_config()
+    if not path.is_file():
+        raise FileNotFoundError(f"parameter file {path} not found")
+    context = Context()
+    rclpy.init(args=["--ros-args", "--params-file", str(path)], context=context, domain_id=domain_id)
+    return path, context
+
+
+def _inference(overrides: dict | None, model: str) -> dict:
+    """The inference node's parameters over the file's: the simulated bringup's, ``overrides``, then ``model``."""
+    return simulation.parameters()["oxygen_inference"] | (overrides or {}) | ({"model": model} if model else {})
+
+
 class Graph(ProcessGraph):
     """The simulated graph (``simulation``): the inference node (configured and active), the camera, the SO-100
     arm's two controllers and the task nodes (vqa, instruction, navigation), spinning on a background thread.
@@ -49,17 +64,12 @@ class Graph(ProcessGraph):
         overrides: dict | None = None,
         domain_id: int | None = None,
     ) -> None:
-        self.config = config or default_config()
-        if not self.config.is_file():
-            raise FileNotFoundError(f"parameter file {self.config} not found")
-        context = Context()
-        rclpy.init(args=["--ros-args", "--params-file", str(self.config)], context=context, domain_id=domain_id)
+        self.config, context = _context(config, domain_id)
         super().__init__(context, "oxygen-graph")
         simulated = simulation.parameters()
-        values = simulated["oxygen_inference"] | (overrides or {}) | ({"model": model} if model else {})
-        parameters = _overrides(values)
         try:
-            self.inference = self.add(InferenceNode(context=self.context, parameter_overrides=parameters))
+            self.inference = self.add(InferenceNode(context=self.context,
+                                                    parameter_overrides=_overrides(_inference(overrides, model))))
             self.camera = self.add(CameraSim(context=self.context))
             self.arm = [self.add(node(context=self.context, parameter_overrides=_overrides(simulated.get(name, {}))))
                         for name, node in zip(simulation.ARM_NODES, (ArmSim, GripperSim), strict=True)]  # fmt: skip
@@ -82,17 +92,12 @@ class EngineProcesses(ProcessGraph):
 
     def __init__(self, config: Path | None = None, model: str = "", overrides: dict | None = None,
                  namespaces: tuple[str, ...] = ("",), output: IO | None = None) -> None:  # fmt: skip
-        self.config = config or default_config()
-        if not self.config.is_file():
-            raise FileNotFoundError(f"parameter file {self.config} not found")
-        context = Context()
-        rclpy.init(args=["--ros-args", "--params-file", str(self.config)], context=context)
+        self.config, context = _context(config)
         super().__init__(context, "oxygen-engines")
         self.supervisor: Supervisor | None = None  # None only while constructing, or when that failed
         try:
             section = yaml.safe_load(self.config.read_text())["oxygen_inference"]["ros__parameters"]
-            inference = (section | simulation.parameters()["oxygen_inference"] | (overrides or {})
-                         | ({"model": model} if model else {}))  # fmt: skip
+            inference = section | _inference(overrides, model)
             nodes = tuple(NodeSpec("oxygen_inference", "inference_node", lifecycle=True, namespace=ns)
                           for ns in namespaces)  # fmt: skip
             self.supervisor = Supervisor(self.config, {node.key: inference for node in nodes}, nodes, output=output)

@@ -144,7 +144,6 @@ class Executor(MultiThreadedExecutor):
         with contextlib.suppress(InvalidHandle):  # shut down meanwhile: its guard condition is gone
             self.wake()
 
-
     def _drop_cancelled(self) -> None:
         """Forget parked tasks cancelled meanwhile (``Task.cancel`` closed the coroutine), on each pass that runs a
         callback: rclpy drops a cancelled task from its list, and a parked one must not wait for a future that may

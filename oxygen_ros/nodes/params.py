@@ -97,12 +97,8 @@ class NodeParams:
         check_bounds(self)  # every span and choice
 
     def threads(self) -> int:
-        return compute_threads(self.num_threads)
-
-
-def compute_threads(num_threads: int) -> int:
-    """The compute threads a ``num_threads`` parameter asks for: itself, or half the CPUs this process may use."""
-    return num_threads or max(1, available_cpus() // 2)
+        """The compute threads ``num_threads`` asks for: itself, or half the CPUs this process may use."""
+        return self.num_threads or max(1, available_cpus() // 2)
 
 
 def available_cpus() -> int:
