@@ -6,8 +6,11 @@ pacer keeps each stream's recent arrivals, takes the median gap as its period an
 a language step the engine thread asks ``hold_s``: a step that would still be running when a chunk is due is held
 until that chunk arrives, which is the paper's frame seen from the server: the action's prefill and denoising first,
 then decoding fills the rest of the frame (adaptive k). A step is judged by the recent language steps at least as
-large (the slowest of those up to twice the smallest such), or, when it computes more tokens than any of them (a new
-prompt's prefill), by the largest one's cost per token: a decode step is not judged by last frame's prefill. The first
+large (the slowest of those up to twice the smallest such), or, when it computes more tokens than any of them, by the
+largest one's cost per token: a decode step is not judged by last frame's prefill. Recent steps are kept per size
+class (powers of two), so a prefill is judged by the last prefills, not by a run of decode steps whose cost per token
+is mostly their fixed overhead (a 5-row decode step at 2 ms per token would make a 256-token frame look like 0.5 s
+when it takes 0.2, and hold it until after the chunk, which then had to prefill the frame itself). The first
 language step after a chunk is never held: it has the whole frame, and if it does not fit in that it never will
 (holding it would starve it). With ``steps_per_frame`` k > 0, language instead takes exactly k steps per frame and
 then waits for the next chunk.
@@ -28,7 +31,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-HISTORY = 8  # arrivals kept per stream: the median gap tolerates a few late or early chunks
+HISTORY = 8  # arrivals kept per stream (the median gap tolerates a few late or early chunks), steps per size class
 STALE_PERIODS = 3.0
 ORPHAN_S = 60.0  # a stream with one arrival and no deadline (no window) is forgotten after this
 
@@ -68,7 +71,8 @@ class FramePacer:
         self.grace = grace
         self._streams: dict[str, _Stream] = {}
         self._language_steps = 0  # since the last action step
-        self._steps: deque[tuple[int, float]] = deque(maxlen=HISTORY)  # recent language steps: (tokens, seconds)
+        self._steps_by_size: dict[int, deque[tuple[int, float]]] = {}  # recent language steps (tokens, seconds), by
+        # tokens.bit_length()
         self._action_steps: deque[float] = deque(maxlen=HISTORY)  # recent action steps' seconds
         self.held_s = 0.0  # total time language work was held, for stats
 
@@ -84,22 +88,29 @@ class FramePacer:
             self._action_steps.append(duration_s)
         else:
             self._language_steps += 1
-            self._steps.append((max(tokens, 1), duration_s))
+            tokens = max(tokens, 1)
+            self._steps_by_size.setdefault(tokens.bit_length(), deque(maxlen=HISTORY)).append((tokens, duration_s))
+
+    @property
+    def _steps(self) -> list[tuple[int, float]]:
+        return [step for steps in self._steps_by_size.values() for step in steps]
 
     def estimate_s(self, tokens: int) -> float:
         """A conservative guess of a language step computing ``tokens`` tokens, from the recent ones."""
-        if not self._steps:
+        steps = self._steps
+        if not steps:
             return 0.0
-        larger = [(t, d) for t, d in self._steps if t >= tokens]
+        larger = [(t, d) for t, d in steps if t >= tokens]
         if larger:
             nearest = min(t for t, _ in larger)
             return max(d for t, d in larger if t <= 2 * nearest)
-        return tokens * self._seconds_per_token()
+        return tokens * self._seconds_per_token(steps)
 
-    def _seconds_per_token(self) -> float:
+    @staticmethod
+    def _seconds_per_token(steps: list[tuple[int, float]]) -> float:
         """The largest recent language step's cost per token (the slowest of the largest, if tied)."""
-        most = max(t for t, _ in self._steps)
-        return max(d for t, d in self._steps if t == most) / most
+        most = max(t for t, _ in steps)
+        return max(d for t, d in steps if t == most) / most
 
     def prefill_cap(self, now: float) -> int | None:
         """The most prompt tokens a language step may compute now: what runs in half of the slack the tightest live
@@ -107,10 +118,11 @@ class FramePacer:
         runs its own). None (no cap) without a live stream with a window, before a language step was timed, or when an
         action step alone outlasts the window."""
         windows = [w for w in (s.window() for s in self._live(now)) if w]
-        if not windows or not self._steps:
+        steps = self._steps
+        if not windows or not steps:
             return None
         slack = min(windows) - (max(self._action_steps) if self._action_steps else 0.0)
-        per_token = self._seconds_per_token()
+        per_token = self._seconds_per_token(steps)
         if slack <= 0 or per_token <= 0:  # the chunk misses its window anyway: capping language would not save it
             return None
         return max(1, int(slack / 2 / per_token))

@@ -138,6 +138,22 @@ def test_a_decode_step_is_not_judged_by_last_frames_prefill():
     assert pacer.estimate_s(2400) == pytest.approx(2.4)  # larger than any: the largest one's cost per token
 
 
+def test_a_frames_prefill_is_judged_by_earlier_prefills_not_by_the_decode_steps_since():
+    """The moving-camera workload: one 258-token prefill per frame, then dozens of 5-row decode steps at ~2 ms per
+    token (their fixed overhead). Extrapolating those to the next frame's 256 tokens gave 0.5 s instead of 0.2 and
+    held the prefill past the chunk, which then paid for the frame itself."""
+    pacer = FramePacer()
+    last = _stream(pacer, 1.0)
+    pacer.step_done(False, 0.193, tokens=258)
+    for _ in range(50):
+        pacer.step_done(False, 0.0105, tokens=5)
+    assert pacer.estimate_s(5) == 0.0105
+    assert pacer.estimate_s(256) == 0.193
+    assert pacer.estimate_s(273) == pytest.approx(273 * 0.193 / 258)
+    assert pacer.hold_s(last + 0.53, tokens=273) == 0.0  # ends ~0.2 s later, well before the chunk due at +1 s
+    assert pacer.hold_s(last + 0.85, tokens=273) > 0.0
+
+
 def test_the_prefill_cap_leaves_a_chunk_asked_mid_step_its_window():
     pacer = FramePacer()
     assert pacer.prefill_cap(0.0) is None  # no action stream: no cap
