@@ -35,7 +35,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.parameter_descriptions import ParameterValue
 
-from oxygen_ros import simulation
+from oxygen_ros import share, simulation
 from oxygen_ros.nodes import presets
 
 # nav2_bringup's: TF is /tf and /tf_static (absolute, as tf2 publishes it), so under namespace:=robot1 each robot's
@@ -82,6 +82,7 @@ def _nodes(context) -> list:
         "ros_arguments": ["--log-level", LaunchConfiguration("log_level").perform(context)],
         "remappings": TF_REMAPPINGS,
         "output": "screen",
+        "additional_env": share.dds_profile_env(os.environ),  # config/fastdds_profile.xml unless one is chosen
     }
     inference = LifecycleNode(
         package="oxygen_ros",

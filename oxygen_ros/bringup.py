@@ -10,6 +10,7 @@ through rclpy's own ``--params-file`` handling, so the bringups cannot drift.
 the robot, and the camera here with the benchmark's clients.
 """
 
+import os
 from pathlib import Path
 from typing import IO
 
@@ -26,8 +27,7 @@ from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.navigation_node import NavigationNode
 from oxygen_ros.nodes.process_graph import ProcessGraph
 from oxygen_ros.nodes.vqa_node import VqaNode
-from oxygen_ros import simulation
-from oxygen_ros.share import default_config
+from oxygen_ros import share, simulation
 from oxygen_ros.supervisor import NodeSpec, Supervisor
 
 def _overrides(values: dict) -> list[Parameter]:
@@ -36,9 +36,10 @@ def _overrides(values: dict) -> list[Parameter]:
 
 def _context(config: Path | None, domain_id: int | None = None) -> tuple[Path, Context]:
     """The parameter file (the installed config/oxygen.yaml by default) and a context whose nodes read it."""
-    path = config or default_config()
+    path = config or share.default_config()
     if not path.is_file():
         raise FileNotFoundError(f"parameter file {path} not found")
+    os.environ.update(share.dds_profile_env(os.environ))  # before this process's first participant reads it
     context = Context()
     rclpy.init(args=["--ros-args", "--params-file", str(path)], context=context, domain_id=domain_id)
     return path, context

@@ -6,9 +6,11 @@ colcon workspace, ``/opt/ros/<distro>`` for a binary install); its data is in ``
 node executables of `ros2 run` in ``<prefix>/lib/oxygen_ros``.
 """
 
+from collections.abc import Mapping
 from pathlib import Path
 
 PACKAGE = "oxygen_ros"
+PROFILE_VARIABLES = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
 PREFIX = Path(__file__).resolve().parents[4]
 
 
@@ -23,8 +25,18 @@ def presets_dir() -> Path:
 
 
 def dds_profile() -> Path:
-    """The Fast DDS profile `oxygen-ros up` gives its node processes (config/fastdds_profile.xml)."""
+    """The Fast DDS profile every oxygen_ros process runs with (config/fastdds_profile.xml)."""
     return PREFIX / "share" / PACKAGE / "config" / "fastdds_profile.xml"
+
+
+def dds_profile_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variable that gives a process ``dds_profile()``, unless ``environ`` names a profile already (the user's
+    wins) or it is not installed. Fast DDS reads it once, when the process creates its first participant: the
+    processes of `oxygen-ros up` and `ros2 launch` get it in their environment, an in-process graph before its
+    rclpy.init (bringup)."""
+    if any(name in environ for name in PROFILE_VARIABLES) or not dds_profile().is_file():
+        return {}
+    return {"FASTDDS_DEFAULT_PROFILES_FILE": str(dds_profile())}
 
 
 def node_executable(name: str) -> Path:

@@ -47,7 +47,6 @@ from oxygen_ros import share
 LOGGER = rclpy.logging.get_logger("oxygen_supervisor")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before any fork: the child only calls it
-PROFILE_VARIABLES = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
 PROBE_S = 2.0  # how long one lifecycle get_state probe may take before it is sent again
 
 
@@ -178,9 +177,7 @@ class Supervisor:
             sections = {name: {"ros__parameters": values} for name, values in overrides.items()}
             (self._folder / "overrides.yaml").write_text(yaml.dump(sections, Dumper=_NoAliases))
             self._params.append(str(self._folder / "overrides.yaml"))
-        self._env = dict(os.environ)
-        if not any(name in os.environ for name in PROFILE_VARIABLES) and share.dds_profile().is_file():
-            self._env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(share.dds_profile())
+        self._env = dict(os.environ) | share.dds_profile_env(os.environ)
         self._lock = threading.Lock()  # a process is started, or the supervisor stops, never both at once
         self._stopping = threading.Event()
         self.failed = threading.Event()  # set when a node is given up on; ``failure`` says which and why

@@ -66,7 +66,7 @@ class LaunchConfiguration(Recorded):
 class Node(Recorded):
     def __init__(self, *, executable, package=None, name=None, namespace=None, exec_name=None, parameters=None,
                  remappings=None, ros_arguments=None, arguments=None, output="log", respawn=False, respawn_delay=None,
-                 condition=None):  # fmt: skip
+                 condition=None, additional_env=None):  # fmt: skip
         self._keep(locals())
 
 

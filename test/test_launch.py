@@ -16,7 +16,7 @@ import pytest
 import yaml
 from launch_stand_ins import LAUNCH_FILE, LifecycleNode, ParameterValue
 
-from oxygen_ros import simulation
+from oxygen_ros import share, simulation
 from oxygen_ros.nodes import presets
 from oxygen_ros.supervisor import GRAPH
 
@@ -164,6 +164,16 @@ def test_namespace_tf_clock_and_log_level_reach_every_node(launch):
         assert node.parameters[-1]["use_sim_time"] is True, name
     with pytest.raises(ValueError, match="log_level"):
         launch(log_level="loud")
+
+
+def test_every_node_runs_with_the_packages_fast_dds_profile_unless_the_robot_chose_one(launch, monkeypatch):
+    monkeypatch.delenv("FASTDDS_DEFAULT_PROFILES_FILE", raising=False)
+    monkeypatch.delenv("FASTRTPS_DEFAULT_PROFILES_FILE", raising=False)
+    for name, node in launch(use_sim="true").nodes().items():
+        assert node.additional_env == {"FASTDDS_DEFAULT_PROFILES_FILE": str(share.dds_profile())}, name
+    monkeypatch.setenv("FASTDDS_DEFAULT_PROFILES_FILE", "/robot/fastdds.xml")
+    for name, node in launch(use_sim="true").nodes().items():
+        assert node.additional_env == {}, name  # the robot's own profile reaches the nodes from the environment
 
 
 def test_a_preset_replaces_the_configs_values_and_explicit_arguments_replace_the_presets(launch, tmp_path):
