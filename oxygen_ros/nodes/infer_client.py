@@ -8,7 +8,7 @@ from an executor coroutine, never blocking a thread, with a timeout and every fa
   discovery notices, not after ``timeout_s``: a dead server never answers. The servers are polled every
   ``GONE_POLL_S`` by the id of their request reader, so a server restarted meanwhile (which never got the request)
   does not hide that the old one is gone. Discovery drops a SIGKILLed process after its DDS lease: 2 s for the
-  processes of `oxygen-ros up` (config/fastdds_profile.xml), 20 s by Fast DDS's default.
+  processes of `oxygen-ros up` and `ros2 launch` (config/fastdds_profile.xml), 20 s by Fast DDS's default.
 - A server gets no request until ``SETTLE_S`` after it could first have matched this client (a restarted inference
   node: when this client first saw it; the first server: when this client was made or last saw no server): DDS
   matches a service's two topics one way at a time, and a reply the server sends before its reply writer has matched
