@@ -1,8 +1,10 @@
 """`bench --suite robot`: a VLA drives an arm at its control rate while VQA questions about the same camera keep
 coming, served by one inference node with one pool (``shared``) or by two, one for the arm and one for the
-questions (``isolated``), one setting after the other in one run, through real rclpy nodes in this process.
+questions (``isolated``), one setting after the other in one run, through real rclpy nodes.
 
-Each setting's graph: camera_sim (the frames), arm_sim (a ros2_control-like arm with one joint per action dimension
+Each setting's graph: its inference node(s), each a process of its own as on the robot (``bringup.EngineProcesses``,
+the supervisor of `oxygen-ros up`; the isolated arm's in its own namespace), and in this process camera_sim (the
+frames), arm_sim (a ros2_control-like arm with one joint per action dimension
 of the model: 32 for pi05-random-tiny, wide limits), instruction_node on the VLA path (joint states in, one
 FollowJointTrajectory goal per chunk out, ``actions_per_chunk`` of each chunk executed, the next asked for when
 ``chunk_threshold`` remain) running one FollowInstruction goal for ``window_s``, and ``vqa`` client threads asking
@@ -10,8 +12,9 @@ FollowJointTrajectory goal per chunk out, ``actions_per_chunk`` of each chunk ex
 
 pi05-random-tiny is pi0.5 as it runs (the whole prefix bidirectional, the state in the prompt): its chunk requests
 share no KV with the questions (docs: "Which KV a VLA shares"), so what is measured is whether the actions keep
-their rate next to language work on one engine, not prefix reuse. On two CPU cores the two isolated engines share
-the same cores (one process): the comparison is one scheduler against two.
+their rate next to language work on one engine, not prefix reuse. Every engine computes on ``threads`` threads; on
+two CPU cores the two isolated engines' processes share the same cores: the comparison is one scheduler against
+two. The engines' output goes to a folder made for the run (``details.node_logs``).
 
 Metrics, per setting (``_shared``, ``_isolated``): ``action_miss_rate`` (chunks missed over chunks asked for: late,
 sent or not, or refused), ``action_latency_p50_ms`` / ``action_latency_p99_ms`` (the goal's result: from the older of the frame
@@ -21,15 +24,17 @@ out of planned actions), ``chunks_sent``, ``vqa_answers_per_s`` and ``vqa_p99_la
 p99 within the chunk window, no underruns.
 """
 
+import tempfile
 from collections import Counter
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
-
-import torch
 
 from oxygen_ros.bench.multitask_suite import percentile
 from oxygen_ros.bench.report import result
-from oxygen_ros.nodes.robot_load import RobotWorkload, drive
+from oxygen_ros.bringup import EngineProcesses
+from oxygen_ros.models.pi05.config import RANDOM_CONFIGS
+from oxygen_ros.nodes.robot_load import ARM_NAMESPACE, RobotWorkload, add_arm, drive, engine_parameters
 
 MODES = ("shared", "isolated")
 
@@ -40,13 +45,25 @@ PARAMS = RobotWorkload  # the fields `bench --param` may name (run takes them as
 def run(**params: Any) -> dict[str, Any]:
     """Both settings, one after the other (TypeError for an unknown parameter)."""
     setting = RobotWorkload(**params)
-    torch.set_num_threads(setting.threads)
-    summaries = {mode: summarize(*drive(mode, setting)) for mode in MODES}
+    joints = RANDOM_CONFIGS[setting.model].output_action_dim
+    logs = Path(tempfile.mkdtemp(prefix="oxygen_robot_"))
+    summaries = {}
+    for mode in MODES:
+        namespaces = ("",) if mode == "shared" else ("", ARM_NAMESPACE)
+        log_path = logs / f"{mode}.log"
+        try:
+            with log_path.open("w") as log, EngineProcesses(None, setting.model, engine_parameters(setting),
+                                                           namespaces, log) as graph:  # fmt: skip
+                add_arm(graph, mode, setting, joints)
+                summaries[mode] = summarize(*drive(graph, mode, setting))
+        except RuntimeError as exc:
+            raise RuntimeError(f"{mode}: {exc} ({log_path})") from exc
     metrics: dict[str, Any] = {"chunk_window_ms": setting.chunk_window_s * 1e3}
     for mode, summary in summaries.items():
         metrics |= {f"{name}_{mode}": value for name, value in summary.items() if not isinstance(value, (dict, str))}
-    details = {mode: {k: v for k, v in summary.items() if isinstance(v, (dict, str))} for mode, summary in
+    details: dict[str, Any] = {mode: {k: v for k, v in summary.items() if isinstance(v, (dict, str))} for mode, summary in
                summaries.items()}  # fmt: skip
+    details["node_logs"] = str(logs)
     return result("robot", metrics, details, asdict(setting))
 
 

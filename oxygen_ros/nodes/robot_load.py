@@ -1,7 +1,7 @@
-"""The robot workload of `bench --suite robot` against a graph it brings up in this process: the engine(s), camera_sim,
-arm_sim with one joint per action dimension of the model, instruction_node on the VLA path running one
-FollowInstruction goal, and question threads calling `/oxygen/infer` about the newest frame and the arm's state
-(the suite's docstring says what is measured)."""
+"""The robot workload of `bench --suite robot`: its parameters, the nodes it adds beside the engine(s) (arm_sim with one
+joint per action dimension of the model, instruction_node on the VLA path), and the run itself: one
+FollowInstruction goal and question threads calling `/oxygen/infer` about the newest frame and the arm's state (the
+suite's docstring says what is measured; the suite brings the engines up, each a process of its own)."""
 
 import math
 import threading
@@ -9,7 +9,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import rclpy
 from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -18,12 +17,9 @@ from sensor_msgs.msg import Image, JointState
 from tqdm import tqdm
 
 from oxygen_ros.action import FollowInstruction
-from oxygen_ros.models.pi05.config import RANDOM_CONFIGS
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.arm_sim import ArmSim
-from oxygen_ros.nodes.camera_sim import CameraSim
 from oxygen_ros.nodes.infer_client import inference_at
-from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.load_client import QUESTIONS, call
 from oxygen_ros.nodes.process_graph import ProcessGraph
@@ -47,43 +43,35 @@ class RobotWorkload:
     vqa: int = 4  # concurrent question loops
     vqa_tokens: int = 16
     kv_mib: int = 128  # each engine's pool
-    threads: int = 2  # torch threads (one process: both isolated engines share them)
+    threads: int = 2  # each engine's compute threads (num_threads; the two isolated engines are two processes)
 
     @property
     def chunk_window_s(self) -> float:
         return (self.actions_per_chunk - self.chunk_threshold) / self.rate_hz
 
 
-class RobotGraph(ProcessGraph):
-    """One setting's nodes: the engine(s), the camera, the arm, the instruction node and a client node."""
+def engine_parameters(setting: RobotWorkload) -> dict[str, Any]:
+    """Every engine's parameters over the file's (the same for the shared one and both isolated ones)."""
+    return {"allow_random_weights": True, "action_period_s": 1.0 / setting.rate_hz, "kv_cache_bytes": setting.kv_mib << 20,
+            "max_model_len": 2048, "num_threads": setting.threads,
+            "camera_topic": "/camera/image_raw"}  # every engine sees the one camera, namespaced or not  # fmt: skip
 
-    def __init__(self, mode: str, setting: RobotWorkload, joints: int) -> None:
-        context = Context()
-        rclpy.init(args=[], context=context)
-        super().__init__(context, "bench-robot")
-        engine = {"model": setting.model, "allow_random_weights": True, "action_period_s": 1.0 / setting.rate_hz,
-                  "kv_cache_bytes": setting.kv_mib << 20, "max_model_len": 2048, "num_threads": setting.threads,
-                  "camera_topic": "/camera/image_raw"}  # every engine sees the one camera, namespaced or not  # fmt: skip
-        try:
-            for ns in ("",) if mode == "shared" else ("", ARM_NAMESPACE):
-                self.add(InferenceNode(context=context, cli_args=["--ros-args", "-r", f"__ns:=/{ns}"] if ns else [],
-                                       parameter_overrides=_parameters(engine)))  # fmt: skip
-            self.add(CameraSim(context=context))
-            names = [f"arm_joint_{i}" for i in range(joints)]
-            self.add(ArmSim(context=context, parameter_overrides=_parameters(
-                {"joint_names": names, "initial_positions": [0.0] * joints, "state_rate_hz": 50.0})))  # fmt: skip
-            arm = {"action_joint_names": names, "joint_lower_limits": [-LIMIT] * joints,
-                   "joint_upper_limits": [LIMIT] * joints, "joint_velocity_limits": [SPEED] * joints,
-                   "max_start_jump": 10.0, "max_tracking_error": 10.0, "input_timeout_s": 1.0,
-                   "actions_per_chunk": setting.actions_per_chunk, "chunk_threshold": setting.chunk_threshold,
-                   "max_missed_chunks": 1000, "narration_period_s": 3600.0, "max_new_tokens": 1,
-                   "max_rate_hz": max(50.0, setting.rate_hz)}  # fmt: skip
-            self.add(InstructionNode(context=context, parameter_overrides=_parameters(arm),
-                                     cli_args=inference_at(f"/{ARM_NAMESPACE}") if mode == "isolated" else None))  # fmt: skip
-            self.client = self.add(Node(f"bench_robot_{mode}", context=context))
-        except BaseException:
-            self.close()
-            raise
+
+def add_arm(graph: ProcessGraph, mode: str, setting: RobotWorkload, joints: int) -> None:
+    """arm_sim with ``joints`` joints and instruction_node driving it from the arm's engine (the isolated setting's
+    is in ARM_NAMESPACE), in ``graph``'s process."""
+    context: Context = graph.context
+    names = [f"arm_joint_{i}" for i in range(joints)]
+    graph.add(ArmSim(context=context, parameter_overrides=_parameters(
+        {"joint_names": names, "initial_positions": [0.0] * joints, "state_rate_hz": 50.0})))  # fmt: skip
+    arm = {"action_joint_names": names, "joint_lower_limits": [-LIMIT] * joints,
+           "joint_upper_limits": [LIMIT] * joints, "joint_velocity_limits": [SPEED] * joints,
+           "max_start_jump": 10.0, "max_tracking_error": 10.0, "input_timeout_s": 1.0,
+           "actions_per_chunk": setting.actions_per_chunk, "chunk_threshold": setting.chunk_threshold,
+           "max_missed_chunks": 1000, "narration_period_s": 3600.0, "max_new_tokens": 1,
+           "max_rate_hz": max(50.0, setting.rate_hz)}  # fmt: skip
+    graph.add(InstructionNode(context=context, parameter_overrides=_parameters(arm),
+                              cli_args=inference_at(f"/{ARM_NAMESPACE}") if mode == "isolated" else None))  # fmt: skip
 
 
 def _parameters(values: dict) -> list[Parameter]:
@@ -125,49 +113,48 @@ class Questions(threading.Thread):
             round_ += 1
 
 
-def drive(mode: str, setting: RobotWorkload) -> tuple[Any, list[tuple[bool, float, str]], float]:
-    """One setting (``shared``: one engine; ``isolated``: one for the arm, one for the questions): warm each engine,
-    then the goal and the question loops for ``window_s``; (the goal's GetResult response, every answer's (ok,
-    latency ms, error code), seconds elapsed)."""
-    with RobotGraph(mode, setting, RANDOM_CONFIGS[setting.model].output_action_dim) as graph:
-        node = graph.client
-        frames, states = [], []
-        node.create_subscription(Image, "/camera/image_raw", frames.append, qos_profile_sensor_data)
-        node.create_subscription(JointState, "/joint_states", states.append, 10)
-        _wait(lambda: len(frames) >= 2 and states, 30.0, "camera frames and joint states")
-        for namespace in ("", ARM_NAMESPACE) if mode == "isolated" else ("",):
-            warm = Infer.Request(task_id="warm-up", task_type="instruction", prompt=INSTRUCTION, want_actions=True,
-                                 max_new_tokens=1, state=[0.0] * len(states[-1].position))  # fmt: skip
-            out = call(node.create_client(Infer, f"/{namespace}/oxygen/infer" if namespace else "/oxygen/infer"), warm)
-            if not out.success:
-                raise RuntimeError(f"warm-up of the {mode} engine failed: {out.error_code} {out.message}")
-        stop = threading.Event()
-        askers = [Questions(node, i, setting, states, stop) for i in range(setting.vqa)]
-        goal_client = ActionClient(node, FollowInstruction, "/follow_instruction")
-        try:
-            _wait(goal_client.server_is_ready, 10.0, "the instruction node")
-            accepted = threading.Event()
-            sent = goal_client.send_goal_async(FollowInstruction.Goal(
-                instruction=INSTRUCTION, rate_hz=float(setting.rate_hz), duration_s=float(setting.window_s)))  # fmt: skip
-            sent.add_done_callback(lambda _: accepted.set())
-            for asker in askers:
-                asker.start()
-            start = time.monotonic()
-            if not accepted.wait(10.0) or not sent.result().accepted:
-                raise RuntimeError("the instruction node did not accept the goal")
-            ended = sent.result().get_result_async()
-            with tqdm(total=math.ceil(setting.window_s), desc=f"robot ({mode})", unit="s") as bar:
+def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload) -> tuple[Any, list[tuple[bool, float, str]], float]:
+    """One setting on its started graph (``shared``: one engine; ``isolated``: one for the arm, one for the
+    questions): warm each engine, then the goal and the question loops for ``window_s``; (the goal's GetResult
+    response, every answer's (ok, latency ms, error code), seconds elapsed)."""
+    node = graph.add_client(f"bench_robot_{mode}")
+    frames, states = [], []
+    node.create_subscription(Image, "/camera/image_raw", frames.append, qos_profile_sensor_data)
+    node.create_subscription(JointState, "/joint_states", states.append, 10)
+    _wait(lambda: len(frames) >= 2 and states, 30.0, "camera frames and joint states")
+    for namespace in ("", ARM_NAMESPACE) if mode == "isolated" else ("",):
+        warm = Infer.Request(task_id="warm-up", task_type="instruction", prompt=INSTRUCTION, want_actions=True,
+                             max_new_tokens=1, state=[0.0] * len(states[-1].position))  # fmt: skip
+        out = call(node.create_client(Infer, f"/{namespace}/oxygen/infer" if namespace else "/oxygen/infer"), warm)
+        if not out.success:
+            raise RuntimeError(f"warm-up of the {mode} engine failed: {out.error_code} {out.message}")
+    stop = threading.Event()
+    askers = [Questions(node, i, setting, states, stop) for i in range(setting.vqa)]
+    goal_client = ActionClient(node, FollowInstruction, "/follow_instruction")
+    try:
+        _wait(goal_client.server_is_ready, 10.0, "the instruction node")
+        accepted = threading.Event()
+        sent = goal_client.send_goal_async(FollowInstruction.Goal(
+            instruction=INSTRUCTION, rate_hz=float(setting.rate_hz), duration_s=float(setting.window_s)))  # fmt: skip
+        sent.add_done_callback(lambda _: accepted.set())
+        for asker in askers:
+            asker.start()
+        start = time.monotonic()
+        if not accepted.wait(10.0) or not sent.result().accepted:
+            raise RuntimeError("the instruction node did not accept the goal")
+        ended = sent.result().get_result_async()
+        with tqdm(total=math.ceil(setting.window_s), desc=f"robot ({mode})", unit="s") as bar:
 
-                def over() -> bool:
-                    bar.update(min(time.monotonic() - start, bar.total) - bar.n)
-                    return ended.done()
+            def over() -> bool:
+                bar.update(min(time.monotonic() - start, bar.total) - bar.n)
+                return ended.done()
 
-                _wait(over, setting.window_s + ANSWER_WAIT_S, "the goal's end")
-            elapsed = time.monotonic() - start
-        finally:
-            stop.set()
-            for asker in askers:
-                if asker.is_alive():
-                    asker.join(timeout=ANSWER_WAIT_S)
-            goal_client.destroy()
-        return ended.result(), [a for asker in askers for a in asker.answers], elapsed
+            _wait(over, setting.window_s + ANSWER_WAIT_S, "the goal's end")
+        elapsed = time.monotonic() - start
+    finally:
+        stop.set()
+        for asker in askers:
+            if asker.is_alive():
+                asker.join(timeout=ANSWER_WAIT_S)
+        goal_client.destroy()
+    return ended.result(), [a for asker in askers for a in asker.answers], elapsed
