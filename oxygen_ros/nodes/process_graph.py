@@ -1,7 +1,6 @@
 """Nodes of one process spinning on one executor thread, its inference nodes configured and activated at start:
-what `oxygen-ros demo`, the robot benchmark and tests bring up in-process (``bringup.Graph``, the robot suite's
-graph), where a robot runs a process per node; and the multitask benchmark's camera and clients beside its engine
-processes (``bringup.EngineProcesses``)."""
+what `oxygen-ros demo` and tests bring up in-process (``bringup.Graph``), where a robot runs a process per node; and
+the benchmarks' camera, clients and simulated arm beside their engine processes (``bringup.EngineProcesses``)."""
 
 import threading
 
