@@ -156,7 +156,8 @@ class AsyncEngine:
             if engine.has_unfinished and hold <= 0:
                 self._step(cap)
             self._publish()
-            if hold > 0:  # language work waits for an action stream's next chunk (or any new command)
+            if hold > 0:  # language work waits for an action stream's next chunk, a chunk for its peers' (or any
+                # new command)
                 held_from = time.perf_counter()
                 with self._cv:
                     if not (self._inbox or self._stopping):
@@ -164,14 +165,15 @@ class AsyncEngine:
                 self.pacer.held_s += time.perf_counter() - held_from
 
     def _plan(self) -> tuple[float, int | None]:
-        """How long to hold language work, and the next step's prefill cap (Scheduler.schedule): a step whose
-        prompts would still run when a chunk is due becomes a decode-only step (cap 0) where that one fits."""
+        """How long to hold the next step (language work for a chunk due soon, owed chunks for their peers' due with
+        them: FramePacer), and its prefill cap (Scheduler.schedule): a step whose prompts would still run when a chunk
+        is due becomes a decode-only step (cap 0) where that one fits."""
         if self.pacer is None:
             return 0.0, None
         now = time.perf_counter()
         cap = self.pacer.prefill_cap(now)
         if self.engine.owes_actions:
-            return 0.0, cap
+            return self.pacer.coalesce_s(now), cap
         hold = self.pacer.hold_s(now, self.engine.language_step_tokens(cap))
         decode_only = self.engine.language_step_tokens(0)  # the decode rows alone
         if hold > 0 and decode_only and self.pacer.hold_s(now, decode_only) <= 0:

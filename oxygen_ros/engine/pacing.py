@@ -10,7 +10,8 @@ large (the slowest of those up to twice the smallest such), or, when it computes
 largest one's cost per token: a decode step is not judged by last frame's prefill. Recent steps are kept per size
 class (powers of two), so a prefill is judged by the last prefills, not by a run of decode steps whose cost per token
 is mostly their fixed overhead (a 5-row decode step at 2 ms per token would make a 256-token frame look like 0.5 s
-when it takes 0.2, and hold it until after the chunk, which then had to prefill the frame itself). The first
+when it takes 0.2, and hold it until after the chunk, which then had to prefill the frame itself); a step older than
+``STEP_MEMORY`` language steps is forgotten, so a slow one (a cold start) does not judge its class forever. The first
 language step after a chunk is never held: it has the whole frame, and if it does not fit in that it never will
 (holding it would starve it). With ``steps_per_frame`` k > 0, language instead takes exactly k steps per frame and
 then waits for the next chunk.
@@ -21,6 +22,12 @@ what runs in half the slack the stream's window leaves after its own action step
 deadline, else the period), and the scheduler spreads queued prompts over several short steps (Scheduler). When
 a step with a prompt would be held but its decode rows alone fit before the chunk, the serving thread runs those
 (AsyncEngine._plan): answers keep streaming between chunks.
+
+Streams that ask at the same moment (three arms on one control clock) arrive a few milliseconds apart, and an action
+step starts as soon as one chunk is owed: the others then waited for a second step (one chunk 91 ms, the other two
+145 ms, against 176 ms for all three at once, pi05-causal-tiny on this CPU). So an owed chunk waits up to
+``COALESCE_S`` after it arrived for the live streams whose next chunk is predicted by then (``coalesce_s``), and
+they share one step.
 
 A stream that misses its slot by more than ``grace`` periods no longer holds anyone (a task that stopped sending
 must not stall language work), and a stream not heard from for ``STALE_PERIODS`` periods is forgotten. Action work
@@ -34,6 +41,8 @@ from dataclasses import dataclass, field
 HISTORY = 8  # arrivals kept per stream (the median gap tolerates a few late or early chunks), steps per size class
 STALE_PERIODS = 3.0
 ORPHAN_S = 60.0  # a stream with one arrival and no deadline (no window) is forgotten after this
+STEP_MEMORY = 1000  # language steps a timed step is remembered for (~10 s of decoding at 100 steps per second)
+COALESCE_S = 0.01  # the longest an owed chunk waits for the chunks of other streams due with it
 
 
 @dataclass
@@ -71,29 +80,39 @@ class FramePacer:
         self.grace = grace
         self._streams: dict[str, _Stream] = {}
         self._language_steps = 0  # since the last action step
-        self._steps_by_size: dict[int, deque[tuple[int, float]]] = {}  # recent language steps (tokens, seconds), by
-        # tokens.bit_length()
+        self._steps_by_size: dict[int, deque[tuple[int, float, int]]] = {}  # recent language steps (tokens, seconds,
+        # their number), by tokens.bit_length()
+        self._language_count = 0  # language steps timed so far
         self._action_steps: deque[float] = deque(maxlen=HISTORY)  # recent action steps' seconds
-        self.held_s = 0.0  # total time language work was held, for stats
+        self._first_owed: float | None = None  # when the first chunk not yet served arrived
+        self.held_s = 0.0  # total time work was held (language for a chunk, a chunk for its peers), for stats
 
     def action_arrived(self, stream: str, now: float, deadline_s: float = 0.0) -> None:
         """An action request of ``stream`` (its task id) was submitted at ``now``, due within ``deadline_s``."""
         entry = self._streams.setdefault(stream, _Stream())
         entry.arrivals.append(now)
         entry.deadline_s = deadline_s
+        if self._first_owed is None:
+            self._first_owed = now
 
     def step_done(self, served_actions: bool, duration_s: float, tokens: int = 1) -> None:
         if served_actions:
             self._language_steps = 0
+            self._first_owed = None
             self._action_steps.append(duration_s)
         else:
             self._language_steps += 1
+            self._language_count += 1
             tokens = max(tokens, 1)
-            self._steps_by_size.setdefault(tokens.bit_length(), deque(maxlen=HISTORY)).append((tokens, duration_s))
+            steps = self._steps_by_size.setdefault(tokens.bit_length(), deque(maxlen=HISTORY))
+            steps.append((tokens, duration_s, self._language_count))
 
     @property
     def _steps(self) -> list[tuple[int, float]]:
-        return [step for steps in self._steps_by_size.values() for step in steps]
+        """The remembered language steps (tokens, seconds): each size class's last ``HISTORY`` of the last
+        ``STEP_MEMORY``."""
+        oldest = self._language_count - STEP_MEMORY
+        return [(t, d) for steps in self._steps_by_size.values() for t, d, number in steps if number > oldest]
 
     def estimate_s(self, tokens: int) -> float:
         """A conservative guess of a language step computing ``tokens`` tokens, from the recent ones."""
@@ -142,6 +161,20 @@ class FramePacer:
         if self._language_steps == 0:
             return 0.0
         return release - now if now + self.estimate_s(tokens) > next_due else 0.0
+
+    def coalesce_s(self, now: float) -> float:
+        """How long to hold the owed chunks from ``now`` so that the live streams predicted to ask within
+        ``COALESCE_S`` of the first one's arrival share their step; 0 = step now (none is expected by then)."""
+        if self._first_owed is None:
+            return 0.0
+        limit = self._first_owed + COALESCE_S
+        if now >= limit:
+            return 0.0
+        for stream in self._live(now):
+            due = stream.next_due()
+            if stream.arrivals[-1] < self._first_owed and due is not None and due[0] <= limit:
+                return limit - now
+        return 0.0
 
     def _live(self, now: float) -> list[_Stream]:
         """The streams still heard from; forgets the stale ones."""

@@ -12,7 +12,7 @@ from oxygen_ros.bench.pacing_suite import language_requests, serve_stream
 from oxygen_ros.bench.robot_frames import robot_frames
 from oxygen_ros.engine.async_engine import AsyncEngine
 from oxygen_ros.bench.frames import FrameDriver, Mode
-from oxygen_ros.engine.pacing import STALE_PERIODS, FramePacer
+from oxygen_ros.engine.pacing import COALESCE_S, STALE_PERIODS, STEP_MEMORY, FramePacer
 
 TIMEOUT = 120
 LANGUAGE_TOKENS = 48
@@ -152,6 +152,38 @@ def test_a_frames_prefill_is_judged_by_earlier_prefills_not_by_the_decode_steps_
     assert pacer.estimate_s(273) == pytest.approx(273 * 0.193 / 258)
     assert pacer.hold_s(last + 0.53, tokens=273) == 0.0  # ends ~0.2 s later, well before the chunk due at +1 s
     assert pacer.hold_s(last + 0.85, tokens=273) > 0.0
+
+
+def test_a_slow_step_is_forgotten_after_step_memory_language_steps():
+    """A cold first prefill (3 s for 2000 tokens) must not judge every later prefill: its size class may never see
+    another step (the prefill cap keeps later prompts smaller)."""
+    pacer = FramePacer()
+    pacer.step_done(False, 3.0, tokens=2000)
+    pacer.step_done(False, 0.02, tokens=200)
+    assert pacer.estimate_s(300) == 3.0  # the only step as large
+    for _ in range(STEP_MEMORY - 1):
+        pacer.step_done(False, 0.01, tokens=5)
+    assert pacer.estimate_s(300) == pytest.approx(300 * 0.02 / 200)  # the cold step is forgotten, the 200-token kept
+    pacer.step_done(False, 0.01, tokens=5)
+    assert pacer.estimate_s(300) == pytest.approx(300 * 0.01 / 5)  # and then that one too
+
+
+def test_a_chunk_waits_a_few_milliseconds_for_the_chunks_due_with_it_then_they_share_a_step():
+    pacer = FramePacer()
+    for name, offset in (("arm0", 0.0), ("arm1", 0.002), ("arm2", 0.004)):  # three arms on one control clock
+        _stream(pacer, 1.0, count=3, start=100.0 + offset, name=name)
+    _stream(pacer, 2.0, count=3, start=99.5, name="slow")  # its next chunk is due at 104.5: not waited for
+    pacer.step_done(True, 0.18)  # their chunks so far were served
+    assert pacer.coalesce_s(103.0) == 0.0  # nothing owed yet
+    pacer.action_arrived("arm0", 103.0)
+    assert pacer.coalesce_s(103.0005) == pytest.approx(COALESCE_S - 0.0005)  # arm1 and arm2 are due by 103.01
+    pacer.action_arrived("arm1", 103.002)
+    assert pacer.coalesce_s(103.0025) == pytest.approx(COALESCE_S - 0.0025)  # arm2 still due
+    pacer.action_arrived("arm2", 103.004)
+    assert pacer.coalesce_s(103.0045) == 0.0  # every stream due is here: step now
+    pacer.step_done(True, 0.18)
+    pacer.action_arrived("arm0", 104.0)
+    assert pacer.coalesce_s(104.0 + COALESCE_S) == 0.0  # a stream that does not come is waited for no longer
 
 
 def test_the_prefill_cap_leaves_a_chunk_asked_mid_step_its_window():
