@@ -6,8 +6,8 @@ oxygen_ros/supervisor.py).
 Parameters come from the same YAML file the launch file passes (the installed config/oxygen.yaml by default),
 through rclpy's own ``--params-file`` handling, so the bringups cannot drift.
 
-``EngineProcesses`` is the multitask benchmark's graph: one or several inference nodes, each in its own process as on
-the robot, and the camera here with the benchmark's clients.
+``EngineProcesses`` is the multitask and robot benchmarks' graph: one or several inference nodes, each in its own
+process as on the robot, and the camera here with the benchmark's clients (and its simulated arm).
 """
 
 import os
@@ -39,7 +39,9 @@ def _context(config: Path | None, domain_id: int | None = None) -> tuple[Path, C
     path = config or share.default_config()
     if not path.is_file():
         raise FileNotFoundError(f"parameter file {path} not found")
-    os.environ.update(share.dds_profile_env(os.environ))  # before this process's first participant reads it
+    # Fast DDS reads the profile when the process makes its first participant: for the CLI's graphs that is here
+    # (a process that made one before, such as a test session, keeps its settings; its children get the profile)
+    os.environ.update(share.dds_profile_env(os.environ))
     context = Context()
     rclpy.init(args=["--ros-args", "--params-file", str(path)], context=context, domain_id=domain_id)
     return path, context
@@ -111,6 +113,10 @@ class EngineProcesses(ProcessGraph):
         if self.supervisor is not None:
             self.supervisor.start()
         super().start()
+
+    def restarts(self) -> int:
+        """Engine processes the supervisor started again so far (each one a crash)."""
+        return sum(self.supervisor.restarts().values()) if self.supervisor is not None else 0
 
     def close(self) -> None:
         try:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 PACKAGE = "oxygen_ros"
 PROFILE_VARIABLES = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
+TRANSPORTS_VARIABLE = "FASTDDS_BUILTIN_TRANSPORTS"  # ignored by Fast DDS under a profile that names its transports
 PREFIX = Path(__file__).resolve().parents[4]
 
 
@@ -25,16 +26,18 @@ def presets_dir() -> Path:
 
 
 def dds_profile() -> Path:
-    """The Fast DDS profile every oxygen_ros process runs with (config/fastdds_profile.xml)."""
+    """The Fast DDS profile oxygen_ros's node processes run with (config/fastdds_profile.xml)."""
     return PREFIX / "share" / PACKAGE / "config" / "fastdds_profile.xml"
 
 
 def dds_profile_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variable that gives a process ``dds_profile()``, unless ``environ`` names a profile already (the user's
-    wins) or it is not installed. Fast DDS reads it once, when the process creates its first participant: the
-    processes of `oxygen-ros up` and `ros2 launch` get it in their environment, an in-process graph before its
-    rclpy.init (bringup)."""
-    if any(name in environ for name in PROFILE_VARIABLES) or not dds_profile().is_file():
+    """The variable that gives a process ``dds_profile()``, unless ``environ`` chooses a profile or the builtin
+    transports already (the user's choice wins: the profile names its transports, so Fast DDS would ignore
+    FASTDDS_BUILTIN_TRANSPORTS under it) or it is not installed. Fast DDS reads it once, when the process creates its
+    first participant: the node processes of `oxygen-ros up` and `ros2 launch` get it in their environment, an
+    in-process graph before its rclpy.init (bringup)."""
+    chosen = [*PROFILE_VARIABLES, TRANSPORTS_VARIABLE]
+    if any(name in environ for name in chosen) or not dds_profile().is_file():
         return {}
     return {"FASTDDS_DEFAULT_PROFILES_FILE": str(dds_profile())}
 

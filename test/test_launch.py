@@ -169,6 +169,7 @@ def test_namespace_tf_clock_and_log_level_reach_every_node(launch):
 def test_every_node_runs_with_the_packages_fast_dds_profile_unless_the_robot_chose_one(launch, monkeypatch):
     monkeypatch.delenv("FASTDDS_DEFAULT_PROFILES_FILE", raising=False)
     monkeypatch.delenv("FASTRTPS_DEFAULT_PROFILES_FILE", raising=False)
+    monkeypatch.delenv("FASTDDS_BUILTIN_TRANSPORTS", raising=False)
     for name, node in launch(use_sim="true").nodes().items():
         assert node.additional_env == {"FASTDDS_DEFAULT_PROFILES_FILE": str(share.dds_profile())}, name
     monkeypatch.setenv("FASTDDS_DEFAULT_PROFILES_FILE", "/robot/fastdds.xml")

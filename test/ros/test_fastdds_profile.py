@@ -49,6 +49,7 @@ def test_a_process_takes_the_profile_unless_one_is_chosen():
     assert dds_profile_env({}) == {"FASTDDS_DEFAULT_PROFILES_FILE": str(dds_profile())}
     assert dds_profile_env({"FASTDDS_DEFAULT_PROFILES_FILE": "/robot/own.xml"}) == {}
     assert dds_profile_env({"FASTRTPS_DEFAULT_PROFILES_FILE": "/robot/own.xml"}) == {}
+    assert dds_profile_env({"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}) == {}  # the profile's transports would drop it
 
 
 def test_a_node_process_under_the_profile_loads_it_and_serves(ros_context, monkeypatch):
@@ -60,4 +61,3 @@ def test_a_node_process_under_the_profile_loads_it_and_serves(ros_context, monke
             assert call_service(node, Infer, "/oxygen/infer", request).text == "echo: hello"
         log = server.log()
     assert "XMLPARSER" not in log and "Error" not in log, log
-
