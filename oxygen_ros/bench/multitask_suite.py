@@ -51,6 +51,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from oxygen_ros.bench.engine_windows import engine_window
 from oxygen_ros.bench.report import result
 from oxygen_ros.bringup import EngineProcesses
 from oxygen_ros.nodes.load_client import (
@@ -132,14 +133,10 @@ def run(**params: Any) -> dict[str, Any]:
             namespaces = ("",) if mode == "oxygen_ros" else tuple(f"isolated{i}" for i in range(len(setting.tasks())))
             threads = setting.threads if mode == "oxygen_ros" else setting.isolated_threads
             label = f"{mode} (round {n + 1} of {setting.rounds})"
-            log_path = logs / f"round{n + 1}-{mode}.log"
-            try:
-                with log_path.open("w") as log, EngineProcesses(config, setting.model, overrides | {"num_threads": threads},
-                                                               namespaces, log) as graph:  # fmt: skip
-                    pair[mode] = measure(graph, label, namespaces, setting)
-                    pair[mode]["engine_restarts"] = sum(graph.supervisor.restarts().values())
-            except RuntimeError as exc:
-                raise RuntimeError(f"{label}: {exc} ({log_path})") from exc
+            with engine_window(logs / f"round{n + 1}-{mode}.log", label, config, setting.model,
+                               overrides | {"num_threads": threads}, namespaces) as graph:  # fmt: skip
+                pair[mode] = measure(graph, label, namespaces, setting)
+                pair[mode]["engine_restarts"] = graph.restarts()
         pairs.append(pair)
     ratios = [round_ratios(pair["oxygen_ros"], pair["isolated"]) for pair in pairs]
     by_ratio = sorted(range(len(pairs)), key=lambda i: ratios[i]["tokens_per_s_ratio_vs_isolated"])

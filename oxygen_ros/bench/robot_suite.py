@@ -17,9 +17,10 @@ two CPU cores the two isolated engines' processes share the same cores: the comp
 two. The engines' output goes to a folder made for the run (``details.node_logs``).
 
 Metrics, per setting (``_shared``, ``_isolated``): ``action_miss_rate`` (chunks missed over chunks asked for: late,
-sent or not, or refused), ``action_latency_p50_ms`` / ``action_latency_p99_ms`` (the goal's result: from the older of the frame
-and the state a chunk was computed from to its trajectory reaching the controller), ``underruns`` (times the arm ran
-out of planned actions), ``chunks_sent``, ``vqa_answers_per_s`` and ``vqa_p99_latency_ms``; ``chunk_window_ms`` =
+sent or not, or refused), ``action_latency_p50_ms`` / ``action_latency_p99_ms`` (the goal's result: from the older of
+the frame and the state a chunk was computed from to its trajectory reaching the controller), ``underruns`` (times the arm ran
+out of planned actions), ``chunks_sent``, ``vqa_answers_per_s``, ``vqa_p99_latency_ms`` and ``engine_restarts``
+(engine processes that crashed and were started again during the window); ``chunk_window_ms`` =
 (actions_per_chunk - chunk_threshold) x period, the time a chunk has. Targets (issue 25): miss rate <= 1% shared,
 p99 within the chunk window, no underruns.
 """
@@ -31,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from oxygen_ros.bench.multitask_suite import percentile
+from oxygen_ros.bench.engine_windows import engine_window
 from oxygen_ros.bench.report import result
-from oxygen_ros.bringup import EngineProcesses
 from oxygen_ros.models.pi05.config import RANDOM_CONFIGS
 from oxygen_ros.nodes.robot_load import ARM_NAMESPACE, RobotWorkload, add_arm, drive, engine_parameters
 
@@ -50,19 +51,15 @@ def run(**params: Any) -> dict[str, Any]:
     summaries = {}
     for mode in MODES:
         namespaces = ("",) if mode == "shared" else ("", ARM_NAMESPACE)
-        log_path = logs / f"{mode}.log"
-        try:
-            with log_path.open("w") as log, EngineProcesses(None, setting.model, engine_parameters(setting),
-                                                           namespaces, log) as graph:  # fmt: skip
-                add_arm(graph, mode, setting, joints)
-                summaries[mode] = summarize(*drive(graph, mode, setting))
-        except RuntimeError as exc:
-            raise RuntimeError(f"{mode}: {exc} ({log_path})") from exc
+        with engine_window(logs / f"{mode}.log", mode, None, setting.model, engine_parameters(setting),
+                           namespaces) as graph:  # fmt: skip
+            add_arm(graph, mode, setting, joints)
+            summaries[mode] = summarize(*drive(graph, mode, setting)) | {"engine_restarts": graph.restarts()}
     metrics: dict[str, Any] = {"chunk_window_ms": setting.chunk_window_s * 1e3}
     for mode, summary in summaries.items():
         metrics |= {f"{name}_{mode}": value for name, value in summary.items() if not isinstance(value, (dict, str))}
-    details: dict[str, Any] = {mode: {k: v for k, v in summary.items() if isinstance(v, (dict, str))} for mode, summary in
-               summaries.items()}  # fmt: skip
+    details: dict[str, Any] = {mode: {k: v for k, v in summary.items() if isinstance(v, (dict, str))}
+                               for mode, summary in summaries.items()}  # fmt: skip
     details["node_logs"] = str(logs)
     return result("robot", metrics, details, asdict(setting))
 

@@ -52,8 +52,8 @@ class RobotWorkload:
 
 def engine_parameters(setting: RobotWorkload) -> dict[str, Any]:
     """Every engine's parameters over the file's (the same for the shared one and both isolated ones)."""
-    return {"allow_random_weights": True, "action_period_s": 1.0 / setting.rate_hz, "kv_cache_bytes": setting.kv_mib << 20,
-            "max_model_len": 2048, "num_threads": setting.threads,
+    return {"allow_random_weights": True, "action_period_s": 1.0 / setting.rate_hz,
+            "kv_cache_bytes": setting.kv_mib << 20, "max_model_len": 2048, "num_threads": setting.threads,
             "camera_topic": "/camera/image_raw"}  # every engine sees the one camera, namespaced or not  # fmt: skip
 
 
