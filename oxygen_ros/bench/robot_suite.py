@@ -4,8 +4,8 @@ questions (``isolated``), one setting after the other in one run, through real r
 
 Each setting's graph: its inference node(s), each a process of its own as on the robot (``bringup.EngineProcesses``,
 the supervisor of `oxygen-ros up`; the isolated arm's in its own namespace), and in this process camera_sim (the
-frames), arm_sim (a ros2_control-like arm with one joint per action dimension
-of the model: 32 for pi05-random-tiny, wide limits), instruction_node on the VLA path (joint states in, one
+frames), arm_sim (a ros2_control-like arm with one joint per action dimension of the model: 32 for pi05-random-tiny,
+wide limits), instruction_node on the VLA path (joint states in, one
 FollowJointTrajectory goal per chunk out, ``actions_per_chunk`` of each chunk executed, the next asked for when
 ``chunk_threshold`` remain) running one FollowInstruction goal for ``window_s``, and ``vqa`` client threads asking
 `/oxygen/infer` about the newest frame, each a new question as soon as its answer arrives (``vqa_tokens`` each).
@@ -18,9 +18,9 @@ two. The engines' output goes to a folder made for the run (``details.node_logs`
 
 Metrics, per setting (``_shared``, ``_isolated``): ``action_miss_rate`` (chunks missed over chunks asked for: late,
 sent or not, or refused), ``action_latency_p50_ms`` / ``action_latency_p99_ms`` (the goal's result: from the older of
-the frame and the state a chunk was computed from to its trajectory reaching the controller), ``underruns`` (times the arm ran
-out of planned actions), ``chunks_sent``, ``vqa_answers_per_s``, ``vqa_p99_latency_ms`` and ``engine_restarts``
-(engine processes that crashed and were started again during the window); ``chunk_window_ms`` =
+the frame and the state a chunk was computed from to its trajectory reaching the controller), ``underruns`` (times
+the arm ran out of planned actions), ``chunks_sent``, ``vqa_answers_per_s``, ``vqa_p99_latency_ms`` and
+``engine_restarts`` (engine processes that crashed and were started again during the window); ``chunk_window_ms`` =
 (actions_per_chunk - chunk_threshold) x period, the time a chunk has. Targets (issue 25): miss rate <= 1% shared,
 p99 within the chunk window, no underruns.
 """

@@ -156,8 +156,7 @@ class AsyncEngine:
             if engine.has_unfinished and hold <= 0:
                 self._step(cap)
             self._publish()
-            if hold > 0:  # language work waits for an action stream's next chunk, a chunk for its peers' (or any
-                # new command)
+            if hold > 0:  # language for a chunk due soon, or a chunk for those due with it (or a new command)
                 held_from = time.perf_counter()
                 with self._cv:
                     if not (self._inbox or self._stopping):

@@ -31,7 +31,7 @@ they share one step.
 
 A stream that misses its slot by more than ``grace`` periods no longer holds anyone (a task that stopped sending
 must not stall language work), and a stream not heard from for ``STALE_PERIODS`` periods is forgotten. Action work
-itself is never held.
+is never held for language work, only for the other chunks due with it (``COALESCE_S`` at most).
 """
 
 import statistics
