@@ -1,7 +1,7 @@
 """The multitask workload against a running graph, through real rclpy calls: one thread per task sending
 `/oxygen/infer` requests to its engine, and a sampler reading every engine's pool through `/oxygen/get_pool_stats`.
 
-Task types (all on the one pinned observation):
+Task types (each request about the camera's current frame: one pinned frame, or the newest of a ``FrameFeed``):
 - ``vqa``: a new question as soon as the last answer arrives (closed loop), ``vqa_tokens`` of text each.
 - ``navigation``: reasoning about the way ahead (``nav_tokens`` of text) at most ``replan_hz`` times a second; as
   in navigation_node, the velocity commands come from its controller, not from the model.

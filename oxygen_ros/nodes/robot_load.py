@@ -9,7 +9,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
@@ -60,7 +59,7 @@ def engine_parameters(setting: RobotWorkload) -> dict[str, Any]:
 def add_arm(graph: ProcessGraph, mode: str, setting: RobotWorkload, joints: int) -> None:
     """arm_sim with ``joints`` joints and instruction_node driving it from the arm's engine (the isolated setting's
     is in ARM_NAMESPACE), in ``graph``'s process."""
-    context: Context = graph.context
+    context = graph.context
     names = [f"arm_joint_{i}" for i in range(joints)]
     graph.add(ArmSim(context=context, parameter_overrides=_parameters(
         {"joint_names": names, "initial_positions": [0.0] * joints, "state_rate_hz": 50.0})))  # fmt: skip
