@@ -11,6 +11,10 @@ Two workloads, the same prompt token ids for every peer, greedy, fixed lengths:
   as a llama_ros node would, and also as N parallel sequences in one unified KV cache (the prefix decoded once and
   shared, one batch per step: its ``parallel`` example, its server's slots); ``ratio_vs_llamacpp_nN`` is against the
   faster of the two.  transformers answers one at a time, prefix recomputed (up to ``hf_max_n``: it is slow).
+  Many sequences decoding together are bound by arithmetic, not by reads: ``nN_fraction_of_gemm_bound`` is our fp32
+  tokens/s over the most the workload's least arithmetic allows at the best fp32 product rate measured here
+  (``arithmetic``, probed before and after our fp32 runs), and ``gemm_bound_ratio_vs_llamacpp_nN`` that most over
+  llama.cpp's: the highest ``ratio_vs_llamacpp_nN`` fp32 products could reach on this machine in this run.
 
 With ``bf16_weights`` ours also runs with its projections stored as bf16 under fp32 compute (``weight_dtype:
 bfloat16``: half the bytes a token reads, oneDNN's AVX512-BF16 products), and its quality is measured against our fp32
@@ -43,6 +47,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from oxygen_ros.bench.arithmetic import gemm_flops_per_s, generation_flops
 from oxygen_ros.bench.bandwidth import read_bandwidth
 from oxygen_ros.bench.engine_suite import QUESTIONS
 from oxygen_ros.bench.quant_text import TextReference, TextScore, text_token_ids
@@ -79,9 +84,12 @@ def run(
     prompts = {n: [engine.encode(r) for r in reqs] for n, reqs in workloads.items()}
 
     weight_bytes = _weight_bytes_per_token(engine)
+    args: LlamaArgs = engine.bundle.model.args
     probes = [read_bandwidth()]  # before and after each of our runs: the VM's memory speed moves within minutes
+    gemm_probes = [gemm_flops_per_s(args)]
     ours = _ours(engine, counts, workloads, batch1_tokens, new_tokens, "oxygen_ros")
     probes.append(read_bandwidth())
+    gemm_probes.append(gemm_flops_per_s(args))
     text = TextReference.of(engine, text_token_ids(engine, text_tokens), TEXT_CHUNK)  # fp32's next-token distributions
     scores: dict[str, TextScore] = {}
     stored: dict[str, tuple[dict[str, Any], int]] = {}  # weight format -> (our runs, weight bytes a token reads)
@@ -100,6 +108,8 @@ def run(
             probes.append(read_bandwidth())
     bandwidth = max(probes)
     bound = bandwidth / weight_bytes
+    # the fp32 compute bound of each N-question workload: its least arithmetic at the best product rate measured
+    gemm_bound = {n: n * new_tokens * max(gemm_probes) / generation_flops(args, prompts[n], new_tokens) for n in counts}
     llamacpp_bound = bandwidth / _gguf_weight_bytes()
     hf = _transformers(batch1, batch1_tokens, {n: p for n, p in prompts.items() if n <= hf_max_n}, new_tokens)
     llama = _llamacpp(batch1, batch1_tokens, prompts, new_tokens, threads, text)
@@ -115,6 +125,7 @@ def run(
     }
     for n in counts:
         metrics[f"tokens_per_s_n{n}"] = tokens_per_s(ours["shared"], n)
+        metrics[f"n{n}_fraction_of_gemm_bound"] = tokens_per_s(ours["shared"], n) / gemm_bound[n]
     for name, (runs, stored_bytes) in stored.items():
         metrics[f"{name}_weights_batch1_tokens_per_s"] = runs["batch1"]
         metrics[f"{name}_weights_batch1_fraction_of_bound"] = runs["batch1"] * stored_bytes / bandwidth
@@ -131,6 +142,7 @@ def run(
         for n in counts:
             best = max(tokens_per_s(llama["shared"], n), tokens_per_s(llama["parallel"], n))
             metrics[f"ratio_vs_llamacpp_n{n}"] = tokens_per_s(ours["shared"], n) / best
+            metrics[f"gemm_bound_ratio_vs_llamacpp_n{n}"] = gemm_bound[n] / best  # the most fp32 could reach here
             for name, (runs, _) in stored.items():
                 metrics[f"{name}_weights_ratio_vs_llamacpp_n{n}"] = tokens_per_s(runs["shared"], n) / best
         # how far its Q4_1 answers follow the fp32 ones: the yardstick for a lossy weight format of ours
@@ -141,6 +153,8 @@ def run(
         "threads": threads,
         "read_bandwidth_gb_s": bandwidth / 1e9,
         "read_bandwidth_probes_gb_s": [b / 1e9 for b in probes],
+        "gemm_gflop_per_s_probes": [f / 1e9 for f in gemm_probes],
+        "gemm_bound_tokens_per_s": gemm_bound,
         "weight_bytes_per_token": weight_bytes,
         "prompt_tokens": {n: [len(p) for p in ps] for n, ps in prompts.items()},
         "ours": ours,
@@ -173,9 +187,7 @@ def _weight_bytes_per_token(engine: Engine) -> int:
     packed = [m for m in model.layers.modules() if isinstance(m, PackedLinear)] + [model.packed_head]
     if any(m is None for m in packed) or len(packed) < 2:  # not packed (no oneDNN): stored as the compute dtype
         args: LlamaArgs = model.args
-        h, q, kv = args.hidden_size, args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
-        per_layer = h * (q + 2 * kv) + q * h + 3 * h * args.intermediate_size
-        return (args.num_layers * per_layer + args.vocab_size * h) * engine.dtype.itemsize
+        return (args.num_layers * args.layer_weights() + args.vocab_size * args.hidden_size) * engine.dtype.itemsize
     return sum(m.streamed_bytes for m in packed)
 
 

@@ -31,5 +31,11 @@ class LlamaArgs:
         MLP's width) and of the LM head: what a row-blocked weight format must divide."""
         return self.hidden_size, self.num_heads * self.head_dim, self.intermediate_size
 
+    def layer_weights(self) -> int:
+        """Weights of one decoder layer's projections (q, k, v, o, gate, up, down): each is read, and multiplied, once
+        a token."""
+        h, q, kv = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return h * (q + 2 * kv) + q * h + 3 * h * self.intermediate_size
+
     def uses_rope(self, layer: int) -> bool:
         return not self.no_rope_layers or bool(self.no_rope_layers[layer])

@@ -21,7 +21,8 @@ def test_peers_suite_measures_ours_and_transformers(tmp_path, monkeypatch, capsy
                  "bf16_weights_tokens_per_s_n2", "bf16_weights_batch1_fraction_of_bound",
                  "int8_weights_batch1_tokens_per_s", "int8_weights_tokens_per_s_n2",
                  "int8_weights_batch1_fraction_of_bound", "q4_1_weights_batch1_tokens_per_s",
-                 "q4_1_weights_tokens_per_s_n2", "q4_1_weights_batch1_fraction_of_bound"):  # fmt: skip
+                 "q4_1_weights_tokens_per_s_n2", "q4_1_weights_batch1_fraction_of_bound", "n1_fraction_of_gemm_bound",
+                 "n2_fraction_of_gemm_bound"):  # fmt: skip
         assert math.isfinite(metrics[name]) and metrics[name] > 0, name
     assert 0.0 <= metrics["bf16_weights_greedy_agreement"] <= 1.0
     assert 0.0 <= metrics["int8_weights_greedy_agreement"] <= 1.0
@@ -32,6 +33,9 @@ def test_peers_suite_measures_ours_and_transformers(tmp_path, monkeypatch, capsy
         assert 0.8 <= metrics[f"{name}_weights_teacher_forced_top1"] <= 1.0 and 0 < metrics[f"{name}_weights_kl"] < 0.1
     details = out["details"]
     assert details["read_bandwidth_gb_s"] > 0.5
+    # no engine computes faster than its own arithmetic at the best product rate measured: below 1, by a margin
+    assert all(0 < metrics[f"n{n}_fraction_of_gemm_bound"] < 1 for n in (1, 2))
+    assert all(f > 1 for f in details["gemm_gflop_per_s_probes"])
     assert details["weight_bytes_per_token"] == 4 * (30 * (576 * (576 + 2 * 192) + 576 * 576 + 3 * 576 * 1536)
                                                      + 49152 * 576)  # fmt: skip  SmolLM2-135M, fp32
     # a byte a weight plus a 4-byte scale per 32 (every row's length, 576 or 1536, is a multiple of 32)
