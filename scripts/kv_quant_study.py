@@ -6,7 +6,8 @@ Two parts, on SmolLM2 and the first 1024 tokens of the quant suite's text (CPU, 
    real K/V, per grouping (also some over the 0.57x byte ceiling, and a Hadamard rotation of each head), against
    bf16's rounding;
 2. the teacher-forced KL those layouts cause when K and V are fake-quantized on their way into an fp32 pool (here a
-   chunk's own tokens are read back from the pool too, so every KL is ~3.5x the suite's: compare rows, not runs).
+   chunk's own tokens are read back from the pool too, so every KL is ~3.5x the suite's: compare rows, not runs);
+3. the same with a sequence's first tokens (the attention sink most heads weigh heavily) kept exact.
 
     .venv/bin/python scripts/kv_quant_study.py        # ~2 min on 2 CPU cores
 """
@@ -123,13 +124,38 @@ def kl_by_plane(engine: Engine, reference: TextReference) -> None:
         kv_cache.LayerKV.write = write
 
 
+def kl_with_exact_sink(engine: Engine, reference: TextReference) -> None:
+    """Part 3: the shipped int8 with a sequence's first tokens (the attention sink) kept exact in every layer."""
+    keys, write = in_groups(BLOCK, per_channel(bf16)), kv_cache.LayerKV.write
+    for sink in (1, 16, 64):
+        written: dict[int, int] = {}  # tokens each layer has stored so far
+
+        def store(self, k, v, writes, sink=sink, written=written):
+            k, v = k.float(), v.float()
+            kq, vq = keys(k), per_token(v)
+            exact_rows = max(0, min(sink - written.get(id(self), 0), k.shape[0]))
+            kq[:exact_rows], vq[:exact_rows] = k[:exact_rows], v[:exact_rows]
+            written[id(self)] = written.get(id(self), 0) + k.shape[0]
+            write(self, kq, vq, writes)
+
+        kv_cache.LayerKV.write = store
+        try:
+            score = reference.score(engine)
+        finally:
+            kv_cache.LayerKV.write = write
+        name = f"int8 as shipped, the first {sink} token{'s' if sink > 1 else ''} exact"
+        print(f"  {name:66s} KL {score.kl:.2e}  top-1 {score.top1:.4f}")
+
+
 def main() -> None:
     bundle = load_model("smollm2-135m", torch.device("cpu"), torch.float32)
     engine = Engine(EngineConfig(kv_dtype="fp32", kv_cache_bytes=256 << 20), bundle=bundle)
     ids = text_token_ids(engine, 1024)
     relative_errors(*text_kv(engine, ids, 32))
     print("teacher-forced KL against fp32 KV (1024 tokens, 32 a pass):")
-    kl_by_plane(engine, TextReference.of(engine, ids, 32))
+    reference = TextReference.of(engine, ids, 32)
+    kl_by_plane(engine, reference)
+    kl_with_exact_sink(engine, reference)
 
 
 if __name__ == "__main__":
