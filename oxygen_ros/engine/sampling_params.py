@@ -1,7 +1,6 @@
 """A request's sampling controls and their ranges (greedy by default). Apart from the sampler (``sampling``) and free
 of torch, so the parameter table and model presets check a node's defaults without loading it."""
 
-import math
 from dataclasses import dataclass, field
 
 from oxygen_ros.config import MAX_SEED
@@ -9,6 +8,11 @@ from oxygen_ros.errors import EngineError, ErrorCode
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256
+# A sampled row divides its logits by the temperature and scales repeated tokens' by the penalty: far from 1 they
+# overflow fp32 to inf, softmax gives NaN and the draw fails for the whole batch. Below 0.01 the distribution is
+# greedy's in all but name (vLLM clamps there too); above 100 it is flat.
+TEMPERATURE_RANGE = (0.01, 100.0)
+PENALTY_RANGE = (0.01, 100.0)
 
 
 @dataclass
@@ -32,12 +36,13 @@ class SamplingParams:
         """INVALID_ARGUMENT naming the field when a setting is out of its range (NaN included)."""
         checks = (
             ("max_new_tokens", self.max_new_tokens >= 1, "at least 1"),
-            ("temperature", math.isfinite(self.temperature) and self.temperature >= 0.0, "finite and >= 0"),
+            ("temperature", self.temperature == 0.0 or _within(self.temperature, TEMPERATURE_RANGE),
+             f"0 (greedy) or in [{TEMPERATURE_RANGE[0]:g}, {TEMPERATURE_RANGE[1]:g}]"),
             ("top_p", 0.0 < self.top_p <= 1.0, "in (0, 1]"),
             ("top_k", self.top_k >= 0, ">= 0 (0 = off)"),
             ("min_p", 0.0 <= self.min_p < 1.0, "in [0, 1)"),
-            ("repetition_penalty", math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0.0,
-             "finite and > 0 (1 = off)"),
+            ("repetition_penalty", _within(self.repetition_penalty, PENALTY_RANGE),
+             f"in [{PENALTY_RANGE[0]:g}, {PENALTY_RANGE[1]:g}] (1 = off)"),
             ("seed", self.seed is None or 0 <= self.seed <= MAX_SEED, f"in [0, {MAX_SEED}]"),
             ("stop", len(self.stop) <= MAX_STOP_STRINGS and all(0 < len(s) <= MAX_STOP_CHARS for s in self.stop),
              f"at most {MAX_STOP_STRINGS} non-empty strings of at most {MAX_STOP_CHARS} characters"),
@@ -45,3 +50,7 @@ class SamplingParams:
         for name, ok, bound in checks:
             if not ok:
                 raise EngineError(ErrorCode.INVALID_ARGUMENT, f"{name} must be {bound}, got {getattr(self, name)!r}")
+
+
+def _within(value: float, bounds: tuple[float, float]) -> bool:
+    return bounds[0] <= value <= bounds[1]  # NaN is never within

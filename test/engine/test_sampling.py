@@ -96,6 +96,7 @@ def test_rows_keep_their_own_settings_and_seeds_whatever_the_batch():
 @pytest.mark.parametrize("field,value", [
     ("temperature", float("nan")), ("temperature", -0.1), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -1),
     ("min_p", 1.0), ("repetition_penalty", 0.0), ("repetition_penalty", float("inf")), ("seed", -1),
+    ("temperature", 1e-40), ("temperature", 1e3), ("repetition_penalty", 1e-40), ("repetition_penalty", 1e3),
     ("max_new_tokens", 0), ("stop", [""]), ("stop", ["x" * 300]), ("stop", ["a"] * 17),
 ])  # fmt: skip
 def test_bad_settings_are_refused_naming_the_field(field, value):
