@@ -14,6 +14,7 @@ from geometry_msgs.msg import PoseStamped
 from nav2_msgs.action import NavigateToPose
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
+from rclpy.task import Future
 
 from oxygen_ros.errors import ErrorCode
 from oxygen_ros import bounds
@@ -66,6 +67,12 @@ def outcome(status: int, result: NavigateToPose.Result) -> tuple[ErrorCode | Non
     return code.get(error, ErrorCode.ABORTED), f"nav2 gave up (error_code {error}){': ' + why if why else ''}"
 
 
+def _cancel_if_accepted(sending: Future) -> None:
+    handle = sending.result() if sending.exception() is None else None
+    if handle is not None and handle.accepted:
+        handle.cancel_goal_async()
+
+
 class Nav2Handoff:
     def __init__(self, node: Node, action_name: str, group: CallbackGroup) -> None:
         self._node = node
@@ -88,9 +95,10 @@ class Nav2Handoff:
                     answer_s: float) -> None:  # fmt: skip
         """Send ``target`` to nav2 and end ``run`` with its result; ``relay`` gets each checked feedback."""
         goal = NavigateToPose.Goal(pose=target)
-        sent, handle = await wait(self._node, self.client.send_goal_async(goal, lambda m: self._relay(m, relay)),
-                                  answer_s)  # fmt: skip
-        if not sent:
+        sending = self.client.send_goal_async(goal, lambda m: self._relay(m, relay))
+        sent, handle = await wait(self._node, sending, answer_s)
+        if not sent:  # nav2 may still accept it: then it must not drive a goal nobody watches
+            sending.add_done_callback(_cancel_if_accepted)
             run.end(ErrorCode.UNAVAILABLE, f"nav2 did not answer the goal within {answer_s:g} s")
             return
         if not handle.accepted:

@@ -71,10 +71,9 @@ from oxygen_ros.nodes.task_action import TaskActionNode
 from oxygen_ros.nodes.tf.backend import Transforms
 from oxygen_ros.nodes.tf.rigid import Rigid, of_pose
 from oxygen_ros.nodes.tf.tree import TransformUnavailable
-from oxygen_ros.nodes.stamps import nanoseconds
+from oxygen_ros.nodes.stamps import NS, nanoseconds, reading_age
 
 NODE_NAME = "navigation_node"
-NS = 1_000_000_000
 
 
 @dataclass
@@ -89,6 +88,7 @@ class Trip:
     distance: float = math.nan
     reasoning: str = ""
     blocked: tuple[ErrorCode, float] | None = None  # why the robot stands still, and since when
+    replan_hz: float = 0.0  # its replan timer's rate, fixed when it starts: what one period of motion may cover
 
 
 class NavigationNode(TaskActionNode[Trip]):
@@ -188,7 +188,8 @@ class NavigationNode(TaskActionNode[Trip]):
         wait_s = self.settings["nav2_wait_s"]
         if self.settings["nav2"] == "always" or self._nav2.seen:
             return wait_s
-        return max(0.0, wait_s - (self.get_clock().now().nanoseconds - self._started_ns) / NS)
+        waited = (self.get_clock().now().nanoseconds - self._started_ns) / NS
+        return min(wait_s, max(0.0, wait_s - waited))  # a clock gone back never stretches the wait
 
     async def _builtin_driver_problem(self, mode: str) -> str:
         """Why the built-in driver may not drive this goal ('' = it may): it must be allowed, and every configured
@@ -234,8 +235,9 @@ class NavigationNode(TaskActionNode[Trip]):
             self.executor.create_task(self._nav2.drive, trip.run, trip.target, partial(self._relay, trip),
                                       settings["service_wait_s"])  # fmt: skip
         tick = self._watch if trip.nav2 else self._tick
+        trip.replan_hz = settings["replan_rate_hz"]
         return [
-            self.create_timer(1.0 / settings["replan_rate_hz"], partial(tick, trip), callback_group=self._replans),
+            self.create_timer(1.0 / trip.replan_hz, partial(tick, trip), callback_group=self._replans),
             self.create_timer(settings["reasoning_period_s"], partial(self._reason, trip), callback_group=self.group),
         ]
 
@@ -305,6 +307,8 @@ class NavigationNode(TaskActionNode[Trip]):
         if self._over(trip, settings, now):
             return
         odom = self._odometry.latest()
+        now_ns = self.get_clock().now().nanoseconds
+        odom_age = reading_age(now_ns, odom.stamp_ns, odom.received_ns) if odom else math.inf
         target, tf_problem = None, ""
         if odom is not None:
             try:
@@ -315,16 +319,17 @@ class NavigationNode(TaskActionNode[Trip]):
             except EngineError as exc:
                 trip.run.end(exc.code, exc.message)
                 return
-            if trip.distance <= settings["goal_tolerance_m"] and target is not None:
+            # there only by odometry that is still coming: a pose from before it stopped proves nothing
+            fresh = odom_age <= settings["input_timeout_s"]
+            if trip.distance <= settings["goal_tolerance_m"] and target is not None and fresh:
                 trip.run.end(None, f"reached the target, {trip.distance:.2f} m away")
                 return
-        now_ns = self.get_clock().now().nanoseconds
-        odom_age = (now_ns - min(odom.stamp_ns, odom.received_ns)) / NS if odom else math.inf
         code, why, may_turn = self._stop_reason(odom_age, tf_problem, settings, now_ns)
         cmd = Twist()
         if code is None or may_turn:
-            # one replan period of motion stays within the clearance, whatever max_linear_mps is set to
-            top = min(settings["max_linear_mps"], settings["safety_clearance_cm"] / 100.0 * settings["replan_rate_hz"])
+            # one replan period of motion stays within the clearance, whatever max_linear_mps is set to (the period
+            # of this goal's timer: a rate changed since does not shorten it)
+            top = min(settings["max_linear_mps"], settings["safety_clearance_cm"] / 100.0 * trip.replan_hz)
             linear, angular = unicycle.command(odom.pose, target, top, settings["max_angular_rps"])
             if code is None:
                 cmd.linear.x, cmd.angular.z = linear, angular
@@ -377,17 +382,21 @@ class NavigationNode(TaskActionNode[Trip]):
         if tf_problem:
             return ErrorCode.TF_ERROR, tf_problem, False
         radius, clearance = settings["robot_radius_m"], settings["safety_clearance_cm"] / 100.0
+        blocking = []  # (obstacle, source name) of every source that sees one: turning needs all of them clear
         for source in self._sources:
             try:
                 obstacle = source.blocking(radius, clearance, self._odometry.shift)
             except TransformUnavailable as exc:
                 return ErrorCode.TF_ERROR, f"stopped: the {source.name} cannot be placed in {self._base}: {exc}", False
             if obstacle is not None:
-                return ErrorCode.OBSTACLE, (
-                    f"safety stop: obstacle {obstacle.gap_m * 100:.0f} cm away "
-                    f"(< {settings['safety_clearance_cm']:g} cm), {obstacle.ahead_m * 100:.0f} cm ahead ({source.name})"
-                ), not obstacle.touching
-        return None, "", True
+                blocking.append((obstacle, source.name))
+        if not blocking:
+            return None, "", True
+        obstacle, name = min(blocking, key=lambda seen: seen[0].gap_m)
+        return ErrorCode.OBSTACLE, (
+            f"safety stop: obstacle {obstacle.gap_m * 100:.0f} cm away "
+            f"(< {settings['safety_clearance_cm']:g} cm), {obstacle.ahead_m * 100:.0f} cm ahead ({name})"
+        ), not any(seen.touching for seen, _ in blocking)
 
     def _publish_plan(self, pose: Pose2D, target: tuple[float, float]) -> None:
         path = Path()

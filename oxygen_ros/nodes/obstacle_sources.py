@@ -3,7 +3,8 @@
 A source is live while its newest reading is younger than `input_timeout_s`, aged by the earlier of its stamp and its
 arrival on the node's clock (a reading replayed late, or stamped late, is as old as it is; a zero stamp, "no time",
 counts as its arrival); a stale, missing or
-blind one (a depth camera with almost no valid pixel) stops the base, as nav2's collision monitor stops for an
+blind one (a depth camera with almost no valid pixel, a scan with almost no reading that tells anything: a covered
+window, a driver's error codes; a clock gone back dates nothing) stops the base, as nav2's collision monitor stops for an
 invalid source (since Jazzy; Humble's only skips it). Readings are placed in `base_frame` through TF and then moved
 by the robot's motion since their stamp (odometry history), so an old reading still lands where the obstacle is
 now. Three kinds:
@@ -35,12 +36,11 @@ from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.image_rows import image_rows
 from oxygen_ros.nodes.latest_frame import LatestFrame
 from oxygen_ros.nodes.tf.backend import Transforms
-from oxygen_ros.nodes.stamps import nanoseconds
+from oxygen_ros.nodes.stamps import nanoseconds, reading_age
 
 # encoding: (pixel type, metres per unit), REP 118
 DEPTH_ENCODINGS = {"16UC1": (np.dtype("u2"), 1e-3), "mono16": (np.dtype("u2"), 1e-3), "32FC1": (np.dtype("f4"), 1.0)}
-MIN_VALID_DEPTH = 0.05  # a depth image with fewer valid pixels than this share is blind (a covered lens), not clear
-NS = 1_000_000_000
+MIN_VALID_SHARE = 0.05  # a depth image or scan with fewer valid readings than this share is blind (covered), not clear
 
 # Moves points of the base frame at a stamp (ns) into the base frame now; TransformUnavailable when the robot's
 # motion since is unknown.
@@ -100,7 +100,7 @@ class _Points:
         reading = self._latest()
         if reading is None:
             return math.inf
-        return (now_ns - min(reading.stamp_ns, reading.arrival_ns)) / NS  # the older of stamp and arrival
+        return reading_age(now_ns, reading.stamp_ns, reading.arrival_ns)
 
     def blocking(self, radius_m: float, clearance_m: float, shift: Shift) -> Blocking | None:
         reading = self._latest()
@@ -130,8 +130,12 @@ def _scan_points(msg: LaserScan) -> np.ndarray:
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"LaserScan range_min {msg.range_min} and range_max "
                           f"{msg.range_max} are no range")  # fmt: skip
     ranges = np.asarray(msg.ranges, dtype=np.float64)
-    if len(ranges) and np.isnan(ranges).all():
-        raise EngineError(ErrorCode.INVALID_ARGUMENT, "every reading is NaN (REP 117: erroneous): a blind scan")
+    # REP 117: a reading from range_min on, or +-inf, says something (a return; nothing in range; too close to
+    # measure); NaN, or a finite reading under range_min (a driver's error code, a covered window), says nothing
+    telling = np.count_nonzero(np.isinf(ranges) | (np.isfinite(ranges) & (ranges >= msg.range_min)))
+    if not len(ranges) or telling < MIN_VALID_SHARE * len(ranges):
+        raise EngineError(ErrorCode.FAILED_PRECONDITION, f"{telling} of its {len(ranges)} readings say anything "
+                          "(REP 117): a blind scan (covered, or its driver failing)")  # fmt: skip
     return obstacles.scan_points(ranges, msg.angle_min, msg.angle_increment, msg.range_min, msg.range_max)
 
 
@@ -172,8 +176,8 @@ class DepthSource(_Points):
         stride = obstacles.depth_stride(msg.height, msg.width)
         pixels = rows.view(dtype.newbyteorder(">" if msg.is_bigendian else "<"))[::stride, ::stride]
         depth = pixels.astype(np.float32) * metres
-        if np.count_nonzero(np.isfinite(depth) & (depth > 0)) < MIN_VALID_DEPTH * depth.size:
-            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"fewer than {MIN_VALID_DEPTH:.0%} of its pixels have "
+        if np.count_nonzero(np.isfinite(depth) & (depth > 0)) < MIN_VALID_SHARE * depth.size:
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"fewer than {MIN_VALID_SHARE:.0%} of its pixels have "
                               "a depth: a blind image (covered, or facing the void)")  # fmt: skip
         fx, fy, cx, cy = info.k[0], info.k[4], info.k[2], info.k[5]
         return obstacles.depth_points(depth, fx / stride, fy / stride, cx / stride, cy / stride, depth.size)

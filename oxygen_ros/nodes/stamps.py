@@ -1,5 +1,6 @@
 """builtin_interfaces Time (and Duration) <-> numbers: one conversion for every node that reads or writes a stamp."""
 
+import math
 from typing import Any
 
 from builtin_interfaces.msg import Duration, Time
@@ -10,6 +11,15 @@ NS = 1_000_000_000
 def nanoseconds(stamp: Any) -> int:
     """A Time's (or Duration's) nanoseconds; 0 for an unstamped header."""
     return stamp.sec * NS + stamp.nanosec
+
+
+def reading_age(now_ns: int, stamp_ns: int, arrival_ns: int) -> float:
+    """Seconds since a reading stamped ``stamp_ns`` arrived at ``arrival_ns`` (this node's clock): the older of the
+    two, so neither a sender's clock running ahead nor a late delivery makes it look fresh; infinite when it arrived
+    after ``now_ns`` (this node's clock went back: a sim reset, a stepped system clock), which dates nothing."""
+    if arrival_ns > now_ns:
+        return math.inf
+    return (now_ns - min(stamp_ns, arrival_ns)) / NS
 
 
 def seconds(stamp: Any) -> float:

@@ -89,7 +89,8 @@ class TaskActionNode(Node, Generic[State]):
         raise NotImplementedError
 
     def stopped(self) -> None:
-        """Called when the last goal ended and no newer one took over."""
+        """Called when the last goal ended and no newer one took over, and at once when a newer goal preempts the
+        running one (the robot stands while the newer goal is prepared)."""
 
     # --- the goal's life ----------------------------------------------------------------------------------------
     async def _execute(self, goal_handle: ServerGoalHandle) -> Any:
@@ -103,6 +104,8 @@ class TaskActionNode(Node, Generic[State]):
             return run.report(result)
         if self._current is not None:  # one arm, one base: the running goal stops now, not once this one is ready
             self._current.end(ErrorCode.CANCELLED, "preempted by a newer goal")
+            self._current = None  # its coroutine may resume only after this goal runs: the stop is sent here
+            self.stopped()
         state = await self.prepare(run, goal)
         if state is None:
             return run.report(result)

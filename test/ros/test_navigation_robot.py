@@ -6,7 +6,8 @@ on the scan stops the base and a scan that stops coming stops it too (UNAVAILABL
 is refused FAILED_PRECONDITION, with only zero velocities sent, unless the built-in driver is allowed and a live
 obstacle source configured; with a stand-in nav2 NavigateToPose server (also one that appears while a goal waits
 for it) the goal is handed to it: its feedback (pose, elapsed, remaining) and result are relayed, a cancel reaches
-it, its failures come back with our codes and its malformed feedback is dropped."""
+it, its failures come back with our codes and its malformed feedback is dropped, and a goal it accepts only after we
+gave up on it is cancelled."""
 
 import math
 import re
@@ -20,7 +21,7 @@ from inference_client import Capture
 from geometry_msgs.msg import PoseStamped, TransformStamped, Twist, TwistStamped
 from nav2_msgs.action import NavigateToPose
 from nav_msgs.msg import Odometry
-from rclpy.action import ActionServer, CancelResponse
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -132,9 +133,14 @@ class StandInNav2(Node):
         self.cancelled = False
         self.ending = "succeed"  # succeed | tf_error | wait (until cancelled)
         self.bad_feedback = False
-        self._server = ActionServer(self, NavigateToPose, action, self._execute,
+        self.answer_after_s = 0.0  # how long it takes to accept a goal
+        self._server = ActionServer(self, NavigateToPose, action, self._execute, goal_callback=self._accept,
                                     cancel_callback=lambda _: CancelResponse.ACCEPT,
                                     callback_group=ReentrantCallbackGroup())  # fmt: skip
+
+    def _accept(self, _goal) -> GoalResponse:
+        time.sleep(self.answer_after_s)
+        return GoalResponse.ACCEPT
 
     def destroy_node(self) -> None:
         self._server.destroy()
@@ -209,7 +215,7 @@ def with_nav2(robot):
         robot["nav2"] = StandInNav2(robot["context"])
         robot["executor"].add_node(robot["nav2"])
     nav2 = robot["nav2"]
-    nav2.ending, nav2.bad_feedback, nav2.cancelled = "succeed", False, False
+    nav2.ending, nav2.bad_feedback, nav2.cancelled, nav2.answer_after_s = "succeed", False, False, 0.0
     for name in ("auto", "always"):
         wait_until(robot["nodes"][name]._nav2.client.server_is_ready, 10.0, f"{name} sees nav2")
     return nav2
@@ -447,3 +453,14 @@ def test_nav2_failures_come_back_with_our_codes_and_bad_feedback_is_dropped(robo
     assert out.status == GoalStatus.STATUS_ABORTED
     assert out.result.error_code == "TF_ERROR" and "error_code 9002" in out.result.message, out.result.message
     assert not [f for f in goal.feedback if not math.isfinite(f.current_pose.pose.position.x)]
+
+
+def test_a_goal_nav2_accepts_too_late_is_cancelled_not_left_driving(robot, with_nav2):
+    """nav2 answers after service_wait_s (1 s): our goal ends UNAVAILABLE, and the goal nav2 then accepts is cancelled
+    (nobody would watch it, stop it at our deadline or relay its end)."""
+    with_nav2.ending, with_nav2.answer_after_s = "wait", 1.5
+    sent = len(with_nav2.goals)
+    out = navigate(robot, "always", *TARGET_IN_MAP).result(timeout=10.0)
+    assert out.status == GoalStatus.STATUS_ABORTED
+    assert out.result.error_code == "UNAVAILABLE" and "did not answer the goal within 1 s" in out.result.message
+    wait_until(lambda: len(with_nav2.goals) > sent and with_nav2.cancelled, 5.0, "the late goal cancelled")

@@ -1,0 +1,87 @@
+"""What the navigation node's built-in driver may drive by, decided without a graph: a reading's age when this node's
+clock goes back (a simulator reset, a stepped system clock), a LaserScan that says nothing (covered, a driver's error
+codes), and turning in place only when no obstacle source sees a point within the footprint."""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from sensor_msgs.msg import LaserScan
+
+from oxygen_ros.control.obstacles import Blocking
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.nodes.navigation_node import NavigationNode
+from oxygen_ros.nodes.obstacle_sources import _scan_points
+from oxygen_ros.nodes.stamps import NS, reading_age
+from oxygen_ros.nodes.tf.tree import TransformUnavailable
+
+SETTINGS = {"input_timeout_s": 0.5, "robot_radius_m": 0.2, "safety_clearance_cm": 25.0}
+
+
+def test_a_reading_is_as_old_as_the_older_of_its_stamp_and_arrival_and_stale_once_the_clock_went_back():
+    now = 100 * NS
+    assert reading_age(now, now - NS // 2, now - NS // 4) == 0.5  # stamped earlier than it arrived
+    assert reading_age(now, now + NS, now - NS // 4) == 0.25  # a sender's clock ahead of ours: its arrival counts
+    assert reading_age(now, 0, now) == 100.0  # a zero stamp is the epoch (sources store it as their arrival)
+    # arrived "after now": this node's clock went back since, so the reading cannot be dated
+    assert reading_age(now, now + NS, now + NS) == math.inf
+    assert reading_age(now, now - NS, now + 1) == math.inf
+
+
+def scan(ranges, range_min=0.05, range_max=10.0) -> LaserScan:
+    return LaserScan(angle_min=-math.pi, angle_increment=2 * math.pi / max(len(ranges), 1), range_min=range_min,
+                     range_max=range_max, ranges=[float(r) for r in ranges])  # fmt: skip
+
+
+@pytest.mark.parametrize("ranges", [
+    [], [math.nan] * 360, [0.0] * 360,  # empty; REP 117's erroneous; urg_node-style error codes under range_min
+    [0.01] * 350 + [math.nan] * 5 + [2.0] * 5,  # a covered window: 5 of 360 readings say something (< 5%)
+])  # fmt: skip
+def test_a_scan_that_says_nothing_is_blind_not_clear(ranges):
+    with pytest.raises(EngineError) as err:
+        _scan_points(scan(ranges))
+    assert err.value.code == ErrorCode.FAILED_PRECONDITION and "blind scan" in err.value.message
+
+
+def test_a_scan_of_nothing_in_range_is_clear_and_a_partly_invalid_one_keeps_its_returns():
+    assert _scan_points(scan([math.inf] * 360)).shape == (0, 3)  # REP 117: +inf, nothing within range_max
+    assert _scan_points(scan([20.0] * 360)).shape == (0, 3)  # an older driver's "beyond range_max"
+    ranges = np.full(360, math.inf)
+    ranges[:100], ranges[180] = math.nan, 1.0  # a dark sector, and one return
+    points = _scan_points(scan(ranges))
+    assert points.shape == (1, 3) and np.allclose(np.hypot(points[0, 0], points[0, 1]), 1.0)
+    too_close = _scan_points(scan([-math.inf] + [math.inf] * 359))  # too close to measure: at range_min
+    assert too_close.shape == (1, 3) and np.isclose(np.hypot(*too_close[0, :2]), 0.05)
+
+
+class Source:
+    def __init__(self, name: str, seen: Blocking | None = None, placed: bool = True) -> None:
+        self.name, self.seen, self.placed = name, seen, placed
+
+    def age(self, now_ns: int) -> float:
+        return 0.0
+
+    def blocking(self, radius_m: float, clearance_m: float, shift) -> Blocking | None:
+        if not self.placed:
+            raise TransformUnavailable("no laser -> base_link")
+        return self.seen
+
+
+def stop_reason(*sources: Source):
+    node = SimpleNamespace(_odom_name="/odom", _sources=list(sources), _base="base_link",
+                           _odometry=SimpleNamespace(shift=None))  # fmt: skip
+    return NavigationNode._stop_reason(node, 0.0, "", SETTINGS, 0)
+
+
+def test_turning_in_place_needs_every_source_clear_of_the_footprint():
+    ahead = Blocking(0.15, 0.35)  # 15 cm ahead of the footprint: stop, but a circle may turn
+    inside = Blocking(0.0, 0.2, touching=True)
+    assert stop_reason(Source("scan"), Source("depth")) == (None, "", True)
+    code, why, may_turn = stop_reason(Source("scan", ahead), Source("depth"))
+    assert code == ErrorCode.OBSTACLE and may_turn and "15 cm away" in why and "(scan)" in why
+    # the scan's point alone would allow turning; the depth camera's within the footprint forbids it
+    code, why, may_turn = stop_reason(Source("scan", ahead), Source("depth", inside))
+    assert code == ErrorCode.OBSTACLE and not may_turn and "(depth)" in why  # the nearest is named
+    code, why, may_turn = stop_reason(Source("scan", ahead), Source("depth", placed=False))
+    assert code == ErrorCode.TF_ERROR and not may_turn and "depth cannot be placed" in why
