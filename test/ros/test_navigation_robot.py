@@ -55,7 +55,7 @@ class Base(Node):
     def __init__(self, context) -> None:
         super().__init__("stand_in_base", context=context)
         self.x = self.y = self.yaw = 0.0
-        self.broadcasting = self.scanning = True
+        self.broadcasting = self.scanning = self.odometry = True
         self.obstacles: list[tuple[float, float]] = []  # (x, y) in base_link, seen by the laser
         self.wall_ahead_m: float | None = None  # what the depth camera sees besides the floor
         self._command = (0.0, 0.0)
@@ -86,7 +86,8 @@ class Base(Node):
         odom = Odometry(header=header, child_frame_id="base_link")
         odom.pose.pose.position.x, odom.pose.pose.position.y = self.x, self.y
         odom.pose.pose.orientation.z, odom.pose.pose.orientation.w = math.sin(self.yaw / 2), math.cos(self.yaw / 2)
-        self._odom.publish(odom)
+        if self.odometry:
+            self._odom.publish(odom)
         camera = Header(stamp=header.stamp, frame_id="camera_optical_frame")
         self._camera.publish(rgb_to_image(np.zeros((48, 64, 3), np.uint8), camera))
         if self.broadcasting:
@@ -317,6 +318,23 @@ def test_a_scan_that_stops_coming_stops_the_base_then_unavailable(robot):
     assert out.result.error_code == "UNAVAILABLE" and "no LaserScan on /scan" in out.result.message, out.result.message
     stops = [f for f in goal.feedback if f.reasoning.startswith("stopped:")]
     assert stops and all(f.cmd == Twist() for f in stops)
+
+
+def test_a_target_reached_only_by_odometry_that_stopped_is_no_success(robot):
+    """Odometry stops with the robot on the target: the last pose proves nothing, so the goal stands, then ends
+    UNAVAILABLE, never SUCCEEDED."""
+    base, node = robot["base"], robot["nodes"]["never"]
+    wait_until(lambda: node._odometry.latest() is not None, 10.0, "the node's first odometry")
+    node.set_parameters([Parameter("blocked_timeout_s", value=1.0)])
+    base.odometry = False
+    try:
+        time.sleep(0.7)  # past input_timeout_s (0.5 s)
+        out = navigate(robot, "never", base.x, base.y, frame_id="odom").result(timeout=15.0)
+    finally:
+        base.odometry = True
+        node.set_parameters([Parameter("blocked_timeout_s", value=10.0)])
+    assert out.status == GoalStatus.STATUS_ABORTED, out.result.message
+    assert out.result.error_code == "UNAVAILABLE" and "no odometry on /odom" in out.result.message, out.result.message
 
 
 def test_auto_waits_for_a_nav2_that_comes_up_late(robot):
