@@ -43,6 +43,7 @@ from oxygen_ros.nodes.stamps import NS, duration_of, seconds, time_of
 
 POLL_S = 0.1
 MAX_CLOCK_SKEW_S = 1.0  # a JointState stamped further than this from the node clock comes from another clock
+HOLD_MIN_S = 0.1  # the soonest a topic hold's point is due: the controller decelerates over at least this
 PARAMETERS = {  # scalars: (default, description), read once
     "state_topic": ("joint_states", "sensor_msgs/JointState input: the arm's measured joint positions"),
     "description_topic": ("robot_description", "std_msgs/String input (latched): the URDF whose joint limits bound "
@@ -189,6 +190,9 @@ class ArmIO:
             if now - arrival > timeout:
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: its position is {now - arrival:.2f} s "
                                   f"old, over input_timeout_s {timeout:g}")  # fmt: skip
+            if now < arrival:  # the node clock went back since: the reading cannot be dated
+                raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: its position arrived "
+                                  f"{arrival - now:.2f} s after now on this node's clock (it went back)")  # fmt: skip
             if stamp and abs(arrival - stamp) > MAX_CLOCK_SKEW_S:
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: its JointState is stamped "
                                   f"{arrival - stamp:+.1f} s from this node's clock: the driver and this node "
@@ -305,10 +309,13 @@ class ArmIO:
         if not self._topic:
             self._client.destroy()  # rclpy's destroy_node leaves action clients alive (see InferClient.destroy)
 
-    def hold(self, at: np.ndarray | None, log: Callable[[str], None]) -> None:
+    def hold(self, at: np.ndarray | None, log: Callable[[str], None], gap: float = 0.0) -> None:
         """Stop the arm: cancel every goal of ours the controller has (the newest one playing: it holds where the
-        arm is) and any still on its way; on the topic, one point at ``at`` (where the plan has the arm now, else
-        the measured position), reached no faster than the velocity limits allow."""
+        arm is) and any still on its way; on the topic (where nothing can be cancelled: a new trajectory replaces
+        the one playing), one point at ``at`` (where the plan has the arm now, else the measured position) with zero
+        velocity, timed so the controller's cubic to it from the measured position peaks within the velocity limits
+        (1.5 x the mean speed); with joint states too old to read, at ``at`` timed for ``gap``, the farthest the arm
+        may be from it (what the plan's tracking check allows), rather than letting the old trajectory play on."""
         self.gripper.hold()
         with self._lock:
             self._holds += 1
@@ -317,13 +324,17 @@ class ArmIO:
             for handle in live:
                 self._cancel(handle)
             return
+        arm, speeds = self._arm_columns, np.array([lim.velocity for lim in self.limits()])
         try:
-            here = self.measured(self.names) if at is None else at
-            arm, speeds = self._arm_columns, np.array([lim.velocity for lim in self.limits()])
-            slowest = max(float(np.max(np.abs(here - self.measured(self.names))[arm] / speeds[arm])), 0.1)
+            measured = self.measured(self.names)
+            here, distance = (measured, 0.0) if at is None else (at, np.abs(at - measured)[arm])
         except EngineError as exc:
-            log(f"cannot hold on {self.target}: {exc.message} (the controller's cmd_timeout must stop it)")
-            return
+            if at is None:
+                log(f"cannot hold on {self.target}: {exc.message}, and no plan says where the arm is")
+                return
+            log(f"holding on {self.target} where the plan has the arm: {exc.message}")
+            here, distance = at, np.full(len(arm), gap)
+        slowest = max(float(np.max(1.5 * distance / speeds[arm], initial=0.0)), HOLD_MIN_S)
         point = JointTrajectoryPoint(positions=here[arm].tolist(), velocities=[0.0] * len(arm),
                                      time_from_start=duration_of(slowest))  # fmt: skip
         self._publisher.publish(JointTrajectory(joint_names=list(self.arm_names), points=[point]))

@@ -13,10 +13,11 @@ The camera frames a chunk was computed from must have been younger than ``input_
 (the answer names them and their stamp), and latency counts from the older of the frames and the state.
 
 Honest outcomes: a chunk that is late, arrives after all its targets, is malformed, or is refused by the limits or by
-the controller is missed (the arm holds where it was refused); ``max_missed_chunks`` in a row end the goal
-(DEADLINE_EXCEEDED for late chunks, else the refusal's code); stale joint states or a controller fault (our goal
-aborted, preempted by another client or cancelled by someone else) end it at once with the arm held; a goal that never
-got a chunk to the arm does not succeed. The result counts chunks sent and missed, underruns, and the p50 / p99
+the controller is missed (the arm holds where it was refused: where it is measured when it was not following its
+plan); ``max_missed_chunks`` in a row end the goal (DEADLINE_EXCEEDED for late chunks, else the refusal's code);
+stale joint states, a controller fault (our goal aborted, preempted by another client or cancelled by someone else) or
+an arm over ``max_tracking_error`` from its plan at any period (a controller that dropped or stalled the trajectory)
+end it at once with the arm held; a goal that never got a chunk to the arm does not succeed. The result counts chunks sent and missed, underruns, and the p50 / p99
 latency from reading the inputs to the controller taking the trajectory.
 """
 
@@ -54,6 +55,11 @@ PARAMETERS = {
 RANGES = {"actions_per_chunk": (0, 10_000), "chunk_threshold": (0, 10_000), "blend_old_weight": (0.0, 0.99),
           "max_missed_chunks": (1, 1000), "send_lead_s": (0.0, 10.0), "max_tracking_error": (0.0, 10.0)}  # fmt: skip
 POSITIVE = ("send_lead_s", "max_tracking_error")
+
+
+class NotFollowing(EngineError):
+    """The measured arm is over max_tracking_error from where its plan has it: blocked, or its controller dropped
+    the trajectory."""
 
 
 @dataclass
@@ -177,9 +183,10 @@ class VlaArm:
             times = np.array([queue.time(queue.first + i) for i in range(len(queue.rows))]) - now
             try:
                 safe = self._checked(plan, commanded, times)
-            except EngineError as exc:
+            except EngineError as exc:  # an arm not following its plan stops where it is, not where the plan is
                 queue.hold()
-                self.arm.hold(commanded, self._node.get_logger().warning)
+                at = None if isinstance(exc, NotFollowing) else commanded
+                self.arm.hold(at, self._node.get_logger().warning, self._settings["max_tracking_error"])
                 return exc.code, exc.message
             queue.rows = safe.positions  # the plan is what the arm was told
         refused = await self.arm.send(now, times, safe)
@@ -213,15 +220,20 @@ class VlaArm:
                 jump[jaw] = np.inf
         else:
             anchor, jump = commanded, np.inf
-            error = np.abs(measured - commanded)
-            if jaw is not None:
-                error[jaw] = 0.0
-            if error.max() > self._settings["max_tracking_error"]:
-                joint = int(np.argmax(error))
-                raise EngineError(ErrorCode.OUT_OF_RANGE, f"joint {self.arm.names[joint]} is {error[joint]:.3f} from "
-                                  f"where its plan has it, over max_tracking_error: the arm is not following")  # fmt: skip
+            self._check_tracking(measured, commanded)
         return check_targets(plan.queue.rows, times, anchor, self.arm.names, plan.limits,
                              self._settings["limit_margin"], jump)  # fmt: skip
+
+    def _check_tracking(self, measured: np.ndarray, commanded: np.ndarray) -> None:
+        """NotFollowing when a joint (the gripper aside: it may stall on what it holds) is over max_tracking_error
+        from where the plan has it."""
+        error = np.abs(measured - commanded)
+        if self.arm.gripper_column is not None:
+            error[self.arm.gripper_column] = 0.0
+        if error.max() > self._settings["max_tracking_error"]:
+            joint = int(np.argmax(error))
+            raise NotFollowing(ErrorCode.OUT_OF_RANGE, f"joint {self.arm.names[joint]} is {error[joint]:.3f} from "
+                               f"where its plan has it, over max_tracking_error: the arm is not following")  # fmt: skip
 
     def miss(self, run: GoalRun, plan: ArmPlan, code: ErrorCode, message: str, late: bool = False) -> None:
         """Count a missed chunk; end the goal (the arm held) after ``max_missed_chunks`` in a row. A chunk missed
@@ -249,7 +261,7 @@ class VlaArm:
             run.end(ErrorCode.ABORTED, fault)
             return
         try:
-            self.arm.measured(self.arm.names)
+            measured = self.arm.measured(self.arm.names)
         except EngineError as exc:
             self.hold(plan)
             run.end(exc.code, exc.message)
@@ -258,16 +270,25 @@ class VlaArm:
         with plan.lock:
             plan.queue.check_underrun(now)
             ahead = plan.queue.commanded(now + self._settings["send_lead_s"])
+            here = plan.queue.commanded(now)
+        try:  # a controller that dropped or stalled the trajectory is found within a period, not at the next chunk
+            if here is not None and run.running:
+                self._check_tracking(measured, here)
+        except NotFollowing as exc:
+            self.hold(plan, where_it_is=True)
+            run.end(exc.code, exc.message)
+            return
         if ahead is not None and self.arm.gripper_column is not None and run.running:
             self.arm.gripper.command(float(ahead[self.arm.gripper_column]), holds)
         if plan.awaiting and now > plan.due_at + plan.queue.period:
             self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline", late=True)
 
-    def hold(self, plan: ArmPlan | None) -> None:
-        """The arm stops where its plan has it now (the controller's goals cancelled); the plan is forgotten."""
+    def hold(self, plan: ArmPlan | None, where_it_is: bool = False) -> None:
+        """The arm stops where its plan has it now (``where_it_is``: where it is measured, for an arm not following
+        its plan; the controller's goals cancelled); the plan is forgotten."""
         at = None
         if plan is not None:
             with plan.lock:
-                at = plan.queue.commanded(self.arm.now())
+                at = None if where_it_is else plan.queue.commanded(self.arm.now())
                 plan.queue.hold()
-        self.arm.hold(at, self._node.get_logger().warning)
+        self.arm.hold(at, self._node.get_logger().warning, self._settings["max_tracking_error"])

@@ -4,6 +4,7 @@ velocity: over the scale), read from real JointState messages; a velocity the dr
 FAILED_PRECONDITION naming the entry, never a zero."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,11 +15,12 @@ from sensor_msgs.msg import JointState
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import arm_io, gripper_io
 from oxygen_ros.nodes.arm_io import NAME_LISTS, NUMBER_LISTS, ArmIO
+from oxygen_ros.nodes.stamps import seconds
 
 
-def _arm(node: Node, **lists) -> ArmIO:
+def _arm(node: Node, settings: dict | None = None, **lists) -> ArmIO:
     parameters = arm_io.PARAMETERS | gripper_io.PARAMETERS  # instruction_node's defaults
-    settings = {name: default for name, (default, _) in parameters.items()} | {"input_timeout_s": 60.0}
+    settings = {name: default for name, (default, _) in parameters.items()} | {"input_timeout_s": 60.0} | (settings or {})
     return ArmIO(node, settings, {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | lists, ReentrantCallbackGroup())
 
 
@@ -44,5 +46,45 @@ def test_positions_and_velocities_in_the_models_units(ros_context):
             arm._on_state(msg)
             with pytest.raises(EngineError, match="no velocity for joint wrist"):
                 arm.snapshot()
+    finally:
+        node.destroy_node()
+
+
+def test_a_topic_hold_stops_the_arm_even_when_its_joint_states_are_stale(ros_context):
+    """On the trajectory topic nothing can be cancelled: a hold is a new one-point trajectory replacing the one
+    playing. With fresh joint states it goes where asked, timed so the controller's cubic from the measured position
+    peaks within the velocity limits (1.5 x the mean speed); with stale ones (or a clock gone back) it still goes where
+    the plan has the arm, timed for the largest gap the plan's tracking check allowed, never leaving the old trajectory
+    to play on."""
+    node = Node("arm_hold_test", context=ros_context)
+    try:
+        arm = _arm(node, {"input_timeout_s": 0.5, "trajectory_topic": "arm_controller/joint_trajectory"},
+                   action_joint_names=["shoulder", "elbow"], joint_lower_limits=[-3.0, -3.0],
+                   joint_upper_limits=[3.0, 3.0], joint_velocity_limits=[1.0, 2.0])  # fmt: skip
+        sent = []
+        arm._publisher = SimpleNamespace(publish=sent.append)
+        warnings = []
+        msg = JointState(name=["shoulder", "elbow"], position=[0.0, 0.0])
+        msg.header.stamp = node.get_clock().now().to_msg()
+        arm._on_state(msg)
+        arm.hold(np.array([0.4, 0.2]), warnings.append, gap=0.3)
+        (point,) = sent[-1].points
+        assert list(point.positions) == [0.4, 0.2] and list(point.velocities) == [0.0, 0.0]
+        assert seconds(point.time_from_start) == pytest.approx(1.5 * 0.4 / 1.0)  # the shoulder's 0.4 rad at 1 rad/s
+        arm.hold(None, warnings.append, gap=0.3)  # no plan: where it is, decelerating over HOLD_MIN_S
+        assert list(sent[-1].points[0].positions) == [0.0, 0.0]
+        assert seconds(sent[-1].points[0].time_from_start) == pytest.approx(arm_io.HOLD_MIN_S)
+        arm._joints = {name: (p, v, arrival - 1.0, stamp) for name, (p, v, arrival, stamp) in arm._joints.items()}
+        arm.hold(np.array([0.4, 0.2]), warnings.append, gap=0.3)
+        assert list(sent[-1].points[0].positions) == [0.4, 0.2]
+        assert seconds(sent[-1].points[0].time_from_start) == pytest.approx(1.5 * 0.3 / 1.0)
+        assert "where the plan has the arm" in warnings[-1] and "old, over input_timeout_s" in warnings[-1]
+        count = len(sent)
+        arm.hold(None, warnings.append, gap=0.3)  # stale and no plan: nowhere known to hold, said
+        assert len(sent) == count and "no plan says where the arm is" in warnings[-1]
+        future = {name: (p, v, arrival + 10.0, stamp) for name, (p, v, arrival, stamp) in arm._joints.items()}
+        arm._joints = future  # arrived "after now": the node clock went back since
+        with pytest.raises(EngineError, match="after now on this node's clock"):
+            arm.measured(arm.names)
     finally:
         node.destroy_node()

@@ -145,7 +145,7 @@ def test_unset_sampling_fields_take_the_node_defaults_and_set_ones_win():
 
 
 def test_a_nan_sampling_field_is_not_taken_for_unset():
-    with pytest.raises(EngineError, match="temperature must be finite"):
+    with pytest.raises(EngineError, match=r"temperature must be 0 \(greedy\) or in \[0.01, 100\], got nan"):
         convert.sampling_params(Sampling(temperature=float("nan")), 9, NODE_DEFAULTS).check()
 
 

@@ -1,0 +1,83 @@
+"""Every control period the VLA path compares the measured arm with where its plan has it: an arm over
+max_tracking_error from its plan (blocked, or a controller that dropped or stalled the trajectory) ends the goal at
+once, OUT_OF_RANGE, with the arm held where it is measured (not driven on to where the plan has it); a gripper may
+stall on what it holds."""
+
+from types import SimpleNamespace
+
+import numpy as np
+from rclpy.node import Node
+
+from oxygen_ros.control.arm.action_queue import ActionQueue
+from oxygen_ros.errors import ErrorCode
+from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
+
+SETTINGS = {"max_tracking_error": 0.3, "send_lead_s": 0.1}
+
+
+class Arm:
+    """What VlaArm.tick reads of ArmIO: the measured joints, the clock, faults, the gripper, and the holds asked."""
+
+    names = ("shoulder", "elbow", "jaw")
+
+    def __init__(self, measured: list[float], gripper_column: int | None = None) -> None:
+        self.position, self.gripper_column, self.holds, self.clock = np.array(measured), gripper_column, [], 10.0
+        self.gripper = SimpleNamespace(holds=0, command=lambda *_: None)
+
+    def take_fault(self) -> str:
+        return ""
+
+    def measured(self, names) -> np.ndarray:
+        return self.position
+
+    def now(self) -> float:
+        return self.clock
+
+    def hold(self, at, log, gap: float = 0.0) -> None:
+        self.holds.append(None if at is None else np.array(at))
+
+
+class Run:
+    running, ended = True, None
+
+    def end(self, code=None, message="") -> None:
+        self.running, self.ended = False, (code, message)
+
+
+def planned(rows: list[list[float]]) -> ArmPlan:
+    """A plan playing ``rows`` (one every 0.1 s) from node-clock 10.0 on."""
+    queue = ActionQueue(0.1, 0.3)
+    queue.origin, queue.first, queue.rows = 10.0, 0, np.array(rows)
+    return ArmPlan(queue, horizon=len(rows), threshold=1, limits=[], action_dim=3)
+
+
+def test_an_arm_that_does_not_follow_its_plan_ends_the_goal_held_where_it_is(ros_context):
+    node = Node("arm_tracking_test", context=ros_context)
+    try:
+        rows = [[0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [0.4, 0.0, 0.0], [0.6, 0.0, 0.0]]
+        arm, run = Arm([0.3, 0.0, 0.0]), Run()
+        vla = VlaArm(node, arm, SETTINGS)
+        arm.clock = 10.15  # the plan has the shoulder at 0.3: following
+        vla.tick(run, planned(rows))
+        assert run.running and not arm.holds
+        arm.clock = 10.25  # the plan has it at 0.5; measured 0.3 is 0.2 behind: within the bound, following
+        vla.tick(run, planned(rows))
+        assert run.running
+        arm.position = np.array([0.0, 0.0, 0.0])  # the controller dropped the trajectory: 0.5 behind
+        plan = planned(rows)
+        vla.tick(run, plan)
+        assert run.ended[0] == ErrorCode.OUT_OF_RANGE and "joint shoulder is 0.500" in run.ended[1]
+        assert arm.holds == [None] and plan.queue.rows is None  # held where measured; the plan forgotten
+    finally:
+        node.destroy_node()
+
+
+def test_a_gripper_stalled_on_what_it_holds_is_no_tracking_error(ros_context):
+    node = Node("arm_tracking_jaw_test", context=ros_context)
+    try:
+        arm, run = Arm([0.0, 0.0, 0.05], gripper_column=2), Run()  # the jaw closed on an object at 0.05, not 0.0
+        arm.clock = 10.1
+        VlaArm(node, arm, SETTINGS).tick(run, planned([[0.0, 0.0, 0.8], [0.0, 0.0, 0.0]]))
+        assert run.running and not arm.holds
+    finally:
+        node.destroy_node()
