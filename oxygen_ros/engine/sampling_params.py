@@ -1,6 +1,7 @@
 """A request's sampling controls and their ranges (greedy by default). Apart from the sampler (``sampling``) and free
 of torch, so the parameter table and model presets check a node's defaults without loading it."""
 
+import struct
 from dataclasses import dataclass, field
 
 from oxygen_ros.config import MAX_SEED
@@ -10,9 +11,11 @@ MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256
 # A sampled row divides its logits by the temperature and scales repeated tokens' by the penalty: far from 1 they
 # overflow fp32 to inf, softmax gives NaN and the draw fails for the whole batch. Below 0.01 the distribution is
-# greedy's in all but name (vLLM clamps there too); above 100 it is flat.
-TEMPERATURE_RANGE = (0.01, 100.0)
-PENALTY_RANGE = (0.01, 100.0)
+# greedy's in all but name (vLLM clamps there too); above 100 it is flat. The lower bound is 0.01 as a float32
+# (Sampling.msg's fields are float32: 0.01 sent arrives as 0.0099999998).
+F32_HUNDREDTH = struct.unpack("f", struct.pack("f", 0.01))[0]
+TEMPERATURE_RANGE = (F32_HUNDREDTH, 100.0)
+PENALTY_RANGE = (F32_HUNDREDTH, 100.0)
 
 
 @dataclass

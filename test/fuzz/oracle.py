@@ -103,11 +103,11 @@ def generate(goal, max_prompt_chars: int, max_model_len: int) -> Expect:
 def bad_sampling(msg) -> bool:
     """Out of SamplingParams' ranges (the engine refuses it, after the checks that come before it)."""
     ok = (
-        math.isfinite(f32(msg.temperature)) and f32(msg.temperature) >= 0.0
+        (f32(msg.temperature) == 0.0 or f32(0.01) <= f32(msg.temperature) <= 100.0)
         and 0.0 < f32(msg.top_p) <= 1.0
         and msg.top_k >= 0
         and 0.0 <= f32(msg.min_p) < 1.0
-        and math.isfinite(f32(msg.repetition_penalty)) and f32(msg.repetition_penalty) > 0.0
+        and f32(0.01) <= f32(msg.repetition_penalty) <= 100.0
         and msg.seed >= -1
         and all(0 < len(arrived(s)) <= 256 for s in msg.stop)
     )  # fmt: skip

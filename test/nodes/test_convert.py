@@ -149,6 +149,13 @@ def test_a_nan_sampling_field_is_not_taken_for_unset():
         convert.sampling_params(Sampling(temperature=float("nan")), 9, NODE_DEFAULTS).check()
 
 
+def test_the_sampling_bounds_hold_as_float32_arrives():
+    """Sampling's fields are float32: 0.01 arrives as 0.0099999998 and is still in range; one below is not."""
+    convert.sampling_params(Sampling(temperature=0.01, repetition_penalty=0.01), 9, NODE_DEFAULTS).check()
+    with pytest.raises(EngineError, match="repetition_penalty"):
+        convert.sampling_params(Sampling(temperature=0.01, repetition_penalty=0.0099), 9, NODE_DEFAULTS).check()
+
+
 def test_pool_stats_message():
     pool = PoolStats(
         model="m", block_size=16, total_blocks=10, free_blocks=5, cached_blocks=2, used_blocks=3, shared_blocks=1,
