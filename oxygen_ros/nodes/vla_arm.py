@@ -49,8 +49,9 @@ PARAMETERS = {
     "max_missed_chunks": (3, "chunks in a row late or refused before the goal ends (the arm holds)"),
     "send_lead_s": (0.1, "a trajectory's first target is due at least this long after it is sent (the goal's trip to "
                     "the controller and one controller cycle), seconds"),  # fmt: skip
-    "max_tracking_error": (0.3, "a moving arm this far (rad or m) from where its plan has it stops the goal: it is "
-                           "not following (blocked, a fault, another client)"),  # fmt: skip
+    "max_tracking_error": (0.3, "a moving arm this far (rad or m) from where its plan has it, checked every period, "
+                           "stops the goal with the arm held where it is: it is not following (blocked, a fault, a "
+                           "controller that dropped the trajectory, another client)"),  # fmt: skip
 }
 RANGES = {"actions_per_chunk": (0, 10_000), "chunk_threshold": (0, 10_000), "blend_old_weight": (0.0, 0.99),
           "max_missed_chunks": (1, 1000), "send_lead_s": (0.0, 10.0), "max_tracking_error": (0.0, 10.0)}  # fmt: skip
