@@ -129,10 +129,9 @@ class InstructionNode(TaskActionNode[Stream]):
         self.vla = VlaArm(self, self.arm, self.settings)
         self._chunks = self.create_publisher(ActionChunk, "arm/action_chunk", 10)
 
-    def destroy_node(self) -> None:
+    def release(self) -> None:
         if hasattr(self, "arm"):  # a node refused at its parameters has none
             self.arm.destroy()
-        super().destroy_node()
 
     def check(self, goal: FollowInstruction.Goal) -> None:
         bounds.text("instruction", goal.instruction, bounds.TEXT_CHARS)

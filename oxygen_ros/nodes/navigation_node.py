@@ -50,6 +50,7 @@ from geometry_msgs.msg import PoseStamped, Twist
 from nav2_msgs.action import NavigateToPose
 from nav_msgs.msg import Odometry, Path
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.timer import Timer
 
@@ -74,6 +75,7 @@ from oxygen_ros.nodes.tf.tree import TransformUnavailable
 from oxygen_ros.nodes.stamps import NS, nanoseconds, reading_age
 
 NODE_NAME = "navigation_node"
+STOP_ACK_S = 0.5  # how long a node going down waits for the base to acknowledge its last zero Twist
 
 
 @dataclass
@@ -118,9 +120,11 @@ class NavigationNode(TaskActionNode[Trip]):
         self._cmd_vel = self.create_publisher(velocity.command_type(self._stamped), self.settings["cmd_vel_topic"], 10)
         self._plan = self.create_publisher(Path, "plan", 1)
 
-    def destroy_node(self) -> None:
+    def release(self) -> None:
+        """The last zero Twist (``destroy_node`` sent it) acknowledged by the base's subscribers before the node and
+        rclpy go, or STOP_ACK_S passed; then the nav2 client."""
+        self._cmd_vel.wait_for_all_acked(Duration(seconds=STOP_ACK_S))
         self._nav2.destroy()
-        super().destroy_node()
 
     def _on_odom(self, msg: Odometry) -> None:
         if msg.header.frame_id not in ("", self._odom_frame):  # a pose in another frame is no odometry to drive by

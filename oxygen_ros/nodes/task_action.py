@@ -65,11 +65,20 @@ class TaskActionNode(Node, Generic[State]):
         )
 
     def destroy_node(self) -> None:
-        if self._current is not None:  # its threads and timers stop with it
+        """A running goal ends (its threads and timers stop with it) and the robot stands, sent while the node can
+        still send (``spin`` destroys nodes before rclpy shuts down); then the node's own clients (``release``)."""
+        if self._current is not None:
             self._current.end(ErrorCode.CANCELLED, "the node is shutting down")
+            self._current = None
+            self.stopped()
+        self.release()
         self._server.destroy()
         self.infer.destroy()
         super().destroy_node()
+
+    def release(self) -> None:
+        """Destroy what the node made besides its action server and inference client (action clients: rclpy's
+        destroy_node leaves them alive)."""
 
     # --- what a node implements -------------------------------------------------------------------------------
     def check(self, goal: Any) -> None:

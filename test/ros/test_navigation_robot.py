@@ -482,3 +482,17 @@ def test_a_goal_nav2_accepts_too_late_is_cancelled_not_left_driving(robot, with_
     assert out.status == GoalStatus.STATUS_ABORTED
     assert out.result.error_code == "UNAVAILABLE" and "did not answer the goal within 1 s" in out.result.message
     wait_until(lambda: len(with_nav2.goals) > sent and with_nav2.cancelled, 5.0, "the late goal cancelled")
+
+
+def test_a_node_destroyed_while_driving_leaves_the_base_standing(robot):
+    """Shutting down mid-goal (Ctrl-C: ``spin`` destroys the node before rclpy goes) ends the goal and sends a last
+    zero Twist, acknowledged: a base without a cmd_vel timeout does not keep driving."""
+    node = NavigationNode(context=robot["context"], namespace="leaving", cli_args=inference_at("/"),
+                          parameter_overrides=[Parameter(k, value=v) for k, v in NODES["never"].items()])  # fmt: skip
+    robot["executor"].add_node(node)
+    base = robot["base"]
+    goal = navigate(robot, "leaving", base.x + 3.0, base.y, frame_id="odom")
+    wait_until(lambda: goal.feedback and goal.feedback[-1].cmd.linear.x > 0, 10.0, "driving")
+    robot["executor"].remove_node(node)
+    node.destroy_node()
+    assert_stands_still(base)
