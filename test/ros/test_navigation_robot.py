@@ -496,3 +496,31 @@ def test_a_node_destroyed_while_driving_leaves_the_base_standing(robot):
     robot["executor"].remove_node(node)
     node.destroy_node()
     assert_stands_still(base)
+
+
+def test_a_nav2_that_goes_away_mid_goal_ends_it_unavailable(robot):
+    """nav2's server disappears while it drives our goal (crashed, shut down): its result will never come, so the
+    goal ends UNAVAILABLE within moments, not DEADLINE_EXCEEDED after max_duration_s."""
+    action = "/vanishing/navigate_to_pose"
+    nav2 = StandInNav2(robot["context"], action)
+    nav2.ending = "wait"
+    node = NavigationNode(context=robot["context"], namespace="vanishing", cli_args=inference_at("/"),
+                          parameter_overrides=[Parameter(k, value=v) for k, v in
+                                               (WIRING | {"nav2": "always", "nav2_action": action}).items()])  # fmt: skip
+    executor = robot["executor"]
+    executor.add_node(nav2)
+    executor.add_node(node)
+    try:
+        wait_until(node._nav2.client.server_is_ready, 10.0, "nav2 seen")
+        goal = navigate(robot, "vanishing", *TARGET_IN_MAP)
+        goal.wait_feedback(1)
+        executor.remove_node(nav2)
+        nav2.destroy_node()
+        gone_at = time.monotonic()
+        out = goal.result(timeout=10.0)
+        assert time.monotonic() - gone_at < 5.0  # measured 0.26 s; max_duration_s is minutes
+        assert out.status == GoalStatus.STATUS_ABORTED
+        assert out.result.error_code == "UNAVAILABLE" and "went away during the goal" in out.result.message
+    finally:
+        executor.remove_node(node)
+        node.destroy_node()
