@@ -324,7 +324,12 @@ class ArmIO:
             for handle in live:
                 self._cancel(handle)
             return
-        arm, speeds = self._arm_columns, np.array([lim.velocity for lim in self.limits()])
+        arm = self._arm_columns
+        try:
+            speeds = np.array([lim.velocity for lim in self.limits()])
+        except EngineError as exc:
+            log(f"cannot hold on {self.target}: {exc.message}")
+            return
         try:
             measured = self.measured(self.names)
             here, distance = (measured, 0.0) if at is None else (at, np.abs(at - measured)[arm])

@@ -2,12 +2,11 @@
 
 A source is live while its newest reading is younger than `input_timeout_s`, aged by the earlier of its stamp and its
 arrival on the node's clock (a reading replayed late, or stamped late, is as old as it is; a zero stamp, "no time",
-counts as its arrival); a stale, missing or
-blind one (a depth camera with almost no valid pixel, a scan with almost no reading that tells anything: a covered
-window, a driver's error codes; a clock gone back dates nothing) stops the base, as nav2's collision monitor stops for an
-invalid source (since Jazzy; Humble's only skips it). Readings are placed in `base_frame` through TF and then moved
-by the robot's motion since their stamp (odometry history), so an old reading still lands where the obstacle is
-now. Three kinds:
+counts as its arrival); a stale, missing or blind one (a depth camera with almost no valid pixel, a scan with almost
+no reading that tells anything: a covered window, a driver's error codes; a clock gone back dates nothing) stops the
+base, as nav2's collision monitor stops for an invalid source (since Jazzy; Humble's only skips it). Readings are
+placed in `base_frame` through TF and then moved by the robot's motion since their stamp (odometry history), so an
+old reading still lands where the obstacle is now. Three kinds:
 - ``LaserScan`` on `scan_topic` (sensor-data QoS), any frame TF can bring into `base_frame`;
 - a depth image on `depth_topic` (16UC1 millimetres or 32FC1 metres, REP 118) with its CameraInfo on
   `depth_info_topic`, points between `obstacle_min_height_m` and `obstacle_max_height_m` above the base (not the

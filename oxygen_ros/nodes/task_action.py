@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from rclpy.action import ActionServer, CancelResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
 from rclpy.timer import Timer
 
@@ -70,7 +71,10 @@ class TaskActionNode(Node, Generic[State]):
         if self._current is not None:
             self._current.end(ErrorCode.CANCELLED, "the node is shutting down")
             self._current = None
-            self.stopped()
+            try:
+                self.stopped()
+            except InvalidHandle:  # rclpy was shut down before the node (not by ``spin``): nothing can be sent now
+                self.get_logger().error("shut down mid-goal after rclpy: the robot could not be told to stop")
         self.release()
         self._server.destroy()
         self.infer.destroy()

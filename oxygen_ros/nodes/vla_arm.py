@@ -17,8 +17,8 @@ the controller is missed (the arm holds where it was refused: where it is measur
 plan); ``max_missed_chunks`` in a row end the goal (DEADLINE_EXCEEDED for late chunks, else the refusal's code);
 stale joint states, a controller fault (our goal aborted, preempted by another client or cancelled by someone else) or
 an arm over ``max_tracking_error`` from its plan at any period (a controller that dropped or stalled the trajectory)
-end it at once with the arm held; a goal that never got a chunk to the arm does not succeed. The result counts chunks sent and missed, underruns, and the p50 / p99
-latency from reading the inputs to the controller taking the trajectory.
+end it at once with the arm held; a goal that never got a chunk to the arm does not succeed. The result counts chunks
+sent and missed, underruns, and the p50 / p99 latency from reading the inputs to the controller taking the trajectory.
 """
 
 import math
