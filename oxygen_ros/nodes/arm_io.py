@@ -21,6 +21,7 @@ import numpy as np
 from action_msgs.msg import GoalStatus
 from control_msgs.action import FollowJointTrajectory
 from rclpy.callback_groups import CallbackGroup
+from rclpy.duration import Duration
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -39,6 +40,7 @@ from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.gripper_io import GripperIO
+from oxygen_ros.nodes.qos import STOP_ACK_S
 from oxygen_ros.nodes.stamps import NS, duration_of, seconds, time_of
 
 POLL_S = 0.1
@@ -306,7 +308,9 @@ class ArmIO:
 
     def destroy(self) -> None:
         self.gripper.destroy()
-        if not self._topic:
+        if self._topic:  # a last hold acknowledged by the controller before the node goes
+            self._publisher.wait_for_all_acked(Duration(seconds=STOP_ACK_S))
+        else:
             self._client.destroy()  # rclpy's destroy_node leaves action clients alive (see InferClient.destroy)
 
     def hold(self, at: np.ndarray | None, log: Callable[[str], None], gap: float = 0.0) -> None:

@@ -106,15 +106,18 @@ class Nav2Handoff:
             return
         finished = False
         run.ended.add_done_callback(lambda _: finished or handle.cancel_goal_async())
+        vanished = False  # what gave up the wait, as it was seen then (the graph may change again)
 
         def gone() -> bool:
-            return not run.running or not self.client.server_is_ready()
+            nonlocal vanished
+            vanished = not self.client.server_is_ready()
+            return vanished or not run.running
 
         done, response = await wait(self._node, handle.get_result_async(), bounds.GOAL_DURATION_S, give_up=gone)
         if done and run.running:
             finished = True
             run.end(*outcome(response.status, response.result))
-        elif run.running and not self.client.server_is_ready():  # its result would never come: not a deadline
+        elif vanished:  # its result would never come: not a deadline
             run.end(ErrorCode.UNAVAILABLE, f"nav2's {self.name} went away during the goal")
 
     def _relay(self, message: NavigateToPose.Impl.FeedbackMessage, relay: Callable) -> None:

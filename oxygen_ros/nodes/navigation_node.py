@@ -66,6 +66,7 @@ from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.nav2_handoff import POLL_S, Nav2Handoff, duration
 from oxygen_ros.nodes.odometry_history import Odom, OdometryHistory
+from oxygen_ros.nodes.qos import STOP_ACK_S
 from oxygen_ros.nodes.navigation_params import PARAMETERS, POSITIVE, RANGES, READ_ONCE, settings_problem
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.task_action import TaskActionNode
@@ -75,7 +76,6 @@ from oxygen_ros.nodes.tf.tree import TransformUnavailable
 from oxygen_ros.nodes.stamps import NS, nanoseconds, reading_age
 
 NODE_NAME = "navigation_node"
-STOP_ACK_S = 0.5  # how long a node going down waits for the base to acknowledge its last zero Twist
 
 
 @dataclass

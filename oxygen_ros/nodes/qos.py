@@ -22,3 +22,7 @@ RESULT_KEEP_S = 300
 ACTION_QUEUES = {"goal_service_qos_profile": SERVICE_QUEUE, "result_service_qos_profile": SERVICE_QUEUE,
                  "cancel_service_qos_profile": SERVICE_QUEUE}  # fmt: skip
 ACTION_SERVER_QOS = {**ACTION_QUEUES, "result_timeout": RESULT_KEEP_S}
+
+# How long a node going down waits for its last command (a zero Twist, an arm's hold) to be acknowledged by the
+# robot's subscribers before rclpy goes.
+STOP_ACK_S = 0.5

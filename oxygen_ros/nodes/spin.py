@@ -5,14 +5,16 @@ rclpy's own signal handlers shut every context down as the signal arrives, befor
 could send nothing on its way out: a base without a cmd_vel timeout would keep the last velocity a goal gave it. So
 the executables start rclpy without them (``SignalHandlerOptions.NO``) and spin the executor on a thread while the
 main thread waits where Python delivers signals (a thread blocked in the middleware's wait never sees one); Ctrl-C and
-SIGTERM (the supervisor's, the kernel's when the supervisor dies) then stop the executor, the node ends its goal and
-stands the robot (``TaskActionNode.destroy_node``: a zero Twist, an arm's hold) and persists what it keeps, and only
-then is rclpy shut down.
+SIGTERM (the supervisor's, the kernel's when the supervisor dies; a second one is ignored) then end the node's
+running goal while the executor still runs (``EndsGoals``: the robot stood, a nav2 goal cancelled, as any ending
+does), stop the executor, destroy the node (what it keeps persisted), and only then shut rclpy down.
 """
 
 import signal
 import threading
+import time
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import rclpy
 from rclpy.executors import Executor, ExternalShutdownException
@@ -20,7 +22,15 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 SIGNAL_POLL_S = 0.2  # how often the main thread looks up from waiting: a signal is handled within this
-STOP_WAIT_S = 5.0  # the longest the executor's callbacks may take to return once it is told to stop
+STOP_WAIT_S = 5.0  # how long a goal's own ending, then the spin thread's, may take once the node is told to stop
+
+
+@runtime_checkable
+class EndsGoals(Protocol):
+    """A node whose running goal must end while the executor still runs (its ending's callbacks: a nav2 goal
+    cancelled, an arm's trajectory on its way cancelled once accepted)."""
+
+    def end_for_shutdown(self, wait_s: float) -> None: ...
 
 
 def init(args: list[str] | None) -> None:
@@ -30,16 +40,23 @@ def init(args: list[str] | None) -> None:
 
 def spin_until_shutdown(node: Node, executor: Executor) -> int:
     executor.add_node(node)
-    spinning = threading.Thread(target=_spin, args=(executor,), name="spin", daemon=True)
+    stopping, spun = threading.Event(), threading.Event()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also where it was inherited ignored (a script's `&`)
     signal.signal(signal.SIGTERM, _interrupt)
-    spinning.start()
+    threading.Thread(target=_spin, args=(executor, stopping, spun), name="spin", daemon=True).start()
     try:
-        while spinning.is_alive():
-            spinning.join(SIGNAL_POLL_S)
+        while not spun.is_set():  # a sleep, not a join: a signal interrupting Thread.join can leave it unreliable
+            time.sleep(SIGNAL_POLL_S)
     except KeyboardInterrupt:
         pass
     finally:
-        executor.shutdown(timeout_sec=STOP_WAIT_S)
+        for signum in (signal.SIGINT, signal.SIGTERM):  # a second one must not cut the stop short (SIGKILL still can)
+            signal.signal(signum, signal.SIG_IGN)
+        if not spun.is_set() and isinstance(node, EndsGoals):
+            node.end_for_shutdown(STOP_WAIT_S)
+        stopping.set()
+        spun.wait(STOP_WAIT_S)  # within one poll once its wait returns: nothing spins while the executor stops
+        executor.shutdown()  # returns once the callbacks running now have (a model load runs to its end)
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
@@ -59,11 +76,17 @@ def run(make_node: Callable[[], Node], make_executor: Callable[[], Executor], na
     return spin_until_shutdown(node, make_executor())
 
 
-def _spin(executor: Executor) -> None:
+def _spin(executor: Executor, stopping: threading.Event, spun: threading.Event) -> None:
+    """Spin until told to stop, looking up every SIGNAL_POLL_S (rclpy's Executor.shutdown from another thread can
+    leave a thread blocked in its wait for good: it destroys the guard condition that would wake it), then say so:
+    the executor is shut down, and the interpreter ends, only once no thread waits inside rclpy."""
     try:
-        executor.spin()
+        while not stopping.is_set() and executor.context.ok():
+            executor.spin_once(timeout_sec=SIGNAL_POLL_S)
     except ExternalShutdownException:  # the context was shut down by someone else: the main thread ends it all
         pass
+    finally:
+        spun.set()
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -10,6 +10,7 @@ Everything waits as coroutines, so no goal holds an executor thread while it run
 """
 
 import itertools
+import time
 from typing import Any, Generic, TypeVar
 
 from rclpy.action import ActionServer, CancelResponse
@@ -28,6 +29,8 @@ from oxygen_ros.nodes.qos import ACTION_SERVER_QOS
 from oxygen_ros.srv import Infer
 
 State = TypeVar("State")
+
+SHUTDOWN_POLL_S = 0.02  # how often end_for_shutdown looks whether the goal has ended
 
 
 class TaskActionNode(Node, Generic[State]):
@@ -55,6 +58,7 @@ class TaskActionNode(Node, Generic[State]):
         self._goal_ids = itertools.count()
         self._newest = -1  # the number of the latest goal accepted
         self._current: GoalRun | None = None
+        self._destroyed = False
         self._server = ActionServer(
             self,
             action_type,
@@ -65,9 +69,24 @@ class TaskActionNode(Node, Generic[State]):
             **ACTION_SERVER_QOS,
         )
 
+    def end_for_shutdown(self, wait_s: float) -> None:
+        """End the running goal while the executor still runs (``spin`` calls this first), so it ends as any goal
+        does: the robot stood by ``stopped``, its ending's callbacks run (a nav2 goal cancelled); up to ``wait_s``."""
+        run = self._current
+        if run is None:
+            return
+        run.end(ErrorCode.CANCELLED, "the node is shutting down")
+        deadline = time.monotonic() + wait_s
+        while self._current is run and time.monotonic() < deadline:
+            time.sleep(SHUTDOWN_POLL_S)
+
     def destroy_node(self) -> None:
-        """A running goal ends (its threads and timers stop with it) and the robot stands, sent while the node can
-        still send (``spin`` destroys nodes before rclpy shuts down); then the node's own clients (``release``)."""
+        """A goal still running ends (its threads and timers stop with it) and the robot stands, sent while the node
+        can still send (``spin`` destroys nodes before rclpy shuts down); then the node's own clients (``release``).
+        Once: rclpy's shutdown destroys the nodes it still tracks too."""
+        if self._destroyed:
+            return
+        self._destroyed = True
         if self._current is not None:
             self._current.end(ErrorCode.CANCELLED, "the node is shutting down")
             self._current = None

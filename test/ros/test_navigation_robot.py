@@ -524,3 +524,28 @@ def test_a_nav2_that_goes_away_mid_goal_ends_it_unavailable(robot):
     finally:
         executor.remove_node(node)
         node.destroy_node()
+
+
+def test_shutting_down_mid_goal_cancels_the_goal_handed_to_nav2(robot):
+    """Ctrl-C while nav2 drives our goal: ``spin`` ends the goal while the executor still runs
+    (``end_for_shutdown``), so nav2's goal is cancelled as with any ending; a client going away would not stop it."""
+    action = "/leaving_nav2/navigate_to_pose"
+    nav2 = StandInNav2(robot["context"], action)
+    nav2.ending = "wait"
+    node = NavigationNode(context=robot["context"], namespace="leaving_nav2", cli_args=inference_at("/"),
+                          parameter_overrides=[Parameter(k, value=v) for k, v in
+                                               (WIRING | {"nav2": "always", "nav2_action": action}).items()])  # fmt: skip
+    executor = robot["executor"]
+    executor.add_node(nav2)
+    executor.add_node(node)
+    try:
+        wait_until(node._nav2.client.server_is_ready, 10.0, "nav2 seen")
+        goal = navigate(robot, "leaving_nav2", *TARGET_IN_MAP)
+        goal.wait_feedback(1)
+        node.end_for_shutdown(5.0)
+        wait_until(lambda: nav2.cancelled, 5.0, "nav2's goal cancelled")
+        assert goal.result(timeout=5.0).status == GoalStatus.STATUS_ABORTED
+    finally:
+        for each in (node, nav2):
+            executor.remove_node(each)
+            each.destroy_node()
