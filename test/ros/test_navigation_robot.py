@@ -12,6 +12,7 @@ gave up on it is cancelled."""
 import math
 import re
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -498,13 +499,14 @@ def test_a_node_destroyed_while_driving_leaves_the_base_standing(robot):
     assert_stands_still(base)
 
 
-def test_a_nav2_that_goes_away_mid_goal_ends_it_unavailable(robot):
-    """nav2's server disappears while it drives our goal (crashed, shut down): its result will never come, so the
-    goal ends UNAVAILABLE within moments, not DEADLINE_EXCEEDED after max_duration_s."""
-    action = "/vanishing/navigate_to_pose"
+@contextmanager
+def driving_through_own_nav2(robot, namespace: str):
+    """A navigation node in ``namespace`` with a nav2 stand-in of its own (waiting until cancelled) that has taken
+    its goal: (node, stand-in, goal); both removed after (the stand-in unless the test removed it)."""
+    action = f"/{namespace}/navigate_to_pose"
     nav2 = StandInNav2(robot["context"], action)
     nav2.ending = "wait"
-    node = NavigationNode(context=robot["context"], namespace="vanishing", cli_args=inference_at("/"),
+    node = NavigationNode(context=robot["context"], namespace=namespace, cli_args=inference_at("/"),
                           parameter_overrides=[Parameter(k, value=v) for k, v in
                                                (WIRING | {"nav2": "always", "nav2_action": action}).items()])  # fmt: skip
     executor = robot["executor"]
@@ -512,40 +514,33 @@ def test_a_nav2_that_goes_away_mid_goal_ends_it_unavailable(robot):
     executor.add_node(node)
     try:
         wait_until(node._nav2.client.server_is_ready, 10.0, "nav2 seen")
-        goal = navigate(robot, "vanishing", *TARGET_IN_MAP)
+        goal = navigate(robot, namespace, *TARGET_IN_MAP)
         goal.wait_feedback(1)
-        executor.remove_node(nav2)
+        yield node, nav2, goal
+    finally:
+        for each in (node, nav2):
+            if each in executor.get_nodes():
+                executor.remove_node(each)
+                each.destroy_node()
+
+
+def test_a_nav2_that_goes_away_mid_goal_ends_it_unavailable(robot):
+    """nav2's server disappears while it drives our goal (crashed, shut down): its result will never come, so the
+    goal ends UNAVAILABLE within moments, not DEADLINE_EXCEEDED after max_duration_s."""
+    with driving_through_own_nav2(robot, "vanishing") as (_, nav2, goal):
+        robot["executor"].remove_node(nav2)
         nav2.destroy_node()
         gone_at = time.monotonic()
         out = goal.result(timeout=10.0)
         assert time.monotonic() - gone_at < 5.0  # measured 0.26 s; max_duration_s is minutes
-        assert out.status == GoalStatus.STATUS_ABORTED
-        assert out.result.error_code == "UNAVAILABLE" and "went away during the goal" in out.result.message
-    finally:
-        executor.remove_node(node)
-        node.destroy_node()
+    assert out.status == GoalStatus.STATUS_ABORTED
+    assert out.result.error_code == "UNAVAILABLE" and "went away during the goal" in out.result.message
 
 
 def test_shutting_down_mid_goal_cancels_the_goal_handed_to_nav2(robot):
     """Ctrl-C while nav2 drives our goal: ``spin`` ends the goal while the executor still runs
     (``end_for_shutdown``), so nav2's goal is cancelled as with any ending; a client going away would not stop it."""
-    action = "/leaving_nav2/navigate_to_pose"
-    nav2 = StandInNav2(robot["context"], action)
-    nav2.ending = "wait"
-    node = NavigationNode(context=robot["context"], namespace="leaving_nav2", cli_args=inference_at("/"),
-                          parameter_overrides=[Parameter(k, value=v) for k, v in
-                                               (WIRING | {"nav2": "always", "nav2_action": action}).items()])  # fmt: skip
-    executor = robot["executor"]
-    executor.add_node(nav2)
-    executor.add_node(node)
-    try:
-        wait_until(node._nav2.client.server_is_ready, 10.0, "nav2 seen")
-        goal = navigate(robot, "leaving_nav2", *TARGET_IN_MAP)
-        goal.wait_feedback(1)
+    with driving_through_own_nav2(robot, "leaving_nav2") as (node, nav2, goal):
         node.end_for_shutdown(5.0)
         wait_until(lambda: nav2.cancelled, 5.0, "nav2's goal cancelled")
         assert goal.result(timeout=5.0).status == GoalStatus.STATUS_ABORTED
-    finally:
-        for each in (node, nav2):
-            executor.remove_node(each)
-            each.destroy_node()
