@@ -192,7 +192,10 @@ class VlaArm:
             queue.rows = safe.positions  # the plan is what the arm was told
         refused = await self.arm.send(now, times, safe)
         if not run.running:  # the goal ended while the trajectory was on its way: it must not play
-            self.hold(plan)
+            # Taken with no hold since it was sent: stopped here. After a hold (the ending's, or a newer goal's
+            # preemption) it is refused and cancelled once taken; holding again would cancel a newer goal's too.
+            if not refused:
+                self.hold(plan)
             return None
         if refused:
             self.hold(plan)
