@@ -26,8 +26,9 @@ process may use, leaving the rest to the robot's nodes), or on ``threads`` (the 
 (each isolated one) when given. The eight isolated engines run side by side, each in its own interpreter (no GIL
 between them), on the same cores.
 
-Metrics: ``rps_ratio_vs_isolated`` (successful requests per second), ``kv_bytes_ratio_vs_isolated`` (peak KV bytes
-referenced by requests, summed over the engines, sampled from pool stats), ``p99_latency_ms_<type>`` (round trip
+Metrics: ``rps_ratio_vs_isolated`` (successful requests per second), ``kv_bytes_ratio_vs_isolated`` (the KV bytes
+each engine's pool had to hold at once, its ``peak_used_blocks`` since it started, warm-up included, summed over the
+engines: separate pools cannot lend each other blocks), ``p99_latency_ms_<type>`` (round trip
 seen by the caller) and ``action_deadline_miss_rate`` (share of control periods without an on-time chunk), each
 also per setting.
 
@@ -218,15 +219,16 @@ def measure(graph: EngineProcesses, label: str, namespaces: tuple[str, ...], set
 def summarize(logs: list[TaskLog], elapsed_s: float, sampler: PoolSampler) -> dict[str, Any]:
     replies = [reply for log in logs for reply in log.replies]
     ok = [reply for reply in replies if reply.ok]
+    peak_bytes = sampler.peak_bytes()
     periods = sum(log.periods for log in logs)
     summary: dict[str, Any] = {
         "rps": len(ok) / elapsed_s,
         "requests": len(replies),
         "failed_requests": len(replies) - len(ok),
         "tokens_per_s": sum(reply.generated_tokens for reply in ok) / elapsed_s,
-        "peak_kv_bytes": sampler.peak_bytes,
-        "peak_kv_mib": sampler.peak_bytes / (1 << 20),
-        "peak_shared_blocks": max((shared for _, shared in sampler.samples), default=0),
+        "peak_kv_bytes": peak_bytes,
+        "peak_kv_mib": peak_bytes / (1 << 20),
+        "peak_shared_blocks": max(sampler.samples, default=0),
         "action_periods": periods,
         "action_periods_skipped": sum(log.skipped for log in logs),
         "action_deadline_miss_rate": 1.0 - sum(log.on_time for log in logs) / periods if periods else 0.0,

@@ -58,6 +58,7 @@ class BlockPool:
         self.evictions = 0
         self.prefix_queries = 0  # full prompt blocks looked up
         self.prefix_hits = 0  # of those, found in the cache
+        self.peak_used = 0  # most units referenced at once since the pool was made: what it has had to hold
 
     # --- counts -------------------------------------------------------------------------------------------------
     @property
@@ -113,6 +114,7 @@ class BlockPool:
             block.extra_units = [self._free.popleft() for _ in range(width - 1)]
             self.policy.reset(block.block_id)
             out.append(block.block_id)
+        self.peak_used = max(self.peak_used, self.num_used)
         return out
 
     def _free_units(self, block_id: int) -> None:
@@ -150,6 +152,7 @@ class BlockPool:
         if block.ref_count == 0:
             self.policy.remove(block_id)
             self._cached_units -= block.num_units
+            self.peak_used = max(self.peak_used, self.num_used)
         block.ref_count += 1
 
     def release(self, block_ids: Iterable[int]) -> None:

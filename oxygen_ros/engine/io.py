@@ -133,6 +133,7 @@ class PoolStats:
     free_blocks: int
     cached_blocks: int
     used_blocks: int
+    peak_used_blocks: int  # most used at once since the engine started (its high-water mark)
     shared_blocks: int
     prefix_hit_rate: float
     fragmentation: float  # allocated-but-empty token slots / allocated slots, over blocks in use

@@ -45,6 +45,7 @@ def pool_stats(model_id: str, pool: BlockPool, formats: KVFormats, requests: Ite
         free_blocks=pool.num_free,
         cached_blocks=pool.num_cached,
         used_blocks=pool.num_used,
+        peak_used_blocks=pool.peak_used,
         shared_blocks=pool.num_shared,
         prefix_hit_rate=pool.prefix_hit_rate,
         fragmentation=1.0 - sum(filled.values()) / allocated if allocated else 0.0,

@@ -286,6 +286,7 @@ def pool_stats_msg(stats: ServingStats, stamp: Time) -> KvPoolStats:
         total_blocks=pool.total_blocks,
         free_blocks=pool.free_blocks,
         cached_blocks=pool.cached_blocks,
+        peak_used_blocks=pool.peak_used_blocks,
         shared_blocks=pool.shared_blocks,
         prefix_hit_rate=pool.prefix_hit_rate,
         fragmentation=pool.fragmentation,

@@ -44,6 +44,7 @@ def assess(
         ("pool_use_percent", f"{100 * use:.1f}"),
         ("total_blocks", str(pool.total_blocks)),
         ("used_blocks", str(pool.used_blocks)),
+        ("peak_used_blocks", str(pool.peak_used_blocks)),
         ("shared_blocks", str(pool.shared_blocks)),
         ("cached_blocks", str(pool.cached_blocks)),
         ("free_blocks", str(pool.free_blocks)),

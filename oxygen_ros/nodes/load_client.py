@@ -23,7 +23,7 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
 
-from oxygen_ros.msg import Observation
+from oxygen_ros.msg import KvPoolStats, Observation
 from oxygen_ros.nodes.convert import image_to_rgb
 from oxygen_ros.observations import content_id
 from oxygen_ros.srv import GetPoolStats, Infer
@@ -148,32 +148,28 @@ class TaskThread(threading.Thread):
 
 
 class PoolSampler(threading.Thread):
-    """Every ``every_s``: KV bytes in use (referenced blocks, not the cached ones) summed over all engines, and
-    blocks shared, from each engine's `/oxygen/get_pool_stats`.  ``peak_bytes`` is the largest sum seen."""
+    """Every ``every_s``: blocks shared, summed over all engines, from each engine's `/oxygen/get_pool_stats`.
+    ``peak_bytes``: the KV bytes each engine's pool has had to hold at once (``peak_used_blocks``, the high-water
+    mark the pool keeps at every allocation, so no sampling interval hides a peak), summed over the engines:
+    separate pools cannot lend each other blocks, so each must hold its own peak."""
 
     def __init__(self, node: Node, services: list[str], every_s: float) -> None:
         super().__init__(name="bench-pool-sampler", daemon=True)
         self.clients = [node.create_client(GetPoolStats, name) for name in services]
         self.every_s = every_s
         self.stop = threading.Event()
-        self.samples: list[tuple[int, int]] = []  # (bytes in use, shared blocks)
+        self.samples: list[int] = []  # shared blocks
 
-    def sample(self) -> tuple[int, int]:
-        used = shared = 0
-        for client in self.clients:
-            stats = call(client, GetPoolStats.Request(), 30.0).stats
-            bytes_per_block = stats.tiers[0].capacity_bytes // max(stats.total_blocks, 1)
-            used += (stats.total_blocks - stats.free_blocks - stats.cached_blocks) * bytes_per_block
-            shared += stats.shared_blocks
-        return used, shared
+    def _stats(self) -> list[KvPoolStats]:
+        return [call(client, GetPoolStats.Request(), 30.0).stats for client in self.clients]
 
     def run(self) -> None:
         while not self.stop.wait(self.every_s):
-            self.samples.append(self.sample())
+            self.samples.append(sum(stats.shared_blocks for stats in self._stats()))
 
-    @property
     def peak_bytes(self) -> int:
-        return max((used for used, _ in self.samples), default=0)
+        return sum(stats.peak_used_blocks * (stats.tiers[0].capacity_bytes // max(stats.total_blocks, 1))
+                   for stats in self._stats())  # fmt: skip
 
 
 class EngineThreads:

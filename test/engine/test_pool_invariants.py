@@ -45,6 +45,7 @@ def test_random_operations_keep_invariants_and_free_everything(tiny_bundle, ops,
             if request_id in engine.requests:
                 engine.abort(request_id)
         engine.check_invariants()
+        assert engine.pool.num_used <= engine.pool.peak_used <= engine.pool.num_blocks
     while engine.has_unfinished:
         engine.step()
     engine.check_invariants()
@@ -70,3 +71,19 @@ def test_pool_counts_and_double_free():
         assert "double free" in str(exc)
     else:
         raise AssertionError("double free not detected")
+
+
+def test_the_peak_is_the_most_blocks_ever_referenced_at_once():
+    """What a pool had to hold (``peak_used``, the stats' ``peak_used_blocks``): fresh blocks and prefix hits on
+    cached ones count, releases do not lower it."""
+    pool = BlockPool(6)
+    a = pool.allocate(2)
+    pool.register_hash(a[0], b"h0")
+    pool.release(a)
+    assert (pool.num_used, pool.num_cached, pool.peak_used) == (0, 1, 2)
+    pool.acquire(a[0])  # a prefix hit: the cached block is referenced again
+    assert (pool.num_used, pool.peak_used) == (1, 2)
+    b = pool.allocate(4)
+    assert (pool.num_used, pool.peak_used) == (5, 5)
+    pool.release([*b, a[0]])
+    assert (pool.num_used, pool.peak_used) == (0, 5)

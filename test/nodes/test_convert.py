@@ -158,15 +158,16 @@ def test_the_sampling_bounds_hold_as_float32_arrives():
 
 def test_pool_stats_message():
     pool = PoolStats(
-        model="m", block_size=16, total_blocks=10, free_blocks=5, cached_blocks=2, used_blocks=3, shared_blocks=1,
+        model="m", block_size=16, total_blocks=10, free_blocks=5, cached_blocks=2, used_blocks=3, peak_used_blocks=6,
+        shared_blocks=1,
         prefix_hit_rate=0.5, fragmentation=0.25, evictions=4, active_requests=2, queued_requests=1,
         bytes_per_block=100, tasks=[TaskUsage("vqa-1", "vqa", "float32", 3, 1, 300)],
         tiers=[TierUsage("gpu", 1000, 500, 5, 6, 4), TierUsage("cpu", 4000, 300, 3, 2, 2)],
     )  # fmt: skip
     msg = convert.pool_stats_msg(ServingStats(pool, "cpu", 8, prefix_hits=6, prefix_queries=10, completed=1),
                                  Time(sec=7))  # fmt: skip
-    assert (msg.total_blocks, msg.free_blocks, msg.cached_blocks, msg.evictions, msg.header.stamp.sec) == (
-        10, 5, 2, 4, 7)  # fmt: skip
+    assert (msg.total_blocks, msg.free_blocks, msg.cached_blocks, msg.peak_used_blocks, msg.evictions,
+            msg.header.stamp.sec) == (10, 5, 2, 6, 4, 7)  # fmt: skip
     assert [(t.task_id, t.blocks, t.shared_blocks, t.bytes) for t in msg.tasks] == [("vqa-1", 3, 1, 300)]
     assert [(t.name, t.capacity_bytes, t.used_bytes, t.blocks, t.hits, t.misses) for t in msg.tiers] == [
         ("gpu", 1000, 500, 5, 6, 4), ("cpu", 4000, 300, 3, 2, 2)]  # fmt: skip

@@ -10,6 +10,7 @@ from oxygen_ros.nodes.health import Level, assess
 def _stats(used: int = 10, queued: int = 0, errors: dict[str, int] | None = None) -> ServingStats:
     pool = PoolStats(
         model="m", block_size=16, total_blocks=100, free_blocks=100 - used, cached_blocks=0, used_blocks=used,
+        peak_used_blocks=used,
         shared_blocks=0, prefix_hit_rate=0.0, fragmentation=0.0, evictions=0, active_requests=1,
         queued_requests=queued, bytes_per_block=1024,
     )  # fmt: skip
