@@ -138,9 +138,22 @@ def _grouped(qf: torch.Tensor, blocks: KVBlocks, layout: CascadeLayout, sm_scale
 
 def _attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
                         sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """softmax(q k^T * scale + bias) v and its log-sum-exp, [B, h, Lq, d] -> ([B, h, Lq, d], [B, h, Lq]): torch's
-    fused CPU attention, which returns the log-sum-exp the merge needs (the public SDPA does not)."""
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias, scale=sm_scale)
+    """softmax(q k^T * scale + bias) v and its log-sum-exp, [B, h, Lq, d] -> ([B, h, Lq, d], [B, h, Lq]): on CPU
+    torch's fused attention, which returns the log-sum-exp the merge needs (the public SDPA does not); it has no
+    CUDA kernel, so elsewhere the same math in fp32 matrix products (a decode step's few query rows)."""
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias, scale=sm_scale)
+    return attention_with_lse_products(q, k, v, bias, sm_scale)
+
+
+def attention_with_lse_products(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                                sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """``_attention_with_lse`` off CPU: plain fp32 matrix products, any device."""
+    scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * sm_scale
+    if bias is not None:
+        scores = scores + bias
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.matmul(torch.exp(scores - lse[..., None]), v.float()).to(q.dtype), lse
 
 
 def _grouped_mass(qf: torch.Tensor, keys: torch.Tensor, layout: CascadeLayout, prefix_parts: list, suffix_lse:

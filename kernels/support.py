@@ -53,7 +53,7 @@ def format_support_error(
     expected = torch.nn.functional.scaled_dot_product_attention(
         q.float().view(1, num_kv_heads, group, head_dim), k.float().transpose(0, 1)[None],
         v.float().transpose(0, 1)[None],
-    ).view(1, -1, head_dim)
+    ).reshape(1, -1, head_dim)  # CUDA's SDPA may return it transposed in memory
     for what, got, want in (("K", k_back[0], k), ("V", v_back[0], v), ("attention", out.float(), expected)):
         error = float((got.float() - want.float()).norm() / want.float().norm())
         if not error <= PROBE_TOLERANCE:  # also catches NaN

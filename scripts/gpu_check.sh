@@ -7,8 +7,9 @@
 #   3. the engine end to end (`bench --suite device`): a pi05-random-full action chunk's latency (three cameras) and a
 #      batched decode at SmolLM2-135M's shape at batch 1, 8 and 32 (tokens/s); random weights and a byte-level
 #      tokenizer, so no model file is needed; the result goes to $DEVICE_RESULT (default gpu_check_device.json).
-# Runs from the source tree (PYTHONPATH), so it needs torch with CUDA, triton, numpy, tokenizers, jinja2, gguf, tqdm,
-# pytest and hypothesis in $PYTHON (no ROS, nothing installed from this repository).
+# Runs from the source tree (PYTHONPATH), so it needs torch with CUDA, triton, numpy, tokenizers, jinja2, gguf,
+# llguidance, opencv, tqdm, pytest and hypothesis in $PYTHON (no ROS, nothing installed from this repository); a
+# folder of the missing pure-Python or abi3 packages can be put on PYTHONPATH.
 # Without CUDA it says so and exits 2 at once: on CPU the kernel tests run interpreted through `make test` instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,16 +30,27 @@ no_gpu() {
 print(f"gpu_check: {p.name} (sm_{p.major}{p.minor}), torch {torch.__version__}, triton {triton.__version__}")'
 
 start=$SECONDS
-# --confcutdir: only test/kernels/conftest.py is loaded (test/conftest.py needs ROS, which a GPU box may not have).
-# test_gpu_targets compiles for five architectures without a GPU (CI does it); here the kernels really launch.
-timeout 200 "$PYTHON" -m pytest -q -p no:cacheprovider --confcutdir=test/kernels test/kernels \
-    --ignore=test/kernels/test_gpu_targets.py
+failed=()
+# Each step runs even when one before it failed, so one lease brings back every number it can; the exit status says
+# which failed. --confcutdir: only test/kernels/conftest.py is loaded (test/conftest.py needs ROS, which a GPU box may
+# not have). test_gpu_targets compiles for five architectures without a GPU (CI does it); here the kernels really
+# launch. test_c_kernels checks the CPU decode library on three ISAs with cross tools: a CPU check that CI runs.
+# The Triton kernels compile once per configuration: pytest-xdist, where installed, compiles them on several cores.
+workers=()
+"$PYTHON" -c 'import xdist' 2>/dev/null && workers=(-n 8)
+timeout 300 "$PYTHON" -m pytest -q -p no:cacheprovider --confcutdir=test/kernels test/kernels "${workers[@]}" \
+    --ignore=test/kernels/test_gpu_targets.py --ignore=test/kernels/test_c_kernels.py --durations=10 \
+    || failed+=("kernel tests")
 echo "gpu_check: kernel tests compiled, $((SECONDS - start)) s"
 
 timeout 90 "$PYTHON" -c 'import sys; from oxygen_ros.cli.main import main; sys.exit(main(sys.argv[1:]))' \
-    bench --suite kernels --json "$RESULT"
+    bench --suite kernels --json "$RESULT" || failed+=("kernels benchmark")
 echo "gpu_check: kernels benchmark done, $((SECONDS - start)) s"
 
 timeout 180 "$PYTHON" -c 'import sys; from oxygen_ros.cli.main import main; sys.exit(main(sys.argv[1:]))' \
-    bench --suite device --json "$DEVICE_RESULT"
+    bench --suite device --json "$DEVICE_RESULT" || failed+=("device benchmark")
 echo "gpu_check: done in $((SECONDS - start)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "gpu_check: FAILED: ${failed[*]}" >&2
+    exit 1
+fi

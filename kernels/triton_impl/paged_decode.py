@@ -2,8 +2,8 @@
 
 Each program holds its kv-head's query heads as one tile (padded to 16 rows, the smallest ``tl.dot`` on GPUs) and
 streams the sequence's blocks through the table a tile of whole blocks at a time (``gpu_targets.decode_tile``).
-Dequantization is folded into the math: codes go into the dots as they are (``dot_precision``: tf32 where that is
-exact) and the per-token scales multiply score columns (K) and probability columns (V), so a scale costs one
+Dequantization is folded into the math: codes go into the dots as they are (``dot_precision``: tf32 for bf16
+queries) and the per-token scales multiply score columns (K) and probability columns (V), so a scale costs one
 multiply per token instead of one per element. int8 keys' per-channel scales multiply the queries where a tile is
 one block (head_dim 256), else the key tile.
 
@@ -85,13 +85,13 @@ def _paged_decode_kernel(
 
 
 def dot_precision(q_dtype: torch.dtype, storage: torch.dtype) -> str:
-    """``tf32`` where every dot operand but the probabilities is exact in tf32 and the output is bf16 (bf16 queries
-    over 16-bit or fp8 codes: tensor cores, a third of the registers, no spill); ``ieee`` otherwise. A tf32 dot
-    truncates the probabilities to 11 significant bits: less than the bf16 output's own rounding, but more than an
-    fp16 output's (test_dot_precision), so fp16 queries keep ieee. int8 keys enter the dot times their bf16
-    per-channel scales (up to 15 significant bits), so int8 pools keep ieee too."""
-    exact = storage.itemsize <= 2 and storage != torch.int8
-    return "tf32" if q_dtype == torch.bfloat16 and exact else "ieee"
+    """``tf32`` for bf16 queries over 16-bit, fp8 or int8 codes (tensor cores, a third of the registers, no spill;
+    on an H100 4.3x faster at 128-wide heads than fp32 dots, docs/benchmarks.md); ``ieee`` otherwise. A tf32 dot
+    truncates an fp32 operand to 11 significant bits: the probabilities, which moves the output less than the bf16
+    rounding the kernel applies to it anyway, and int8 keys times their bf16 channel scales, by less than a quarter
+    of what the int8 rounding moved them (test_dot_precision). An fp16 output is rounded 8x finer, so fp16 queries
+    keep ieee; so do fp32 queries and pools."""
+    return "tf32" if q_dtype == torch.bfloat16 and storage.itemsize <= 2 else "ieee"
 
 
 def decode_constants(

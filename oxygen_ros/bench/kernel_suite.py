@@ -65,7 +65,8 @@ def _measure(
     slots = (tables.long()[:, pos // block_size] * block_size + pos % block_size).flatten()
     write_kv(blocks, slots, k, v)
 
-    compute_dtype = torch.bfloat16 if spec.storage_dtype == torch.bfloat16 else torch.float16
+    # the engine's compute dtype on a GPU (dtype auto: bf16) over every pool but fp16's, whose model runs in fp16
+    compute_dtype = torch.float16 if spec.storage_dtype == torch.float16 else torch.bfloat16
     if device.type == "cpu":
         compute_dtype = torch.float32  # CPU half-precision SDPA is slow and not what the engine runs there
     q = torch.randn(num_seqs, num_heads, head_dim, generator=gen).to(device, compute_dtype)

@@ -9,6 +9,7 @@ import torch
 from paged_contexts import NUM_BLOCKS, ROWS, naive, pool
 
 from oxygen_ros.kernels import KVBlocks, KVQuantSpec, cascade_decode_attention, paged_decode_attention, write_kv
+from oxygen_ros.kernels.cascade_decode import attention_with_lse_products
 from oxygen_ros.kv.cascade import plan_cascade
 
 OUTPUT_ATOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
@@ -148,3 +149,18 @@ def test_rows_sharing_a_few_more_blocks_stay_in_their_group(device):
                                  block_mass=paged_mass, backend="torch")  # fmt: skip
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=0)
     torch.testing.assert_close(mass, paged_mass, atol=1e-5, rtol=0)
+
+
+def test_the_products_off_cpu_equal_the_fused_cpu_attention_and_its_log_sum_exp():
+    """CUDA has no kernel of the fused CPU attention that returns the log-sum-exp; its stand-in there (plain fp32
+    products) against that attention on CPU, with rows whose bias masks a tail of their keys."""
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(3, 2, 4, 32, generator=gen) for _ in "qkv")
+    k, v = torch.cat([k] * 5, dim=2), torch.cat([v] * 5, dim=2)  # 20 keys
+    bias = torch.zeros(3, 1, 1, 20)
+    bias[0, ..., 7:], bias[1, ..., 19:] = float("-inf"), float("-inf")
+    for mask in (bias, None):
+        fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask, scale=0.2)
+        out, lse = attention_with_lse_products(q, k, v, mask, 0.2)
+        torch.testing.assert_close(out, fused[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(lse, fused[1], atol=1e-5, rtol=0)

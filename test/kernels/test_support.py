@@ -14,7 +14,7 @@ def test_every_format_round_trips(device, backend, name):
     assert format_support_error(KVQuantSpec.parse(name), device, backend) is None
 
 
-def test_the_probe_at_the_models_shape_meets_a_gpu_tiles_refusal(monkeypatch):
+def test_the_probe_at_the_models_shape_meets_a_gpu_tiles_refusal(monkeypatch, device):
     """The engine probes at its model's shape, so a tile the GPU launchers refuse fails at startup, not at the first
     forward pass: as on an sm_89 GPU (99 KB of shared memory per block), pi0.5's head_dim 256 decodes 16 tokens per
     tile, and a 32-token block does not fit one (kernels/gpu_targets.py); 16-token blocks do."""
@@ -23,9 +23,9 @@ def test_the_probe_at_the_models_shape_meets_a_gpu_tiles_refusal(monkeypatch):
     for module in (blocks, paged_decode):
         monkeypatch.setattr(module, "shared_limit", lambda device: SHARED_MEMORY_PER_BLOCK[89])
     pi05 = dict(num_kv_heads=1, head_dim=256, group=8, q_dtype=torch.bfloat16)
-    why = format_support_error(KVQuantSpec.parse("int8"), "cpu", "triton", block_size=32, **pi05)
+    why = format_support_error(KVQuantSpec.parse("int8"), device, "triton", block_size=32, **pi05)
     assert why is not None and "block_size 32 is wider than the 16-token tile" in why, why
-    assert format_support_error(KVQuantSpec.parse("int8"), "cpu", "triton", block_size=16, **pi05) is None
+    assert format_support_error(KVQuantSpec.parse("int8"), device, "triton", block_size=16, **pi05) is None
 
 
 def test_a_backend_that_cannot_run_is_reported():
