@@ -180,8 +180,16 @@ class ArmIO:
         stamped in another era)."""
         return self._read(names)[:, 0]
 
+    def start_state(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Where a controller taking a trajectory now starts it from (a joint_trajectory_controller's default: its
+        measured state): each position carried forward to now at its reported velocity, and that velocity (0 where
+        the joint states carry none); checked as ``measured`` says."""
+        readings = self._read(names)
+        velocity = np.nan_to_num(readings[:, 1], nan=0.0)
+        return readings[:, 0] + velocity * (self.now() - readings[:, 2]), velocity
+
     def _read(self, names: tuple[str, ...]) -> np.ndarray:
-        """[len(names), 2]: each joint's newest (position, velocity), checked as ``measured`` says."""
+        """[len(names), 3]: each joint's newest (position, velocity, arrival), checked as ``measured`` says."""
         now, timeout = self.now(), self._settings["input_timeout_s"]
         out = []
         for name in names:
@@ -199,8 +207,8 @@ class ArmIO:
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: its JointState is stamped "
                                   f"{arrival - stamp:+.1f} s from this node's clock: the driver and this node "
                                   "run on different clocks (use_sim_time?)")  # fmt: skip
-            out.append((position, velocity))
-        return np.asarray(out, dtype=np.float64).reshape(len(names), 2)
+            out.append((position, velocity, arrival))
+        return np.asarray(out, dtype=np.float64).reshape(len(names), 3)
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
         """(the state the model reads: ``state_joint_names``' positions and velocities, an action joint's in the
@@ -209,7 +217,7 @@ class ArmIO:
         readings = self._read(tuple(entry.joint for entry in self.state))
         index = {name: i for i, name in enumerate(self.names)}
         state = []
-        for entry, (position, velocity) in zip(self.state, readings):
+        for entry, (position, velocity, _) in zip(self.state, readings):
             if entry.velocity and not math.isfinite(velocity):
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"state entry {entry.name}: the joint states carry "
                                   f"no velocity for joint {entry.joint} (or one over {MAX_SPEED:g})")  # fmt: skip

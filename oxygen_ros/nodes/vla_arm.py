@@ -81,6 +81,7 @@ class ArmPlan:
     due_at: float = 0.0  # when the chunk asked for is due (node clock, s)
     awaiting: bool = False
     overdue: bool = False  # the chunk asked for is past due and was counted missed
+    sending: bool = False  # merged rows are on their way to the controller, not yet taken: the gripper waits
     lock: threading.Lock = field(default_factory=threading.Lock)  # the queue: the clock thread reads what chunks change
 
     def ask(self, now: float, deadline_s: float) -> int:
@@ -190,7 +191,12 @@ class VlaArm:
                 self.arm.hold(at, self._node.get_logger().warning, self._settings["max_tracking_error"])
                 return exc.code, exc.message
             queue.rows = safe.positions  # the plan is what the arm was told
-        refused = await self.arm.send(now, times, safe)
+            plan.sending = True
+        try:
+            refused = await self.arm.send(now, times, safe)
+        finally:
+            with plan.lock:
+                plan.sending = False
         if not run.running:  # the goal ended while the trajectory was on its way: it must not play
             # Taken with no hold since it was sent: stopped here. After a hold (the ending's, or a newer goal's
             # preemption) it is refused and cancelled once taken; holding again would cancel a newer goal's too.
@@ -215,9 +221,12 @@ class VlaArm:
 
     def _checked(self, plan: ArmPlan, commanded: np.ndarray | None, times: np.ndarray):
         """The plan's targets made safe, from where the plan has the arm now (from the measured position at
-        rest); OUT_OF_RANGE when the arm does not follow its plan."""
+        rest); OUT_OF_RANGE when the arm does not follow its plan, or when its first segment would be too fast
+        from where the controller starts it: a joint_trajectory_controller takes a new trajectory from its
+        measured state, moving (from its desired one, the plan's, with interpolate_from_desired_state)."""
         measured = self.arm.measured(self.arm.names)
         jaw = self.arm.gripper_column  # its own controller: it may stall on what it holds, and jump to a new grip
+        margin = self._settings["limit_margin"]
         if commanded is None:
             anchor, jump = measured, np.full(len(measured), self._settings["max_start_jump"])
             if jaw is not None:
@@ -225,8 +234,9 @@ class VlaArm:
         else:
             anchor, jump = commanded, np.inf
             self._check_tracking(measured, commanded)
-        return check_targets(plan.queue.rows, times, anchor, self.arm.names, plan.limits,
-                             self._settings["limit_margin"], jump)  # fmt: skip
+            start, moving = self.arm.start_state(self.arm.names)
+            check_targets(plan.queue.rows, times, start, self.arm.names, plan.limits, margin, np.inf, moving)
+        return check_targets(plan.queue.rows, times, anchor, self.arm.names, plan.limits, margin, jump)
 
     def _check_tracking(self, measured: np.ndarray, commanded: np.ndarray) -> None:
         """NotFollowing when a joint (the gripper aside: it may stall on what it holds) is over max_tracking_error
@@ -258,7 +268,8 @@ class VlaArm:
     def tick(self, run: GoalRun, plan: ArmPlan) -> None:
         """Every period: end the goal, holding the arm, on a controller fault or stale joint states; count underruns
         and a chunk past due that has not come (a hung server is a miss, not a wait); hand a gripper on its own
-        controller its planned position ``send_lead_s`` ahead."""
+        controller its planned position ``send_lead_s`` ahead, once the arm's controller has taken the plan (a jaw
+        must not close on rows the arm's controller then refuses)."""
         fault = self.arm.take_fault()
         if fault:
             self.hold(plan)
@@ -273,7 +284,7 @@ class VlaArm:
         now, holds = self.arm.now(), self.arm.gripper.holds
         with plan.lock:
             plan.queue.check_underrun(now)
-            ahead = plan.queue.commanded(now + self._settings["send_lead_s"])
+            ahead = None if plan.sending else plan.queue.commanded(now + self._settings["send_lead_s"])
             here = plan.queue.commanded(now)
         try:  # a controller that dropped or stalled the trajectory is found within a period, not at the next chunk
             if here is not None and run.running:

@@ -51,3 +51,16 @@ def test_refusals_name_the_joint_and_the_numbers(targets, measured, phrase):
     with pytest.raises(EngineError) as err:
         _check(targets, measured)
     assert err.value.code == ErrorCode.OUT_OF_RANGE and phrase in err.value.message
+
+
+def test_a_moving_start_is_checked_as_the_controller_plays_it():
+    """A joint_trajectory_controller starts a new trajectory from its measured state, moving: pan at +1.8/s with
+    its first target 0.05 behind, 0.2 s out, is a slow move from rest (0.375/s at the cubic's peak) but must turn
+    around from 1.8/s, within the 2.0 limit; at 2.5/s it starts over the limit and is refused, naming the start."""
+    targets = np.array([[-0.05, 0.0], [-0.05, 0.0]])
+    times = np.array([0.2, 0.3])
+    anchor = np.zeros(2)
+    check_targets(targets, times, anchor, NAMES, LIMITS, 0.02, np.inf)
+    check_targets(targets, times, anchor, NAMES, LIMITS, 0.02, np.inf, anchor_velocity=np.array([1.8, 0.0]))
+    with pytest.raises(EngineError, match=r"joint pan: step 0 from 0.0000 at 2.500/s would move at up to 2.500/s"):
+        check_targets(targets, times, anchor, NAMES, LIMITS, 0.02, np.inf, anchor_velocity=np.array([2.5, 0.0]))

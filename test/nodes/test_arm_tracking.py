@@ -6,6 +6,7 @@ stall on what it holds."""
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from rclpy.node import Node
 
 from oxygen_ros.control.arm.action_queue import ActionQueue
@@ -79,5 +80,25 @@ def test_a_gripper_stalled_on_what_it_holds_is_no_tracking_error(ros_context):
         arm.clock = 10.1
         VlaArm(node, arm, SETTINGS).tick(run, planned([[0.0, 0.0, 0.8], [0.0, 0.0, 0.0]]))
         assert run.running and not arm.holds
+    finally:
+        node.destroy_node()
+
+
+def test_the_gripper_waits_while_the_arms_trajectory_is_on_its_way(ros_context):
+    """The jaw follows rows the arm's controller has taken: while merged rows are being sent (``sending``) it gets
+    no command from them, since a refusal would hold the arm with the jaw already moved."""
+    node = Node("arm_tracking_sending_test", context=ros_context)
+    try:
+        arm, run, commands = Arm([0.0, 0.0, 0.0], gripper_column=2), Run(), []
+        arm.gripper.command = lambda position, holds: commands.append(position)
+        arm.clock = 10.0
+        plan = planned([[0.0, 0.0, 0.0], [0.0, 0.0, 0.4], [0.0, 0.0, 0.8]])
+        vla = VlaArm(node, arm, SETTINGS)
+        plan.sending = True
+        vla.tick(run, plan)
+        assert commands == [] and run.running
+        plan.sending = False  # taken
+        vla.tick(run, plan)
+        assert commands == [pytest.approx(0.4)]  # send_lead_s ahead
     finally:
         node.destroy_node()
