@@ -186,7 +186,9 @@ class DepthSource(_Points):
 
 
 class DetectorSource:
-    """camera_sim's frames through the OpenCV detector (simulation only): its own measure of the gap."""
+    """camera_sim's frames through the OpenCV detector (simulation only): its own measure of the gap. A frame it
+    cannot read (scene text without pixels, an image it cannot decode) is no reading: the source is stale until it
+    reads one, so the base stops rather than take it for a clear view."""
 
     name = "camera detector (simulation)"
 
@@ -194,11 +196,13 @@ class DetectorSource:
         self._frame = frame
 
     def age(self, now_ns: int) -> float:
-        return self._frame.age()
+        return self._frame.age() if self._frame.detections() is not None else math.inf
 
     def blocking(self, radius_m: float, clearance_m: float, shift: Shift) -> Blocking | None:
         detections = self._frame.detections()
-        near = unicycle.blocking(detections.obstacles if detections else [], clearance_m * 100.0)
+        if detections is None:  # an unreadable frame arrived after age() was asked: nothing seen is no clear way
+            return Blocking(0.0, 0.0, touching=True)
+        near = unicycle.blocking(detections.obstacles, clearance_m * 100.0)
         return None if near is None else Blocking(near.clearance_cm / 100.0, near.ahead_cm / 100.0)
 
 

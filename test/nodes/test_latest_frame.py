@@ -2,6 +2,8 @@
 Image, and its text in an Observation naming it): text never replaces a frame that has pixels, so the detector and
 an image-reading model keep seeing the newest pixels; without any pixels, text-only observations are the frame."""
 
+import math
+
 import numpy as np
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
@@ -10,6 +12,7 @@ from std_msgs.msg import Header
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes.convert import rgb_to_image
 from oxygen_ros.nodes.latest_frame import PARAMETERS, LatestFrame
+from oxygen_ros.nodes.obstacle_sources import DetectorSource
 from oxygen_ros.observations import content_id
 
 
@@ -27,5 +30,22 @@ def test_scene_text_never_replaces_the_pixels(ros_context):
             frame._on_observation(ObservationMsg(observation_id=text_id, text="a table"))
             assert frame.observation_id() == image_id and len(frame.inline(1)[0].images) == 1
         assert frame.detections() is not None
+    finally:
+        node.destroy_node()
+
+
+def test_the_sim_detector_is_stale_until_it_reads_a_frame(ros_context):
+    """Navigation's camera detector (simulation): a frame it cannot read (scene text, no pixels) is no reading, so
+    the source is stale and the base stops, rather than a clear view to drive into."""
+    node = Node("detector_source_test", context=ros_context)
+    try:
+        settings = {name: default for name, (default, _) in PARAMETERS.items()} | {"use_sim": True}
+        frame = LatestFrame(node, settings, ReentrantCallbackGroup())
+        source = DetectorSource(frame)
+        assert source.age(0) == math.inf  # nothing yet
+        frame._on_observation(ObservationMsg(observation_id="text-only", text="a table"))
+        assert source.age(0) == math.inf and source.blocking(0.2, 0.25, lambda p, _: p).touching
+        frame._on_image(rgb_to_image(np.zeros((48, 64, 3), np.uint8), Header(frame_id="camera_optical_frame")))
+        assert source.age(0) < 1.0 and source.blocking(0.2, 0.25, lambda p, _: p) is None  # a plain, empty scene
     finally:
         node.destroy_node()
