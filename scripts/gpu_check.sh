@@ -7,9 +7,11 @@
 #   3. the engine end to end (`bench --suite device`): a pi05-random-full action chunk's latency (three cameras) and a
 #      batched decode at SmolLM2-135M's shape at batch 1, 8 and 32 (tokens/s); random weights and a byte-level
 #      tokenizer, so no model file is needed; the result goes to $DEVICE_RESULT (default gpu_check_device.json).
-# Runs from the source tree (PYTHONPATH), so it needs torch with CUDA, triton, numpy, tokenizers, jinja2, gguf,
-# llguidance, opencv, tqdm, pytest and hypothesis in $PYTHON (no ROS, nothing installed from this repository); a
-# folder of the missing pure-Python or abi3 packages can be put on PYTHONPATH.
+# Runs from the source tree (PYTHONPATH), so it needs torch with CUDA, triton and the engine's packages in $PYTHON (no
+# ROS, nothing installed from this repository); it names any that are missing before it starts. The lent H100 image
+# (Python 3.12) lacks gguf, llguidance and zstandard: put a folder holding them on PYTHONPATH, e.g. the venv's gguf and
+# llguidance (pure Python / abi3, with their .dist-info) and `pip download zstandard --python-version 3.12
+# --only-binary=:all: --no-deps` unzipped.
 # Without CUDA it says so and exits 2 at once: on CPU the kernel tests run interpreted through `make test` instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,15 @@ no_gpu() {
 # The driver's device node first (instant), then torch's own view (a few seconds to import).
 [ -e /dev/nvidiactl ] || no_gpu "no NVIDIA driver device (/dev/nvidiactl)"
 "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' || no_gpu "torch in $PYTHON sees no CUDA device"
+"$PYTHON" - <<'PY' || { echo "gpu_check: nothing was run" >&2; exit 2; }
+import importlib.util, sys
+needed = ("numpy", "cv2", "tokenizers", "jinja2", "gguf", "llguidance", "zstandard", "safetensors", "yaml", "tqdm",
+          "pytest", "hypothesis")
+missing = [name for name in needed if importlib.util.find_spec(name) is None]
+if missing:
+    print(f"gpu_check: {sys.executable} has no {', '.join(missing)}", file=sys.stderr)
+sys.exit(1 if missing else 0)
+PY
 "$PYTHON" -c 'import torch, triton; p = torch.cuda.get_device_properties(0)
 print(f"gpu_check: {p.name} (sm_{p.major}{p.minor}), torch {torch.__version__}, triton {triton.__version__}")'
 
