@@ -148,7 +148,8 @@ def _attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias:
 
 def attention_with_lse_products(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
                                 sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """``_attention_with_lse`` off CPU: plain fp32 matrix products, any device."""
+    """``_attention_with_lse`` off CPU: plain fp32 matrix products, any device. A row whose bias masks every key
+    would give NaN here (0 from the fused CPU op); the cascade plan leaves every row at least one suffix token."""
     scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * sm_scale
     if bias is not None:
         scores = scores + bias

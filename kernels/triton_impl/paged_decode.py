@@ -88,9 +88,10 @@ def dot_precision(q_dtype: torch.dtype, storage: torch.dtype) -> str:
     """``tf32`` for bf16 queries over 16-bit, fp8 or int8 codes (tensor cores, a third of the registers, no spill;
     on an H100 4.3x faster at 128-wide heads than fp32 dots, docs/benchmarks.md); ``ieee`` otherwise. A tf32 dot
     truncates an fp32 operand to 11 significant bits: the probabilities, which moves the output less than the bf16
-    rounding the kernel applies to it anyway, and int8 keys times their bf16 channel scales, by less than a quarter
-    of what the int8 rounding moved them (test_dot_precision). An fp16 output is rounded 8x finer, so fp16 queries
-    keep ieee; so do fp32 queries and pools."""
+    rounding the kernel applies to it anyway, and int8 keys times their bf16 channel scales (or the queries times
+    them, where a tile is one block), each product by under a quarter of the int8 rounding's bound
+    (test_dot_precision). An fp16 output is rounded 8x finer, so fp16 queries keep ieee; so do fp32 queries and
+    pools."""
     return "tf32" if q_dtype == torch.bfloat16 and storage.itemsize <= 2 else "ieee"
 
 

@@ -36,6 +36,7 @@ from oxygen_ros.nodes.image_rows import image_rows
 from oxygen_ros.nodes.latest_frame import LatestFrame
 from oxygen_ros.nodes.tf.backend import Transforms
 from oxygen_ros.nodes.stamps import nanoseconds, reading_age
+from oxygen_ros.perception.detect import Detections
 
 # encoding: (pixel type, metres per unit), REP 118
 DEPTH_ENCODINGS = {"16UC1": (np.dtype("u2"), 1e-3), "mono16": (np.dtype("u2"), 1e-3), "32FC1": (np.dtype("f4"), 1.0)}
@@ -194,15 +195,19 @@ class DetectorSource:
 
     def __init__(self, frame: LatestFrame) -> None:
         self._frame = frame
+        self._judged: Detections | None = None  # the detections of the frame ``age`` dated, which ``blocking`` reads
 
     def age(self, now_ns: int) -> float:
-        return self._frame.age() if self._frame.detections() is not None else math.inf
+        self._judged = self._frame.detections()
+        return self._frame.age() if self._judged is not None else math.inf
 
     def blocking(self, radius_m: float, clearance_m: float, shift: Shift) -> Blocking | None:
-        detections = self._frame.detections()
-        if detections is None:  # an unreadable frame arrived after age() was asked: nothing seen is no clear way
+        """Of the frame ``age`` found live (the navigation node asks it first, as for every source), so a frame the
+        detector cannot read arriving in between cannot pass for a clear view; none judged: no way is clear."""
+        judged = self._judged
+        if judged is None:
             return Blocking(0.0, 0.0, touching=True)
-        near = unicycle.blocking(detections.obstacles, clearance_m * 100.0)
+        near = unicycle.blocking(judged.obstacles, clearance_m * 100.0)
         return None if near is None else Blocking(near.clearance_cm / 100.0, near.ahead_cm / 100.0)
 
 

@@ -88,10 +88,8 @@ class TaskActionNode(Node, Generic[State]):
             return
         self._destroyed = True
         if self._current is not None:
-            self._current.end(ErrorCode.CANCELLED, "the node is shutting down")
-            self._current = None
             try:
-                self.stopped()
+                self._stop_current("the node is shutting down")
             except InvalidHandle:  # rclpy was shut down before the node (not by ``spin``): nothing can be sent now
                 self.get_logger().error("shut down mid-goal after rclpy: the robot could not be told to stop")
         self.release()
@@ -125,6 +123,13 @@ class TaskActionNode(Node, Generic[State]):
         running one (the robot stands while the newer goal is prepared)."""
 
     # --- the goal's life ----------------------------------------------------------------------------------------
+    def _stop_current(self, why: str) -> None:
+        """End the running goal (CANCELLED, ``why``) and stand the robot now: its coroutine may resume only later
+        (after a preempting goal runs, or never once the node is destroyed), so the stop is sent here."""
+        self._current.end(ErrorCode.CANCELLED, why)
+        self._current = None
+        self.stopped()
+
     async def _execute(self, goal_handle: ServerGoalHandle) -> Any:
         number = self._newest = next(self._goal_ids)
         run = GoalRun(self, goal_handle, f"{self.get_fully_qualified_name()}/{number}")
@@ -135,9 +140,7 @@ class TaskActionNode(Node, Generic[State]):
             run.end(exc.code, exc.message)
             return run.report(result)
         if self._current is not None:  # one arm, one base: the running goal stops now, not once this one is ready
-            self._current.end(ErrorCode.CANCELLED, "preempted by a newer goal")
-            self._current = None  # its coroutine may resume only after this goal runs: the stop is sent here
-            self.stopped()
+            self._stop_current("preempted by a newer goal")
         state = await self.prepare(run, goal)
         if state is None:
             return run.report(result)

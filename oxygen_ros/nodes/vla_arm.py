@@ -31,7 +31,7 @@ from rclpy.node import Node
 from oxygen_ros.control.arm.action_queue import ActionQueue
 from oxygen_ros.control.arm.joint_limits import JointLimit
 from oxygen_ros.control.arm.latency import Latency
-from oxygen_ros.control.arm.safety import check_targets
+from oxygen_ros.control.arm.safety import check_moving_start, check_targets
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk, ChunkTrace
 from oxygen_ros.srv import Infer
@@ -194,9 +194,14 @@ class VlaArm:
             plan.sending = True
         try:
             refused = await self.arm.send(now, times, safe)
-        finally:
+        except BaseException:  # the send broke off: nothing of it may play, the jaw included
             with plan.lock:
+                plan.queue.hold()
                 plan.sending = False
+            raise
+        if not refused:
+            with plan.lock:
+                plan.sending = False  # taken: the jaw follows it now (refused: it waits for the hold below)
         if not run.running:  # the goal ended while the trajectory was on its way: it must not play
             # Taken with no hold since it was sent: stopped here. After a hold (the ending's, or a newer goal's
             # preemption) it is refused and cancelled once taken; holding again would cancel a newer goal's too.
@@ -228,15 +233,15 @@ class VlaArm:
         jaw = self.arm.gripper_column  # its own controller: it may stall on what it holds, and jump to a new grip
         margin = self._settings["limit_margin"]
         if commanded is None:
-            anchor, jump = measured, np.full(len(measured), self._settings["max_start_jump"])
+            jump = np.full(len(measured), self._settings["max_start_jump"])
             if jaw is not None:
                 jump[jaw] = np.inf
-        else:
-            anchor, jump = commanded, np.inf
-            self._check_tracking(measured, commanded)
-            start, moving = self.arm.start_state(self.arm.names)
-            check_targets(plan.queue.rows, times, start, self.arm.names, plan.limits, margin, np.inf, moving)
-        return check_targets(plan.queue.rows, times, anchor, self.arm.names, plan.limits, margin, jump)
+            return check_targets(plan.queue.rows, times, measured, self.arm.names, plan.limits, margin, jump)
+        self._check_tracking(measured, commanded)
+        safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf)
+        start, moving = self.arm.start_state(self.arm.names)
+        check_moving_start(safe, float(times[0]), start, moving, self.arm.names, plan.limits)
+        return safe
 
     def _check_tracking(self, measured: np.ndarray, commanded: np.ndarray) -> None:
         """NotFollowing when a joint (the gripper aside: it may stall on what it holds) is over max_tracking_error
@@ -306,4 +311,5 @@ class VlaArm:
             with plan.lock:
                 at = None if where_it_is else plan.queue.commanded(self.arm.now())
                 plan.queue.hold()
+                plan.sending = False
         self.arm.hold(at, self._node.get_logger().warning, self._settings["max_tracking_error"])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from oxygen_ros.control.arm.joint_limits import JointLimit
-from oxygen_ros.control.arm.safety import check_targets
+from oxygen_ros.control.arm.safety import check_moving_start, check_targets
 from oxygen_ros.errors import EngineError, ErrorCode
 
 NAMES = ("pan", "roll")
@@ -55,12 +55,15 @@ def test_refusals_name_the_joint_and_the_numbers(targets, measured, phrase):
 
 def test_a_moving_start_is_checked_as_the_controller_plays_it():
     """A joint_trajectory_controller starts a new trajectory from its measured state, moving: pan at +1.8/s with
-    its first target 0.05 behind, 0.2 s out, is a slow move from rest (0.375/s at the cubic's peak) but must turn
-    around from 1.8/s, within the 2.0 limit; at 2.5/s it starts over the limit and is refused, naming the start."""
+    its first target 0.05 behind, 0.2 s out (sent at rest there: the plan turns), is a slow move from rest (0.375/s at
+    the cubic's peak) but must turn around from 1.8/s, within the 2.0 limit; at 2.5/s it starts over the limit and is
+    refused, naming the start."""
     targets = np.array([[-0.05, 0.0], [-0.05, 0.0]])
     times = np.array([0.2, 0.3])
-    anchor = np.zeros(2)
-    check_targets(targets, times, anchor, NAMES, LIMITS, 0.02, np.inf)
-    check_targets(targets, times, anchor, NAMES, LIMITS, 0.02, np.inf, anchor_velocity=np.array([1.8, 0.0]))
-    with pytest.raises(EngineError, match=r"joint pan: step 0 from 0.0000 at 2.500/s would move at up to 2.500/s"):
-        check_targets(targets, times, anchor, NAMES, LIMITS, 0.02, np.inf, anchor_velocity=np.array([2.5, 0.0]))
+    safe = check_targets(targets, times, np.zeros(2), NAMES, LIMITS, 0.02, np.inf)
+    assert np.array_equal(safe.velocities[0], [0.0, 0.0])
+    check_moving_start(safe, 0.2, np.zeros(2), np.array([1.8, 0.0]), NAMES, LIMITS)
+    with pytest.raises(EngineError, match=r"joint pan: the first segment from 0.0000 at 2.500/s .* up to 2.500/s"):
+        check_moving_start(safe, 0.2, np.zeros(2), np.array([2.5, 0.0]), NAMES, LIMITS)
+    with pytest.raises(EngineError, match=r"joint roll: .* at -5.000/s"):  # the joint over its limit, not the first
+        check_moving_start(safe, 0.2, np.zeros(2), np.array([1.0, -5.0]), NAMES, LIMITS)

@@ -28,7 +28,7 @@ def test_the_codes_the_dots_read_are_exact_in_tf32():
     assert not torch.equal(tf32(x), x)  # fp32 values are not: fp32 queries and pools keep ieee dots
 
 
-def test_tf32_moves_int8_keys_times_their_channel_scales_by_under_a_quarter_of_their_int8_rounding():
+def test_tf32_moves_int8_keys_times_their_channel_scales_by_under_a_quarter_of_the_int8_rounding_bound():
     """int8 keys enter the dot times their bf16 channel scales, which tf32 does not hold exactly; truncating a value
     |x| <= 127 scale to 11 significant bits moves it by under 127 / 1024 < 1/8 of a scale, a quarter of the half
     scale the rounding to its code may have moved it: tf32 adds little to what int8 already costs."""

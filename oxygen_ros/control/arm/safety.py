@@ -6,8 +6,8 @@ further out is refused, as is anything not finite, a first target more than ``ma
 peak speed exceeds the joint's velocity limit. The peak is the real one: a joint_trajectory_controller given
 positions and velocities plays cubic segments, whose speed peaks above the segment's average, so the velocities sent
 are monotone (Fritsch-Carlson: zero at a turn and on a limit, so no segment overshoots a target or a limit) and each
-segment's cubic is checked at its fastest. The first segment starts from ``anchor`` at rest, or moving at
-``anchor_velocity`` (a controller that starts a new trajectory from its measured state, mid-motion). A refusal is an
+segment's cubic is checked at its fastest. The first segment starts from ``anchor`` at rest; ``check_moving_start``
+checks it again from where a controller that starts a new trajectory from its measured state is, moving. A refusal is an
 OUT_OF_RANGE error naming the joint, the step and the numbers; the caller holds the arm. The checks only ever narrow
 what the model asked for: clamping moves a target inside the limits, never past them, and no check widens a limit.
 """
@@ -32,10 +32,9 @@ def _refuse(message: str) -> EngineError:
 
 
 def check_targets(targets: np.ndarray, times: np.ndarray, anchor: np.ndarray, names: tuple[str, ...],
-                  limits: list[JointLimit], margin: float, max_jump: float,
-                  anchor_velocity: np.ndarray | None = None) -> SafeTargets:  # fmt: skip
+                  limits: list[JointLimit], margin: float, max_jump: float) -> SafeTargets:  # fmt: skip
     """``targets`` [n, J] due at ``times`` [n] seconds from now (increasing, > 0), the plan starting at ``anchor``
-    [J] now, at rest or moving at ``anchor_velocity`` [J]."""
+    [J] now."""
     if not np.isfinite(targets).all():
         step, joint = np.argwhere(~np.isfinite(targets))[0]
         raise _refuse(f"joint {names[joint]}: target {targets[step, joint]} at step {step} is not a number")
@@ -55,16 +54,28 @@ def check_targets(targets: np.ndarray, times: np.ndarray, anchor: np.ndarray, na
     on_limit = (clamped == lower) | (clamped == upper)
     path, at = np.vstack([anchor, clamped]), np.concatenate([[0.0], times])
     velocities = _monotone_velocities(path, at, np.vstack([np.zeros_like(anchor, dtype=bool), on_limit]))
-    if anchor_velocity is not None:
-        velocities[0] = anchor_velocity
     peak = _peak_speeds(path, velocities, at)
     fast = peak > np.array([lim.velocity for lim in limits])
     if fast.any():
         step, joint = np.argwhere(fast)[0]
-        start = "" if step or anchor_velocity is None else f" from {anchor[joint]:.4f} at {anchor_velocity[joint]:.3f}/s"
-        raise _refuse(f"joint {names[joint]}: step {step}{start} would move at up to {peak[step, joint]:.3f}/s, over "
-                      f"its velocity limit {limits[joint].velocity}")  # fmt: skip
+        raise _refuse(f"joint {names[joint]}: step {step} would move at up to {peak[step, joint]:.3f}/s, over its "
+                      f"velocity limit {limits[joint].velocity}")  # fmt: skip
     return SafeTargets(clamped, velocities[1:], int((clamped != targets).sum()))
+
+
+def check_moving_start(safe: SafeTargets, first_s: float, start: np.ndarray, velocity: np.ndarray,
+                       names: tuple[str, ...], limits: list[JointLimit]) -> None:  # fmt: skip
+    """The first segment of ``safe`` as a controller plays it from a moving state: from ``start`` [J] at
+    ``velocity`` [J] to the first target ``first_s`` seconds ahead, at the velocity sent with it; refused over a
+    joint's velocity limit, naming the start."""
+    path, velocities = np.vstack([start, safe.positions[0]]), np.vstack([velocity, safe.velocities[0]])
+    peak = _peak_speeds(path, velocities, np.array([0.0, first_s]))[0]
+    fast = peak > np.array([lim.velocity for lim in limits])
+    if fast.any():
+        joint = int(np.argmax(np.where(fast, peak, -np.inf)))
+        raise _refuse(f"joint {names[joint]}: the first segment from {start[joint]:.4f} at {velocity[joint]:.3f}/s "
+                      f"(where the controller starts it) would move at up to {peak[joint]:.3f}/s, over its velocity "
+                      f"limit {limits[joint].velocity}")  # fmt: skip
 
 
 def _monotone_velocities(path: np.ndarray, times: np.ndarray, pinned: np.ndarray) -> np.ndarray:
