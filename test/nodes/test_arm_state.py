@@ -88,3 +88,19 @@ def test_a_topic_hold_stops_the_arm_even_when_its_joint_states_are_stale(ros_con
             arm.measured(arm.names)
     finally:
         node.destroy_node()
+
+
+def test_the_start_state_is_the_reading_carried_forward_at_its_velocity(ros_context):
+    """Where a joint_trajectory_controller taking a trajectory now starts it (its measured state): each position
+    moved on by its reported velocity over the time since it arrived; a joint without a velocity as read, at rest."""
+    node = Node("arm_start_state_test", context=ros_context)
+    try:
+        arm = _arm(node, action_joint_names=["wrist", "jaw"])
+        arm._on_state(JointState(name=["wrist", "jaw"], position=[0.5, 0.2], velocity=[2.0, math.nan]))
+        arrival = arm._joints["wrist"][2]
+        arm.now = lambda: arrival + 0.05  # 50 ms after it arrived
+        position, velocity = arm.start_state(("wrist", "jaw"))
+        np.testing.assert_allclose(position, [0.6, 0.2], atol=1e-5)  # the node clock in float seconds
+        np.testing.assert_allclose(velocity, [2.0, 0.0])
+    finally:
+        node.destroy_node()
