@@ -41,7 +41,7 @@ from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.gripper_io import GripperIO
 from oxygen_ros.nodes.qos import STOP_ACK_S
-from oxygen_ros.nodes.stamps import NS, duration_of, seconds, time_of
+from oxygen_ros.nodes.stamps import NS, duration_of, seconds
 
 POLL_S = 0.1
 MAX_CLOCK_SKEW_S = 1.0  # a JointState stamped further than this from the node clock comes from another clock
@@ -255,15 +255,17 @@ class ArmIO:
         return fault
 
     async def send(self, start: float, times: np.ndarray, safe: SafeTargets) -> str:
-        """Play ``safe`` from node-clock time ``start`` (point i at ``start + times[i]``); '' when the controller
-        took it, else why not. A hold while the goal is on its way cancels it as soon as it is accepted, however
-        late that is: no trajectory outlives a hold."""
+        """Play ``safe``, planned from node-clock time ``start`` (point i due at ``start + times[i]``); '' when the
+        controller took it, else why not. Sent unstamped (stamp 0: the controller starts it when it takes it, point
+        i ``times[i]`` later), so a slow delivery or a controller's clock ahead of ours delays the plan instead of
+        having the controller sample it mid-segment, a jump. A hold while the goal is on its way cancels it as soon
+        as it is accepted, however late that is: no trajectory outlives a hold; one taken after its first target was
+        due is cancelled too (a stale plan)."""
         arm = self._arm_columns
         points = [JointTrajectoryPoint(positions=p[arm].tolist(), velocities=v[arm].tolist(),
                                        time_from_start=duration_of(t))
                   for p, v, t in zip(safe.positions, safe.velocities, times)]  # fmt: skip
-        trajectory = JointTrajectory(header=Header(stamp=time_of(start)), joint_names=list(self.arm_names),
-                                     points=points)  # fmt: skip
+        trajectory = JointTrajectory(header=Header(), joint_names=list(self.arm_names), points=points)
         if not self._listening():
             return f"{self.target} is not there (no action server, or no subscriber to the topic)"
         if self._topic:
@@ -281,6 +283,11 @@ class ArmIO:
         with self._lock:
             if self._holds != holds:
                 return "the arm was told to hold while the trajectory was on its way"
+        late = self.now() - start - float(times[0])
+        if late > 0:  # its plan is stale: the arm would be that late on every target
+            self._cancel(handle)
+            return (f"{self.target} took the trajectory {late:.3f} s after its first target was due (raise "
+                    "send_lead_s for a controller this slow)")  # fmt: skip
         return ""
 
     def _on_accepted(self, handle, holds: int) -> None:

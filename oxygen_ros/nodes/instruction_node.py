@@ -287,12 +287,14 @@ class InstructionNode(TaskActionNode[Stream]):
                                       "or a looped bag): the goal's plan was timed in the old time")  # fmt: skip
                 self._tick(stream)
             except Exception as exc:  # without its clock the goal could never end: end it, saying why
-                if stream.plan is not None:
-                    self.vla.hold(stream.plan)
-                if isinstance(exc, EngineError):
-                    stream.run.end(exc.code, exc.message)
-                else:
-                    stream.run.end(ErrorCode.INTERNAL, f"the chunk clock failed: {type(exc).__name__}: {exc}")
+                try:
+                    if stream.plan is not None:
+                        self.vla.hold(stream.plan)
+                finally:  # even when the hold itself fails (a shutdown): the goal must not stay open unwatched
+                    if isinstance(exc, EngineError):
+                        stream.run.end(exc.code, exc.message)
+                    else:
+                        stream.run.end(ErrorCode.INTERNAL, f"the chunk clock failed: {type(exc).__name__}: {exc}")
                 return
             due += period
 
@@ -301,7 +303,8 @@ class InstructionNode(TaskActionNode[Stream]):
         next chunk when the plan runs low."""
         if stream.run.end_if_cancelled():
             return
-        if stream.duration_s and stream.ticks.now() - stream.started >= stream.duration_s - 0.5 / stream.rate_hz:
+        tick_s = stream.plan.queue.period if stream.plan else 1.0 / stream.rate_hz
+        if stream.duration_s and stream.ticks.now() - stream.started >= stream.duration_s - 0.5 * tick_s:
             self._end_on_time(stream)
             return
         plan = stream.plan
@@ -318,13 +321,17 @@ class InstructionNode(TaskActionNode[Stream]):
         )
 
     def _end_on_time(self, stream: Stream) -> None:
-        """The goal's duration is over: success only if something moved (and the controller did not fail it)."""
+        """The goal's duration is over: success only if something moved, the controller did not fail it and the
+        latest chunk reached the arm in time."""
         fault = self.arm.take_fault() if stream.plan is not None else ""
         if fault:
             self.vla.hold(stream.plan)
             stream.run.end(ErrorCode.ABORTED, fault)
         elif stream.plan is not None and not stream.plan.sent:
             stream.run.end(ErrorCode.DEADLINE_EXCEEDED, "no chunk reached the arm in duration_s: the arm did not move")
+        elif stream.plan is not None and stream.plan.missed:  # the arm held or ran short at the end
+            code, why = stream.plan.last_miss
+            stream.run.end(code, f"the goal's last {stream.plan.missed} chunk(s) missed: {why}")
         elif stream.plan is None and not stream.target_seen:
             stream.run.end(ErrorCode.FAILED_PRECONDITION, "the model has no action head and nothing the instruction "
                            "names was in view (or the language head said stop): the arm did not move")  # fmt: skip

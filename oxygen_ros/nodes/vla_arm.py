@@ -56,6 +56,7 @@ PARAMETERS = {
 RANGES = {"actions_per_chunk": (0, 10_000), "chunk_threshold": (0, 10_000), "blend_old_weight": (0.0, 0.99),
           "max_missed_chunks": (1, 1000), "send_lead_s": (0.0, 10.0), "max_tracking_error": (0.0, 10.0)}  # fmt: skip
 POSITIVE = ("send_lead_s", "max_tracking_error")
+MAX_PERIOD_S = 1.0  # a chunk's action period: the arm is watched (cancel, faults, tracking) once a period
 
 
 class NotFollowing(EngineError):
@@ -81,6 +82,7 @@ class ArmPlan:
     due_at: float = 0.0  # when the chunk asked for is due (node clock, s)
     awaiting: bool = False
     overdue: bool = False  # the chunk asked for is past due and was counted missed
+    last_miss: tuple[ErrorCode, str] = (ErrorCode.DEADLINE_EXCEEDED, "")  # the latest missed chunk's code and why
     sending: bool = False  # merged rows are on their way to the controller, not yet taken: the gripper waits
     lock: threading.Lock = field(default_factory=threading.Lock)  # the queue: the clock thread reads what chunks change
 
@@ -115,9 +117,10 @@ class VlaArm:
         if len(self.arm.names) != chunk.action_dim:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"the model's {chunk.action_dim} action dimensions need "
                               f"as many action_joint_names, {len(self.arm.names)} are set")  # fmt: skip
-        if not chunk.period_s > 0 or chunk.horizon < 1:
+        if not 0 < chunk.period_s <= MAX_PERIOD_S or chunk.horizon < 1:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"a chunk of {chunk.horizon} actions {chunk.period_s} s "
-                              "apart cannot be executed")  # fmt: skip
+                              f"apart cannot be executed (period_s must be in (0, {MAX_PERIOD_S:g}]: the arm is "
+                              "watched once a period)")  # fmt: skip
         limits = self.arm.limits()
         if self.arm.gripper_column is not None:  # the jaw moves at its controller's speed, not along the trajectory
             limits[self.arm.gripper_column] = replace(limits[self.arm.gripper_column], velocity=math.inf)
@@ -170,6 +173,8 @@ class VlaArm:
         ``observed_at``, and frames captured at ``frame_at``) into the plan and send it; the reason it was missed
         (the arm held where it was refused), or None once the controller took it (or the goal ended meanwhile: then
         the arm holds)."""
+        if not run.running:  # ended while the chunk was computed: nothing more goes to the arm
+            return None
         chunk = answer.actions
         if (chunk.action_dim, len(chunk.actions)) != (plan.action_dim, chunk.horizon * plan.action_dim) or \
                 abs(chunk.period_s - plan.queue.period) > 1e-6:  # fmt: skip
@@ -225,20 +230,21 @@ class VlaArm:
         return None
 
     def _checked(self, plan: ArmPlan, commanded: np.ndarray | None, times: np.ndarray):
-        """The plan's targets made safe, from where the plan has the arm now (from the measured position at
-        rest); OUT_OF_RANGE when the arm does not follow its plan, or when its first segment would be too fast
+        """The plan's targets made safe, from where the plan has the arm now (from the measured position without
+        a plan); OUT_OF_RANGE when the arm does not follow its plan, or when its first segment would be too fast
         from where the controller starts it: a joint_trajectory_controller takes a new trajectory from its
         measured state, moving (from its desired one, the plan's, with interpolate_from_desired_state)."""
         measured = self.arm.measured(self.arm.names)
         jaw = self.arm.gripper_column  # its own controller: it may stall on what it holds, and jump to a new grip
         margin = self._settings["limit_margin"]
-        if commanded is None:
+        if commanded is None:  # no plan now (the first chunk, after an underrun or a hold): still moving, maybe
             jump = np.full(len(measured), self._settings["max_start_jump"])
             if jaw is not None:
                 jump[jaw] = np.inf
-            return check_targets(plan.queue.rows, times, measured, self.arm.names, plan.limits, margin, jump)
-        self._check_tracking(measured, commanded)
-        safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf)
+            safe = check_targets(plan.queue.rows, times, measured, self.arm.names, plan.limits, margin, jump)
+        else:
+            self._check_tracking(measured, commanded)
+            safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf)
         start, moving = self.arm.start_state(self.arm.names)
         check_moving_start(safe, float(times[0]), start, moving, self.arm.names, plan.limits)
         return safe
@@ -263,6 +269,7 @@ class VlaArm:
                 return
             plan.overdue |= late
             plan.missed += 1
+            plan.last_miss = (code, message)
             plan.missed_total += 1
             in_a_row = plan.missed
         self._node.get_logger().warning(f"{run.task_id}: chunk missed ({in_a_row} in a row): {message}")

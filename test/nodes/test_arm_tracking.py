@@ -3,6 +3,7 @@ max_tracking_error from its plan (blocked, or a controller that dropped or stall
 once, OUT_OF_RANGE, with the arm held where it is measured (not driven on to where the plan has it); a gripper may
 stall on what it holds."""
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 from rclpy.node import Node
 
 from oxygen_ros.control.arm.action_queue import ActionQueue
-from oxygen_ros.errors import ErrorCode
+from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.msg import ActionChunk
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
 
 SETTINGS = {"max_tracking_error": 0.3, "send_lead_s": 0.1}
@@ -100,5 +102,19 @@ def test_the_gripper_waits_while_the_arms_trajectory_is_on_its_way(ros_context):
         plan.sending = False  # taken
         vla.tick(run, plan)
         assert commands == [pytest.approx(0.4)]  # send_lead_s ahead
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("period_s", [0.0, 1.5, math.inf, math.nan])
+def test_a_chunk_period_the_arm_cannot_be_watched_at_is_refused(ros_context, period_s):
+    """The arm is watched (cancel, faults, tracking) once an action period: a model's period over 1 s, or none,
+    would leave it unwatched that long."""
+    node = Node("arm_period_test", context=ros_context)
+    try:
+        arm = Arm([0.0, 0.0, 0.0])
+        arm.configured = True
+        with pytest.raises(EngineError, match=r"period_s must be in \(0, 1\]"):
+            VlaArm(node, arm, SETTINGS).plan_for(ActionChunk(action_dim=3, horizon=5, period_s=period_s))
     finally:
         node.destroy_node()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 from control_msgs.action import FollowJointTrajectory
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
@@ -21,6 +22,9 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros.control.arm.joint_limits import urdf_limits
+from oxygen_ros.control.arm.safety import SafeTargets
+from oxygen_ros.nodes import arm_io, gripper_io
+from oxygen_ros.nodes.arm_io import NAME_LISTS, NUMBER_LISTS, ArmIO
 from oxygen_ros.nodes.arm_sim import PREEMPTED, REACHED, SO100_JOINTS, ArmSim, main
 
 ACTION = "/arm_controller/follow_joint_trajectory"
@@ -179,3 +183,22 @@ def test_a_missing_urdf_stops_the_node_with_the_reason(ros_domain_id, capfd):
     assert "urdf_path: /nonexistent/arm.urdf does not exist" in capfd.readouterr().err
     assert main(["--ros-args", "-p", "initial_positions:=[0.0]"]) == 1
     assert "initial_positions must be 6 finite numbers" in capfd.readouterr().err
+
+
+def test_a_trajectory_taken_after_its_first_target_was_due_is_cancelled_and_refused(arm):
+    """instruction_node's side (ArmIO): trajectories go unstamped (the controller starts them when it takes them,
+    so a late delivery never has it sample one mid-segment, a jump); one taken after its first target was due on
+    the node's clock is a stale plan: cancelled, the send refused, saying how late."""
+    settings = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
+    lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS}
+    io = ArmIO(arm.client, settings | {"input_timeout_s": 60.0}, lists, ReentrantCallbackGroup())
+    wait_until(io._client.server_is_ready, 10.0, "the arm's action server")
+    here = arm.position()
+    targets = np.vstack([here + 0.05, here + 0.05])
+    for start, late in ((io.now() - 1.0, True), (io.now(), False)):  # its first target due 0.9 s ago; 0.1 s ahead
+        safe = SafeTargets(targets, np.zeros_like(targets), 0)
+        task = arm.client.executor.create_task(io.send(start, np.array([0.1, 0.2]), safe))
+        wait_until(task.done, 10.0, "the controller's answer")
+        refused = task.result()
+        assert ("after its first target was due" in refused) if late else refused == "", refused
+    arm.reaches(here + 0.05)  # the one taken in time plays
