@@ -50,6 +50,7 @@ from geometry_msgs.msg import PoseStamped, Twist
 from nav2_msgs.action import NavigateToPose
 from nav_msgs.msg import Odometry, Path
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.timer import Timer
@@ -71,7 +72,7 @@ from oxygen_ros.nodes.navigation_params import PARAMETERS, POSITIVE, RANGES, REA
 from oxygen_ros.nodes.spin import run
 from oxygen_ros.nodes.task_action import TaskActionNode
 from oxygen_ros.nodes.tf.backend import Transforms
-from oxygen_ros.nodes.tf.rigid import Rigid, of_pose
+from oxygen_ros.nodes.tf.rigid import Rigid, of_pose, unit_rotation
 from oxygen_ros.nodes.tf.tree import TransformUnavailable
 from oxygen_ros.nodes.stamps import NS, nanoseconds, reading_age
 
@@ -91,6 +92,8 @@ class Trip:
     reasoning: str = ""
     blocked: tuple[ErrorCode, float] | None = None  # why the robot stands still, and since when
     replan_hz: float = 0.0  # its replan timer's rate, fixed when it starts: what one period of motion may cover
+    ticked_at: float = math.nan  # monotonic time of its latest replan tick (or its start)
+    watch_s: float = math.inf  # no tick for this long (steady time) stops the base: the node's clock stopped
 
 
 class NavigationNode(TaskActionNode[Trip]):
@@ -131,7 +134,11 @@ class NavigationNode(TaskActionNode[Trip]):
             self.get_logger().warning(f"ignoring odometry in frame {msg.header.frame_id!r}: odometry must be in "
                                       f"{self._odom_frame!r}", throttle_duration_sec=5.0)  # fmt: skip
             return
-        body = of_pose(msg.pose.pose)
+        try:
+            body = unit_rotation(of_pose(msg.pose.pose), "the pose")
+        except ValueError as exc:  # no heading to steer by: it goes stale
+            self.get_logger().warning(f"ignoring odometry on {self._odom_name}: {exc}", throttle_duration_sec=5.0)
+            return
         pose = Pose2D(body.translation[0], body.translation[1], body.yaw)
         if not all(math.isfinite(v) for v in (pose.x, pose.y, pose.yaw)):  # no basis for driving: it goes stale
             self.get_logger().warning(f"ignoring a non-finite pose on {self._odom_name}: {pose}",
@@ -240,10 +247,25 @@ class NavigationNode(TaskActionNode[Trip]):
                                       settings["service_wait_s"])  # fmt: skip
         tick = self._watch if trip.nav2 else self._tick
         trip.replan_hz = settings["replan_rate_hz"]
+        trip.ticked_at, trip.watch_s = time.monotonic(), max(settings["input_timeout_s"], 3.0 / trip.replan_hz)
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
         return [
             self.create_timer(1.0 / trip.replan_hz, partial(tick, trip), callback_group=self._replans),
             self.create_timer(settings["reasoning_period_s"], partial(self._reason, trip), callback_group=self.group),
+            self.create_timer(trip.watch_s / 2, partial(self._watchdog, trip), callback_group=self.group, clock=steady),
         ]
+
+    def _watchdog(self, trip: Trip) -> None:
+        """On the steady clock, beside the replan ticks, which run on the node's clock: under use_sim_time that clock
+        stops with /clock (a simulator or bridge gone), and with it every tick, a cancel and the deadline. No tick for
+        ``watch_s``: the base stops and the goal ends UNAVAILABLE."""
+        if trip.run.end_if_cancelled():
+            return
+        quiet = time.monotonic() - trip.ticked_at
+        if trip.run.running and quiet > trip.watch_s:
+            trip.run.end(ErrorCode.UNAVAILABLE, f"no replan tick for {quiet:.1f} s: the node's clock stopped "
+                         "(use_sim_time without /clock?); the base was stopped")  # fmt: skip
+            self._send(Twist())
 
     def finish(self, trip: Trip, result: Navigate.Result) -> None:
         result.distance_remaining = trip.distance  # NaN when no odometry ever arrived: unknown, not "arrived"
@@ -281,7 +303,8 @@ class NavigationNode(TaskActionNode[Trip]):
 
     def _watch(self, trip: Trip) -> None:
         """nav2 drives: only cancellation and the deadline are ours (ending the goal cancels nav2's)."""
-        self._over(trip, current(self, PARAMETERS), time.monotonic())
+        trip.ticked_at = time.monotonic()
+        self._over(trip, current(self, PARAMETERS), trip.ticked_at)
 
     def _relay(self, trip: Trip, msg: NavigateToPose.Feedback) -> None:
         """nav2's (checked) feedback as ours."""
@@ -296,6 +319,7 @@ class NavigationNode(TaskActionNode[Trip]):
     def _tick(self, trip: Trip) -> None:
         """One replan (``_replan``); an error inside it stops the base and ends the goal INTERNAL, so a replan that
         cannot decide never leaves the last command on the base."""
+        trip.ticked_at = time.monotonic()
         try:
             self._replan(trip)
         except Exception as exc:  # whatever broke, the base must not keep the last command

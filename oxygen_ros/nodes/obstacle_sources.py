@@ -41,6 +41,8 @@ from oxygen_ros.perception.detect import Detections
 # encoding: (pixel type, metres per unit), REP 118
 DEPTH_ENCODINGS = {"16UC1": (np.dtype("u2"), 1e-3), "mono16": (np.dtype("u2"), 1e-3), "32FC1": (np.dtype("f4"), 1.0)}
 MIN_VALID_SHARE = 0.05  # a depth image or scan with fewer valid readings than this share is blind (covered), not clear
+ANGLE_TOLERANCE = 1e-3  # rad: a scan's last bearing may miss its angle_max by one increment (drivers differ) and this
+MAX_FIELD_OF_VIEW = math.radians(170.0)  # a depth camera's CameraInfo wider than this is a wrong focal length
 
 # Moves points of the base frame at a stamp (ns) into the base frame now; TransformUnavailable when the robot's
 # motion since is unknown.
@@ -136,6 +138,12 @@ def _scan_points(msg: LaserScan) -> np.ndarray:
     if not len(ranges) or telling < MIN_VALID_SHARE * len(ranges):
         raise EngineError(ErrorCode.FAILED_PRECONDITION, f"{telling} of its {len(ranges)} readings say anything "
                           "(REP 117): a blind scan (covered, or its driver failing)")  # fmt: skip
+    last = msg.angle_min + msg.angle_increment * (len(ranges) - 1)  # bearings a driver in degrees would scatter
+    if abs(last - msg.angle_max) > abs(msg.angle_increment) + ANGLE_TOLERANCE or \
+            abs(msg.angle_increment) * (len(ranges) - 1) > 2 * math.pi + abs(msg.angle_increment):  # fmt: skip
+        raise EngineError(ErrorCode.INVALID_ARGUMENT, f"LaserScan bearings: angle_min {msg.angle_min:.4f} + "
+                          f"angle_increment {msg.angle_increment:.6f} x {len(ranges) - 1} = {last:.4f}, not its "
+                          f"angle_max {msg.angle_max:.4f} (or over a full turn): its points cannot be placed")  # fmt: skip
     return obstacles.scan_points(ranges, msg.angle_min, msg.angle_increment, msg.range_min, msg.range_max)
 
 
@@ -152,12 +160,18 @@ class DepthSource(_Points):
         node.create_subscription(CameraInfo, info_topic, self._on_info, qos_profile_sensor_data, callback_group=group)
 
     def _on_info(self, msg: CameraInfo) -> None:
+        """The newest CameraInfo whose k places points: finite, its principal point on the image, its focal lengths
+        giving a field of view under MAX_FIELD_OF_VIEW (a tiny one would throw every point aside: a clear view)."""
         fx, fy, cx, cy = msg.k[0], msg.k[4], msg.k[2], msg.k[5]
-        if all(math.isfinite(v) for v in (fx, fy, cx, cy)) and fx > 0 and fy > 0:
+        widest = 2.0 * math.tan(MAX_FIELD_OF_VIEW / 2.0)  # image size / focal length at that field of view
+        if all(math.isfinite(v) for v in (fx, fy, cx, cy)) and fx > 0 and fy > 0 and msg.width > 0 and \
+                msg.height > 0 and 0 <= cx <= msg.width and 0 <= cy <= msg.height and \
+                msg.width / fx <= widest and msg.height / fy <= widest:  # fmt: skip
             with self._lock:
                 self._info = msg
         else:
-            self._node.get_logger().warning(f"ignoring a CameraInfo of the {self.name}: no focal lengths in k",
+            self._node.get_logger().warning(f"ignoring a CameraInfo of the {self.name}: its k (fx {fx}, fy {fy}, cx "
+                                            f"{cx}, cy {cy}) cannot place the {msg.width}x{msg.height} image's points",
                                             throttle_duration_sec=5.0)  # fmt: skip
 
     def _depth_points(self, msg: Image) -> np.ndarray:

@@ -13,13 +13,17 @@ def nanoseconds(stamp: Any) -> int:
     return stamp.sec * NS + stamp.nanosec
 
 
+CLOCK_BACK_NS = 50_000_000  # 50 ms: a reading may arrive between a check's clock read and its use of the reading
+
+
 def reading_age(now_ns: int, stamp_ns: int, arrival_ns: int) -> float:
     """Seconds since a reading stamped ``stamp_ns`` arrived at ``arrival_ns`` (this node's clock): the older of the
     two, so neither a sender's clock running ahead nor a late delivery makes it look fresh; infinite when it arrived
-    after ``now_ns`` (this node's clock went back: a sim reset, a stepped system clock), which dates nothing."""
-    if arrival_ns > now_ns:
+    over ``CLOCK_BACK_NS`` after ``now_ns`` (this node's clock went back: a sim reset, a stepped system clock), which
+    dates nothing. Less is a reading taken in after ``now_ns`` was read: as fresh as its stamp says."""
+    if arrival_ns > now_ns + CLOCK_BACK_NS:
         return math.inf
-    return (now_ns - min(stamp_ns, arrival_ns)) / NS
+    return max(0.0, (now_ns - min(stamp_ns, arrival_ns)) / NS)
 
 
 def seconds(stamp: Any) -> float:

@@ -10,6 +10,7 @@ Everything waits as coroutines, so no goal holds an executor thread while it run
 """
 
 import itertools
+import threading
 import time
 from typing import Any, Generic, TypeVar
 
@@ -58,6 +59,8 @@ class TaskActionNode(Node, Generic[State]):
         self._goal_ids = itertools.count()
         self._newest = -1  # the number of the latest goal accepted
         self._current: GoalRun | None = None
+        # Goals run as coroutines on several executor threads: who is newest and who is current change together
+        self._goals_lock = threading.Lock()
         self._destroyed = False
         self._server = ActionServer(
             self,
@@ -131,7 +134,8 @@ class TaskActionNode(Node, Generic[State]):
         self.stopped()
 
     async def _execute(self, goal_handle: ServerGoalHandle) -> Any:
-        number = self._newest = next(self._goal_ids)
+        with self._goals_lock:
+            number = self._newest = next(self._goal_ids)
         run = GoalRun(self, goal_handle, f"{self.get_fully_qualified_name()}/{number}")
         goal, result = goal_handle.request, self._action_type.Result()
         try:
@@ -144,20 +148,24 @@ class TaskActionNode(Node, Generic[State]):
         state = await self.prepare(run, goal)
         if state is None:
             return run.report(result)
-        if number != self._newest:  # a newer goal arrived while this one prepared: it wins
-            run.end(ErrorCode.CANCELLED, "preempted by a newer goal")
-        if run.end_if_cancelled():
+        with self._goals_lock:  # a newer goal numbered after this check finds this one current and stops it
+            if number != self._newest:  # a newer goal arrived while this one prepared: it wins
+                run.end(ErrorCode.CANCELLED, "preempted by a newer goal")
+            if not run.end_if_cancelled():
+                self._current = run
+        if not run.running:
             self.infer.cancel_task(run.task_id)
             return run.report(result)
-        self._current = run
         timers = self.start(state)
         await run.ended
-        self.infer.cancel_task(run.task_id)
-        for timer in timers:
-            self.destroy_timer(timer)
-        if self._current is run:
-            self._current = None
-            self.stopped()
+        try:  # the robot stands first: nothing below may keep it moving
+            if self._current is run:
+                self._current = None
+                self.stopped()
+        finally:
+            self.infer.cancel_task(run.task_id)
+            for timer in timers:
+                self.destroy_timer(timer)
         self.finish(state, result)
         return run.report(result)
 

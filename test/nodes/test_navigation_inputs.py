@@ -3,17 +3,19 @@ clock goes back (a simulator reset, a stepped system clock), a LaserScan that sa
 codes), and turning in place only when no obstacle source sees a point within the footprint."""
 
 import math
+import time
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from geometry_msgs.msg import PoseStamped, Twist
 from sensor_msgs.msg import LaserScan
 
 from oxygen_ros.control.obstacles import Blocking
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes.navigation_node import NavigationNode
+from oxygen_ros.nodes.navigation_node import NavigationNode, Trip
 from oxygen_ros.nodes.obstacle_sources import _scan_points
-from oxygen_ros.nodes.stamps import NS, reading_age
+from oxygen_ros.nodes.stamps import CLOCK_BACK_NS, NS, reading_age
 from oxygen_ros.nodes.tf.tree import TransformUnavailable
 
 SETTINGS = {"input_timeout_s": 0.5, "robot_radius_m": 0.2, "safety_clearance_cm": 25.0}
@@ -26,11 +28,15 @@ def test_a_reading_is_as_old_as_the_older_of_its_stamp_and_arrival_and_stale_onc
     assert reading_age(now, 0, now) == 100.0  # a zero stamp is the epoch (sources store it as their arrival)
     # arrived "after now": this node's clock went back since, so the reading cannot be dated
     assert reading_age(now, now + NS, now + NS) == math.inf
-    assert reading_age(now, now - NS, now + 1) == math.inf
+    assert reading_age(now, now - NS, now + CLOCK_BACK_NS + 1) == math.inf
+    # taken in just after the check read its clock (a source's callback on another thread): dated by its stamp
+    assert reading_age(now, now - NS, now + 1) == 1.0 and reading_age(now, now + 1, now + 1) == 0.0
 
 
-def scan(ranges, range_min=0.05, range_max=10.0) -> LaserScan:
-    return LaserScan(angle_min=-math.pi, angle_increment=2 * math.pi / max(len(ranges), 1), range_min=range_min,
+def scan(ranges, range_min=0.05, range_max=10.0, angle_max=None) -> LaserScan:
+    step = 2 * math.pi / max(len(ranges), 1)
+    last = -math.pi + step * (len(ranges) - 1) if angle_max is None else angle_max
+    return LaserScan(angle_min=-math.pi, angle_max=last, angle_increment=step, range_min=range_min,
                      range_max=range_max, ranges=[float(r) for r in ranges])  # fmt: skip
 
 
@@ -53,6 +59,16 @@ def test_a_scan_of_nothing_in_range_is_clear_and_a_partly_invalid_one_keeps_its_
     assert points.shape == (1, 3) and np.allclose(np.hypot(points[0, 0], points[0, 1]), 1.0)
     too_close = _scan_points(scan([-math.inf] + [math.inf] * 359))  # too close to measure: at range_min
     assert too_close.shape == (1, 3) and np.isclose(np.hypot(*too_close[0, :2]), 0.05)
+
+
+def test_a_scan_whose_bearings_do_not_add_up_is_refused():
+    """Bearings are angle_min + i x angle_increment and must end at angle_max (within one increment: drivers
+    differ): a driver giving degrees, or a wrong increment, would put an obstacle ahead at another bearing."""
+    assert _scan_points(scan([2.0] * 360, angle_max=math.pi)).shape == (360, 3)  # one increment past: accepted
+    for angle_max in (180.0, 0.0):  # degrees; a field left unset
+        with pytest.raises(EngineError, match=r"LaserScan bearings: .* not its angle_max") as err:
+            _scan_points(scan([2.0] * 360, angle_max=angle_max))
+        assert err.value.code == ErrorCode.INVALID_ARGUMENT
 
 
 class Source:
@@ -85,3 +101,36 @@ def test_turning_in_place_needs_every_source_clear_of_the_footprint():
     assert code == ErrorCode.OBSTACLE and not may_turn and "(depth)" in why  # the nearest is named
     code, why, may_turn = stop_reason(Source("scan", ahead), Source("depth", placed=False))
     assert code == ErrorCode.TF_ERROR and not may_turn and "depth cannot be placed" in why
+
+
+class Run:
+    """What the watchdog reads of GoalRun."""
+
+    running, ended, cancel_requested = True, None, False
+
+    def end(self, code=None, message="") -> None:
+        self.running, self.ended = False, (code, message)
+
+    def end_if_cancelled(self) -> bool:
+        if self.cancel_requested:
+            self.end(ErrorCode.CANCELLED, "cancelled by the client")
+        return not self.running
+
+
+def test_a_clock_that_stops_stops_the_base():
+    """The replan ticks run on the node's clock, which under use_sim_time stops with /clock; a watchdog on the
+    steady clock stops the base and ends the goal UNAVAILABLE when no tick came for watch_s, and acts on a cancel
+    the ticks can no longer see."""
+    sent = []
+    node = SimpleNamespace(_send=lambda twist, trip=None: sent.append(twist))
+    run = Run()
+    trip = Trip(run, PoseStamped(), "", 0.0, False, ticked_at=time.monotonic(), watch_s=0.5)
+    NavigationNode._watchdog(node, trip)
+    assert run.running and not sent  # ticking
+    trip.ticked_at -= 1.0
+    NavigationNode._watchdog(node, trip)
+    assert run.ended[0] == ErrorCode.UNAVAILABLE and "the node's clock stopped" in run.ended[1] and sent == [Twist()]
+    cancelled = Run()
+    cancelled.cancel_requested = True
+    NavigationNode._watchdog(node, Trip(cancelled, PoseStamped(), "", 0.0, False, ticked_at=time.monotonic()))
+    assert cancelled.ended[0] == ErrorCode.CANCELLED

@@ -7,7 +7,7 @@ import pytest
 from geometry_msgs.msg import TransformStamped
 
 from oxygen_ros.nodes.tf import tree as tree_module
-from oxygen_ros.nodes.tf.rigid import Rigid, interpolate, planar
+from oxygen_ros.nodes.tf.rigid import Rigid, interpolate, planar, unit_rotation
 from oxygen_ros.nodes.tf.tree import NS, TransformTree, TransformUnavailable
 
 
@@ -97,3 +97,14 @@ def test_history_and_frames_are_bounded(monkeypatch):
     near_unit = Rigid(rotation=(0.0, 0.0, 0.0, 1.004))  # normalised, as tf2 does
     tree.set(transform("map", "odom", near_unit), static=True)
     assert tree.lookup("map", "odom")[0].rotation == (0.0, 0.0, 0.0, 1.0)
+
+
+def test_a_pose_of_no_rotation_is_refused_and_a_nearly_unit_one_normalized():
+    """Odometry and transforms share the rule: a quaternion of all zeros (a driver's unset pose) or NaN has no yaw
+    to steer by; one within 1% of unit length is normalized, so its yaw is read right."""
+    for rotation in ((0.0, 0.0, 0.0, 0.0), (0.0, 0.0, math.nan, 1.0), (0.0, 0.0, 0.0, 1.2)):
+        with pytest.raises(ValueError, match="the pose has a non-unit quaternion"):
+            unit_rotation(Rigid((0.0, 0.0, 0.0), rotation), "the pose")
+    half = math.sin(math.pi / 4) * 1.004, math.cos(math.pi / 4) * 1.004  # yaw 90 degrees, 0.4% long
+    unit = unit_rotation(Rigid((1.0, 2.0, 0.0), (0.0, 0.0, *half)), "the pose")
+    assert math.isclose(sum(v * v for v in unit.rotation), 1.0) and math.isclose(unit.yaw, math.pi / 2)

@@ -72,6 +72,15 @@ def of_pose(msg: Pose) -> Rigid:
     return Rigid((p.x, p.y, p.z), (q.x, q.y, q.z, q.w))
 
 
+def unit_rotation(rigid: Rigid, what: str) -> Rigid:
+    """``rigid`` with its quaternion normalized; ValueError naming ``what`` when it is not within 1% of unit length
+    (all zeros, a driver's garbage, NaN): no rotation to trust, and a yaw read off it would be wrong."""
+    norm2 = sum(v * v for v in rigid.rotation)
+    if not abs(norm2 - 1.0) <= 0.01:
+        raise ValueError(f"{what} has a non-unit quaternion {rigid.rotation}")
+    return Rigid(rigid.translation, tuple(v / math.sqrt(norm2) for v in rigid.rotation))  # type: ignore[arg-type]
+
+
 def planar(x: float, y: float, yaw: float, z: float = 0.0) -> Rigid:
     return Rigid((x, y, z), (0.0, 0.0, math.sin(yaw / 2), math.cos(yaw / 2)))
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from geometry_msgs.msg import TransformStamped
 
 from oxygen_ros import bounds
-from oxygen_ros.nodes.tf.rigid import Rigid, interpolate, of_transform
+from oxygen_ros.nodes.tf.rigid import Rigid, interpolate, of_transform, unit_rotation
 
 CACHE_S = 10.0  # tf2's default cache time
 MAX_FRAMES = 1024
@@ -60,10 +60,7 @@ class TransformTree:
             raise ValueError(f"transform {parent} -> {child} has a non-finite value: {values}")
         if math.dist(rigid.translation, (0.0, 0.0, 0.0)) > MAX_TRANSLATION_M:
             raise ValueError(f"transform {parent} -> {child} moves more than {MAX_TRANSLATION_M:g} m")
-        norm2 = sum(v * v for v in rigid.rotation)
-        if abs(norm2 - 1.0) > 0.01:
-            raise ValueError(f"transform {parent} -> {child} has a non-unit quaternion {rigid.rotation}")
-        rigid = Rigid(rigid.translation, tuple(v / math.sqrt(norm2) for v in rigid.rotation))  # type: ignore[arg-type]
+        rigid = unit_rotation(rigid, f"transform {parent} -> {child}")
         stamp = stamp_ns(msg)
         with self._lock:
             edge = self._edges.get(child)
