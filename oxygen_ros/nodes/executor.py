@@ -71,7 +71,10 @@ class Executor(MultiThreadedExecutor):
         self._drop_cancelled()
         if self._parked_now(handler, entity, node):
             return
-        self._executor.submit(self._run, handler, entity, node)
+        try:
+            self._executor.submit(self._run, handler, entity, node)
+        except RuntimeError:  # shut down while this pass waited (a spin thread racing ``shutdown``): nothing runs now
+            return
         if handler not in self._nodes_of:
             self._futures.append(handler)
             self._nodes_of[handler] = node
