@@ -323,15 +323,19 @@ class InstructionNode(TaskActionNode[Stream]):
     def _end_on_time(self, stream: Stream) -> None:
         """The goal's duration is over: success only if something moved, the controller did not fail it and the
         latest chunk reached the arm in time."""
-        fault = self.arm.take_fault() if stream.plan is not None else ""
-        if fault:
-            self.vla.hold(stream.plan)
-            stream.run.end(ErrorCode.ABORTED, fault)
-        elif stream.plan is not None and not stream.plan.sent:
+        plan = stream.plan
+        if plan is not None:
+            self.vla.tick(stream.run, plan)  # the last period watched too: a fault, stale joint states, tracking
+            if not stream.run.running:
+                return
+        if plan is not None and not plan.sent:
             stream.run.end(ErrorCode.DEADLINE_EXCEEDED, "no chunk reached the arm in duration_s: the arm did not move")
-        elif stream.plan is not None and stream.plan.missed:  # the arm held or ran short at the end
-            code, why = stream.plan.last_miss
-            stream.run.end(code, f"the goal's last {stream.plan.missed} chunk(s) missed: {why}")
+        elif plan is not None and plan.missed:  # the arm held or ran short at the end
+            code, why = plan.last_miss
+            stream.run.end(code, f"the goal's last {plan.missed} chunk(s) missed: {why}")
+        elif plan is not None and plan.awaiting and self.arm.now() > plan.due_at:
+            stream.run.end(ErrorCode.DEADLINE_EXCEEDED, "the latest chunk was not there by its deadline: the arm ran "
+                           "short")  # fmt: skip
         elif stream.plan is None and not stream.target_seen:
             stream.run.end(ErrorCode.FAILED_PRECONDITION, "the model has no action head and nothing the instruction "
                            "names was in view (or the language head said stop): the arm did not move")  # fmt: skip

@@ -92,8 +92,9 @@ class Trip:
     reasoning: str = ""
     blocked: tuple[ErrorCode, float] | None = None  # why the robot stands still, and since when
     replan_hz: float = 0.0  # its replan timer's rate, fixed when it starts: what one period of motion may cover
-    ticked_at: float = math.nan  # monotonic time of its latest replan tick (or its start)
-    watch_s: float = math.inf  # no tick for this long (steady time) stops the base: the node's clock stopped
+    clock_ns: int = -1  # the node's clock as the watchdog last saw it move
+    clock_moved_at: float = math.nan  # and when that was, monotonic
+    watch_s: float = math.inf  # the node's clock still for this long (steady time) stops the base
 
 
 class NavigationNode(TaskActionNode[Trip]):
@@ -247,7 +248,8 @@ class NavigationNode(TaskActionNode[Trip]):
                                       settings["service_wait_s"])  # fmt: skip
         tick = self._watch if trip.nav2 else self._tick
         trip.replan_hz = settings["replan_rate_hz"]
-        trip.ticked_at, trip.watch_s = time.monotonic(), max(settings["input_timeout_s"], 3.0 / trip.replan_hz)
+        trip.watch_s = max(settings["input_timeout_s"], 3.0 / trip.replan_hz)
+        trip.clock_ns, trip.clock_moved_at = self.get_clock().now().nanoseconds, time.monotonic()
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         return [
             self.create_timer(1.0 / trip.replan_hz, partial(tick, trip), callback_group=self._replans),
@@ -257,14 +259,16 @@ class NavigationNode(TaskActionNode[Trip]):
 
     def _watchdog(self, trip: Trip) -> None:
         """On the steady clock, beside the replan ticks, which run on the node's clock: under use_sim_time that clock
-        stops with /clock (a simulator or bridge gone), and with it every tick, a cancel and the deadline. No tick for
-        ``watch_s``: the base stops and the goal ends UNAVAILABLE."""
+        stops with /clock (a simulator or bridge gone), and with it every tick, a cancel and the deadline. The node's
+        clock still for ``watch_s``: the base stops and the goal ends UNAVAILABLE (a slow simulation's clock moves)."""
         if trip.run.end_if_cancelled():
             return
-        quiet = time.monotonic() - trip.ticked_at
-        if trip.run.running and quiet > trip.watch_s:
-            trip.run.end(ErrorCode.UNAVAILABLE, f"no replan tick for {quiet:.1f} s: the node's clock stopped "
-                         "(use_sim_time without /clock?); the base was stopped")  # fmt: skip
+        now_ns, steady = self.get_clock().now().nanoseconds, time.monotonic()
+        if now_ns != trip.clock_ns:
+            trip.clock_ns, trip.clock_moved_at = now_ns, steady
+        elif trip.run.running and steady - trip.clock_moved_at > trip.watch_s:
+            trip.run.end(ErrorCode.UNAVAILABLE, f"the node's clock has not moved for {steady - trip.clock_moved_at:.1f}"
+                         " s (use_sim_time without /clock?): no replan runs; the base was stopped")  # fmt: skip
             self._send(Twist())
 
     def finish(self, trip: Trip, result: Navigate.Result) -> None:
@@ -303,8 +307,7 @@ class NavigationNode(TaskActionNode[Trip]):
 
     def _watch(self, trip: Trip) -> None:
         """nav2 drives: only cancellation and the deadline are ours (ending the goal cancels nav2's)."""
-        trip.ticked_at = time.monotonic()
-        self._over(trip, current(self, PARAMETERS), trip.ticked_at)
+        self._over(trip, current(self, PARAMETERS), time.monotonic())
 
     def _relay(self, trip: Trip, msg: NavigateToPose.Feedback) -> None:
         """nav2's (checked) feedback as ours."""
@@ -319,7 +322,6 @@ class NavigationNode(TaskActionNode[Trip]):
     def _tick(self, trip: Trip) -> None:
         """One replan (``_replan``); an error inside it stops the base and ends the goal INTERNAL, so a replan that
         cannot decide never leaves the last command on the base."""
-        trip.ticked_at = time.monotonic()
         try:
             self._replan(trip)
         except Exception as exc:  # whatever broke, the base must not keep the last command

@@ -126,12 +126,18 @@ class TaskActionNode(Node, Generic[State]):
         running one (the robot stands while the newer goal is prepared)."""
 
     # --- the goal's life ----------------------------------------------------------------------------------------
-    def _stop_current(self, why: str) -> None:
-        """End the running goal (CANCELLED, ``why``) and stand the robot now: its coroutine may resume only later
-        (after a preempting goal runs, or never once the node is destroyed), so the stop is sent here."""
-        self._current.end(ErrorCode.CANCELLED, why)
-        self._current = None
-        self.stopped()
+    def _stop_current(self, why: str, only: GoalRun | None = None) -> None:
+        """End the running goal (CANCELLED, ``why``; with ``only``, only if that one still runs: a goal that ended
+        on its own) and stand the robot now: its coroutine may resume only later (after a preempting goal runs, or
+        never once the node is destroyed), so the stop is sent here. Under the goals' lock, so no newer goal becomes
+        current between the two and is stopped by an older one's ending."""
+        with self._goals_lock:
+            run = self._current
+            if run is None or (only is not None and run is not only):
+                return
+            self._current = None
+            run.end(ErrorCode.CANCELLED, why)
+            self.stopped()
 
     async def _execute(self, goal_handle: ServerGoalHandle) -> Any:
         with self._goals_lock:
@@ -143,8 +149,7 @@ class TaskActionNode(Node, Generic[State]):
         except EngineError as exc:
             run.end(exc.code, exc.message)
             return run.report(result)
-        if self._current is not None:  # one arm, one base: the running goal stops now, not once this one is ready
-            self._stop_current("preempted by a newer goal")
+        self._stop_current("preempted by a newer goal")  # one arm, one base: now, not once this one is ready
         state = await self.prepare(run, goal)
         if state is None:
             return run.report(result)
@@ -158,10 +163,8 @@ class TaskActionNode(Node, Generic[State]):
             return run.report(result)
         timers = self.start(state)
         await run.ended
-        try:  # the robot stands first: nothing below may keep it moving
-            if self._current is run:
-                self._current = None
-                self.stopped()
+        try:  # the robot stands first (unless a newer goal took over): nothing below may keep it moving
+            self._stop_current("ended", only=run)
         finally:
             self.infer.cancel_task(run.task_id)
             for timer in timers:

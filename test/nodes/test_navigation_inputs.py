@@ -119,18 +119,21 @@ class Run:
 
 def test_a_clock_that_stops_stops_the_base():
     """The replan ticks run on the node's clock, which under use_sim_time stops with /clock; a watchdog on the
-    steady clock stops the base and ends the goal UNAVAILABLE when no tick came for watch_s, and acts on a cancel
-    the ticks can no longer see."""
-    sent = []
-    node = SimpleNamespace(_send=lambda twist, trip=None: sent.append(twist))
+    steady clock stops the base and ends the goal UNAVAILABLE once that clock has not moved for watch_s (a slow
+    clock is no stopped one), and acts on a cancel the ticks can no longer see."""
+    sent, clock = [], SimpleNamespace(nanoseconds=5 * NS)
+    node = SimpleNamespace(_send=lambda twist, trip=None: sent.append(twist),
+                           get_clock=lambda: SimpleNamespace(now=lambda: clock))  # fmt: skip
     run = Run()
-    trip = Trip(run, PoseStamped(), "", 0.0, False, ticked_at=time.monotonic(), watch_s=0.5)
+    trip = Trip(run, PoseStamped(), "", 0.0, False, clock_ns=5 * NS, clock_moved_at=time.monotonic() - 1.0,
+                watch_s=0.5)  # fmt: skip
+    clock.nanoseconds += 1  # moved (slowly) since: it runs on
     NavigationNode._watchdog(node, trip)
-    assert run.running and not sent  # ticking
-    trip.ticked_at -= 1.0
+    assert run.running and not sent
+    trip.clock_moved_at -= 1.0  # then still for a second
     NavigationNode._watchdog(node, trip)
-    assert run.ended[0] == ErrorCode.UNAVAILABLE and "the node's clock stopped" in run.ended[1] and sent == [Twist()]
+    assert run.ended[0] == ErrorCode.UNAVAILABLE and "clock has not moved" in run.ended[1] and sent == [Twist()]
     cancelled = Run()
     cancelled.cancel_requested = True
-    NavigationNode._watchdog(node, Trip(cancelled, PoseStamped(), "", 0.0, False, ticked_at=time.monotonic()))
+    NavigationNode._watchdog(node, Trip(cancelled, PoseStamped(), "", 0.0, False))
     assert cancelled.ended[0] == ErrorCode.CANCELLED

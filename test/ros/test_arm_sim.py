@@ -194,11 +194,16 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_cancelled_and_refu
     io = ArmIO(arm.client, settings | {"input_timeout_s": 60.0}, lists, ReentrantCallbackGroup())
     wait_until(io._client.server_is_ready, 10.0, "the arm's action server")
     here = arm.position()
-    targets = np.vstack([here + 0.05, here + 0.05])
-    for start, late in ((io.now() - 1.0, True), (io.now(), False)):  # its first target due 0.9 s ago; 0.1 s ahead
-        safe = SafeTargets(targets, np.zeros_like(targets), 0)
-        task = arm.client.executor.create_task(io.send(start, np.array([0.1, 0.2]), safe))
+    # its first target due 4 s ago (1 s after it is taken: slow, so the cancel finds the arm about where it was);
+    # then one due 1 s ahead on the node's clock (time enough to be taken on a loaded machine)
+    for start, offset, late in ((io.now() - 5.0, -0.05, True), (io.now(), 0.05, False)):
+        targets = np.vstack([here + offset, here + offset])
+        task = arm.client.executor.create_task(io.send(start, np.array([1.0, 1.1]),
+                                                       SafeTargets(targets, np.zeros_like(targets), 0)))  # fmt: skip
         wait_until(task.done, 10.0, "the controller's answer")
         refused = task.result()
         assert ("after its first target was due" in refused) if late else refused == "", refused
+        if late:  # cancelled as soon as taken: the arm stays about where it was, far from the stale plan's end
+            time.sleep(0.5)
+            assert np.abs(arm.position() - here).max() < 0.02
     arm.reaches(here + 0.05)  # the one taken in time plays
