@@ -34,6 +34,16 @@ def command(pose: Pose2D, goal: tuple[float, float], max_linear: float, max_angu
     return min(max_linear, DISTANCE_GAIN * math.hypot(dx, dy)) * math.cos(error), angular
 
 
+def within_bulge(linear: float, angular: float, period_s: float, bulge_m: float) -> float:
+    """``linear`` slowed so that one ``period_s`` of the arc (``linear``, ``angular``) strays at most ``bulge_m``
+    beside the straight line ahead, the corridor the obstacle check clears: an arc of radius v / w through the angle
+    w T strays r (1 - cos(w T)) from its start's heading (2 r once it turns past a half circle)."""
+    bulge = 1.0 - math.cos(min(abs(angular) * period_s, math.pi))
+    if bulge <= 0.0:
+        return linear
+    return min(linear, bulge_m * abs(angular) / bulge)
+
+
 def straight_path(pose: Pose2D, goal: tuple[float, float]) -> list[tuple[float, float]]:
     """Points from the robot to the goal every PATH_STEP_M (wider past MAX_PATH_POINTS), both ends included;
     ValueError for a goal at no finite distance."""

@@ -7,8 +7,9 @@
   (``control.arm.joint_limits``), tightened by the joint_*_limits parameters.
 * Out: each plan as a control_msgs/FollowJointTrajectory goal to `trajectory_action` (a joint_trajectory_controller,
   MoveIt's or a vendor's driver), or, with `trajectory_topic` set, as a trajectory_msgs/JointTrajectory on that topic
-  (the controller's fire-and-forget input). A new goal preempts the controller's previous one (it aborts that goal
-  INVALID_GOAL, "preempted": expected, not a fault); any other abort is a fault the stream ends on. Hold = cancel
+  (the controller's fire-and-forget input; a subscriber that only records or shows it, ``OBSERVERS``, is no
+  controller). A new goal preempts the controller's previous one (it aborts that goal INVALID_GOAL, "preempted":
+  expected, not a fault); any other abort is a fault the stream ends on. Hold = cancel
   the active goal (the controller holds where the arm is), or on the topic one point at the measured positions.
   A gripper on its own controller (`gripper_joint_names`) is left out of the trajectory (``gripper_io``).
 """
@@ -100,6 +101,11 @@ def declare_lists(node: Node) -> dict[str, list]:
         if len(names) > bounds.STATE or len(set(names)) != len(names) or not all(names):
             raise ValueError(f"parameter {name} must be distinct non-empty names (at most {bounds.STATE}): {names}")
     return out
+
+
+# nodes that subscribe to a topic to show or record it (ros2 topic echo, rosbag2, bridges, GUIs): on the trajectory
+# topic they are no controller, so a goal with only them listening is refused, not played to nobody
+OBSERVERS = ("_ros2cli", "rosbag2", "foxglove_bridge", "rosbridge", "rqt", "rviz", "plotjuggler")
 
 
 def _goal_id(handle) -> bytes:
@@ -245,7 +251,11 @@ class ArmIO:
         return "" if await self.gripper.ready(max(wait_s - waited, 0.0)) else self.gripper.target
 
     def _listening(self) -> bool:
-        return self._publisher.get_subscription_count() > 0 if self._topic else self._client.server_is_ready()
+        """The action server is there, or on the topic a subscriber that is no observer (``OBSERVERS``)."""
+        if not self._topic:
+            return self._client.server_is_ready()
+        subscribers = self._node.get_subscriptions_info_by_topic(self.target)
+        return any(not info.node_name.startswith(OBSERVERS) for info in subscribers)
 
     def take_fault(self) -> str:
         """Why the controller ended our newest goal since the last call, when we did not ask it to ('' = it did

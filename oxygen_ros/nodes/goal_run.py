@@ -14,6 +14,7 @@ from rclpy.action.server import ServerGoalHandle
 from rclpy.node import Node
 from rclpy.task import Future
 
+from oxygen_ros import bounds
 from oxygen_ros.errors import ErrorCode
 
 
@@ -26,6 +27,7 @@ class GoalRun:
         self._lock = threading.Lock()
         self.ended: Future = Future(executor=self._executor)
         self.stop = threading.Event()  # set with ``ended``, for threads that wait on the goal
+        self.reported = threading.Event()  # set once the goal's terminal state is sent (``report``)
 
     @property
     def running(self) -> bool:
@@ -46,14 +48,17 @@ class GoalRun:
             self.end(ErrorCode.CANCELLED, "cancelled by the client")
         return not self.running
 
-    def report(self, result: Any) -> Any:
-        """Fill ``result``'s success / error_code / message from the outcome and set the goal's terminal state."""
+    def report(self, result: Any, note: str = "") -> Any:
+        """Fill ``result``'s success / error_code / message from the outcome (and ``note``, what happened after it:
+        e.g. a cancel nobody confirmed) and set the goal's terminal state."""
         code, message = self.ended.result() if self.ended.done() else ("INTERNAL", "the goal never ended")
-        result.success, result.error_code, result.message = code is None, code or "", message
+        message = f"{message}; {note}" if note else message
+        result.success, result.error_code, result.message = code is None, code or "", message[: bounds.TEXT_CHARS]
         if code is None:
             self.goal_handle.succeed()
         elif code == ErrorCode.CANCELLED.value and self.goal_handle.is_cancel_requested:
             self.goal_handle.canceled()
         else:
             self.goal_handle.abort()
+        self.reported.set()
         return result

@@ -1,6 +1,8 @@
 """Handing a /navigate goal to nav2 (`navigate_to_pose`, nav2_msgs/NavigateToPose): nav2 plans, avoids obstacles
 with its costmaps and drives; navigation_node relays its feedback (pose, elapsed, remaining) and its result, and
-cancels nav2's goal when its own goal ends first (cancelled, preempted, past max_duration_s).
+cancels nav2's goal when its own goal ends first (cancelled, preempted, past max_duration_s, nav2's result unreadable),
+asking again until nav2 confirms (``CANCEL_TRIES``): nav2 driving a goal nobody watches is the failure to avoid, so
+the goal's result waits for the answer and names an unconfirmed cancel.
 
 Every number nav2 sends is checked before it is relayed: a feedback with a non-finite pose or distance or a
 malformed duration is dropped (logged), and the result's text is cut to ``bounds.TEXT_CHARS``."""
@@ -9,9 +11,11 @@ import math
 from collections.abc import Callable
 
 from action_msgs.msg import GoalStatus
+from action_msgs.srv import CancelGoal
 from builtin_interfaces.msg import Duration
 from geometry_msgs.msg import PoseStamped
 from nav2_msgs.action import NavigateToPose
+from rclpy.action.client import ClientGoalHandle
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 from rclpy.task import Future
@@ -25,6 +29,7 @@ from oxygen_ros.nodes.goal_run import GoalRun
 MODES = ("auto", "always", "never")  # navigation_node's nav2 parameter
 POLL_S = 0.1  # how often a wait for the server looks again
 NS = 1_000_000_000
+CANCEL_TRIES = 3  # cancel requests sent before an unanswered or refused cancel is reported
 
 
 def duration(seconds: float) -> Duration:
@@ -67,6 +72,14 @@ def outcome(status: int, result: NavigateToPose.Result) -> tuple[ErrorCode | Non
     return code.get(error, ErrorCode.ABORTED), f"nav2 gave up (error_code {error}){': ' + why if why else ''}"
 
 
+def cancel_confirmed(response: CancelGoal.Response) -> bool:
+    """Whether nav2 no longer drives the goal a cancel was for: it is cancelling it (listed in goals_canceling: an
+    rclpy server answers a refusal ERROR_NONE with none listed), or the goal is unknown to it or already over."""
+    if response.return_code == CancelGoal.Response.ERROR_NONE:
+        return len(response.goals_canceling) > 0
+    return response.return_code in (CancelGoal.Response.ERROR_UNKNOWN_GOAL_ID, CancelGoal.Response.ERROR_GOAL_TERMINATED)
+
+
 def _cancel_if_accepted(sending: Future) -> None:
     handle = sending.result() if sending.exception() is None else None
     if handle is not None and handle.accepted:
@@ -92,33 +105,56 @@ class Nav2Handoff:
         return True
 
     async def drive(self, run: GoalRun, target: PoseStamped, relay: Callable[[NavigateToPose.Feedback], None],
-                    answer_s: float) -> None:  # fmt: skip
-        """Send ``target`` to nav2 and end ``run`` with its result; ``relay`` gets each checked feedback."""
+                    answer_s: float) -> str:  # fmt: skip
+        """Send ``target`` to nav2 and end ``run`` with its result; ``relay`` gets each checked feedback. Returns ''
+        or, when nav2 did not confirm the cancel of a goal it took, what went wrong (it may still be driving)."""
         goal = NavigateToPose.Goal(pose=target)
         sending = self.client.send_goal_async(goal, lambda m: self._relay(m, relay))
         sent, handle = await wait(self._node, sending, answer_s)
         if not sent:  # nav2 may still accept it: then it must not drive a goal nobody watches
             sending.add_done_callback(_cancel_if_accepted)
             run.end(ErrorCode.UNAVAILABLE, f"nav2 did not answer the goal within {answer_s:g} s")
-            return
+            return ""
         if not handle.accepted:
             run.end(ErrorCode.FAILED_PRECONDITION, "nav2 rejected the goal (is it active and localized?)")
-            return
-        finished = False
-        run.ended.add_done_callback(lambda _: finished or handle.cancel_goal_async())
+            return ""
+        result = handle.get_result_async()
+        either: Future = Future()  # nav2's result, or our goal's ending (cancelled, deadline, preempted)
+        for future in (result, run.ended):
+            future.add_done_callback(lambda _: either.done() or either.set_result(None))
         vanished = False  # what gave up the wait, as it was seen then (the graph may change again)
 
         def gone() -> bool:
             nonlocal vanished
             vanished = not self.client.server_is_ready()
-            return vanished or not run.running
+            return vanished
 
-        done, response = await wait(self._node, handle.get_result_async(), bounds.GOAL_DURATION_S, give_up=gone)
-        if done and run.running:
-            finished = True
-            run.end(*outcome(response.status, response.result))
-        elif vanished:  # its result would never come: not a deadline
+        await wait(self._node, either, bounds.GOAL_DURATION_S, give_up=gone)
+        over = result.done() and result.exception() is None  # nav2's goal reached a terminal state
+        if over and run.running:
+            run.end(*outcome(result.result().status, result.result().result))
+        elif vanished and run.running:  # its result would never come: not a deadline
             run.end(ErrorCode.UNAVAILABLE, f"nav2's {self.name} went away during the goal")
+        elif result.done() and run.running:
+            run.end(ErrorCode.UNAVAILABLE, f"nav2's result could not be read ({result.exception()}); its goal is "
+                                           "cancelled")  # fmt: skip
+        elif run.running:
+            run.end(ErrorCode.DEADLINE_EXCEEDED, f"nav2 gave no result within {bounds.GOAL_DURATION_S:g} s")
+        return "" if over or vanished else await self._cancel(handle, answer_s)
+
+    async def _cancel(self, handle: ClientGoalHandle, answer_s: float) -> str:
+        """Cancel nav2's goal, asking up to CANCEL_TRIES times (a lost request, a busy server); '' once nav2
+        confirms, else the problem, logged as an error: the base may still move."""
+        why = ""
+        for _ in range(CANCEL_TRIES):
+            answered, response = await wait(self._node, handle.cancel_goal_async(), answer_s)
+            if answered and cancel_confirmed(response):
+                return ""
+            why = f"refused, return code {response.return_code}" if answered else f"no answer within {answer_s:g} s"
+        problem = f"nav2 did not confirm the cancel of its goal after {CANCEL_TRIES} requests ({why}): it may still " \
+                  "drive the base"  # fmt: skip
+        self._node.get_logger().error(problem)
+        return problem
 
     def _relay(self, message: NavigateToPose.Impl.FeedbackMessage, relay: Callable) -> None:
         problem = checked_feedback(message.feedback)

@@ -25,15 +25,16 @@ answer (schema-checked JSON: ``nodes/reasoning.py``) is the feedback's reasoning
 
 Results: success within `goal_tolerance_m` (or when nav2 succeeds); INVALID_ARGUMENT for a NaN/inf target or a
 frame other than map_frame/odom_frame (accepted, then aborted); OUT_OF_RANGE for a target farther than
-`max_target_distance_m` from the robot (checked on the goal when its transform is known, and on each replan) or a
-hint over ``bounds.TEXT_CHARS``; FAILED_PRECONDITION when neither nav2 nor the built-in driver may drive (above);
+`max_target_distance_m` from the robot (checked on the goal when its transform is known, again before nav2 or the
+built-in driver takes it, on each replan and on each nav2 feedback in the target's frame) or a hint over ``bounds.TEXT_CHARS``; FAILED_PRECONDITION when neither nav2 nor the built-in driver may drive (above);
 TF_ERROR when no map -> odom transform came within `transform_wait_s` of the goal, or none usable (or none placing
 an obstacle source's points) for `blocked_timeout_s` while driving (the robot stands still meanwhile); UNAVAILABLE
 when `oxygen/infer` (or, with ``always``, nav2) is absent, or when odometry or an obstacle source stayed older than
 `input_timeout_s` for `blocked_timeout_s`; OBSTACLE after `blocked_timeout_s` stopped for an obstacle (each reason
 counts its own time); DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer
 goal; nav2's failures as TF_ERROR, DEADLINE_EXCEEDED or ABORTED with its code and text. Every ending of a goal the
-node drove itself sends a zero Twist. The numbers other than the waits may be changed while the node runs
+node drove itself sends a zero Twist; one nav2 drove cancels nav2's goal and reports once nav2 confirmed (a cancel
+nav2 did not confirm is named in the result's message). The numbers other than the waits may be changed while the node runs
 (`ros2 param set`, within their ranges): each replan reads them; the replan and reasoning rates apply from the next
 goal. The rest is read once and read-only. Names are relative (`navigate`, `plan`, `odom`, `cmd_vel`, `scan`,
 `navigate_to_pose`), so a namespace moves them; TF is on /tf and /tf_static, as tf2's is.
@@ -53,10 +54,11 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
 from rclpy.node import Node
+from rclpy.task import Future
 from rclpy.timer import Timer
 
 from oxygen_ros.action import Navigate
-from oxygen_ros.control import unicycle
+from oxygen_ros.control import obstacles, unicycle
 from oxygen_ros.control.unicycle import Pose2D
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros import bounds
@@ -65,7 +67,7 @@ from oxygen_ros.nodes.declare import current, keep_positive
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.goal_run import GoalRun
-from oxygen_ros.nodes.nav2_handoff import POLL_S, Nav2Handoff, duration
+from oxygen_ros.nodes.nav2_handoff import CANCEL_TRIES, POLL_S, Nav2Handoff, duration
 from oxygen_ros.nodes.odometry_history import Odom, OdometryHistory
 from oxygen_ros.nodes.qos import STOP_ACK_S
 from oxygen_ros.nodes.navigation_params import PARAMETERS, POSITIVE, RANGES, READ_ONCE, settings_problem
@@ -77,6 +79,7 @@ from oxygen_ros.nodes.tf.tree import TransformUnavailable
 from oxygen_ros.nodes.stamps import NS, nanoseconds, reading_age
 
 NODE_NAME = "navigation_node"
+HANDOFF_SLACK_S = 1.0  # beyond nav2's answers: the executor's turns between them
 
 
 @dataclass
@@ -95,6 +98,8 @@ class Trip:
     clock_ns: int = -1  # the node's clock as the watchdog last saw it move
     clock_moved_at: float = math.nan  # and when that was, monotonic
     watch_s: float = math.inf  # the node's clock still for this long (steady time) stops the base
+    handoff: Future | None = None  # nav2's drive (its result: '' or an unconfirmed cancel), when nav2 drives
+    handoff_s: float = 0.0  # how long its ending may take once our goal ended: the goal's answer and the cancels
 
 
 class NavigationNode(TaskActionNode[Trip]):
@@ -159,12 +164,17 @@ class NavigationNode(TaskActionNode[Trip]):
         if target.header.frame_id not in ("", self._map, self._odom_frame):
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"the target must be in frame {self._map!r} or "
                               f"{self._odom_frame!r}, got {target.header.frame_id!r}")  # fmt: skip
+        self._check_reach_if_known(target)
+
+    def _check_reach_if_known(self, target: PoseStamped) -> None:
+        """OUT_OF_RANGE when the target is beyond `max_target_distance_m`, if odometry and TF place it now (if not,
+        prepare waits for them, and each replan or nav2 feedback checks the distance)."""
         odom = self._odometry.latest()
         if odom is not None:
             try:
                 self._check_reach(odom.pose, self._in_odom(target, self._frame_of(target), odom.stamp_ns))
             except TransformUnavailable:
-                pass  # not known yet: prepare waits for it, and each replan checks the distance
+                pass
 
     async def prepare(self, run: GoalRun, goal: Navigate.Goal) -> Trip | None:
         if not await self.infer.available():
@@ -183,10 +193,17 @@ class NavigationNode(TaskActionNode[Trip]):
                 self._send(Twist())  # whatever commanded the base before, nothing here lets it move now
                 run.end(ErrorCode.FAILED_PRECONDITION, problem)
                 return None
-        if not nav2 and not await self._transform_ready(target.header.frame_id):
+        # nav2 is handed a goal only within reach too: with odometry, its transform is waited for (nav2 needs it too)
+        placed = await self._transform_ready(target.header.frame_id) if not nav2 or self._odometry.latest() else False
+        if not nav2 and not placed:
             wait_tf = self.settings["transform_wait_s"]
             run.end(ErrorCode.TF_ERROR, f"no transform {self._odom_frame} <- {target.header.frame_id} within "
                                         f"{wait_tf:g} s (is localization, or the simulator, publishing TF?)")  # fmt: skip
+            return None
+        try:
+            self._check_reach_if_known(target)
+        except EngineError as exc:
+            run.end(exc.code, exc.message)
             return None
         p = target.pose.position
         self.get_logger().info(f"{run.task_id}: to ({p.x:.2f}, {p.y:.2f}) in {target.header.frame_id} "
@@ -244,8 +261,10 @@ class NavigationNode(TaskActionNode[Trip]):
         self._commanding = not trip.nav2
         self.executor.create_task(self._reason, trip)
         if trip.nav2:
-            self.executor.create_task(self._nav2.drive, trip.run, trip.target, partial(self._relay, trip),
-                                      settings["service_wait_s"])  # fmt: skip
+            answer_s = settings["service_wait_s"]
+            trip.handoff = self.executor.create_task(self._nav2.drive, trip.run, trip.target,
+                                                     partial(self._relay, trip), answer_s)  # fmt: skip
+            trip.handoff_s = (CANCEL_TRIES + 1) * answer_s + HANDOFF_SLACK_S
         tick = self._watch if trip.nav2 else self._tick
         trip.replan_hz = settings["replan_rate_hz"]
         trip.watch_s = max(settings["input_timeout_s"], 3.0 / trip.replan_hz)
@@ -270,6 +289,13 @@ class NavigationNode(TaskActionNode[Trip]):
             trip.run.end(ErrorCode.UNAVAILABLE, f"the node's clock has not moved for {steady - trip.clock_moved_at:.1f}"
                          " s (use_sim_time without /clock?): no replan runs; the base was stopped")  # fmt: skip
             self._send(Twist())
+
+    async def settle(self, trip: Trip) -> str:
+        """nav2's goal over (its result came) or its cancel answered before our goal's result is sent."""
+        if trip.handoff is None:
+            return ""
+        done, problem = await wait(self, trip.handoff, trip.handoff_s)
+        return problem if done else f"nav2's goal was not seen to end within {trip.handoff_s:g} s: it may still drive"
 
     def finish(self, trip: Trip, result: Navigate.Result) -> None:
         result.distance_remaining = trip.distance  # NaN when no odometry ever arrived: unknown, not "arrived"
@@ -313,6 +339,13 @@ class NavigationNode(TaskActionNode[Trip]):
         """nav2's (checked) feedback as ours."""
         if not trip.run.running:
             return
+        if msg.current_pose.header.frame_id == trip.target.header.frame_id:  # its pose places the target: in reach?
+            target, position = trip.target.pose.position, msg.current_pose.pose.position
+            try:
+                self._check_reach(Pose2D(position.x, position.y, 0.0), (target.x, target.y))
+            except EngineError as exc:
+                trip.run.end(exc.code, exc.message)  # which cancels nav2's goal
+                return
         trip.distance = msg.distance_remaining
         feedback = Navigate.Feedback(reasoning=trip.reasoning, distance_remaining=msg.distance_remaining,
                                      current_pose=msg.current_pose, navigation_time=msg.navigation_time,
@@ -361,6 +394,8 @@ class NavigationNode(TaskActionNode[Trip]):
             # of this goal's timer: a rate changed since does not shorten it)
             top = min(settings["max_linear_mps"], settings["safety_clearance_cm"] / 100.0 * trip.replan_hz)
             linear, angular = unicycle.command(odom.pose, target, top, settings["max_angular_rps"])
+            # and turning while it drives, it stays within the corridor the obstacle check clears
+            linear = unicycle.within_bulge(linear, angular, 1.0 / trip.replan_hz, obstacles.SIDE_MARGIN_M)
             if code is None:
                 cmd.linear.x, cmd.angular.z = linear, angular
                 self._publish_plan(odom.pose, target)

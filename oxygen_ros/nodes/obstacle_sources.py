@@ -139,7 +139,8 @@ def _scan_points(msg: LaserScan) -> np.ndarray:
         raise EngineError(ErrorCode.FAILED_PRECONDITION, f"{telling} of its {len(ranges)} readings say anything "
                           "(REP 117): a blind scan (covered, or its driver failing)")  # fmt: skip
     last = msg.angle_min + msg.angle_increment * (len(ranges) - 1)  # bearings a driver in degrees would scatter
-    if abs(last - msg.angle_max) > abs(msg.angle_increment) + ANGLE_TOLERANCE or \
+    # as bearings (modulo a turn): a scanner turning clockwise may end at -3 pi for its angle_max pi (sick_scan NAV310)
+    if abs(math.remainder(last - msg.angle_max, 2 * math.pi)) > abs(msg.angle_increment) + ANGLE_TOLERANCE or \
             abs(msg.angle_increment) * (len(ranges) - 1) > 2 * math.pi + abs(msg.angle_increment):  # fmt: skip
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"LaserScan bearings: angle_min {msg.angle_min:.4f} + "
                           f"angle_increment {msg.angle_increment:.6f} x {len(ranges) - 1} = {last:.4f}, not its "

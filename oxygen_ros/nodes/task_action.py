@@ -11,7 +11,6 @@ Everything waits as coroutines, so no goal holds an executor thread while it run
 
 import itertools
 import threading
-import time
 from typing import Any, Generic, TypeVar
 
 from rclpy.action import ActionServer, CancelResponse
@@ -30,8 +29,6 @@ from oxygen_ros.nodes.qos import ACTION_SERVER_QOS
 from oxygen_ros.srv import Infer
 
 State = TypeVar("State")
-
-SHUTDOWN_POLL_S = 0.02  # how often end_for_shutdown looks whether the goal has ended
 
 
 class TaskActionNode(Node, Generic[State]):
@@ -74,14 +71,13 @@ class TaskActionNode(Node, Generic[State]):
 
     def end_for_shutdown(self, wait_s: float) -> None:
         """End the running goal while the executor still runs (``spin`` calls this first), so it ends as any goal
-        does: the robot stood by ``stopped``, its ending's callbacks run (a nav2 goal cancelled); up to ``wait_s``."""
+        does: the robot stood by ``stopped``, what it handed on cancelled (``settle``), its result sent; up to
+        ``wait_s``."""
         run = self._current
         if run is None:
             return
         run.end(ErrorCode.CANCELLED, "the node is shutting down")
-        deadline = time.monotonic() + wait_s
-        while self._current is run and time.monotonic() < deadline:
-            time.sleep(SHUTDOWN_POLL_S)
+        run.reported.wait(wait_s)
 
     def destroy_node(self) -> None:
         """A goal still running ends (its threads and timers stop with it) and the robot stands, sent while the node
@@ -90,11 +86,10 @@ class TaskActionNode(Node, Generic[State]):
         if self._destroyed:
             return
         self._destroyed = True
-        if self._current is not None:
-            try:
-                self._stop_current("the node is shutting down")
-            except InvalidHandle:  # rclpy was shut down before the node (not by ``spin``): nothing can be sent now
-                self.get_logger().error("shut down mid-goal after rclpy: the robot could not be told to stop")
+        try:
+            self._stop_current("the node is shutting down")
+        except InvalidHandle:  # rclpy was shut down before the node (not by ``spin``): nothing can be sent now
+            self.get_logger().error("shut down mid-goal after rclpy: the robot could not be told to stop")
         self.release()
         self._server.destroy()
         self.infer.destroy()
@@ -120,6 +115,11 @@ class TaskActionNode(Node, Generic[State]):
     def finish(self, state: State, result: Any) -> None:
         """Fill the result's own fields (success, error_code and message are filled from the outcome)."""
         raise NotImplementedError
+
+    async def settle(self, state: State) -> str:
+        """After the goal ended and the robot was told to stand, before its result: wait for what the goal handed on
+        to stop (a nav2 goal's cancel confirmed); '' or what did not."""
+        return ""
 
     def stopped(self) -> None:
         """Called when the last goal ended and no newer one took over, and at once when a newer goal preempts the
@@ -169,8 +169,9 @@ class TaskActionNode(Node, Generic[State]):
             self.infer.cancel_task(run.task_id)
             for timer in timers:
                 self.destroy_timer(timer)
+        note = await self.settle(state)
         self.finish(state, result)
-        return run.report(result)
+        return run.report(result, note)
 
     async def language_head(self, run: GoalRun, task_type: str, prompt: str, json_schema: str = "") -> str | None:
         """The language head's text about the newest frame (its pixels for a model that reads images, else its scene

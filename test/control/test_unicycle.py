@@ -38,3 +38,19 @@ def test_straight_path_and_blocking():
     unseen = DetectedObstacle(0, 0, 15, ahead_cm=None, left_cm=None, clearance_cm=None)
     assert unicycle.blocking([far, behind, ahead, unseen], 25.0) is ahead
     assert unicycle.blocking([far, behind, unseen], 25.0) is None
+
+
+def test_turning_while_driving_stays_within_the_corridor_for_one_period():
+    """At 1 Hz replans, 0.25 m/s while turning 1 rad/s would stray 11.5 cm beside the straight corridor the obstacle
+    check cleared; slowed, the arc (integrated in 1 ms steps) stays within the margin, and never stops outright."""
+    margin, period = 0.05, 1.0
+    for angular in (1.0, -1.0, 0.3, 4.0):
+        linear = unicycle.within_bulge(0.25, angular, period, margin)
+        x = y = yaw = widest = 0.0
+        for _ in range(1000):
+            x, y, yaw = x + linear * math.cos(yaw) * 1e-3, y + linear * math.sin(yaw) * 1e-3, yaw + angular * 1e-3
+            widest = max(widest, abs(y))
+        assert 0.0 < linear <= 0.25 and widest <= margin + 1e-4, (angular, linear, widest)
+    assert math.isclose(unicycle.within_bulge(0.25, 1.0, period, margin), margin / (1.0 - math.cos(1.0)))
+    assert unicycle.within_bulge(0.25, 0.0, period, margin) == 0.25  # straight: as fast as asked
+    assert unicycle.within_bulge(0.25, 0.01, 0.1, margin) == 0.25  # a gentle correction at 10 Hz: unchanged

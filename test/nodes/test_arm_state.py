@@ -4,6 +4,7 @@ velocity: over the scale), read from real JointState messages; a velocity the dr
 FAILED_PRECONDITION naming the entry, never a zero."""
 
 import math
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
+from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import arm_io, gripper_io
@@ -104,3 +106,23 @@ def test_the_start_state_is_the_reading_carried_forward_at_its_velocity(ros_cont
         np.testing.assert_allclose(velocity, [2.0, 0.0])
     finally:
         node.destroy_node()
+
+
+def test_on_the_topic_a_recorder_or_an_echo_is_no_controller(ros_context):
+    """Fire and forget on `trajectory_topic` needs someone to play it: a rosbag2 recorder or `ros2 topic echo`
+    subscribing is no controller (the goal would report chunks sent to nobody); a controller's subscription is."""
+    topic = "/listener_test/joint_trajectory"
+    node = Node("arm_listener_test", context=ros_context)
+    watchers = [Node(name, context=ros_context) for name in ("rosbag2_recorder", "_ros2cli_4242", "arm_controller")]
+    try:
+        arm = _arm(node, {"trajectory_topic": topic}, action_joint_names=["wrist"])
+        for count, watcher in enumerate(watchers, start=1):
+            watcher.create_subscription(JointTrajectory, topic, lambda _: None, 10)
+            deadline = time.monotonic() + 10.0
+            while node.count_subscribers(topic) < count and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert node.count_subscribers(topic) == count
+            assert arm._listening() == (watcher.get_name() == "arm_controller")
+    finally:
+        for each in (node, *watchers):
+            each.destroy_node()

@@ -4,11 +4,12 @@ error code (``std_msgs/Empty result``), Jazzy's an ``error_code`` without ``erro
 
 from types import SimpleNamespace
 
-from action_msgs.msg import GoalStatus
+from action_msgs.msg import GoalInfo, GoalStatus
+from action_msgs.srv import CancelGoal
 from nav2_msgs.action import NavigateToPose
 
 from oxygen_ros.errors import ErrorCode
-from oxygen_ros.nodes.nav2_handoff import outcome
+from oxygen_ros.nodes.nav2_handoff import cancel_confirmed, outcome
 
 ABORTED = GoalStatus.STATUS_ABORTED
 HUMBLE = SimpleNamespace(result=None)
@@ -31,3 +32,14 @@ def test_humble_results_without_a_code_are_aborted_and_success_is_success_everyw
     for result in (HUMBLE, JAZZY, NavigateToPose.Result()):
         assert outcome(GoalStatus.STATUS_SUCCEEDED, result)[0] is None
         assert outcome(GoalStatus.STATUS_CANCELED, result)[0] == ErrorCode.CANCELLED
+
+
+def test_a_cancel_is_confirmed_only_when_nav2_stops_driving_the_goal():
+    """rclcpp_action (nav2's bt_navigator) refuses with ERROR_REJECTED; an rclpy server with ERROR_NONE and no goal
+    listed as cancelling. A goal unknown to the server or already over is not driven either."""
+    response = CancelGoal.Response
+    assert cancel_confirmed(response(return_code=response.ERROR_NONE, goals_canceling=[GoalInfo()]))
+    assert not cancel_confirmed(response(return_code=response.ERROR_NONE, goals_canceling=[]))
+    assert not cancel_confirmed(response(return_code=response.ERROR_REJECTED))
+    assert cancel_confirmed(response(return_code=response.ERROR_UNKNOWN_GOAL_ID))
+    assert cancel_confirmed(response(return_code=response.ERROR_GOAL_TERMINATED))

@@ -71,6 +71,18 @@ def test_a_scan_whose_bearings_do_not_add_up_is_refused():
         assert err.value.code == ErrorCode.INVALID_ARGUMENT
 
 
+def test_a_clockwise_scan_whose_bearings_end_a_turn_past_angle_max_is_placed():
+    """A scanner turning clockwise (sick_scan's NAV310: angle_min -pi, a negative increment, angle_max pi) ends its
+    bearings at -3 pi, which is pi as a bearing: accepted, each reading placed at its own bearing."""
+    step, ranges = 2 * math.pi / 360, [5.0] * 360
+    ranges[90] = 1.0  # -pi - 90 steps = -3 pi / 2: to the left
+    msg = LaserScan(angle_min=-math.pi, angle_max=math.pi, angle_increment=-step, range_min=0.05, range_max=10.0,
+                    ranges=ranges)  # fmt: skip
+    points = _scan_points(msg)
+    nearest = points[np.argmin(np.hypot(points[:, 0], points[:, 1]))]
+    assert points.shape == (360, 3) and np.allclose(nearest[:2], (0.0, 1.0), atol=1e-9)
+
+
 class Source:
     def __init__(self, name: str, seen: Blocking | None = None, placed: bool = True) -> None:
         self.name, self.seen, self.placed = name, seen, placed

@@ -34,6 +34,7 @@ from std_msgs.msg import Header
 from oxygen_ros.action import Navigate
 from oxygen_ros.nodes.convert import rgb_to_image
 from oxygen_ros.nodes.infer_client import inference_at
+from oxygen_ros.nodes.nav2_handoff import CANCEL_TRIES
 from oxygen_ros.nodes.navigation_node import NavigationNode
 from oxygen_ros.nodes.tf import topics
 from oxygen_ros.nodes.tf.rigid import Rigid, planar
@@ -136,13 +137,19 @@ class StandInNav2(Node):
         self.ending = "succeed"  # succeed | tf_error | wait (until cancelled)
         self.bad_feedback = False
         self.answer_after_s = 0.0  # how long it takes to accept a goal
+        self.cancel_answer = CancelResponse.ACCEPT
+        self.cancel_requests = 0
+        self.pose_x = 0.0  # where its feedback says the robot is, in map, at the start (it moves 0.2 m a step)
         self._server = ActionServer(self, NavigateToPose, action, self._execute, goal_callback=self._accept,
-                                    cancel_callback=lambda _: CancelResponse.ACCEPT,
-                                    callback_group=ReentrantCallbackGroup())  # fmt: skip
+                                    cancel_callback=self._cancel, callback_group=ReentrantCallbackGroup())  # fmt: skip
 
     def _accept(self, _goal) -> GoalResponse:
         time.sleep(self.answer_after_s)
         return GoalResponse.ACCEPT
+
+    def _cancel(self, _goal) -> CancelResponse:
+        self.cancel_requests += 1
+        return self.cancel_answer
 
     def destroy_node(self) -> None:
         self._server.destroy()
@@ -157,7 +164,7 @@ class StandInNav2(Node):
                 return NavigateToPose.Result()
             feedback = NavigateToPose.Feedback(distance_remaining=1.0 - 0.2 * step, number_of_recoveries=0)
             feedback.current_pose.header.frame_id = "map"
-            feedback.current_pose.pose.position.x = math.nan if self.bad_feedback else 0.2 * step
+            feedback.current_pose.pose.position.x = math.nan if self.bad_feedback else self.pose_x + 0.2 * step
             feedback.current_pose.pose.orientation.w = 1.0
             feedback.navigation_time.sec, feedback.estimated_time_remaining.sec = step, 5 - step
             goal_handle.publish_feedback(feedback)
@@ -218,6 +225,7 @@ def with_nav2(robot):
         robot["executor"].add_node(robot["nav2"])
     nav2 = robot["nav2"]
     nav2.ending, nav2.bad_feedback, nav2.cancelled, nav2.answer_after_s = "succeed", False, False, 0.0
+    nav2.cancel_requests, nav2.pose_x = 0, 0.0
     for name in ("auto", "always"):
         wait_until(robot["nodes"][name]._nav2.client.server_is_ready, 10.0, f"{name} sees nav2")
     return nav2
@@ -461,7 +469,17 @@ def test_cancelling_the_goal_cancels_nav2s(robot, with_nav2):
     goal.wait_feedback(1)
     goal.cancel()
     out = goal.result(timeout=10.0)
-    assert out.status == GoalStatus.STATUS_CANCELED
+    assert with_nav2.cancel_requests == 1  # answered before our result was sent
+    assert out.status == GoalStatus.STATUS_CANCELED and out.result.message == "cancelled by the client"
+    wait_until(lambda: with_nav2.cancelled, 5.0, "nav2's goal cancelled")
+
+
+def test_a_robot_nav2_reports_beyond_reach_ends_out_of_range_and_nav2s_goal_is_cancelled(robot, with_nav2):
+    """max_target_distance_m holds on the nav2 path too, where only nav2's feedback places the robot (its map pose)."""
+    with_nav2.ending, with_nav2.pose_x = "wait", -150.0  # the target (1.5, 0) is over 100 m away from there
+    out = navigate(robot, "auto", *TARGET_IN_MAP).result(timeout=10.0)
+    assert out.status == GoalStatus.STATUS_ABORTED and out.result.error_code == "OUT_OF_RANGE", out.result.message
+    assert "the target's distance from the robot" in out.result.message and with_nav2.cancel_requests == 1
     wait_until(lambda: with_nav2.cancelled, 5.0, "nav2's goal cancelled")
 
 
@@ -535,6 +553,19 @@ def test_a_nav2_that_goes_away_mid_goal_ends_it_unavailable(robot):
         assert time.monotonic() - gone_at < 5.0  # measured 0.26 s; max_duration_s is minutes
     assert out.status == GoalStatus.STATUS_ABORTED
     assert out.result.error_code == "UNAVAILABLE" and "went away during the goal" in out.result.message
+
+
+def test_a_cancel_nav2_refuses_is_asked_again_and_named_in_the_result(robot):
+    """nav2 refuses to cancel (or the request is lost): asked CANCEL_TRIES times, then the result, sent only after the
+    last answer, says nav2 may still drive (and the node logs it as an error)."""
+    with driving_through_own_nav2(robot, "stubborn") as (_, nav2, goal):
+        nav2.cancel_answer = CancelResponse.REJECT
+        goal.cancel()
+        out = goal.result(timeout=10.0)
+        assert nav2.cancel_requests == CANCEL_TRIES, out.result.message
+    assert out.status == GoalStatus.STATUS_CANCELED
+    assert out.result.message == f"cancelled by the client; nav2 did not confirm the cancel of its goal after " \
+        f"{CANCEL_TRIES} requests (refused, return code 0): it may still drive the base"  # fmt: skip
 
 
 def test_shutting_down_mid_goal_cancels_the_goal_handed_to_nav2(robot):
