@@ -83,6 +83,8 @@ NUMBER_LISTS = {
     "joint_lower_limits": "per action joint, a lower position limit tighter than the URDF's (NaN = the URDF's)",
     "joint_upper_limits": "per action joint, an upper position limit tighter than the URDF's (NaN = the URDF's)",
     "joint_velocity_limits": "per action joint, a velocity limit tighter than the URDF's (NaN = the URDF's)",
+    "joint_acceleration_limits": "per action joint, an acceleration limit (rad/s^2 or m/s^2; MoveIt's joint_limits.yaml "
+    "max_acceleration; a URDF has none): a chunk whose spline accelerates harder is refused; empty or NaN = none",
 }
 
 
@@ -126,7 +128,8 @@ class ArmIO:
         self.gripper_column = self.names.index(grippers[0]) if grippers else None
         self._arm_columns = [i for i in range(len(self.names)) if i != self.gripper_column]
         self.arm_names = tuple(self.names[i] for i in self._arm_columns)  # what the trajectory names
-        self._limit_lists = [lists[k] for k in ("joint_lower_limits", "joint_upper_limits", "joint_velocity_limits")]
+        self._limit_lists = [lists[k] for k in ("joint_lower_limits", "joint_upper_limits", "joint_velocity_limits",
+                                                "joint_acceleration_limits")]
         try:
             self.map = JointMap.build(list(self.names), lists["action_scale"], lists["action_offset"],
                                       settings["action_space"])  # fmt: skip

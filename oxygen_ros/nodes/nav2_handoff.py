@@ -112,9 +112,12 @@ class Nav2Handoff:
         sending = self.client.send_goal_async(goal, lambda m: self._relay(m, relay))
         sent, handle = await wait(self._node, sending, answer_s)
         if not sent:  # nav2 may still accept it: then it must not drive a goal nobody watches
-            sending.add_done_callback(_cancel_if_accepted)
             run.end(ErrorCode.UNAVAILABLE, f"nav2 did not answer the goal within {answer_s:g} s")
-            return ""
+            late, handle = await wait(self._node, sending, answer_s)  # its answer, to cancel what it took
+            if late:
+                return await self._cancel(handle, answer_s) if handle.accepted else ""
+            sending.add_done_callback(_cancel_if_accepted)  # later still: cancelled then, once
+            return f"nav2 had not answered the goal after {2 * answer_s:g} s (a goal it takes later is cancelled then)"
         if not handle.accepted:
             run.end(ErrorCode.FAILED_PRECONDITION, "nav2 rejected the goal (is it active and localized?)")
             return ""

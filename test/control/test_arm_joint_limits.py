@@ -35,19 +35,32 @@ def test_commandable_joints_with_their_limits():
 def test_parameters_only_tighten():
     described = urdf_limits(URDF)
     nan = math.nan
-    got = joint_limits(["pan", "roll"], described, [-3.0, -1.0], [1.0, nan], [5.0, 1.5])
+    got = joint_limits(["pan", "roll"], described, [-3.0, -1.0], [1.0, nan], [5.0, 1.5], [])
     assert got == [JointLimit(-1.9, 1.0, 2.0), JointLimit(-1.0, math.inf, 1.5)]  # -3 and 5 would widen: ignored
+
+
+def test_acceleration_limits_come_from_their_parameter_alone():
+    """A URDF has no acceleration limit: unchecked (inf) unless joint_acceleration_limits sets one (NaN = none); a
+    list of the wrong length, or a limit that is not positive, is refused."""
+    described = urdf_limits(URDF)
+    got = joint_limits(["pan", "roll"], described, [], [], [], [6.0, math.nan])
+    assert got == [JointLimit(-1.9, 1.9, 2.0, 6.0), JointLimit(-math.inf, math.inf, 3.0, math.inf)]
+    assert joint_limits(["pan"], described, [], [], [], [])[0].acceleration == math.inf
+    with pytest.raises(EngineError, match="joint_acceleration_limits has 1 values for 2 joints"):
+        joint_limits(["pan", "roll"], described, [], [], [], [6.0])
+    with pytest.raises(EngineError, match="leave no motion"):
+        joint_limits(["pan"], described, [], [], [], [0.0])
 
 
 def test_every_commanded_joint_needs_limits():
     with pytest.raises(EngineError) as err:
-        joint_limits(["pan", "elbow"], urdf_limits(URDF), [], [], [])
+        joint_limits(["pan", "elbow"], urdf_limits(URDF), [], [], [], [])
     assert err.value.code == ErrorCode.FAILED_PRECONDITION and "joint elbow" in err.value.message
-    assert joint_limits(["elbow"], {}, [-1.0], [1.0], [0.5]) == [JointLimit(-1.0, 1.0, 0.5)]  # parameters alone
+    assert joint_limits(["elbow"], {}, [-1.0], [1.0], [0.5], []) == [JointLimit(-1.0, 1.0, 0.5)]  # parameters alone
     with pytest.raises(EngineError, match="joint_upper_limits has 1 values for 2 joints"):
-        joint_limits(["pan", "roll"], urdf_limits(URDF), [], [1.0], [])
+        joint_limits(["pan", "roll"], urdf_limits(URDF), [], [1.0], [], [])
     with pytest.raises(EngineError, match="leave no motion"):
-        joint_limits(["pan"], urdf_limits(URDF), [1.0], [0.5], [])
+        joint_limits(["pan"], urdf_limits(URDF), [1.0], [0.5], [], [])
 
 
 def test_a_malformed_description_is_refused():
@@ -74,5 +87,5 @@ def test_a_description_cannot_pull_in_files(tmp_path):
 
 def test_unbounded_positions_only_for_a_continuous_joint():
     with pytest.raises(EngineError, match="must be finite"):
-        joint_limits(["elbow"], {}, [-math.inf], [1.0], [0.5])
-    assert joint_limits(["roll"], urdf_limits(URDF), [], [], [])[0].upper == math.inf
+        joint_limits(["elbow"], {}, [-math.inf], [1.0], [0.5], [])
+    assert joint_limits(["roll"], urdf_limits(URDF), [], [], [], [])[0].upper == math.inf

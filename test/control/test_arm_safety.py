@@ -67,3 +67,40 @@ def test_a_moving_start_is_checked_as_the_controller_plays_it():
         check_moving_start(safe, 0.2, np.zeros(2), np.array([2.5, 0.0]), NAMES, LIMITS)
     with pytest.raises(EngineError, match=r"joint roll: .* at -5.000/s"):  # the joint over its limit, not the first
         check_moving_start(safe, 0.2, np.zeros(2), np.array([1.0, -5.0]), NAMES, LIMITS)
+
+
+def _reference_peak_acceleration(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Per joint, the largest |p''| over the trajectory: each segment's cubic solved from its four Hermite conditions
+    (numpy's linear solver), sampled densely."""
+    peak = np.zeros(path.shape[1])
+    for i in range(len(times) - 1):
+        t0, t1 = times[i], times[i + 1]
+        system = np.array([[1, t0, t0**2, t0**3], [1, t1, t1**2, t1**3], [0, 1, 2 * t0, 3 * t0**2],
+                           [0, 1, 2 * t1, 3 * t1**2]])  # fmt: skip
+        for joint in range(path.shape[1]):
+            c = np.linalg.solve(system, [path[i, joint], path[i + 1, joint], velocities[i, joint],
+                                         velocities[i + 1, joint]])  # fmt: skip
+            t = np.linspace(t0, t1, 1001)
+            peak[joint] = max(peak[joint], np.abs(2 * c[2] + 6 * c[3] * t).max())
+    return peak
+
+
+def test_an_acceleration_limit_refuses_a_segment_that_accelerates_harder():
+    """With joint_acceleration_limits set, a ramp from rest is checked at its spline's hardest acceleration (as a
+    cubic solved independently gives it): just under the limit it passes, just over it is refused, naming the joint.
+    Without one (a URDF has none) only speed counts."""
+    targets = np.column_stack([1.4 * TIMES, 0.3 * TIMES])
+    safe = _check(targets, jump=1.0)
+    path = np.vstack([np.zeros(2), safe.positions])
+    peak = _reference_peak_acceleration(path, np.vstack([np.zeros(2), safe.velocities]), np.concatenate([[0.0], TIMES]))
+    assert peak[0] > 20.0  # the arm starts from rest: a hard start
+    for scale, refused in ((1.001, False), (0.999, True)):
+        limits = [JointLimit(-1.0, 1.0, 2.0, peak[0] * scale), JointLimit(-math.inf, math.inf, 4.0, peak[1] * 1.001)]
+        if refused:
+            with pytest.raises(EngineError, match=rf"joint pan: step \d would accelerate at up to {peak[0]:.3f}/s\^2"):
+                check_targets(targets, TIMES, np.zeros(2), NAMES, limits, 0.02, 1.0)
+        else:
+            check_targets(targets, TIMES, np.zeros(2), NAMES, limits, 0.02, 1.0)
+    with pytest.raises(EngineError, match=r"joint roll: the first segment from 0.0000 at 3.000/s .* accelerate"):
+        limits = [JointLimit(-1.0, 1.0, 2.0, 1e3), JointLimit(-math.inf, math.inf, 4.0, 10.0)]
+        check_moving_start(safe, 0.1, np.zeros(2), np.array([0.0, 3.0]), NAMES, limits)  # 3/s to 0.3/s in 0.1 s

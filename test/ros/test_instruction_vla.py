@@ -144,13 +144,17 @@ def test_trajectories_name_the_joints_start_ahead_and_end_at_rest(graph):
         assert not any(trajectory.points[-1].velocities)
 
 
-def test_targets_beyond_tight_limits_are_refused_and_the_arm_stays(graph):
-    tight = {"joint_lower_limits": [-1e-3] * ACTION_DIM, "joint_upper_limits": [1e-3] * ACTION_DIM, "limit_margin": 0.0}
+@pytest.mark.parametrize(("tight", "phrase"), [
+    ({"joint_lower_limits": [-1e-3] * ACTION_DIM, "joint_upper_limits": [1e-3] * ACTION_DIM, "limit_margin": 0.0},
+     "beyond its limits"),
+    ({"joint_acceleration_limits": [1e-3] * ACTION_DIM}, "over its acceleration limit"),  # joint_limits.yaml's kind
+])  # fmt: skip
+def test_targets_beyond_tight_limits_are_refused_and_the_arm_stays(graph, tight, phrase):
     with second_robot(graph, "/tight", **tight) as states:
         out = follow(graph, duration_s=30.0, namespace="/tight").result(timeout=90.0)
     assert out.status == GoalStatus.STATUS_ABORTED
     assert out.result.error_code == "OUT_OF_RANGE", out.result.message
-    assert "beyond its limits" in out.result.message and "max_missed_chunks" in out.result.message
+    assert phrase in out.result.message and "max_missed_chunks" in out.result.message
     assert (out.result.chunks_sent, out.result.chunks_missed) == (0, 3)
     assert np.abs([m.position for m in states.messages]).max() == 0.0  # never moved
 

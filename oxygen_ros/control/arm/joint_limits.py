@@ -28,11 +28,12 @@ class JointLimit:
     lower: float  # rad or m; -inf where the joint turns freely
     upper: float
     velocity: float  # rad/s or m/s, > 0
+    acceleration: float = math.inf  # rad/s^2 or m/s^2, > 0; a URDF has none: inf unless a parameter sets one
 
-    def tightened(self, lower: float, upper: float, velocity: float) -> "JointLimit":
+    def tightened(self, lower: float, upper: float, velocity: float, acceleration: float = math.nan) -> "JointLimit":
         """These limits, narrowed by any finite value given (NaN = keep); never widened."""
         return JointLimit(_narrower(self.lower, lower, max), _narrower(self.upper, upper, min),
-                          _narrower(self.velocity, velocity, min))  # fmt: skip
+                          _narrower(self.velocity, velocity, min), _narrower(self.acceleration, acceleration, min))  # fmt: skip
 
 
 def _narrower(mine: float, given: float, pick: Callable[[float, float], float]) -> float:
@@ -76,20 +77,21 @@ def _quiet_reflection() -> Iterator[None]:
 
 
 def joint_limits(names: list[str], described: dict[str, JointLimit], lower: list[float], upper: list[float],
-                 velocity: list[float]) -> list[JointLimit]:  # fmt: skip
+                 velocity: list[float], acceleration: list[float]) -> list[JointLimit]:  # fmt: skip
     """The limits of ``names``, in order: the description's (URDF) tightened by the per-joint parameter lists (each
-    empty or one value per name, NaN = keep). A joint with no limit from either source, or limits that leave no
-    room, is FAILED_PRECONDITION naming it: an arm is never commanded without bounds."""
+    empty or one value per name, NaN = keep). A joint with no position or velocity limit from either source, or
+    limits that leave no room, is FAILED_PRECONDITION naming it: an arm is never commanded without bounds. An
+    acceleration limit (MoveIt's joint_limits.yaml has them; a URDF does not) only comes from its parameter."""
     for label, values in (("joint_lower_limits", lower), ("joint_upper_limits", upper),
-                          ("joint_velocity_limits", velocity)):  # fmt: skip
+                          ("joint_velocity_limits", velocity), ("joint_acceleration_limits", acceleration)):  # fmt: skip
         if values and len(values) != len(names):
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"{label} has {len(values)} values for {len(names)} joints")
     out = []
     for i, name in enumerate(names):
-        given = [values[i] if values else math.nan for values in (lower, upper, velocity)]
+        given = [values[i] if values else math.nan for values in (lower, upper, velocity, acceleration)]
         base = described.get(name)
         if base is None:
-            if any(math.isnan(v) for v in given):
+            if any(math.isnan(v) for v in given[:3]):
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: no limits in robot_description and "
                                   "not all of joint_lower_limits, joint_upper_limits, joint_velocity_limits set")  # fmt: skip
             base = JointLimit(-math.inf, math.inf, math.inf)
@@ -98,7 +100,7 @@ def joint_limits(names: list[str], described: dict[str, JointLimit], lower: list
         if not turns_freely and not (math.isfinite(limit.lower) and math.isfinite(limit.upper)):
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: position limits {limit.lower}, "
                               f"{limit.upper} must be finite (only a continuous joint turns freely)")  # fmt: skip
-        if not (limit.lower < limit.upper and 0 < limit.velocity < math.inf):
+        if not (limit.lower < limit.upper and 0 < limit.velocity < math.inf and limit.acceleration > 0):
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: limits {limit} leave no motion")
         out.append(limit)
     return out

@@ -3,15 +3,17 @@
 A model's target a little past a position limit (within ``margin``: rounding, a blended step) is clamped onto it; one
 further out is refused, as is anything not finite, a first target more than ``max_jump`` from where the plan starts
 (the measured position for an arm at rest: a stale or wrong state, a chunk from another pose), and any segment whose
-peak speed exceeds the joint's velocity limit. The peak is the real one: a joint_trajectory_controller given
-positions and velocities plays cubic segments, whose speed peaks above the segment's average, so the velocities sent
-are monotone (Fritsch-Carlson: zero at a turn and on a limit, so no segment overshoots a target or a limit) and each
-segment's cubic is checked at its fastest. The first segment starts from ``anchor`` at rest; ``check_moving_start``
+peak speed exceeds the joint's velocity limit, or whose peak acceleration its acceleration limit where one is set.
+The peaks are the real ones: a joint_trajectory_controller given positions and velocities plays cubic segments, whose
+speed peaks above the segment's average, so the velocities sent are monotone (Fritsch-Carlson: zero at a turn and on
+a limit, so no segment overshoots a target or a limit) and each segment's cubic is checked at its fastest (its
+acceleration is linear in time: hardest at an end). The first segment starts from ``anchor`` at rest; ``check_moving_start``
 checks it again from where a controller that starts a new trajectory from its measured state is, moving. A refusal is an
 OUT_OF_RANGE error naming the joint, the step and the numbers; the caller holds the arm. The checks only ever narrow
 what the model asked for: clamping moves a target inside the limits, never past them, and no check widens a limit.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,12 +56,7 @@ def check_targets(targets: np.ndarray, times: np.ndarray, anchor: np.ndarray, na
     on_limit = (clamped == lower) | (clamped == upper)
     path, at = np.vstack([anchor, clamped]), np.concatenate([[0.0], times])
     velocities = _monotone_velocities(path, at, np.vstack([np.zeros_like(anchor, dtype=bool), on_limit]))
-    peak = _peak_speeds(path, velocities, at)
-    fast = peak > np.array([lim.velocity for lim in limits])
-    if fast.any():
-        step, joint = np.argwhere(fast)[0]
-        raise _refuse(f"joint {names[joint]}: step {step} would move at up to {peak[step, joint]:.3f}/s, over its "
-                      f"velocity limit {limits[joint].velocity}")  # fmt: skip
+    _check_segments(path, velocities, at, names, limits, lambda step: f"step {step}")
     return SafeTargets(clamped, velocities[1:], int((clamped != targets).sum()))
 
 
@@ -69,13 +66,25 @@ def check_moving_start(safe: SafeTargets, first_s: float, start: np.ndarray, vel
     ``velocity`` [J] to the first target ``first_s`` seconds ahead, at the velocity sent with it; refused over a
     joint's velocity limit, naming the start."""
     path, velocities = np.vstack([start, safe.positions[0]]), np.vstack([velocity, safe.velocities[0]])
-    peak = _peak_speeds(path, velocities, np.array([0.0, first_s]))[0]
-    fast = peak > np.array([lim.velocity for lim in limits])
-    if fast.any():
-        joint = int(np.argmax(np.where(fast, peak, -np.inf)))
-        raise _refuse(f"joint {names[joint]}: the first segment from {start[joint]:.4f} at {velocity[joint]:.3f}/s "
-                      f"(where the controller starts it) would move at up to {peak[joint]:.3f}/s, over its velocity "
-                      f"limit {limits[joint].velocity}")  # fmt: skip
+    _check_segments(path, velocities, np.array([0.0, first_s]), names, limits,
+                    lambda joint: f"the first segment from {start[joint]:.4f} at {velocity[joint]:.3f}/s (where the "
+                                  "controller starts it)", per_joint=True)  # fmt: skip
+
+
+def _check_segments(path: np.ndarray, velocities: np.ndarray, times: np.ndarray, names: tuple[str, ...],
+                    limits: list[JointLimit], where: Callable[[int], str], per_joint: bool = False) -> None:  # fmt: skip
+    """Refuse the first segment whose cubic moves faster, or accelerates harder, than its joint's limits; ``where``
+    names the segment (given its step, or with ``per_joint`` its joint)."""
+    for kind, unit, peak, bound in (
+        ("move", "/s", _peak_speeds(path, velocities, times), [lim.velocity for lim in limits]),
+        ("accelerate", "/s^2", _peak_accelerations(path, velocities, times), [lim.acceleration for lim in limits]),
+    ):
+        over = peak > np.array(bound)
+        if over.any():
+            step, joint = np.argwhere(over)[0]
+            limit = "velocity" if kind == "move" else "acceleration"
+            raise _refuse(f"joint {names[joint]}: {where(joint if per_joint else step)} would {kind} at up to "
+                          f"{peak[step, joint]:.3f}{unit}, over its {limit} limit {bound[joint]}")  # fmt: skip
 
 
 def _monotone_velocities(path: np.ndarray, times: np.ndarray, pinned: np.ndarray) -> np.ndarray:
@@ -91,15 +100,23 @@ def _monotone_velocities(path: np.ndarray, times: np.ndarray, pinned: np.ndarray
     return out
 
 
-def _peak_speeds(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """The fastest speed [m - 1, J] of each cubic Hermite segment between consecutive points (the controller's
-    spline with positions and velocities given)."""
+def _cubic(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each cubic Hermite segment between consecutive points (the controller's spline with positions and velocities
+    given) as dp/ds = a s^2 + b s + c over s in [0, 1]: (a, b, c, dt) [m - 1, J]."""
     dt = np.diff(times)[:, None]
     p0, p1, v0, v1 = path[:-1], path[1:], velocities[:-1] * dt, velocities[1:] * dt  # tangents per unit s
-    # dp/ds = a s^2 + b s + c on s in [0, 1]
-    a = 6 * (p0 - p1) + 3 * (v0 + v1)
-    b = 6 * (p1 - p0) - 4 * v0 - 2 * v1
-    c = v0
+    return 6 * (p0 - p1) + 3 * (v0 + v1), 6 * (p1 - p0) - 4 * v0 - 2 * v1, v0, dt
+
+
+def _peak_accelerations(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """The hardest acceleration [m - 1, J] of each segment: d2p/ds2 = 2 a s + b is linear in s, so at an end."""
+    a, b, _, dt = _cubic(path, velocities, times)
+    return np.maximum(np.abs(b), np.abs(2 * a + b)) / (dt * dt)
+
+
+def _peak_speeds(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """The fastest speed [m - 1, J] of each segment (``_cubic``): at an end or at the vertex of dp/ds."""
+    a, b, c, dt = _cubic(path, velocities, times)
     peak = np.maximum(np.abs(c), np.abs(a + b + c))
     with np.errstate(divide="ignore", invalid="ignore"):
         s = np.where(a != 0, -b / (2 * a), -1.0)
