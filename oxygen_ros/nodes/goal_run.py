@@ -52,8 +52,8 @@ class GoalRun:
         """Fill ``result``'s success / error_code / message from the outcome (and ``note``, what happened after it:
         e.g. a cancel nobody confirmed) and set the goal's terminal state."""
         code, message = self.ended.result() if self.ended.done() else ("INTERNAL", "the goal never ended")
-        message = f"{message}; {note}" if note else message
-        result.success, result.error_code, result.message = code is None, code or "", message[: bounds.TEXT_CHARS]
+        message = f"{message[: bounds.TEXT_CHARS]}; {note}" if note else message  # the note is ours: never cut
+        result.success, result.error_code, result.message = code is None, code or "", message
         if code is None:
             self.goal_handle.succeed()
         elif code == ErrorCode.CANCELLED.value and self.goal_handle.is_cancel_requested:

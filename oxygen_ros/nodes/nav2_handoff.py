@@ -1,13 +1,14 @@
 """Handing a /navigate goal to nav2 (`navigate_to_pose`, nav2_msgs/NavigateToPose): nav2 plans, avoids obstacles
 with its costmaps and drives; navigation_node relays its feedback (pose, elapsed, remaining) and its result, and
-cancels nav2's goal when its own goal ends first (cancelled, preempted, past max_duration_s, nav2's result unreadable),
-asking again until nav2 confirms (``CANCEL_TRIES``): nav2 driving a goal nobody watches is the failure to avoid, so
-the goal's result waits for the answer and names an unconfirmed cancel.
+cancels nav2's goal when its own goal ends first (cancelled, preempted, past max_duration_s, out of reach, nav2 out of
+sight), asking again until nav2 confirms (``CANCEL_TRIES``): nav2 driving a goal nobody watches is the failure to
+avoid, so the goal's result waits for the answer and names an unconfirmed cancel.
 
 Every number nav2 sends is checked before it is relayed: a feedback with a non-finite pose or distance or a
 malformed duration is dropped (logged), and the result's text is cut to ``bounds.TEXT_CHARS``."""
 
 import math
+import threading
 from collections.abc import Callable
 
 from action_msgs.msg import GoalStatus
@@ -80,6 +81,20 @@ def cancel_confirmed(response: CancelGoal.Response) -> bool:
     return response.return_code in (CancelGoal.Response.ERROR_UNKNOWN_GOAL_ID, CancelGoal.Response.ERROR_GOAL_TERMINATED)
 
 
+def _first_of(*futures: Future) -> Future:
+    """A future done (with None) once any of ``futures`` is: their callbacks may run on different threads."""
+    first, lock = Future(), threading.Lock()
+
+    def done(_: Future) -> None:
+        with lock:
+            if not first.done():
+                first.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(done)
+    return first
+
+
 def _cancel_if_accepted(sending: Future) -> None:
     handle = sending.result() if sending.exception() is None else None
     if handle is not None and handle.accepted:
@@ -107,7 +122,18 @@ class Nav2Handoff:
     async def drive(self, run: GoalRun, target: PoseStamped, relay: Callable[[NavigateToPose.Feedback], None],
                     answer_s: float) -> str:  # fmt: skip
         """Send ``target`` to nav2 and end ``run`` with its result; ``relay`` gets each checked feedback. Returns ''
-        or, when nav2 did not confirm the cancel of a goal it took, what went wrong (it may still be driving)."""
+        or, when nav2 may still be driving a goal it took (a cancel it never confirmed, a handover that failed),
+        what went wrong."""
+        try:
+            return await self._drive(run, target, relay, answer_s)
+        except Exception as exc:  # rclpy's calls raise synchronously (a destroyed client, a broken handle)
+            why = f"handing the goal to nav2 failed ({type(exc).__name__}: {exc})"
+            run.end(ErrorCode.UNAVAILABLE, why)
+            self._node.get_logger().error(f"{why}: nav2 may still drive")
+            return f"{why}: nav2 may still drive"
+
+    async def _drive(self, run: GoalRun, target: PoseStamped, relay: Callable[[NavigateToPose.Feedback], None],
+                     answer_s: float) -> str:  # fmt: skip
         goal = NavigateToPose.Goal(pose=target)
         sending = self.client.send_goal_async(goal, lambda m: self._relay(m, relay))
         sent, handle = await wait(self._node, sending, answer_s)
@@ -122,9 +148,6 @@ class Nav2Handoff:
             run.end(ErrorCode.FAILED_PRECONDITION, "nav2 rejected the goal (is it active and localized?)")
             return ""
         result = handle.get_result_async()
-        either: Future = Future()  # nav2's result, or our goal's ending (cancelled, deadline, preempted)
-        for future in (result, run.ended):
-            future.add_done_callback(lambda _: either.done() or either.set_result(None))
         vanished = False  # what gave up the wait, as it was seen then (the graph may change again)
 
         def gone() -> bool:
@@ -132,18 +155,16 @@ class Nav2Handoff:
             vanished = not self.client.server_is_ready()
             return vanished
 
-        await wait(self._node, either, bounds.GOAL_DURATION_S, give_up=gone)
-        over = result.done() and result.exception() is None  # nav2's goal reached a terminal state
-        if over and run.running:
-            run.end(*outcome(result.result().status, result.result().result))
-        elif vanished and run.running:  # its result would never come: not a deadline
+        await wait(self._node, _first_of(result, run.ended), bounds.GOAL_DURATION_S, give_up=gone)
+        if result.done():  # nav2's goal reached a terminal state: nothing of it left to cancel
+            if run.running:
+                run.end(*outcome(result.result().status, result.result().result))
+            return ""
+        if vanished:  # its result would never come: not a deadline (a discovery glitch may hide a live nav2)
             run.end(ErrorCode.UNAVAILABLE, f"nav2's {self.name} went away during the goal")
-        elif result.done() and run.running:
-            run.end(ErrorCode.UNAVAILABLE, f"nav2's result could not be read ({result.exception()}); its goal is "
-                                           "cancelled")  # fmt: skip
-        elif run.running:
+        else:
             run.end(ErrorCode.DEADLINE_EXCEEDED, f"nav2 gave no result within {bounds.GOAL_DURATION_S:g} s")
-        return "" if over or vanished else await self._cancel(handle, answer_s)
+        return await self._cancel(handle, answer_s)
 
     async def _cancel(self, handle: ClientGoalHandle, answer_s: float) -> str:
         """Cancel nav2's goal, asking up to CANCEL_TRIES times (a lost request, a busy server); '' once nav2

@@ -122,6 +122,7 @@ class NavigationNode(TaskActionNode[Trip]):
         self._nav2 = Nav2Handoff(self, self.settings["nav2_action"], self.group)
         self._sources = obstacle_sources.configured(self, self.settings, self.frame, self._transforms, self.group)
         self._commanding = False  # the last goal was driven here (not by nav2): its end sends a zero Twist
+        self._handoff: Trip | None = None  # the last goal handed to nav2
         odom_topic = self.settings["odom_topic"]
         self._odom_name = self.resolve_topic_name(odom_topic)  # the full name, as messages quote it
         self.create_subscription(Odometry, odom_topic, self._on_odom, 10, callback_group=self.group)
@@ -187,6 +188,8 @@ class NavigationNode(TaskActionNode[Trip]):
         if mode == "always" and not nav2:
             run.end(ErrorCode.UNAVAILABLE, f"no nav2 server on {self._nav2.name} within {wait_s:g} s")
             return None
+        if nav2 and self._handoff is not None:  # the goal before: nav2 must have its cancel first, or bt_navigator
+            await self.settle(self._handoff)  # cancelling it would end this goal's too (it checks cancels first)
         if not nav2:
             problem = await self._builtin_driver_problem(mode)
             if problem:
@@ -264,7 +267,9 @@ class NavigationNode(TaskActionNode[Trip]):
             answer_s = settings["service_wait_s"]
             trip.handoff = self.executor.create_task(self._nav2.drive, trip.run, trip.target,
                                                      partial(self._relay, trip), answer_s)  # fmt: skip
-            trip.handoff_s = (CANCEL_TRIES + 1) * answer_s + HANDOFF_SLACK_S
+            # ended as it starts: the goal's answer, a late one, and every cancel, each within answer_s
+            trip.handoff_s = (CANCEL_TRIES + 2) * answer_s + HANDOFF_SLACK_S
+            self._handoff = trip
         tick = self._watch if trip.nav2 else self._tick
         trip.replan_hz = settings["replan_rate_hz"]
         trip.watch_s = max(settings["input_timeout_s"], 3.0 / trip.replan_hz)

@@ -27,8 +27,8 @@ STOP_WAIT_S = 5.0  # how long a goal's own ending, then the spin thread's, may t
 
 @runtime_checkable
 class EndsGoals(Protocol):
-    """A node whose running goal must end while the executor still runs (its ending's callbacks: a nav2 goal
-    cancelled, an arm's trajectory on its way cancelled once accepted)."""
+    """A node whose goals must end while the executor still runs (the running one, and any still ending: a nav2 goal
+    cancelled and the cancel confirmed, an arm's trajectory on its way cancelled once accepted)."""
 
     def end_for_shutdown(self, wait_s: float) -> None: ...
 

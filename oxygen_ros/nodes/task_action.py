@@ -11,6 +11,7 @@ Everything waits as coroutines, so no goal holds an executor thread while it run
 
 import itertools
 import threading
+import time
 from typing import Any, Generic, TypeVar
 
 from rclpy.action import ActionServer, CancelResponse
@@ -56,6 +57,7 @@ class TaskActionNode(Node, Generic[State]):
         self._goal_ids = itertools.count()
         self._newest = -1  # the number of the latest goal accepted
         self._current: GoalRun | None = None
+        self._unreported: set[GoalRun] = set()  # goals that ran and have not sent their result (some still settle)
         # Goals run as coroutines on several executor threads: who is newest and who is current change together
         self._goals_lock = threading.Lock()
         self._destroyed = False
@@ -74,10 +76,15 @@ class TaskActionNode(Node, Generic[State]):
         does: the robot stood by ``stopped``, what it handed on cancelled (``settle``), its result sent; up to
         ``wait_s``."""
         run = self._current
-        if run is None:
-            return
-        run.end(ErrorCode.CANCELLED, "the node is shutting down")
-        run.reported.wait(wait_s)
+        if run is not None:
+            run.end(ErrorCode.CANCELLED, "the node is shutting down")
+        deadline = time.monotonic() + wait_s
+        with self._goals_lock:
+            ending = list(self._unreported)  # the current goal, and any that ended before and still settle
+        for each in ending:
+            if not each.reported.wait(max(0.0, deadline - time.monotonic())):
+                self.get_logger().error(f"{each.task_id} had not finished ending after {wait_s:g} s when the node "
+                                        "shut down: what it handed on may still move (nav2's goal)")  # fmt: skip
 
     def destroy_node(self) -> None:
         """A goal still running ends (its threads and timers stop with it) and the robot stands, sent while the node
@@ -158,20 +165,25 @@ class TaskActionNode(Node, Generic[State]):
                 run.end(ErrorCode.CANCELLED, "preempted by a newer goal")
             if not run.end_if_cancelled():
                 self._current = run
+                self._unreported.add(run)
         if not run.running:
             self.infer.cancel_task(run.task_id)
             return run.report(result)
-        timers = self.start(state)
-        await run.ended
-        try:  # the robot stands first (unless a newer goal took over): nothing below may keep it moving
-            self._stop_current("ended", only=run)
+        try:
+            timers = self.start(state)
+            await run.ended
+            try:  # the robot stands first (unless a newer goal took over): nothing below may keep it moving
+                self._stop_current("ended", only=run)
+            finally:
+                self.infer.cancel_task(run.task_id)
+                for timer in timers:
+                    self.destroy_timer(timer)
+            note = await self.settle(state)
+            self.finish(state, result)
+            return run.report(result, note)
         finally:
-            self.infer.cancel_task(run.task_id)
-            for timer in timers:
-                self.destroy_timer(timer)
-        note = await self.settle(state)
-        self.finish(state, result)
-        return run.report(result, note)
+            with self._goals_lock:
+                self._unreported.discard(run)
 
     async def language_head(self, run: GoalRun, task_type: str, prompt: str, json_schema: str = "") -> str | None:
         """The language head's text about the newest frame (its pixels for a model that reads images, else its scene

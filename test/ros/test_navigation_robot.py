@@ -138,6 +138,7 @@ class StandInNav2(Node):
         self.bad_feedback = False
         self.answer_after_s = 0.0  # how long it takes to accept a goal
         self.cancel_answer = CancelResponse.ACCEPT
+        self.cancel_after_s = 0.0  # how long it takes to answer a cancel
         self.cancel_requests = 0
         self.pose_x = 0.0  # where its feedback says the robot is, in map, at the start (it moves 0.2 m a step)
         self._server = ActionServer(self, NavigateToPose, action, self._execute, goal_callback=self._accept,
@@ -149,6 +150,7 @@ class StandInNav2(Node):
 
     def _cancel(self, _goal) -> CancelResponse:
         self.cancel_requests += 1
+        time.sleep(self.cancel_after_s)
         return self.cancel_answer
 
     def destroy_node(self) -> None:
@@ -549,10 +551,13 @@ def test_a_nav2_that_goes_away_mid_goal_ends_it_unavailable(robot):
         robot["executor"].remove_node(nav2)
         nav2.destroy_node()
         gone_at = time.monotonic()
-        out = goal.result(timeout=10.0)
-        assert time.monotonic() - gone_at < 5.0  # measured 0.26 s; max_duration_s is minutes
+        out = goal.result(timeout=15.0)
+        # ended at once (0.26 s), reported after 3 cancels of 1 s each (nav2 out of sight may be a discovery glitch
+        # hiding a nav2 still driving); max_duration_s is minutes
+        assert time.monotonic() - gone_at < 8.0
     assert out.status == GoalStatus.STATUS_ABORTED
-    assert out.result.error_code == "UNAVAILABLE" and "went away during the goal" in out.result.message
+    assert out.result.message == "nav2's /vanishing/navigate_to_pose went away during the goal; nav2 did not confirm " \
+        "the cancel of its goal after 3 requests (no answer within 1 s): it may still drive the base"  # fmt: skip
 
 
 def test_a_cancel_nav2_refuses_is_asked_again_and_named_in_the_result(robot):
@@ -573,5 +578,19 @@ def test_shutting_down_mid_goal_cancels_the_goal_handed_to_nav2(robot):
     (``end_for_shutdown``), so nav2's goal is cancelled as with any ending; a client going away would not stop it."""
     with driving_through_own_nav2(robot, "leaving_nav2") as (node, nav2, goal):
         node.end_for_shutdown(5.0)
+        assert nav2.cancel_requests == 1  # answered before it returned
         wait_until(lambda: nav2.cancelled, 5.0, "nav2's goal cancelled")
         assert goal.result(timeout=5.0).status == GoalStatus.STATUS_ABORTED
+
+
+def test_shutting_down_waits_for_a_goal_that_ended_and_still_cancels_nav2s(robot):
+    """A goal that ended just before Ctrl-C (cancelled by its client) and is still waiting for nav2 to confirm the
+    cancel: the shutdown waits for it, so its cancels are sent and its result (naming nav2's refusal) goes out."""
+    with driving_through_own_nav2(robot, "settling") as (node, nav2, goal):
+        nav2.cancel_answer, nav2.cancel_after_s = CancelResponse.REJECT, 0.3
+        goal.cancel()
+        wait_until(lambda: nav2.cancel_requests >= 1, 5.0, "the first cancel asked")
+        node.end_for_shutdown(5.0)
+        assert nav2.cancel_requests == CANCEL_TRIES
+        out = goal.result(timeout=1.0)
+    assert out.status == GoalStatus.STATUS_CANCELED and "did not confirm the cancel" in out.result.message
