@@ -37,6 +37,7 @@ from oxygen_ros.control.arm.joint_limits import JointLimit, joint_limits, urdf_l
 from oxygen_ros.control.arm.state_entries import MAX_SPEED, reported_velocities, state_entries
 from oxygen_ros.control.arm.joint_map import JointMap
 from oxygen_ros.control.arm.safety import SafeTargets
+from oxygen_ros.control.arm.turns import difference, turning
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.future_wait import wait
@@ -139,6 +140,7 @@ class ArmIO:
         self._joints: dict[str, tuple[float, float, float, float]] = {}  # joint -> (position, velocity (NaN: none),
         # arrival, stamp), seconds
         self._described: dict[str, JointLimit] = {}
+        self._known_limits: list[JointLimit] | None = None  # the last limits read: a hold's, if they cannot be now
         self._fault = ""  # why the controller ended our newest goal when we did not ask it to
         self._newest = None  # the handle of our newest accepted goal (the one the controller plays)
         self._live: dict[bytes, object] = {}  # our accepted goals not ended yet, by goal id
@@ -189,6 +191,12 @@ class ArmIO:
         stamped in another era)."""
         return self._read(names)[:, 0]
 
+    def reading(self, names: tuple[str, ...]) -> tuple[np.ndarray, float]:
+        """``measured`` and when the oldest of its positions arrived (node clock, s): what a plan is compared with
+        is where it had the arm then."""
+        readings = self._read(names)
+        return readings[:, 0], float(readings[:, 2].min())
+
     def start_state(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """Where a controller taking a trajectory now starts it from (a joint_trajectory_controller's default: its
         measured state): each position carried forward to now at its reported velocity, and that velocity (0 where
@@ -238,8 +246,10 @@ class ArmIO:
         return np.array(state), self.map.to_model(self.measured(self.names))
 
     def limits(self) -> list[JointLimit]:
-        """The action joints' limits now (FAILED_PRECONDITION naming a joint without any)."""
-        return joint_limits(list(self.names), self._described, *self._limit_lists)
+        """The action joints' limits now (FAILED_PRECONDITION naming a joint without any); the last known are kept
+        for a hold."""
+        self._known_limits = joint_limits(list(self.names), self._described, *self._limit_lists)
+        return list(self._known_limits)
 
     # --- the controller ------------------------------------------------------------------------------------------
     async def missing(self, wait_s: float) -> str:
@@ -267,17 +277,17 @@ class ArmIO:
             fault, self._fault = self._fault, ""
         return fault
 
-    async def send(self, start: float, times: np.ndarray, safe: SafeTargets) -> str:
-        """Play ``safe``, planned from node-clock time ``start`` (point i due at ``start + times[i]``); '' when the
+    async def send(self, start: float, safe: SafeTargets) -> str:
+        """Play ``safe``, planned from node-clock time ``start`` (point i due at ``start + safe.times[i]``); '' when the
         controller took it, else why not. Sent unstamped (stamp 0: the controller starts it when it takes it, point
-        i ``times[i]`` later), so a slow delivery or a controller's clock ahead of ours delays the plan instead of
+        i ``safe.times[i]`` later), so a slow delivery or a controller's clock ahead of ours delays the plan instead of
         having the controller sample it mid-segment, a jump. A hold while the goal is on its way cancels it as soon
         as it is accepted, however late that is: no trajectory outlives a hold; one taken after its first target was
         due is cancelled too (a stale plan)."""
         arm = self._arm_columns
         points = [JointTrajectoryPoint(positions=p[arm].tolist(), velocities=v[arm].tolist(),
                                        time_from_start=duration_of(t))
-                  for p, v, t in zip(safe.positions, safe.velocities, times)]  # fmt: skip
+                  for p, v, t in zip(safe.positions, safe.velocities, safe.times)]  # fmt: skip
         trajectory = JointTrajectory(header=Header(), joint_names=list(self.arm_names), points=points)
         if not self._listening():
             return f"{self.target} is not there (no action server, or no subscriber to the topic)"
@@ -296,7 +306,7 @@ class ArmIO:
         with self._lock:
             if self._holds != holds:
                 return "the arm was told to hold while the trajectory was on its way"
-        late = self.now() - start - float(times[0])
+        late = self.now() - start - float(safe.times[0])
         if late > 0:  # its plan is stale: the arm would be that late on every target
             self._cancel(handle)
             return (f"{self.target} took the trajectory {late:.3f} s after its first target was due (raise "
@@ -358,20 +368,24 @@ class ArmIO:
             return
         arm = self._arm_columns
         try:
-            speeds = np.array([lim.velocity for lim in self.limits()])
-        except EngineError as exc:
-            log(f"cannot hold on {self.target}: {exc.message}")
-            return
-        try:
-            measured = self.measured(self.names)
-            here, distance = (measured, 0.0) if at is None else (at, np.abs(at - measured)[arm])
+            limits = self.limits()
+        except EngineError as exc:  # a description changed since: the limits the goal ran with still bound the hold
+            if self._known_limits is None:
+                log(f"cannot hold on {self.target}: {exc.message}")
+                return
+            limits = self._known_limits
+        speeds, turns = np.array([lim.velocity for lim in limits])[arm], turning(limits)[arm]
+        try:  # the trajectory's joints only: a gripper on its own controller may report late, or not at all
+            measured = self.measured(self.arm_names)
+            offset = np.zeros(len(arm)) if at is None else difference(at[arm], measured, turns)  # a wrist: short way
+            here, distance = measured + offset, np.abs(offset)
         except EngineError as exc:
             if at is None:
                 log(f"cannot hold on {self.target}: {exc.message}, and no plan says where the arm is")
                 return
             log(f"holding on {self.target} where the plan has the arm: {exc.message}")
-            here, distance = at, np.full(len(arm), gap)
-        slowest = max(float(np.max(1.5 * distance / speeds[arm], initial=0.0)), HOLD_MIN_S)
-        point = JointTrajectoryPoint(positions=here[arm].tolist(), velocities=[0.0] * len(arm),
+            here, distance = at[arm], np.full(len(arm), gap)
+        slowest = max(float(np.max(1.5 * distance / speeds, initial=0.0)), HOLD_MIN_S)
+        point = JointTrajectoryPoint(positions=here.tolist(), velocities=[0.0] * len(arm),
                                      time_from_start=duration_of(slowest))  # fmt: skip
         self._publisher.publish(JointTrajectory(joint_names=list(self.arm_names), points=[point]))

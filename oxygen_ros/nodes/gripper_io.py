@@ -6,8 +6,9 @@ The gripper follows the arm's plan: every control period the instruction node ha
 position one `send_lead_s` ahead (clamped to the same position limits as every target; its speed is the
 controller's), and a goal goes out only when that position moved more than `gripper_deadband` from the last one
 sent, so a steady grip sends nothing. A goal that ends without reaching its position is normal for a gripper (it
-stalls on the object it holds) and is only logged; a hold cancels our goals (the controller keeps the gripper where
-it is) and drops a position decided before it.
+stalls on the object it holds) and is only logged. A hold sends nothing more (a position decided before it is
+dropped) but cancels nothing: a GripperActionController answers a cancel by commanding the jaw's measured position
+at its default effort, which takes the squeeze off whatever the jaw holds, so the last goal keeps its grip.
 """
 
 import threading
@@ -39,7 +40,6 @@ class GripperIO:
         self._effort, self._deadband = settings["gripper_max_effort"], settings["gripper_deadband"]
         self._lock = threading.Lock()  # the clock thread commands, the executor's callbacks answer
         self._sent: float | None = None  # the last position sent since the last hold
-        self._live: dict[bytes, object] = {}  # our accepted goals not ended yet
         self._newest = b""  # the id of our newest accepted goal
         self._holds = 0
         self.target = node.resolve_topic_name(settings["gripper_action"])
@@ -77,9 +77,9 @@ class GripperIO:
             self._sent = position
         goal = GripperCommand.Goal()
         goal.command.position, goal.command.max_effort = float(position), float(self._effort)
-        self._client.send_goal_async(goal).add_done_callback(lambda f: self._on_accepted(f.result(), holds))
+        self._client.send_goal_async(goal).add_done_callback(lambda f: self._on_accepted(f.result()))
 
-    def _on_accepted(self, handle, holds: int) -> None:
+    def _on_accepted(self, handle) -> None:
         if handle is None or not handle.accepted:
             with self._lock:
                 self._sent = None  # sent again at the next period, not only once the plan moves past the deadband
@@ -87,18 +87,11 @@ class GripperIO:
             return
         key = bytes(handle.goal_id.uuid)
         with self._lock:
-            stale = holds != self._holds
-            if not stale:
-                self._live[key] = handle
-                self._newest = key
-        if stale:  # a hold came while it was on its way
-            handle.cancel_goal_async()
-            return
+            self._newest = key  # a hold since it was sent leaves it to finish too: the jaw's last command
         handle.get_result_async().add_done_callback(lambda f: self._on_result(key, f.result()))
 
     def _on_result(self, key: bytes, response) -> None:
         with self._lock:
-            self._live.pop(key, None)
             newest = key == self._newest  # an older goal ends because ours preempted it
         result = response.result
         if newest and response.status == GoalStatus.STATUS_ABORTED:
@@ -106,15 +99,11 @@ class GripperIO:
                                             f"{result.stalled})", throttle_duration_sec=5.0)  # fmt: skip
 
     def hold(self) -> None:
-        """Stop the gripper where it is: every goal of ours cancelled (one still on its way as soon as accepted)."""
-        if self._client is None:
-            return
+        """Send no more gripper goals for the plan that was held (the next plan's are sent again); the last goal is
+        left to finish, keeping its grip (see the module's docstring)."""
         with self._lock:
             self._holds += 1
             self._sent = None
-            live, self._live = list(self._live.values()), {}
-        for handle in live:
-            handle.cancel_goal_async()
 
     def destroy(self) -> None:
         if self._client is not None:

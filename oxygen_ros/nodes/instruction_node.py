@@ -404,8 +404,10 @@ class InstructionNode(TaskActionNode[Stream]):
         if late_s > 0:
             self.vla.miss(stream.run, plan, ErrorCode.DEADLINE_EXCEEDED, f"the chunk came {late_s:.3f} s late",
                           late=True)  # fmt: skip
-        elif not plan.overdue:
-            plan.missed = 0
+        else:
+            with plan.lock:  # the clock thread counts misses under it
+                if not plan.overdue:
+                    plan.missed = 0
         self._publish(stream, answer.actions)
 
     async def _first_chunk(self, stream: Stream) -> None:

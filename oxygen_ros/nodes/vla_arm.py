@@ -32,6 +32,7 @@ from oxygen_ros.control.arm.action_queue import ActionQueue
 from oxygen_ros.control.arm.joint_limits import JointLimit
 from oxygen_ros.control.arm.latency import Latency
 from oxygen_ros.control.arm.safety import check_moving_start, check_targets
+from oxygen_ros.control.arm.turns import beside, difference, turning
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk, ChunkTrace
 from oxygen_ros.srv import Infer
@@ -57,6 +58,7 @@ RANGES = {"actions_per_chunk": (0, 10_000), "chunk_threshold": (0, 10_000), "ble
           "max_missed_chunks": (1, 1000), "send_lead_s": (0.0, 10.0), "max_tracking_error": (0.0, 10.0)}  # fmt: skip
 POSITIVE = ("send_lead_s", "max_tracking_error")
 MAX_PERIOD_S = 1.0  # a chunk's action period: the arm is watched (cancel, faults, tracking) once a period
+MIN_PERIOD_S = 1e-3  # and no faster than a ros2_control loop runs: the clock thread ticks once a period
 
 
 class NotFollowing(EngineError):
@@ -117,13 +119,14 @@ class VlaArm:
         if len(self.arm.names) != chunk.action_dim:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"the model's {chunk.action_dim} action dimensions need "
                               f"as many action_joint_names, {len(self.arm.names)} are set")  # fmt: skip
-        if not 0 < chunk.period_s <= MAX_PERIOD_S or chunk.horizon < 1:
+        if not MIN_PERIOD_S <= chunk.period_s <= MAX_PERIOD_S or chunk.horizon < 1:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"a chunk of {chunk.horizon} actions {chunk.period_s} s "
-                              f"apart cannot be executed (period_s must be in (0, {MAX_PERIOD_S:g}]: the arm is "
-                              "watched once a period)")  # fmt: skip
+                              f"apart cannot be executed (period_s must be in [{MIN_PERIOD_S:g}, {MAX_PERIOD_S:g}]: "
+                              "the arm is watched once a period)")  # fmt: skip
         limits = self.arm.limits()
         if self.arm.gripper_column is not None:  # the jaw moves at its controller's speed, not along the trajectory
-            limits[self.arm.gripper_column] = replace(limits[self.arm.gripper_column], velocity=math.inf)
+            limits[self.arm.gripper_column] = replace(limits[self.arm.gripper_column], velocity=math.inf,
+                                                      acceleration=math.inf)  # fmt: skip
         self.arm.measured(self.arm.names)
         s = self._settings
         horizon = min(s["actions_per_chunk"] or chunk.horizon, chunk.horizon)
@@ -183,13 +186,16 @@ class VlaArm:
         rows = np.asarray(chunk.actions, dtype=np.float64).reshape(chunk.horizon, chunk.action_dim)[: plan.horizon]
         queue, now, lead = plan.queue, self.arm.now(), self._settings["send_lead_s"]
         with plan.lock:
-            commanded = queue.commanded(now)
-            merge = queue.merge(self.arm.map.to_joints(rows, origin), observed_at, now + lead)
+            commanded, moving = queue.commanded(now), queue.velocity(now)
+            targets = self.arm.map.to_joints(rows, origin)
+            if commanded is not None:  # a turning joint's targets beside the plan's, not a turn away (a wrap)
+                targets = beside(targets, commanded, turning(plan.limits))
+            merge = queue.merge(targets, observed_at, now + lead)
             if not merge.blended + merge.appended:
                 return ErrorCode.DEADLINE_EXCEEDED, f"the chunk arrived after all its {len(rows)} targets were due"
             times = np.array([queue.time(queue.first + i) for i in range(len(queue.rows))]) - now
             try:
-                safe = self._checked(plan, commanded, times)
+                safe = self._checked(plan, commanded, moving, times)
             except EngineError as exc:  # an arm not following its plan stops where it is, not where the plan is
                 queue.hold()
                 at = None if isinstance(exc, NotFollowing) else commanded
@@ -198,11 +204,9 @@ class VlaArm:
             queue.rows = safe.positions  # the plan is what the arm was told
             plan.sending = True
         try:
-            refused = await self.arm.send(now, times, safe)
-        except BaseException:  # the send broke off: nothing of it may play, the jaw included
-            with plan.lock:
-                plan.queue.hold()
-                plan.sending = False
+            refused = await self.arm.send(now, safe)
+        except BaseException:  # the send broke off: nothing of it may play (taken late: cancelled), the jaw included
+            self.hold(plan)
             raise
         if not refused:
             with plan.lock:
@@ -229,12 +233,13 @@ class VlaArm:
         plan.sent += 1
         return None
 
-    def _checked(self, plan: ArmPlan, commanded: np.ndarray | None, times: np.ndarray):
-        """The plan's targets made safe, from where the plan has the arm now (from the measured position without
-        a plan); OUT_OF_RANGE when the arm does not follow its plan, or when its first segment would be too fast
-        from where the controller starts it: a joint_trajectory_controller takes a new trajectory from its
-        measured state, moving (from its desired one, the plan's, with interpolate_from_desired_state)."""
-        measured = self.arm.measured(self.arm.names)
+    def _checked(self, plan: ArmPlan, commanded: np.ndarray | None, moving: np.ndarray | None, times: np.ndarray):
+        """The plan's targets made safe, from where the plan has the arm now, moving as the plan moves it (from the
+        measured position at rest without a plan); OUT_OF_RANGE when the arm does not follow its plan, or when its
+        first segment would be too fast from where the controller starts it: a joint_trajectory_controller takes a
+        new trajectory from its measured state, moving (from its desired one, the plan's, with
+        interpolate_from_desired_state or open_loop_control: checked above)."""
+        measured, read_at = self.arm.reading(self.arm.names)
         jaw = self.arm.gripper_column  # its own controller: it may stall on what it holds, and jump to a new grip
         margin = self._settings["limit_margin"]
         if commanded is None:  # no plan now (the first chunk, after an underrun or a hold): still moving, maybe
@@ -243,16 +248,18 @@ class VlaArm:
                 jump[jaw] = np.inf
             safe = check_targets(plan.queue.rows, times, measured, self.arm.names, plan.limits, margin, jump)
         else:
-            self._check_tracking(measured, commanded)
-            safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf)
-        start, moving = self.arm.start_state(self.arm.names)
-        check_moving_start(safe, float(times[0]), start, moving, self.arm.names, plan.limits)
+            # where the plan had the arm when it was read: back along the plan's motion (the queue has merged since)
+            self._check_tracking(measured, commanded - moving * (self.arm.now() - read_at), plan.limits)
+            safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf,
+                                 moving)  # fmt: skip
+        start, velocity = self.arm.start_state(self.arm.names)
+        check_moving_start(safe, float(safe.times[0]), start, velocity, self.arm.names, plan.limits)
         return safe
 
-    def _check_tracking(self, measured: np.ndarray, commanded: np.ndarray) -> None:
+    def _check_tracking(self, measured: np.ndarray, commanded: np.ndarray, limits: list[JointLimit]) -> None:
         """NotFollowing when a joint (the gripper aside: it may stall on what it holds) is over max_tracking_error
-        from where the plan has it."""
-        error = np.abs(measured - commanded)
+        from where the plan has it (a turning joint the short way round)."""
+        error = np.abs(difference(measured, commanded, turning(limits)))
         if self.arm.gripper_column is not None:
             error[self.arm.gripper_column] = 0.0
         if error.max() > self._settings["max_tracking_error"]:
@@ -288,7 +295,7 @@ class VlaArm:
             run.end(ErrorCode.ABORTED, fault)
             return
         try:
-            measured = self.arm.measured(self.arm.names)
+            measured, read_at = self.arm.reading(self.arm.names)
         except EngineError as exc:
             self.hold(plan)
             run.end(exc.code, exc.message)
@@ -297,10 +304,10 @@ class VlaArm:
         with plan.lock:
             plan.queue.check_underrun(now)
             ahead = None if plan.sending else plan.queue.commanded(now + self._settings["send_lead_s"])
-            here = plan.queue.commanded(now)
+            here = plan.queue.commanded(read_at)  # where the plan had the arm when it was read (not now: it moved on)
         try:  # a controller that dropped or stalled the trajectory is found within a period, not at the next chunk
             if here is not None and run.running:
-                self._check_tracking(measured, here)
+                self._check_tracking(measured, here, plan.limits)
         except NotFollowing as exc:
             self.hold(plan, where_it_is=True)
             run.end(exc.code, exc.message)

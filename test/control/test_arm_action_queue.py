@@ -58,3 +58,13 @@ def test_underruns_are_counted_once_each_time_the_plan_runs_dry():
     assert q.check_underrun(0.95) and q.underruns == 2
     q.hold()
     assert q.remaining(1.0) == 0 and not q.check_underrun(2.0)  # a held arm is not an underrun
+
+
+def test_the_plans_velocity_is_its_slope_where_it_has_the_arm():
+    """As ``commanded`` moves the arm (straight between targets), so fast: the slope of the step around ``t``; None
+    outside the plan."""
+    queue = ActionQueue(0.1, 0.3)
+    queue.merge(np.array([[0.0, 1.0], [0.2, 1.0], [0.3, 0.5]]), observed_at=10.0, earliest=10.0)
+    np.testing.assert_allclose(queue.velocity(10.15), [2.0, 0.0])
+    np.testing.assert_allclose(queue.velocity(10.25), [1.0, -5.0])
+    assert queue.velocity(9.0) is None and queue.velocity(10.5) is None

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from oxygen_ros.control.arm.joint_limits import JointLimit
-from oxygen_ros.control.arm.safety import check_moving_start, check_targets
+from oxygen_ros.control.arm.safety import MAX_STOP_S, check_moving_start, check_targets
 from oxygen_ros.errors import EngineError, ErrorCode
 
 NAMES = ("pan", "roll")
@@ -104,3 +104,36 @@ def test_an_acceleration_limit_refuses_a_segment_that_accelerates_harder():
     with pytest.raises(EngineError, match=r"joint roll: the first segment from 0.0000 at 3.000/s .* accelerate"):
         limits = [JointLimit(-1.0, 1.0, 2.0, 1e3), JointLimit(-math.inf, math.inf, 4.0, 10.0)]
         check_moving_start(safe, 0.1, np.zeros(2), np.array([0.0, 3.0]), NAMES, limits)  # 3/s to 0.3/s in 0.1 s
+
+
+def test_a_steady_motion_is_checked_as_one_not_as_a_start_from_rest():
+    """An arm the plan moves at 1.6 rad/s (under the 2.0 limit) going on at that speed: from rest its first cubic
+    would peak at 2.13/s, refused; from the plan's own velocity it is a straight line (speed 1.6, acceleration 0 by
+    the independently solved cubic)."""
+    targets = np.column_stack([1.6 * TIMES, np.zeros(3)])
+    limits = [JointLimit(-1.0, 1.0, 2.0, 40.0), JointLimit(-math.inf, math.inf, 4.0, 40.0)]
+    with pytest.raises(EngineError, match="joint pan: step 0 would move at up to 2.133"):
+        check_targets(targets, TIMES, np.zeros(2), NAMES, limits, 0.02, np.inf)
+    safe = check_targets(targets, TIMES, np.zeros(2), NAMES, limits, 0.02, np.inf, np.array([1.6, 0.0]))
+    path, at = np.vstack([np.zeros(2), safe.positions]), np.concatenate([[0.0], TIMES])
+    velocities = np.vstack([[1.6, 0.0], safe.velocities])
+    assert _reference_peak_acceleration(path[:2], velocities[:2], at[:2])[0] == pytest.approx(0.0, abs=1e-6)
+    assert safe.velocities[0, 0] == pytest.approx(1.6) and safe.velocities[-1, 0] == 0.0  # the stop: tested below
+
+
+def test_a_chunk_cut_off_mid_motion_stops_within_the_limits_later():
+    """The plan ends at rest: a steady 1.6 rad/s stopped within its last 0.1 s period would peak at 2.13/s (over
+    2.0) and decelerate at 64/s^2 (over 20). Its last target's time is pushed out, in steps, until the stop fits
+    both (checked on the independently solved cubic); a stop that cannot fit within MAX_STOP_S is refused."""
+    targets, moving = np.column_stack([1.6 * TIMES, np.zeros(3)]), np.array([1.6, 0.0])
+    limits = [JointLimit(-1.0, 1.0, 2.0, 20.0), JointLimit(-math.inf, math.inf, 4.0, 20.0)]
+    safe = check_targets(targets, TIMES, np.zeros(2), NAMES, limits, 0.02, np.inf, moving)
+    np.testing.assert_allclose(safe.times[:2], TIMES[:2])  # only the last target waits
+    assert safe.times[2] > TIMES[2] and safe.times[2] - safe.times[1] <= MAX_STOP_S
+    path, at = np.vstack([np.zeros(2), safe.positions]), np.concatenate([[0.0], safe.times])
+    velocities = np.vstack([moving, safe.velocities])
+    assert _reference_peak_acceleration(path, velocities, at)[0] <= 20.0 + 1e-9
+    assert np.isclose(safe.velocities[0, 0], 1.6) and safe.velocities[2, 0] == 0.0  # slowing from the second on
+    tight = [JointLimit(-1.0, 1.0, 2.0, 0.01), JointLimit(-math.inf, math.inf, 4.0, 0.01)]
+    with pytest.raises(EngineError, match="joint pan: step 2 would move at up to 2.133"):  # the stop as it was
+        check_targets(targets, TIMES, np.zeros(2), NAMES, tight, 0.02, np.inf, moving)

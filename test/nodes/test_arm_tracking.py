@@ -11,6 +11,7 @@ import pytest
 from rclpy.node import Node
 
 from oxygen_ros.control.arm.action_queue import ActionQueue
+from oxygen_ros.control.arm.joint_limits import JointLimit
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
@@ -25,6 +26,7 @@ class Arm:
 
     def __init__(self, measured: list[float], gripper_column: int | None = None) -> None:
         self.position, self.gripper_column, self.holds, self.clock = np.array(measured), gripper_column, [], 10.0
+        self.read_at: float | None = None  # when the position was read (None: now)
         self.gripper = SimpleNamespace(holds=0, command=lambda *_: None)
 
     def take_fault(self) -> str:
@@ -32,6 +34,9 @@ class Arm:
 
     def measured(self, names) -> np.ndarray:
         return self.position
+
+    def reading(self, names) -> tuple[np.ndarray, float]:
+        return self.position, self.read_at if self.read_at is not None else self.clock
 
     def now(self) -> float:
         return self.clock
@@ -47,11 +52,12 @@ class Run:
         self.running, self.ended = False, (code, message)
 
 
-def planned(rows: list[list[float]]) -> ArmPlan:
+def planned(rows: list[list[float]], limits: list[JointLimit] | None = None) -> ArmPlan:
     """A plan playing ``rows`` (one every 0.1 s) from node-clock 10.0 on."""
     queue = ActionQueue(0.1, 0.3)
     queue.origin, queue.first, queue.rows = 10.0, 0, np.array(rows)
-    return ArmPlan(queue, horizon=len(rows), threshold=1, limits=[], action_dim=3)
+    return ArmPlan(queue, horizon=len(rows), threshold=1, limits=limits or [JointLimit(-3.0, 3.0, 2.0)] * 3,
+                   action_dim=3)  # fmt: skip
 
 
 def test_an_arm_that_does_not_follow_its_plan_ends_the_goal_held_where_it_is(ros_context):
@@ -71,6 +77,28 @@ def test_an_arm_that_does_not_follow_its_plan_ends_the_goal_held_where_it_is(ros
         vla.tick(run, plan)
         assert run.ended[0] == ErrorCode.OUT_OF_RANGE and "joint shoulder is 0.500" in run.ended[1]
         assert arm.holds == [None] and plan.queue.rows is None  # held where measured; the plan forgotten
+    finally:
+        node.destroy_node()
+
+
+def test_a_reading_is_compared_with_where_the_plan_had_the_arm_when_it_was_read(ros_context):
+    """Joint states arrive every so often: a reading 0.25 s old of an arm following its 2 rad/s plan is 0.5 behind
+    where the plan has it now, over max_tracking_error, yet exactly where the plan had it then; a wrapped reading of
+    a turning wrist (-pi + 0.05 for a plan at pi - 0.05) is 0.1 from it, not a turn."""
+    node = Node("arm_tracking_time_test", context=ros_context)
+    try:
+        rows = [[0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [0.4, 0.0, 0.0], [0.6, 0.0, 0.0], [0.8, 0.0, 0.0]]
+        arm, run = Arm([0.2, 0.0, 0.0]), Run()
+        arm.clock, arm.read_at = 10.35, 10.1
+        VlaArm(node, arm, SETTINGS).tick(run, planned(rows))
+        assert run.running and not arm.holds
+        wrist = [JointLimit(-3.0, 3.0, 2.0), JointLimit(-math.inf, math.inf, 2.0), JointLimit(-3.0, 3.0, 2.0)]
+        arm.position, arm.read_at = np.array([0.0, -math.pi + 0.05, 0.0]), None
+        arm.clock = 10.0
+        VlaArm(node, arm, SETTINGS).tick(run, planned([[0.0, math.pi - 0.05, 0.0]] * 3, wrist))
+        assert run.running and not arm.holds
+        VlaArm(node, arm, SETTINGS).tick(run, planned([[0.0, math.pi - 0.05, 0.0]] * 3))  # were it limited: 6.18 off
+        assert run.ended[0] == ErrorCode.OUT_OF_RANGE and "joint elbow is 6.183" in run.ended[1]
     finally:
         node.destroy_node()
 
@@ -106,15 +134,15 @@ def test_the_gripper_waits_while_the_arms_trajectory_is_on_its_way(ros_context):
         node.destroy_node()
 
 
-@pytest.mark.parametrize("period_s", [0.0, 1.5, math.inf, math.nan])
+@pytest.mark.parametrize("period_s", [0.0, 1e-4, 1.5, math.inf, math.nan])
 def test_a_chunk_period_the_arm_cannot_be_watched_at_is_refused(ros_context, period_s):
     """The arm is watched (cancel, faults, tracking) once an action period: a model's period over 1 s, or none,
-    would leave it unwatched that long."""
+    would leave it unwatched that long; one under 1 ms would have the clock thread spin."""
     node = Node("arm_period_test", context=ros_context)
     try:
         arm = Arm([0.0, 0.0, 0.0])
         arm.configured = True
-        with pytest.raises(EngineError, match=r"period_s must be in \(0, 1\]"):
+        with pytest.raises(EngineError, match=r"period_s must be in \[0.001, 1\]"):
             VlaArm(node, arm, SETTINGS).plan_for(ActionChunk(action_dim=3, horizon=5, period_s=period_s))
     finally:
         node.destroy_node()

@@ -198,8 +198,8 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_cancelled_and_refu
     # then one due 1 s ahead on the node's clock (time enough to be taken on a loaded machine)
     for start, offset, late in ((io.now() - 5.0, -0.05, True), (io.now(), 0.05, False)):
         targets = np.vstack([here + offset, here + offset])
-        task = arm.client.executor.create_task(io.send(start, np.array([1.0, 1.1]),
-                                                       SafeTargets(targets, np.zeros_like(targets), 0)))  # fmt: skip
+        safe = SafeTargets(targets, np.zeros_like(targets), np.array([1.0, 1.1]), 0)
+        task = arm.client.executor.create_task(io.send(start, safe))
         wait_until(task.done, 10.0, "the controller's answer")
         refused = task.result()
         assert ("after its first target was due" in refused) if late else refused == "", refused

@@ -8,11 +8,13 @@ import time
 import pytest
 from action_msgs.msg import GoalStatus
 from control_msgs.action import GripperCommand
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from ros_harness import send_goal, spin_nodes, wait_until
 from sensor_msgs.msg import JointState
 
+from oxygen_ros.nodes.gripper_io import GripperIO
 from oxygen_ros.nodes.gripper_sim import GripperSim
 from oxygen_ros.nodes.instruction_node import InstructionNode
 
@@ -71,3 +73,22 @@ def test_a_gripper_that_is_not_one_action_joint_stops_the_start(ros_context, gri
     with pytest.raises(ValueError, match="parameter gripper_joint_names must be at most one of action_joint_names"):
         InstructionNode(context=ros_context, parameter_overrides=[
             Parameter("action_joint_names", value=["a", "b"]), Parameter("gripper_joint_names", value=grippers)])  # fmt: skip
+
+
+def test_a_hold_keeps_the_grip_and_sends_nothing_more(ros_context, jaw):
+    """A GripperActionController answers a cancel by commanding the measured position at its default effort, which
+    would let go of what the jaw squeezes: a hold cancels nothing (the last goal finishes) and stops new goals."""
+    node = Node("gripper_io_test", context=ros_context)
+    gripper = GripperIO(node, {"gripper_action": ACTION, "gripper_max_effort": 5.0, "gripper_deadband": 0.005},
+                        "gripper", ReentrantCallbackGroup())  # fmt: skip
+    with spin_nodes(ros_context, node):  # destroys the node (and the client) after
+        wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
+        start = jaw.states[-1].position[0]
+        gripper.command(UPPER, gripper.holds)
+        wait_until(lambda: jaw.states[-1].position[0] > start + 0.05, 5.0, "the jaw moving")
+        holds = gripper.holds
+        gripper.hold()
+        gripper.command(LOWER, holds)  # decided on the held plan: dropped
+        wait_until(lambda: jaw.states[-1].position[0] == pytest.approx(UPPER, abs=1e-3), 5.0, "the grip kept")
+        time.sleep(0.3)
+        assert jaw.states[-1].position[0] == pytest.approx(UPPER, abs=1e-3)

@@ -72,6 +72,16 @@ class ActionQueue:
         frac = x - i
         return self.rows[i] if len(self.rows) == 1 else (1 - frac) * self.rows[i] + frac * self.rows[i + 1]
 
+    def velocity(self, t: float) -> np.ndarray | None:
+        """How fast the plan moves the arm at ``t`` (its slope between the targets around ``t``, as ``commanded``
+        moves), or None outside it."""
+        if self.commanded(t) is None:
+            return None
+        if len(self.rows) == 1:
+            return np.zeros_like(self.rows[0])
+        i = min(int((t - self.origin) / self.period - self.first), len(self.rows) - 2)
+        return (self.rows[i + 1] - self.rows[i]) / self.period
+
     def check_underrun(self, now: float) -> bool:
         """Whether the plan has run out at ``now`` (an underrun is counted the first time it is seen)."""
         dry = self.rows is not None and now >= self.time(self.last)

@@ -7,10 +7,13 @@ peak speed exceeds the joint's velocity limit, or whose peak acceleration its ac
 The peaks are the real ones: a joint_trajectory_controller given positions and velocities plays cubic segments, whose
 speed peaks above the segment's average, so the velocities sent are monotone (Fritsch-Carlson: zero at a turn and on
 a limit, so no segment overshoots a target or a limit) and each segment's cubic is checked at its fastest (its
-acceleration is linear in time: hardest at an end). The first segment starts from ``anchor`` at rest; ``check_moving_start``
-checks it again from where a controller that starts a new trajectory from its measured state is, moving. A refusal is an
-OUT_OF_RANGE error naming the joint, the step and the numbers; the caller holds the arm. The checks only ever narrow
-what the model asked for: clamping moves a target inside the limits, never past them, and no check widens a limit.
+acceleration is linear in time: hardest at an end). A plan ends at rest; where stopping within its last period would
+break a limit, the last target's time is pushed out until the stop fits (``_stopping_in_limits``). The first segment
+starts from ``anchor``, at rest or at the plan's velocity there; ``check_moving_start`` checks it again from where a
+controller that starts a new trajectory from its measured state is, moving. A refusal is an OUT_OF_RANGE error
+naming the joint, the step and the numbers; the caller holds the arm. The checks only ever narrow what the model
+asked for: clamping moves a target inside the limits, never past them, and no check widens a limit; a stop given
+more time reaches its target later, never elsewhere.
 """
 
 from collections.abc import Callable
@@ -22,10 +25,17 @@ from oxygen_ros.control.arm.joint_limits import JointLimit
 from oxygen_ros.errors import EngineError, ErrorCode
 
 
+# The last target's time may be pushed out, this much longer a step, until its period is this long (or its own period,
+# if longer), so that the arm's stop there fits the limits
+STOP_STRETCH_STEP = 1.05
+MAX_STOP_S = 1.0
+
+
 @dataclass(frozen=True)
 class SafeTargets:
     positions: np.ndarray  # [n, J], inside the limits
     velocities: np.ndarray  # [n, J], monotone, the last row 0 (a joint_trajectory_controller refuses a moving end)
+    times: np.ndarray  # [n] seconds from now: as given, the last one later where the stop needs it
     clamped: int  # targets moved onto a limit
 
 
@@ -34,9 +44,11 @@ def _refuse(message: str) -> EngineError:
 
 
 def check_targets(targets: np.ndarray, times: np.ndarray, anchor: np.ndarray, names: tuple[str, ...],
-                  limits: list[JointLimit], margin: float, max_jump: float) -> SafeTargets:  # fmt: skip
+                  limits: list[JointLimit], margin: float, max_jump: float,
+                  anchor_velocity: np.ndarray | None = None) -> SafeTargets:  # fmt: skip
     """``targets`` [n, J] due at ``times`` [n] seconds from now (increasing, > 0), the plan starting at ``anchor``
-    [J] now."""
+    [J] now, at rest or moving at ``anchor_velocity`` [J] (the plan's own velocity there: a steady motion is
+    checked as one, not as a start from rest)."""
     if not np.isfinite(targets).all():
         step, joint = np.argwhere(~np.isfinite(targets))[0]
         raise _refuse(f"joint {names[joint]}: target {targets[step, joint]} at step {step} is not a number")
@@ -54,10 +66,38 @@ def check_targets(targets: np.ndarray, times: np.ndarray, anchor: np.ndarray, na
         raise _refuse(f"joint {names[joint]}: the first target {clamped[0, joint]:.4f} is {jump[joint]:.4f} from "
                       f"where the arm starts, {anchor[joint]:.4f}, over max_start_jump {max_jump}")  # fmt: skip
     on_limit = (clamped == lower) | (clamped == upper)
-    path, at = np.vstack([anchor, clamped]), np.concatenate([[0.0], times])
-    velocities = _monotone_velocities(path, at, np.vstack([np.zeros_like(anchor, dtype=bool), on_limit]))
+    path, pinned = np.vstack([anchor, clamped]), np.vstack([np.zeros_like(anchor, dtype=bool), on_limit])
+    at, velocities = _stopping_in_limits(path, np.concatenate([[0.0], times]), pinned, anchor_velocity, limits)
     _check_segments(path, velocities, at, names, limits, lambda step: f"step {step}")
-    return SafeTargets(clamped, velocities[1:], int((clamped != targets).sum()))
+    return SafeTargets(clamped, velocities[1:], at[1:], int((clamped != targets).sum()))
+
+
+def _stopping_in_limits(path: np.ndarray, at: np.ndarray, pinned: np.ndarray, anchor_velocity: np.ndarray | None,
+                        limits: list[JointLimit]) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The times and velocities the controller gets: the plan ends at rest, so a chunk cut off mid-motion stops
+    within its last period, which at speed takes more than the limits allow (a steady 75% of the velocity limit
+    peaks over it; the deceleration is 4 v / period). Its last target's time is pushed out, a step at a time up to
+    MAX_STOP_S, until the whole plan fits (the next chunk usually replaces the stop before it plays); if none does
+    (a stop at the last target needs more room than one period's travel at this speed), the times stay and the
+    check refuses the plan."""
+    velocity = np.array([lim.velocity for lim in limits])
+    acceleration = np.array([lim.acceleration for lim in limits])
+    period = last_period = at[-1] - at[-2]
+    while True:
+        stretched = np.concatenate([at[:-1], [at[-2] + last_period]])
+        velocities = _with_anchor(_monotone_velocities(path, stretched, pinned), anchor_velocity)
+        plan = (path, velocities, stretched)  # the segment before the stop changes too (the tangent between them)
+        if (_peak_speeds(*plan) <= velocity).all() and (_peak_accelerations(*plan) <= acceleration).all():
+            return stretched, velocities
+        last_period *= STOP_STRETCH_STEP
+        if last_period > max(MAX_STOP_S, period):
+            return at, _with_anchor(_monotone_velocities(path, at, pinned), anchor_velocity)
+
+
+def _with_anchor(velocities: np.ndarray, anchor_velocity: np.ndarray | None) -> np.ndarray:
+    if anchor_velocity is not None:
+        velocities[0] = anchor_velocity
+    return velocities
 
 
 def check_moving_start(safe: SafeTargets, first_s: float, start: np.ndarray, velocity: np.ndarray,
