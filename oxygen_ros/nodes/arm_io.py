@@ -9,8 +9,9 @@
   MoveIt's or a vendor's driver), or, with `trajectory_topic` set, as a trajectory_msgs/JointTrajectory on that topic
   (the controller's fire-and-forget input; a subscriber that only records or shows it, ``OBSERVERS``, is no
   controller). A new goal preempts the controller's previous one (it aborts that goal INVALID_GOAL, "preempted":
-  expected, not a fault); any other abort is a fault the stream ends on. Hold = cancel
-  the active goal (the controller holds where the arm is), or on the topic one point at the measured positions.
+  expected, not a fault); any other abort is a fault the stream ends on. Hold = one point at rest just past where
+  the plan has the arm, braking within the limits, replacing the trajectory playing (on the action or the topic; a
+  cancel would make the controller hold the measured position at once, a jolt at speed).
   A gripper on its own controller (`gripper_joint_names`) is left out of the trajectory (``gripper_io``).
 """
 
@@ -109,6 +110,10 @@ def declare_lists(node: Node) -> dict[str, list]:
 # nodes that subscribe to a topic to show or record it (ros2 topic echo, rosbag2, bridges, GUIs): on the trajectory
 # topic they are no controller, so a goal with only them listening is refused, not played to nobody
 OBSERVERS = ("_ros2cli", "rosbag2", "foxglove_bridge", "rosbridge", "rqt", "rviz", "plotjuggler")
+
+
+def _or_rest(velocity: np.ndarray | None, columns: list[int]) -> np.ndarray:
+    return np.zeros(len(columns)) if velocity is None else np.nan_to_num(velocity[columns], nan=0.0)
 
 
 def _goal_id(handle) -> bytes:
@@ -351,41 +356,81 @@ class ArmIO:
         else:
             self._client.destroy()  # rclpy's destroy_node leaves action clients alive (see InferClient.destroy)
 
-    def hold(self, at: np.ndarray | None, log: Callable[[str], None], gap: float = 0.0) -> None:
-        """Stop the arm: cancel every goal of ours the controller has (the newest one playing: it holds where the
-        arm is) and any still on its way; on the topic (where nothing can be cancelled: a new trajectory replaces
-        the one playing), one point at ``at`` (where the plan has the arm now, else the measured position) with zero
-        velocity, timed so the controller's cubic to it from the measured position peaks within the velocity limits
-        (1.5 x the mean speed); with joint states too old to read, at ``at`` timed for ``gap``, the farthest the arm
-        may be from it (what the plan's tracking check allows), rather than letting the old trajectory play on."""
+    def hold(self, at: np.ndarray | None, log: Callable[[str], None], gap: float = 0.0,
+             velocity: np.ndarray | None = None) -> None:  # fmt: skip
+        """Stop the arm, decelerating: one trajectory point, at rest, replacing the one playing (on the action too: a
+        cancel makes a joint_trajectory_controller hold the measured position at once, a jolt at speed). From
+        ``at`` moving at ``velocity`` (where and how fast the plan has the arm now), else from the measured state
+        carried forward, the arm stops ``v T / 2`` further on over ``T``: as long as the joints' acceleration
+        limits need (at least HOLD_MIN_S), and as long as the controller's cubic from the measured position needs to
+        stay within the velocity limits (1.5 x the mean speed); with joint states too old to read, from ``at`` timed
+        for ``gap``, the farthest the arm may be from it (what the plan's tracking check allows). Our goals on their
+        way are cancelled once taken; a stop the controller refuses (or none that can be planned: no joint states,
+        no plan) cancels ours instead (the controller then holds where the arm is)."""
         self.gripper.hold()
         with self._lock:
             self._holds += 1
-            live = list(self._live.values())
-        if not self._topic:
-            for handle in live:
-                self._cancel(handle)
+            holds = self._holds
+        stop = self._stop_point(at, velocity, gap, log)
+        if stop is None:
+            if not self._topic:
+                self._cancel_all()
             return
+        trajectory = JointTrajectory(joint_names=list(self.arm_names), points=[stop])
+        if self._topic:
+            self._publisher.publish(trajectory)
+            return
+        future = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
+        future.add_done_callback(lambda f: self._on_stop(f, holds))
+
+    def _stop_point(self, at: np.ndarray | None, velocity: np.ndarray | None, gap: float,
+                    log: Callable[[str], None]) -> JointTrajectoryPoint | None:  # fmt: skip
+        """The stop ``hold`` sends (None, logged, when nothing says where the arm is)."""
         arm = self._arm_columns
         try:
             limits = self.limits()
         except EngineError as exc:  # a description changed since: the limits the goal ran with still bound the hold
             if self._known_limits is None:
                 log(f"cannot hold on {self.target}: {exc.message}")
-                return
+                return None
             limits = self._known_limits
         speeds, turns = np.array([lim.velocity for lim in limits])[arm], turning(limits)[arm]
+        braking = np.array([lim.acceleration for lim in limits])[arm]
         try:  # the trajectory's joints only: a gripper on its own controller may report late, or not at all
-            measured = self.measured(self.arm_names)
-            offset = np.zeros(len(arm)) if at is None else difference(at[arm], measured, turns)  # a wrist: short way
-            here, distance = measured + offset, np.abs(offset)
+            measured, moving = self.start_state(self.arm_names)
+            if at is None:
+                here, distance = measured, np.zeros(len(arm))
+            else:
+                offset = difference(at[arm], measured, turns)  # a wrist: the short way
+                here, distance, moving = measured + offset, np.abs(offset), _or_rest(velocity, arm)
         except EngineError as exc:
             if at is None:
                 log(f"cannot hold on {self.target}: {exc.message}, and no plan says where the arm is")
-                return
+                return None
             log(f"holding on {self.target} where the plan has the arm: {exc.message}")
-            here, distance = at[arm], np.full(len(arm), gap)
-        slowest = max(float(np.max(1.5 * distance / speeds, initial=0.0)), HOLD_MIN_S)
-        point = JointTrajectoryPoint(positions=here.tolist(), velocities=[0.0] * len(arm),
-                                     time_from_start=duration_of(slowest))  # fmt: skip
-        self._publisher.publish(JointTrajectory(joint_names=list(self.arm_names), points=[point]))
+            here, distance, moving = at[arm], np.full(len(arm), gap), _or_rest(velocity, arm)
+        braking_s = max(float(np.max(np.abs(moving) / braking, initial=0.0)), HOLD_MIN_S)
+        lower, upper = (np.array([getattr(lim, side) for lim in limits])[arm] for side in ("lower", "upper"))
+        stop = np.clip(here + moving * braking_s / 2, lower, upper)  # steady deceleration to rest
+        slowest = max(float(np.max(1.5 * (distance + np.abs(stop - here)) / speeds, initial=0.0)), braking_s)
+        return JointTrajectoryPoint(positions=stop.tolist(), velocities=[0.0] * len(arm),
+                                    time_from_start=duration_of(slowest))  # fmt: skip
+
+    def _on_stop(self, future, holds: int) -> None:
+        """The stop taken: it is the goal playing (the ones it replaced ended by us); refused, or lost: ours are
+        cancelled (the controller holds where the arm is)."""
+        handle = future.result() if future.exception() is None else None
+        if handle is None or not handle.accepted:
+            self._node.get_logger().error(f"{self.target} refused the stop trajectory: cancelling ours instead")
+            self._cancel_all()
+            return
+        with self._lock:
+            replaced = [key for key in self._live if key != _goal_id(handle)]
+            self._cancelled.update(replaced)  # preempted by our stop: no fault
+        self._on_accepted(handle, holds)
+
+    def _cancel_all(self) -> None:
+        with self._lock:
+            live = list(self._live.values())
+        for handle in live:
+            self._cancel(handle)

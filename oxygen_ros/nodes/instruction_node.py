@@ -242,7 +242,7 @@ class InstructionNode(TaskActionNode[Stream]):
             result.latency_p50_ms, result.latency_p99_ms = plan.latency.percentile(50), plan.latency.percentile(99)
 
     def stopped(self) -> None:
-        """No goal runs: the arm holds where it is (its controller's trajectory is cancelled)."""
+        """No goal runs: the arm comes to rest, braking from where the last goal's plan has it (``VlaArm.hold``)."""
         if self.arm.configured:
             self.vla.hold(None)
 

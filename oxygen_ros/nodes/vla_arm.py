@@ -109,6 +109,7 @@ class VlaArm:
     def __init__(self, node: Node, arm: ArmIO, settings: dict) -> None:
         self._node, self.arm, self._settings = node, arm, settings
         self._traces = node.create_publisher(ChunkTrace, "arm/chunk_trace", 10)
+        self._plan: ArmPlan | None = None  # the last goal's: holding after it ended stops the arm as it moved
 
     def plan_for(self, chunk: ActionChunk) -> ArmPlan:
         """The goal's plan for this model's chunks; FAILED_PRECONDITION naming what keeps them from the arm: no joints
@@ -131,8 +132,9 @@ class VlaArm:
         s = self._settings
         horizon = min(s["actions_per_chunk"] or chunk.horizon, chunk.horizon)
         threshold = min(s["chunk_threshold"] or max(1, horizon // 2), horizon)
-        return ArmPlan(ActionQueue(chunk.period_s, s["blend_old_weight"]), horizon, threshold, limits,
-                       chunk.action_dim)  # fmt: skip
+        self._plan = ArmPlan(ActionQueue(chunk.period_s, s["blend_old_weight"]), horizon, threshold, limits,
+                             chunk.action_dim)  # fmt: skip
+        return self._plan
 
     def due(self, plan: ArmPlan, now: float, rate_hz: float) -> float:
         """The deadline (seconds from now) of a chunk asked for now, or 0 when none should be asked for yet: when the
@@ -199,7 +201,7 @@ class VlaArm:
             except EngineError as exc:  # an arm not following its plan stops where it is, not where the plan is
                 queue.hold()
                 at = None if isinstance(exc, NotFollowing) else commanded
-                self.arm.hold(at, self._node.get_logger().warning, self._settings["max_tracking_error"])
+                self.arm.hold(at, self._node.get_logger().warning, self._settings["max_tracking_error"], moving)
                 return exc.code, exc.message
             queue.rows = safe.positions  # the plan is what the arm was told
             plan.sending = True
@@ -318,12 +320,16 @@ class VlaArm:
             self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline", late=True)
 
     def hold(self, plan: ArmPlan | None, where_it_is: bool = False) -> None:
-        """The arm stops where its plan has it now (``where_it_is``: where it is measured, for an arm not following
-        its plan; the controller's goals cancelled); the plan is forgotten."""
-        at = None
+        """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:
+        from where it is measured, for an arm not following its plan); the plan is forgotten. Without ``plan``, the
+        last goal's (a goal that ended: its arm may still move)."""
+        plan = plan or self._plan
+        at = velocity = None
         if plan is not None:
             with plan.lock:
-                at = None if where_it_is else plan.queue.commanded(self.arm.now())
+                now = self.arm.now()
+                if not where_it_is:
+                    at, velocity = plan.queue.commanded(now), plan.queue.velocity(now)
                 plan.queue.hold()
                 plan.sending = False
-        self.arm.hold(at, self._node.get_logger().warning, self._settings["max_tracking_error"])
+        self.arm.hold(at, self._node.get_logger().warning, self._settings["max_tracking_error"], velocity)

@@ -126,3 +126,32 @@ def test_on_the_topic_a_recorder_or_an_echo_is_no_controller(ros_context):
     finally:
         for each in (node, *watchers):
             each.destroy_node()
+
+
+def test_a_hold_of_a_moving_arm_brakes_within_the_acceleration_limits(ros_context):
+    """Where the plan moves the shoulder at 1 rad/s and the arm follows, the hold brakes at the 2 rad/s^2 limit:
+    0.5 s to rest, 0.25 rad on (v T / 2), the controller's cubic from there a steady deceleration (solved here from
+    its four end conditions); the elbow, at rest, stays."""
+    node = Node("arm_brake_test", context=ros_context)
+    try:
+        arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory"},
+                   action_joint_names=["shoulder", "elbow"], joint_lower_limits=[-3.0, -3.0],
+                   joint_upper_limits=[3.0, 3.0], joint_velocity_limits=[2.0, 2.0],
+                   joint_acceleration_limits=[2.0, 2.0])  # fmt: skip
+        sent = []
+        arm._publisher = SimpleNamespace(publish=sent.append)
+        msg = JointState(name=["shoulder", "elbow"], position=[0.4, 0.2], velocity=[1.0, 0.0])
+        msg.header.stamp = node.get_clock().now().to_msg()
+        arm._on_state(msg)
+        arm.now = lambda: arm._joints["shoulder"][2]  # read as it arrived: nothing carried forward
+        arm.hold(np.array([0.4, 0.2]), print, velocity=np.array([1.0, 0.0]))
+        (point,) = sent[-1].points
+        np.testing.assert_allclose(point.positions, [0.65, 0.2])
+        duration = seconds(point.time_from_start)
+        assert duration == pytest.approx(0.5)
+        system = np.array([[1, 0, 0, 0], [1, duration, duration**2, duration**3], [0, 1, 0, 0],
+                           [0, 1, 2 * duration, 3 * duration**2]])  # fmt: skip
+        c = np.linalg.solve(system, [0.4, 0.65, 1.0, 0.0])
+        assert c[3] == pytest.approx(0.0, abs=1e-9) and 2 * c[2] == pytest.approx(-2.0)  # constant -2 rad/s^2
+    finally:
+        node.destroy_node()

@@ -41,7 +41,7 @@ class Arm:
     def now(self) -> float:
         return self.clock
 
-    def hold(self, at, log, gap: float = 0.0) -> None:
+    def hold(self, at, log, gap: float = 0.0, velocity=None) -> None:
         self.holds.append(None if at is None else np.array(at))
 
 

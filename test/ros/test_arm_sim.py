@@ -207,3 +207,25 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_cancelled_and_refu
             time.sleep(0.5)
             assert np.abs(arm.position() - here).max() < 0.02
     arm.reaches(here + 0.05)  # the one taken in time plays
+
+
+def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
+    """ArmIO.hold on the action: a cancel would make the controller hold the measured position at once, a jolt at
+    speed; instead one point at rest v T / 2 past where the plan has the arm, T the braking time (HOLD_MIN_S without
+    acceleration limits), replaces the trajectory playing: the arm glides on that far and stands, with no fault."""
+    settings = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
+    lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS}
+    io = ArmIO(arm.client, settings | {"input_timeout_s": 60.0}, lists, ReentrantCallbackGroup())
+    wait_until(io._client.server_is_ready, 10.0, "the arm's action server")
+    wait_until(lambda: io._described, 10.0, "the URDF")
+    start = arm.position()
+    moving = arm.send([(3.0, start + 1.5)])  # 0.5 rad/s every joint
+    time.sleep(1.0)
+    at = io.measured(tuple(SO100_JOINTS))
+    io.hold(at, print, velocity=np.full(len(SO100_JOINTS), 0.5))
+    assert moving.result(timeout=5.0).result.error_string == PREEMPTED  # replaced, not cancelled
+    time.sleep(0.5)
+    rest = arm.states[-1][1]
+    np.testing.assert_allclose(rest - at, 0.5 * arm_io.HOLD_MIN_S / 2, atol=0.01)  # 25 mrad on, give or take
+    assert np.allclose(arm.states[-1][2], 0.0) and io.take_fault() == ""
+    io._client.destroy()
