@@ -48,7 +48,8 @@ from oxygen_ros.nodes.stamps import NS, duration_of, seconds
 
 POLL_S = 0.1
 MAX_CLOCK_SKEW_S = 1.0  # a JointState stamped further than this from the node clock comes from another clock
-HOLD_MIN_S = 0.1  # the soonest a topic hold's point is due: the controller decelerates over at least this
+HOLD_MIN_S = 0.1  # the soonest a hold's point is due: the controller decelerates over at least this
+MIN_DIFFERENCE_S, MAX_DIFFERENCE_S = 1e-3, 0.5  # readings that far apart give a velocity where the driver gives none
 PARAMETERS = {  # scalars: (default, description), read once
     "state_topic": ("joint_states", "sensor_msgs/JointState input: the arm's measured joint positions"),
     "description_topic": ("robot_description", "std_msgs/String input (latched): the URDF whose joint limits bound "
@@ -112,6 +113,16 @@ def declare_lists(node: Node) -> dict[str, list]:
 OBSERVERS = ("_ros2cli", "rosbag2", "foxglove_bridge", "rosbridge", "rqt", "rviz", "plotjuggler")
 
 
+def _difference_velocity(before: tuple[float, float, float, float], position: float, arrival: float,
+                         stamp: float) -> float:  # fmt: skip
+    """A joint's velocity from its reading ``before`` and this one (by their stamps, else their arrivals); NaN when
+    they are too close in time or too far apart to tell (MAX_DIFFERENCE_S), or a wrap or a jump (over half a turn)."""
+    then, dt = before[0], (stamp - before[3]) if stamp > 0 and before[3] > 0 else arrival - before[2]
+    if not MIN_DIFFERENCE_S <= dt <= MAX_DIFFERENCE_S or abs(position - then) > math.pi:
+        return math.nan
+    return (position - then) / dt
+
+
 def _or_rest(velocity: np.ndarray | None, columns: list[int]) -> np.ndarray:
     return np.zeros(len(columns)) if velocity is None else np.nan_to_num(velocity[columns], nan=0.0)
 
@@ -144,6 +155,7 @@ class ArmIO:
         self._lock = threading.Lock()  # what the executor's callbacks and the goal's clock thread share
         self._joints: dict[str, tuple[float, float, float, float]] = {}  # joint -> (position, velocity (NaN: none),
         # arrival, stamp), seconds
+        self._estimated: dict[str, float] = {}  # joint -> its reported velocity, else one from its last two readings
         self._described: dict[str, JointLimit] = {}
         self._known_limits: list[JointLimit] | None = None  # the last limits read: a hold's, if they cannot be now
         self._fault = ""  # why the controller ended our newest goal when we did not ask it to
@@ -182,6 +194,9 @@ class ArmIO:
         velocities = reported_velocities(len(msg.name), msg.velocity)
         for name, position, velocity in zip(msg.name, msg.position, velocities):
             if name in self._wanted and math.isfinite(position):  # only the joints we command or read: bounded
+                before = self._joints.get(name)
+                self._estimated[name] = velocity if before is None or math.isfinite(velocity) else \
+                    _difference_velocity(before, position, arrival, stamp)  # fmt: skip
                 self._joints[name] = (position, velocity, arrival, stamp)
 
     def _on_description(self, msg: String) -> None:
@@ -204,10 +219,12 @@ class ArmIO:
 
     def start_state(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """Where a controller taking a trajectory now starts it from (a joint_trajectory_controller's default: its
-        measured state): each position carried forward to now at its reported velocity, and that velocity (0 where
-        the joint states carry none); checked as ``measured`` says."""
+        measured state): each position carried forward to now at its velocity, and that velocity (where the joint
+        states carry none, as a position-only driver's NaN: from its last two readings; 0 without them); checked as
+        ``measured`` says."""
         readings = self._read(names)
-        velocity = np.nan_to_num(readings[:, 1], nan=0.0)
+        estimated = np.array([self._estimated.get(name, math.nan) for name in names])
+        velocity = np.nan_to_num(np.where(np.isfinite(readings[:, 1]), readings[:, 1], estimated), nan=0.0)
         return readings[:, 0] + velocity * (self.now() - readings[:, 2]), velocity
 
     def _read(self, names: tuple[str, ...]) -> np.ndarray:

@@ -155,3 +155,26 @@ def test_a_hold_of_a_moving_arm_brakes_within_the_acceleration_limits(ros_contex
         assert c[3] == pytest.approx(0.0, abs=1e-9) and 2 * c[2] == pytest.approx(-2.0)  # constant -2 rad/s^2
     finally:
         node.destroy_node()
+
+
+def test_a_position_only_driver_gets_a_velocity_from_its_last_two_readings(ros_context):
+    """joint_state_broadcaster reports NaN velocities for position-only hardware (Dynamixel, an SO-100): where the
+    controller starts a trajectory from is still a moving state, by the last two readings' stamps (0.5 -> 0.6 rad in
+    0.1 s: 1 rad/s); a jump over half a turn (a wrap) tells nothing (0). The model's `.vel` state stays missing."""
+    node = Node("arm_difference_test", context=ros_context)
+    try:
+        arm = _arm(node, action_joint_names=["wrist", "jaw"], state_joint_names=["wrist", "wrist.vel"])
+        now = node.get_clock().now().nanoseconds
+        for offset_ns, positions in ((0, [0.5, 0.0]), (100_000_000, [0.6, 4.0])):
+            msg = JointState(name=["wrist", "jaw"], position=positions, velocity=[math.nan, math.nan])
+            msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(now + offset_ns, 1_000_000_000)
+            arm._on_state(msg)
+        arrival = arm._joints["wrist"][2]
+        arm.now = lambda: arrival
+        position, velocity = arm.start_state(("wrist", "jaw"))
+        np.testing.assert_allclose(velocity, [1.0, 0.0], atol=1e-6)
+        np.testing.assert_allclose(position, [0.6, 4.0])
+        with pytest.raises(EngineError, match="wrist.vel"):
+            arm.snapshot()
+    finally:
+        node.destroy_node()
