@@ -49,7 +49,8 @@ from oxygen_ros.nodes.stamps import NS, duration_of, seconds
 POLL_S = 0.1
 MAX_CLOCK_SKEW_S = 1.0  # a JointState stamped further than this from the node clock comes from another clock
 HOLD_MIN_S = 0.1  # the soonest a hold's point is due: the controller decelerates over at least this
-MIN_DIFFERENCE_S, MAX_DIFFERENCE_S = 1e-3, 0.5  # readings that far apart give a velocity where the driver gives none
+MIN_STOP_S = 0.02  # a stop squeezed against a position limit still takes this long
+MIN_DIFFERENCE_S, MAX_DIFFERENCE_S = 5e-3, 0.5  # readings that far apart give a velocity where the driver gives none
 PARAMETERS = {  # scalars: (default, description), read once
     "state_topic": ("joint_states", "sensor_msgs/JointState input: the arm's measured joint positions"),
     "description_topic": ("robot_description", "std_msgs/String input (latched): the URDF whose joint limits bound "
@@ -161,7 +162,9 @@ class ArmIO:
         self._fault = ""  # why the controller ended our newest goal when we did not ask it to
         self._newest = None  # the handle of our newest accepted goal (the one the controller plays)
         self._live: dict[bytes, object] = {}  # our accepted goals not ended yet, by goal id
-        self._cancelled: set[bytes] = set()  # of those, the ones we cancelled
+        self._cancelled: set[bytes] = set()  # of those, the ones we ended (cancelled, or replaced by a stop)
+        self._stops: set[bytes] = set()  # of those, our stop trajectories (``hold``)
+        self._stopping = False  # a stop was sent and no trajectory since: a hold now has nothing to stop
         self._holds = 0  # counts holds: a goal accepted after a hold that followed its sending is cancelled at once
         node.create_subscription(JointState, settings["state_topic"], self._on_state, 10, callback_group=group)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -212,10 +215,11 @@ class ArmIO:
         return self._read(names)[:, 0]
 
     def reading(self, names: tuple[str, ...]) -> tuple[np.ndarray, float]:
-        """``measured`` and when the oldest of its positions arrived (node clock, s): what a plan is compared with
-        is where it had the arm then."""
+        """``measured`` and when the oldest of its arm positions arrived (node clock, s; a gripper's aside): what a
+        plan is compared with is where it had the arm then."""
         readings = self._read(names)
-        return readings[:, 0], float(readings[:, 2].min())
+        arm = [i for i, name in enumerate(names) if name != self.gripper.name] or list(range(len(names)))
+        return readings[:, 0], float(readings[arm, 2].min())  # a gripper on its own controller reports apart
 
     def start_state(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """Where a controller taking a trajectory now starts it from (a joint_trajectory_controller's default: its
@@ -292,6 +296,11 @@ class ArmIO:
         subscribers = self._node.get_subscriptions_info_by_topic(self.target)
         return any(not info.node_name.startswith(OBSERVERS) for info in subscribers)
 
+    def forget_fault(self) -> None:
+        """A new goal starts: what ended an earlier one's trajectory is not its fault."""
+        with self._lock:
+            self._fault = ""
+
     def take_fault(self) -> str:
         """Why the controller ended our newest goal since the last call, when we did not ask it to ('' = it did
         not)."""
@@ -314,10 +323,12 @@ class ArmIO:
         if not self._listening():
             return f"{self.target} is not there (no action server, or no subscriber to the topic)"
         if self._topic:
+            with self._lock:
+                self._stopping = False
             self._publisher.publish(trajectory)
             return ""
         with self._lock:
-            holds = self._holds
+            holds, self._stopping = self._holds, False
         future = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
         future.add_done_callback(lambda f: self._on_accepted(f.result(), holds))
         answered, handle = await wait(self._node, future, self._settings["answer_wait_s"])
@@ -358,10 +369,11 @@ class ArmIO:
         key = _goal_id(handle)
         with self._lock:
             self._live.pop(key, None)
-            ours = key in self._cancelled
+            ours, stop = key in self._cancelled, key in self._stops
             self._cancelled.discard(key)
-            if handle is not self._newest or ours or response.status == GoalStatus.STATUS_SUCCEEDED:
-                return
+            self._stops.discard(key)
+            if stop or handle is not self._newest or ours or response.status == GoalStatus.STATUS_SUCCEEDED:
+                return  # a stop replaced (by a goal, ours or another client's) ends no goal: nothing of it runs
             result = response.result
             self._fault = f"{self.target} ended the trajectory (status {response.status}, error_code " \
                 f"{result.error_code}): {result.error_string[: bounds.TEXT_CHARS] or 'cancelled by another client'}"  # fmt: skip
@@ -387,7 +399,10 @@ class ArmIO:
         self.gripper.hold()
         with self._lock:
             self._holds += 1
-            holds = self._holds
+            if self._stopping:  # nothing sent since the last stop: it is braking already (a second would cancel it)
+                return
+            self._stopping = True
+            self._cancelled.update(self._live)  # what the stop replaces (and a refused stop cancels) is ours to end
         stop = self._stop_point(at, velocity, gap, log)
         if stop is None:
             if not self._topic:
@@ -397,8 +412,7 @@ class ArmIO:
         if self._topic:
             self._publisher.publish(trajectory)
             return
-        future = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
-        future.add_done_callback(lambda f: self._on_stop(f, holds))
+        self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory)).add_done_callback(self._on_stop)
 
     def _stop_point(self, at: np.ndarray | None, velocity: np.ndarray | None, gap: float,
                     log: Callable[[str], None]) -> JointTrajectoryPoint | None:  # fmt: skip
@@ -429,22 +443,27 @@ class ArmIO:
         braking_s = max(float(np.max(np.abs(moving) / braking, initial=0.0)), HOLD_MIN_S)
         lower, upper = (np.array([getattr(lim, side) for lim in limits])[arm] for side in ("lower", "upper"))
         stop = np.clip(here + moving * braking_s / 2, lower, upper)  # steady deceleration to rest
+        squeezed = (np.abs(stop - here) < np.abs(moving) * braking_s / 2 - 1e-12) & (moving != 0)
+        if squeezed.any():  # a limit before the braking distance: sooner, or the cubic overshoots (needs d >= v T / 3)
+            room = 3 * np.abs(stop - here)[squeezed] / np.abs(moving[squeezed])
+            braking_s = max(min(braking_s, float(room.min())), MIN_STOP_S)
         slowest = max(float(np.max(1.5 * (distance + np.abs(stop - here)) / speeds, initial=0.0)), braking_s)
         return JointTrajectoryPoint(positions=stop.tolist(), velocities=[0.0] * len(arm),
                                     time_from_start=duration_of(slowest))  # fmt: skip
 
-    def _on_stop(self, future, holds: int) -> None:
-        """The stop taken: it is the goal playing (the ones it replaced ended by us); refused, or lost: ours are
+    def _on_stop(self, future) -> None:
+        """The stop taken: it plays (never cancelled as stale: a cancel would jolt); refused, or lost: ours are
         cancelled (the controller holds where the arm is)."""
         handle = future.result() if future.exception() is None else None
         if handle is None or not handle.accepted:
             self._node.get_logger().error(f"{self.target} refused the stop trajectory: cancelling ours instead")
             self._cancel_all()
             return
+        key = _goal_id(handle)
         with self._lock:
-            replaced = [key for key in self._live if key != _goal_id(handle)]
-            self._cancelled.update(replaced)  # preempted by our stop: no fault
-        self._on_accepted(handle, holds)
+            self._live[key] = handle
+            self._stops.add(key)
+        handle.get_result_async().add_done_callback(lambda f: self._on_result(handle, f.result()))
 
     def _cancel_all(self) -> None:
         with self._lock:

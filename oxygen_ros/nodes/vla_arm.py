@@ -125,6 +125,7 @@ class VlaArm:
                               f"apart cannot be executed (period_s must be in [{MIN_PERIOD_S:g}, {MAX_PERIOD_S:g}]: "
                               "the arm is watched once a period)")  # fmt: skip
         limits = self.arm.limits()
+        self.arm.forget_fault()
         if self.arm.gripper_column is not None:  # the jaw moves at its controller's speed, not along the trajectory
             limits[self.arm.gripper_column] = replace(limits[self.arm.gripper_column], velocity=math.inf,
                                                       acceleration=math.inf)  # fmt: skip
@@ -255,6 +256,7 @@ class VlaArm:
             safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf,
                                  moving)  # fmt: skip
         start, velocity = self.arm.start_state(self.arm.names)
+        start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading, the plan's way
         check_moving_start(safe, float(safe.times[0]), start, velocity, self.arm.names, plan.limits)
         return safe
 

@@ -57,7 +57,7 @@ def test_a_topic_hold_stops_the_arm_even_when_its_joint_states_are_stale(ros_con
     playing. With fresh joint states it goes where asked, timed so the controller's cubic from the measured position
     peaks within the velocity limits (1.5 x the mean speed); with stale ones (or a clock gone back) it still goes where
     the plan has the arm, timed for the largest gap the plan's tracking check allowed, never leaving the old trajectory
-    to play on."""
+    to play on. (Each hold here follows a trajectory sent since the last: a hold after a hold sends nothing.)"""
     node = Node("arm_hold_test", context=ros_context)
     try:
         arm = _arm(node, {"input_timeout_s": 0.5, "trajectory_topic": "arm_controller/joint_trajectory"},
@@ -73,15 +73,20 @@ def test_a_topic_hold_stops_the_arm_even_when_its_joint_states_are_stale(ros_con
         (point,) = sent[-1].points
         assert list(point.positions) == [0.4, 0.2] and list(point.velocities) == [0.0, 0.0]
         assert seconds(point.time_from_start) == pytest.approx(1.5 * 0.4 / 1.0)  # the shoulder's 0.4 rad at 1 rad/s
+        arm.hold(None, warnings.append, gap=0.3)  # at once again (a goal's end after its own hold): it brakes already
+        assert len(sent) == 1
+        arm._stopping = False  # a trajectory sent since the last hold
         arm.hold(None, warnings.append, gap=0.3)  # no plan: where it is, decelerating over HOLD_MIN_S
         assert list(sent[-1].points[0].positions) == [0.0, 0.0]
         assert seconds(sent[-1].points[0].time_from_start) == pytest.approx(arm_io.HOLD_MIN_S)
         arm._joints = {name: (p, v, arrival - 1.0, stamp) for name, (p, v, arrival, stamp) in arm._joints.items()}
+        arm._stopping = False  # a trajectory sent since the last hold
         arm.hold(np.array([0.4, 0.2]), warnings.append, gap=0.3)
         assert list(sent[-1].points[0].positions) == [0.4, 0.2]
         assert seconds(sent[-1].points[0].time_from_start) == pytest.approx(1.5 * 0.3 / 1.0)
         assert "where the plan has the arm" in warnings[-1] and "old, over input_timeout_s" in warnings[-1]
         count = len(sent)
+        arm._stopping = False  # a trajectory sent since the last hold
         arm.hold(None, warnings.append, gap=0.3)  # stale and no plan: nowhere known to hold, said
         assert len(sent) == count and "no plan says where the arm is" in warnings[-1]
         future = {name: (p, v, arrival + 10.0, stamp) for name, (p, v, arrival, stamp) in arm._joints.items()}
@@ -172,7 +177,7 @@ def test_a_position_only_driver_gets_a_velocity_from_its_last_two_readings(ros_c
         arrival = arm._joints["wrist"][2]
         arm.now = lambda: arrival
         position, velocity = arm.start_state(("wrist", "jaw"))
-        np.testing.assert_allclose(velocity, [1.0, 0.0], atol=1e-6)
+        np.testing.assert_allclose(velocity, [1.0, 0.0], atol=1e-5)  # stamps in float seconds
         np.testing.assert_allclose(position, [0.6, 4.0])
         with pytest.raises(EngineError, match="wrist.vel"):
             arm.snapshot()

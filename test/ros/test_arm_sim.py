@@ -228,4 +228,9 @@ def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
     rest = arm.states[-1][1]
     np.testing.assert_allclose(rest - at, 0.5 * arm_io.HOLD_MIN_S / 2, atol=0.01)  # 25 mrad on, give or take
     assert np.allclose(arm.states[-1][2], 0.0) and io.take_fault() == ""
+    io.hold(None, print)  # a goal's end after its own hold: nothing was sent since, so no second stop
+    time.sleep(0.3)
+    assert io._stopping and np.array_equal(arm.states[-1][1], rest)
+    other = arm.send([(0.5, rest + 0.01)])  # another client (MoveIt, teleop) takes over: not our goal's fault
+    assert other.result(timeout=5.0).status == GoalStatus.STATUS_SUCCEEDED and io.take_fault() == ""
     io._client.destroy()
