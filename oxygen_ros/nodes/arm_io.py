@@ -394,25 +394,31 @@ class ArmIO:
         limits need (at least HOLD_MIN_S), and as long as the controller's cubic from the measured position needs to
         stay within the velocity limits (1.5 x the mean speed); with joint states too old to read, from ``at`` timed
         for ``gap``, the farthest the arm may be from it (what the plan's tracking check allows). Our goals on their
-        way are cancelled once taken; a stop the controller refuses (or none that can be planned: no joint states,
-        no plan) cancels ours instead (the controller then holds where the arm is)."""
+        way are cancelled once taken; on the action, a stop the controller refuses (or none that can be planned: no
+        joint states, no plan) cancels ours instead (the controller then holds where the arm is)."""
         self.gripper.hold()
         with self._lock:
             self._holds += 1
             if self._stopping:  # nothing sent since the last stop: it is braking already (a second would cancel it)
                 return
-            self._stopping = True
             self._cancelled.update(self._live)  # what the stop replaces (and a refused stop cancels) is ours to end
         stop = self._stop_point(at, velocity, gap, log)
         if stop is None:
             if not self._topic:
                 self._cancel_all()
+                self._mark_stopped()  # cancelled: held where it is
             return
         trajectory = JointTrajectory(joint_names=list(self.arm_names), points=[stop])
         if self._topic:
             self._publisher.publish(trajectory)
-            return
-        self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory)).add_done_callback(self._on_stop)
+        else:
+            sending = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
+            sending.add_done_callback(self._on_stop)
+        self._mark_stopped()  # sent: a hold before the next trajectory has nothing more to stop
+
+    def _mark_stopped(self) -> None:
+        with self._lock:
+            self._stopping = True
 
     def _stop_point(self, at: np.ndarray | None, velocity: np.ndarray | None, gap: float,
                     log: Callable[[str], None]) -> JointTrajectoryPoint | None:  # fmt: skip
@@ -444,10 +450,11 @@ class ArmIO:
         lower, upper = (np.array([getattr(lim, side) for lim in limits])[arm] for side in ("lower", "upper"))
         stop = np.clip(here + moving * braking_s / 2, lower, upper)  # steady deceleration to rest
         squeezed = (np.abs(stop - here) < np.abs(moving) * braking_s / 2 - 1e-12) & (moving != 0)
-        if squeezed.any():  # a limit before the braking distance: sooner, or the cubic overshoots (needs d >= v T / 3)
-            room = 3 * np.abs(stop - here)[squeezed] / np.abs(moving[squeezed])
-            braking_s = max(min(braking_s, float(room.min())), MIN_STOP_S)
         slowest = max(float(np.max(1.5 * (distance + np.abs(stop - here)) / speeds, initial=0.0)), braking_s)
+        if squeezed.any():  # a limit within the braking distance: there sooner, or the cubic overshoots (d >= v T / 3)
+            room = 3 * np.abs(stop - here)[squeezed] / np.abs(moving[squeezed])
+            slowest = max(float(room.min()), MIN_STOP_S)  # the limit first: every joint brakes in that time
+            stop = np.clip(here + moving * slowest / 2, lower, upper)
         return JointTrajectoryPoint(positions=stop.tolist(), velocities=[0.0] * len(arm),
                                     time_from_start=duration_of(slowest))  # fmt: skip
 

@@ -300,6 +300,8 @@ class NavigationNode(TaskActionNode[Trip]):
         if trip.handoff is None:
             return ""
         done, problem = await wait(self, trip.handoff, trip.handoff_s)
+        if done and self._handoff is trip:
+            self._handoff = None  # over: the next goal waits for nothing
         return problem if done else f"nav2's goal was not seen to end within {trip.handoff_s:g} s: it may still drive"
 
     def finish(self, trip: Trip, result: Navigate.Result) -> None:

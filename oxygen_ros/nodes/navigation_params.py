@@ -23,7 +23,8 @@ PARAMETERS: Table = {
     "reasoning_period_s": (5.0, "how often the language head is asked about the way ahead, seconds"),
     "max_new_tokens": (24, "reasoning token budget"),
     "infer_timeout_s": (60.0, "longest wait for /oxygen/infer to answer, seconds"),
-    "service_wait_s": (1.0, "how long to wait for /oxygen/infer to appear, and for nav2 to answer a goal, seconds"),
+    "service_wait_s": (1.0, "how long to wait for /oxygen/infer to appear, for nav2 to answer a goal, and for "
+                      "each of its answers to a cancel, seconds"),
     "map_frame": ("map", "the frame of targets (REP 105 map); '' in a target's header means it"),
     "odom_frame": ("odom", "the frame of odometry (others are ignored), of the plan, and where the robot drives"),
     "transform_wait_s": (2.0, "how long a goal waits for its map -> odom transform before TF_ERROR, seconds"),

@@ -34,7 +34,7 @@ State = TypeVar("State")
 
 class TaskActionNode(Node, Generic[State]):
     """Subclasses implement ``check``, ``prepare``, ``start`` and ``finish`` (and ``stopped`` if they command
-    hardware). The table must hold ``service_wait_s``, ``infer_timeout_s`` and latest_frame's PARAMETERS;
+    hardware, ``settle`` if they hand goals on). The table must hold ``service_wait_s``, ``infer_timeout_s`` and latest_frame's PARAMETERS;
     ``read_only`` names what is read once (``ranges``: see declare)."""
 
     def __init__(
@@ -166,10 +166,10 @@ class TaskActionNode(Node, Generic[State]):
             if not run.end_if_cancelled():
                 self._current = run
                 self._unreported.add(run)
-        if not run.running:
-            self.infer.cancel_task(run.task_id)
-            return run.report(result)
         try:
+            if not run.running:
+                self.infer.cancel_task(run.task_id)
+                return run.report(result)
             timers = self.start(state)
             await run.ended
             try:  # the robot stands first (unless a newer goal took over): nothing below may keep it moving

@@ -69,20 +69,21 @@ def test_a_moving_start_is_checked_as_the_controller_plays_it():
         check_moving_start(safe, 0.2, np.zeros(2), np.array([1.0, -5.0]), NAMES, LIMITS)
 
 
-def _reference_peak_acceleration(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Per joint, the largest |p''| over the trajectory: each segment's cubic solved from its four Hermite conditions
-    (numpy's linear solver), sampled densely."""
-    peak = np.zeros(path.shape[1])
+def _reference_peaks(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per joint, the largest |p'| and |p''| over the trajectory: each segment's cubic solved from its four Hermite
+    conditions (numpy's linear solver), sampled densely."""
+    speed, acceleration = np.zeros(path.shape[1]), np.zeros(path.shape[1])
     for i in range(len(times) - 1):
         t0, t1 = times[i], times[i + 1]
         system = np.array([[1, t0, t0**2, t0**3], [1, t1, t1**2, t1**3], [0, 1, 2 * t0, 3 * t0**2],
                            [0, 1, 2 * t1, 3 * t1**2]])  # fmt: skip
+        t = np.linspace(t0, t1, 1001)
         for joint in range(path.shape[1]):
             c = np.linalg.solve(system, [path[i, joint], path[i + 1, joint], velocities[i, joint],
                                          velocities[i + 1, joint]])  # fmt: skip
-            t = np.linspace(t0, t1, 1001)
-            peak[joint] = max(peak[joint], np.abs(2 * c[2] + 6 * c[3] * t).max())
-    return peak
+            speed[joint] = max(speed[joint], np.abs(c[1] + 2 * c[2] * t + 3 * c[3] * t**2).max())
+            acceleration[joint] = max(acceleration[joint], np.abs(2 * c[2] + 6 * c[3] * t).max())
+    return speed, acceleration
 
 
 def test_an_acceleration_limit_refuses_a_segment_that_accelerates_harder():
@@ -92,7 +93,7 @@ def test_an_acceleration_limit_refuses_a_segment_that_accelerates_harder():
     targets = np.column_stack([1.4 * TIMES, 0.3 * TIMES])
     safe = _check(targets, jump=1.0)
     path = np.vstack([np.zeros(2), safe.positions])
-    peak = _reference_peak_acceleration(path, np.vstack([np.zeros(2), safe.velocities]), np.concatenate([[0.0], TIMES]))
+    _, peak = _reference_peaks(path, np.vstack([np.zeros(2), safe.velocities]), np.concatenate([[0.0], TIMES]))
     assert peak[0] > 20.0  # the arm starts from rest: a hard start
     for scale, refused in ((1.001, False), (0.999, True)):
         limits = [JointLimit(-1.0, 1.0, 2.0, peak[0] * scale), JointLimit(-math.inf, math.inf, 4.0, peak[1] * 1.001)]
@@ -117,7 +118,7 @@ def test_a_steady_motion_is_checked_as_one_not_as_a_start_from_rest():
     safe = check_targets(targets, TIMES, np.zeros(2), NAMES, limits, 0.02, np.inf, np.array([1.6, 0.0]))
     path, at = np.vstack([np.zeros(2), safe.positions]), np.concatenate([[0.0], TIMES])
     velocities = np.vstack([[1.6, 0.0], safe.velocities])
-    assert _reference_peak_acceleration(path[:2], velocities[:2], at[:2])[0] == pytest.approx(0.0, abs=1e-6)
+    assert _reference_peaks(path[:2], velocities[:2], at[:2])[1][0] == pytest.approx(0.0, abs=1e-6)
     assert safe.velocities[0, 0] == pytest.approx(1.6) and safe.velocities[-1, 0] == 0.0  # the stop: tested below
 
 
@@ -132,7 +133,8 @@ def test_a_chunk_cut_off_mid_motion_stops_within_the_limits_later():
     assert safe.times[2] > TIMES[2] and safe.times[2] - safe.times[1] <= MAX_STOP_S
     path, at = np.vstack([np.zeros(2), safe.positions]), np.concatenate([[0.0], safe.times])
     velocities = np.vstack([moving, safe.velocities])
-    assert _reference_peak_acceleration(path, velocities, at)[0] <= 20.0 + 1e-9
+    speed, acceleration = _reference_peaks(path, velocities, at)
+    assert speed[0] <= 2.0 + 1e-9 and acceleration[0] <= 20.0 + 1e-9
     assert np.isclose(safe.velocities[0, 0], 1.6) and safe.velocities[2, 0] == 0.0  # slowing from the second on
     tight = [JointLimit(-1.0, 1.0, 2.0, 0.01), JointLimit(-math.inf, math.inf, 4.0, 0.01)]
     with pytest.raises(EngineError, match="joint pan: step 2 would move at up to 2.133"):  # the stop as it was

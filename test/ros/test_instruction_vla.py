@@ -106,7 +106,7 @@ def test_chunks_drive_the_arm_through_its_controller(graph):
     assert np.abs(q).max() <= LIMIT
     steps = np.abs(np.diff(q, axis=0)) / np.maximum(np.diff(times), 1e-3)[:, None]
     assert steps.max() <= SPEED * 1.01
-    # the goal ended: the arm holds (its trajectory was cancelled) instead of running out its plan
+    # the goal ended: the arm brakes to rest (a stop replaced its trajectory) instead of running out its plan
     time.sleep(0.5)
     held = graph.states.messages[-1]
     time.sleep(0.5)

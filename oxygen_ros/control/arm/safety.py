@@ -76,7 +76,7 @@ def _stopping_in_limits(path: np.ndarray, at: np.ndarray, pinned: np.ndarray, an
                         limits: list[JointLimit]) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The times and velocities the controller gets: the plan ends at rest, so a chunk cut off mid-motion stops
     within its last period, which at speed takes more than the limits allow (a steady 75% of the velocity limit
-    peaks over it; the deceleration is 4 v / period). Its last target's time is pushed out, a step at a time up to
+    peaks at it; the deceleration is 4 v / period). Its last target's time is pushed out, a step at a time up to
     MAX_STOP_S, until the whole plan fits (the next chunk usually replaces the stop before it plays); if none does
     (a stop at the last target needs more room than one period's travel at this speed), the times stay and the
     check refuses the plan."""
