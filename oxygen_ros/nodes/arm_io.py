@@ -87,8 +87,9 @@ NUMBER_LISTS = {
     "joint_lower_limits": "per action joint, a lower position limit tighter than the URDF's (NaN = the URDF's)",
     "joint_upper_limits": "per action joint, an upper position limit tighter than the URDF's (NaN = the URDF's)",
     "joint_velocity_limits": "per action joint, a velocity limit tighter than the URDF's (NaN = the URDF's)",
-    "joint_acceleration_limits": "per action joint, an acceleration limit (rad/s^2 or m/s^2; MoveIt's joint_limits.yaml "
-    "max_acceleration; a URDF has none): a chunk whose spline accelerates harder is refused; empty or NaN = none",
+    "joint_acceleration_limits": "per action joint, an acceleration limit (rad/s^2 or m/s^2; MoveIt's "
+    "joint_limits.yaml max_acceleration; a URDF has none): a chunk whose spline accelerates harder is refused; empty "
+    "or NaN = none",
 }
 
 

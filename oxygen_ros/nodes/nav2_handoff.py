@@ -78,7 +78,8 @@ def cancel_confirmed(response: CancelGoal.Response) -> bool:
     rclpy server answers a refusal ERROR_NONE with none listed), or the goal is unknown to it or already over."""
     if response.return_code == CancelGoal.Response.ERROR_NONE:
         return len(response.goals_canceling) > 0
-    return response.return_code in (CancelGoal.Response.ERROR_UNKNOWN_GOAL_ID, CancelGoal.Response.ERROR_GOAL_TERMINATED)
+    over = (CancelGoal.Response.ERROR_UNKNOWN_GOAL_ID, CancelGoal.Response.ERROR_GOAL_TERMINATED)
+    return response.return_code in over
 
 
 def _first_of(*futures: Future) -> Future:

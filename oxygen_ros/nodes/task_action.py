@@ -34,8 +34,8 @@ State = TypeVar("State")
 
 class TaskActionNode(Node, Generic[State]):
     """Subclasses implement ``check``, ``prepare``, ``start`` and ``finish`` (and ``stopped`` if they command
-    hardware, ``settle`` if they hand goals on). The table must hold ``service_wait_s``, ``infer_timeout_s`` and latest_frame's PARAMETERS;
-    ``read_only`` names what is read once (``ranges``: see declare)."""
+    hardware, ``settle`` if they hand goals on). The table must hold ``service_wait_s``, ``infer_timeout_s`` and
+    latest_frame's PARAMETERS; ``read_only`` names what is read once (``ranges``: see declare)."""
 
     def __init__(
         self,

@@ -8,7 +8,8 @@ overlaps execution (LeRobot's async inference). An arriving chunk is checked (sh
 (``control.arm.action_queue``: targets due before now + ``send_lead_s`` dropped, overlapping ones blended with
 ``blend_old_weight``), mapped to joint units, checked against the limits the goal started with and against where the
 plan has the arm now (``control.arm.safety``; at rest: the measured position, within ``max_start_jump``; moving: the
-measured position must be within ``max_tracking_error`` of where the plan had the arm when it was read), and sent as one trajectory on the node clock.
+measured position must be within ``max_tracking_error`` of where the plan had the arm when it was read), and sent as
+one trajectory on the node clock.
 The camera frames a chunk was computed from must have been younger than ``input_timeout_s`` when it was asked for
 (the answer names them and their stamp), and latency counts from the older of the frames and the state.
 
@@ -216,7 +217,8 @@ class VlaArm:
                 plan.sending = False  # taken: the jaw follows it now (refused: it waits for the hold below)
         if not run.running:  # the goal ended while the trajectory was on its way: it must not play
             # Taken with no hold since it was sent: stopped here. After a hold (the ending's, or a newer goal's
-            # preemption) it is refused and cancelled once taken; holding again would replace a newer goal's trajectory with a stop.
+            # preemption) it is refused and cancelled once taken; holding again would replace a newer goal's
+            # trajectory with a stop.
             if not refused:
                 self.hold(plan)
             return None

@@ -20,7 +20,8 @@ def test_a_wrap_is_a_small_difference_on_a_turning_joint_only():
     turns = turning(LIMITS)
     measured, planned = np.array([0.9, -math.pi + 0.05]), np.array([0.8, math.pi - 0.05])  # the driver wrapped
     np.testing.assert_allclose(difference(measured, planned, turns), [0.1, 0.1])
-    np.testing.assert_allclose(difference(np.array([3.0, 3.0]), np.array([-3.0, -3.0]), turns), [6.0, 6.0 - 2 * math.pi])
+    across = difference(np.array([3.0, 3.0]), np.array([-3.0, -3.0]), turns)
+    np.testing.assert_allclose(across, [6.0, 6.0 - 2 * math.pi])
 
 
 def test_a_plan_is_moved_next_to_the_arm_by_whole_turns():

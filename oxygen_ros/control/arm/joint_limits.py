@@ -33,7 +33,8 @@ class JointLimit:
     def tightened(self, lower: float, upper: float, velocity: float, acceleration: float = math.nan) -> "JointLimit":
         """These limits, narrowed by any finite value given (NaN = keep); never widened."""
         return JointLimit(_narrower(self.lower, lower, max), _narrower(self.upper, upper, min),
-                          _narrower(self.velocity, velocity, min), _narrower(self.acceleration, acceleration, min))  # fmt: skip
+                          _narrower(self.velocity, velocity, min),
+                          _narrower(self.acceleration, acceleration, min))  # fmt: skip
 
 
 def _narrower(mine: float, given: float, pick: Callable[[float, float], float]) -> float:
@@ -83,7 +84,8 @@ def joint_limits(names: list[str], described: dict[str, JointLimit], lower: list
     limits that leave no room, is FAILED_PRECONDITION naming it: an arm is never commanded without bounds. An
     acceleration limit (MoveIt's joint_limits.yaml has them; a URDF does not) only comes from its parameter."""
     for label, values in (("joint_lower_limits", lower), ("joint_upper_limits", upper),
-                          ("joint_velocity_limits", velocity), ("joint_acceleration_limits", acceleration)):  # fmt: skip
+                          ("joint_velocity_limits", velocity),
+                          ("joint_acceleration_limits", acceleration)):  # fmt: skip
         if values and len(values) != len(names):
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"{label} has {len(values)} values for {len(names)} joints")
     out = []

@@ -112,7 +112,8 @@ def check_moving_start(safe: SafeTargets, first_s: float, start: np.ndarray, vel
 
 
 def _check_segments(path: np.ndarray, velocities: np.ndarray, times: np.ndarray, names: tuple[str, ...],
-                    limits: list[JointLimit], where: Callable[[int], str], per_joint: bool = False) -> None:  # fmt: skip
+                    limits: list[JointLimit], where: Callable[[int], str],
+                    per_joint: bool = False) -> None:  # fmt: skip
     """Refuse the first segment whose cubic moves faster, or accelerates harder, than its joint's limits; ``where``
     names the segment (given its step, or with ``per_joint`` its joint)."""
     for kind, unit, peak, bound in (
