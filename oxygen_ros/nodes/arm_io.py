@@ -68,10 +68,17 @@ PARAMETERS = {  # scalars: (default, description), read once
     "input_timeout_s": (0.5, "joint states, or a camera frame when asked for a chunk, older than this stop the arm "
                         "(FAILED_PRECONDITION), seconds"),  # fmt: skip
     "answer_wait_s": (1.0, "how long the controller may take to accept a trajectory, seconds"),
+    "max_tracking_error": (0.3, "a moving arm this far (rad or m) from where its plan has it, checked every period, "
+                           "stops the goal with the arm held where it is: it is not following (blocked, a fault, a "
+                           "controller that dropped the trajectory, another client)"),  # fmt: skip
 }
 RANGES = {"limit_margin": (0.0, 1.0), "max_start_jump": (0.0, 10.0), "input_timeout_s": (0.0, 60.0),
-          "answer_wait_s": (0.0, 60.0)}  # fmt: skip
-POSITIVE = ("input_timeout_s", "answer_wait_s", "max_start_jump")
+          "answer_wait_s": (0.0, 60.0), "max_tracking_error": (0.0, 10.0)}  # fmt: skip
+POSITIVE = ("input_timeout_s", "answer_wait_s", "max_start_jump", "max_tracking_error")
+# the tolerances a joint may have its own of (a prismatic joint's in m beside revolute ones in rad): the scalar is
+# every joint's unless its per-joint list is set
+TOLERANCES = {"limit_margin": "joint_limit_margins", "max_start_jump": "joint_max_start_jumps",
+              "max_tracking_error": "joint_max_tracking_errors"}  # fmt: skip
 NAME_LISTS = {
     "action_joint_names": "the joints of the model's action dimensions, in order (ros2_control names; a gripper "
     "dimension included); empty = the model's chunks go to no arm",
@@ -90,6 +97,11 @@ NUMBER_LISTS = {
     "joint_acceleration_limits": "per action joint, an acceleration limit (rad/s^2 or m/s^2; MoveIt's "
     "joint_limits.yaml max_acceleration; a URDF has none): a chunk whose spline accelerates harder is refused; empty "
     "or NaN = none",
+    "joint_limit_margins": "per action joint, its limit_margin (rad or m: a prismatic joint's in m); empty = "
+    "limit_margin for each",
+    "joint_max_start_jumps": "per action joint, its max_start_jump (rad or m); empty = max_start_jump for each",
+    "joint_max_tracking_errors": "per action joint, its max_tracking_error (rad or m); empty = max_tracking_error for "
+    "each",
 }
 
 
@@ -125,6 +137,20 @@ def _difference_velocity(before: tuple[float, float, float, float], position: fl
     return (position - then) / dt
 
 
+def _per_joint(scalar: str, listed: list[float], default: float, joints: int) -> np.ndarray:
+    """Tolerance ``scalar`` per joint [joints]: its list (``TOLERANCES``) if set, one per action joint within the
+    scalar's range, else ``default`` for every joint; ValueError naming the list."""
+    name, (low, high) = TOLERANCES[scalar], RANGES[scalar]
+    if not listed:
+        return np.full(joints, default)
+    positive = scalar in POSITIVE
+    lowest = "above" if positive else "at least"
+    if len(listed) != joints or not all((v > low if positive else v >= low) and v <= high for v in listed):
+        raise ValueError(f"parameter {name} must be empty or {joints} numbers (one per action joint), each {lowest} "
+                         f"{low:g} and at most {high:g}: {listed}")  # fmt: skip
+    return np.array(listed, dtype=np.float64)
+
+
 def _or_rest(velocity: np.ndarray | None, columns: list[int]) -> np.ndarray:
     return np.zeros(len(columns)) if velocity is None else np.nan_to_num(velocity[columns], nan=0.0)
 
@@ -149,6 +175,8 @@ class ArmIO:
         self.arm_names = tuple(self.names[i] for i in self._arm_columns)  # what the trajectory names
         self._limit_lists = [lists[k] for k in ("joint_lower_limits", "joint_upper_limits", "joint_velocity_limits",
                                                 "joint_acceleration_limits")]
+        self.tolerances = {scalar: _per_joint(scalar, lists[listed], settings[scalar], len(self.names))
+                           for scalar, listed in TOLERANCES.items()}  # fmt: skip
         try:
             self.map = JointMap.build(list(self.names), lists["action_scale"], lists["action_offset"],
                                       settings["action_space"])  # fmt: skip
@@ -167,6 +195,7 @@ class ArmIO:
         self._stops: set[bytes] = set()  # of those, our stop trajectories (``hold``)
         self._stopping = False  # a stop was sent and no trajectory since: a hold now has nothing to stop
         self._holds = 0  # counts holds: a goal accepted after a hold that followed its sending is cancelled at once
+        self._stop_sent = None  # the newest stop goal's send (the action): a goal's result waits for its answer
         node.create_subscription(JointState, settings["state_topic"], self._on_state, 10, callback_group=group)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         node.create_subscription(String, settings["description_topic"], self._on_description, latched,
@@ -386,42 +415,59 @@ class ArmIO:
         else:
             self._client.destroy()  # rclpy's destroy_node leaves action clients alive (see InferClient.destroy)
 
-    def hold(self, at: np.ndarray | None, log: Callable[[str], None], gap: float = 0.0,
-             velocity: np.ndarray | None = None) -> None:  # fmt: skip
+    def hold(self, at: np.ndarray | None, log: Callable[[str], None], velocity: np.ndarray | None = None) -> None:
         """Stop the arm, decelerating: one trajectory point, at rest, replacing the one playing (on the action too: a
         cancel makes a joint_trajectory_controller hold the measured position at once, a jolt at speed). From
         ``at`` moving at ``velocity`` (where and how fast the plan has the arm now), else from the measured state
         carried forward, the arm stops ``v T / 2`` further on over ``T``: as long as the joints' acceleration
         limits need (at least HOLD_MIN_S), and as long as the controller's cubic from the measured position needs to
         stay within the velocity limits (1.5 x the mean speed); with joint states too old to read, from ``at`` timed
-        for ``gap``, the farthest the arm may be from it (what the plan's tracking check allows). Our goals on their
-        way are cancelled once taken; on the action, a stop the controller refuses (or none that can be planned: no
-        joint states, no plan) cancels ours instead (the controller then holds where the arm is)."""
+        for the farthest the arm may be from it (each joint's max_tracking_error: what the tracking check allows).
+        Our goals on their way are cancelled once taken; on the action, a stop the controller refuses (or none that
+        can be planned: no joint states, no plan) cancels ours instead (the controller then holds where the arm
+        is)."""
         self.gripper.hold()
         with self._lock:
             self._holds += 1
             if self._stopping:  # nothing sent since the last stop: it is braking already (a second would cancel it)
                 return
             self._cancelled.update(self._live)  # what the stop replaces (and a refused stop cancels) is ours to end
-        stop = self._stop_point(at, velocity, gap, log)
+        stop = self._stop_point(at, velocity, log)
         if stop is None:
             if not self._topic:
                 self._cancel_all()
-                self._mark_stopped()  # cancelled: held where it is
+                self._mark_stopped(None)  # cancelled: held where it is
             return
         trajectory = JointTrajectory(joint_names=list(self.arm_names), points=[stop])
+        sending = None
         if self._topic:
             self._publisher.publish(trajectory)
         else:
             sending = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
             sending.add_done_callback(self._on_stop)
-        self._mark_stopped()  # sent: a hold before the next trajectory has nothing more to stop
+        self._mark_stopped(sending)  # sent: a hold before the next trajectory has nothing more to stop
 
-    def _mark_stopped(self) -> None:
+    def _mark_stopped(self, sending) -> None:
         with self._lock:
-            self._stopping = True
+            self._stopping, self._stop_sent = True, sending
 
-    def _stop_point(self, at: np.ndarray | None, velocity: np.ndarray | None, gap: float,
+    async def stop_answered(self, wait_s: float) -> str:
+        """Wait up to ``wait_s`` for the controller's answer to the newest stop, so that a goal's result (and a
+        shutdown, which waits for it) comes after it: a refused stop has ours cancelled then, while the node can
+        still send. '' when it was taken (or none is on the action's way), else what happened."""
+        with self._lock:
+            sending = self._stop_sent
+        if sending is None:
+            return ""
+        answered, handle = await wait(self._node, sending, wait_s)
+        if not answered:  # the trajectory it plays may run on: ours are cancelled (held where the arm is)
+            self._cancel_all()
+            return f"{self.target} did not answer the arm's stop within {wait_s:g} s: our trajectory was cancelled"
+        if not handle.accepted:
+            return f"{self.target} refused the arm's stop: our trajectory was cancelled (the arm holds where it is)"
+        return ""
+
+    def _stop_point(self, at: np.ndarray | None, velocity: np.ndarray | None,
                     log: Callable[[str], None]) -> JointTrajectoryPoint | None:  # fmt: skip
         """The stop ``hold`` sends (None, logged, when nothing says where the arm is)."""
         arm = self._arm_columns
@@ -446,7 +492,7 @@ class ArmIO:
                 log(f"cannot hold on {self.target}: {exc.message}, and no plan says where the arm is")
                 return None
             log(f"holding on {self.target} where the plan has the arm: {exc.message}")
-            here, distance, moving = at[arm], np.full(len(arm), gap), _or_rest(velocity, arm)
+            here, distance, moving = at[arm], self.tolerances["max_tracking_error"][arm], _or_rest(velocity, arm)
         braking_s = max(float(np.max(np.abs(moving) / braking, initial=0.0)), HOLD_MIN_S)
         lower, upper = (np.array([getattr(lim, side) for lim in limits])[arm] for side in ("lower", "upper"))
         stop = np.clip(here + moving * braking_s / 2, lower, upper)  # steady deceleration to rest

@@ -241,6 +241,13 @@ class InstructionNode(TaskActionNode[Stream]):
             result.underruns = plan.queue.underruns
             result.latency_p50_ms, result.latency_p99_ms = plan.latency.percentile(50), plan.latency.percentile(99)
 
+    async def settle(self, stream: Stream) -> str:
+        """The arm's stop answered before the goal's result (and so before a shutdown destroys the node): refused or
+        unanswered, ours are cancelled while the node can still send, and the result says so."""
+        if stream.plan is None:
+            return ""
+        return await self.arm.stop_answered(self.settings["answer_wait_s"])
+
     def stopped(self) -> None:
         """No goal runs: the arm comes to rest, braking from where the last goal's plan has it (``VlaArm.hold``)."""
         if self.arm.configured:

@@ -51,13 +51,10 @@ PARAMETERS = {
     "max_missed_chunks": (3, "chunks in a row late or refused before the goal ends (the arm holds)"),
     "send_lead_s": (0.1, "a trajectory's first target is due at least this long after it is sent (the goal's trip to "
                     "the controller and one controller cycle), seconds"),  # fmt: skip
-    "max_tracking_error": (0.3, "a moving arm this far (rad or m) from where its plan has it, checked every period, "
-                           "stops the goal with the arm held where it is: it is not following (blocked, a fault, a "
-                           "controller that dropped the trajectory, another client)"),  # fmt: skip
 }
 RANGES = {"actions_per_chunk": (0, 10_000), "chunk_threshold": (0, 10_000), "blend_old_weight": (0.0, 0.99),
-          "max_missed_chunks": (1, 1000), "send_lead_s": (0.0, 10.0), "max_tracking_error": (0.0, 10.0)}  # fmt: skip
-POSITIVE = ("send_lead_s", "max_tracking_error")
+          "max_missed_chunks": (1, 1000), "send_lead_s": (0.0, 10.0)}  # fmt: skip
+POSITIVE = ("send_lead_s",)
 MAX_PERIOD_S = 1.0  # a chunk's action period: the arm is watched (cancel, faults, tracking) once a period
 MIN_PERIOD_S = 1e-3  # and no faster than a ros2_control loop runs: the clock thread ticks once a period
 
@@ -203,9 +200,9 @@ class VlaArm:
             except EngineError as exc:  # an arm not following its plan stops where it is, not where the plan is
                 queue.hold()
                 at = None if isinstance(exc, NotFollowing) else commanded
-                self.arm.hold(at, self._node.get_logger().warning, self._settings["max_tracking_error"], moving)
+                self.arm.hold(at, self._node.get_logger().warning, moving)
                 return exc.code, exc.message
-            queue.rows = safe.positions  # the plan is what the arm was told
+            queue.told(safe.positions, now + float(safe.times[-1]))  # its stop maybe given more time
             plan.sending = True
         try:
             refused = await self.arm.send(now, safe)
@@ -246,9 +243,9 @@ class VlaArm:
         interpolate_from_desired_state or open_loop_control: checked above)."""
         measured, read_at = self.arm.reading(self.arm.names)
         jaw = self.arm.gripper_column  # its own controller: it may stall on what it holds, and jump to a new grip
-        margin = self._settings["limit_margin"]
+        margin = self.arm.tolerances["limit_margin"]
         if commanded is None:  # no plan now (the first chunk, after an underrun or a hold): still moving, maybe
-            jump = np.full(len(measured), self._settings["max_start_jump"])
+            jump = self.arm.tolerances["max_start_jump"].copy()
             if jaw is not None:
                 jump[jaw] = np.inf
             plan.queue.rows = beside(plan.queue.rows, measured, turning(plan.limits))  # a wrist read wrapped
@@ -269,10 +266,12 @@ class VlaArm:
         error = np.abs(difference(measured, commanded, turning(limits)))
         if self.arm.gripper_column is not None:
             error[self.arm.gripper_column] = 0.0
-        if error.max() > self._settings["max_tracking_error"]:
-            joint = int(np.argmax(error))
+        bound = self.arm.tolerances["max_tracking_error"]
+        if (error > bound).any():
+            joint = int(np.argmax(error - bound))
             raise NotFollowing(ErrorCode.OUT_OF_RANGE, f"joint {self.arm.names[joint]} is {error[joint]:.3f} from "
-                               f"where its plan has it, over max_tracking_error: the arm is not following")  # fmt: skip
+                               f"where its plan has it, over its max_tracking_error {bound[joint]:g}: the arm is not "
+                               "following")  # fmt: skip
 
     def miss(self, run: GoalRun, plan: ArmPlan, code: ErrorCode, message: str, late: bool = False) -> None:
         """Count a missed chunk; end the goal (the arm held) after ``max_missed_chunks`` in a row. A chunk missed
@@ -337,4 +336,4 @@ class VlaArm:
                     at, velocity = plan.queue.commanded(now), plan.queue.velocity(now)
                 plan.queue.hold()
                 plan.sending = False
-        self.arm.hold(at, self._node.get_logger().warning, self._settings["max_tracking_error"], velocity)
+        self.arm.hold(at, self._node.get_logger().warning, velocity)

@@ -68,3 +68,20 @@ def test_the_plans_velocity_is_its_slope_where_it_has_the_arm():
     np.testing.assert_allclose(queue.velocity(10.15), [2.0, 0.0])
     np.testing.assert_allclose(queue.velocity(10.25), [1.0, -5.0])
     assert queue.velocity(9.0) is None and queue.velocity(10.5) is None
+
+
+def test_a_last_target_reached_later_is_approached_that_much_slower_and_runs_dry_then():
+    """The stop a plan ends with may be given more time than a step (safety's stretch): where the plan has the arm,
+    how fast, and when it runs dry follow the time the arm was told, until the next chunk merges on the grid."""
+    queue = ActionQueue(0.1, 0.3)
+    queue.merge(np.array([[0.0], [1.0], [2.0]]), observed_at=10.0, earliest=10.0)  # steps 1..3 at 10.1, 10.2, 10.3
+    queue.told(queue.rows, end=10.6)  # the last segment takes 0.4 s instead of 0.1 s
+    np.testing.assert_allclose(queue.commanded(10.15), [0.5])
+    np.testing.assert_allclose(queue.commanded(10.4), [1.5])
+    np.testing.assert_allclose(queue.velocity(10.4), [2.5])
+    np.testing.assert_allclose(queue.commanded(10.6), [2.0])
+    assert queue.commanded(10.65) is None
+    assert not queue.check_underrun(10.45) and queue.check_underrun(10.6) and queue.underruns == 1
+    queue.merge(np.array([[5.0], [6.0]]), observed_at=10.4, earliest=10.4)  # steps 5, 6 on the grid again
+    assert queue.end == queue.time(6)
+    np.testing.assert_allclose(queue.commanded(10.55), [5.5])

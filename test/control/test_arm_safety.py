@@ -53,6 +53,20 @@ def test_refusals_name_the_joint_and_the_numbers(targets, measured, phrase):
     assert err.value.code == ErrorCode.OUT_OF_RANGE and phrase in err.value.message
 
 
+def test_each_joint_has_its_own_margin_and_start_jump():
+    """Per-joint tolerances (a prismatic joint's in m beside revolute ones in rad): 0.03 past the limit is clamped
+    where the margin is 0.05 and refused where it is 0.02; a first target 0.2 away passes a 0.3 jump, not a 0.1."""
+    targets = np.array([[0.9, 0.0], [1.03, 0.0], [1.0, 0.0]])
+    safe = check_targets(targets, TIMES, np.array([0.85, 0.0]), NAMES, LIMITS, np.array([0.05, 0.0]), 0.3)
+    np.testing.assert_allclose(safe.positions[:, 0], [0.9, 1.0, 1.0])
+    with pytest.raises(EngineError, match="by more than limit_margin 0.02$"):
+        check_targets(targets, TIMES, np.array([0.85, 0.0]), NAMES, LIMITS, np.array([0.02, 0.05]), 0.3)
+    ramp = np.array([[0.0, 0.2], [0.0, 0.25], [0.0, 0.3]])
+    assert check_targets(ramp, TIMES, np.zeros(2), NAMES, LIMITS, 0.02, np.array([0.1, 0.3])).clamped == 0
+    with pytest.raises(EngineError, match="joint roll: the first target 0.2000 is 0.2000 .* over max_start_jump 0.1$"):
+        check_targets(ramp, TIMES, np.zeros(2), NAMES, LIMITS, 0.02, np.array([0.3, 0.1]))
+
+
 def test_a_moving_start_is_checked_as_the_controller_plays_it():
     """A joint_trajectory_controller starts a new trajectory from its measured state, moving: pan at +1.8/s with
     its first target 0.05 behind, 0.2 s out (sent at rest there: the plan turns), is a slow move from rest (0.375/s at

@@ -69,25 +69,25 @@ def test_a_topic_hold_stops_the_arm_even_when_its_joint_states_are_stale(ros_con
         msg = JointState(name=["shoulder", "elbow"], position=[0.0, 0.0])
         msg.header.stamp = node.get_clock().now().to_msg()
         arm._on_state(msg)
-        arm.hold(np.array([0.4, 0.2]), warnings.append, gap=0.3)
+        arm.hold(np.array([0.4, 0.2]), warnings.append)
         (point,) = sent[-1].points
         assert list(point.positions) == [0.4, 0.2] and list(point.velocities) == [0.0, 0.0]
         assert seconds(point.time_from_start) == pytest.approx(1.5 * 0.4 / 1.0)  # the shoulder's 0.4 rad at 1 rad/s
-        arm.hold(None, warnings.append, gap=0.3)  # at once again (a goal's end after its own hold): it brakes already
+        arm.hold(None, warnings.append)  # at once again (a goal's end after its own hold): it brakes already
         assert len(sent) == 1
         arm._stopping = False  # a trajectory sent since the last hold
-        arm.hold(None, warnings.append, gap=0.3)  # no plan: where it is, decelerating over HOLD_MIN_S
+        arm.hold(None, warnings.append)  # no plan: where it is, decelerating over HOLD_MIN_S
         assert list(sent[-1].points[0].positions) == [0.0, 0.0]
         assert seconds(sent[-1].points[0].time_from_start) == pytest.approx(arm_io.HOLD_MIN_S)
         arm._joints = {name: (p, v, arrival - 1.0, stamp) for name, (p, v, arrival, stamp) in arm._joints.items()}
         arm._stopping = False  # a trajectory sent since the last hold
-        arm.hold(np.array([0.4, 0.2]), warnings.append, gap=0.3)
+        arm.hold(np.array([0.4, 0.2]), warnings.append)
         assert list(sent[-1].points[0].positions) == [0.4, 0.2]
         assert seconds(sent[-1].points[0].time_from_start) == pytest.approx(1.5 * 0.3 / 1.0)
         assert "where the plan has the arm" in warnings[-1] and "old, over input_timeout_s" in warnings[-1]
         count = len(sent)
         arm._stopping = False  # a trajectory sent since the last hold
-        arm.hold(None, warnings.append, gap=0.3)  # stale and no plan: nowhere known to hold, said
+        arm.hold(None, warnings.append)  # stale and no plan: nowhere known to hold, said
         assert len(sent) == count and "no plan says where the arm is" in warnings[-1]
         future = {name: (p, v, arrival + 10.0, stamp) for name, (p, v, arrival, stamp) in arm._joints.items()}
         arm._joints = future  # arrived "after now": the node clock went back since
@@ -181,5 +181,27 @@ def test_a_position_only_driver_gets_a_velocity_from_its_last_two_readings(ros_c
         np.testing.assert_allclose(position, [0.6, 4.0])
         with pytest.raises(EngineError, match="wrist.vel"):
             arm.snapshot()
+    finally:
+        node.destroy_node()
+
+
+def test_per_joint_tolerances_are_one_per_action_joint_within_their_ranges(ros_context):
+    """joint_limit_margins / joint_max_start_jumps / joint_max_tracking_errors: empty = the scalar for every joint;
+    else one per action joint, each within the scalar's range (a start jump or tracking error of 0 would refuse or
+    stop every motion), refused at start naming the list."""
+    node = Node("arm_tolerances_test", context=ros_context)
+    try:
+        names = {"action_joint_names": ["shoulder", "lift"]}
+        arm = _arm(node, {"max_tracking_error": 0.25}, **names, joint_max_tracking_errors=[0.3, 0.02],
+                   joint_limit_margins=[0.0, 0.0])  # fmt: skip
+        np.testing.assert_array_equal(arm.tolerances["max_tracking_error"], [0.3, 0.02])
+        np.testing.assert_array_equal(arm.tolerances["limit_margin"], [0.0, 0.0])
+        np.testing.assert_array_equal(arm.tolerances["max_start_jump"], [0.1, 0.1])  # the scalar's default
+        scalar = _arm(node, {"max_tracking_error": 0.25}, **names).tolerances["max_tracking_error"]
+        np.testing.assert_array_equal(scalar, [0.25, 0.25])
+        for bad in ({"joint_max_tracking_errors": [0.3]}, {"joint_max_tracking_errors": [0.3, 0.0]},
+                    {"joint_max_start_jumps": [0.1, math.nan]}, {"joint_limit_margins": [0.0, 2.0]}):  # fmt: skip
+            with pytest.raises(ValueError, match=f"parameter {next(iter(bad))} must be empty or 2 numbers"):
+                _arm(node, **names, **bad)
     finally:
         node.destroy_node()

@@ -16,7 +16,7 @@ from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
 
-SETTINGS = {"max_tracking_error": 0.3, "send_lead_s": 0.1}
+SETTINGS = {"send_lead_s": 0.1}
 
 
 class Arm:
@@ -28,6 +28,7 @@ class Arm:
         self.position, self.gripper_column, self.holds, self.clock = np.array(measured), gripper_column, [], 10.0
         self.read_at: float | None = None  # when the position was read (None: now)
         self.gripper = SimpleNamespace(holds=0, command=lambda *_: None)
+        self.tolerances = {"max_tracking_error": np.full(3, 0.3)}  # instruction_node's default for every joint
 
     def take_fault(self) -> str:
         return ""
@@ -41,7 +42,7 @@ class Arm:
     def now(self) -> float:
         return self.clock
 
-    def hold(self, at, log, gap: float = 0.0, velocity=None) -> None:
+    def hold(self, at, log, velocity=None) -> None:
         self.holds.append(None if at is None else np.array(at))
 
 
@@ -77,6 +78,25 @@ def test_an_arm_that_does_not_follow_its_plan_ends_the_goal_held_where_it_is(ros
         vla.tick(run, plan)
         assert run.ended[0] == ErrorCode.OUT_OF_RANGE and "joint shoulder is 0.500" in run.ended[1]
         assert arm.holds == [None] and plan.queue.rows is None  # held where measured; the plan forgotten
+    finally:
+        node.destroy_node()
+
+
+def test_each_joint_is_held_to_its_own_tracking_error(ros_context):
+    """joint_max_tracking_errors: a prismatic lift (m) beside revolute joints (rad) gets a bound in its own units; 0.1
+    m behind its plan is within the revolute joints' 0.3 but over its own 0.05."""
+    node = Node("arm_tracking_per_joint_test", context=ros_context)
+    try:
+        rows = [[0.0, 0.0, 0.0], [0.0, 0.2, 0.0], [0.0, 0.4, 0.0]]
+        arm, run = Arm([0.0, 0.2, 0.0]), Run()
+        arm.clock = 10.15  # the plan has the lift at 0.3; measured 0.2
+        VlaArm(node, arm, SETTINGS).tick(run, planned(rows))
+        assert run.running and not arm.holds
+        arm.tolerances = {"max_tracking_error": np.array([0.3, 0.05, 0.3])}
+        VlaArm(node, arm, SETTINGS).tick(run, planned(rows))
+        assert run.ended[0] == ErrorCode.OUT_OF_RANGE
+        assert "joint elbow is 0.100 from where its plan has it, over its max_tracking_error 0.05" in run.ended[1]
+        assert arm.holds == [None]
     finally:
         node.destroy_node()
 

@@ -76,6 +76,22 @@ def arm(ros_domain_id):
         context.try_shutdown()
 
 
+def arm_io_of(arm: Arm) -> ArmIO:
+    """instruction_node's side of the arm (its defaults), on the client node, once the controller is there."""
+    settings = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
+    lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS}
+    io = ArmIO(arm.client, settings | {"input_timeout_s": 60.0}, lists, ReentrantCallbackGroup())
+    wait_until(io._client.server_is_ready, 10.0, "the arm's action server")
+    return io
+
+
+def run_on(arm: Arm, coroutine):
+    """Run one of ArmIO's coroutines on the client's executor, as instruction_node's goals do; its result."""
+    task = arm.client.executor.create_task(coroutine)
+    wait_until(task.done, 10.0, "the controller's answer")
+    return task.result()
+
+
 def max_speed(states: list[tuple[float, np.ndarray, np.ndarray]]) -> float:
     """The fastest any joint moved between consecutive JointStates, rad/s."""
     return max(np.max(np.abs(b[1] - a[1])) / (b[0] - a[0]) for a, b in zip(states, states[1:]))
@@ -189,19 +205,14 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_cancelled_and_refu
     """instruction_node's side (ArmIO): trajectories go unstamped (the controller starts them when it takes them,
     so a late delivery never has it sample one mid-segment, a jump); one taken after its first target was due on
     the node's clock is a stale plan: cancelled, the send refused, saying how late."""
-    settings = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
-    lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS}
-    io = ArmIO(arm.client, settings | {"input_timeout_s": 60.0}, lists, ReentrantCallbackGroup())
-    wait_until(io._client.server_is_ready, 10.0, "the arm's action server")
+    io = arm_io_of(arm)
     here = arm.position()
     # its first target due 4 s ago (1 s after it is taken: slow, so the cancel finds the arm about where it was);
     # then one due 1 s ahead on the node's clock (time enough to be taken on a loaded machine)
     for start, offset, late in ((io.now() - 5.0, -0.05, True), (io.now(), 0.05, False)):
         targets = np.vstack([here + offset, here + offset])
         safe = SafeTargets(targets, np.zeros_like(targets), np.array([1.0, 1.1]), 0)
-        task = arm.client.executor.create_task(io.send(start, safe))
-        wait_until(task.done, 10.0, "the controller's answer")
-        refused = task.result()
+        refused = run_on(arm, io.send(start, safe))
         assert ("after its first target was due" in refused) if late else refused == "", refused
         if late:  # cancelled as soon as taken: the arm stays about where it was, far from the stale plan's end
             time.sleep(0.5)
@@ -214,10 +225,7 @@ def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
     speed; instead one point at rest v T / 2 past where the plan has the arm, T the braking time (HOLD_MIN_S without
     acceleration limits), replaces the trajectory playing: the arm slows through intermediate speeds, glides on that
     far and stands; a second hold before any new trajectory sends nothing."""
-    settings = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
-    lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS}
-    io = ArmIO(arm.client, settings | {"input_timeout_s": 60.0}, lists, ReentrantCallbackGroup())
-    wait_until(io._client.server_is_ready, 10.0, "the arm's action server")
+    io = arm_io_of(arm)
     wait_until(lambda: io._described, 10.0, "the URDF")
     start = arm.position()
     moving = arm.send([(3.0, start + 1.5)])  # 0.5 rad/s every joint
@@ -225,6 +233,7 @@ def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
     at, seen = io.measured(tuple(SO100_JOINTS)), len(arm.states)
     io.hold(at, print, velocity=np.full(len(SO100_JOINTS), 0.5))
     assert moving.result(timeout=5.0).result.error_string == PREEMPTED  # replaced, not cancelled
+    assert run_on(arm, io.stop_answered(5.0)) == ""  # taken: a goal's result has nothing to add
     time.sleep(0.5)
     rest = arm.states[-1][1]
     np.testing.assert_allclose(rest - at, 0.5 * arm_io.HOLD_MIN_S / 2, atol=0.01)  # 25 mrad on, give or take
@@ -234,4 +243,34 @@ def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
     io.hold(None, print)  # a goal's end after its own hold: nothing was sent since, so no second stop
     time.sleep(0.3)
     assert io._stopping and np.array_equal(arm.states[-1][1], rest)
+    io._client.destroy()
+
+
+def test_a_stop_the_controller_refuses_has_ours_cancelled_before_the_goal_reports(arm):
+    """A goal's result, and so a shutdown, waits for the controller's answer to the arm's stop (``stop_answered``,
+    instruction_node's ``settle``): refused (here one naming a joint the controller lacks), our trajectory is
+    cancelled while the node can still send, the controller holds the arm where it is, and the result says so. (A
+    joint_trajectory_controller refuses every goal while it is inactive, e.g. switched off mid-goal; arm_sim is always
+    active, so here the stop ends moving, which it refuses as JTC does.)"""
+    io = arm_io_of(arm)
+    wait_until(lambda: io._described, 10.0, "the URDF")
+    here = arm.position()
+    safe = SafeTargets(np.vstack([here + 0.1, here + 1.0]), np.zeros((2, len(here))), np.array([0.5, 4.0]), 0)
+    assert run_on(arm, io.send(io.now(), safe)) == ""
+    time.sleep(1.0)  # on its way to here + 1 at about 0.25 rad/s
+    planned = io._stop_point
+
+    def moving_stop(*args) -> JointTrajectoryPoint:
+        point = planned(*args)
+        point.velocities = [0.1] * len(point.positions)
+        return point
+
+    io._stop_point = moving_stop
+    io.hold(None, print)
+    assert "refused the arm's stop: our trajectory was cancelled" in run_on(arm, io.stop_answered(5.0))
+    time.sleep(0.3)
+    stood = arm.position()
+    time.sleep(0.5)
+    np.testing.assert_array_equal(arm.position(), stood)  # held where it was, short of the plan's end
+    assert (np.abs(stood - (here + 1.0)) > 0.5).all()
     io._client.destroy()

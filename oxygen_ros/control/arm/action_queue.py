@@ -11,7 +11,9 @@ needs to reach it):
   ``weighted_average`` is 0.3 / 0.7; 0 keeps the newest only), which softens the switch between two chunks;
 * the rest are appended, and the plan's steps the new chunk does not cover are discarded.
 
-The plan runs dry at its last step: past it the arm holds (an underrun), counted once per time it happens.
+The plan runs dry at its last target: past it the arm holds (an underrun), counted once per time it happens. The
+last target may be reached later than its step (``told``: the stop a plan ends with, given time to fit the limits);
+the plan then moves the arm there that much slower.
 """
 
 import math
@@ -36,6 +38,7 @@ class ActionQueue:
         self.origin: float | None = None  # node-clock seconds of step 0: the first chunk's observation
         self.first = 0  # step of rows[0]
         self.rows: np.ndarray | None = None  # [n, J] joint targets
+        self._end: float | None = None  # when the last target is reached, if not at its step (``told``)
         self.underruns = 0
         self._dry = False  # the last check found the plan run out (counts an underrun once)
 
@@ -54,37 +57,57 @@ class ActionQueue:
         assert self.rows is not None
         return self.first + len(self.rows) - 1
 
+    @property
+    def end(self) -> float:
+        """When the plan reaches its last target (node clock s; only with a plan)."""
+        return self.time(self.last) if self._end is None else self._end
+
     def remaining(self, now: float) -> int:
         """Planned targets still ahead at ``now`` (0 = the arm holds once the current one is reached)."""
         if self.rows is None:
             return 0
         return max(0, self.last - self.step(now))
 
+    def told(self, rows: np.ndarray, end: float) -> None:
+        """The plan is what the arm was told: ``rows`` [n, J] (the merged targets made safe), the last reached at
+        ``end`` (node clock s), its step or later."""
+        self.rows, self._end = rows, end
+
+    def _place(self, t: float) -> tuple[int, float, float] | None:
+        """The segment the plan is in at ``t``: (its first row, how far along it in [0, 1], its length in seconds),
+        or None outside the plan."""
+        if self.rows is None or self.origin is None:
+            return None
+        x, n = (t - self.origin) / self.period - self.first, len(self.rows)
+        if x < 0 or n == 1:
+            return (0, 0.0, self.period) if n == 1 and x == 0 else None
+        if x < n - 2:
+            return int(x), x - int(x), self.period
+        before = self.time(self.last - 1)  # the last segment: it ends when the last target is reached
+        frac = (t - before) / (self.end - before)
+        return (n - 2, frac, self.end - before) if frac <= 1 else None
+
     def commanded(self, t: float) -> np.ndarray | None:
         """Where the plan has the arm at ``t`` (linear between targets, as a position-only trajectory plays), or None
         outside it."""
-        if self.rows is None or self.origin is None:
+        place = self._place(t)
+        if place is None:
             return None
-        x = (t - self.origin) / self.period - self.first
-        if x < 0 or x > len(self.rows) - 1:
-            return None
-        i = min(int(x), len(self.rows) - 2) if len(self.rows) > 1 else 0
-        frac = x - i
+        i, frac, _ = place
         return self.rows[i] if len(self.rows) == 1 else (1 - frac) * self.rows[i] + frac * self.rows[i + 1]
 
     def velocity(self, t: float) -> np.ndarray | None:
         """How fast the plan moves the arm at ``t`` (its slope between the targets around ``t``, as ``commanded``
         moves), or None outside it."""
-        if self.commanded(t) is None:
+        place = self._place(t)
+        if place is None:
             return None
-        if len(self.rows) == 1:
-            return np.zeros_like(self.rows[0])
-        i = min(int((t - self.origin) / self.period - self.first), len(self.rows) - 2)
-        return (self.rows[i + 1] - self.rows[i]) / self.period
+        i, _, length = place
+        return np.zeros_like(self.rows[0]) if len(self.rows) == 1 else (self.rows[i + 1] - self.rows[i]) / length
 
     def check_underrun(self, now: float) -> bool:
         """Whether the plan has run out at ``now`` (an underrun is counted the first time it is seen)."""
-        dry = self.rows is not None and now >= self.time(self.last)
+        dry = self.rows is not None and now >= self.end
         if dry and not self._dry:
             self.underruns += 1
         self._dry = dry
@@ -109,7 +132,7 @@ class ActionQueue:
                 blended += 1
             merged.append(row)
         if merged:  # else the chunk came too late for any of its steps: the plan stays
-            self.first, self.rows = keep_from, np.stack(merged)
+            self.first, self.rows, self._end = keep_from, np.stack(merged), None
             self._dry = False
         return Merge(dropped, blended, len(merged) - blended)
 

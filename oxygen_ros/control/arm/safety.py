@@ -44,11 +44,12 @@ def _refuse(message: str) -> EngineError:
 
 
 def check_targets(targets: np.ndarray, times: np.ndarray, anchor: np.ndarray, names: tuple[str, ...],
-                  limits: list[JointLimit], margin: float, max_jump: float,
+                  limits: list[JointLimit], margin: np.ndarray | float, max_jump: np.ndarray | float,
                   anchor_velocity: np.ndarray | None = None) -> SafeTargets:  # fmt: skip
     """``targets`` [n, J] due at ``times`` [n] seconds from now (increasing, > 0), the plan starting at ``anchor``
     [J] now, at rest or moving at ``anchor_velocity`` [J] (the plan's own velocity there: a steady motion is
-    checked as one, not as a start from rest)."""
+    checked as one, not as a start from rest); ``margin`` and ``max_jump`` per joint [J] (rad or m) or for all."""
+    margin, max_jump = (np.broadcast_to(np.asarray(v, dtype=np.float64), anchor.shape) for v in (margin, max_jump))
     if not np.isfinite(targets).all():
         step, joint = np.argwhere(~np.isfinite(targets))[0]
         raise _refuse(f"joint {names[joint]}: target {targets[step, joint]} at step {step} is not a number")
@@ -58,13 +59,15 @@ def check_targets(targets: np.ndarray, times: np.ndarray, anchor: np.ndarray, na
     if beyond.any():
         step, joint = np.argwhere(beyond)[0]
         raise _refuse(f"joint {names[joint]}: target {targets[step, joint]:.4f} at step {step} is beyond its limits "
-                      f"[{lower[joint]:.4f}, {upper[joint]:.4f}] by more than limit_margin {margin}")  # fmt: skip
+                      f"[{lower[joint]:.4f}, {upper[joint]:.4f}] by more than limit_margin "
+                      f"{margin[joint]:g}")  # fmt: skip
     clamped = np.clip(targets, lower, upper)
     jump = np.abs(clamped[0] - anchor)
     if (jump > max_jump).any():
         joint = int(np.argmax(jump))
         raise _refuse(f"joint {names[joint]}: the first target {clamped[0, joint]:.4f} is {jump[joint]:.4f} from "
-                      f"where the arm starts, {anchor[joint]:.4f}, over max_start_jump {max_jump}")  # fmt: skip
+                      f"where the arm starts, {anchor[joint]:.4f}, over max_start_jump "
+                      f"{max_jump[joint]:g}")  # fmt: skip
     on_limit = (clamped == lower) | (clamped == upper)
     path, pinned = np.vstack([anchor, clamped]), np.vstack([np.zeros_like(anchor, dtype=bool), on_limit])
     at, velocities = _stopping_in_limits(path, np.concatenate([[0.0], times]), pinned, anchor_velocity, limits)
@@ -82,16 +85,22 @@ def _stopping_in_limits(path: np.ndarray, at: np.ndarray, pinned: np.ndarray, an
     check refuses the plan."""
     velocity = np.array([lim.velocity for lim in limits])
     acceleration = np.array([lim.acceleration for lim in limits])
-    period = last_period = at[-1] - at[-2]
-    while True:
+
+    def ending_after(last_period: float) -> tuple[np.ndarray, np.ndarray, bool]:
         stretched = np.concatenate([at[:-1], [at[-2] + last_period]])
         velocities = _with_anchor(_monotone_velocities(path, stretched, pinned), anchor_velocity)
         plan = (path, velocities, stretched)  # the segment before the stop changes too (the tangent between them)
-        if (_peak_speeds(*plan) <= velocity).all() and (_peak_accelerations(*plan) <= acceleration).all():
-            return stretched, velocities
+        return stretched, velocities, bool((_peak_speeds(*plan) <= velocity).all()
+                                           and (_peak_accelerations(*plan) <= acceleration).all())  # fmt: skip
+
+    period = last_period = at[-1] - at[-2]
+    as_given = tried = ending_after(period)
+    while not tried[2]:
         last_period *= STOP_STRETCH_STEP
         if last_period > max(MAX_STOP_S, period):
-            return at, _with_anchor(_monotone_velocities(path, at, pinned), anchor_velocity)
+            return as_given[:2]
+        tried = ending_after(last_period)
+    return tried[:2]
 
 
 def _with_anchor(velocities: np.ndarray, anchor_velocity: np.ndarray | None) -> np.ndarray:
@@ -116,14 +125,14 @@ def _check_segments(path: np.ndarray, velocities: np.ndarray, times: np.ndarray,
                     per_joint: bool = False) -> None:  # fmt: skip
     """Refuse the first segment whose cubic moves faster, or accelerates harder, than its joint's limits; ``where``
     names the segment (given its step, or with ``per_joint`` its joint)."""
-    for kind, unit, peak, bound in (
-        ("move", "/s", _peak_speeds(path, velocities, times), [lim.velocity for lim in limits]),
-        ("accelerate", "/s^2", _peak_accelerations(path, velocities, times), [lim.acceleration for lim in limits]),
-    ):
+    for kind, unit, limit, peak, bound in (
+        ("move", "/s", "velocity", _peak_speeds(path, velocities, times), [lim.velocity for lim in limits]),
+        ("accelerate", "/s^2", "acceleration", _peak_accelerations(path, velocities, times),
+         [lim.acceleration for lim in limits]),
+    ):  # fmt: skip
         over = peak > np.array(bound)
         if over.any():
             step, joint = np.argwhere(over)[0]
-            limit = "velocity" if kind == "move" else "acceleration"
             raise _refuse(f"joint {names[joint]}: {where(joint if per_joint else step)} would {kind} at up to "
                           f"{peak[step, joint]:.3f}{unit}, over its {limit} limit {bound[joint]}")  # fmt: skip
 
