@@ -14,7 +14,9 @@ pi05-random-tiny is pi0.5 as it runs (the whole prefix bidirectional, the state 
 share no KV with the questions (docs: "Which KV a VLA shares"), so what is measured is whether the actions keep
 their rate next to language work on one engine, not prefix reuse. Every engine computes on ``threads`` threads; on
 two CPU cores the two isolated engines' processes share the same cores: the comparison is one scheduler against
-two. The engines' output goes to a folder made for the run (``details.node_logs``).
+two. The engines' output goes to a folder made for the run (``details.node_logs``), and so do instruction_node's
+warnings and errors as /rosout carries them (``<setting>_instruction_node.log``: a missed chunk says why; the first
+few, and their count, in ``details.<setting>.arm_warnings``).
 
 Metrics, per setting (``_shared``, ``_isolated``): ``action_miss_rate`` (chunks missed over chunks asked for: late,
 sent or not, or refused), ``action_latency_p50_ms`` / ``action_latency_p99_ms`` (the goal's result: from the older of
@@ -35,9 +37,10 @@ from oxygen_ros.bench.multitask_suite import percentile
 from oxygen_ros.bench.engine_windows import engine_window
 from oxygen_ros.bench.report import result
 from oxygen_ros.models.pi05.config import RANDOM_CONFIGS
-from oxygen_ros.nodes.robot_load import ARM_NAMESPACE, RobotWorkload, add_arm, drive, engine_parameters
+from oxygen_ros.nodes.robot_load import ARM_NAMESPACE, Drive, RobotWorkload, add_arm, drive, engine_parameters
 
 MODES = ("shared", "isolated")
+SHOWN_WARNINGS = 5  # of instruction_node's warnings in the details (all of them in node_logs)
 
 
 PARAMS = RobotWorkload  # the fields `bench --param` may name (run takes them as **params)
@@ -54,7 +57,9 @@ def run(**params: Any) -> dict[str, Any]:
         with engine_window(logs / f"{mode}.log", mode, None, setting.model, engine_parameters(setting),
                            namespaces) as graph:  # fmt: skip
             add_arm(graph, mode, setting, joints)
-            summaries[mode] = summarize(*drive(graph, mode, setting)) | {"engine_restarts": graph.restarts()}
+            driven = drive(graph, mode, setting)
+            (logs / f"{mode}_instruction_node.log").write_text("".join(f"{line}\n" for line in driven.warnings))
+            summaries[mode] = summarize(driven) | {"engine_restarts": graph.restarts()}
     metrics: dict[str, Any] = {"chunk_window_ms": setting.chunk_window_s * 1e3}
     for mode, summary in summaries.items():
         metrics |= {f"{name}_{mode}": value for name, value in summary.items() if not isinstance(value, (dict, str))}
@@ -64,7 +69,8 @@ def run(**params: Any) -> dict[str, Any]:
     return result("robot", metrics, details, asdict(setting))
 
 
-def summarize(goal: Any, answers: list[tuple[bool, float, str]], elapsed_s: float) -> dict[str, Any]:
+def summarize(driven: Drive) -> dict[str, Any]:
+    goal, answers, elapsed_s = driven.goal, driven.answers, driven.elapsed_s
     out = goal.result
     latencies = sorted(latency for ok, latency, _ in answers if ok)
     return {
@@ -79,4 +85,5 @@ def summarize(goal: Any, answers: list[tuple[bool, float, str]], elapsed_s: floa
         "vqa_p99_latency_ms": percentile(latencies, 0.99) if latencies else 0.0,
         "goal": f"status {goal.status}: {out.error_code or 'OK'} {out.message}".strip(),
         "vqa_errors": dict(Counter(code for ok, _, code in answers if not ok)),
+        "arm_warnings": {"count": len(driven.warnings), "first": driven.warnings[:SHOWN_WARNINGS]},
     }

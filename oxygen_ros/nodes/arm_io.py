@@ -28,6 +28,7 @@ from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile
+from rclpy.task import Future
 from rcl_interfaces.msg import ParameterDescriptor
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Header, String
@@ -67,7 +68,8 @@ PARAMETERS = {  # scalars: (default, description), read once
                        "measured position (rad or m)"),  # fmt: skip
     "input_timeout_s": (0.5, "joint states, or a camera frame when asked for a chunk, older than this stop the arm "
                         "(FAILED_PRECONDITION), seconds"),  # fmt: skip
-    "answer_wait_s": (1.0, "how long the controller may take to accept a trajectory, seconds"),
+    "answer_wait_s": (1.0, "how long the controller may take to accept a trajectory, and to answer the arm's stop "
+                      "before a goal's result (at most 2.5 s there: half a shutdown's wait), seconds"),  # fmt: skip
     "max_tracking_error": (0.3, "a moving arm this far (rad or m) from where its plan has it, checked every period, "
                            "stops the goal with the arm held where it is: it is not following (blocked, a fault, a "
                            "controller that dropped the trajectory, another client)"),  # fmt: skip
@@ -195,7 +197,9 @@ class ArmIO:
         self._stops: set[bytes] = set()  # of those, our stop trajectories (``hold``)
         self._stopping = False  # a stop was sent and no trajectory since: a hold now has nothing to stop
         self._holds = 0  # counts holds: a goal accepted after a hold that followed its sending is cancelled at once
-        self._stop_sent = None  # the newest stop goal's send (the action): a goal's result waits for its answer
+        # the newest stop goal's send on the action and our goals it replaces, until a trajectory is sent: a goal's
+        # result waits for its answer (``stop_answered``)
+        self._stop_sent: tuple[Future, set[bytes]] | None = None
         node.create_subscription(JointState, settings["state_topic"], self._on_state, 10, callback_group=group)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         node.create_subscription(String, settings["description_topic"], self._on_description, latched,
@@ -358,7 +362,7 @@ class ArmIO:
             self._publisher.publish(trajectory)
             return ""
         with self._lock:
-            holds, self._stopping = self._holds, False
+            holds, self._stopping, self._stop_sent = self._holds, False, None
         future = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
         future.add_done_callback(lambda f: self._on_accepted(f.result(), holds))
         answered, handle = await wait(self._node, future, self._settings["answer_wait_s"])
@@ -392,6 +396,13 @@ class ArmIO:
             self._cancelled.add(_goal_id(handle))
         handle.cancel_goal_async()
 
+    def _cancel_live(self, keys: set[bytes]) -> None:
+        """Cancel those of our goals ``keys`` names that have not ended."""
+        with self._lock:
+            handles = [self._live[key] for key in keys if key in self._live]
+        for handle in handles:
+            self._cancel(handle)
+
     def _on_result(self, handle, response) -> None:
         """Our newest goal ending any way but SUCCEEDED or cancelled by us is a fault: another client preempted
         it, someone cancelled it, or the controller aborted it (tolerances). An older goal ending is our own doing
@@ -415,7 +426,7 @@ class ArmIO:
         else:
             self._client.destroy()  # rclpy's destroy_node leaves action clients alive (see InferClient.destroy)
 
-    def hold(self, at: np.ndarray | None, log: Callable[[str], None], velocity: np.ndarray | None = None) -> None:
+    def hold(self, at: np.ndarray | None, log: Callable[[str], None], *, velocity: np.ndarray | None = None) -> None:
         """Stop the arm, decelerating: one trajectory point, at rest, replacing the one playing (on the action too: a
         cancel makes a joint_trajectory_controller hold the measured position at once, a jolt at speed). From
         ``at`` moving at ``velocity`` (where and how fast the plan has the arm now), else from the measured state
@@ -431,41 +442,50 @@ class ArmIO:
             self._holds += 1
             if self._stopping:  # nothing sent since the last stop: it is braking already (a second would cancel it)
                 return
-            self._cancelled.update(self._live)  # what the stop replaces (and a refused stop cancels) is ours to end
+            replaced = set(self._live)  # what the stop replaces (and a refused one cancels): ours to end
+            self._cancelled.update(replaced)
         stop = self._stop_point(at, velocity, log)
         if stop is None:
             if not self._topic:
-                self._cancel_all()
+                self._cancel_live(replaced)
                 self._mark_stopped(None)  # cancelled: held where it is
             return
         trajectory = JointTrajectory(joint_names=list(self.arm_names), points=[stop])
-        sending = None
+        sent = None
         if self._topic:
             self._publisher.publish(trajectory)
         else:
             sending = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
-            sending.add_done_callback(self._on_stop)
-        self._mark_stopped(sending)  # sent: a hold before the next trajectory has nothing more to stop
+            sending.add_done_callback(lambda f: self._on_stop(f, replaced))
+            sent = (sending, replaced)
+        self._mark_stopped(sent)  # sent: a hold before the next trajectory has nothing more to stop
 
-    def _mark_stopped(self, sending) -> None:
+    def _mark_stopped(self, sent: tuple[Future, set[bytes]] | None) -> None:
         with self._lock:
-            self._stopping, self._stop_sent = True, sending
+            self._stopping, self._stop_sent = True, sent
 
     async def stop_answered(self, wait_s: float) -> str:
         """Wait up to ``wait_s`` for the controller's answer to the newest stop, so that a goal's result (and a
         shutdown, which waits for it) comes after it: a refused stop has ours cancelled then, while the node can
         still send. '' when it was taken (or none is on the action's way), else what happened."""
         with self._lock:
-            sending = self._stop_sent
-        if sending is None:
+            pending = self._stop_sent
+        if pending is None:
             return ""
+        sending, replaced = pending
         answered, handle = await wait(self._node, sending, wait_s)
-        if not answered:  # the trajectory it plays may run on: ours are cancelled (held where the arm is)
-            self._cancel_all()
-            return f"{self.target} did not answer the arm's stop within {wait_s:g} s: our trajectory was cancelled"
-        if not handle.accepted:
+        if answered and handle.accepted:
+            return ""
+        with self._lock:  # a trajectory sent since has replaced what the stop was to replace: nothing to cancel
+            current = self._stop_sent is pending
+        if current:  # what the stop replaces may play on: ours are cancelled (the controller holds the arm there)
+            self._cancel_live(replaced)
+        if answered:
             return f"{self.target} refused the arm's stop: our trajectory was cancelled (the arm holds where it is)"
-        return ""
+        if sending.done():
+            return f"the arm's stop could not be sent to {self.target} ({sending.exception()}): our trajectory was " \
+                "cancelled"  # fmt: skip
+        return f"{self.target} did not answer the arm's stop within {wait_s:g} s: our trajectory was cancelled"
 
     def _stop_point(self, at: np.ndarray | None, velocity: np.ndarray | None,
                     log: Callable[[str], None]) -> JointTrajectoryPoint | None:  # fmt: skip
@@ -505,22 +525,16 @@ class ArmIO:
         return JointTrajectoryPoint(positions=stop.tolist(), velocities=[0.0] * len(arm),
                                     time_from_start=duration_of(slowest))  # fmt: skip
 
-    def _on_stop(self, future) -> None:
-        """The stop taken: it plays (never cancelled as stale: a cancel would jolt); refused, or lost: ours are
-        cancelled (the controller holds where the arm is)."""
+    def _on_stop(self, future: Future, replaced: set[bytes]) -> None:
+        """The stop taken: it plays (never cancelled as stale: a cancel would jolt); refused, or lost: ours it was
+        to replace are cancelled (the controller holds where the arm is)."""
         handle = future.result() if future.exception() is None else None
         if handle is None or not handle.accepted:
             self._node.get_logger().error(f"{self.target} refused the stop trajectory: cancelling ours instead")
-            self._cancel_all()
+            self._cancel_live(replaced)
             return
         key = _goal_id(handle)
         with self._lock:
             self._live[key] = handle
             self._stops.add(key)
         handle.get_result_async().add_done_callback(lambda f: self._on_result(handle, f.result()))
-
-    def _cancel_all(self) -> None:
-        with self._lock:
-            live = list(self._live.values())
-        for handle in live:
-            self._cancel(handle)

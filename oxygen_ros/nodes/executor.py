@@ -74,6 +74,7 @@ class Executor(MultiThreadedExecutor):
         try:
             self._executor.submit(self._run, handler, entity, node)
         except RuntimeError:  # shut down while this pass waited (a spin thread racing ``shutdown``): nothing runs now
+            handler.cancel()  # its coroutine closed, not left to be reported "never awaited" when collected
             return
         if handler not in self._nodes_of:
             self._futures.append(handler)
@@ -84,6 +85,17 @@ class Executor(MultiThreadedExecutor):
             if future.exception() is not None:
                 (LOGGER if node is None else node.get_logger()).error(_report("a callback", future.exception()))
         os.sched_yield()
+
+    def shutdown(self, timeout_sec: float | None = None, **kwargs) -> bool:
+        """rclpy's, then every task that will now never start cancelled (its coroutine closed): a callback's
+        handler made as the executor stopped, or a create_task coroutine not begun, would otherwise be reported
+        "never awaited" when collected, from whatever code runs then."""
+        finished = super().shutdown(timeout_sec, **kwargs)
+        with self._tasks_lock:
+            unstarted = [task for task, _, _ in self._tasks if _unstarted(task)]
+        for task in unstarted:
+            task.cancel()
+        return finished
 
     def _run(self, task: Task, entity: Any, node: Node | None) -> None:
         """Run or resume ``task`` on a worker, then park it there if it now waits: parking it on a later pass of
@@ -171,6 +183,12 @@ def awaited_future(task: Task) -> Future | None:
         else:
             return None
     return None
+
+
+def _unstarted(task: Task) -> bool:
+    """Whether ``task``'s coroutine was made and never run (False where rclpy keeps it elsewhere)."""
+    coroutine = getattr(task, "_handler", None)
+    return inspect.iscoroutine(coroutine) and inspect.getcoroutinestate(coroutine) == inspect.CORO_CREATED
 
 
 def _owner(future: Future) -> Any:

@@ -48,7 +48,7 @@ from oxygen_ros.nodes.arm_io import ArmIO
 from oxygen_ros.nodes.convert import action_chunk
 from oxygen_ros.nodes.declare import Ranges, Table, keep_positive
 from oxygen_ros.nodes.goal_run import GoalRun
-from oxygen_ros.nodes.spin import run
+from oxygen_ros.nodes.spin import STOP_WAIT_S, run
 from oxygen_ros.nodes.tick_clock import TickClock
 from oxygen_ros.nodes.task_action import TaskActionNode
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
@@ -242,11 +242,12 @@ class InstructionNode(TaskActionNode[Stream]):
             result.latency_p50_ms, result.latency_p99_ms = plan.latency.percentile(50), plan.latency.percentile(99)
 
     async def settle(self, stream: Stream) -> str:
-        """The arm's stop answered before the goal's result (and so before a shutdown destroys the node): refused or
-        unanswered, ours are cancelled while the node can still send, and the result says so."""
+        """The arm's stop answered before the goal's result (and so before a shutdown destroys the node; within
+        ``answer_wait_s``, at most half the shutdown's wait): refused or unanswered, ours are cancelled while the
+        node can still send, and the result says so."""
         if stream.plan is None:
             return ""
-        return await self.arm.stop_answered(self.settings["answer_wait_s"])
+        return await self.arm.stop_answered(min(self.settings["answer_wait_s"], STOP_WAIT_S / 2))
 
     def stopped(self) -> None:
         """No goal runs: the arm comes to rest, braking from where the last goal's plan has it (``VlaArm.hold``)."""

@@ -3,15 +3,17 @@ joint per action dimension of the model, instruction_node on the VLA path), and 
 FollowInstruction goal and question threads calling `/oxygen/infer` about the newest frame and the arm's state (the
 suite's docstring says what is measured; the suite brings the engines up, each a process of its own)."""
 
+import contextlib
 import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
+from rcl_interfaces.msg import Log
 from sensor_msgs.msg import Image, JointState
 from tqdm import tqdm
 
@@ -19,7 +21,8 @@ from oxygen_ros.action import FollowInstruction
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.arm_sim import ArmSim
 from oxygen_ros.nodes.infer_client import inference_at
-from oxygen_ros.nodes.instruction_node import InstructionNode
+from oxygen_ros.nodes.instruction_node import NODE_NAME as INSTRUCTION_NODE, InstructionNode
+from oxygen_ros.nodes.vla_arm import MISSED
 from oxygen_ros.nodes.load_client import QUESTIONS, call
 from oxygen_ros.nodes.process_graph import ProcessGraph
 from oxygen_ros.srv import Infer
@@ -28,6 +31,8 @@ ARM_NAMESPACE = "arm_engine"  # the isolated setting's engine for the arm
 INSTRUCTION = "pick up the red triangle"
 LIMIT, SPEED = 50.0, 1000.0  # random weights act noisily: wide limits (the arm's limits are not what is measured)
 ANSWER_WAIT_S = 60.0  # the longest a question or the goal's end may take past the window
+MAX_WARNINGS = 1000  # instruction_node's warnings kept per setting (a chunk missed says why in one)
+LOG_WAIT_S = 2.0  # how long the warnings of the goal's missed chunks may trail its result on /rosout
 
 
 @dataclass(frozen=True)
@@ -112,14 +117,26 @@ class Questions(threading.Thread):
             round_ += 1
 
 
-def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload) -> tuple[Any, list[tuple[bool, float, str]], float]:
+class Drive(NamedTuple):
+    goal: Any  # the goal's GetResult response
+    answers: list[tuple[bool, float, str]]  # every question's (ok, latency ms, error code)
+    elapsed_s: float
+    warnings: list[str]  # instruction_node's warnings and errors on /rosout (why a chunk was missed)
+
+
+def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload) -> Drive:
     """One setting on its started graph (``shared``: one engine; ``isolated``: one for the arm, one for the
-    questions): warm each engine, then the goal and the question loops for ``window_s``; (the goal's GetResult
-    response, every answer's (ok, latency ms, error code), seconds elapsed)."""
+    questions): warm each engine, then the goal and the question loops for ``window_s``."""
     node = graph.add_client(f"bench_robot_{mode}")
-    frames, states = [], []
+    frames, states, warnings = [], [], []
     node.create_subscription(Image, "/camera/image_raw", frames.append, qos_profile_sensor_data)
     node.create_subscription(JointState, "/joint_states", states.append, 10)
+
+    def on_log(msg: Log) -> None:
+        if msg.name.endswith(INSTRUCTION_NODE) and msg.level >= Log.WARN and len(warnings) < MAX_WARNINGS:
+            warnings.append(msg.msg)
+
+    node.create_subscription(Log, "/rosout", on_log, 100)
     _wait(lambda: len(frames) >= 2 and states, 30.0, "camera frames and joint states")
     for namespace in ("", ARM_NAMESPACE) if mode == "isolated" else ("",):
         warm = Infer.Request(task_id="warm-up", task_type="instruction", prompt=INSTRUCTION, want_actions=True,
@@ -150,10 +167,13 @@ def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload) -> tuple[Any, 
 
             _wait(over, setting.window_s + ANSWER_WAIT_S, "the goal's end")
         elapsed = time.monotonic() - start
+        missed = ended.result().result.chunks_missed  # each warned, saying why: the warnings may trail the result
+        with contextlib.suppress(TimeoutError):
+            _wait(lambda: sum(MISSED in line for line in warnings) >= missed, LOG_WAIT_S, "the misses' warnings")
     finally:
         stop.set()
         for asker in askers:
             if asker.is_alive():
                 asker.join(timeout=ANSWER_WAIT_S)
         goal_client.destroy()
-    return ended.result(), [a for asker in askers for a in asker.answers], elapsed
+    return Drive(ended.result(), [a for asker in askers for a in asker.answers], elapsed, warnings)

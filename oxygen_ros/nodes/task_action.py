@@ -84,7 +84,8 @@ class TaskActionNode(Node, Generic[State]):
         for each in ending:
             if not each.reported.wait(max(0.0, deadline - time.monotonic())):
                 self.get_logger().error(f"{each.task_id} had not finished ending after {wait_s:g} s when the node "
-                                        "shut down: what it handed on may still move (nav2's goal)")  # fmt: skip
+                                        "shut down: what it handed on may still move (nav2's goal; the arm, its "
+                                        "stop unanswered)")  # fmt: skip
 
     def destroy_node(self) -> None:
         """A goal still running ends (its threads and timers stop with it) and the robot stands, sent while the node

@@ -57,6 +57,7 @@ RANGES = {"actions_per_chunk": (0, 10_000), "chunk_threshold": (0, 10_000), "ble
 POSITIVE = ("send_lead_s",)
 MAX_PERIOD_S = 1.0  # a chunk's action period: the arm is watched (cancel, faults, tracking) once a period
 MIN_PERIOD_S = 1e-3  # and no faster than a ros2_control loop runs: the clock thread ticks once a period
+MISSED = "chunk missed"  # how the log says it (the robot suite counts these)
 
 
 class NotFollowing(EngineError):
@@ -200,7 +201,7 @@ class VlaArm:
             except EngineError as exc:  # an arm not following its plan stops where it is, not where the plan is
                 queue.hold()
                 at = None if isinstance(exc, NotFollowing) else commanded
-                self.arm.hold(at, self._node.get_logger().warning, moving)
+                self.arm.hold(at, self._node.get_logger().warning, velocity=moving)
                 return exc.code, exc.message
             queue.told(safe.positions, now + float(safe.times[-1]))  # its stop maybe given more time
             plan.sending = True
@@ -285,7 +286,7 @@ class VlaArm:
             plan.last_miss = (code, message)
             plan.missed_total += 1
             in_a_row = plan.missed
-        self._node.get_logger().warning(f"{run.task_id}: chunk missed ({in_a_row} in a row): {message}")
+        self._node.get_logger().warning(f"{run.task_id}: {MISSED} ({in_a_row} in a row): {message}")
         if in_a_row >= self._settings["max_missed_chunks"]:
             self.hold(plan)
             run.end(code, f"{in_a_row} chunks in a row missed (max_missed_chunks), the arm holds: {message}")
@@ -336,4 +337,4 @@ class VlaArm:
                     at, velocity = plan.queue.commanded(now), plan.queue.velocity(now)
                 plan.queue.hold()
                 plan.sending = False
-        self.arm.hold(at, self._node.get_logger().warning, velocity)
+        self.arm.hold(at, self._node.get_logger().warning, velocity=velocity)

@@ -2,11 +2,13 @@
 metric is there and consistent, and in both settings the goal ends SUCCEEDED with chunks on the arm."""
 
 import math
+from pathlib import Path
 
 from action_msgs.msg import GoalStatus
 
 from oxygen_ros.bench import robot_suite
 from oxygen_ros.cli.bench import SUITES
+from oxygen_ros.nodes.vla_arm import MISSED
 
 
 def test_robot_suite_measures_the_arm_beside_vqa_on_one_engine_and_on_two():
@@ -20,4 +22,8 @@ def test_robot_suite_measures_the_arm_beside_vqa_on_one_engine_and_on_two():
         assert 0 < m[f"action_latency_p50_ms_{mode}"] <= m[f"action_latency_p99_ms_{mode}"] < 60_000
         assert m[f"underruns_{mode}"] >= 0 and math.isfinite(m[f"vqa_answers_per_s_{mode}"])
         assert out["details"][mode]["vqa_errors"] == {}
+        warnings = out["details"][mode]["arm_warnings"]  # every missed chunk warned, saying why, and all kept
+        logged = (Path(out["details"]["node_logs"]) / f"{mode}_instruction_node.log").read_text().splitlines()
+        assert len(logged) == warnings["count"] >= missed and logged[:5] == warnings["first"]
+        assert sum(MISSED in line for line in logged) == missed
     assert out["suite"] == "robot" and SUITES["robot"] == "oxygen_ros.bench.robot_suite"

@@ -205,3 +205,26 @@ def test_per_joint_tolerances_are_one_per_action_joint_within_their_ranges(ros_c
                 _arm(node, **names, **bad)
     finally:
         node.destroy_node()
+
+
+def test_a_stale_hold_is_timed_for_each_arm_joints_own_tracking_error(ros_context):
+    """With joint states too old to read, the hold's stop is timed for the farthest each joint may be from the plan,
+    its own max_tracking_error (joint_max_tracking_errors); a gripper on its own controller is no part of it."""
+    node = Node("arm_hold_per_joint_test", context=ros_context)
+    try:
+        arm = _arm(node, {"input_timeout_s": 0.5, "trajectory_topic": "arm_controller/joint_trajectory"},
+                   action_joint_names=["shoulder", "jaw", "elbow"], gripper_joint_names=["jaw"],
+                   joint_lower_limits=[-3.0] * 3, joint_upper_limits=[3.0] * 3, joint_velocity_limits=[1.0] * 3,
+                   joint_max_tracking_errors=[0.3, 5.0, 0.9])  # fmt: skip
+        sent = []
+        arm._publisher = SimpleNamespace(publish=sent.append)
+        msg = JointState(name=["shoulder", "jaw", "elbow"], position=[0.0, 0.0, 0.0])
+        msg.header.stamp = node.get_clock().now().to_msg()
+        arm._on_state(msg)
+        arm._joints = {name: (p, v, arrival - 1.0, stamp) for name, (p, v, arrival, stamp) in arm._joints.items()}
+        arm.hold(np.array([0.4, 0.1, 0.2]), print)
+        (point,) = sent[-1].points
+        assert list(sent[-1].joint_names) == ["shoulder", "elbow"] and list(point.positions) == [0.4, 0.2]
+        assert seconds(point.time_from_start) == pytest.approx(1.5 * 0.9 / 1.0)  # the elbow's 0.9 at 1 rad/s
+    finally:
+        node.destroy_node()

@@ -42,7 +42,7 @@ class Arm:
     def now(self) -> float:
         return self.clock
 
-    def hold(self, at, log, velocity=None) -> None:
+    def hold(self, at, log, *, velocity=None) -> None:
         self.holds.append(None if at is None else np.array(at))
 
 

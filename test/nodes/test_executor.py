@@ -8,8 +8,10 @@ executor resumes every waiting coroutine on every wake-up), and each resumes whe
 And one fault never stops the spin: a callback that raises is logged with its node and the rest is still served,
 and action clients created on a node that is spinning (ros2/rclpy#1589) leave the executor serving."""
 
+import gc
 import threading
 import time
+import warnings
 
 import pytest
 from oxygen_ros.action import FollowInstruction
@@ -255,3 +257,23 @@ def test_a_callback_that_raises_is_logged_with_its_node_and_the_rest_is_served(r
         call_service(server, GetPoolStats, "/healthy/stats", GetPoolStats.Request(), timeout=5.0)
     assert stderr.has("[faulty_node]: a callback raised RuntimeError: tick 1 failed", "tick 3 failed", "in tick")
     assert stderr.has("[oxygen_ros.executor]: a callback raised ValueError: a task of no node failed")
+
+
+@pytest.mark.parametrize(("executor_type", "reported"), [(Executor, False), (MultiThreadedExecutor, True)])
+def test_tasks_that_never_started_are_closed_at_shutdown_not_reported_unawaited(executor_type, reported, ros_context):
+    """A task made but never run before its executor stopped (a callback's handler made as the executor stopped, a
+    create_task coroutine not begun) is cancelled at shutdown, its coroutine closed; left to the garbage collector it
+    is reported "coroutine ... was never awaited" from whatever code runs then (as rclpy's executor leaves it)."""
+
+    async def never_run() -> None:
+        pass
+
+    executor = executor_type(context=ros_context)
+    task = executor.create_task(never_run)
+    executor.shutdown()
+    assert task.cancelled() != reported
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del task, executor
+        gc.collect()
+    assert any("never_run' was never awaited" in str(w.message) for w in caught) == reported

@@ -248,10 +248,10 @@ def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
 
 def test_a_stop_the_controller_refuses_has_ours_cancelled_before_the_goal_reports(arm):
     """A goal's result, and so a shutdown, waits for the controller's answer to the arm's stop (``stop_answered``,
-    instruction_node's ``settle``): refused (here one naming a joint the controller lacks), our trajectory is
-    cancelled while the node can still send, the controller holds the arm where it is, and the result says so. (A
-    joint_trajectory_controller refuses every goal while it is inactive, e.g. switched off mid-goal; arm_sim is always
-    active, so here the stop ends moving, which it refuses as JTC does.)"""
+    instruction_node's ``settle``): refused, our trajectory is cancelled while the node can still send, the
+    controller holds the arm where it is, and the result says so. (A joint_trajectory_controller refuses every goal
+    while it is inactive, e.g. switched off mid-goal; arm_sim is always active, so here the stop ends moving, which
+    it refuses as JTC does.) A stop answered once a newer trajectory was sent cancels nothing of it."""
     io = arm_io_of(arm)
     wait_until(lambda: io._described, 10.0, "the URDF")
     here = arm.position()
@@ -273,4 +273,11 @@ def test_a_stop_the_controller_refuses_has_ours_cancelled_before_the_goal_report
     time.sleep(0.5)
     np.testing.assert_array_equal(arm.position(), stood)  # held where it was, short of the plan's end
     assert (np.abs(stood - (here + 1.0)) > 0.5).all()
+    ramp = lambda start: SafeTargets(np.vstack([start + 0.05, start + 0.1]), np.zeros((2, len(start))),  # noqa: E731
+                                     np.array([0.5, 1.0]), 0)  # fmt: skip
+    assert run_on(arm, io.send(io.now(), ramp(stood))) == ""
+    io.hold(None, print)  # refused again; a newer trajectory goes out before the goal's result waits for the answer
+    assert run_on(arm, io.send(io.now(), ramp(stood + 0.1))) == ""
+    assert run_on(arm, io.stop_answered(5.0)) == ""  # nothing of the newer one is cancelled: it plays to its end
+    arm.reaches(stood + 0.2)
     io._client.destroy()

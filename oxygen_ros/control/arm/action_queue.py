@@ -63,7 +63,8 @@ class ActionQueue:
         return self.time(self.last) if self._end is None else self._end
 
     def remaining(self, now: float) -> int:
-        """Planned targets still ahead at ``now`` (0 = the arm holds once the current one is reached)."""
+        """Planned targets still ahead at ``now`` (0 = the arm holds once the current one is reached), by their steps:
+        a closing stop given more time (``told``) counts as due at its step, so the next chunk is asked for early."""
         if self.rows is None:
             return 0
         return max(0, self.last - self.step(now))
@@ -138,4 +139,4 @@ class ActionQueue:
 
     def hold(self) -> None:
         """Forget the plan (the arm was told to hold): the next chunk starts a new one on the same step grid."""
-        self.rows = None
+        self.rows, self._end = None, None
