@@ -31,7 +31,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile
 from rclpy.task import Future
 from rcl_interfaces.msg import ParameterDescriptor
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Header, String
+from std_msgs.msg import Float64, Header, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros import bounds
@@ -51,6 +51,7 @@ POLL_S = 0.1
 MAX_CLOCK_SKEW_S = 1.0  # a JointState stamped further than this from the node clock comes from another clock
 HOLD_MIN_S = 0.1  # the soonest a hold's point is due: the controller decelerates over at least this
 MIN_STOP_S = 0.02  # a stop squeezed against a position limit still takes this long
+MIN_SPEED_SCALING = 99.0  # percent: a controller scaled below this plays the plan visibly slower than it is timed
 MIN_DIFFERENCE_S, MAX_DIFFERENCE_S = 5e-3, 0.5  # readings that far apart give a velocity where the driver gives none
 PARAMETERS = {  # scalars: (default, description), read once
     "state_topic": ("joint_states", "sensor_msgs/JointState input: the arm's measured joint positions"),
@@ -61,13 +62,18 @@ PARAMETERS = {  # scalars: (default, description), read once
     "trajectory_topic": ("", "trajectory_msgs/JointTrajectory topic to send to instead of trajectory_action (the "
                          "controller's fire-and-forget input); '' = the action"),  # fmt: skip
     "action_space": ("joint_position", "what a chunk's dimensions are: joint_position (absolute targets) or "
-                     "joint_delta (relative to the state the chunk was computed from)"),  # fmt: skip
+                     "joint_delta (relative to the state the chunk was computed from; the gripper's stay "
+                     "absolute)"),  # fmt: skip
     "limit_margin": (0.02, "a target at most this far past a position limit (rad or m) is clamped onto it; further "
                      "is refused and the arm holds"),  # fmt: skip
     "max_start_jump": (0.1, "a plan that starts the arm from rest may put its first target at most this far from the "
                        "measured position (rad or m)"),  # fmt: skip
     "input_timeout_s": (0.5, "joint states, or a camera frame when asked for a chunk, older than this stop the arm "
                         "(FAILED_PRECONDITION), seconds"),  # fmt: skip
+    "speed_scaling_topic": ("", "std_msgs/Float64 input, percent (ur_robot_driver's speed_scaling_state_broadcaster/"
+                            "speed_scaling): plans are timed at full speed, so a goal is refused, or ended with the "
+                            "arm held, while it is under 99 or older than input_timeout_s; '' = none (the controller "
+                            "plays at full speed)"),  # fmt: skip
     "answer_wait_s": (1.0, "how long the controller may take to accept a trajectory, and to answer the arm's stop "
                       "before a goal's result (at most 2.5 s there: half a shutdown's wait), seconds"),  # fmt: skip
     "max_tracking_error": (0.3, "a moving arm this far (rad or m) from where its plan has it, checked every period, "
@@ -181,7 +187,7 @@ class ArmIO:
                            for scalar, listed in TOLERANCES.items()}  # fmt: skip
         try:
             self.map = JointMap.build(list(self.names), lists["action_scale"], lists["action_offset"],
-                                      settings["action_space"])  # fmt: skip
+                                      settings["action_space"], tuple(grippers))  # fmt: skip
         except EngineError as exc:
             raise ValueError(exc.message) from exc
         self._lock = threading.Lock()  # what the executor's callbacks and the goal's clock thread share
@@ -196,7 +202,7 @@ class ArmIO:
         self._cancelled: set[bytes] = set()  # of those, the ones we ended (cancelled, or replaced by a stop)
         self._stops: set[bytes] = set()  # of those, our stop trajectories (``hold``)
         self._stopping = False  # a stop was sent and no trajectory since: a hold now has nothing to stop
-        self._holds = 0  # counts holds: a goal accepted after a hold that followed its sending is cancelled at once
+        self._holds = 0  # counts holds: a goal accepted after a hold that followed its sending is stopped at once
         # the newest stop goal's send on the action and our goals it replaces, until a trajectory is sent: a goal's
         # result waits for its answer (``stop_answered``)
         self._stop_sent: tuple[Future, set[bytes]] | None = None
@@ -204,6 +210,10 @@ class ArmIO:
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         node.create_subscription(String, settings["description_topic"], self._on_description, latched,
                                  callback_group=group)  # fmt: skip
+        self._scaling: tuple[float, float] | None = None  # the controller's speed scaling (percent, arrival)
+        if settings["speed_scaling_topic"]:
+            node.create_subscription(Float64, settings["speed_scaling_topic"], self._on_scaling, 10,
+                                     callback_group=group)  # fmt: skip
         self.gripper = GripperIO(node, settings, grippers[0] if grippers else None, group)
         self._topic = settings["trajectory_topic"]
         if self._topic:
@@ -235,6 +245,31 @@ class ArmIO:
                 self._estimated[name] = velocity if before is None or math.isfinite(velocity) else \
                     _difference_velocity(before, position, arrival, stamp)  # fmt: skip
                 self._joints[name] = (position, velocity, arrival, stamp)
+
+    def _on_scaling(self, msg: Float64) -> None:
+        self._scaling = (float(msg.data), self.now())
+
+    def slowed(self) -> str:
+        """Why the controller would play a plan slower than it is timed ('' = it would not, as far as we know):
+        with ``speed_scaling_topic`` (a UR's scaled_joint_trajectory_controller), a scaling under MIN_SPEED_SCALING
+        (the pendant's slider, a reduced or protective mode), none yet, or one older than input_timeout_s. Plans are
+        timed at full speed: played slower, the arm falls behind them (chunks refused from a moving start, then
+        not following)."""
+        topic = self._settings["speed_scaling_topic"]
+        if not topic:
+            return ""
+        where, scaling = self._node.resolve_topic_name(topic), self._scaling
+        if scaling is None:
+            return f"no speed scaling on {where} yet: the controller may play plans slower than they are timed"
+        percent, arrival = scaling
+        age, timeout = self.now() - arrival, self._settings["input_timeout_s"]
+        if age > timeout:
+            return f"the speed scaling on {where} is {age:.2f} s old, over input_timeout_s {timeout:g}"
+        if not percent >= MIN_SPEED_SCALING:
+            return (f"the controller's speed scaling is {percent:.0f}% (the pendant's slider, or a reduced or "
+                    f"protective mode): plans are timed at full speed; set it to 100% and lower joint_velocity_limits "
+                    "instead")  # fmt: skip
+        return ""
 
     def _on_description(self, msg: String) -> None:
         try:
@@ -346,9 +381,10 @@ class ArmIO:
         """Play ``safe``, planned from node-clock time ``start`` (point i due at ``start + safe.times[i]``); '' when the
         controller took it, else why not. Sent unstamped (stamp 0: the controller starts it when it takes it, point
         i ``safe.times[i]`` later), so a slow delivery or a controller's clock ahead of ours delays the plan instead of
-        having the controller sample it mid-segment, a jump. A hold while the goal is on its way cancels it as soon
-        as it is accepted, however late that is: no trajectory outlives a hold; one taken after its first target was
-        due is cancelled too (a stale plan)."""
+        having the controller sample it mid-segment, a jump. A hold while the goal is on its way replaces it with a
+        braking stop as soon as it is accepted, however late that is: no trajectory outlives a hold; one taken after
+        its first target was due is refused (a stale plan: the caller holds, a braking stop replacing it; a cancel
+        would have the controller hold the measured position at once, a jolt)."""
         arm = self._arm_columns
         points = [JointTrajectoryPoint(positions=p[arm].tolist(), velocities=v[arm].tolist(),
                                        time_from_start=duration_of(t))
@@ -374,8 +410,7 @@ class ArmIO:
             if self._holds != holds:
                 return "the arm was told to hold while the trajectory was on its way"
         late = self.now() - start - float(safe.times[0])
-        if late > 0:  # its plan is stale: the arm would be that late on every target
-            self._cancel(handle)
+        if late > 0:  # its plan is stale (the arm would be that late on every target): the caller's hold replaces it
             return (f"{self.target} took the trajectory {late:.3f} s after its first target was due (raise "
                     "send_lead_s for a controller this slow)")  # fmt: skip
         return ""
@@ -388,8 +423,11 @@ class ArmIO:
             self._newest = handle
             stale = self._holds != holds
         handle.get_result_async().add_done_callback(lambda f: self._on_result(handle, f.result()))
-        if stale:
-            self._cancel(handle)
+        if stale:  # a hold came while it was on its way: braked again from where the arm is, replacing it
+            key = _goal_id(handle)
+            with self._lock:
+                self._cancelled.add(key)
+            self._send_stop(self._stop_point(None, None, self._node.get_logger().warning), {key})
 
     def _cancel(self, handle) -> None:
         with self._lock:
@@ -434,9 +472,9 @@ class ArmIO:
         limits need (at least HOLD_MIN_S), and as long as the controller's cubic from the measured position needs to
         stay within the velocity limits (1.5 x the mean speed); with joint states too old to read, from ``at`` timed
         for the farthest the arm may be from it (each joint's max_tracking_error: what the tracking check allows).
-        Our goals on their way are cancelled once taken; on the action, a stop the controller refuses (or none that
-        can be planned: no joint states, no plan) cancels ours instead (the controller then holds where the arm
-        is)."""
+        A goal of ours taken after the hold is replaced by another such stop, from where the arm is then; on the
+        action, a stop the controller refuses (or none that can be planned: no joint states, no plan) cancels ours
+        instead (the controller then holds where the arm is)."""
         self.gripper.hold()
         with self._lock:
             self._holds += 1
@@ -444,7 +482,11 @@ class ArmIO:
                 return
             replaced = set(self._live)  # what the stop replaces (and a refused one cancels): ours to end
             self._cancelled.update(replaced)
-        stop = self._stop_point(at, velocity, log)
+        self._send_stop(self._stop_point(at, velocity, log), replaced)
+
+    def _send_stop(self, stop: JointTrajectoryPoint | None, replaced: set[bytes]) -> None:
+        """``stop`` to the controller, replacing our goals ``replaced``; None (no stop could be planned): those
+        cancelled on the action instead."""
         if stop is None:
             if not self._topic:
                 self._cancel_live(replaced)

@@ -32,7 +32,7 @@ from rclpy.node import Node
 from oxygen_ros.control.arm.action_queue import ActionQueue
 from oxygen_ros.control.arm.joint_limits import JointLimit
 from oxygen_ros.control.arm.latency import Latency
-from oxygen_ros.control.arm.safety import check_moving_start, check_targets
+from oxygen_ros.control.arm.safety import SafeTargets, check_moving_start, check_targets
 from oxygen_ros.control.arm.turns import beside, difference, turning
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk, ChunkTrace
@@ -124,6 +124,9 @@ class VlaArm:
                               f"apart cannot be executed (period_s must be in [{MIN_PERIOD_S:g}, {MAX_PERIOD_S:g}]: "
                               "the arm is watched once a period)")  # fmt: skip
         limits = self.arm.limits()
+        slowed = self.arm.slowed()
+        if slowed:
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, slowed)
         self.arm.forget_fault()
         if self.arm.gripper_column is not None:  # the jaw moves at its controller's speed, not along the trajectory
             limits[self.arm.gripper_column] = replace(limits[self.arm.gripper_column], velocity=math.inf,
@@ -197,13 +200,13 @@ class VlaArm:
                 return ErrorCode.DEADLINE_EXCEEDED, f"the chunk arrived after all its {len(rows)} targets were due"
             times = np.array([queue.time(queue.first + i) for i in range(len(queue.rows))]) - now
             try:
-                safe = self._checked(plan, commanded, moving, times)
+                safe, start = self._checked(plan, commanded, moving, times)
             except EngineError as exc:  # an arm not following its plan stops where it is, not where the plan is
                 queue.hold()
                 at = None if isinstance(exc, NotFollowing) else commanded
                 self.arm.hold(at, self._node.get_logger().warning, velocity=moving)
                 return exc.code, exc.message
-            queue.told(safe.positions, now + float(safe.times[-1]))  # its stop maybe given more time
+            queue.told(safe.positions, now + float(safe.times[-1]), (now, start))  # its stop maybe given more time
             plan.sending = True
         try:
             refused = await self.arm.send(now, safe)
@@ -236,12 +239,13 @@ class VlaArm:
         plan.sent += 1
         return None
 
-    def _checked(self, plan: ArmPlan, commanded: np.ndarray | None, moving: np.ndarray | None, times: np.ndarray):
+    def _checked(self, plan: ArmPlan, commanded: np.ndarray | None, moving: np.ndarray | None,
+                 times: np.ndarray) -> tuple[SafeTargets, np.ndarray]:  # fmt: skip
         """The plan's targets made safe, from where the plan has the arm now, moving as the plan moves it (from the
-        measured position at rest without a plan); OUT_OF_RANGE when the arm does not follow its plan, or when its
-        first segment would be too fast from where the controller starts it: a joint_trajectory_controller takes a
-        new trajectory from its measured state, moving (from its desired one, the plan's, with
-        interpolate_from_desired_state or open_loop_control: checked above)."""
+        measured position at rest without a plan), and that start; OUT_OF_RANGE when the arm does not follow its
+        plan, or when its first segment would be too fast from where the controller starts it: a
+        joint_trajectory_controller takes a new trajectory from its measured state, moving (from its desired one,
+        the plan's, with interpolate_from_desired_state or open_loop_control: checked above)."""
         measured, read_at = self.arm.reading(self.arm.names)
         jaw = self.arm.gripper_column  # its own controller: it may stall on what it holds, and jump to a new grip
         margin = self.arm.tolerances["limit_margin"]
@@ -251,15 +255,17 @@ class VlaArm:
                 jump[jaw] = np.inf
             plan.queue.rows = beside(plan.queue.rows, measured, turning(plan.limits))  # a wrist read wrapped
             safe = check_targets(plan.queue.rows, times, measured, self.arm.names, plan.limits, margin, jump)
+            anchor = measured
         else:
             # where the plan had the arm when it was read: back along the plan's motion (the queue has merged since)
             self._check_tracking(measured, commanded - moving * (self.arm.now() - read_at), plan.limits)
             safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf,
                                  moving)  # fmt: skip
+            anchor = commanded
         start, velocity = self.arm.start_state(self.arm.names)
         start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading, the plan's way
         check_moving_start(safe, float(safe.times[0]), start, velocity, self.arm.names, plan.limits)
-        return safe
+        return safe, anchor
 
     def _check_tracking(self, measured: np.ndarray, commanded: np.ndarray, limits: list[JointLimit]) -> None:
         """NotFollowing when a joint (the gripper aside: it may stall on what it holds) is over max_tracking_error
@@ -292,14 +298,20 @@ class VlaArm:
             run.end(code, f"{in_a_row} chunks in a row missed (max_missed_chunks), the arm holds: {message}")
 
     def tick(self, run: GoalRun, plan: ArmPlan) -> None:
-        """Every period: end the goal, holding the arm, on a controller fault or stale joint states; count underruns
-        and a chunk past due that has not come (a hung server is a miss, not a wait); hand a gripper on its own
-        controller its planned position ``send_lead_s`` ahead, once the arm's controller has taken the plan (a jaw
-        must not close on rows the arm's controller then refuses)."""
+        """Every period: end the goal, holding the arm, on a controller fault, a controller slowed below the plan's
+        speed (``ArmIO.slowed``) or stale joint states; count underruns and a chunk past due that has not come (a
+        hung server is a miss, not a wait); hand a gripper on its own controller its planned position
+        ``send_lead_s`` ahead, once the arm's controller has taken the plan (a jaw must not close on rows the arm's
+        controller then refuses)."""
         fault = self.arm.take_fault()
         if fault:
             self.hold(plan)
             run.end(ErrorCode.ABORTED, fault)
+            return
+        slowed = self.arm.slowed()
+        if slowed:
+            self.hold(plan)
+            run.end(ErrorCode.FAILED_PRECONDITION, slowed)
             return
         try:
             measured, read_at = self.arm.reading(self.arm.names)

@@ -75,7 +75,7 @@ def test_a_last_target_reached_later_is_approached_that_much_slower_and_runs_dry
     how fast, and when it runs dry follow the time the arm was told, until the next chunk merges on the grid."""
     queue = ActionQueue(0.1, 0.3)
     queue.merge(np.array([[0.0], [1.0], [2.0]]), observed_at=10.0, earliest=10.0)  # steps 1..3 at 10.1, 10.2, 10.3
-    queue.told(queue.rows, end=10.6)  # the last segment takes 0.4 s instead of 0.1 s
+    queue.told(queue.rows, end=10.6, start=(10.1, queue.rows[0]))  # the last segment takes 0.4 s instead of 0.1 s
     np.testing.assert_allclose(queue.commanded(10.15), [0.5])
     np.testing.assert_allclose(queue.commanded(10.4), [1.5])
     np.testing.assert_allclose(queue.velocity(10.4), [2.5])
@@ -85,3 +85,20 @@ def test_a_last_target_reached_later_is_approached_that_much_slower_and_runs_dry
     queue.merge(np.array([[5.0], [6.0]]), observed_at=10.4, earliest=10.4)  # steps 5, 6 on the grid again
     assert queue.end == queue.time(6)
     np.testing.assert_allclose(queue.commanded(10.55), [5.5])
+
+
+def test_between_sending_a_plan_and_its_first_target_the_arm_moves_from_where_it_started():
+    """A chunk's first kept target is due at least send_lead_s after it is sent; meanwhile the plan has the arm on
+    its way there from where it started (the old plan's position, or the measured one), so a chunk arriving then is
+    checked as moving and the arm's tracking is watched; before the plan was sent, or with a new merge not yet
+    told, there is no plan there."""
+    queue = ActionQueue(0.1, 0.0)
+    queue.merge(np.array([[1.0], [1.5], [2.0]]), observed_at=10.0, earliest=10.2)  # steps 2, 3 (the first dropped)
+    assert queue.first == 2 and queue.commanded(10.1) is None
+    queue.told(queue.rows, end=queue.time(3), start=(10.05, np.array([0.5])))
+    np.testing.assert_allclose(queue.commanded(10.125), [1.0])  # halfway from 0.5 (at 10.05) to 1.5 (at 10.2)
+    np.testing.assert_allclose(queue.velocity(10.125), [1.0 / 0.15])
+    np.testing.assert_allclose(queue.commanded(10.2), [1.5])
+    assert queue.commanded(10.0) is None  # before it was sent
+    queue.merge(np.array([[3.0], [3.5]]), observed_at=10.2, earliest=10.45)  # steps 5, 6: no start until told
+    assert queue.commanded(10.4) is None

@@ -21,6 +21,13 @@ def test_deltas_start_from_the_state_the_chunk_was_computed_from():
     np.testing.assert_allclose(jm.to_joints(np.array([[0.1], [0.2]]), np.array([1.0])), [[1.1], [1.2]])
 
 
+def test_a_grippers_actions_stay_absolute_among_deltas():
+    """openpi's delta checkpoints (DeltaActions with make_bool_mask(6, -1): ALOHA, DROID, its UR5 example) keep the
+    gripper absolute: its target is the action, not the state plus it."""
+    jm = JointMap.build(["a", "jaw"], [], [], "joint_delta", absolute=("jaw",))
+    np.testing.assert_allclose(jm.to_joints(np.array([[0.1, 0.8]]), np.array([1.0, 0.5])), [[1.1, 0.8]])
+
+
 @pytest.mark.parametrize("space", ["ee_pose", "ee_delta", "joint_velocity"])
 def test_spaces_without_an_inverse_kinematics_are_refused(space):
     with pytest.raises(EngineError) as err:

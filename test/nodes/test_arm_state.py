@@ -12,6 +12,7 @@ import pytest
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64
 from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.errors import EngineError, ErrorCode
@@ -226,5 +227,28 @@ def test_a_stale_hold_is_timed_for_each_arm_joints_own_tracking_error(ros_contex
         (point,) = sent[-1].points
         assert list(sent[-1].joint_names) == ["shoulder", "elbow"] and list(point.positions) == [0.4, 0.2]
         assert seconds(point.time_from_start) == pytest.approx(1.5 * 0.9 / 1.0)  # the elbow's 0.9 at 1 rad/s
+    finally:
+        node.destroy_node()
+
+
+def test_a_controller_scaled_below_full_speed_is_named(ros_context):
+    """speed_scaling_topic (a UR's speed_scaling_state_broadcaster, percent): plans are timed at full speed, so a
+    scaling under 99%, none yet, or one older than input_timeout_s is why the arm may not run; without the topic
+    nothing is said."""
+    node = Node("arm_scaling_test", context=ros_context)
+    try:
+        names = {"action_joint_names": ["shoulder"]}
+        assert _arm(node, **names).slowed() == ""
+        arm = _arm(node, {"speed_scaling_topic": "speed_scaling_state_broadcaster/speed_scaling",
+                          "input_timeout_s": 0.5}, **names)  # fmt: skip
+        assert "no speed scaling on /speed_scaling_state_broadcaster/speed_scaling yet" in arm.slowed()
+        arm._on_scaling(Float64(data=100.0))
+        assert arm.slowed() == ""
+        arm._on_scaling(Float64(data=50.0))
+        assert "speed scaling is 50%" in arm.slowed()
+        arm._on_scaling(Float64(data=math.nan))
+        assert "speed scaling is nan%" in arm.slowed()
+        arm._scaling = (100.0, arm.now() - 1.0)
+        assert "s old, over input_timeout_s 0.5" in arm.slowed()
     finally:
         node.destroy_node()

@@ -33,6 +33,9 @@ class Arm:
     def take_fault(self) -> str:
         return ""
 
+    def slowed(self) -> str:
+        return ""
+
     def measured(self, names) -> np.ndarray:
         return self.position
 
@@ -150,6 +153,21 @@ def test_the_gripper_waits_while_the_arms_trajectory_is_on_its_way(ros_context):
         plan.sending = False  # taken
         vla.tick(run, plan)
         assert commands == [pytest.approx(0.4)]  # send_lead_s ahead
+    finally:
+        node.destroy_node()
+
+
+def test_a_controller_slowed_below_the_plans_speed_ends_the_goal_with_the_arm_held(ros_context):
+    """A UR's speed slider turned down mid-goal (``ArmIO.slowed``): the plan is timed at full speed, so the goal ends
+    FAILED_PRECONDITION at the next period, naming why, with the arm held where the plan has it."""
+    node = Node("arm_slowed_test", context=ros_context)
+    try:
+        arm, run = Arm([0.0, 0.0, 0.0]), Run()
+        arm.clock = 10.05
+        arm.slowed = lambda: "the controller's speed scaling is 40%"
+        VlaArm(node, arm, SETTINGS).tick(run, planned([[0.0, 0.0, 0.0], [0.1, 0.0, 0.0]]))
+        assert run.ended == (ErrorCode.FAILED_PRECONDITION, "the controller's speed scaling is 40%")
+        np.testing.assert_allclose(arm.holds[0], [0.05, 0.0, 0.0])
     finally:
         node.destroy_node()
 

@@ -201,23 +201,41 @@ def test_a_missing_urdf_stops_the_node_with_the_reason(ros_domain_id, capfd):
     assert "initial_positions must be 6 finite numbers" in capfd.readouterr().err
 
 
-def test_a_trajectory_taken_after_its_first_target_was_due_is_cancelled_and_refused(arm):
+def test_a_trajectory_taken_after_its_first_target_was_due_is_refused_and_replaced_by_a_stop(arm):
     """instruction_node's side (ArmIO): trajectories go unstamped (the controller starts them when it takes them,
     so a late delivery never has it sample one mid-segment, a jump); one taken after its first target was due on
-    the node's clock is a stale plan: cancelled, the send refused, saying how late."""
+    the node's clock is a stale plan: the send refused, saying how late, and the hold that follows (VlaArm's)
+    replaces it with a braking stop, not a cancel (the controller would hold the measured position at once)."""
     io = arm_io_of(arm)
     here = arm.position()
-    # its first target due 4 s ago (1 s after it is taken: slow, so the cancel finds the arm about where it was);
+    # its first target due 4 s ago (1 s after it is taken: slow, so the stop finds the arm about where it was);
     # then one due 1 s ahead on the node's clock (time enough to be taken on a loaded machine)
     for start, offset, late in ((io.now() - 5.0, -0.05, True), (io.now(), 0.05, False)):
         targets = np.vstack([here + offset, here + offset])
         safe = SafeTargets(targets, np.zeros_like(targets), np.array([1.0, 1.1]), 0)
         refused = run_on(arm, io.send(start, safe))
         assert ("after its first target was due" in refused) if late else refused == "", refused
-        if late:  # cancelled as soon as taken: the arm stays about where it was, far from the stale plan's end
+        if late:  # the caller holds: a stop replaces it, the arm stays about where it was, far from the stale end
+            io.hold(None, print)
+            assert run_on(arm, io.stop_answered(5.0)) == ""
             time.sleep(0.5)
             assert np.abs(arm.position() - here).max() < 0.02
     arm.reaches(here + 0.05)  # the one taken in time plays
+    # a hold while a trajectory is on its way (right after it is sent): once it is accepted a stop replaces it
+    start, real = arm.position(), io._client.send_goal_async
+
+    def send_then_hold(goal, *args, **kwargs):
+        future = real(goal, *args, **kwargs)
+        io._client.send_goal_async = real  # the hold's own stop goes out as usual
+        io.hold(None, print)
+        return future
+
+    io._client.send_goal_async = send_then_hold
+    ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([0.5, 4.0]), 0)
+    assert "told to hold while the trajectory was on its way" in run_on(arm, io.send(io.now(), ramp))
+    assert run_on(arm, io.stop_answered(5.0)) == ""
+    time.sleep(1.0)
+    assert np.abs(arm.position() - start).max() < 0.02 and not io.take_fault()  # stopped by ours: no fault
 
 
 def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):

@@ -13,7 +13,8 @@ needs to reach it):
 
 The plan runs dry at its last target: past it the arm holds (an underrun), counted once per time it happens. The
 last target may be reached later than its step (``told``: the stop a plan ends with, given time to fit the limits);
-the plan then moves the arm there that much slower.
+the plan then moves the arm there that much slower. Between the moment a plan is sent and its first target (at least
+the time a trajectory needs to reach the controller) the plan moves the arm from where it started to that target.
 """
 
 import math
@@ -39,6 +40,7 @@ class ActionQueue:
         self.first = 0  # step of rows[0]
         self.rows: np.ndarray | None = None  # [n, J] joint targets
         self._end: float | None = None  # when the last target is reached, if not at its step (``told``)
+        self._start: tuple[float, np.ndarray] | None = None  # (when, where) the plan sent last starts (``told``)
         self.underruns = 0
         self._dry = False  # the last check found the plan run out (counts an underrun once)
 
@@ -69,19 +71,25 @@ class ActionQueue:
             return 0
         return max(0, self.last - self.step(now))
 
-    def told(self, rows: np.ndarray, end: float) -> None:
+    def told(self, rows: np.ndarray, end: float, start: tuple[float, np.ndarray]) -> None:
         """The plan is what the arm was told: ``rows`` [n, J] (the merged targets made safe), the last reached at
-        ``end`` (node clock s), its step or later."""
-        self.rows, self._end = rows, end
+        ``end`` (node clock s), its step or later, starting at ``start`` (when it was sent, and where the arm was to
+        be then: where the old plan had it, or where it was measured)."""
+        self.rows, self._end, self._start = rows, end, start
 
     def _place(self, t: float) -> tuple[int, float, float] | None:
-        """The segment the plan is in at ``t``: (its first row, how far along it in [0, 1], its length in seconds),
-        or None outside the plan."""
+        """The segment the plan is in at ``t``: (its first row, how far along it in [0, 1], its length in seconds;
+        row -1: from the plan's start to its first target), or None outside the plan."""
         if self.rows is None or self.origin is None:
             return None
-        x, n = (t - self.origin) / self.period - self.first, len(self.rows)
-        if x < 0 or n == 1:
-            return (0, 0.0, self.period) if n == 1 and x == 0 else None
+        first_at, n = self.time(self.first), len(self.rows)
+        if t < first_at:
+            if self._start is None or t < self._start[0]:
+                return None
+            return -1, (t - self._start[0]) / (first_at - self._start[0]), first_at - self._start[0]
+        x = max(0.0, (t - self.origin) / self.period - self.first)  # from the first target on (a rounding below 0)
+        if n == 1:
+            return (0, 0.0, self.period) if x == 0 else None
         if x < n - 2:
             return int(x), x - int(x), self.period
         before = self.time(self.last - 1)  # the last segment: it ends when the last target is reached
@@ -95,7 +103,9 @@ class ActionQueue:
         if place is None:
             return None
         i, frac, _ = place
-        return self.rows[i] if len(self.rows) == 1 else (1 - frac) * self.rows[i] + frac * self.rows[i + 1]
+        if len(self.rows) == 1 and i == 0:
+            return self.rows[0]
+        return (1 - frac) * self._row(i) + frac * self.rows[i + 1]
 
     def velocity(self, t: float) -> np.ndarray | None:
         """How fast the plan moves the arm at ``t`` (its slope between the targets around ``t``, as ``commanded``
@@ -104,7 +114,13 @@ class ActionQueue:
         if place is None:
             return None
         i, _, length = place
-        return np.zeros_like(self.rows[0]) if len(self.rows) == 1 else (self.rows[i + 1] - self.rows[i]) / length
+        if len(self.rows) == 1 and i == 0:
+            return np.zeros_like(self.rows[0])
+        return (self.rows[i + 1] - self._row(i)) / length
+
+    def _row(self, i: int) -> np.ndarray:
+        """Row ``i`` of the plan, -1 being where it starts."""
+        return self._start[1] if i == -1 and self._start is not None else self.rows[i]
 
     def check_underrun(self, now: float) -> bool:
         """Whether the plan has run out at ``now`` (an underrun is counted the first time it is seen)."""
@@ -133,10 +149,10 @@ class ActionQueue:
                 blended += 1
             merged.append(row)
         if merged:  # else the chunk came too late for any of its steps: the plan stays
-            self.first, self.rows, self._end = keep_from, np.stack(merged), None
+            self.first, self.rows, self._end, self._start = keep_from, np.stack(merged), None, None
             self._dry = False
         return Merge(dropped, blended, len(merged) - blended)
 
     def hold(self) -> None:
         """Forget the plan (the arm was told to hold): the next chunk starts a new one on the same step grid."""
-        self.rows, self._end = None, None
+        self.rows, self._end, self._start = None, None, None

@@ -1,12 +1,14 @@
 """A chunk's action dimensions -> the arm's joints in ros2_control units, and the arm's joint state -> the model's.
 
-A policy acts in its dataset's units: LeRobot's SO-100 in degrees about the calibration's mid-range, Koch in -100..100
-of the calibrated range, grippers 0..100; openpi / ALOHA checkpoints in radians. ros2_control wants radians and
+A policy acts in its dataset's units: LeRobot's SO-100 / SO-101 in -100..100 of each joint's calibrated range (its
+follower's default) or in degrees about the range's middle (``use_degrees``), grippers 0..100; openpi / ALOHA
+checkpoints in radians. ros2_control wants radians and
 metres. So each dimension has an affine map, ``joint = scale * action + offset`` (identity by default), and the state
 the model reads is the inverse of the same map. The action space says what a dimension means:
 
 * ``joint_position``: an absolute joint target (LeRobot's ``<motor>.pos`` actions);
-* ``joint_delta``: a target relative to the state the chunk was computed from (a checkpoint trained on deltas);
+* ``joint_delta``: a target relative to the state the chunk was computed from (a checkpoint trained on deltas), but
+  for the gripper, which stays absolute (openpi's ``DeltaActions`` mask: a jaw is commanded open or closed);
 
 anything else (end-effector poses or deltas, joint velocities) needs an inverse kinematics or a velocity interface
 this package does not have, and is refused rather than guessed.
@@ -28,9 +30,11 @@ class JointMap:
     scale: np.ndarray  # [J] per joint; nonzero
     offset: np.ndarray  # [J]
     space: str = "joint_position"
+    absolute: tuple[str, ...] = ()  # joints whose actions stay absolute under joint_delta (the gripper)
 
     @classmethod
-    def build(cls, names: list[str], scale: list[float], offset: list[float], space: str) -> "JointMap":
+    def build(cls, names: list[str], scale: list[float], offset: list[float], space: str,
+              absolute: tuple[str, ...] = ()) -> "JointMap":  # fmt: skip
         """INVALID_ARGUMENT naming what is wrong: lengths, a zero or non-finite scale; FAILED_PRECONDITION for an action
         space this package cannot command."""
         if space in REFUSED_SPACES:
@@ -48,13 +52,13 @@ class JointMap:
                 raise EngineError(ErrorCode.INVALID_ARGUMENT, f"{label} must be finite, got {values.tolist()}")
         if (s == 0).any():
             raise EngineError(ErrorCode.INVALID_ARGUMENT, "action_scale must be nonzero for every joint")
-        return cls(tuple(names), s, o, space)
+        return cls(tuple(names), s, o, space, absolute)
 
     def to_joints(self, actions: np.ndarray, state: np.ndarray | None) -> np.ndarray:
         """[H, J] model actions -> joint targets; ``state`` (model units, [J]) is the chunk's origin for deltas."""
         if self.space == "joint_delta":
             assert state is not None, "joint_delta chunks need the state they were computed from"
-            actions = actions + state
+            actions = actions + np.where([name in self.absolute for name in self.names], 0.0, state)
         return actions * self.scale + self.offset
 
     def to_model(self, joints: np.ndarray) -> np.ndarray:
