@@ -2,11 +2,13 @@
 simulated arm (``oxygen_ros.nodes.arm_sim``) and the tests share one definition of where the arm is at any time and
 of which trajectories a real controller would refuse.
 
-Where the arm is (JTC's ``Trajectory::sample``): from the state at acceptance, at the acceptance time, straight to the
-first point at start + its time_from_start, then straight from point to point, holding the last point once its time
-has passed. ``start`` is the trajectory's header stamp, or the acceptance time when that stamp is zero ("start now").
-Straight lines are what JTC's spline interpolation reduces to when the points carry positions only (a VLA's chunk
-does); velocities and accelerations, where given, are checked but not followed.
+Where the arm is (JTC's ``Trajectory::sample``): from the state at acceptance, at the acceptance time, to the first
+point at start + its time_from_start, then from point to point, holding the last point once its time has passed.
+``start`` is the trajectory's header stamp, or the acceptance time when that stamp is zero ("start now"). JTC's
+spline: straight lines when the points carry positions only; cubic (Hermite) segments when every point carries
+velocities too, the first one from the state at acceptance, its velocity included (so a trajectory replacing a
+moving one bends away from that motion instead of turning at once); accelerations, where given, are checked but not
+followed (JTC would play quintic segments).
 
 What is refused (JTC's ``validate_trajectory_msg`` with its default parameters: no partial-joint goals, no non-zero
 velocity at the end, no integration, a position command interface only, so no effort field), with JTC's own words:
@@ -119,18 +121,26 @@ class Trajectory:
     start_s: float
     times_s: np.ndarray  # [n], strictly increasing
     positions: np.ndarray  # [n, J]
+    velocities: np.ndarray | None = None  # [n, J] where every point gives them: cubic segments
+    before_velocity: np.ndarray | None = None  # [J] the state's at acceptance (cubic segments only)
 
     @classmethod
     def accepted(
         cls, controller_joints: Sequence[str], joint_names: Sequence[str], points: Sequence[Point], stamp_s: float,
-        now_s: float, current: np.ndarray,
+        now_s: float, current: np.ndarray, current_velocity: np.ndarray | None = None,
     ) -> "Trajectory":  # fmt: skip
-        """A trajectory ``rejection`` passed, accepted at ``now_s`` with the arm at ``current``."""
+        """A trajectory ``rejection`` passed, accepted at ``now_s`` with the arm at ``current``, moving at
+        ``current_velocity`` (None: at rest)."""
         column = {name: j for j, name in enumerate(joint_names)}
         order = [column[name] for name in controller_joints]
         positions = np.array([point.positions for point in points], dtype=np.float64)[:, order]
         times = np.array([point.time_s for point in points], dtype=np.float64)
-        return cls(now_s, np.array(current, dtype=np.float64), stamp_s or now_s, times, positions)
+        velocities = None
+        if all(len(point.velocities) == len(joint_names) for point in points):
+            velocities = np.array([point.velocities for point in points], dtype=np.float64)[:, order]
+        here = np.array(current, dtype=np.float64)
+        moving = np.zeros_like(here) if current_velocity is None else np.array(current_velocity, dtype=np.float64)
+        return cls(now_s, here, stamp_s or now_s, times, positions, velocities, moving)
 
     @classmethod
     def hold(cls, positions: np.ndarray, now_s: float) -> "Trajectory":
@@ -152,13 +162,31 @@ class Trajectory:
 
     def sample(self, t: float) -> np.ndarray:
         """The positions at ``t`` (node clock seconds); ``before`` at any time up to ``before_s``."""
+        return self._state(t)[0]
+
+    def velocity(self, t: float) -> np.ndarray:
+        """The velocities at ``t``: the spline's slope (up to ``before_s`` the state's at acceptance; 0 once the
+        last point is held)."""
+        return self._state(t)[1]
+
+    def _state(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         k, r = self.index(t), t - self.start_s
         if k == len(self.times_s):
-            return self.positions[-1].copy()
+            return self.positions[-1].copy(), np.zeros_like(self.before)
         if k == 0:
             r0, p0 = self.before_s - self.start_s, self.before
+            v0 = self.before_velocity if self.before_velocity is not None else np.zeros_like(self.before)
         else:
             r0, p0 = float(self.times_s[k - 1]), self.positions[k - 1]
-        if r <= r0:
-            return p0.copy()
-        return p0 + (self.positions[k] - p0) * ((r - r0) / (float(self.times_s[k]) - r0))
+            v0 = self.velocities[k - 1] if self.velocities is not None else None
+        if r <= r0:  # at a point (or before acceptance): its own velocity where the spline has one
+            return p0.copy(), np.zeros_like(p0) if v0 is None else v0.copy()
+        h, p1 = float(self.times_s[k]) - r0, self.positions[k]
+        s = (r - r0) / h
+        if self.velocities is None:
+            return p0 + (p1 - p0) * s, (p1 - p0) / h
+        m0, m1 = v0 * h, self.velocities[k] * h  # Hermite tangents per unit s
+        position = (2 * s**3 - 3 * s**2 + 1) * p0 + (s**3 - 2 * s**2 + s) * m0 + (-2 * s**3 + 3 * s**2) * p1 \
+            + (s**3 - s**2) * m1  # fmt: skip
+        slope = (6 * s**2 - 6 * s) * (p0 - p1) + (3 * s**2 - 4 * s + 1) * m0 + (3 * s**2 - 2 * s) * m1
+        return position, slope / h

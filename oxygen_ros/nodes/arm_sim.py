@@ -159,7 +159,8 @@ class ArmSim(Node):
         """Replace the trajectory by ``msg`` (valid), from where the arm is now. Call with the lock held."""
         now = self._now()
         self._trajectory = Trajectory.accepted(self._joints, msg.joint_names, points_of(msg), seconds(msg.header.stamp),
-                                               now, self._trajectory.sample(now))  # fmt: skip
+                                               now, self._trajectory.sample(now),
+                                               self._trajectory.velocity(now))  # fmt: skip
 
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         reason = self._rejection(msg)

@@ -1,6 +1,7 @@
 """A gripper on its own controller, as ros2_control arms run one: a joint_trajectory_controller refuses a trajectory
-naming a joint it does not own, so the gripper dimension of a chunk goes to the gripper's
-`control_msgs/GripperCommand` server (position_controllers/GripperActionController, `gripper_action`) instead.
+naming a joint it does not own, so the gripper dimension of a chunk goes to the gripper's own action server
+(`gripper_action`) instead: `control_msgs/GripperCommand` (GripperActionController) or, with `gripper_action_type`,
+`control_msgs/ParallelGripperCommand` (parallel_gripper_controllers: Jazzy on, the only one from Kilted).
 
 The gripper follows the arm's plan: every control period the instruction node hands it the gripper's planned
 position one `send_lead_s` ahead (clamped to the same position limits as every target; its speed is the
@@ -14,18 +15,21 @@ at its default effort, which takes the squeeze off whatever the jaw holds, so th
 import threading
 
 from action_msgs.msg import GoalStatus
-from control_msgs.action import GripperCommand
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 
+from oxygen_ros.nodes import gripper_actions
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.future_wait import wait
 
 POLL_S = 0.1
 PARAMETERS = {  # (default, description), read once
-    "gripper_action": ("gripper_controller/gripper_cmd", "control_msgs/GripperCommand server of the joint "
-                       "gripper_joint_names names (a GripperActionController)"),  # fmt: skip
-    "gripper_max_effort": (0.0, "max_effort of each GripperCommand goal, N (what 0 means is the controller's)"),
+    "gripper_action": ("gripper_controller/gripper_cmd", "the action server of the joint gripper_joint_names names "
+                       "(a GripperActionController)"),  # fmt: skip
+    "gripper_action_type": ("GripperCommand", gripper_actions.DESCRIPTION),
+    "gripper_max_effort": (0.0, "max_effort of each GripperCommand goal, N: an effort-interface "
+                           "GripperActionController clamps its command to it (0: the jaw does not move, so set it); "
+                           "a position one passes it on where it has an effort command interface"),  # fmt: skip
     "gripper_deadband": (0.005, "a gripper goal goes out only when its position moved this far from the last one "
                          "sent (rad or m)"),  # fmt: skip
 }
@@ -43,7 +47,8 @@ class GripperIO:
         self._newest = b""  # the id of our newest accepted goal
         self._holds = 0
         self.target = node.resolve_topic_name(settings["gripper_action"])
-        self._client = ActionClient(node, GripperCommand, settings["gripper_action"], callback_group=group) \
+        self._action = gripper_actions.action_type(settings["gripper_action_type"], "gripper_action_type")
+        self._client = ActionClient(node, self._action, settings["gripper_action"], callback_group=group) \
             if name else None  # fmt: skip
 
     @property
@@ -75,8 +80,7 @@ class GripperIO:
             if holds != self._holds or (self._sent is not None and abs(position - self._sent) <= self._deadband):
                 return
             self._sent = position
-        goal = GripperCommand.Goal()
-        goal.command.position, goal.command.max_effort = float(position), float(self._effort)
+        goal = gripper_actions.goal(self._action, self.name, position, self._effort)
         self._client.send_goal_async(goal).add_done_callback(lambda f: self._on_accepted(f.result()))
 
     def _on_accepted(self, handle) -> None:
@@ -95,7 +99,8 @@ class GripperIO:
             newest = key == self._newest  # an older goal ends because ours preempted it
         result = response.result
         if newest and response.status == GoalStatus.STATUS_ABORTED:
-            self._node.get_logger().warning(f"{self.target} stopped the gripper at {result.position:.3f} (stalled: "
+            where = gripper_actions.result_position(self._action, result)
+            self._node.get_logger().warning(f"{self.target} stopped the gripper at {where:.3f} (stalled: "
                                             f"{result.stalled})", throttle_duration_sec=5.0)  # fmt: skip
 
     def hold(self) -> None:

@@ -1,18 +1,18 @@
 """`gripper_sim`: a simulated gripper on its own controller, beside `arm_sim`, as ros2_control runs one
-(position_controllers/GripperActionController): `control_msgs/action/GripperCommand` on `gripper_controller/gripper_cmd`,
+(position_controllers/GripperActionController): `control_msgs/action/GripperCommand` on `gripper_controller/gripper_cmd`
+(or, with `action_type`, `ParallelGripperCommand` as parallel_gripper_controllers serves it: ``gripper_actions``),
 its joint's `sensor_msgs/JointState` on `joint_states` (joint_state_broadcaster publishes every joint; state
 subscribers merge by name).
 
 The jaw moves at `velocity` toward the goal's position, clamped to [`lower`, `upper`] (the URDF's limits of the SO-100
 jaw by default); the goal SUCCEEDS with reached_goal once there, a newer goal preempts it (ABORTED, not reached), a
-cancel stops the jaw where it is. Timed on the node clock.
+cancel stops the jaw where it is; a goal with no position (or not a number) is rejected. Timed on the node clock.
 """
 
 import threading
 from typing import Any
 
 import numpy as np
-from control_msgs.action import GripperCommand
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
@@ -21,6 +21,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Header
 
+from oxygen_ros.nodes import gripper_actions
 from oxygen_ros.nodes.arm_sim import ActiveGoal
 from oxygen_ros.nodes.declare import declare
 from oxygen_ros.nodes.qos import ACTION_SERVER_QOS
@@ -35,10 +36,10 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "upper": (1.7, "the jaw's upper position limit, rad or m"),
     "velocity": (3.0, "how fast the jaw moves, rad/s or m/s"),
     "state_rate_hz": (50.0, "joint_states and goal feedback published per second, 1 to 1000"),
-    "action_name": ("gripper_controller/gripper_cmd", "control_msgs/GripperCommand server"),
+    "action_name": ("gripper_controller/gripper_cmd", "the gripper's action server"),
+    "action_type": ("GripperCommand", gripper_actions.DESCRIPTION),
     "state_topic": ("joint_states", "sensor_msgs/JointState output (the jaw's joint only)"),
 }  # fmt: skip
-Result = GripperCommand.Result
 
 
 class GripperSim(Node):
@@ -52,6 +53,11 @@ class GripperSim(Node):
                 and value["lower"] <= value["initial_position"] <= value["upper"]):  # fmt: skip
             super().destroy_node()
             raise ValueError(f"parameters lower < upper must be finite and hold initial_position, got {value}")
+        try:
+            self._action = gripper_actions.action_type(value["action_type"], "action_type")
+        except ValueError:
+            super().destroy_node()
+            raise
         self._joint, self._velocity = value["joint_name"], value["velocity"]
         self._lower, self._upper = value["lower"], value["upper"]
         self._lock = threading.Lock()
@@ -62,8 +68,8 @@ class GripperSim(Node):
         self._states = self.create_publisher(JointState, value["state_topic"], 10)
         group = ReentrantCallbackGroup()
         self._server = ActionServer(
-            self, GripperCommand, value["action_name"], execute_callback=self._execute,
-            goal_callback=lambda _: GoalResponse.ACCEPT, handle_accepted_callback=self._on_accepted,
+            self, self._action, value["action_name"], execute_callback=self._execute,
+            goal_callback=self._on_goal, handle_accepted_callback=self._on_accepted,
             cancel_callback=lambda _: CancelResponse.ACCEPT, callback_group=group, **ACTION_SERVER_QOS,
         )  # fmt: skip
         self.create_timer(1.0 / value["state_rate_hz"], self._tick, callback_group=group)
@@ -79,18 +85,25 @@ class GripperSim(Node):
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
-    def _result(self, reached: bool) -> Result:
-        return Result(position=self._position, effort=0.0, stalled=False, reached_goal=reached)
+    def _result(self, reached: bool):
+        return gripper_actions.result(self._action, self._joint, self._position, reached)
+
+    def _on_goal(self, request) -> GoalResponse:
+        if gripper_actions.goal_position(self._action, request) is None:
+            self.get_logger().error("Received a gripper goal with no position: rejecting")
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
 
     def _on_accepted(self, handle: ServerGoalHandle) -> None:
         with self._lock:
             if self._active is not None:  # preempted (rclpy lets only a goal asked to cancel end CANCELED)
                 self._active.end("abort", self._result(reached=False))
-            self._target = min(max(handle.request.command.position, self._lower), self._upper)
+            self._target = min(max(gripper_actions.goal_position(self._action, handle.request), self._lower),
+                               self._upper)  # fmt: skip
             self._active = self._starting[bytes(handle.goal_id.uuid)] = ActiveGoal(handle, self)
             handle.execute()
 
-    async def _execute(self, handle: ServerGoalHandle) -> Result:
+    async def _execute(self, handle: ServerGoalHandle):
         with self._lock:
             active = self._starting.pop(bytes(handle.goal_id.uuid))
         return await active.ended
@@ -113,8 +126,7 @@ class GripperSim(Node):
                                             position=[self._position], velocity=[speed]))  # fmt: skip
             if active is None:
                 return
-            feedback = GripperCommand.Feedback(position=self._position, effort=0.0, stalled=False, reached_goal=False)
-            active.handle.publish_feedback(feedback)
+            active.handle.publish_feedback(gripper_actions.feedback(self._action, self._joint, self._position))
             if abs(self._target - self._position) <= TOLERANCE:
                 active.end("succeed", self._result(reached=True))
                 self._active = None

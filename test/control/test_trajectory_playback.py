@@ -1,6 +1,7 @@
 """Trajectory playback as joint_trajectory_controller does it: straight from the state at acceptance to the first point,
-then point to point, holding the last; positions mapped to the controller's order by name; and each of JTC's rules
-for refusing a trajectory (plus ours: size caps, a joint named twice, a non-finite position), with its reason."""
+then point to point, holding the last (cubic segments where the points carry velocities, from the moving state);
+positions mapped to the controller's order by name; and each of JTC's rules for refusing a trajectory (plus ours: size
+caps, a joint named twice, a non-finite position), with its reason."""
 
 import math
 
@@ -126,3 +127,25 @@ def test_a_tiny_end_velocity_is_zero_as_for_jtc():
 def test_size_caps_are_checked_on_counts_alone():
     assert oversized(MAX_JOINTS, MAX_POINTS) is None
     assert "joints" in oversized(MAX_JOINTS + 1, 1) and "points" in oversized(1, MAX_POINTS + 1)
+
+
+def _cubic_through(t0: float, p0: float, v0: float, t1: float, p1: float, v1: float) -> np.poly1d:
+    """The cubic with these ends (positions and slopes), solved from its four conditions: the reference."""
+    rows = [[t**3, t**2, t, 1.0] for t in (t0, t1)] + [[3 * t**2, 2 * t, 1.0, 0.0] for t in (t0, t1)]
+    return np.poly1d(np.linalg.solve(np.array(rows), np.array([p0, p1, v0, v1])))
+
+
+def test_points_with_velocities_play_cubic_segments_from_the_moving_state():
+    """JTC's spline with positions and velocities: cubic segments, the first from the state at acceptance, its
+    velocity included; the slope is continuous where a segment meets the next, and 0 once the last point is held."""
+    rows = [Point(1.0, [1.0, 0.0, 0.0], [0.5, 0.0, 0.0]), Point(2.0, [2.0, 0.0, 0.0], [0.0, 0.0, 0.0])]
+    trajectory = Trajectory.accepted(JOINTS, JOINTS, rows, 0.0, NOW, np.zeros(3), np.array([2.0, 0.0, 0.0]))
+    first, second = _cubic_through(0.0, 0.0, 2.0, 1.0, 1.0, 0.5), _cubic_through(1.0, 1.0, 0.5, 2.0, 2.0, 0.0)
+    for t in (0.0, 0.3, 0.7, 1.0, 1.4, 1.9, 2.0):
+        cubic = first if t <= 1.0 else second
+        assert trajectory.sample(NOW + t)[0] == pytest.approx(cubic(t), abs=1e-12)
+        assert trajectory.velocity(NOW + t)[0] == pytest.approx(cubic.deriv()(t), abs=1e-9)
+    assert trajectory.velocity(NOW + 1e-9)[0] == pytest.approx(2.0, abs=1e-6)  # leaves moving as the arm was
+    assert trajectory.velocity(NOW + 5.0)[0] == 0.0 and trajectory.sample(NOW + 5.0)[0] == 2.0
+    positions_only = play(points((1.0, [1.0, 0.0, 0.0])))  # no velocities: straight, whatever the state's motion
+    assert positions_only.sample(NOW + 0.5)[0] == pytest.approx(0.5)

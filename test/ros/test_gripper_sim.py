@@ -1,13 +1,15 @@
 """`gripper_sim` through real rclpy nodes, as a GripperActionController behaves: a goal moves the jaw at its velocity
 to the position (clamped to its limits) and SUCCEEDS reached; a newer goal preempts the active one (ABORTED, not
 reached) and the jaw turns toward the new position; a cancel stops it where it is; its joint_states name only its
-joint. The instruction node refuses a gripper_joint_names that is not one action joint, naming the parameter."""
+joint. The instruction node refuses a gripper_joint_names that is not one action joint, naming the parameter. The
+same through ParallelGripperCommand, the action of parallel_gripper_controllers (Jazzy on; the only one from
+Kilted)."""
 
 import time
 
 import pytest
 from action_msgs.msg import GoalStatus
-from control_msgs.action import GripperCommand
+from control_msgs.action import GripperCommand, ParallelGripperCommand
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -79,8 +81,9 @@ def test_a_hold_keeps_the_grip_and_sends_nothing_more(ros_context, jaw):
     """A GripperActionController answers a cancel by commanding the measured position at its default effort, which
     would let go of what the jaw squeezes: a hold cancels nothing (the last goal finishes) and stops new goals."""
     node = Node("gripper_io_test", context=ros_context)
-    gripper = GripperIO(node, {"gripper_action": ACTION, "gripper_max_effort": 5.0, "gripper_deadband": 0.005},
-                        "gripper", ReentrantCallbackGroup())  # fmt: skip
+    gripper = GripperIO(node, {"gripper_action": ACTION, "gripper_action_type": "GripperCommand",
+                               "gripper_max_effort": 5.0, "gripper_deadband": 0.005}, "gripper",
+                        ReentrantCallbackGroup())  # fmt: skip
     with spin_nodes(ros_context, node):  # destroys the node (and the client) after
         wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
         start = jaw.states[-1].position[0]
@@ -92,3 +95,34 @@ def test_a_hold_keeps_the_grip_and_sends_nothing_more(ros_context, jaw):
         wait_until(lambda: jaw.states[-1].position[0] == pytest.approx(UPPER, abs=1e-3), 5.0, "the grip kept")
         time.sleep(0.3)
         assert jaw.states[-1].position[0] == pytest.approx(UPPER, abs=1e-3)
+
+
+def test_a_parallel_gripper_controllers_action_moves_the_jaw_too(ros_context):
+    """gripper_action_type ParallelGripperCommand: the jaw's goals are JointStates (its first position the target,
+    an effort only when one is set), their results JointStates; a goal with no position is rejected; an unknown
+    action type is refused at start, naming the parameter."""
+    jaw = GripperSim(context=ros_context, parameter_overrides=[
+        Parameter("velocity", value=SPEED), Parameter("lower", value=LOWER), Parameter("upper", value=UPPER),
+        Parameter("action_type", value="ParallelGripperCommand")])  # fmt: skip
+    node = Node("parallel_gripper_io_test", context=ros_context)
+    node.states = []
+    node.create_subscription(JointState, "/joint_states", node.states.append, 100)
+    settings = {"gripper_action": ACTION, "gripper_action_type": "ParallelGripperCommand", "gripper_max_effort": 0.0,
+                "gripper_deadband": 0.005}  # fmt: skip
+    gripper = GripperIO(node, settings, "gripper", ReentrantCallbackGroup())
+    with spin_nodes(ros_context, jaw, node):
+        wait_until(lambda: gripper._client.server_is_ready() and node.states, 5.0, "the gripper's server")
+        gripper.command(1.0, gripper.holds)
+        wait_until(lambda: node.states[-1].position[0] == pytest.approx(1.0, abs=1e-3), 5.0, "the jaw at 1.0")
+        with pytest.raises(RuntimeError, match="rejected"):
+            send_goal(node, ParallelGripperCommand, ACTION, ParallelGripperCommand.Goal())
+        out = send_goal(node, ParallelGripperCommand, ACTION, ParallelGripperCommand.Goal(
+            command=JointState(name=["gripper"], position=[0.5]))).result(timeout=10.0)  # fmt: skip
+        assert out.status == GoalStatus.STATUS_SUCCEEDED and out.result.reached_goal
+        assert out.result.state.position[0] == pytest.approx(0.5, abs=1e-3)
+    bad = Node("bad_gripper_io_test", context=ros_context)
+    try:
+        with pytest.raises(ValueError, match="parameter gripper_action_type must be one of"):
+            GripperIO(bad, settings | {"gripper_action_type": "Gripper"}, "gripper", ReentrantCallbackGroup())
+    finally:
+        bad.destroy_node()
