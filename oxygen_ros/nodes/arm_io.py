@@ -62,7 +62,7 @@ PARAMETERS = {  # scalars: (default, description), read once
     "trajectory_topic": ("", "trajectory_msgs/JointTrajectory topic to send to instead of trajectory_action (the "
                          "controller's fire-and-forget input); '' = the action"),  # fmt: skip
     "action_space": ("joint_position", "what a chunk's dimensions are: joint_position (absolute targets) or "
-                     "joint_delta (relative to the state the chunk was computed from; the gripper's stay "
+                     "joint_delta (relative to the state the chunk was computed from; gripper_joint_names' stay "
                      "absolute)"),  # fmt: skip
     "limit_margin": (0.02, "a target at most this far past a position limit (rad or m) is clamped onto it; further "
                      "is refused and the arm holds"),  # fmt: skip
@@ -203,6 +203,7 @@ class ArmIO:
         self._stops: set[bytes] = set()  # of those, our stop trajectories (``hold``)
         self._stopping = False  # a stop was sent and no trajectory since: a hold now has nothing to stop
         self._holds = 0  # counts holds: a goal accepted after a hold that followed its sending is stopped at once
+        self._sends = 0  # counts what went to the controller (trajectories and stops): what is newest
         # the newest stop goal's send on the action and our goals it replaces, until a trajectory is sent: a goal's
         # result waits for its answer (``stop_answered``)
         self._stop_sent: tuple[Future, set[bytes]] | None = None
@@ -392,15 +393,14 @@ class ArmIO:
         trajectory = JointTrajectory(header=Header(), joint_names=list(self.arm_names), points=points)
         if not self._listening():
             return f"{self.target} is not there (no action server, or no subscriber to the topic)"
+        with self._lock:
+            self._sends += 1
+            holds, sent_as, self._stopping, self._stop_sent = self._holds, self._sends, False, None
         if self._topic:
-            with self._lock:
-                self._stopping = False
             self._publisher.publish(trajectory)
             return ""
-        with self._lock:
-            holds, self._stopping, self._stop_sent = self._holds, False, None
         future = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
-        future.add_done_callback(lambda f: self._on_accepted(f.result(), holds))
+        future.add_done_callback(lambda f: self._on_accepted(f.result(), holds, sent_as))
         answered, handle = await wait(self._node, future, self._settings["answer_wait_s"])
         if not answered:
             return f"{self.target} did not answer within answer_wait_s {self._settings['answer_wait_s']:g} s"
@@ -415,18 +415,22 @@ class ArmIO:
                     "send_lead_s for a controller this slow)")  # fmt: skip
         return ""
 
-    def _on_accepted(self, handle, holds: int) -> None:
+    def _on_accepted(self, handle, holds: int, sent_as: int) -> None:
+        """Our trajectory (the ``sent_as``-th thing sent) taken. A hold came while it was on its way: it is ours to
+        end (its ending is no fault); whatever was sent after it (the hold's stop, a newer trajectory) replaces it
+        in the controller, and if nothing was (the hold could plan no stop), a stop from where the arm is does."""
         if handle is None or not handle.accepted:
             return
+        key = _goal_id(handle)
         with self._lock:
-            self._live[_goal_id(handle)] = handle
+            self._live[key] = handle
             self._newest = handle
             stale = self._holds != holds
-        handle.get_result_async().add_done_callback(lambda f: self._on_result(handle, f.result()))
-        if stale:  # a hold came while it was on its way: braked again from where the arm is, replacing it
-            key = _goal_id(handle)
-            with self._lock:
+            if stale:
                 self._cancelled.add(key)
+            unreplaced = stale and self._sends == sent_as
+        handle.get_result_async().add_done_callback(lambda f: self._on_result(handle, f.result()))
+        if unreplaced:
             self._send_stop(self._stop_point(None, None, self._node.get_logger().warning), {key})
 
     def _cancel(self, handle) -> None:
@@ -487,10 +491,13 @@ class ArmIO:
     def _send_stop(self, stop: JointTrajectoryPoint | None, replaced: set[bytes]) -> None:
         """``stop`` to the controller, replacing our goals ``replaced``; None (no stop could be planned): those
         cancelled on the action instead."""
+        with self._lock:
+            self._sends += stop is not None
+            mine = self._sends
         if stop is None:
             if not self._topic:
                 self._cancel_live(replaced)
-                self._mark_stopped(None)  # cancelled: held where it is
+                self._mark_stopped(None, mine)  # cancelled: held where it is
             return
         trajectory = JointTrajectory(joint_names=list(self.arm_names), points=[stop])
         sent = None
@@ -500,11 +507,14 @@ class ArmIO:
             sending = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
             sending.add_done_callback(lambda f: self._on_stop(f, replaced))
             sent = (sending, replaced)
-        self._mark_stopped(sent)  # sent: a hold before the next trajectory has nothing more to stop
+        self._mark_stopped(sent, mine)  # sent: a hold before the next trajectory has nothing more to stop
 
-    def _mark_stopped(self, sent: tuple[Future, set[bytes]] | None) -> None:
+    def _mark_stopped(self, sent: tuple[Future, set[bytes]] | None, mine: int) -> None:
+        """The arm is stopping (``sent``: the stop on its way), unless something was sent after it (a trajectory
+        sent meanwhile plays: a hold must stop it)."""
         with self._lock:
-            self._stopping, self._stop_sent = True, sent
+            if self._sends == mine:
+                self._stopping, self._stop_sent = True, sent
 
     async def stop_answered(self, wait_s: float) -> str:
         """Wait up to ``wait_s`` for the controller's answer to the newest stop, so that a goal's result (and a

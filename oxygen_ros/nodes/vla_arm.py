@@ -218,8 +218,8 @@ class VlaArm:
                 plan.sending = False  # taken: the jaw follows it now (refused: it waits for the hold below)
         if not run.running:  # the goal ended while the trajectory was on its way: it must not play
             # Taken with no hold since it was sent: stopped here. After a hold (the ending's, or a newer goal's
-            # preemption) it is refused and cancelled once taken; holding again would replace a newer goal's
-            # trajectory with a stop.
+            # preemption) it is refused, and replaced by what was sent after it; holding again would replace a
+            # newer goal's trajectory with a stop.
             if not refused:
                 self.hold(plan)
             return None
@@ -338,14 +338,15 @@ class VlaArm:
 
     def hold(self, plan: ArmPlan | None, where_it_is: bool = False) -> None:
         """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:
-        from where it is measured, for an arm not following its plan); the plan is forgotten. Without ``plan``, the
-        last goal's (a goal that ended: its arm may still move)."""
+        from where it is measured, for an arm not following its plan; so too while the plan is on its way to the
+        controller, which may refuse it: it moves the arm only once taken); the plan is forgotten. Without ``plan``,
+        the last goal's (a goal that ended: its arm may still move)."""
         plan = plan or self._plan
         at = velocity = None
         if plan is not None:
             with plan.lock:
                 now = self.arm.now()
-                if not where_it_is:
+                if not where_it_is and not plan.sending:
                     at, velocity = plan.queue.commanded(now), plan.queue.velocity(now)
                 plan.queue.hold()
                 plan.sending = False

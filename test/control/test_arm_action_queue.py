@@ -102,3 +102,16 @@ def test_between_sending_a_plan_and_its_first_target_the_arm_moves_from_where_it
     assert queue.commanded(10.0) is None  # before it was sent
     queue.merge(np.array([[3.0], [3.5]]), observed_at=10.2, earliest=10.45)  # steps 5, 6: no start until told
     assert queue.commanded(10.4) is None
+
+
+def test_a_lone_target_whose_stop_was_given_more_time_is_approached_until_then():
+    """A plan of one target is its own closing stop: when its time was stretched, the plan reaches it then, not at
+    its step, and holds it there."""
+    queue = ActionQueue(0.1, 0.0)
+    queue.merge(np.array([[1.0]]), observed_at=10.0, earliest=10.05)  # step 1, at 10.1
+    queue.told(queue.rows, end=10.4, start=(10.0, np.array([0.0])))
+    np.testing.assert_allclose(queue.commanded(10.2), [0.5])  # halfway through 0.4 s, not past its step
+    np.testing.assert_allclose(queue.velocity(10.2), [2.5])
+    np.testing.assert_allclose(queue.commanded(10.4), [1.0])
+    np.testing.assert_allclose(queue.velocity(10.4), [0.0])
+    assert queue.commanded(10.45) is None

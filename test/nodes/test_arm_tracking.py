@@ -172,6 +172,24 @@ def test_a_controller_slowed_below_the_plans_speed_ends_the_goal_with_the_arm_he
         node.destroy_node()
 
 
+def test_a_hold_while_the_plan_is_on_its_way_brakes_from_where_the_arm_is(ros_context):
+    """Until the controller takes a plan, the arm does not move along it (the controller may refuse it): a hold then
+    stops the arm from where it is measured, not from where the plan would have it by now; once taken, from the
+    plan."""
+    node = Node("arm_hold_sending_test", context=ros_context)
+    try:
+        arm = Arm([0.0, 0.0, 0.0])
+        vla = VlaArm(node, arm, SETTINGS)
+        for sending, held in ((True, None), (False, [0.25, 0.0, 0.0])):
+            plan = planned([[0.5, 0.0, 0.0], [0.6, 0.0, 0.0]])
+            plan.queue.told(plan.queue.rows, end=10.1, start=(9.9, np.zeros(3)))  # sent at 9.9, first target at 10
+            plan.sending, arm.clock, arm.holds = sending, 9.95, []
+            vla.hold(plan)
+            assert (arm.holds[0] is None) if held is None else np.allclose(arm.holds[0], held)
+    finally:
+        node.destroy_node()
+
+
 @pytest.mark.parametrize("period_s", [0.0, 1e-4, 1.5, math.inf, math.nan])
 def test_a_chunk_period_the_arm_cannot_be_watched_at_is_refused(ros_context, period_s):
     """The arm is watched (cancel, faults, tracking) once an action period: a model's period over 1 s, or none,

@@ -82,6 +82,7 @@ def arm_io_of(arm: Arm) -> ArmIO:
     lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS}
     io = ArmIO(arm.client, settings | {"input_timeout_s": 60.0}, lists, ReentrantCallbackGroup())
     wait_until(io._client.server_is_ready, 10.0, "the arm's action server")
+    wait_until(lambda: io._described, 10.0, "the URDF")  # the limits every stop is planned within
     return io
 
 
@@ -208,6 +209,10 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_refused_and_replac
     replaces it with a braking stop, not a cancel (the controller would hold the measured position at once)."""
     io = arm_io_of(arm)
     here = arm.position()
+    stops, cancels = [], []  # the controller's answers to our stops; the goals we cancelled (none: a cancel jolts)
+    answered, cancel = io._on_stop, io._cancel
+    io._on_stop = lambda future, replaced: (stops.append(future.result().accepted), answered(future, replaced))
+    io._cancel = lambda handle: (cancels.append(handle), cancel(handle))
     # its first target due 4 s ago (1 s after it is taken: slow, so the stop finds the arm about where it was);
     # then one due 1 s ahead on the node's clock (time enough to be taken on a loaded machine)
     for start, offset, late in ((io.now() - 5.0, -0.05, True), (io.now(), 0.05, False)):
@@ -217,24 +222,32 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_refused_and_replac
         assert ("after its first target was due" in refused) if late else refused == "", refused
         if late:  # the caller holds: a stop replaces it, the arm stays about where it was, far from the stale end
             io.hold(None, print)
-            assert run_on(arm, io.stop_answered(5.0)) == ""
+            assert run_on(arm, io.stop_answered(5.0)) == "" and stops == [True] and not cancels
             time.sleep(0.5)
             assert np.abs(arm.position() - here).max() < 0.02
     arm.reaches(here + 0.05)  # the one taken in time plays
-    # a hold while a trajectory is on its way (right after it is sent): once it is accepted a stop replaces it
-    start, real = arm.position(), io._client.send_goal_async
+    wait_until(lambda: not io._live, 5.0, "its end")
+    # a hold while a trajectory is on its way (right after it is sent) that could plan no stop: once the trajectory
+    # is taken, nothing sent after it replaces it, so a stop from where the arm is does
+    start, real, planned = arm.position(), io._client.send_goal_async, io._stop_point
+    plans = []
+
+    def first_unplanned(*args):
+        plans.append(args)
+        return None if len(plans) == 1 else planned(*args)
 
     def send_then_hold(goal, *args, **kwargs):
         future = real(goal, *args, **kwargs)
-        io._client.send_goal_async = real  # the hold's own stop goes out as usual
+        io._client.send_goal_async = real  # the stop goes out as usual
         io.hold(None, print)
         return future
 
-    io._client.send_goal_async = send_then_hold
+    io._stop_point, io._client.send_goal_async = first_unplanned, send_then_hold
     ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([0.5, 4.0]), 0)
     assert "told to hold while the trajectory was on its way" in run_on(arm, io.send(io.now(), ramp))
     assert run_on(arm, io.stop_answered(5.0)) == ""
     time.sleep(1.0)
+    assert len(plans) == 2 and stops == [True, True] and not cancels  # the hold's (none), then the stop at taking
     assert np.abs(arm.position() - start).max() < 0.02 and not io.take_fault()  # stopped by ours: no fault
 
 
@@ -244,7 +257,6 @@ def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
     acceleration limits), replaces the trajectory playing: the arm slows through intermediate speeds, glides on that
     far and stands; a second hold before any new trajectory sends nothing."""
     io = arm_io_of(arm)
-    wait_until(lambda: io._described, 10.0, "the URDF")
     start = arm.position()
     moving = arm.send([(3.0, start + 1.5)])  # 0.5 rad/s every joint
     time.sleep(1.0)
@@ -271,7 +283,6 @@ def test_a_stop_the_controller_refuses_has_ours_cancelled_before_the_goal_report
     while it is inactive, e.g. switched off mid-goal; arm_sim is always active, so here the stop ends moving, which
     it refuses as JTC does.) A stop answered once a newer trajectory was sent cancels nothing of it."""
     io = arm_io_of(arm)
-    wait_until(lambda: io._described, 10.0, "the URDF")
     here = arm.position()
     safe = SafeTargets(np.vstack([here + 0.1, here + 1.0]), np.zeros((2, len(here))), np.array([0.5, 4.0]), 0)
     assert run_on(arm, io.send(io.now(), safe)) == ""

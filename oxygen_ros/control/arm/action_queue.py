@@ -83,13 +83,14 @@ class ActionQueue:
         if self.rows is None or self.origin is None:
             return None
         first_at, n = self.time(self.first), len(self.rows)
+        reached = self.end if n == 1 else first_at  # a lone target is the last one: maybe reached later
+        if t < reached and self._start is not None and self._start[0] <= t:
+            return -1, (t - self._start[0]) / (reached - self._start[0]), reached - self._start[0]
         if t < first_at:
-            if self._start is None or t < self._start[0]:
-                return None
-            return -1, (t - self._start[0]) / (first_at - self._start[0]), first_at - self._start[0]
-        x = max(0.0, (t - self.origin) / self.period - self.first)  # from the first target on (a rounding below 0)
+            return None
         if n == 1:
-            return (0, 0.0, self.period) if x == 0 else None
+            return (0, 0.0, self.period) if t <= self.end else None
+        x = max(0.0, (t - self.origin) / self.period - self.first)  # from the first target on (a rounding below 0)
         if x < n - 2:
             return int(x), x - int(x), self.period
         before = self.time(self.last - 1)  # the last segment: it ends when the last target is reached
