@@ -384,8 +384,8 @@ class ArmIO:
         i ``safe.times[i]`` later), so a slow delivery or a controller's clock ahead of ours delays the plan instead of
         having the controller sample it mid-segment, a jump. A hold while the goal is on its way replaces it with a
         braking stop as soon as it is accepted, however late that is: no trajectory outlives a hold; one taken after
-        its first target was due is refused (a stale plan: the caller holds, a braking stop replacing it; a cancel
-        would have the controller hold the measured position at once, a jolt)."""
+        its first target was due is refused and replaced by a braking stop from where the arm is (a stale plan; a
+        cancel would have the controller hold the measured position at once, a jolt)."""
         arm = self._arm_columns
         points = [JointTrajectoryPoint(positions=p[arm].tolist(), velocities=v[arm].tolist(),
                                        time_from_start=duration_of(t))
@@ -410,7 +410,9 @@ class ArmIO:
             if self._holds != holds:
                 return "the arm was told to hold while the trajectory was on its way"
         late = self.now() - start - float(safe.times[0])
-        if late > 0:  # its plan is stale (the arm would be that late on every target): the caller's hold replaces it
+        if late > 0:  # its plan is stale (the arm would be that late on every target): a stop replaces it here, so
+            # it never plays on, whatever the caller does next (a hold of its own then finds the arm stopping)
+            self.hold(None, self._node.get_logger().warning)
             return (f"{self.target} took the trajectory {late:.3f} s after its first target was due (raise "
                     "send_lead_s for a controller this slow)")  # fmt: skip
         return ""

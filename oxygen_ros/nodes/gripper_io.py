@@ -27,9 +27,10 @@ PARAMETERS = {  # (default, description), read once
     "gripper_action": ("gripper_controller/gripper_cmd", "the action server of the joint gripper_joint_names names "
                        "(a GripperActionController)"),  # fmt: skip
     "gripper_action_type": ("GripperCommand", gripper_actions.DESCRIPTION),
-    "gripper_max_effort": (0.0, "max_effort of each GripperCommand goal, N: an effort-interface "
-                           "GripperActionController clamps its command to it (0: the jaw does not move, so set it); "
-                           "a position one passes it on where it has an effort command interface"),  # fmt: skip
+    "gripper_max_effort": (0.0, "max_effort of each GripperCommand goal (a ParallelGripperCommand goal's effort; 0 "
+                           "= none sent), N: an effort-interface GripperActionController clamps its command to it "
+                           "(0: the jaw does not move, so set it); a position one passes it on where it has an effort "
+                           "command interface"),  # fmt: skip
     "gripper_deadband": (0.005, "a gripper goal goes out only when its position moved this far from the last one "
                          "sent (rad or m)"),  # fmt: skip
 }

@@ -210,16 +210,16 @@ class VlaArm:
             plan.sending = True
         try:
             refused = await self.arm.send(now, safe)
-        except BaseException:  # the send broke off: nothing of it may play (taken late: cancelled), the jaw included
+        except BaseException:  # the send broke off: nothing of it may play (taken later: stopped), the jaw included
             self.hold(plan)
             raise
         if not refused:
             with plan.lock:
                 plan.sending = False  # taken: the jaw follows it now (refused: it waits for the hold below)
         if not run.running:  # the goal ended while the trajectory was on its way: it must not play
-            # Taken with no hold since it was sent: stopped here. After a hold (the ending's, or a newer goal's
-            # preemption) it is refused, and replaced by what was sent after it; holding again would replace a
-            # newer goal's trajectory with a stop.
+            # Taken with no hold since it was sent: stopped here. Refused, it plays on nowhere: taken late, ArmIO
+            # stopped it; after a hold (the ending's, or a newer goal's preemption) what was sent after it replaced
+            # it, and holding again would replace a newer goal's trajectory with a stop.
             if not refused:
                 self.hold(plan)
             return None

@@ -86,8 +86,8 @@ def test_an_arm_that_does_not_follow_its_plan_ends_the_goal_held_where_it_is(ros
 
 
 def test_each_joint_is_held_to_its_own_tracking_error(ros_context):
-    """joint_max_tracking_errors: a prismatic lift (m) beside revolute joints (rad) gets a bound in its own units; 0.1
-    m behind its plan is within the revolute joints' 0.3 but over its own 0.05."""
+    """joint_max_tracking_errors: a prismatic joint (m; here the one named elbow) beside revolute joints (rad) gets a
+    bound in its own units; 0.1 m behind its plan is within the revolute joints' 0.3 but over its own 0.05."""
     node = Node("arm_tracking_per_joint_test", context=ros_context)
     try:
         rows = [[0.0, 0.0, 0.0], [0.0, 0.2, 0.0], [0.0, 0.4, 0.0]]
