@@ -76,10 +76,11 @@ def arm(ros_domain_id):
         context.try_shutdown()
 
 
-def arm_io_of(arm: Arm) -> ArmIO:
-    """instruction_node's side of the arm (its defaults), on the client node, once the controller is there."""
+def arm_io_of(arm: Arm, **number_lists: list[float]) -> ArmIO:
+    """instruction_node's side of the arm (its defaults, but ``number_lists``), on the client node, once the
+    controller is there."""
     settings = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
-    lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS}
+    lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS} | number_lists
     io = ArmIO(arm.client, settings | {"input_timeout_s": 60.0}, lists, ReentrantCallbackGroup())
     wait_until(io._client.server_is_ready, 10.0, "the arm's action server")
     wait_until(lambda: io._described, 10.0, "the URDF")  # the limits every stop is planned within
@@ -255,10 +256,12 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_refused_and_replac
 
 def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
     """ArmIO.hold on the action: a cancel would make the controller hold the measured position at once, a jolt at
-    speed; instead one point at rest v T / 2 past where the plan has the arm, T the braking time (HOLD_MIN_S without
-    acceleration limits), replaces the trajectory playing: the arm slows through intermediate speeds, glides on that
-    far and stands; a second hold before any new trajectory sends nothing."""
-    io = arm_io_of(arm)
+    speed; instead one point at rest v T / 2 past where the plan has the arm, T = v / a the braking time (here 0.5 s
+    at 1 rad/s^2; HOLD_MIN_S without acceleration limits), replaces the trajectory playing: the arm slows through
+    intermediate speeds, glides on that far and stands; a second hold before any new trajectory sends nothing. (A
+    stop the controller takes later than T / 2 after ``at`` finds the arm past it and turns it back: T 0.5 s keeps a
+    busy test machine's stalls well inside that.)"""
+    io = arm_io_of(arm, joint_acceleration_limits=[1.0] * len(SO100_JOINTS))
     start = arm.position()
     moving = arm.send([(3.0, start + 1.5)])  # 0.5 rad/s every joint
     time.sleep(1.0)
@@ -266,12 +269,12 @@ def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
     io.hold(at, print, velocity=np.full(len(SO100_JOINTS), 0.5))
     assert moving.result(timeout=5.0).result.error_string == PREEMPTED  # replaced, not cancelled
     assert run_on(arm, io.stop_answered(5.0)) == ""  # taken: a goal's result has nothing to add
-    time.sleep(0.5)
+    time.sleep(1.0)
     rest = arm.states[-1][1]
-    np.testing.assert_allclose(rest - at, 0.5 * arm_io.HOLD_MIN_S / 2, atol=0.01)  # 25 mrad on, give or take
+    np.testing.assert_allclose(rest - at, 0.5 * 0.5 / 2, atol=0.01)  # 125 mrad on, give or take
     assert np.allclose(arm.states[-1][2], 0.0)
     braking = [velocity[0] for _, _, velocity in arm.states[seen:]]
-    assert any(0.05 < v < 0.45 for v in braking), braking  # slowing (50 Hz states over the 0.1 s stop), no step
+    assert sum(0.05 < v < 0.45 for v in braking) >= 10, braking  # slowing (50 Hz states over the 0.5 s stop), no step
     io.hold(None, print)  # a goal's end after its own hold: nothing was sent since, so no second stop
     time.sleep(0.3)
     assert io._stopping and np.array_equal(arm.states[-1][1], rest)

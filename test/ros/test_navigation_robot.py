@@ -383,16 +383,19 @@ def test_a_newer_goal_preempts_at_once_and_the_base_stands_while_it_is_prepared(
     base.scanning = False  # the scan goes stale: the first goal stops, the newer one waits for it, then is refused
     wait_until(lambda: first.feedback[-1].reasoning.startswith("stopped:"), 5.0, "the first goal stopped")
     try:
-        start = time.monotonic()
+        ended: list[str] = []  # the order the two results arrive in (by their callbacks: no timing to flake)
+        first.handle.get_result_async().add_done_callback(lambda _: ended.append("first"))
         second = navigate(robot, "never", base.x - 1.0, base.y, frame_id="odom")
+        second.handle.get_result_async().add_done_callback(lambda _: ended.append("second"))
         done = first.result(timeout=5.0)
-        assert time.monotonic() - start < 0.45  # before the newer goal's own wait (input_timeout_s 0.5) is over
         assert (done.result.error_code, done.result.message) == ("CANCELLED", "preempted by a newer goal")
         assert_stands_still(base, 0.3)
         out = second.result(timeout=10.0)
     finally:
         base.scanning = True
     assert out.status == GoalStatus.STATUS_ABORTED and out.result.error_code == "FAILED_PRECONDITION"
+    wait_until(lambda: len(ended) == 2, 5.0, "both results' callbacks")
+    assert ended == ["first", "second"]  # preempted at once, before the newer goal's own wait (input_timeout_s) ends
 
 
 class FailingSource:
