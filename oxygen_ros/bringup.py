@@ -7,7 +7,8 @@ Parameters come from the same YAML file the launch file passes (the installed co
 through rclpy's own ``--params-file`` handling, so the bringups cannot drift.
 
 ``EngineProcesses`` is the multitask and robot benchmarks' graph: one or several inference nodes, each in its own
-process as on the robot, and the camera here with the benchmark's clients (and its simulated arm).
+process as on the robot (and so the robot benchmark's arm_sim and instruction_node), and the camera here with the
+benchmark's clients.
 """
 
 import os
@@ -89,21 +90,27 @@ class EngineProcesses(ProcessGraph):
     """An inference node per namespace ('' = none), each a process of its own with its own engine and pool
     (``supervisor.Supervisor``: configured and active before ``start`` returns), each given ``config``'s
     `oxygen_inference` section (which a namespaced node would not read by itself), the simulated bringup's parameters,
-    ``overrides`` and ``model``: the same parameters, whatever the namespace. camera_sim runs in this process, spinning
-    with the caller's client nodes (``add_client``), so that a benchmark can take one frame and then stop it. The
-    processes' output goes to ``output``."""
+    ``overrides`` and ``model``: the same parameters, whatever the namespace; and ``others``, more nodes each with the
+    parameters that replace the file's, each a process of its own too (the robot benchmark's arm_sim and
+    instruction_node: a controller and a task node do not share an interpreter with the benchmark's clients on a
+    robot either). camera_sim runs in this process, spinning with the caller's client nodes (``add_client``), so that
+    a benchmark can take one frame and then stop it. The processes' output goes to ``output``."""
 
     def __init__(self, config: Path | None = None, model: str = "", overrides: dict | None = None,
-                 namespaces: tuple[str, ...] = ("",), output: IO | None = None) -> None:  # fmt: skip
+                 namespaces: tuple[str, ...] = ("",), output: IO | None = None,
+                 others: dict[NodeSpec, dict] | None = None) -> None:  # fmt: skip
         self.config, context = _context(config)
         super().__init__(context, "oxygen-engines")
         self.supervisor: Supervisor | None = None  # None only while constructing, or when that failed
         try:
             section = yaml.safe_load(self.config.read_text())["oxygen_inference"]["ros__parameters"]
             inference = section | _inference(overrides, model)
-            nodes = tuple(NodeSpec("oxygen_inference", "inference_node", lifecycle=True, namespace=ns)
-                          for ns in namespaces)  # fmt: skip
-            self.supervisor = Supervisor(self.config, {node.key: inference for node in nodes}, nodes, output=output)
+            engines = tuple(NodeSpec("oxygen_inference", "inference_node", lifecycle=True, namespace=ns)
+                            for ns in namespaces)  # fmt: skip
+            self._engines = {engine.key for engine in engines}
+            parameters = {engine.key: inference for engine in engines} | {
+                spec.key: values for spec, values in (others or {}).items()}  # fmt: skip
+            self.supervisor = Supervisor(self.config, parameters, engines + tuple(others or {}), output=output)
             self.camera = self.add(CameraSim(context=self.context))
         except BaseException:
             self.close()
@@ -114,9 +121,15 @@ class EngineProcesses(ProcessGraph):
             self.supervisor.start()
         super().start()
 
-    def restarts(self) -> int:
-        """Engine processes the supervisor started again so far (each one a crash)."""
-        return sum(self.supervisor.restarts().values()) if self.supervisor is not None else 0
+    def restarts(self, engines: bool = True) -> int:
+        """Engine processes (else the ``others``) the supervisor started again so far, each one a crash."""
+        if self.supervisor is None:
+            return 0
+        return sum(count for key, count in self.supervisor.restarts().items() if (key in self._engines) == engines)
+
+    def given_up(self) -> str:
+        """Why the supervisor gave up on a node (it exited at once at every start), '' while every node runs."""
+        return self.supervisor.failure if self.supervisor is not None and self.supervisor.failed.is_set() else ""
 
     def close(self) -> None:
         try:

@@ -53,13 +53,16 @@ PROBE_S = 2.0  # how long one lifecycle get_state probe may take before it is se
 @dataclass(frozen=True)
 class NodeSpec:
     """One node of the graph: its name, its executable, whether it is a lifecycle node to configure and activate
-    after each start, and the namespace it is moved into ('' = none; several inference nodes side by side, each
-    with its own pool). Its section in the YAML is its name, a namespaced node's its fully qualified name."""
+    after each start, the namespace it is moved into ('' = none; several inference nodes side by side, each
+    with its own pool) and more ROS arguments for it (remappings, ``("-r", "from:=to")``: a task node pointed at
+    another namespace's inference node). Its section in the YAML is its name, a namespaced node's its fully
+    qualified name."""
 
     name: str
     executable: str
     lifecycle: bool = False
     namespace: str = ""
+    arguments: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.namespace.startswith("/") or self.namespace.endswith("/"):
@@ -288,6 +291,7 @@ class Supervisor:
         command = [str(share.node_executable(child.spec.executable)), "--ros-args"]
         if child.spec.namespace:
             command += ["-r", f"__ns:=/{child.spec.namespace}"]
+        command += child.spec.arguments
         for path in self._params:
             command += ["--params-file", path]
         with self._lock:

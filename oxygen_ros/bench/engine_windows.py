@@ -7,13 +7,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from oxygen_ros.bringup import EngineProcesses
+from oxygen_ros.supervisor import NodeSpec
 
 
 @contextmanager
 def engine_window(log_path: Path, label: str, config: Path | None, model: str, overrides: dict,
-                  namespaces: tuple[str, ...]) -> Iterator[EngineProcesses]:  # fmt: skip
+                  namespaces: tuple[str, ...], others: dict[NodeSpec, dict] | None = None,
+                  ) -> Iterator[EngineProcesses]:  # fmt: skip
     try:
-        with log_path.open("w") as log, EngineProcesses(config, model, overrides, namespaces, log) as graph:
+        with log_path.open("w") as log, EngineProcesses(config, model, overrides, namespaces, log, others) as graph:
             yield graph
     except (RuntimeError, TimeoutError) as exc:
         raise RuntimeError(f"{label}: {exc} ({log_path})") from exc

@@ -17,6 +17,7 @@
 
 import math
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -94,6 +95,8 @@ NAME_LISTS = {
                          "names); empty = action_joint_names",
     "gripper_joint_names": "the action joint (at most one) that goes to the gripper's controller (gripper_action) "
     "instead of the trajectory; empty = every action joint in the trajectory",
+    "absolute_joint_names": "action joints whose actions stay absolute under action_space joint_delta, beside the "
+    "gripper_joint_names one (a jaw inside the trajectory: openpi's DeltaActions mask); empty = that gripper's only",
 }
 NUMBER_LISTS = {
     "action_scale": "per action dimension, joint = action_scale * action + action_offset (e.g. 0.01745 for degrees); "
@@ -185,9 +188,12 @@ class ArmIO:
                                                 "joint_acceleration_limits")]
         self.tolerances = {scalar: _per_joint(scalar, lists[listed], settings[scalar], len(self.names))
                            for scalar, listed in TOLERANCES.items()}  # fmt: skip
+        absolute = lists["absolute_joint_names"]
+        if not set(absolute) <= set(self.names):
+            raise ValueError(f"parameter absolute_joint_names must name action_joint_names, got {absolute}")
         try:
             self.map = JointMap.build(list(self.names), lists["action_scale"], lists["action_offset"],
-                                      settings["action_space"], tuple(grippers))  # fmt: skip
+                                      settings["action_space"], tuple(grippers) + tuple(absolute))  # fmt: skip
         except EngineError as exc:
             raise ValueError(exc.message) from exc
         self._lock = threading.Lock()  # what the executor's callbacks and the goal's clock thread share
@@ -207,6 +213,7 @@ class ArmIO:
         # the newest stop goal's send on the action and our goals it replaces, until a trajectory is sent: a goal's
         # result waits for its answer (``stop_answered``)
         self._stop_sent: tuple[Future, set[bytes]] | None = None
+        self._unanswered: set[Future] = set()  # each done once the controller's answer to a trajectory is handled
         node.create_subscription(JointState, settings["state_topic"], self._on_state, 10, callback_group=group)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         node.create_subscription(String, settings["description_topic"], self._on_description, latched,
@@ -400,8 +407,17 @@ class ArmIO:
             self._publisher.publish(trajectory)
             return ""
         future = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
-        future.add_done_callback(lambda f: self._on_accepted(f.result(), holds, sent_as))
-        answered, handle = await wait(self._node, future, self._settings["answer_wait_s"])
+        handled = Future()
+        with self._lock:
+            self._unanswered.add(handled)
+        future.add_done_callback(lambda f: self._on_answer(f, holds, sent_as, handled))
+        answered = False
+        try:
+            answered, handle = await wait(self._node, future, self._settings["answer_wait_s"])
+        finally:
+            if not answered:  # given up on (or the send broke off): a goal's end does not wait for it either
+                with self._lock:
+                    self._unanswered.discard(handled)
         if not answered:
             return f"{self.target} did not answer within answer_wait_s {self._settings['answer_wait_s']:g} s"
         if not handle.accepted:
@@ -416,6 +432,16 @@ class ArmIO:
             return (f"{self.target} took the trajectory {late:.3f} s after its first target was due (raise "
                     "send_lead_s for a controller this slow)")  # fmt: skip
         return ""
+
+    def _on_answer(self, future: Future, holds: int, sent_as: int, handled: Future) -> None:
+        """The controller's answer to our trajectory handled (``_on_accepted``), then ``handled`` done: a goal's
+        result waits for it (``stop_answered``)."""
+        try:
+            self._on_accepted(future.result() if future.exception() is None else None, holds, sent_as)
+        finally:
+            with self._lock:
+                self._unanswered.discard(handled)
+            handled.set_result(True)
 
     def _on_accepted(self, handle, holds: int, sent_as: int) -> None:
         """Our trajectory (the ``sent_as``-th thing sent) taken. A hold came while it was on its way: it is ours to
@@ -521,13 +547,25 @@ class ArmIO:
     async def stop_answered(self, wait_s: float) -> str:
         """Wait up to ``wait_s`` for the controller's answer to the newest stop, so that a goal's result (and a
         shutdown, which waits for it) comes after it: a refused stop has ours cancelled then, while the node can
-        still send. '' when it was taken (or none is on the action's way), else what happened."""
+        still send. A trajectory still on its way (within its ``answer_wait_s``) is waited for first, up to
+        ``wait_s`` too: taken after the hold, it brings a stop of its own (``_on_accepted``), which is then the
+        newest, given its own ``wait_s``. '' when it was taken (or none is on the action's way), else what
+        happened."""
+        deadline = time.monotonic() + wait_s
+        with self._lock:
+            unanswered = list(self._unanswered)
+        for handled in unanswered:
+            if not handled.done() and time.monotonic() < deadline:
+                await wait(self._node, handled, deadline - time.monotonic())
         with self._lock:
             pending = self._stop_sent
         if pending is None:
             return ""
         sending, replaced = pending
-        answered, handle = await wait(self._node, sending, wait_s)
+        if not sending.done():
+            await wait(self._node, sending, wait_s)
+        answered = sending.done() and sending.exception() is None
+        handle = sending.result() if answered else None
         if answered and handle.accepted:
             return ""
         with self._lock:  # a trajectory sent since has replaced what the stop was to replace: nothing to cancel

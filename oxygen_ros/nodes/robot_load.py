@@ -1,17 +1,18 @@
-"""The robot workload of `bench --suite robot`: its parameters, the nodes it adds beside the engine(s) (arm_sim with one
-joint per action dimension of the model, instruction_node on the VLA path), and the run itself: one
+"""The robot workload of `bench --suite robot`: its parameters, those of the nodes it adds beside the engine(s)
+(arm_sim with one joint per action dimension of the model, instruction_node on the VLA path), and the run itself: one
 FollowInstruction goal and question threads calling `/oxygen/infer` about the newest frame and the arm's state (the
-suite's docstring says what is measured; the suite brings the engines up, each a process of its own)."""
+suite's docstring says what is measured; the suite brings the engines and those nodes up, each a process of its
+own)."""
 
 import contextlib
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from rcl_interfaces.msg import Log
 from sensor_msgs.msg import Image, JointState
@@ -19,9 +20,8 @@ from tqdm import tqdm
 
 from oxygen_ros.action import FollowInstruction
 from oxygen_ros.nodes.action_client import ActionClient
-from oxygen_ros.nodes.arm_sim import ArmSim
-from oxygen_ros.nodes.infer_client import inference_at
-from oxygen_ros.nodes.instruction_node import NODE_NAME as INSTRUCTION_NODE, InstructionNode
+from oxygen_ros.nodes.arm_sim import NODE_NAME as ARM_SIM
+from oxygen_ros.nodes.instruction_node import NODE_NAME as INSTRUCTION_NODE
 from oxygen_ros.nodes.vla_arm import MISSED
 from oxygen_ros.nodes.load_client import QUESTIONS, call
 from oxygen_ros.nodes.process_graph import ProcessGraph
@@ -33,6 +33,7 @@ LIMIT, SPEED = 50.0, 1000.0  # random weights act noisily: wide limits (the arm'
 ANSWER_WAIT_S = 60.0  # the longest a question or the goal's end may take past the window
 MAX_WARNINGS = 1000  # instruction_node's warnings kept per setting (a chunk missed says why in one)
 LOG_WAIT_S = 2.0  # how long the warnings of the goal's missed chunks may trail its result on /rosout
+START_WAIT_S = 60.0  # how long arm_sim and instruction_node, processes of their own, may take to come up
 
 
 @dataclass(frozen=True)
@@ -61,30 +62,26 @@ def engine_parameters(setting: RobotWorkload) -> dict[str, Any]:
             "camera_topic": "/camera/image_raw"}  # every engine sees the one camera, namespaced or not  # fmt: skip
 
 
-def add_arm(graph: ProcessGraph, mode: str, setting: RobotWorkload, joints: int) -> None:
-    """arm_sim with ``joints`` joints and instruction_node driving it from the arm's engine (the isolated setting's
-    is in ARM_NAMESPACE), in ``graph``'s process."""
-    context = graph.context
+def arm_parameters(setting: RobotWorkload, joints: int) -> dict[str, dict[str, Any]]:
+    """arm_sim's (``joints`` joints) and instruction_node's parameters, by node name."""
     names = [f"arm_joint_{i}" for i in range(joints)]
-    graph.add(ArmSim(context=context, parameter_overrides=_parameters(
-        {"joint_names": names, "initial_positions": [0.0] * joints, "state_rate_hz": 50.0})))  # fmt: skip
-    arm = {"action_joint_names": names, "joint_lower_limits": [-LIMIT] * joints,
-           "joint_upper_limits": [LIMIT] * joints, "joint_velocity_limits": [SPEED] * joints,
-           "max_start_jump": 10.0, "max_tracking_error": 10.0, "input_timeout_s": 1.0,
-           "actions_per_chunk": setting.actions_per_chunk, "chunk_threshold": setting.chunk_threshold,
-           "max_missed_chunks": 1000, "narration_period_s": 3600.0, "max_new_tokens": 1,
-           "max_rate_hz": max(50.0, setting.rate_hz)}  # fmt: skip
-    graph.add(InstructionNode(context=context, parameter_overrides=_parameters(arm),
-                              cli_args=inference_at(f"/{ARM_NAMESPACE}") if mode == "isolated" else None))  # fmt: skip
+    arm = {"joint_names": names, "initial_positions": [0.0] * joints, "state_rate_hz": 50.0}
+    instruction = {"action_joint_names": names, "joint_lower_limits": [-LIMIT] * joints,
+                   "joint_upper_limits": [LIMIT] * joints, "joint_velocity_limits": [SPEED] * joints,
+                   "max_start_jump": 10.0, "max_tracking_error": 10.0, "input_timeout_s": 1.0,
+                   "actions_per_chunk": setting.actions_per_chunk, "chunk_threshold": setting.chunk_threshold,
+                   "max_missed_chunks": 1000, "narration_period_s": 3600.0, "max_new_tokens": 1,
+                   "max_rate_hz": float(max(50.0, setting.rate_hz))}  # fmt: skip
+    return {ARM_SIM: arm, INSTRUCTION_NODE: instruction}
 
 
-def _parameters(values: dict) -> list[Parameter]:
-    return [Parameter(name, value=value) for name, value in values.items()]
-
-
-def _wait(predicate, timeout: float, what: str) -> None:
+def _wait(predicate, timeout: float, what: str, given_up: Callable[[], str] = str) -> None:
+    """Until ``predicate()``; TimeoutError after ``timeout`` s, RuntimeError as soon as ``given_up()`` names a node
+    of the graph that will not come back (a bad parameter has its process exit at every start)."""
     deadline = time.monotonic() + timeout
     while not predicate():
+        if gone := given_up():
+            raise RuntimeError(f"waiting for {what}: {gone}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} not within {timeout:g} s")
         time.sleep(0.05)
@@ -124,9 +121,10 @@ class Drive(NamedTuple):
     warnings: list[str]  # instruction_node's warnings and errors on /rosout (why a chunk was missed)
 
 
-def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload) -> Drive:
+def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload, given_up: Callable[[], str] = str) -> Drive:
     """One setting on its started graph (``shared``: one engine; ``isolated``: one for the arm, one for the
-    questions): warm each engine, then the goal and the question loops for ``window_s``."""
+    questions): warm each engine, then the goal and the question loops for ``window_s``; ``given_up()`` names a
+    node process the graph gave up on ('' while all run)."""
     node = graph.add_client(f"bench_robot_{mode}")
     frames, states, warnings = [], [], []
     node.create_subscription(Image, "/camera/image_raw", frames.append, qos_profile_sensor_data)
@@ -137,7 +135,7 @@ def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload) -> Drive:
             warnings.append(msg.msg)
 
     node.create_subscription(Log, "/rosout", on_log, 100)
-    _wait(lambda: len(frames) >= 2 and states, 30.0, "camera frames and joint states")
+    _wait(lambda: len(frames) >= 2 and states, START_WAIT_S, "camera frames and joint states", given_up)
     for namespace in ("", ARM_NAMESPACE) if mode == "isolated" else ("",):
         warm = Infer.Request(task_id="warm-up", task_type="instruction", prompt=INSTRUCTION, want_actions=True,
                              max_new_tokens=1, state=[0.0] * len(states[-1].position))  # fmt: skip
@@ -148,7 +146,7 @@ def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload) -> Drive:
     askers = [Questions(node, i, setting, states, stop) for i in range(setting.vqa)]
     goal_client = ActionClient(node, FollowInstruction, "/follow_instruction")
     try:
-        _wait(goal_client.server_is_ready, 10.0, "the instruction node")
+        _wait(goal_client.server_is_ready, START_WAIT_S, "the instruction node", given_up)
         accepted = threading.Event()
         sent = goal_client.send_goal_async(FollowInstruction.Goal(
             instruction=INSTRUCTION, rate_hz=float(setting.rate_hz), duration_s=float(setting.window_s)))  # fmt: skip
@@ -165,7 +163,7 @@ def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload) -> Drive:
                 bar.update(min(time.monotonic() - start, bar.total) - bar.n)
                 return ended.done()
 
-            _wait(over, setting.window_s + ANSWER_WAIT_S, "the goal's end")
+            _wait(over, setting.window_s + ANSWER_WAIT_S, "the goal's end", given_up)
         elapsed = time.monotonic() - start
         missed = ended.result().result.chunks_missed  # each warned, saying why: the warnings may trail the result
         with contextlib.suppress(TimeoutError):

@@ -200,13 +200,13 @@ class VlaArm:
                 return ErrorCode.DEADLINE_EXCEEDED, f"the chunk arrived after all its {len(rows)} targets were due"
             times = np.array([queue.time(queue.first + i) for i in range(len(queue.rows))]) - now
             try:
-                safe, start = self._checked(plan, commanded, moving, times)
+                safe, start, start_velocity = self._checked(plan, commanded, moving, times)
             except EngineError as exc:  # an arm not following its plan stops where it is, not where the plan is
                 queue.hold()
                 at = None if isinstance(exc, NotFollowing) else commanded
                 self.arm.hold(at, self._node.get_logger().warning, velocity=moving)
                 return exc.code, exc.message
-            queue.told(safe.positions, now + float(safe.times[-1]), (now, start))  # its stop maybe given more time
+            queue.told(safe.positions, safe.velocities, safe.times, now, start, start_velocity)  # as it will play
             plan.sending = True
         try:
             refused = await self.arm.send(now, safe)
@@ -240,9 +240,10 @@ class VlaArm:
         return None
 
     def _checked(self, plan: ArmPlan, commanded: np.ndarray | None, moving: np.ndarray | None,
-                 times: np.ndarray) -> tuple[SafeTargets, np.ndarray]:  # fmt: skip
+                 times: np.ndarray) -> tuple[SafeTargets, np.ndarray, np.ndarray | None]:  # fmt: skip
         """The plan's targets made safe, from where the plan has the arm now, moving as the plan moves it (from the
-        measured position at rest without a plan), and that start; OUT_OF_RANGE when the arm does not follow its
+        measured position at rest without a plan), and where the new plan starts, at what velocity (the old plan's;
+        without one, the measured state the controller starts from); OUT_OF_RANGE when the arm does not follow its
         plan, or when its first segment would be too fast from where the controller starts it: a
         joint_trajectory_controller takes a new trajectory from its measured state, moving (from its desired one,
         the plan's, with interpolate_from_desired_state or open_loop_control: checked above)."""
@@ -255,17 +256,15 @@ class VlaArm:
                 jump[jaw] = np.inf
             plan.queue.rows = beside(plan.queue.rows, measured, turning(plan.limits))  # a wrist read wrapped
             safe = check_targets(plan.queue.rows, times, measured, self.arm.names, plan.limits, margin, jump)
-            anchor = measured
         else:
             # where the plan had the arm when it was read: back along the plan's motion (the queue has merged since)
             self._check_tracking(measured, commanded - moving * (self.arm.now() - read_at), plan.limits)
             safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf,
                                  moving)  # fmt: skip
-            anchor = commanded
         start, velocity = self.arm.start_state(self.arm.names)
         start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading, the plan's way
         check_moving_start(safe, float(safe.times[0]), start, velocity, self.arm.names, plan.limits)
-        return safe, anchor
+        return (safe, start, velocity) if commanded is None else (safe, commanded, moving)
 
     def _check_tracking(self, measured: np.ndarray, commanded: np.ndarray, limits: list[JointLimit]) -> None:
         """NotFollowing when a joint (the gripper aside: it may stall on what it holds) is over max_tracking_error

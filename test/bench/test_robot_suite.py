@@ -22,6 +22,7 @@ def test_robot_suite_measures_the_arm_beside_vqa_on_one_engine_and_on_two():
         assert 0 < m[f"action_latency_p50_ms_{mode}"] <= m[f"action_latency_p99_ms_{mode}"] < 60_000
         assert m[f"underruns_{mode}"] >= 0 and math.isfinite(m[f"vqa_answers_per_s_{mode}"])
         assert out["details"][mode]["vqa_errors"] == {}
+        assert m[f"engine_restarts_{mode}"] == 0 and m[f"node_restarts_{mode}"] == 0  # arm_sim, instruction_node
         warnings = out["details"][mode]["arm_warnings"]  # every missed chunk warned, saying why, and all kept
         logged = (Path(out["details"]["node_logs"]) / f"{mode}_instruction_node.log").read_text().splitlines()
         assert len(logged) == warnings["count"] >= missed and logged[:5] == warnings["first"]

@@ -40,12 +40,19 @@ def test_latest_only_and_a_chunk_too_late_for_any_step():
     assert (late.dropped, late.blended, late.appended) == (3, 0, 0) and q.rows[0, 0] == 50.0  # the plan stays
 
 
-def test_the_commanded_position_between_targets():
+def test_a_merged_plan_is_nowhere_until_it_is_told_and_a_held_one_nowhere():
+    """Merged targets are not yet what the controller plays (they may be clamped, refused): no position, no speed,
+    also where a plan told before had the arm; nor once the arm was told to hold."""
     q = ActionQueue(PERIOD, 0.3)
-    q.merge(_chunk(0.0), observed_at=0.0, earliest=0.0)  # step k (at 0.1 k s) holds k - 1
-    np.testing.assert_allclose(q.commanded(0.15), [0.5])
-    np.testing.assert_allclose(q.commanded(1.0), [9.0])
-    assert q.commanded(0.05) is None and q.commanded(1.05) is None
+    q.merge(_chunk(0.0, 3), observed_at=0.0, earliest=0.0)  # steps 1..3
+    assert q.commanded(0.15) is None and q.velocity(0.15) is None
+    q.told(q.rows, np.zeros_like(q.rows), np.array([0.1, 0.2, 0.3]), 0.0, np.zeros(1), None)
+    assert q.commanded(0.15) is not None
+    q.merge(_chunk(5.0, 3), observed_at=0.1, earliest=0.1)  # steps 2..4
+    assert q.commanded(0.15) is None and q.velocity(0.15) is None
+    q.told(q.rows, np.zeros_like(q.rows), np.array([0.1, 0.2, 0.3]), 0.1, np.zeros(1), None)
+    q.hold()
+    assert q.commanded(0.25) is None and q.velocity(0.25) is None
 
 
 def test_underruns_are_counted_once_each_time_the_plan_runs_dry():
@@ -60,14 +67,30 @@ def test_underruns_are_counted_once_each_time_the_plan_runs_dry():
     assert q.remaining(1.0) == 0 and not q.check_underrun(2.0)  # a held arm is not an underrun
 
 
-def test_the_plans_velocity_is_its_slope_where_it_has_the_arm():
-    """As ``commanded`` moves the arm (straight between targets), so fast: the slope of the step around ``t``; None
-    outside the plan."""
-    queue = ActionQueue(0.1, 0.3)
-    queue.merge(np.array([[0.0, 1.0], [0.2, 1.0], [0.3, 0.5]]), observed_at=10.0, earliest=10.0)
-    np.testing.assert_allclose(queue.velocity(10.15), [2.0, 0.0])
-    np.testing.assert_allclose(queue.velocity(10.25), [1.0, -5.0])
-    assert queue.velocity(9.0) is None and queue.velocity(10.5) is None
+def _hermite_midpoint(p0, v0, p1, v1, h):
+    """A cubic Hermite segment halfway through (the textbook closed form): its position and its slope."""
+    return (p0 + p1) / 2 + h * (v0 - v1) / 8, 1.5 * (p1 - p0) / h - (v0 + v1) / 4
+
+
+def test_the_plan_told_is_where_the_controller_plays_it():
+    """Told what was sent, the plan is the controller's spline: from where the arm was to be when it was sent,
+    moving as it was, to the first target, then cubic segments through the targets at their velocities; None before
+    it was sent and past its end, where it holds its last target at rest."""
+    queue = ActionQueue(0.1, 0.0)
+    queue.merge(np.array([[1.0, 0.0], [2.0, 0.5], [2.5, 0.5]]), observed_at=10.0, earliest=10.05)  # steps 1, 2, 3
+    positions, velocities = queue.rows, np.array([[8.0, 4.0], [6.0, 0.0], [0.0, 0.0]])
+    queue.told(positions, velocities, np.array([0.05, 0.15, 0.25]), 10.05, np.array([0.5, 0.0]), np.array([2.0, 0.0]))
+    at, slope = _hermite_midpoint(np.array([0.5, 0.0]), np.array([2.0, 0.0]), positions[0], velocities[0], 0.05)
+    np.testing.assert_allclose(queue.commanded(10.075), at, atol=1e-9)  # the start segment: from where it was sent
+    np.testing.assert_allclose(queue.velocity(10.075), slope, atol=1e-9)
+    np.testing.assert_allclose(queue.commanded(10.1), positions[0], atol=1e-9)  # each target at its step,
+    np.testing.assert_allclose(queue.velocity(10.1), velocities[0], atol=1e-9)  # at its velocity
+    at, slope = _hermite_midpoint(positions[1], velocities[1], positions[2], velocities[2], 0.1)
+    np.testing.assert_allclose(queue.commanded(10.25), at, atol=1e-9)
+    np.testing.assert_allclose(queue.velocity(10.25), slope, atol=1e-9)
+    np.testing.assert_allclose(queue.commanded(10.3), positions[2], atol=1e-9)
+    np.testing.assert_allclose(queue.velocity(10.3), [0.0, 0.0], atol=1e-9)
+    assert queue.commanded(10.04) is None and queue.velocity(10.31) is None
 
 
 def test_a_last_target_reached_later_is_approached_that_much_slower_and_runs_dry_then():
@@ -75,43 +98,27 @@ def test_a_last_target_reached_later_is_approached_that_much_slower_and_runs_dry
     how fast, and when it runs dry follow the time the arm was told, until the next chunk merges on the grid."""
     queue = ActionQueue(0.1, 0.3)
     queue.merge(np.array([[0.0], [1.0], [2.0]]), observed_at=10.0, earliest=10.0)  # steps 1..3 at 10.1, 10.2, 10.3
-    queue.told(queue.rows, end=10.6, start=(10.1, queue.rows[0]))  # the last segment takes 0.4 s instead of 0.1 s
-    np.testing.assert_allclose(queue.commanded(10.15), [0.5])
-    np.testing.assert_allclose(queue.commanded(10.4), [1.5])
-    np.testing.assert_allclose(queue.velocity(10.4), [2.5])
+    velocities = np.array([[0.0], [5.0], [0.0]])
+    queue.told(queue.rows, velocities, np.array([0.1, 0.2, 0.6]), 10.0, queue.rows[0], None)  # the last 0.4 s
+    at, slope = _hermite_midpoint(1.0, 5.0, 2.0, 0.0, 0.4)
+    np.testing.assert_allclose(queue.commanded(10.4), [at])
+    np.testing.assert_allclose(queue.velocity(10.4), [slope])
     np.testing.assert_allclose(queue.commanded(10.6), [2.0])
-    assert queue.commanded(10.65) is None
+    assert queue.commanded(10.65) is None and queue.end == 10.6
+    assert queue.remaining(10.25) == 1  # by its step: the next chunk is asked for as early as ever
     assert not queue.check_underrun(10.45) and queue.check_underrun(10.6) and queue.underruns == 1
     queue.merge(np.array([[5.0], [6.0]]), observed_at=10.4, earliest=10.4)  # steps 5, 6 on the grid again
     assert queue.end == queue.time(6)
-    np.testing.assert_allclose(queue.commanded(10.55), [5.5])
-
-
-def test_between_sending_a_plan_and_its_first_target_the_arm_moves_from_where_it_started():
-    """A chunk's first kept target is due at least send_lead_s after it is sent; meanwhile the plan has the arm on
-    its way there from where it started (the old plan's position, or the measured one), so a chunk arriving then is
-    checked as moving and the arm's tracking is watched; before the plan was sent, or with a new merge not yet
-    told, there is no plan there."""
-    queue = ActionQueue(0.1, 0.0)
-    queue.merge(np.array([[1.0], [1.5], [2.0]]), observed_at=10.0, earliest=10.2)  # steps 2, 3 (the first dropped)
-    assert queue.first == 2 and queue.commanded(10.1) is None
-    queue.told(queue.rows, end=queue.time(3), start=(10.05, np.array([0.5])))
-    np.testing.assert_allclose(queue.commanded(10.125), [1.0])  # halfway from 0.5 (at 10.05) to 1.5 (at 10.2)
-    np.testing.assert_allclose(queue.velocity(10.125), [1.0 / 0.15])
-    np.testing.assert_allclose(queue.commanded(10.2), [1.5])
-    assert queue.commanded(10.0) is None  # before it was sent
-    queue.merge(np.array([[3.0], [3.5]]), observed_at=10.2, earliest=10.45)  # steps 5, 6: no start until told
-    assert queue.commanded(10.4) is None
 
 
 def test_a_lone_target_whose_stop_was_given_more_time_is_approached_until_then():
     """A plan of one target is its own closing stop: when its time was stretched, the plan reaches it then, not at
-    its step, and holds it there."""
+    its step, and holds it there until the plan ends."""
     queue = ActionQueue(0.1, 0.0)
     queue.merge(np.array([[1.0]]), observed_at=10.0, earliest=10.05)  # step 1, at 10.1
-    queue.told(queue.rows, end=10.4, start=(10.0, np.array([0.0])))
+    queue.told(queue.rows, np.zeros((1, 1)), np.array([0.4]), 10.0, np.array([0.0]), None)
     np.testing.assert_allclose(queue.commanded(10.2), [0.5])  # halfway through 0.4 s, not past its step
-    np.testing.assert_allclose(queue.velocity(10.2), [2.5])
+    np.testing.assert_allclose(queue.velocity(10.2), [1.5 * 1.0 / 0.4])  # a cubic from rest to rest peaks at 1.5x
     np.testing.assert_allclose(queue.commanded(10.4), [1.0])
     np.testing.assert_allclose(queue.velocity(10.4), [0.0])
-    assert queue.commanded(10.45) is None
+    assert queue.commanded(10.45) is None and queue.end == 10.4

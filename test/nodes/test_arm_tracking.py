@@ -57,9 +57,12 @@ class Run:
 
 
 def planned(rows: list[list[float]], limits: list[JointLimit] | None = None) -> ArmPlan:
-    """A plan playing ``rows`` (one every 0.1 s) from node-clock 10.0 on."""
+    """A plan playing ``rows`` (one every 0.1 s) from node-clock 10.0 on, as sent then: at rest at each target, so
+    halfway between two it is halfway from one to the other."""
     queue = ActionQueue(0.1, 0.3)
-    queue.origin, queue.first, queue.rows = 10.0, 0, np.array(rows)
+    queue.origin, queue.first = 10.0, 0
+    targets = np.array(rows)
+    queue.told(targets, np.zeros_like(targets), 0.1 * np.arange(len(rows)), 10.0, targets[0], None)
     return ArmPlan(queue, horizon=len(rows), threshold=1, limits=limits or [JointLimit(-3.0, 3.0, 2.0)] * 3,
                    action_dim=3)  # fmt: skip
 
@@ -182,7 +185,8 @@ def test_a_hold_while_the_plan_is_on_its_way_brakes_from_where_the_arm_is(ros_co
         vla = VlaArm(node, arm, SETTINGS)
         for sending, held in ((True, None), (False, [0.25, 0.0, 0.0])):
             plan = planned([[0.5, 0.0, 0.0], [0.6, 0.0, 0.0]])
-            plan.queue.told(plan.queue.rows, end=10.1, start=(9.9, np.zeros(3)))  # sent at 9.9, first target at 10
+            rows = plan.queue.rows  # sent at 9.9 from 0 at rest, the first target due at 10.0:
+            plan.queue.told(rows, np.zeros_like(rows), np.array([0.1, 0.2]), 9.9, np.zeros(3), None)
             plan.sending, arm.clock, arm.holds = sending, 9.95, []
             vla.hold(plan)
             assert (arm.holds[0] is None) if held is None else np.allclose(arm.holds[0], held)

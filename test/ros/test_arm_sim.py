@@ -5,6 +5,7 @@ goals a controller refuses are rejected with the reason logged; a cancel holds t
 the topic is played too; the URDF reaches a late subscriber of robot_description (TRANSIENT_LOCAL); a missing URDF
 stops the node with the reason."""
 
+import threading
 import time
 
 import numpy as np
@@ -15,6 +16,7 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
+from rclpy.task import Future
 from rclpy.time import Time
 from ros_harness import make_context, send_goal, spin_nodes, wait_until
 from sensor_msgs.msg import JointState
@@ -85,6 +87,18 @@ def arm_io_of(arm: Arm, **number_lists: list[float]) -> ArmIO:
     wait_until(io._client.server_is_ready, 10.0, "the arm's action server")
     wait_until(lambda: io._described, 10.0, "the URDF")  # the limits every stop is planned within
     return io
+
+
+def first_stop_unplanned(io: ArmIO) -> list:
+    """Make the first stop ``io`` plans fail (as with no joint states to plan it from); the plans made, listed."""
+    plans, planned = [], io._stop_point
+
+    def first_unplanned(*args):
+        plans.append(args)
+        return None if len(plans) == 1 else planned(*args)
+
+    io._stop_point = first_unplanned
+    return plans
 
 
 def run_on(arm: Arm, coroutine):
@@ -232,12 +246,8 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_refused_and_replac
     wait_until(lambda: not io._live, 5.0, "its end")
     # a hold while a trajectory is on its way (right after it is sent) that could plan no stop: once the trajectory
     # is taken, nothing sent after it replaces it, so a stop from where the arm is does
-    start, real, planned = arm.position(), io._client.send_goal_async, io._stop_point
-    plans = []
-
-    def first_unplanned(*args):
-        plans.append(args)
-        return None if len(plans) == 1 else planned(*args)
+    start, real = arm.position(), io._client.send_goal_async
+    plans = first_stop_unplanned(io)
 
     def send_then_hold(goal, *args, **kwargs):
         future = real(goal, *args, **kwargs)
@@ -245,13 +255,46 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_refused_and_replac
         io.hold(None, print)
         return future
 
-    io._stop_point, io._client.send_goal_async = first_unplanned, send_then_hold
+    io._client.send_goal_async = send_then_hold
     ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([2.0, 4.0]), 0)
     assert "told to hold while the trajectory was on its way" in run_on(arm, io.send(io.now(), ramp))
     wait_until(lambda: stops == [True, True], 5.0, "the stop sent when it was taken")
     time.sleep(1.0)
     assert len(plans) == 2 and not cancels  # the hold's (none), then the stop at taking
     assert np.abs(arm.position() - start).max() < 0.02 and not io.take_fault()  # stopped by ours: no fault
+
+
+def test_a_goals_end_waits_for_a_trajectory_on_its_way_and_the_stop_its_taking_brings(arm):
+    """A hold while a trajectory is on its way that could plan no stop (as without joint states; here its first
+    plan fails): the trajectory, once taken, is stopped (``_on_accepted``). ``stop_answered`` (a goal's ``settle``,
+    before its result and a shutdown) waits for that answer first, then for the stop's, so the goal never reports
+    while a trajectory may still play with nobody left to stop it. The controller's answer is held back 0.5 s here:
+    it comes after the hold."""
+    io = arm_io_of(arm)
+    start, real = arm.position(), io._client.send_goal_async
+    plans = first_stop_unplanned(io)
+
+    def answered_late(goal, *args, **kwargs):
+        io._client.send_goal_async = real  # the stop goes out as usual
+        late = Future()
+        real(goal, *args, **kwargs).add_done_callback(
+            lambda f: threading.Timer(0.5, late.set_result, (f.result(),)).start())
+        io.hold(None, print)  # on its way: no stop planned, nothing sent
+        return late
+
+    io._client.send_goal_async = answered_late
+    # slow (arm_sim takes and plays it at once; the answer only is held back): the stop finds the arm near its start
+    ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([10.0, 20.0]), 0)
+    sending = arm.client.executor.create_task(io.send(io.now(), ramp))
+    wait_until(lambda: len(plans) == 1, 5.0, "the hold")
+    assert io._stop_sent is None  # nothing to wait for but the trajectory on its way
+    assert run_on(arm, io.stop_answered(5.0)) == ""
+    assert len(plans) == 2 and io._stop_sent is not None and io._stop_sent[0].result().accepted  # the stop, taken
+    wait_until(sending.done, 5.0, "the send's end")
+    assert "told to hold while the trajectory was on its way" in sending.result()
+    time.sleep(0.5)
+    assert np.abs(arm.position() - start).max() < 0.02 and not io.take_fault()  # stopped by ours: no fault
+    io._client.destroy()
 
 
 def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):

@@ -7,6 +7,7 @@ Kilted)."""
 
 import time
 
+import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 from control_msgs.action import GripperCommand, ParallelGripperCommand
@@ -75,6 +76,22 @@ def test_a_gripper_that_is_not_one_action_joint_stops_the_start(ros_context, gri
     with pytest.raises(ValueError, match="parameter gripper_joint_names must be at most one of action_joint_names"):
         InstructionNode(context=ros_context, parameter_overrides=[
             Parameter("action_joint_names", value=["a", "b"]), Parameter("gripper_joint_names", value=grippers)])  # fmt: skip
+
+
+def test_a_jaw_inside_the_trajectory_named_absolute_stays_absolute_among_deltas(ros_context):
+    """A jaw the arm's controller moves (no gripper controller) under joint_delta: named in absolute_joint_names,
+    its action is its target (openpi's DeltaActions mask); any other joint's is the state plus it. A name that is no
+    action joint stops the start."""
+    node = InstructionNode(context=ros_context, parameter_overrides=[
+        Parameter("action_joint_names", value=["a", "jaw"]), Parameter("action_space", value="joint_delta"),
+        Parameter("absolute_joint_names", value=["jaw"])])  # fmt: skip
+    try:
+        np.testing.assert_allclose(node.arm.map.to_joints(np.array([[0.1, 0.7]]), np.array([1.0, 0.2])), [[1.1, 0.7]])
+    finally:
+        node.destroy_node()
+    with pytest.raises(ValueError, match=r"parameter absolute_joint_names must name action_joint_names, got \['b'\]"):
+        InstructionNode(context=ros_context, parameter_overrides=[
+            Parameter("action_joint_names", value=["a", "jaw"]), Parameter("absolute_joint_names", value=["b"])])  # fmt: skip
 
 
 def test_a_hold_keeps_the_grip_and_sends_nothing_more(ros_context, jaw):

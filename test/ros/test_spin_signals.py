@@ -1,7 +1,8 @@
 """A node executable stopped by Ctrl-C or SIGTERM (the supervisor's, the kernel's when the supervisor dies) can still
 send on its way out: rclpy's own handlers would shut the context down before the node is destroyed, and a base
 without a cmd_vel timeout would keep the last velocity. Here a node process whose destroy_node publishes one message
-(as navigation_node's last zero Twist) is signalled; the message arrives and the process exits 0."""
+(as navigation_node's last zero Twist; first waiting for the listener to be matched, since discovery may trail the
+service the test waits for) is signalled; the message arrives and the process exits 0."""
 
 import signal
 import textwrap
@@ -16,6 +17,7 @@ from oxygen_ros.srv import CancelTask
 
 PARTING = textwrap.dedent('''
     import sys
+    import time
 
     from rclpy.duration import Duration
     from rclpy.node import Node
@@ -33,6 +35,9 @@ PARTING = textwrap.dedent('''
             self.create_service(CancelTask, "/parting_ready", lambda request, response: response)
 
         def destroy_node(self):
+            deadline = time.monotonic() + 5.0  # the listener matched (discovery may trail the ready service)
+            while not self.said.get_subscription_count() and time.monotonic() < deadline:
+                time.sleep(0.05)
             self.said.publish(String(data="stopping the robot"))
             self.said.wait_for_all_acked(Duration(seconds=2.0))
             super().destroy_node()

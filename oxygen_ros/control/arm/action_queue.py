@@ -11,16 +11,22 @@ needs to reach it):
   ``weighted_average`` is 0.3 / 0.7; 0 keeps the newest only), which softens the switch between two chunks;
 * the rest are appended, and the plan's steps the new chunk does not cover are discarded.
 
-The plan runs dry at its last target: past it the arm holds (an underrun), counted once per time it happens. The
-last target may be reached later than its step (``told``: the stop a plan ends with, given time to fit the limits);
-the plan then moves the arm there that much slower. Between the moment a plan is sent and its first target (at least
-the time a trajectory needs to reach the controller) the plan moves the arm from where it started to that target.
+The plan runs dry at its last target: past it the arm holds (an underrun), counted once per time it happens. Once
+sent (``told``), the plan is what the controller was told, played as a joint_trajectory_controller plays it
+(``trajectory_playback``): cubic segments through the targets at their velocities, from where the arm was to be when
+it was sent, moving as it was, to the first target (at least the time a trajectory needs to reach the controller
+later), the last one maybe later than its step (the stop a plan ends with, given time to fit the limits). So where
+the plan has the arm and how fast, which the tracking check and a hold read, are where the controller takes it, as
+if taken when sent: trajectories go unstamped, so the controller starts one when it takes it, a delivery's time
+later (well under ``send_lead_s``, or the trajectory is refused as stale).
 """
 
 import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from oxygen_ros.control.trajectory_playback import Trajectory
 
 EPS = 1e-9
 
@@ -39,8 +45,7 @@ class ActionQueue:
         self.origin: float | None = None  # node-clock seconds of step 0: the first chunk's observation
         self.first = 0  # step of rows[0]
         self.rows: np.ndarray | None = None  # [n, J] joint targets
-        self._end: float | None = None  # when the last target is reached, if not at its step (``told``)
-        self._start: tuple[float, np.ndarray] | None = None  # (when, where) the plan sent last starts (``told``)
+        self._played: Trajectory | None = None  # the rows as the controller was told them (``told``; merged: None)
         self.underruns = 0
         self._dry = False  # the last check found the plan run out (counts an underrun once)
 
@@ -62,7 +67,7 @@ class ActionQueue:
     @property
     def end(self) -> float:
         """When the plan reaches its last target (node clock s; only with a plan)."""
-        return self.time(self.last) if self._end is None else self._end
+        return self.time(self.last) if self._played is None else self._played.end_s
 
     def remaining(self, now: float) -> int:
         """Planned targets still ahead at ``now`` (0 = the arm holds once the current one is reached), by their steps:
@@ -71,57 +76,33 @@ class ActionQueue:
             return 0
         return max(0, self.last - self.step(now))
 
-    def told(self, rows: np.ndarray, end: float, start: tuple[float, np.ndarray]) -> None:
-        """The plan is what the arm was told: ``rows`` [n, J] (the merged targets made safe), the last reached at
-        ``end`` (node clock s), its step or later, starting at ``start`` (when it was sent, and where the arm was to
-        be then: where the old plan had it, or where it was measured)."""
-        self.rows, self._end, self._start = rows, end, start
+    def told(self, positions: np.ndarray, velocities: np.ndarray, times: np.ndarray, sent_at: float,
+             start: np.ndarray, start_velocity: np.ndarray | None) -> None:  # fmt: skip
+        """The plan is what the controller was told: ``positions`` [n, J] (the merged targets made safe) at
+        ``velocities`` [n, J], reached ``times`` [n] s after ``sent_at`` (node clock; each at its step, the last maybe
+        later), from ``start`` moving at ``start_velocity`` (None: at rest) then: where the old plan had the arm, or
+        where it was measured."""
+        moving = np.zeros_like(start) if start_velocity is None else start_velocity
+        self.rows = positions
+        self._played = Trajectory(sent_at, start, sent_at, np.asarray(times, dtype=np.float64), positions, velocities,
+                                  moving)  # fmt: skip
 
-    def _place(self, t: float) -> tuple[int, float, float] | None:
-        """The segment the plan is in at ``t``: (its first row, how far along it in [0, 1], its length in seconds;
-        row -1: from the plan's start to its first target), or None outside the plan."""
-        if self.rows is None or self.origin is None:
-            return None
-        first_at, n = self.time(self.first), len(self.rows)
-        reached = self.end if n == 1 else first_at  # a lone target is the last one: maybe reached later
-        if t < reached and self._start is not None and self._start[0] <= t:
-            return -1, (t - self._start[0]) / (reached - self._start[0]), reached - self._start[0]
-        if t < first_at:
-            return None
-        if n == 1:
-            return (0, 0.0, self.period) if t <= self.end else None
-        x = max(0.0, (t - self.origin) / self.period - self.first)  # from the first target on (a rounding below 0)
-        if x < n - 2:
-            return int(x), x - int(x), self.period
-        before = self.time(self.last - 1)  # the last segment: it ends when the last target is reached
-        frac = (t - before) / (self.end - before)
-        return (n - 2, frac, self.end - before) if frac <= 1 else None
+    def _playing(self, t: float) -> Trajectory | None:
+        """The plan told, when ``t`` is within it (from when it was sent to its last target)."""
+        played = self._played
+        return played if played is not None and played.before_s <= t <= played.end_s else None
 
     def commanded(self, t: float) -> np.ndarray | None:
-        """Where the plan has the arm at ``t`` (linear between targets, as a position-only trajectory plays), or None
-        outside it."""
-        place = self._place(t)
-        if place is None:
-            return None
-        i, frac, _ = place
-        if len(self.rows) == 1 and i == 0:
-            return self.rows[0]
-        return (1 - frac) * self._row(i) + frac * self.rows[i + 1]
+        """Where the plan has the arm at ``t``, or None outside it (before it was sent, past its end, merged and not
+        yet told)."""
+        played = self._playing(t)
+        return None if played is None else played.sample(t)
 
     def velocity(self, t: float) -> np.ndarray | None:
-        """How fast the plan moves the arm at ``t`` (its slope between the targets around ``t``, as ``commanded``
-        moves), or None outside it."""
-        place = self._place(t)
-        if place is None:
-            return None
-        i, _, length = place
-        if len(self.rows) == 1 and i == 0:
-            return np.zeros_like(self.rows[0])
-        return (self.rows[i + 1] - self._row(i)) / length
-
-    def _row(self, i: int) -> np.ndarray:
-        """Row ``i`` of the plan, -1 being where it starts."""
-        return self._start[1] if i == -1 and self._start is not None else self.rows[i]
+        """How fast the plan moves the arm at ``t`` (the spline's slope where ``commanded`` has it), or None outside
+        it."""
+        played = self._playing(t)
+        return None if played is None else played.velocity(t)
 
     def check_underrun(self, now: float) -> bool:
         """Whether the plan has run out at ``now`` (an underrun is counted the first time it is seen)."""
@@ -150,10 +131,10 @@ class ActionQueue:
                 blended += 1
             merged.append(row)
         if merged:  # else the chunk came too late for any of its steps: the plan stays
-            self.first, self.rows, self._end, self._start = keep_from, np.stack(merged), None, None
+            self.first, self.rows, self._played = keep_from, np.stack(merged), None
             self._dry = False
         return Merge(dropped, blended, len(merged) - blended)
 
     def hold(self) -> None:
         """Forget the plan (the arm was told to hold): the next chunk starts a new one on the same step grid."""
-        self.rows, self._end, self._start = None, None, None
+        self.rows, self._played = None, None
