@@ -51,6 +51,12 @@ class Arm:
         wait_until(lambda: self.states, 10.0, "a JointState")
         return self.states[-1][1]
 
+    def stands(self, timeout: float = 5.0) -> np.ndarray:
+        """Where the arm is once a JointState says it is at rest (a state published as a goal ended may arrive after
+        its result)."""
+        wait_until(lambda: self.states and np.allclose(self.states[-1][2], 0.0), timeout, "the arm at rest")
+        return self.states[-1][1]
+
     def reaches(self, target: np.ndarray, timeout: float = 10.0) -> None:
         wait_until(lambda: np.allclose(self.states[-1][1], target, atol=1e-9), timeout, f"the arm at {target}")
 
@@ -172,12 +178,10 @@ def test_cancel_holds_the_arm_where_it_is(arm):
     out = goal.result(timeout=5.0)
     assert out.status == GoalStatus.STATUS_CANCELED
     assert (out.result.error_code, out.result.error_string) == (0, "")  # JTC's empty result
-    time.sleep(0.1)  # the state published as the goal ended may arrive after its result
-    held = arm.states[-1][1]
+    held = arm.stands()
     assert 0.05 < held[0] - start[0] < 1.0  # it moved, then stopped short of the target
     count = len(arm.states)
-    time.sleep(0.3)
-    assert len(arm.states) > count + 5
+    wait_until(lambda: len(arm.states) > count + 5, 5.0, "more states")
     assert all(np.array_equal(position, held) for _, position, _ in arm.states[count:])
     assert np.allclose(arm.states[-1][2], 0.0)
 
@@ -229,11 +233,11 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_refused_and_replac
     answered, cancel = io._on_stop, io._cancel
     io._on_stop = lambda future, replaced: (stops.append(future.result().accepted), answered(future, replaced))
     io._cancel = lambda handle: (cancels.append(handle), cancel(handle))
-    # its first target due 4 s ago (1 s after it is taken: slow, so the stop finds the arm about where it was);
-    # then one due 1 s ahead on the node's clock (time enough to be taken on a loaded machine)
-    for start, offset, late in ((io.now() - 5.0, -0.05, True), (io.now(), 0.05, False)):
+    # its first target due 4 s ago (4 s after it is taken: slow, so the stop finds the arm about where it was, even
+    # taken a second late); then one due 1 s ahead on the node's clock (time enough to be taken on a loaded machine)
+    for start, offset, late, times in ((io.now() - 8.0, -0.05, True, [4.0, 4.1]), (io.now(), 0.05, False, [1.0, 1.1])):
         targets = np.vstack([here + offset, here + offset])
-        safe = SafeTargets(targets, np.zeros_like(targets), np.array([1.0, 1.1]), 0)
+        safe = SafeTargets(targets, np.zeros_like(targets), np.array(times), 0)
         refused = run_on(arm, io.send(start, safe))
         assert ("after its first target was due" in refused) if late else refused == "", refused
         if late:  # a stop replaced it: the arm stays about where it was, far from the stale plan's end
@@ -255,8 +259,8 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_refused_and_replac
         io.hold(None, print)
         return future
 
-    io._client.send_goal_async = send_then_hold
-    ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([2.0, 4.0]), 0)
+    io._client.send_goal_async = send_then_hold  # slow (taken, it plays at once): the stop finds the arm near its start
+    ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([10.0, 20.0]), 0)
     assert "told to hold while the trajectory was on its way" in run_on(arm, io.send(io.now(), ramp))
     wait_until(lambda: stops == [True, True], 5.0, "the stop sent when it was taken")
     time.sleep(1.0)
@@ -346,8 +350,7 @@ def test_a_stop_the_controller_refuses_has_ours_cancelled_before_the_goal_report
     io.hold(None, print)
     assert "refused the arm's stop: our trajectory was cancelled" in run_on(arm, io.stop_answered(5.0))
     wait_until(lambda: not io._live, 5.0, "the cancelled goal's end")
-    time.sleep(0.1)
-    stood = arm.position()
+    stood = arm.stands()
     time.sleep(0.5)
     np.testing.assert_array_equal(arm.position(), stood)  # held where it was, short of the plan's end
     assert (np.abs(stood - (here + 1.0)) > 0.5).all()

@@ -6,6 +6,8 @@ same through ParallelGripperCommand, the action of parallel_gripper_controllers 
 Kilted)."""
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -25,16 +27,30 @@ SPEED, LOWER, UPPER = 2.0, 0.0, 1.5
 ACTION = "/gripper_controller/gripper_cmd"
 
 
-@pytest.fixture
-def jaw(ros_context):
+@contextmanager
+def _jaw_at(ros_context, speed: float) -> Iterator[Node]:
+    """gripper_sim moving its jaw at ``speed``, and a client node keeping its joint states."""
     node = GripperSim(context=ros_context, parameter_overrides=[
-        Parameter("velocity", value=SPEED), Parameter("lower", value=LOWER), Parameter("upper", value=UPPER),
+        Parameter("velocity", value=speed), Parameter("lower", value=LOWER), Parameter("upper", value=UPPER),
         Parameter("state_rate_hz", value=50.0)])  # fmt: skip
     client = Node("gripper_test_client", context=ros_context)
     client.states = []
     client.create_subscription(JointState, "/joint_states", client.states.append, 100)
     with spin_nodes(ros_context, node, client):
         wait_until(lambda: client.states, 5.0, "the jaw's state")
+        yield client
+
+
+@pytest.fixture
+def jaw(ros_context):
+    with _jaw_at(ros_context, SPEED) as client:
+        yield client
+
+
+@pytest.fixture
+def slow_jaw(ros_context):
+    """5 s from one end to the other: a goal still moves when the next one (a new client, discovery first) comes."""
+    with _jaw_at(ros_context, 0.3) as client:
         yield client
 
 
@@ -54,21 +70,23 @@ def test_a_goal_moves_the_jaw_at_its_velocity_to_the_clamped_position(jaw):
     assert jaw.states[-1].position[0] == pytest.approx(UPPER, abs=1e-3)
 
 
-def test_a_newer_goal_preempts_and_a_cancel_stops_the_jaw_where_it_is(jaw):
+def test_a_newer_goal_preempts_and_a_cancel_stops_the_jaw_where_it_is(slow_jaw):
+    jaw = slow_jaw
     first = send_goal(jaw, GripperCommand, ACTION, _goal(UPPER))
-    time.sleep(0.2)
+    wait_until(lambda: jaw.states[-1].position[0] > LOWER + 0.05, 5.0, "the jaw opening")
     second = send_goal(jaw, GripperCommand, ACTION, _goal(LOWER))
     ended = first.result(timeout=10.0)
     assert ended.status == GoalStatus.STATUS_ABORTED and not ended.result.reached_goal
     assert second.result(timeout=10.0).status == GoalStatus.STATUS_SUCCEEDED
     third = send_goal(jaw, GripperCommand, ACTION, _goal(UPPER))
-    time.sleep(0.3)
+    wait_until(lambda: jaw.states[-1].position[0] > LOWER + 0.05, 5.0, "the jaw opening again")
     third.cancel()
     assert third.result(timeout=10.0).status == GoalStatus.STATUS_CANCELED
-    held = jaw.states[-1].position[0]
-    assert LOWER < held < UPPER
-    time.sleep(0.3)
-    assert jaw.states[-1].position[0] == pytest.approx(held, abs=1e-9)
+    wait_until(lambda: jaw.states[-1].position[0] == jaw.states[-2].position[0], 2.0, "the jaw standing")
+    held, seen = jaw.states[-1].position[0], len(jaw.states)
+    assert LOWER < held < UPPER - 0.1
+    wait_until(lambda: len(jaw.states) > seen + 10, 5.0, "ten more states")
+    assert all(state.position[0] == pytest.approx(held, abs=1e-9) for state in jaw.states[seen:])
 
 
 @pytest.mark.parametrize("grippers", [["jaw"], ["a", "b"]])

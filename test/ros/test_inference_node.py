@@ -44,7 +44,7 @@ PARAMETERS = {
     "stats_rate_hz": 5.0,
     "marker_frame_id": "oxygen_pool",
     "debug_checks": True,  # the pool's invariants are checked after every step
-    "observation_keep_s": 1.5,  # short, so the test of keeping observations by time stays short
+    "observation_keep_s": 3.0,  # short, so the test of keeping observations by time stays short
 }
 KITCHEN = "There is a red apple on the kitchen table."
 # Set to a path (e.g. docs/pool_image.png) to keep the pool image the node draws in test_pool_topics.
@@ -302,7 +302,7 @@ def test_an_observation_read_stays_answerable_for_observation_keep_s_at_30_hz(se
     keep_s = PARAMETERS["observation_keep_s"]
     served.publish(ObservationMsg(observation_id="read-by-a-client", text="the frame a client read"))
     read = time.monotonic()
-    assert _publish_at_30_hz(served, 0.8 * keep_s, "during") > 8 * 3  # three times the ring's count
+    assert _publish_at_30_hz(served, 0.7 * keep_s, "during") > 8 * 3  # three times the ring's count (0.9 s to ask)
     assert _known(served.client, "read-by-a-client")
     time.sleep(max(0.0, read + keep_s - time.monotonic()))
     _publish_at_30_hz(served, 0.5, "after")  # beyond the count and older than keep_s: it goes

@@ -43,6 +43,21 @@ def test_unavailable_while_the_inference_node_is_absent(graph):
     graph.start_inference()
 
 
+def _check_the_rate(chunks: list, result) -> tuple[np.ndarray, int]:
+    """Chunks go out one period (0.1 s) apart and nothing waits on the language head (its calls take seconds); a
+    stall of the whole process on these two shared cores over a period loses that period (never a burst): the chunks
+    sent and the periods visibly lost in their stamps cover the goal, the reported rate is the stamps' rate, and
+    with no period lost it is 10 Hz within 5%. The gaps between the chunks' stamps, and the schedule's slots."""
+    gaps = np.diff([c.header.stamp.sec + c.header.stamp.nanosec * 1e-9 for c in chunks])
+    periods = round(gaps.sum() / 0.1) + 1  # the schedule's slots from the first chunk to the last
+    lost = periods - result.chunks_sent  # a late tick keeps the schedule; only a stall over a period loses one
+    assert 0 <= lost <= int((gaps > 0.15).sum()), (result.chunks_sent, periods, gaps)
+    assert math.isclose(result.achieved_rate_hz, len(gaps) / gaps.sum(), rel_tol=0.02), result.achieved_rate_hz
+    if not lost:
+        assert 9.5 <= result.achieved_rate_hz <= 10.5, result.achieved_rate_hz
+    return gaps, periods
+
+
 def test_streams_chunks_at_the_requested_rate_towards_the_named_object(graph):
     before = len(graph.chunks.messages)
     goal = follow(graph, RED_TRIANGLE, 10.0, 3.0)
@@ -56,23 +71,16 @@ def test_streams_chunks_at_the_requested_rate_towards_the_named_object(graph):
     for chunk in chunks:
         assert (chunk.horizon, chunk.action_dim, chunk.header.frame_id) == (10, 4, "base_link")
         assert math.isclose(chunk.period_s, 0.1, rel_tol=1e-6) and len(chunk.actions) == 40
-    gaps = np.diff([c.header.stamp.sec + c.header.stamp.nanosec * 1e-9 for c in chunks])
-    # chunks go out one period apart and nothing waits on the language head (its calls take seconds); a stall of
-    # the whole process on these two shared cores over a period loses that period (never a burst): the chunks sent
-    # and the periods visibly lost in their stamps cover the 3 s, and the reported rate is the stamps' rate
-    periods = round(gaps.sum() / 0.1) + 1  # the schedule's slots from the first chunk to the last
-    lost = periods - result.chunks_sent  # a late tick keeps the schedule; only a stall over a period loses one
+    gaps, periods = _check_the_rate(chunks, result)
     assert abs(np.median(gaps) - 0.1) < 0.01 and gaps.max() < 0.5, gaps
-    assert 29 <= periods <= 31 and 0 <= lost <= int((gaps > 0.15).sum()), (result.chunks_sent, periods, gaps)
-    assert math.isclose(result.achieved_rate_hz, len(gaps) / gaps.sum(), rel_tol=0.02), result.achieved_rate_hz
-    if not lost:
-        assert 9.5 <= result.achieved_rate_hz <= 10.5, result.achieved_rate_hz
+    assert 29 <= periods <= 31, (result.chunks_sent, periods, gaps)
     first, last = (np.reshape(c.actions, (10, 4))[0] for c in (chunks[0], chunks[-1]))
     assert last[0] > first[0] + 0.2 and last[1] < first[1], "the hand moves ahead and right, to the red triangle"
     assert not graph.traces.messages, "end-effector waypoints are not joints: no controller may take them"
 
 
 def test_narrates_and_a_cancel_stops_the_stream_without_leaking_blocks(graph):
+    before = len(graph.chunks.messages)
     goal = follow(graph, RED_TRIANGLE, 10.0, 0.0)  # until cancelled
     wait_until(lambda: any(f.narration for f in goal.feedback), MODEL_TIMEOUT, "a narration")
     narration = next(f.narration for f in goal.feedback if f.narration)
@@ -84,11 +92,12 @@ def test_narrates_and_a_cancel_stops_the_stream_without_leaking_blocks(graph):
     assert time.monotonic() - cancelled_at < 2.0, "the goal ends within a few control periods"
     assert out.status == GoalStatus.STATUS_CANCELED
     assert (out.result.error_code, out.result.success) == ("CANCELLED", False)
-    # the language head decoded meanwhile on the same two cores: the stream still keeps >= 95% of its rate
-    assert out.result.chunks_sent > 0 and 9.5 <= out.result.achieved_rate_hz <= 10.5, out.result.achieved_rate_hz
-    sent = len(graph.chunks.messages)
+    # the language head decoded meanwhile on the same two cores: the stream still keeps its rate
+    assert out.result.chunks_sent > 0
+    wait_until(lambda: len(graph.chunks.messages) - before >= out.result.chunks_sent, 5.0, "every chunk")
+    _check_the_rate(graph.chunks.messages[before:], out.result)
     time.sleep(0.3)
-    assert len(graph.chunks.messages) == sent, "no chunk after the goal ended"
+    assert len(graph.chunks.messages) - before == out.result.chunks_sent, "no chunk after the goal ended"
     graph.idle_pool()  # the abandoned narration finished or was dropped, and its blocks came back
 
 

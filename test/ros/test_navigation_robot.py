@@ -295,10 +295,10 @@ def test_a_depth_camera_stops_the_base_for_a_wall_and_not_for_the_floor(robot):
         wait_until(lambda: goal.feedback[-1].reasoning.startswith("safety stop"), 5.0, "a safety stop")
         stop = goal.feedback[-1]
         assert stop.cmd == Twist() and "depth image on /depth/image_raw" in stop.reasoning, stop.reasoning
-        # 20 cm from the footprint, 40 cm ahead when seen; a centimetre or two less once the robot's own motion since
-        # the image is taken into account
+        # 20 cm from the footprint, 40 cm ahead when seen; less by the robot's own motion since the image (a few cm
+        # at 0.3 m/s; up to 10 on a busy machine whose image waited), the same for both
         gap, ahead = map(int, re.search(r"obstacle (\d+) cm away .* (\d+) cm ahead", stop.reasoning).groups())
-        assert 17 <= gap <= 20 and 37 <= ahead <= 40, stop.reasoning
+        assert abs(ahead - gap - 20) <= 1 and 10 <= gap <= 20, stop.reasoning
     finally:
         base.wall_ahead_m = None
         goal.cancel()
@@ -307,7 +307,8 @@ def test_a_depth_camera_stops_the_base_for_a_wall_and_not_for_the_floor(robot):
 
 def assert_stands_still(base: Base, for_s: float = 0.5) -> None:
     """The base does not move: every command it got over ``for_s`` was zero (not merely the feedback's)."""
-    time.sleep(0.2)  # a command sent before the stop has been integrated
+    wait_until(lambda: base._command == (0.0, 0.0), 5.0, "a zero command at the base")  # the stop reached it
+    time.sleep(0.1)  # and the base's last integration step of the command before it is done
     here = (base.x, base.y, base.yaw)
     time.sleep(for_s)
     assert math.dist(here[:2], (base.x, base.y)) < 1e-3 and abs(here[2] - base.yaw) < 1e-3, (here, base.x, base.y)
