@@ -30,6 +30,7 @@ p99 within the chunk window, no underruns.
 
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from typing import Any
 from oxygen_ros.bench.multitask_suite import percentile
 from oxygen_ros.bench.engine_windows import engine_window
 from oxygen_ros.bench.report import result
+from oxygen_ros.bringup import EngineProcesses
 from oxygen_ros.models.pi05.config import RANDOM_CONFIGS
 from oxygen_ros.nodes.arm_sim import NODE_NAME as ARM_SIM
 from oxygen_ros.nodes.infer_client import inference_at
@@ -61,7 +63,7 @@ def run(**params: Any) -> dict[str, Any]:
         namespaces = ("",) if mode == "shared" else ("", ARM_NAMESPACE)
         with engine_window(logs / f"{mode}.log", mode, None, setting.model, engine_parameters(setting),
                            namespaces, arm_nodes(mode, setting, joints)) as graph:  # fmt: skip
-            driven = drive(graph, mode, setting, graph.given_up)
+            driven = drive(graph, mode, setting, _lost(graph))
             (logs / f"{mode}_instruction_node.log").write_text("".join(f"{line}\n" for line in driven.warnings))
             summaries[mode] = summarize(driven) | {"engine_restarts": graph.restarts(),
                                                    "node_restarts": graph.restarts(engines=False)}  # fmt: skip
@@ -72,6 +74,16 @@ def run(**params: Any) -> dict[str, Any]:
                                for mode, summary in summaries.items()}  # fmt: skip
     details["node_logs"] = str(logs)
     return result("robot", metrics, details, asdict(setting))
+
+
+def _lost(graph: EngineProcesses) -> Callable[[], str]:
+    """Why the window cannot end well ('' while it can): a node given up on, or arm_sim or instruction_node restarted
+    (a goal does not survive its node's crash: its result would never come)."""
+    def why() -> str:
+        restarted = graph.restarts(engines=False)
+        return graph.given_up() or (f"arm_sim or instruction_node crashed ({restarted} restarts)" if restarted else "")
+
+    return why
 
 
 def arm_nodes(mode: str, setting: RobotWorkload, joints: int) -> dict[NodeSpec, dict[str, Any]]:

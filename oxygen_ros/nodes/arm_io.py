@@ -418,6 +418,7 @@ class ArmIO:
             if not answered:  # given up on (or the send broke off): a goal's end does not wait for it either
                 with self._lock:
                     self._unanswered.discard(handled)
+                handled.set_result(False)
         if not answered:
             return f"{self.target} did not answer within answer_wait_s {self._settings['answer_wait_s']:g} s"
         if not handle.accepted:

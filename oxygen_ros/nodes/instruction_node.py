@@ -243,11 +243,12 @@ class InstructionNode(TaskActionNode[Stream]):
 
     async def settle(self, stream: Stream) -> str:
         """The arm's stop answered before the goal's result (and so before a shutdown destroys the node; within
-        ``answer_wait_s``, at most half the shutdown's wait): refused or unanswered, ours are cancelled while the
-        node can still send, and the result says so."""
+        ``answer_wait_s`` for a trajectory still on its way and as long for the stop, each at most a quarter of the
+        shutdown's wait): refused or unanswered, ours are cancelled while the node can still send, and the result
+        says so."""
         if stream.plan is None:
             return ""
-        return await self.arm.stop_answered(min(self.settings["answer_wait_s"], STOP_WAIT_S / 2))
+        return await self.arm.stop_answered(min(self.settings["answer_wait_s"], STOP_WAIT_S / 4))
 
     def stopped(self) -> None:
         """No goal runs: the arm comes to rest, braking from where the last goal's plan has it (``VlaArm.hold``)."""

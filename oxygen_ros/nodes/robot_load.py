@@ -76,8 +76,8 @@ def arm_parameters(setting: RobotWorkload, joints: int) -> dict[str, dict[str, A
 
 
 def _wait(predicate, timeout: float, what: str, given_up: Callable[[], str] = str) -> None:
-    """Until ``predicate()``; TimeoutError after ``timeout`` s, RuntimeError as soon as ``given_up()`` names a node
-    of the graph that will not come back (a bad parameter has its process exit at every start)."""
+    """Until ``predicate()``; TimeoutError after ``timeout`` s, RuntimeError as soon as ``given_up()`` says why the
+    graph cannot carry on (a bad parameter has a node's process exit at every start)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if gone := given_up():
@@ -123,8 +123,9 @@ class Drive(NamedTuple):
 
 def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload, given_up: Callable[[], str] = str) -> Drive:
     """One setting on its started graph (``shared``: one engine; ``isolated``: one for the arm, one for the
-    questions): warm each engine, then the goal and the question loops for ``window_s``; ``given_up()`` names a
-    node process the graph gave up on ('' while all run)."""
+    questions): warm each engine, then the goal and the question loops for ``window_s``; ``given_up()`` says why
+    the graph cannot carry on ('' while it can: a node given up on, a crashed one whose goal is lost), ending the
+    wait at once."""
     node = graph.add_client(f"bench_robot_{mode}")
     frames, states, warnings = [], [], []
     node.create_subscription(Image, "/camera/image_raw", frames.append, qos_profile_sensor_data)

@@ -109,7 +109,8 @@ def test_a_jaw_inside_the_trajectory_named_absolute_stays_absolute_among_deltas(
         node.destroy_node()
     with pytest.raises(ValueError, match=r"parameter absolute_joint_names must name action_joint_names, got \['b'\]"):
         InstructionNode(context=ros_context, parameter_overrides=[
-            Parameter("action_joint_names", value=["a", "jaw"]), Parameter("absolute_joint_names", value=["b"])])  # fmt: skip
+            Parameter("action_joint_names", value=["a", "jaw"]),
+            Parameter("absolute_joint_names", value=["b"])])  # fmt: skip
 
 
 def test_a_hold_keeps_the_grip_and_sends_nothing_more(ros_context, jaw):

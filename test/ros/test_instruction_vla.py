@@ -82,12 +82,14 @@ def _positions(msgs: list[JointState]) -> tuple[np.ndarray, np.ndarray]:
 
 def _standing(graph) -> np.ndarray:
     """The arm's positions once a state says it is at rest (its stop brakes over 0.1 s or more, and the state of the
-    moment it stood may come after the goal's result on a busy machine)."""
+    moment it stood may come after the goal's result on a busy machine), stopped by a one-point trajectory (ArmIO's
+    braking stop, or a cancel's hold), not at the end of a chunk that played on."""
     def resting() -> bool:
         last, before = graph.states.messages[-1], graph.states.messages[-2]
         return not np.any(last.velocity) and not np.any(before.velocity) and last.position == before.position
 
     wait_until(resting, 5.0, "the arm at rest")
+    assert len(graph.arm._trajectory.times_s) == 1, "the arm ran out its chunk instead of being stopped"
     return np.asarray(graph.states.messages[-1].position)
 
 

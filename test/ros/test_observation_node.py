@@ -199,6 +199,7 @@ def test_a_camera_that_stops_holds_the_observations_back_and_the_queues_stay_bou
         _stream(rig, range(20, 25))  # back: observations again
         wait_until(lambda: any(_frame_of(rig, TOP, obs.images[0]) >= 20 for obs in rig.observations), 5.0,
                    "observations after the camera is back")  # fmt: skip
+        assert not [obs for obs in rig.observations if 5 <= _frame_of(rig, TOP, obs.images[0]) < 20]  # none late
 
 
 def test_a_stale_joint_state_leaves_the_observations_without_state(ros_context, capfd):
