@@ -41,7 +41,7 @@ from oxygen_ros.bench.report import result
 from oxygen_ros.bringup import EngineProcesses
 from oxygen_ros.models.pi05.config import RANDOM_CONFIGS
 from oxygen_ros.nodes.arm_sim import NODE_NAME as ARM_SIM
-from oxygen_ros.nodes.infer_client import inference_at
+from oxygen_ros.nodes.infer_client import inference_remappings
 from oxygen_ros.nodes.instruction_node import NODE_NAME as INSTRUCTION_NODE
 from oxygen_ros.nodes.robot_load import ARM_NAMESPACE, Drive, RobotWorkload, arm_parameters, drive, engine_parameters
 from oxygen_ros.supervisor import NodeSpec
@@ -90,7 +90,7 @@ def arm_nodes(mode: str, setting: RobotWorkload, joints: int) -> dict[NodeSpec, 
     """arm_sim and instruction_node, each a process, with their parameters; the isolated setting's instruction_node
     asks the arm's own engine (in ARM_NAMESPACE)."""
     parameters = arm_parameters(setting, joints)
-    remote = tuple(inference_at(f"/{ARM_NAMESPACE}")[1:]) if mode == "isolated" else ()  # its remappings
+    remote = inference_remappings(f"/{ARM_NAMESPACE}") if mode == "isolated" else ()
     return {NodeSpec(ARM_SIM, "arm_sim"): parameters[ARM_SIM],
             NodeSpec(INSTRUCTION_NODE, "instruction_node", arguments=remote): parameters[INSTRUCTION_NODE]}
 

@@ -51,13 +51,18 @@ GOAL_FIELDS = [name for name in Generate.Goal.get_fields_and_field_types() if na
 RESULT_FIELDS = list(Generate.Result.get_fields_and_field_types())
 
 
-def inference_at(namespace: str) -> list[str]:
-    """ROS arguments pointing a task node at the inference node of ``namespace`` ('/' = the root) instead of its own
-    namespace's, so several robots share one pool; the task ids carry each task node's full name, so their requests
-    and per-task KV reports stay apart."""
+def inference_remappings(namespace: str) -> tuple[str, ...]:
+    """The remappings (``-r from:=to`` pairs) pointing a task node at the inference node of ``namespace`` ('/' = the
+    root) instead of its own namespace's, so several robots share one pool; the task ids carry each task node's full
+    name, so their requests and per-task KV reports stay apart."""
     target = namespace.rstrip("/")
     names = (SERVICE, GENERATE, CANCEL_SERVICE, STATS_TOPIC, STATS_SERVICE)
-    return ["--ros-args", *(arg for name in names for arg in ("-r", f"{name}:={target}/{name}"))]
+    return tuple(arg for name in names for arg in ("-r", f"{name}:={target}/{name}"))
+
+
+def inference_at(namespace: str) -> list[str]:
+    """``inference_remappings`` as a node's ROS arguments (``cli_args``)."""
+    return ["--ros-args", *inference_remappings(namespace)]
 
 
 def error(code: ErrorCode, message: str) -> Infer.Response:
