@@ -19,6 +19,7 @@ from rclpy.parameter import Parameter
 from ros_harness import call_service, make_context, spin_nodes
 
 from oxygen_ros.nodes.inference_node import InferenceNode
+from oxygen_ros.nodes.polling import poll_until
 
 NODE = "/oxygen_inference"
 MODEL_TIMEOUT = 120  # a configure loads a model; an answer may wait behind others on two shared cores
@@ -84,11 +85,8 @@ def pool_stats(client: Node) -> KvPoolStats:
 def wait_for_observation(client: Node, observation_id: str, timeout: float = 10.0) -> None:
     """Until the node knows ``observation_id``: a request with max_new_tokens 0 about it is refused for the token
     budget (nothing runs) once the id is in the ring, and NOT_FOUND before."""
-    deadline = time.monotonic() + timeout
-    while infer(client, "probe", observation_id=observation_id, max_new_tokens=0).error_code == "NOT_FOUND":
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"observation {observation_id!r} did not reach the node within {timeout} s")
-        time.sleep(0.05)
+    poll_until(lambda: infer(client, "probe", observation_id=observation_id, max_new_tokens=0).error_code
+               != "NOT_FOUND", timeout, f"observation {observation_id!r} at the node")  # fmt: skip
 
 
 class Capture:

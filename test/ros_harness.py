@@ -28,6 +28,7 @@ from rclpy.node import Node
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes import teardown
 from oxygen_ros.nodes.executor import Executor
+from oxygen_ros.nodes.polling import poll_until
 
 DOMAIN_IDS = range(100, 200)
 LOCK_DIR = Path(tempfile.gettempdir()) / "oxygen_ros_domains"
@@ -74,11 +75,7 @@ def wait_for(future, timeout: float = 10.0):
 
 
 def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not met within {timeout} s")
-        time.sleep(0.01)
+    poll_until(predicate, timeout, what, period_s=0.01)
 
 
 def call_service(node: Node, srv_type, name: str, request, timeout: float = 10.0, resend_s: float | None = None):

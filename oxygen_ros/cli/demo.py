@@ -118,7 +118,8 @@ def _start(rec, clients: dict, instruction: str, name: str, target: tuple[float,
     behind the other tasks' prefill. Once it streams, its narration, the drive's reasoning and the questions all
     read the frame of this moment, before the robot moves, so their prompts share that frame's prefix blocks."""
     from oxygen_ros.action import FollowInstruction
-    from oxygen_ros.cli.demo_record import Span, until, wait_for
+    from oxygen_ros.cli.demo_record import Span, wait_for
+    from oxygen_ros.nodes.polling import poll_until
     from oxygen_ros.cli.navigate import navigate_goal
     from oxygen_ros.srv import AskQuestion
 
@@ -127,7 +128,7 @@ def _start(rec, clients: dict, instruction: str, name: str, target: tuple[float,
     arm = wait_for(
         clients["/follow_instruction"].send_goal_async(goal, rec.on_narration), WAIT_S, "/follow_instruction"
     )
-    until(lambda: rec.chunks or not arm.accepted, WAIT_S, "action chunk on /arm/action_chunk")
+    poll_until(lambda: rec.chunks or not arm.accepted, WAIT_S, "action chunk on /arm/action_chunk")
     frame = rec.last_frame()
     goal = navigate_goal(*target, instruction=f"stop in front of the {name}")
     base = clients["/navigate"].send_goal_async(goal, rec.on_reasoning)

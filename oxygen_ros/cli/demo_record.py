@@ -7,7 +7,6 @@ is only appended to (atomic under the GIL) or replaced whole, so readers see con
 """
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,22 +18,14 @@ from rclpy.task import Future
 from sensor_msgs.msg import Image
 
 from oxygen_ros.msg import ActionChunk, KvPoolStats, Observation
+from oxygen_ros.nodes.polling import poll_until
 
 COUNTERS = ("generated_tokens", "prefix_hit_blocks")  # the inference node's /diagnostics values the demo reads
 
 
-def until(condition: Callable[[], Any], timeout_s: float, what: str) -> None:
-    """Poll ``condition`` (set by the graph's executor threads); TimeoutError naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {timeout_s:g} s")
-        time.sleep(0.01)
-
-
 def wait_for(future: Future, timeout_s: float, what: str) -> Any:
     """The result of a future the graph's executor completes."""
-    until(future.done, timeout_s, f"answer from {what}")
+    poll_until(future.done, timeout_s, f"answer from {what}")
     return future.result()
 
 
@@ -85,7 +76,7 @@ class Recorder:
         self.image = msg
 
     def first_image(self, timeout_s: float) -> Image:
-        until(lambda: self.image is not None and self.frame is not None, timeout_s, "a frame from camera_sim")
+        poll_until(lambda: self.image is not None and self.frame is not None, timeout_s, "a frame from camera_sim")
         return self.image
 
     def last_frame(self) -> Observation:
@@ -120,5 +111,5 @@ class Recorder:
 
     def counters_after(self, t: float, timeout_s: float = 5.0) -> dict[str, int]:
         """The first diagnostics counters published after ``t`` (the node publishes them once a second)."""
-        until(lambda: any(when > t for when, _ in self.counters), timeout_s, "/diagnostics from the inference node")
-        return next(values for when, values in self.counters if when > t)
+        return poll_until(lambda: next((values for when, values in self.counters if when > t), None), timeout_s,
+                          "/diagnostics from the inference node")  # fmt: skip

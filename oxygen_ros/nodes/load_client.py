@@ -25,6 +25,7 @@ from sensor_msgs.msg import Image
 
 from oxygen_ros.msg import KvPoolStats, Observation
 from oxygen_ros.nodes.convert import image_to_rgb
+from oxygen_ros.nodes.polling import poll_until
 from oxygen_ros.observations import content_id
 from oxygen_ros.srv import GetPoolStats, Infer
 
@@ -189,11 +190,11 @@ class EngineThreads:
 
     def of(self, names: list[str], timeout: float = 10.0) -> list[int]:
         """Each named node's threads, waiting up to ``timeout`` for their reports (they publish once a second)."""
-        deadline = time.monotonic() + timeout
-        while missing := [name for name in names if name not in self.reported]:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no compute_threads on /diagnostics from {', '.join(missing)} in {timeout:.0f} s")
-            time.sleep(0.1)
+        def missing() -> str:
+            return ", ".join(name for name in names if name not in self.reported)
+
+        poll_until(lambda: not missing(), timeout, lambda: f"compute_threads on /diagnostics from {missing()}",
+                   period_s=0.1)  # fmt: skip
         return [self.reported[name] for name in names]
 
 
@@ -206,13 +207,13 @@ def take_frames(graph: Any, node: Node, count: int, timeout: float = 60.0) -> li
     node.create_subscription(Image, "/camera/image_raw",
                              lambda msg: images.setdefault(content_id("", [image_to_rgb(msg)], []), msg),
                              qos_profile_sensor_data)  # fmt: skip
-    deadline = time.monotonic() + timeout
-    while len(found := {text.observation_id: text for text in list(texts) if text.observation_id in images}) < count:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(found)} of {count} distinct frames from camera_sim within {timeout:.0f} s")
-        time.sleep(0.05)
+    def found() -> dict[str, Observation]:
+        return {text.observation_id: text for text in list(texts) if text.observation_id in images}
+
+    poll_until(lambda: len(found()) >= count, timeout, lambda: f"{count} distinct frames from camera_sim (had "
+               f"{len(found())})")  # fmt: skip
     graph.executor.remove_node(graph.camera)
-    frames = list(found.values())[:count]
+    frames = list(found().values())[:count]
     for frame in frames:
         frame.images = [images[frame.observation_id]]
     return frames

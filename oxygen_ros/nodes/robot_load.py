@@ -24,6 +24,7 @@ from oxygen_ros.nodes.arm_sim import NODE_NAME as ARM_SIM
 from oxygen_ros.nodes.instruction_node import NODE_NAME as INSTRUCTION_NODE
 from oxygen_ros.nodes.vla_arm import MISSED
 from oxygen_ros.nodes.load_client import QUESTIONS, call
+from oxygen_ros.nodes.polling import poll_until
 from oxygen_ros.nodes.process_graph import ProcessGraph
 from oxygen_ros.srv import Infer
 
@@ -75,18 +76,6 @@ def arm_parameters(setting: RobotWorkload, joints: int) -> dict[str, dict[str, A
     return {ARM_SIM: arm, INSTRUCTION_NODE: instruction}
 
 
-def _wait(predicate, timeout: float, what: str, given_up: Callable[[], str] = str) -> None:
-    """Until ``predicate()``; TimeoutError after ``timeout`` s, RuntimeError as soon as ``given_up()`` says why the
-    graph cannot carry on (a bad parameter has a node's process exit at every start)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if gone := given_up():
-            raise RuntimeError(f"waiting for {what}: {gone}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not within {timeout:g} s")
-        time.sleep(0.05)
-
-
 class Questions(threading.Thread):
     """One VQA loop about the newest frame and the arm's state now (pi0.5's language head reads it in its prompt,
     as an observation from observation_node carries it) until ``stop``; each answer's (ok, latency ms, error code)."""
@@ -136,7 +125,7 @@ def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload, given_up: Call
             warnings.append(msg.msg)
 
     node.create_subscription(Log, "/rosout", on_log, 100)
-    _wait(lambda: len(frames) >= 2 and states, START_WAIT_S, "camera frames and joint states", given_up)
+    poll_until(lambda: len(frames) >= 2 and states, START_WAIT_S, "camera frames and joint states", given_up=given_up)
     for namespace in ("", ARM_NAMESPACE) if mode == "isolated" else ("",):
         warm = Infer.Request(task_id="warm-up", task_type="instruction", prompt=INSTRUCTION, want_actions=True,
                              max_new_tokens=1, state=[0.0] * len(states[-1].position))  # fmt: skip
@@ -147,7 +136,7 @@ def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload, given_up: Call
     askers = [Questions(node, i, setting, states, stop) for i in range(setting.vqa)]
     goal_client = ActionClient(node, FollowInstruction, "/follow_instruction")
     try:
-        _wait(goal_client.server_is_ready, START_WAIT_S, "the instruction node", given_up)
+        poll_until(goal_client.server_is_ready, START_WAIT_S, "the instruction node", given_up=given_up)
         accepted = threading.Event()
         sent = goal_client.send_goal_async(FollowInstruction.Goal(
             instruction=INSTRUCTION, rate_hz=float(setting.rate_hz), duration_s=float(setting.window_s)))  # fmt: skip
@@ -164,11 +153,11 @@ def drive(graph: ProcessGraph, mode: str, setting: RobotWorkload, given_up: Call
                 bar.update(min(time.monotonic() - start, bar.total) - bar.n)
                 return ended.done()
 
-            _wait(over, setting.window_s + ANSWER_WAIT_S, "the goal's end", given_up)
+            poll_until(over, setting.window_s + ANSWER_WAIT_S, "the goal's end", given_up=given_up)
         elapsed = time.monotonic() - start
         missed = ended.result().result.chunks_missed  # each warned, saying why: the warnings may trail the result
         with contextlib.suppress(TimeoutError):
-            _wait(lambda: sum(MISSED in line for line in warnings) >= missed, LOG_WAIT_S, "the misses' warnings")
+            poll_until(lambda: sum(MISSED in line for line in warnings) >= missed, LOG_WAIT_S, "the misses' warnings")
     finally:
         stop.set()
         for asker in askers:
