@@ -61,6 +61,19 @@ def position(odom: Odometry) -> tuple[float, float]:
     return odom.pose.pose.position.x, odom.pose.pose.position.y
 
 
+def standing(graph) -> Odometry:
+    """camera_sim's odometry once it drives with the zero command (an Odometry's twist is the command its frame
+    moved with), checked to stay there over the next frames: where the robot stopped."""
+    seen = len(graph.odom.messages)
+    wait_until(lambda: any(m.twist.twist == Twist() for m in graph.odom.messages[seen:]), 5.0, "odometry at rest")
+    first = next(i for i, m in enumerate(graph.odom.messages) if i >= seen and m.twist.twist == Twist()) + 1
+    wait_until(lambda: len(graph.odom.messages) >= first + 4, 5.0, "four frames at rest")
+    at = graph.odom.messages[first]
+    assert all(math.dist(position(at), position(m)) < 0.01 for m in graph.odom.messages[first:first + 4]), \
+        "the robot stands still"  # fmt: skip
+    return at
+
+
 def in_map(graph, odom: Odometry) -> tuple[float, float]:
     """Where the odometry puts the robot on the map, through camera_sim's TF tree."""
     assert (odom.header.frame_id, odom.child_frame_id) == ("odom", "base_link")
@@ -113,8 +126,7 @@ def test_drives_to_the_target_in_the_map_frame(graph):
     wait_until(lambda: twists(graph)[-1] == Twist(), 2.0, "a final zero Twist")
     assert any(t.linear.x > 0.05 for t in twists(graph)), "it drove forwards"
     assert any(abs(t.angular.z) > 0.1 for t in twists(graph)), "it turned towards the target"
-    time.sleep(0.5)  # camera_sim publishes the pose of the next frames
-    end = in_map(graph, graph.odom.messages[-1])
+    end = in_map(graph, standing(graph))
     assert math.dist(end, BELOW_THE_OBSTACLE) <= 0.12, end
     assert math.dist(in_map(graph, start), BELOW_THE_OBSTACLE) > 0.3
     assert math.dist(position(start), (0.0, 0.0)) < 0.01  # odom starts where the robot did (REP 105)
@@ -159,10 +171,7 @@ def test_cancel_stops_the_robot_promptly_without_leaking_blocks(graph):
     assert out.status == GoalStatus.STATUS_CANCELED and out.result.error_code == "CANCELLED"
     assert 0 < out.result.distance_remaining < 1.6
     wait_until(lambda: twists(graph)[-1] == Twist(), 2.0, "a zero Twist after the cancel")
-    time.sleep(0.6)  # let camera_sim integrate the zero command
-    here = position(graph.odom.messages[-1])
-    time.sleep(0.6)
-    assert math.dist(here, position(graph.odom.messages[-1])) < 0.01, "the robot stands still"
+    standing(graph)
     graph.idle_pool()
 
 
