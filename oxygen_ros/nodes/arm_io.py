@@ -19,6 +19,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from action_msgs.msg import GoalStatus
@@ -162,6 +163,30 @@ def _per_joint(scalar: str, listed: list[float], default: float, joints: int) ->
     return np.array(listed, dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class Fault:
+    """Why the controller ended our newest goal when we did not ask it to. ``taken_over``: it ended CANCELED, as a
+    joint_trajectory_controller ends a goal another client's goal preempted, or a goal someone else cancelled, or
+    one it dropped on deactivation: the controller holds the arm or plays the other client's trajectory, and a stop
+    of ours would preempt that (ABORTED, for a tolerance or an error, it holds the arm where it is)."""
+
+    why: str
+    taken_over: bool
+
+
+def _braking_times(gap: np.ndarray, moving: np.ndarray, start_velocity: np.ndarray,
+                   acceleration: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Per joint, the shortest T over which the controller's cubic, from the measured state (``gap`` from where the
+    stop starts, moving at ``start_velocity``) to rest at ``moving T / 2`` past it, keeps within ``acceleration``:
+    its acceleration is linear in time, 6 gap / T^2 - (4 v0 - 3 v) / T at the start and -6 gap / T^2 - (3 v - 2 v0)
+    / T at the end, so A T^2 - w T - 6 gap >= 0 with w the larger velocity term (|v| when v0 = v: braking at A
+    from speed v takes v / A)."""
+    w = np.maximum(np.abs(4 * start_velocity - 3 * moving), np.abs(3 * moving - 2 * start_velocity))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        times = (w + np.sqrt(w * w + 24 * acceleration * gap)) / (2 * acceleration)
+    return np.where(np.isfinite(acceleration), times, 0.0)
+
+
 def _or_rest(velocity: np.ndarray | None, columns: list[int]) -> np.ndarray:
     return np.zeros(len(columns)) if velocity is None else np.nan_to_num(velocity[columns], nan=0.0)
 
@@ -202,7 +227,7 @@ class ArmIO:
         self._estimated: dict[str, float] = {}  # joint -> its reported velocity, else one from its last two readings
         self._described: dict[str, JointLimit] = {}
         self._known_limits: list[JointLimit] | None = None  # the last limits read: a hold's, if they cannot be now
-        self._fault = ""  # why the controller ended our newest goal when we did not ask it to
+        self._fault: Fault | None = None  # why the controller ended our newest goal when we did not ask it to
         self._newest = None  # the handle of our newest accepted goal (the one the controller plays)
         self._live: dict[bytes, object] = {}  # our accepted goals not ended yet, by goal id
         self._cancelled: set[bytes] = set()  # of those, the ones we ended (cancelled, or replaced by a stop)
@@ -376,13 +401,13 @@ class ArmIO:
     def forget_fault(self) -> None:
         """A new goal starts: what ended an earlier one's trajectory is not its fault."""
         with self._lock:
-            self._fault = ""
+            self._fault = None
 
-    def take_fault(self) -> str:
-        """Why the controller ended our newest goal since the last call, when we did not ask it to ('' = it did
+    def take_fault(self) -> Fault | None:
+        """Why the controller ended our newest goal since the last call, when we did not ask it to (None: it did
         not)."""
         with self._lock:
-            fault, self._fault = self._fault, ""
+            fault, self._fault = self._fault, None
         return fault
 
     async def send(self, start: float, safe: SafeTargets) -> str:
@@ -487,8 +512,9 @@ class ArmIO:
             if stop or handle is not self._newest or ours or response.status == GoalStatus.STATUS_SUCCEEDED:
                 return  # a stop replaced (by a goal, ours or another client's) ends no goal: nothing of it runs
             result = response.result
-            self._fault = f"{self.target} ended the trajectory (status {response.status}, error_code " \
-                f"{result.error_code}): {result.error_string[: bounds.TEXT_CHARS] or 'cancelled by another client'}"  # fmt: skip
+            said = result.error_string[: bounds.TEXT_CHARS] or "cancelled by another client"
+            self._fault = Fault(f"{self.target} ended the trajectory (status {response.status}, error_code "
+                                f"{result.error_code}): {said}", response.status == GoalStatus.STATUS_CANCELED)  # fmt: skip
 
     def destroy(self) -> None:
         self.gripper.destroy()
@@ -497,7 +523,8 @@ class ArmIO:
         else:
             self._client.destroy()  # rclpy's destroy_node leaves action clients alive (see InferClient.destroy)
 
-    def hold(self, at: np.ndarray | None, log: Callable[[str], None], *, velocity: np.ndarray | None = None) -> None:
+    def hold(self, at: np.ndarray | None, log: Callable[[str], None], *, velocity: np.ndarray | None = None,
+             stop: bool = True) -> None:  # fmt: skip
         """Stop the arm, decelerating: one trajectory point, at rest, replacing the one playing (on the action too: a
         cancel makes a joint_trajectory_controller hold the measured position at once, a jolt at speed). From
         ``at`` moving at ``velocity`` (where and how fast the plan has the arm now), else from the measured state
@@ -507,11 +534,15 @@ class ArmIO:
         for the farthest the arm may be from it (each joint's max_tracking_error: what the tracking check allows).
         A goal of ours taken after the hold is replaced by another such stop, from where the arm is then; on the
         action, a stop the controller refuses (or none that can be planned: no joint states, no plan) cancels ours
-        instead (the controller then holds where the arm is)."""
+        instead (the controller then holds where the arm is). Not ``stop``: nothing of ours plays (``Fault``'s
+        taken_over), and nothing is sent, now or at a later hold; one of ours taken after it is stopped as above."""
         self.gripper.hold()
         with self._lock:
             self._holds += 1
             if self._stopping:  # nothing sent since the last stop: it is braking already (a second would cancel it)
+                return
+            if not stop:
+                self._stopping, self._stop_sent = True, None
                 return
             replaced = set(self._live)  # what the stop replaces (and a refused one cancels): ours to end
             self._cancelled.update(replaced)
@@ -594,9 +625,10 @@ class ArmIO:
         speeds, turns = np.array([lim.velocity for lim in limits])[arm], turning(limits)[arm]
         braking = np.array([lim.acceleration for lim in limits])[arm]
         try:  # the trajectory's joints only: a gripper on its own controller may report late, or not at all
-            measured, moving = self.start_state(self.arm_names)
+            measured, start_velocity = self.start_state(self.arm_names)
+            start_velocity = np.clip(start_velocity, -speeds, speeds)  # a spike of a differenced velocity
             if at is None:
-                here, distance = measured, np.zeros(len(arm))
+                here, distance, moving = measured, np.zeros(len(arm)), start_velocity
             else:
                 offset = difference(at[arm], measured, turns)  # a wrist: the short way
                 here, distance, moving = measured + offset, np.abs(offset), _or_rest(velocity, arm)
@@ -606,7 +638,9 @@ class ArmIO:
                 return None
             log(f"holding on {self.target} where the plan has the arm: {exc.message}")
             here, distance, moving = at[arm], self.tolerances["max_tracking_error"][arm], _or_rest(velocity, arm)
-        braking_s = max(float(np.max(np.abs(moving) / braking, initial=0.0)), HOLD_MIN_S)
+            start_velocity = moving
+        braking_s = max(float(np.max(_braking_times(distance, moving, start_velocity, braking), initial=0.0)),
+                        HOLD_MIN_S)  # fmt: skip
         lower, upper = (np.array([getattr(lim, side) for lim in limits])[arm] for side in ("lower", "upper"))
         stop = np.clip(here + moving * braking_s / 2, lower, upper)  # steady deceleration to rest
         squeezed = (np.abs(stop - here) < np.abs(moving) * braking_s / 2 - 1e-12) & (moving != 0)

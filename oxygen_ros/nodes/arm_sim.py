@@ -10,8 +10,9 @@ the rules for refusing a trajectory live in ``oxygen_ros.control.trajectory_play
 messages in and out and keeps JTC's goal life:
 
 - a goal JTC would refuse is rejected, the reason logged;
-- accepting a goal aborts the active one (INVALID_GOAL, "Current goal preempted by new incoming action.") and plays
-  the new trajectory from where the arm is at acceptance;
+- accepting a goal cancels the active one (CANCELED, INVALID_GOAL, "Current goal cancelled due to new incoming
+  action.") and plays the new trajectory from where the arm is at acceptance; so does the node's end (JTC's
+  deactivation: "Current goal cancelled during deactivate transition.");
 - a trajectory on the topic replaces the one playing the same way, but leaves the active goal running (JTC's
   preemption policy: the goal then ends with that trajectory);
 - a cancel of the active goal holds the arm where it is and ends the goal CANCELED with an empty result;
@@ -32,6 +33,7 @@ from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from rclpy.task import Future
@@ -50,7 +52,7 @@ from oxygen_ros.nodes.stamps import seconds
 NODE_NAME = "arm_sim"
 Result = FollowJointTrajectory.Result
 SO100_JOINTS = list(simulation.SO100_JOINTS)
-PREEMPTED = "Current goal preempted by new incoming action."  # JTC's words, as its clients may match them
+PREEMPTED = "Current goal cancelled due to new incoming action."  # JTC's words, as its clients may match them
 REACHED = "Goal successfully reached!"
 SHUTDOWN = "Current goal cancelled during deactivate transition."
 PARAMETERS: dict[str, tuple[Any, str]] = {
@@ -98,8 +100,12 @@ class ActiveGoal:
         self._executor = node.executor
         self.ended = Future(executor=self._executor)
 
-    def end(self, state: Literal["succeed", "abort", "canceled"], result: Result) -> None:
-        """Set the goal's terminal ``state`` now and hand ``result`` to its execute coroutine."""
+    def end(self, state: Literal["succeed", "canceled"], result: Result) -> None:
+        """Set the goal's terminal ``state`` now and hand ``result`` to its execute coroutine. A goal nobody asked to
+        cancel is marked cancelling first: rclcpp's ``canceled()`` does so for JTC, rclpy's only for a cancel request
+        (the same rcl_action transition, taken here through the handle's own state update)."""
+        if state == "canceled" and not self.handle.is_cancel_requested:
+            self.handle._update_state(_rclpy.GoalEvent.CANCEL_GOAL)  # noqa: SLF001
         getattr(self.handle, state)()
         self.ended.set_result(result)
         self._executor.wake()
@@ -140,7 +146,7 @@ class ArmSim(Node):
     def destroy_node(self) -> None:
         with self._lock:
             if self._active is not None:  # JTC's deactivation
-                self._active.end("abort", Result(error_code=Result.INVALID_GOAL, error_string=SHUTDOWN))
+                self._active.end("canceled", Result(error_code=Result.INVALID_GOAL, error_string=SHUTDOWN))
                 self._active = None
         self._server.destroy()
         super().destroy_node()
@@ -180,7 +186,7 @@ class ArmSim(Node):
     def _on_accepted(self, handle: ServerGoalHandle) -> None:
         with self._lock:
             if self._active is not None:
-                self._active.end("abort", Result(error_code=Result.INVALID_GOAL, error_string=PREEMPTED))
+                self._active.end("canceled", Result(error_code=Result.INVALID_GOAL, error_string=PREEMPTED))
             self._play(handle.request.trajectory)
             self._active = self._starting[bytes(handle.goal_id.uuid)] = ActiveGoal(handle, self)
             handle.execute()

@@ -303,13 +303,13 @@ class VlaArm:
         ``send_lead_s`` ahead, once the arm's controller has taken the plan (a jaw must not close on rows the arm's
         controller then refuses)."""
         fault = self.arm.take_fault()
-        if fault:
-            self.hold(plan)
-            run.end(ErrorCode.ABORTED, fault)
+        if fault:  # the controller stopped playing the plan: the arm is not where the plan has it (blocked, taken)
+            self.hold(plan, where_it_is=True, stop=not fault.taken_over)
+            run.end(ErrorCode.ABORTED, fault.why)
             return
         slowed = self.arm.slowed()
-        if slowed:
-            self.hold(plan)
+        if slowed:  # behind its plan, or paused (a UR plays a stop at 0% on resume): braked from where it is
+            self.hold(plan, where_it_is=True)
             run.end(ErrorCode.FAILED_PRECONDITION, slowed)
             return
         try:
@@ -335,11 +335,11 @@ class VlaArm:
         if plan.awaiting and now > plan.due_at + plan.queue.period:
             self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline", late=True)
 
-    def hold(self, plan: ArmPlan | None, where_it_is: bool = False) -> None:
+    def hold(self, plan: ArmPlan | None, where_it_is: bool = False, stop: bool = True) -> None:
         """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:
         from where it is measured, for an arm not following its plan; so too while the plan is on its way to the
         controller, which may refuse it: it moves the arm only once taken); the plan is forgotten. Without ``plan``,
-        the last goal's (a goal that ended: its arm may still move)."""
+        the last goal's (a goal that ended: its arm may still move). Not ``stop``: nothing is sent (``ArmIO.hold``)."""
         plan = plan or self._plan
         at = velocity = None
         if plan is not None:
@@ -349,4 +349,4 @@ class VlaArm:
                     at, velocity = plan.queue.commanded(now), plan.queue.velocity(now)
                 plan.queue.hold()
                 plan.sending = False
-        self.arm.hold(at, self._node.get_logger().warning, velocity=velocity)
+        self.arm.hold(at, self._node.get_logger().warning, velocity=velocity, stop=stop)

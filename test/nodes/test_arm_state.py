@@ -163,6 +163,35 @@ def test_a_hold_of_a_moving_arm_brakes_within_the_acceleration_limits(ros_contex
         node.destroy_node()
 
 
+@pytest.mark.parametrize("lag", [0.05, -0.05, 0.0])
+def test_a_hold_of_an_arm_off_its_plan_brakes_within_the_acceleration_limits_from_where_it_is(ros_context, lag):
+    """The controller plays the stop from the measured state: an arm ``lag`` behind (or ahead of) where the plan
+    has it brakes over a longer time, so that the cubic through the gap stays within 2 rad/s^2 at both ends (solved
+    from its four end conditions); with no gap it is the plain v / a."""
+    node = Node("arm_brake_gap_test", context=ros_context)
+    try:
+        arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory"},
+                   action_joint_names=["shoulder"], joint_lower_limits=[-3.0], joint_upper_limits=[3.0],
+                   joint_velocity_limits=[2.0], joint_acceleration_limits=[2.0])  # fmt: skip
+        sent = []
+        arm._publisher = SimpleNamespace(publish=sent.append)
+        msg = JointState(name=["shoulder"], position=[0.4 - lag], velocity=[1.0])
+        msg.header.stamp = node.get_clock().now().to_msg()
+        arm._on_state(msg)
+        arm.now = lambda: arm._joints["shoulder"][2]
+        arm.hold(np.array([0.4]), print, velocity=np.array([1.0]))
+        (point,) = sent[-1].points
+        duration = seconds(point.time_from_start)
+        system = np.array([[1, 0, 0, 0], [1, duration, duration**2, duration**3], [0, 1, 0, 0],
+                           [0, 1, 2 * duration, 3 * duration**2]])  # fmt: skip
+        c = np.linalg.solve(system, [0.4 - lag, point.positions[0], 1.0, 0.0])
+        ends = np.array([2 * c[2], 2 * c[2] + 6 * c[3] * duration])  # the acceleration at the start and the end
+        assert np.abs(ends).max() == pytest.approx(2.0, abs=1e-6), ends  # the limit, reached and not passed
+        assert point.positions[0] == pytest.approx(0.4 + duration / 2)  # v T / 2 past where the plan has it
+    finally:
+        node.destroy_node()
+
+
 def test_a_position_only_driver_gets_a_velocity_from_its_last_two_readings(ros_context):
     """joint_state_broadcaster reports NaN velocities for position-only hardware (Dynamixel, an SO-100): where the
     controller starts a trajectory from is still a moving state, by the last two readings' stamps (0.5 -> 0.6 rad in

@@ -14,6 +14,7 @@ from oxygen_ros.control.arm.action_queue import ActionQueue
 from oxygen_ros.control.arm.joint_limits import JointLimit
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
+from oxygen_ros.nodes.arm_io import Fault
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
 
 SETTINGS = {"send_lead_s": 0.1}
@@ -30,8 +31,8 @@ class Arm:
         self.gripper = SimpleNamespace(holds=0, command=lambda *_: None)
         self.tolerances = {"max_tracking_error": np.full(3, 0.3)}  # instruction_node's default for every joint
 
-    def take_fault(self) -> str:
-        return ""
+    def take_fault(self) -> None:
+        return None
 
     def slowed(self) -> str:
         return ""
@@ -45,8 +46,8 @@ class Arm:
     def now(self) -> float:
         return self.clock
 
-    def hold(self, at, log, *, velocity=None) -> None:
-        self.holds.append(None if at is None else np.array(at))
+    def hold(self, at, log, *, velocity=None, stop=True) -> None:
+        self.holds.append((None if at is None else np.array(at)) if stop else "nothing sent")
 
 
 class Run:
@@ -162,7 +163,8 @@ def test_the_gripper_waits_while_the_arms_trajectory_is_on_its_way(ros_context):
 
 def test_a_controller_slowed_below_the_plans_speed_ends_the_goal_with_the_arm_held(ros_context):
     """A UR's speed slider turned down mid-goal (``ArmIO.slowed``): the plan is timed at full speed, so the goal ends
-    FAILED_PRECONDITION at the next period, naming why, with the arm held where the plan has it."""
+    FAILED_PRECONDITION at the next period, naming why, with the arm held where it is measured (behind its plan, or
+    paused: at 0% a UR plays the stop when resumed, which must not carry the arm on to where the plan was)."""
     node = Node("arm_slowed_test", context=ros_context)
     try:
         arm, run = Arm([0.0, 0.0, 0.0]), Run()
@@ -170,7 +172,27 @@ def test_a_controller_slowed_below_the_plans_speed_ends_the_goal_with_the_arm_he
         arm.slowed = lambda: "the controller's speed scaling is 40%"
         VlaArm(node, arm, SETTINGS).tick(run, planned([[0.0, 0.0, 0.0], [0.1, 0.0, 0.0]]))
         assert run.ended == (ErrorCode.FAILED_PRECONDITION, "the controller's speed scaling is 40%")
-        np.testing.assert_allclose(arm.holds[0], [0.05, 0.0, 0.0])
+        assert arm.holds == [None]
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("taken_over", [False, True])
+def test_a_controller_that_ended_the_trajectory_ends_the_goal_and_no_stop_drives_the_arm_on(ros_context, taken_over):
+    """The controller ended our trajectory (``ArmIO.take_fault``): ABORTED (a path tolerance: the arm blocked, held by
+    the controller) brakes from where the arm is measured, never on towards where the plan has it (into what
+    blocked it); CANCELED (another client's goal preempted ours, or someone cancelled it) sends nothing, since a stop
+    would preempt the other client's trajectory."""
+    node = Node("arm_fault_test", context=ros_context)
+    try:
+        arm, run = Arm([0.0, 0.0, 0.0]), Run()
+        arm.clock = 10.05
+        why = "/arm ended the trajectory (status 6, error_code -4): path tolerance"
+        arm.take_fault = lambda: Fault(why, taken_over)
+        plan = planned([[0.0, 0.0, 0.0], [0.1, 0.0, 0.0]])
+        VlaArm(node, arm, SETTINGS).tick(run, plan)
+        assert run.ended == (ErrorCode.ABORTED, why)
+        assert arm.holds == ["nothing sent" if taken_over else None] and plan.queue.rows is None
     finally:
         node.destroy_node()
 
