@@ -272,12 +272,15 @@ class ArmIO:
             return
         arrival, stamp = self.now(), seconds(msg.header.stamp)
         velocities = reported_velocities(len(msg.name), msg.velocity)
-        for name, position, velocity in zip(msg.name, msg.position, velocities):
-            if name in self._wanted and math.isfinite(position):  # only the joints we command or read: bounded
-                before = self._joints.get(name)
-                self._estimated[name] = velocity if before is None or math.isfinite(velocity) else \
-                    _difference_velocity(before, position, arrival, stamp)  # fmt: skip
-                self._joints[name] = (position, velocity, arrival, stamp)
+        with self._lock:  # two of these may run at once (a reentrant group): an older reading never replaces a newer
+            for name, position, velocity in zip(msg.name, msg.position, velocities):
+                if name in self._wanted and math.isfinite(position):  # only the joints we command or read: bounded
+                    before = self._joints.get(name)
+                    if before is not None and arrival < before[2]:
+                        continue
+                    self._estimated[name] = velocity if before is None or math.isfinite(velocity) else \
+                        _difference_velocity(before, position, arrival, stamp)  # fmt: skip
+                    self._joints[name] = (position, velocity, arrival, stamp)
 
     def _on_scaling(self, msg: Float64) -> None:
         self._scaling = (float(msg.data), self.now())
@@ -335,13 +338,14 @@ class ArmIO:
 
     def _read(self, names: tuple[str, ...]) -> np.ndarray:
         """[len(names), 3]: each joint's newest (position, velocity, arrival), checked as ``measured`` says."""
+        entries = [self._joints.get(name) for name in names]  # then the clock: one arriving meanwhile is no "later"
         now, timeout = self.now(), self._settings["input_timeout_s"]
         out = []
-        for name in names:
-            if name not in self._joints:
+        for name, entry in zip(names, entries, strict=True):
+            if entry is None:
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: no position on "
                                   f"{self._node.resolve_topic_name(self._settings['state_topic'])} yet")  # fmt: skip
-            position, velocity, arrival, stamp = self._joints[name]
+            position, velocity, arrival, stamp = entry
             if now - arrival > timeout:
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: its position is {now - arrival:.2f} s "
                                   f"old, over input_timeout_s {timeout:g}")  # fmt: skip

@@ -114,6 +114,29 @@ def test_the_start_state_is_the_reading_carried_forward_at_its_velocity(ros_cont
         node.destroy_node()
 
 
+def test_joint_states_read_while_they_arrive_are_never_newer_than_now_nor_replaced_by_older_ones(ros_context):
+    """joint_states callbacks run on several executor threads at once (a UR driver publishes at 500 Hz): a reading
+    whose callback took its arrival time before another's but wrote after it is dropped; a reading that arrives
+    while the clock thread reads the arm is not "after now" (which ends a goal as a clock gone back)."""
+    node = Node("arm_state_race_test", context=ros_context)
+    try:
+        arm = _arm(node, action_joint_names=["wrist"])
+        clock = iter([5.0, 4.0])
+        arm.now = lambda: next(clock)
+        arm._on_state(JointState(name=["wrist"], position=[0.2], velocity=[0.0]))  # arrived at 5.0
+        arm._on_state(JointState(name=["wrist"], position=[0.1], velocity=[0.0]))  # took 4.0 before it: older
+        assert arm._joints["wrist"][:3] == (0.2, 0.0, 5.0)
+
+        def now_as_a_reading_lands() -> float:  # another callback stores a reading while the clock is read
+            arm._joints["wrist"] = (0.3, 0.0, 6.0, 0.0)
+            return 5.5
+
+        arm.now = now_as_a_reading_lands
+        np.testing.assert_allclose(arm.measured(("wrist",)), [0.2])  # the reading looked up before the clock
+    finally:
+        node.destroy_node()
+
+
 def test_on_the_topic_a_recorder_or_an_echo_is_no_controller(ros_context):
     """Fire and forget on `trajectory_topic` needs someone to play it: a rosbag2 recorder or `ros2 topic echo`
     subscribing is no controller (the goal would report chunks sent to nobody); a controller's subscription is."""
