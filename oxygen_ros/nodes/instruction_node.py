@@ -345,6 +345,8 @@ class InstructionNode(TaskActionNode[Stream]):
         elif plan is not None and plan.awaiting and self.arm.now() > plan.due_at:
             stream.run.end(ErrorCode.DEADLINE_EXCEEDED, "the latest chunk was not there by its deadline: the arm ran "
                            "short")  # fmt: skip
+        elif plan is not None and (unmoved := self.vla.unmoved(plan)):
+            stream.run.end(ErrorCode.ABORTED, unmoved)
         elif stream.plan is None and not stream.target_seen:
             stream.run.end(ErrorCode.FAILED_PRECONDITION, "the model has no action head and nothing the instruction "
                            "names was in view (or the language head said stop): the arm did not move")  # fmt: skip

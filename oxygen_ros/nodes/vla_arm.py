@@ -30,6 +30,7 @@ import numpy as np
 from rclpy.node import Node
 
 from oxygen_ros.control.arm.action_queue import ActionQueue
+from oxygen_ros.control.arm.excursion import Excursion
 from oxygen_ros.control.arm.joint_limits import JointLimit
 from oxygen_ros.control.arm.latency import Latency
 from oxygen_ros.control.arm.safety import SafeTargets, check_moving_start, check_targets
@@ -85,6 +86,7 @@ class ArmPlan:
     overdue: bool = False  # the chunk asked for is past due and was counted missed
     last_miss: tuple[ErrorCode, str] = (ErrorCode.DEADLINE_EXCEEDED, "")  # the latest missed chunk's code and why
     sending: bool = False  # merged rows are on their way to the controller, not yet taken: the gripper waits
+    excursion: Excursion = field(default_factory=Excursion)  # how far the plan and the arm went: did it move?
     lock: threading.Lock = field(default_factory=threading.Lock)  # the queue: the clock thread reads what chunks change
 
     def ask(self, now: float, deadline_s: float) -> int:
@@ -326,6 +328,7 @@ class VlaArm:
         try:  # a controller that dropped or stalled the trajectory is found within a period, not at the next chunk
             if here is not None and run.running:
                 self._check_tracking(measured, here, plan.limits)
+                plan.excursion.add(measured, here, turning(plan.limits))
         except NotFollowing as exc:
             self.hold(plan, where_it_is=True)
             run.end(exc.code, exc.message)
@@ -334,6 +337,17 @@ class VlaArm:
             self.arm.gripper.command(float(ahead[self.arm.gripper_column]), holds)
         if plan.awaiting and now > plan.due_at + plan.queue.period:
             self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline", late=True)
+
+    def unmoved(self, plan: ArmPlan) -> str:
+        """Why the goal's motion did not happen ('' = it did, as far as the readings tell): a joint its plan moved
+        clearly that the arm did not follow (``Excursion``), within the tracking error the whole time."""
+        joint = plan.excursion.unfollowed(self.arm.tolerances["max_tracking_error"], self.arm.gripper_column)
+        if joint is None:
+            return ""
+        planned, measured = plan.excursion.planned[joint], plan.excursion.measured[joint]
+        return (f"joint {self.arm.names[joint]} was planned {planned:.3f} from where the goal started and went "
+                f"{measured:.3f}: the arm did not move as planned (is its controller active and playing "
+                f"{self.arm.target}?)")  # fmt: skip
 
     def hold(self, plan: ArmPlan | None, where_it_is: bool = False, stop: bool = True) -> None:
         """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:

@@ -23,7 +23,7 @@ SETTINGS = {"send_lead_s": 0.1}
 class Arm:
     """What VlaArm.tick reads of ArmIO: the measured joints, the clock, faults, the gripper, and the holds asked."""
 
-    names = ("shoulder", "elbow", "jaw")
+    names, target = ("shoulder", "elbow", "jaw"), "/arm_controller/joint_trajectory"
 
     def __init__(self, measured: list[float], gripper_column: int | None = None) -> None:
         self.position, self.gripper_column, self.holds, self.clock = np.array(measured), gripper_column, [], 10.0
@@ -212,6 +212,25 @@ def test_a_hold_while_the_plan_is_on_its_way_brakes_from_where_the_arm_is(ros_co
             plan.sending, arm.clock, arm.holds = sending, 9.95, []
             vla.hold(plan)
             assert (arm.holds[0] is None) if held is None else np.allclose(arm.holds[0], held)
+    finally:
+        node.destroy_node()
+
+
+def test_fine_motion_the_arm_did_not_follow_is_named_at_the_goals_end(ros_context):
+    """A plan moving the elbow 0.2 (inside its 0.3 tracking error) while the arm stands: the tracking check cannot
+    see it, the goal's end does (``VlaArm.unmoved``); the same plan followed is motion that happened."""
+    node = Node("arm_unmoved_test", context=ros_context)
+    try:
+        rows = [[0.0, 0.0, 0.0], [0.0, 0.1, 0.0], [0.0, 0.2, 0.0]]
+        for share, why in ((0.0, "joint elbow was planned 0.200 from where the goal started and went 0.000: the arm "
+                                 "did not move as planned (is its controller active and playing "
+                                 "/arm_controller/joint_trajectory?)"), (1.0, "")):  # fmt: skip
+            arm, run, plan = Arm([0.0, 0.0, 0.0]), Run(), planned(rows)
+            vla = VlaArm(node, arm, SETTINGS)
+            for t in (10.0, 10.1, 10.2):
+                arm.clock, arm.position = t, share * plan.queue.commanded(t)
+                vla.tick(run, plan)
+            assert run.running and vla.unmoved(plan) == why
     finally:
         node.destroy_node()
 

@@ -126,6 +126,21 @@ def test_chunks_drive_the_arm_through_its_controller(graph):
     graph.idle_pool()
 
 
+def test_a_controller_that_listens_but_never_plays_is_no_success(graph):
+    """On ``trajectory_topic`` a controller switched off still listens (a topic has no answer): every chunk goes
+    out, the arm never moves, and the goal must not succeed; the plan's motion stayed inside max_tracking_error, so
+    the end of the goal finds it (``VlaArm.unmoved``)."""
+    listening = Capture(graph.client, JointTrajectory, "/dead/switched_off/joint_trajectory", 100)
+    # the random model moves a joint ~1.7 rad in 4 s: inside a 3 rad tracking error, over its tenth
+    with second_robot(graph, "/dead", trajectory_topic="switched_off/joint_trajectory",
+                      max_tracking_error=3.0) as states:  # fmt: skip
+        out = follow(graph, duration_s=4.0, namespace="/dead").result(timeout=90.0)
+        assert out.status == GoalStatus.STATUS_ABORTED and out.result.chunks_sent >= 1, out.result.message
+        assert "the arm did not move as planned" in out.result.message and listening.messages
+        _, q = _positions(states.messages)
+        assert np.abs(q - q[0]).max() == 0.0
+
+
 def test_a_cancelled_goal_leaves_the_arm_holding(graph):
     handle = follow(graph, duration_s=0.0)  # until cancelled
     wait_until(lambda: len(handle.feedback) >= 2, 60.0, "two chunks on the arm")
