@@ -108,7 +108,7 @@ class Goal:
     def wait_feedback(self, count: int, timeout: float = 10.0) -> None:
         wait_until(lambda: len(self.feedback) >= count, timeout, f"{count} feedback messages")
 
-    def streamed_text(self, until: str, timeout: float = 5.0, strip: bool = False) -> str:
+    def streamed_text(self, until: str, timeout: float = 30.0, strip: bool = False) -> str:
         """The feedback's text joined, once it equals ``until`` (after ``strip`` if asked) or after ``timeout`` s:
         an action's feedback (a topic) and its result (a service reply) travel apart, so the result may come first."""
         deadline = time.monotonic() + timeout

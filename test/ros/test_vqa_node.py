@@ -7,7 +7,7 @@ import time
 
 import pytest
 from action_msgs.msg import GoalStatus
-from inference_client import MODEL_TIMEOUT, Capture
+from inference_client import MODEL_TIMEOUT, Capture, wait_for_observation
 from oxygen_ros.action import AskQuestion as AskQuestionAction
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.srv import AskQuestion
@@ -50,6 +50,7 @@ def test_answers_about_a_named_frame_and_reuses_its_prefix(graph):
     seen = len(graph.frames.messages)
     graph.frames.wait_for(lambda msg: graph.frames.messages.index(msg) > seen, what="two new frames")
     frame = graph.frames.messages[seen].observation_id
+    wait_for_observation(graph.client, frame)  # the inference node took it too (its own subscription)
     first = ask(graph, "Which object is closest to the robot?", observation_id=frame)
     second = ask(graph, "Which object is furthest to the left?", observation_id=frame)
     assert first.success and second.success, (first.message, second.message)
