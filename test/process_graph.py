@@ -19,6 +19,8 @@ from pathlib import Path
 import yaml
 from ros_harness import clean_fastdds_shm
 
+from oxygen_ros.nodes.polling import poll_until
+
 OXYGEN_ROS = Path(sys.prefix) / "bin" / "oxygen-ros"
 CONFIG = Path(sys.prefix) / "share" / "oxygen_ros" / "config" / "oxygen.yaml"
 EXECUTABLES = ("inference_node", "camera_sim", "arm_sim", "gripper_sim", "vqa_node", "instruction_node", "navigation_node")
@@ -65,12 +67,15 @@ class ProcessGraph:
 
     def wait_for_pid(self, name: str, other_than: int = 0, timeout: float = 30.0) -> int:
         """The pid of ``name`` once it runs (and is not ``other_than``, e.g. the pid killed)."""
-        deadline = time.monotonic() + timeout
-        while (pid := self.pids().get(name, other_than)) == other_than:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise TimeoutError(f"{name} is not running after {timeout} s:\n{self.log()[-4000:]}")
-            time.sleep(0.1)
-        return pid
+        def new_pid() -> int | None:
+            pid = self.pids().get(name, other_than)
+            return None if pid == other_than else pid
+
+        def exited() -> str:
+            return "" if self.process.poll() is None else f"oxygen-ros up exited:\n{self.log()[-4000:]}"
+
+        return poll_until(new_pid, timeout, lambda: f"{name} running:\n{self.log()[-4000:]}", period_s=0.1,
+                          given_up=exited)  # fmt: skip
 
     def stop(self) -> int:
         """SIGTERM `oxygen-ros up`; its exit status once it and every node process have exited."""

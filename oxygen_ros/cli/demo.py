@@ -119,8 +119,8 @@ def _start(rec, clients: dict, instruction: str, name: str, target: tuple[float,
     read the frame of this moment, before the robot moves, so their prompts share that frame's prefix blocks."""
     from oxygen_ros.action import FollowInstruction
     from oxygen_ros.cli.demo_record import Span, wait_for
-    from oxygen_ros.nodes.polling import poll_until
     from oxygen_ros.cli.navigate import navigate_goal
+    from oxygen_ros.nodes.polling import poll_until
     from oxygen_ros.srv import AskQuestion
 
     rec.begin()

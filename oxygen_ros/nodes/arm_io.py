@@ -8,10 +8,12 @@
 * Out: each plan as a control_msgs/FollowJointTrajectory goal to `trajectory_action` (a joint_trajectory_controller,
   MoveIt's or a vendor's driver), or, with `trajectory_topic` set, as a trajectory_msgs/JointTrajectory on that topic
   (the controller's fire-and-forget input; a subscriber that only records or shows it, ``OBSERVERS``, is no
-  controller). A new goal preempts the controller's previous one (it aborts that goal INVALID_GOAL, "preempted":
-  expected, not a fault); any other abort is a fault the stream ends on. Hold = one point at rest just past where
-  the plan has the arm, braking within the limits, replacing the trajectory playing (on the action or the topic; a
-  cancel would make the controller hold the measured position at once, a jolt at speed).
+  controller). A new goal of ours preempts the controller's previous one (JTC ends that goal CANCELED,
+  INVALID_GOAL, "Current goal cancelled due to new incoming action.": expected, not a fault); any other end of our
+  newest goal is a fault the stream ends on (``Fault``). Hold = one point at rest just past where the plan has the
+  arm (or from where it is measured), braking within the limits from the state the controller starts it from,
+  replacing the trajectory playing (on the action or the topic; a cancel would make the controller hold the
+  measured position at once, a jolt at speed).
   A gripper on its own controller (`gripper_joint_names`) is left out of the trajectory (``gripper_io``).
 """
 
@@ -174,6 +176,12 @@ class Fault:
     taken_over: bool
 
 
+def _behind(before: tuple[float, float, float, float], arrival: float, stamp: float) -> float:
+    """How much older a reading is than the one stored ``before``: by their stamps where both have one (the order
+    the driver sent them in), else by arrival."""
+    return before[3] - stamp if stamp and before[3] else before[2] - arrival
+
+
 def _braking_times(gap: np.ndarray, moving: np.ndarray, start_velocity: np.ndarray,
                    acceleration: np.ndarray) -> np.ndarray:  # fmt: skip
     """Per joint, the shortest T over which the controller's cubic, from the measured state (``gap`` from where the
@@ -183,7 +191,7 @@ def _braking_times(gap: np.ndarray, moving: np.ndarray, start_velocity: np.ndarr
     from speed v takes v / A)."""
     w = np.maximum(np.abs(4 * start_velocity - 3 * moving), np.abs(3 * moving - 2 * start_velocity))
     with np.errstate(invalid="ignore", divide="ignore"):
-        times = (w + np.sqrt(w * w + 24 * acceleration * gap)) / (2 * acceleration)
+        times = (w + np.sqrt(w * w + 24 * acceleration * np.abs(gap))) / (2 * acceleration)
     return np.where(np.isfinite(acceleration), times, 0.0)
 
 
@@ -276,8 +284,8 @@ class ArmIO:
             for name, position, velocity in zip(msg.name, msg.position, velocities):
                 if name in self._wanted and math.isfinite(position):  # only the joints we command or read: bounded
                     before = self._joints.get(name)
-                    if before is not None and arrival < before[2]:
-                        continue
+                    if before is not None and 0 < _behind(before, arrival, stamp) < MAX_DIFFERENCE_S:
+                        continue  # (further behind: the clock went back, a simulator reset; the newest is all)
                     self._estimated[name] = velocity if before is None or math.isfinite(velocity) else \
                         _difference_velocity(before, position, arrival, stamp)  # fmt: skip
                     self._joints[name] = (position, velocity, arrival, stamp)
@@ -429,16 +437,16 @@ class ArmIO:
         trajectory = JointTrajectory(header=Header(), joint_names=list(self.arm_names), points=points)
         if not self._listening():
             return f"{self.target} is not there (no action server, or no subscriber to the topic)"
+        handled = None if self._topic else Future()
         with self._lock:
             self._sends += 1
             holds, sent_as, self._stopping, self._stop_sent = self._holds, self._sends, False, None
+            if handled is not None:  # before it goes: what it preempts may end before it is answered
+                self._unanswered.add(handled)
         if self._topic:
             self._publisher.publish(trajectory)
             return ""
         future = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
-        handled = Future()
-        with self._lock:
-            self._unanswered.add(handled)
         future.add_done_callback(lambda f: self._on_answer(f, holds, sent_as, handled))
         answered = False
         try:
@@ -515,10 +523,14 @@ class ArmIO:
             self._stops.discard(key)
             if stop or handle is not self._newest or ours or response.status == GoalStatus.STATUS_SUCCEEDED:
                 return  # a stop replaced (by a goal, ours or another client's) ends no goal: nothing of it runs
+            if response.status == GoalStatus.STATUS_CANCELED and self._unanswered:
+                return  # our trajectory on its way preempted it (its acceptance, which makes it the newest, may come
+                # second: the two answers reach the executor's threads apart)
             result = response.result
             said = result.error_string[: bounds.TEXT_CHARS] or "cancelled by another client"
             self._fault = Fault(f"{self.target} ended the trajectory (status {response.status}, error_code "
-                                f"{result.error_code}): {said}", response.status == GoalStatus.STATUS_CANCELED)  # fmt: skip
+                                f"{result.error_code}): {said}",
+                                taken_over=response.status == GoalStatus.STATUS_CANCELED)  # fmt: skip
 
     def destroy(self) -> None:
         self.gripper.destroy()

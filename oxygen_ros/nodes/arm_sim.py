@@ -29,11 +29,10 @@ from typing import Any, Literal
 import numpy as np
 from control_msgs.action import FollowJointTrajectory
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
-from rclpy.action.server import ServerGoalHandle
+from rclpy.action.server import GoalEvent, ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from rclpy.task import Future
@@ -105,7 +104,7 @@ class ActiveGoal:
         cancel is marked cancelling first: rclcpp's ``canceled()`` does so for JTC, rclpy's only for a cancel request
         (the same rcl_action transition, taken here through the handle's own state update)."""
         if state == "canceled" and not self.handle.is_cancel_requested:
-            self.handle._update_state(_rclpy.GoalEvent.CANCEL_GOAL)  # noqa: SLF001
+            self.handle._update_state(GoalEvent.CANCEL_GOAL)  # noqa: SLF001
         getattr(self.handle, state)()
         self.ended.set_result(result)
         self._executor.wake()

@@ -299,7 +299,8 @@ class VlaArm:
             run.end(code, f"{in_a_row} chunks in a row missed (max_missed_chunks), the arm holds: {message}")
 
     def tick(self, run: GoalRun, plan: ArmPlan) -> None:
-        """Every period: end the goal, holding the arm, on a controller fault, a controller slowed below the plan's
+        """Every period: end the goal, holding the arm (from where it is measured; with no stop when the controller
+        gave the arm to another client: ``Fault``), on a controller fault, a controller slowed below the plan's
         speed (``ArmIO.slowed``) or stale joint states; count underruns and a chunk past due that has not come (a
         hung server is a miss, not a wait); hand a gripper on its own controller its planned position
         ``send_lead_s`` ahead, once the arm's controller has taken the plan (a jaw must not close on rows the arm's
@@ -339,15 +340,15 @@ class VlaArm:
             self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline", late=True)
 
     def unmoved(self, plan: ArmPlan) -> str:
-        """Why the goal's motion did not happen ('' = it did, as far as the readings tell): a joint its plan moved
-        clearly that the arm did not follow (``Excursion``), within the tracking error the whole time."""
+        """Why the goal's motion did not happen ('' = it did, as far as the readings tell): no joint its plan moved
+        clearly went with it (``Excursion``), within the tracking error the whole time."""
         joint = plan.excursion.unfollowed(self.arm.tolerances["max_tracking_error"], self.arm.gripper_column)
         if joint is None:
             return ""
         planned, measured = plan.excursion.planned[joint], plan.excursion.measured[joint]
-        return (f"joint {self.arm.names[joint]} was planned {planned:.3f} from where the goal started and went "
-                f"{measured:.3f}: the arm did not move as planned (is its controller active and playing "
-                f"{self.arm.target}?)")  # fmt: skip
+        return (f"the arm did not move as planned: joint {self.arm.names[joint]} was planned {planned:.3f} from "
+                f"where the goal started and went {measured:.3f}, and no other joint followed its plan either (is "
+                f"its controller active and playing {self.arm.target}?)")  # fmt: skip
 
     def hold(self, plan: ArmPlan | None, where_it_is: bool = False, stop: bool = True) -> None:
         """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:

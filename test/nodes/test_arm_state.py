@@ -9,8 +9,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from action_msgs.msg import GoalStatus
+from control_msgs.action import FollowJointTrajectory
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
+from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64
 from trajectory_msgs.msg import JointTrajectory
@@ -121,10 +124,10 @@ def test_joint_states_read_while_they_arrive_are_never_newer_than_now_nor_replac
     node = Node("arm_state_race_test", context=ros_context)
     try:
         arm = _arm(node, action_joint_names=["wrist"])
-        clock = iter([5.0, 4.0])
+        clock = iter([5.0, 4.9])
         arm.now = lambda: next(clock)
         arm._on_state(JointState(name=["wrist"], position=[0.2], velocity=[0.0]))  # arrived at 5.0
-        arm._on_state(JointState(name=["wrist"], position=[0.1], velocity=[0.0]))  # took 4.0 before it: older
+        arm._on_state(JointState(name=["wrist"], position=[0.1], velocity=[0.0]))  # took 4.9 before it: older
         assert arm._joints["wrist"][:3] == (0.2, 0.0, 5.0)
 
         def now_as_a_reading_lands() -> float:  # another callback stores a reading while the clock is read
@@ -133,6 +136,51 @@ def test_joint_states_read_while_they_arrive_are_never_newer_than_now_nor_replac
 
         arm.now = now_as_a_reading_lands
         np.testing.assert_allclose(arm.measured(("wrist",)), [0.2])  # the reading looked up before the clock
+    finally:
+        node.destroy_node()
+
+
+def test_after_the_clock_went_back_new_readings_replace_the_old_ones(ros_context):
+    """A simulator reset takes use_sim_time back: readings arriving then are far "older" than the stored one and
+    replace it (dropping them would leave the arm unreadable until the clock caught up); by their stamps, a reading
+    the driver sent before the stored one is dropped whichever arrived last."""
+    node = Node("arm_state_reset_test", context=ros_context)
+    try:
+        arm = _arm(node, action_joint_names=["wrist"])
+        clock = iter([100.0, 3.0])
+        arm.now = lambda: next(clock)
+        arm._on_state(JointState(name=["wrist"], position=[0.2], velocity=[0.0]))
+        arm._on_state(JointState(name=["wrist"], position=[0.0], velocity=[0.0]))  # after the reset
+        assert arm._joints["wrist"][:3] == (0.0, 0.0, 3.0)
+        stamped = [JointState(name=["wrist"], position=[x], velocity=[0.0]) for x in (0.5, 0.4)]
+        stamped[0].header.stamp.sec, stamped[1].header.stamp.sec, stamped[1].header.stamp.nanosec = 4, 3, 900_000_000
+        arm.now = lambda: 4.0
+        for msg in stamped:  # sent at 4.0 and 3.9: the second is older, whatever the executor's threads did
+            arm._on_state(msg)
+        assert arm._joints["wrist"][0] == 0.5
+    finally:
+        node.destroy_node()
+
+
+def test_our_trajectory_preempting_our_previous_one_is_no_fault_whichever_answer_comes_first(ros_context):
+    """The controller ends our previous goal CANCELED when our next one arrives; that result may reach us before the
+    next one's acceptance (which makes it the newest): while a trajectory of ours is on its way a CANCELED newest
+    goal is our own preemption. Without one on its way it is another client's doing (``Fault.taken_over``); an
+    abort is a fault either way."""
+    node = Node("arm_preempt_race_test", context=ros_context)
+    try:
+        arm = _arm(node, action_joint_names=["wrist"])
+        for status, on_its_way, fault in ((GoalStatus.STATUS_CANCELED, True, None),
+                                          (GoalStatus.STATUS_CANCELED, False, True),
+                                          (GoalStatus.STATUS_ABORTED, True, False)):  # fmt: skip
+            handle = SimpleNamespace(goal_id=SimpleNamespace(uuid=bytes(16)))
+            arm._newest, arm._live = handle, {bytes(16): handle}
+            arm._unanswered = {Future()} if on_its_way else set()
+            result = FollowJointTrajectory.Result(error_code=-1, error_string="Current goal cancelled due to new "
+                                                  "incoming action.")  # fmt: skip
+            arm._on_result(handle, SimpleNamespace(status=status, result=result))
+            taken = arm.take_fault()
+            assert (taken is None) if fault is None else taken.taken_over == fault
     finally:
         node.destroy_node()
 
@@ -186,11 +234,14 @@ def test_a_hold_of_a_moving_arm_brakes_within_the_acceleration_limits(ros_contex
         node.destroy_node()
 
 
-@pytest.mark.parametrize("lag", [0.05, -0.05, 0.0])
-def test_a_hold_of_an_arm_off_its_plan_brakes_within_the_acceleration_limits_from_where_it_is(ros_context, lag):
+@pytest.mark.parametrize(("lag", "measured_velocity"), [(0.05, 1.0), (-0.05, 1.0), (0.0, 1.0), (0.02, 0.8),
+                                                        (-0.02, 1.3)])  # fmt: skip
+def test_a_hold_of_an_arm_off_its_plan_brakes_within_the_acceleration_limits_from_where_it_is(
+        ros_context, lag, measured_velocity):  # fmt: skip
     """The controller plays the stop from the measured state: an arm ``lag`` behind (or ahead of) where the plan
-    has it brakes over a longer time, so that the cubic through the gap stays within 2 rad/s^2 at both ends (solved
-    from its four end conditions); with no gap it is the plain v / a."""
+    has it, or slower or faster than it, brakes over a longer time, so that the cubic through the gap stays within
+    2 rad/s^2 at both ends (solved from its four end conditions); with no gap at the plan's speed it is the plain
+    v / a, the limit reached."""
     node = Node("arm_brake_gap_test", context=ros_context)
     try:
         arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory"},
@@ -198,7 +249,7 @@ def test_a_hold_of_an_arm_off_its_plan_brakes_within_the_acceleration_limits_fro
                    joint_velocity_limits=[2.0], joint_acceleration_limits=[2.0])  # fmt: skip
         sent = []
         arm._publisher = SimpleNamespace(publish=sent.append)
-        msg = JointState(name=["shoulder"], position=[0.4 - lag], velocity=[1.0])
+        msg = JointState(name=["shoulder"], position=[0.4 - lag], velocity=[measured_velocity])
         msg.header.stamp = node.get_clock().now().to_msg()
         arm._on_state(msg)
         arm.now = lambda: arm._joints["shoulder"][2]
@@ -207,9 +258,11 @@ def test_a_hold_of_an_arm_off_its_plan_brakes_within_the_acceleration_limits_fro
         duration = seconds(point.time_from_start)
         system = np.array([[1, 0, 0, 0], [1, duration, duration**2, duration**3], [0, 1, 0, 0],
                            [0, 1, 2 * duration, 3 * duration**2]])  # fmt: skip
-        c = np.linalg.solve(system, [0.4 - lag, point.positions[0], 1.0, 0.0])
+        c = np.linalg.solve(system, [0.4 - lag, point.positions[0], measured_velocity, 0.0])
         ends = np.array([2 * c[2], 2 * c[2] + 6 * c[3] * duration])  # the acceleration at the start and the end
-        assert np.abs(ends).max() == pytest.approx(2.0, abs=1e-6), ends  # the limit, reached and not passed
+        assert np.abs(ends).max() <= 2.0 + 1e-6, ends  # within the limit
+        if lag == 0.0:
+            assert np.abs(ends).max() == pytest.approx(2.0) and duration == pytest.approx(0.5)  # and no slower
         assert point.positions[0] == pytest.approx(0.4 + duration / 2)  # v T / 2 past where the plan has it
     finally:
         node.destroy_node()

@@ -222,9 +222,10 @@ def test_fine_motion_the_arm_did_not_follow_is_named_at_the_goals_end(ros_contex
     node = Node("arm_unmoved_test", context=ros_context)
     try:
         rows = [[0.0, 0.0, 0.0], [0.0, 0.1, 0.0], [0.0, 0.2, 0.0]]
-        for share, why in ((0.0, "joint elbow was planned 0.200 from where the goal started and went 0.000: the arm "
-                                 "did not move as planned (is its controller active and playing "
-                                 "/arm_controller/joint_trajectory?)"), (1.0, "")):  # fmt: skip
+        for share, why in ((0.0, "the arm did not move as planned: joint elbow was planned 0.200 from where the goal "
+                                 "started and went 0.000, and no other joint followed its plan either (is its "
+                                 "controller active and playing /arm_controller/joint_trajectory?)"),
+                           (1.0, "")):  # fmt: skip
             arm, run, plan = Arm([0.0, 0.0, 0.0]), Run(), planned(rows)
             vla = VlaArm(node, arm, SETTINGS)
             for t in (10.0, 10.1, 10.2):

@@ -30,6 +30,7 @@ from sensor_msgs.msg import Image
 from visualization_msgs.msg import Marker, MarkerArray
 
 from oxygen_ros.nodes.inference_node import InferenceNode
+from oxygen_ros.nodes.polling import poll_until
 from oxygen_ros.nodes.qos import SERVICE_QUEUE_DEPTH
 
 SMOLLM2_BLOCK_BYTES = 30 * 2 * 3 * 64 * 16 * 4  # layers x (K, V) x KV heads x head_dim x tokens x float32
@@ -64,11 +65,7 @@ class Served:
 
 
 def wait_for_subscriber(publisher, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while publisher.get_subscription_count() == 0:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"nobody subscribed to {publisher.topic_name}")
-        time.sleep(0.05)
+    poll_until(publisher.get_subscription_count, timeout, f"a subscriber to {publisher.topic_name}")
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,11 @@
-"""Whether the arm moved as its plan did. The tracking check ends a goal once a joint is over its
+"""Whether the arm moved at all as its plan did. The tracking check ends a goal once a joint is over its
 ``max_tracking_error`` from where the plan has it; a plan that never takes a joint that far (fine motion) would pass
 it with an arm that never moved (a controller switched off that still listens on its topic, a driver in a dry mode).
-So each joint's excursion from where the goal started is kept twice, planned and measured, and a goal whose plan
-moved a joint clearly (``FLOOR`` of its tracking error) while the arm went less than half as far did not happen."""
+So each joint's excursion is kept twice, the plan's from where it started and the arm's from where it was first
+read, and a goal in which no joint that its plan moved clearly (over ``FLOOR`` of its tracking error) went even half
+as far did not happen. One joint that followed is motion: a jaw stalled on what it holds, a joint that lags at the
+goal's end or a servo that sits off its command never make a moving arm a still one (the tracking check is for
+them)."""
 
 from dataclasses import dataclass
 
@@ -11,31 +14,36 @@ import numpy as np
 from oxygen_ros.control.arm.turns import difference
 
 FLOOR = 0.1  # of max_tracking_error: less planned motion than this is not told apart from a still arm
-FOLLOWED = 0.5  # of the planned excursion: the measured one at least this (lag at the goal's end stays well inside)
+FOLLOWED = 0.5  # of the planned excursion: a joint that went this far moved
 
 
 @dataclass
 class Excursion:
-    """Per joint, the farthest the plan and the measured arm went from the first reading (a turning joint the short
-    way round)."""
+    """Per joint, the farthest the plan went from its first point and the measured arm from its first reading (a
+    turning joint the short way round)."""
 
-    start: np.ndarray | None = None
+    start: np.ndarray | None = None  # the first reading
+    commanded_start: np.ndarray | None = None  # where the plan had the arm then
     planned: np.ndarray | None = None
     measured: np.ndarray | None = None
 
     def add(self, measured: np.ndarray, commanded: np.ndarray, turns: np.ndarray) -> None:
         """One reading of the arm and where the plan had it then."""
         if self.start is None:
-            self.start, self.planned, self.measured = measured.copy(), np.zeros(len(measured)), np.zeros(len(measured))
-        self.planned = np.maximum(self.planned, np.abs(difference(commanded, self.start, turns)))
+            self.start, self.commanded_start = measured.copy(), commanded.copy()
+            self.planned, self.measured = np.zeros(len(measured)), np.zeros(len(measured))
+        self.planned = np.maximum(self.planned, np.abs(difference(commanded, self.commanded_start, turns)))
         self.measured = np.maximum(self.measured, np.abs(difference(measured, self.start, turns)))
 
     def unfollowed(self, tracking_error: np.ndarray, ignored: int | None) -> int | None:
-        """The joint (``ignored`` aside: a gripper may stall on what it holds) its plan moved by over FLOOR of its
-        tracking error that went less than FOLLOWED of that, or None."""
+        """None when some joint (``ignored`` aside: a gripper on a controller of its own says nothing of the arm's)
+        its plan moved by over FLOOR of its tracking error went FOLLOWED of that, or when the plan moved none that
+        far; else the joint the plan moved farthest."""
         if self.start is None:
             return None
-        missed = (self.planned > FLOOR * tracking_error) & (self.measured < FOLLOWED * self.planned)
+        clear = self.planned > FLOOR * tracking_error
         if ignored is not None:
-            missed[ignored] = False
-        return int(np.argmax(missed)) if missed.any() else None
+            clear[ignored] = False
+        if not clear.any() or (self.measured[clear] >= FOLLOWED * self.planned[clear]).any():
+            return None
+        return int(np.argmax(np.where(clear, self.planned, -np.inf)))
