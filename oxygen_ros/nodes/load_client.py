@@ -226,11 +226,14 @@ def pin_observation(node: Node, frame: Observation, services: list[str], timeout
     probe = Infer.Request(prompt="probe", observation_id=frame.observation_id, want_text=True, max_new_tokens=0)
     for service in services:
         client = node.create_client(Infer, service)
-        while call(client, probe).error_code == "NOT_FOUND":  # known: refused for the zero token budget
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{service} did not receive the pinned observation within {timeout:.0f} s")
+
+        def known() -> bool:  # refused for the zero token budget once known; until then the frame goes out again
+            if call(client, probe).error_code != "NOT_FOUND":
+                return True
             publisher.publish(frame)
-            time.sleep(0.1)
+            return False
+
+        poll_until(known, deadline - time.monotonic(), f"the pinned observation at {service}", period_s=0.1)
     return frame.observation_id
 
 
