@@ -20,6 +20,7 @@
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,6 +58,7 @@ HOLD_MIN_S = 0.1  # the soonest a hold's point is due: the controller decelerate
 MIN_STOP_S = 0.02  # a stop squeezed against a position limit still takes this long
 MIN_SPEED_SCALING = 99.0  # percent: a controller scaled below this plays the plan visibly slower than it is timed
 MIN_DIFFERENCE_S, MAX_DIFFERENCE_S = 5e-3, 0.5  # readings that far apart give a velocity where the driver gives none
+ANSWERS_KEPT = 8  # the controller's latest answer times whose median is a stop's lead (one slow answer moves nothing)
 PARAMETERS = {  # scalars: (default, description), read once
     "state_topic": ("joint_states", "sensor_msgs/JointState input: the arm's measured joint positions"),
     "description_topic": ("robot_description", "std_msgs/String input (latched): the URDF whose joint limits bound "
@@ -247,6 +249,7 @@ class ArmIO:
         # result waits for its answer (``stop_answered``)
         self._stop_sent: tuple[Future, set[bytes]] | None = None
         self._unanswered: set[Future] = set()  # each done once the controller's answer to a trajectory is handled
+        self._answer_times: deque[float] = deque(maxlen=ANSWERS_KEPT)  # s from sending a goal to its acceptance
         node.create_subscription(JointState, settings["state_topic"], self._on_state, 10, callback_group=group)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         node.create_subscription(String, settings["description_topic"], self._on_description, latched,
@@ -334,15 +337,15 @@ class ArmIO:
         arm = [i for i, name in enumerate(names) if name != self.gripper.name] or list(range(len(names)))
         return readings[:, 0], float(readings[arm, 2].min())  # a gripper on its own controller reports apart
 
-    def start_state(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """Where a controller taking a trajectory now starts it from (a joint_trajectory_controller's default: its
-        measured state): each position carried forward to now at its velocity, and that velocity (where the joint
-        states carry none, as a position-only driver's NaN: from its last two readings; 0 without them); checked as
-        ``measured`` says."""
+    def start_state(self, names: tuple[str, ...], ahead_s: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """Where a controller taking a trajectory ``ahead_s`` from now starts it from (a joint_trajectory_controller's
+        default: its measured state): each position carried forward to then at its velocity, and that velocity
+        (where the joint states carry none, as a position-only driver's NaN: from its last two readings; 0 without
+        them); checked as ``measured`` says."""
         readings = self._read(names)
         estimated = np.array([self._estimated.get(name, math.nan) for name in names])
         velocity = np.nan_to_num(np.where(np.isfinite(readings[:, 1]), readings[:, 1], estimated), nan=0.0)
-        return readings[:, 0] + velocity * (self.now() - readings[:, 2]), velocity
+        return readings[:, 0] + velocity * (self.now() + ahead_s - readings[:, 2]), velocity
 
     def _read(self, names: tuple[str, ...]) -> np.ndarray:
         """[len(names), 3]: each joint's newest (position, velocity, arrival), checked as ``measured`` says."""
@@ -446,8 +449,10 @@ class ArmIO:
         if self._topic:
             self._publisher.publish(trajectory)
             return ""
+        asked = self.now()
         future = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
         future.add_done_callback(lambda f: self._on_answer(f, holds, sent_as, handled))
+        future.add_done_callback(lambda f: self._time_answer(f, asked))
         answered = False
         try:
             answered, handle = await wait(self._node, future, self._settings["answer_wait_s"])
@@ -480,6 +485,21 @@ class ArmIO:
             with self._lock:
                 self._unanswered.discard(handled)
             handled.set_result(True)
+
+    def _time_answer(self, future: Future, asked: float) -> None:
+        """How long the controller took to take a goal of ours sent at ``asked``: about how long a stop sent now
+        takes to start (``_stop_lead``)."""
+        if future.exception() is None and future.result().accepted:
+            answered = self.now() - asked
+            with self._lock:
+                self._answer_times.append(answered)
+
+    def _stop_lead(self) -> float:
+        """How long after it is sent a stop starts, in the controller's recent answers to our goals (their median,
+        at most answer_wait_s; 0 on the topic, which answers nothing): the arm moves on meanwhile."""
+        with self._lock:
+            times = list(self._answer_times)
+        return min(float(np.median(times)), self._settings["answer_wait_s"]) if times else 0.0
 
     def _on_accepted(self, handle, holds: int, sent_as: int) -> None:
         """Our trajectory (the ``sent_as``-th thing sent) taken. A hold came while it was on its way: it is ours to
@@ -544,10 +564,12 @@ class ArmIO:
         """Stop the arm, decelerating: one trajectory point, at rest, replacing the one playing (on the action too: a
         cancel makes a joint_trajectory_controller hold the measured position at once, a jolt at speed). From
         ``at`` moving at ``velocity`` (where and how fast the plan has the arm now), else from the measured state
-        carried forward, the arm stops ``v T / 2`` further on over ``T``: as long as the joints' acceleration
-        limits need (at least HOLD_MIN_S), and as long as the controller's cubic from the measured position needs to
-        stay within the velocity limits (1.5 x the mean speed); with joint states too old to read, from ``at`` timed
-        for the farthest the arm may be from it (each joint's max_tracking_error: what the tracking check allows).
+        carried forward, both carried on to when the stop will start (``_stop_lead``), the arm stops ``v T / 2``
+        further on over ``T``: as long as the joints' acceleration limits need (at least HOLD_MIN_S), and as long as
+        the controller's cubic from the measured position needs to stay within the velocity limits (1.5 x the mean
+        speed); a position limit nearer than that, sooner, so that the cubic does not pass it (at least MIN_STOP_S);
+        with joint states too old to read, from ``at`` timed for the farthest the arm may be from it (each joint's
+        max_tracking_error: what the tracking check allows).
         A goal of ours taken after the hold is replaced by another such stop, from where the arm is then; on the
         action, a stop the controller refuses (or none that can be planned: no joint states, no plan) cancels ours
         instead (the controller then holds where the arm is). Not ``stop``: nothing of ours plays (``Fault``'s
@@ -580,8 +602,10 @@ class ArmIO:
         if self._topic:
             self._publisher.publish(trajectory)
         else:
+            asked = self.now()
             sending = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
             sending.add_done_callback(lambda f: self._on_stop(f, replaced))
+            sending.add_done_callback(lambda f: self._time_answer(f, asked))
             sent = (sending, replaced)
         self._mark_stopped(sent, mine)  # sent: a hold before the next trajectory has nothing more to stop
 
@@ -640,31 +664,39 @@ class ArmIO:
             limits = self._known_limits
         speeds, turns = np.array([lim.velocity for lim in limits])[arm], turning(limits)[arm]
         braking = np.array([lim.acceleration for lim in limits])[arm]
+        lead = self._stop_lead()  # the arm plays on at its speed until the controller starts the stop
         try:  # the trajectory's joints only: a gripper on its own controller may report late, or not at all
-            measured, start_velocity = self.start_state(self.arm_names)
+            start, start_velocity = self.start_state(self.arm_names, lead)
             start_velocity = np.clip(start_velocity, -speeds, speeds)  # a spike of a differenced velocity
             if at is None:
-                here, distance, moving = measured, np.zeros(len(arm)), start_velocity
-            else:
-                offset = difference(at[arm], measured, turns)  # a wrist: the short way
-                here, distance, moving = measured + offset, np.abs(offset), _or_rest(velocity, arm)
+                here, moving = start, start_velocity
+            else:  # a wrist: the short way
+                moving = _or_rest(velocity, arm)
+                here = start + difference(at[arm] + moving * lead, start, turns)
+            distance = np.abs(here - start)
         except EngineError as exc:
             if at is None:
                 log(f"cannot hold on {self.target}: {exc.message}, and no plan says where the arm is")
                 return None
             log(f"holding on {self.target} where the plan has the arm: {exc.message}")
-            here, distance, moving = at[arm], self.tolerances["max_tracking_error"][arm], _or_rest(velocity, arm)
-            start_velocity = moving
+            moving = start_velocity = _or_rest(velocity, arm)
+            here = start = at[arm] + moving * lead
+            distance = self.tolerances["max_tracking_error"][arm]
         braking_s = max(float(np.max(_braking_times(distance, moving, start_velocity, braking), initial=0.0)),
                         HOLD_MIN_S)  # fmt: skip
         lower, upper = (np.array([getattr(lim, side) for lim in limits])[arm] for side in ("lower", "upper"))
         stop = np.clip(here + moving * braking_s / 2, lower, upper)  # steady deceleration to rest
         squeezed = (np.abs(stop - here) < np.abs(moving) * braking_s / 2 - 1e-12) & (moving != 0)
         slowest = max(float(np.max(1.5 * (distance + np.abs(stop - here)) / speeds, initial=0.0)), braking_s)
-        if squeezed.any():  # a limit within the braking distance: there sooner, or the cubic overshoots (d >= v T / 3)
-            room = 3 * np.abs(stop - here)[squeezed] / np.abs(moving[squeezed])
-            slowest = max(float(room.min()), MIN_STOP_S)  # the limit first: every joint brakes in that time
-            stop = np.clip(here + moving * slowest / 2, lower, upper)
+        if squeezed.any():  # a position limit within the braking distance: the steady deceleration from the start
+            # state at v0 that ends on it (T = 2 d / v0: the gentlest that stays short of it, v0^2 / 2d; the cubic
+            # passes it for T > 3 d / v0); every joint brakes in that T, a squeezed one onto its limit
+            toward = np.sign(start_velocity) == np.sign(moving)
+            room = np.maximum((stop - start) * np.sign(moving), 0.0)  # none: the arm is past it already
+            with np.errstate(divide="ignore"):
+                times = np.where(toward & (start_velocity != 0), 2 * room / np.abs(start_velocity), np.inf)
+            slowest = max(min(slowest, float(times[squeezed].min())), MIN_STOP_S)
+            stop = np.where(squeezed, stop, np.clip(here + moving * slowest / 2, lower, upper))
         return JointTrajectoryPoint(positions=stop.tolist(), velocities=[0.0] * len(arm),
                                     time_from_start=duration_of(slowest))  # fmt: skip
 

@@ -24,9 +24,23 @@ from oxygen_ros.nodes.arm_io import NAME_LISTS, NUMBER_LISTS, ArmIO
 from oxygen_ros.nodes.stamps import seconds
 
 
+def _cubic(start: float, end: float, start_velocity: float, duration: float) -> np.ndarray:
+    """The coefficients [4] of the cubic a joint_trajectory_controller plays from (start, start_velocity) to ``end``
+    at rest ``duration`` later, solved from those four end conditions."""
+    system = np.array([[1, 0, 0, 0], [1, duration, duration**2, duration**3], [0, 1, 0, 0],
+                       [0, 1, 2 * duration, 3 * duration**2]])  # fmt: skip
+    return np.linalg.solve(system, [start, end, start_velocity, 0.0])
+
+
+def _end_accelerations(c: np.ndarray, duration: float) -> np.ndarray:
+    """The cubic's acceleration at its start and its end (it is linear in time: the hardest is at one of them)."""
+    return np.array([2 * c[2], 2 * c[2] + 6 * c[3] * duration])
+
+
 def _arm(node: Node, settings: dict | None = None, **lists) -> ArmIO:
     parameters = arm_io.PARAMETERS | gripper_io.PARAMETERS  # instruction_node's defaults
-    settings = {name: default for name, (default, _) in parameters.items()} | {"input_timeout_s": 60.0} | (settings or {})
+    settings = {name: default for name, (default, _) in parameters.items()} | {"input_timeout_s": 60.0} | \
+        (settings or {})  # fmt: skip
     return ArmIO(node, settings, {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | lists, ReentrantCallbackGroup())
 
 
@@ -205,6 +219,21 @@ def test_on_the_topic_a_recorder_or_an_echo_is_no_controller(ros_context):
             each.destroy_node()
 
 
+def _moving_shoulder(node: Node, position: float, velocity: float = 1.0, upper: float = 3.0) -> tuple[ArmIO, list]:
+    """An arm on the topic whose shoulder reads ``position`` at ``velocity`` now (read as it arrived: nothing
+    carried forward), limits 2 rad/s and 2 rad/s^2, and the trajectories it sends."""
+    arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory"}, action_joint_names=["shoulder"],
+               joint_lower_limits=[-3.0], joint_upper_limits=[upper], joint_velocity_limits=[2.0],
+               joint_acceleration_limits=[2.0])  # fmt: skip
+    sent = []
+    arm._publisher = SimpleNamespace(publish=sent.append)
+    msg = JointState(name=["shoulder"], position=[position], velocity=[velocity])
+    msg.header.stamp = node.get_clock().now().to_msg()
+    arm._on_state(msg)
+    arm.now = lambda: arm._joints["shoulder"][2]
+    return arm, sent
+
+
 def test_a_hold_of_a_moving_arm_brakes_within_the_acceleration_limits(ros_context):
     """Where the plan moves the shoulder at 1 rad/s and the arm follows, the hold brakes at the 2 rad/s^2 limit:
     0.5 s to rest, 0.25 rad on (v T / 2), the controller's cubic from there a steady deceleration (solved here from
@@ -226,9 +255,7 @@ def test_a_hold_of_a_moving_arm_brakes_within_the_acceleration_limits(ros_contex
         np.testing.assert_allclose(point.positions, [0.65, 0.2])
         duration = seconds(point.time_from_start)
         assert duration == pytest.approx(0.5)
-        system = np.array([[1, 0, 0, 0], [1, duration, duration**2, duration**3], [0, 1, 0, 0],
-                           [0, 1, 2 * duration, 3 * duration**2]])  # fmt: skip
-        c = np.linalg.solve(system, [0.4, 0.65, 1.0, 0.0])
+        c = _cubic(0.4, 0.65, 1.0, duration)
         assert c[3] == pytest.approx(0.0, abs=1e-9) and 2 * c[2] == pytest.approx(-2.0)  # constant -2 rad/s^2
     finally:
         node.destroy_node()
@@ -244,26 +271,53 @@ def test_a_hold_of_an_arm_off_its_plan_brakes_within_the_acceleration_limits_fro
     v / a, the limit reached."""
     node = Node("arm_brake_gap_test", context=ros_context)
     try:
-        arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory"},
-                   action_joint_names=["shoulder"], joint_lower_limits=[-3.0], joint_upper_limits=[3.0],
-                   joint_velocity_limits=[2.0], joint_acceleration_limits=[2.0])  # fmt: skip
-        sent = []
-        arm._publisher = SimpleNamespace(publish=sent.append)
-        msg = JointState(name=["shoulder"], position=[0.4 - lag], velocity=[measured_velocity])
-        msg.header.stamp = node.get_clock().now().to_msg()
-        arm._on_state(msg)
-        arm.now = lambda: arm._joints["shoulder"][2]
+        arm, sent = _moving_shoulder(node, 0.4 - lag, measured_velocity)
         arm.hold(np.array([0.4]), print, velocity=np.array([1.0]))
         (point,) = sent[-1].points
         duration = seconds(point.time_from_start)
-        system = np.array([[1, 0, 0, 0], [1, duration, duration**2, duration**3], [0, 1, 0, 0],
-                           [0, 1, 2 * duration, 3 * duration**2]])  # fmt: skip
-        c = np.linalg.solve(system, [0.4 - lag, point.positions[0], measured_velocity, 0.0])
-        ends = np.array([2 * c[2], 2 * c[2] + 6 * c[3] * duration])  # the acceleration at the start and the end
+        ends = _end_accelerations(_cubic(0.4 - lag, point.positions[0], measured_velocity, duration), duration)
         assert np.abs(ends).max() <= 2.0 + 1e-6, ends  # within the limit
         if lag == 0.0:
             assert np.abs(ends).max() == pytest.approx(2.0) and duration == pytest.approx(0.5)  # and no slower
         assert point.positions[0] == pytest.approx(0.4 + duration / 2)  # v T / 2 past where the plan has it
+    finally:
+        node.destroy_node()
+
+
+def test_a_hold_is_planned_for_the_arm_where_the_controller_will_start_the_stop(ros_context):
+    """A stop reaches the controller as late as it lately took our goals to answer (their median: one slow answer
+    moves nothing), and the arm moves on meanwhile: the hold is planned from 20 ms on, 0.42 at 1 rad/s, and brakes
+    at the 2 rad/s^2 limit from there (planned from 0.40, the controller's cubic from 0.42 would brake at 2.5)."""
+    node = Node("arm_lead_test", context=ros_context)
+    try:
+        arm, sent = _moving_shoulder(node, 0.4)
+        arm._answer_times.extend([0.02, 0.5, 0.02])
+        arm.hold(np.array([0.4]), print, velocity=np.array([1.0]))
+        (point,) = sent[-1].points
+        duration = seconds(point.time_from_start)
+        assert duration == pytest.approx(0.5) and point.positions[0] == pytest.approx(0.42 + 0.25)
+        np.testing.assert_allclose(_end_accelerations(_cubic(0.42, point.positions[0], 1.0, duration), duration),
+                                   [-2.0, -2.0], rtol=1e-5)  # (the duration in whole nanoseconds)  # fmt: skip
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("ahead", [0.0, 0.05, -0.05])
+def test_a_hold_with_a_position_limit_within_its_braking_distance_stops_on_it_and_never_past(ros_context, ahead):
+    """The shoulder 0.2 short of its upper limit at 1 rad/s (braking at 2 rad/s^2 takes 0.25): the gentlest stop
+    that stays short of the limit is the steady deceleration that ends on it, from where the arm is measured
+    (``ahead`` of where its plan has it, or behind): v^2 / 2d, over the acceleration limit as it must be; the
+    controller's cubic from the measured state never passes the limit."""
+    node = Node("arm_squeeze_test", context=ros_context)
+    try:
+        arm, sent = _moving_shoulder(node, 0.4 + ahead, upper=0.6)
+        arm.hold(np.array([0.4]), print, velocity=np.array([1.0]))
+        (point,) = sent[-1].points
+        duration, room = seconds(point.time_from_start), 0.2 - ahead
+        assert point.positions[0] == pytest.approx(0.6) and duration == pytest.approx(2 * room)
+        c = _cubic(0.4 + ahead, 0.6, 1.0, duration)
+        np.testing.assert_allclose(_end_accelerations(c, duration), [-1 / (2 * room)] * 2, rtol=1e-5)
+        assert np.polynomial.polynomial.polyval(np.linspace(0.0, duration, 101), c).max() <= 0.6 + 1e-9
     finally:
         node.destroy_node()
 

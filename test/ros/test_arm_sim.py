@@ -317,6 +317,8 @@ def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
     io.hold(at, print, velocity=np.full(len(SO100_JOINTS), 0.5))
     assert moving.result(timeout=5.0).result.error_string == PREEMPTED  # replaced, not cancelled by us
     assert run_on(arm, io.stop_answered(5.0)) == ""  # taken: a goal's result has nothing to add
+    wait_until(lambda: len(io._answer_times) == 1, 5.0, "the stop's answer timed")  # a later stop's lead
+    assert 0.0 < io._answer_times[0] < 5.0
     time.sleep(1.0)
     rest = arm.states[-1][1]
     # 125 mrad on; more for the way the arm went on since `at` was read (a stale reading: a longer, gentler stop)
