@@ -38,7 +38,7 @@ from oxygen_ros.control.arm.turns import beside, difference, turning
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk, ChunkTrace
 from oxygen_ros.srv import Infer
-from oxygen_ros.nodes.arm_io import MAX_CLOCK_SKEW_S, ArmIO
+from oxygen_ros.nodes.arm_io import HOLD_MIN_S, MAX_CLOCK_SKEW_S, ArmIO
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.stamps import seconds, time_of
 
@@ -133,6 +133,13 @@ class VlaArm:
         if self.arm.gripper_column is not None:  # the jaw moves at its controller's speed, not along the trajectory
             limits[self.arm.gripper_column] = replace(limits[self.arm.gripper_column], velocity=math.inf,
                                                       acceleration=math.inf)  # fmt: skip
+        unbounded = [name for i, name in enumerate(self.arm.names)
+                     if i != self.arm.gripper_column and limits[i].acceleration == math.inf]  # fmt: skip
+        if unbounded:  # a URDF has none: the driver's own limits are all that keeps a stop from jolting
+            self._node.get_logger().warning(
+                f"joints {unbounded} have no acceleration limit: chunks are not checked for acceleration and a hold "
+                f"brakes within {HOLD_MIN_S:g} s at any speed (a UR protective stop, a Franka reflex); set "
+                "joint_acceleration_limits from the arm's MoveIt joint_limits.yaml (max_acceleration)")
         self.arm.measured(self.arm.names)
         s = self._settings
         horizon = min(s["actions_per_chunk"] or chunk.horizon, chunk.horizon)

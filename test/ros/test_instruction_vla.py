@@ -93,12 +93,13 @@ def _standing(graph) -> np.ndarray:
     return np.asarray(graph.states.messages[-1].position)
 
 
-def test_chunks_drive_the_arm_through_its_controller(graph):
+def test_chunks_drive_the_arm_through_its_controller(graph, capfd):
     wait_until(lambda: graph.states.messages, 10.0, "the arm's first joint state")
     before_states, before_traces = len(graph.states.messages), len(graph.traces.messages)
     handle = follow(graph, duration_s=6.0)
     out = handle.result(timeout=90.0)
     assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
+    assert "have no acceleration limit" in capfd.readouterr().err  # the arm's configuration sets none: named
     result = out.result
     assert 2 <= result.chunks_sent <= result.chunks_asked and result.chunks_missed <= result.chunks_asked, result
     assert 0 < result.latency_p50_ms <= result.latency_p99_ms < 2 * 10 * PERIOD_S * 1000, result
