@@ -487,19 +487,20 @@ class ArmIO:
             handled.set_result(True)
 
     def _time_answer(self, future: Future, asked: float) -> None:
-        """How long the controller took to take a goal of ours sent at ``asked``: about how long a stop sent now
-        takes to start (``_stop_lead``)."""
-        if future.exception() is None and future.result().accepted:
-            answered = self.now() - asked
+        """The round trip of a goal of ours sent at ``asked`` and taken (``_stop_lead``)."""
+        handle = future.result() if future.exception() is None else None
+        if handle is not None and handle.accepted:
+            answered = max(self.now() - asked, 0.0)  # (a simulated clock gone back)
             with self._lock:
                 self._answer_times.append(answered)
 
     def _stop_lead(self) -> float:
-        """How long after it is sent a stop starts, in the controller's recent answers to our goals (their median,
-        at most answer_wait_s; 0 on the topic, which answers nothing): the arm moves on meanwhile."""
+        """How long after it is sent a stop reaches the controller: half the median round trip of its recent
+        acceptances of our goals (the request's way; at most answer_wait_s; 0 on the topic, which answers nothing).
+        The arm moves on meanwhile; the controller's next update, up to one period later, comes on top."""
         with self._lock:
             times = list(self._answer_times)
-        return min(float(np.median(times)), self._settings["answer_wait_s"]) if times else 0.0
+        return min(float(np.median(times)) / 2, self._settings["answer_wait_s"]) if times else 0.0
 
     def _on_accepted(self, handle, holds: int, sent_as: int) -> None:
         """Our trajectory (the ``sent_as``-th thing sent) taken. A hold came while it was on its way: it is ours to
@@ -567,7 +568,8 @@ class ArmIO:
         carried forward, both carried on to when the stop will start (``_stop_lead``), the arm stops ``v T / 2``
         further on over ``T``: as long as the joints' acceleration limits need (at least HOLD_MIN_S), and as long as
         the controller's cubic from the measured position needs to stay within the velocity limits (1.5 x the mean
-        speed); a position limit nearer than that, sooner, so that the cubic does not pass it (at least MIN_STOP_S);
+        speed); a position limit nearer than that, sooner, the steady deceleration that ends on it (at least
+        MIN_STOP_S: a limit nearer than the arm moves in a third of that is passed by a few mrad);
         with joint states too old to read, from ``at`` timed for the farthest the arm may be from it (each joint's
         max_tracking_error: what the tracking check allows).
         A goal of ours taken after the hold is replaced by another such stop, from where the arm is then; on the
@@ -690,13 +692,15 @@ class ArmIO:
         slowest = max(float(np.max(1.5 * (distance + np.abs(stop - here)) / speeds, initial=0.0)), braking_s)
         if squeezed.any():  # a position limit within the braking distance: the steady deceleration from the start
             # state at v0 that ends on it (T = 2 d / v0: the gentlest that stays short of it, v0^2 / 2d; the cubic
-            # passes it for T > 3 d / v0); every joint brakes in that T, a squeezed one onto its limit
+            # passes it for T > 3 d / v0, so by 4 v0 MIN_STOP_S / 27 at most, 3 mrad at 1 rad/s, where the floor
+            # lengthens T); every joint brakes in the shortest such T, the one that sets it onto its limit
             toward = np.sign(start_velocity) == np.sign(moving)
             room = np.maximum((stop - start) * np.sign(moving), 0.0)  # none: the arm is past it already
-            with np.errstate(divide="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore"):
                 times = np.where(toward & (start_velocity != 0), 2 * room / np.abs(start_velocity), np.inf)
             slowest = max(min(slowest, float(times[squeezed].min())), MIN_STOP_S)
-            stop = np.where(squeezed, stop, np.clip(here + moving * slowest / 2, lower, upper))
+            binding = squeezed & (times <= slowest)  # another squeezed joint stops short of its limit in this T
+            stop = np.where(binding, stop, np.clip(here + moving * slowest / 2, lower, upper))
         return JointTrajectoryPoint(positions=stop.tolist(), velocities=[0.0] * len(arm),
                                     time_from_start=duration_of(slowest))  # fmt: skip
 

@@ -219,18 +219,20 @@ def test_on_the_topic_a_recorder_or_an_echo_is_no_controller(ros_context):
             each.destroy_node()
 
 
-def _moving_shoulder(node: Node, position: float, velocity: float = 1.0, upper: float = 3.0) -> tuple[ArmIO, list]:
-    """An arm on the topic whose shoulder reads ``position`` at ``velocity`` now (read as it arrived: nothing
+def _moving_joints(node: Node, positions: list[float], velocity: float = 1.0,
+                   upper: float = 3.0) -> tuple[ArmIO, list]:  # fmt: skip
+    """An arm on the topic whose joints read ``positions`` at ``velocity`` now (read as they arrived: nothing
     carried forward), limits 2 rad/s and 2 rad/s^2, and the trajectories it sends."""
-    arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory"}, action_joint_names=["shoulder"],
-               joint_lower_limits=[-3.0], joint_upper_limits=[upper], joint_velocity_limits=[2.0],
-               joint_acceleration_limits=[2.0])  # fmt: skip
+    names, count = [f"joint_{i}" for i in range(len(positions))], len(positions)
+    arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory"}, action_joint_names=names,
+               joint_lower_limits=[-3.0] * count, joint_upper_limits=[upper] * count,
+               joint_velocity_limits=[2.0] * count, joint_acceleration_limits=[2.0] * count)  # fmt: skip
     sent = []
     arm._publisher = SimpleNamespace(publish=sent.append)
-    msg = JointState(name=["shoulder"], position=[position], velocity=[velocity])
+    msg = JointState(name=names, position=positions, velocity=[velocity] * count)
     msg.header.stamp = node.get_clock().now().to_msg()
     arm._on_state(msg)
-    arm.now = lambda: arm._joints["shoulder"][2]
+    arm.now = lambda: arm._joints[names[0]][2]
     return arm, sent
 
 
@@ -271,7 +273,7 @@ def test_a_hold_of_an_arm_off_its_plan_brakes_within_the_acceleration_limits_fro
     v / a, the limit reached."""
     node = Node("arm_brake_gap_test", context=ros_context)
     try:
-        arm, sent = _moving_shoulder(node, 0.4 - lag, measured_velocity)
+        arm, sent = _moving_joints(node, [0.4 - lag], measured_velocity)
         arm.hold(np.array([0.4]), print, velocity=np.array([1.0]))
         (point,) = sent[-1].points
         duration = seconds(point.time_from_start)
@@ -285,13 +287,14 @@ def test_a_hold_of_an_arm_off_its_plan_brakes_within_the_acceleration_limits_fro
 
 
 def test_a_hold_is_planned_for_the_arm_where_the_controller_will_start_the_stop(ros_context):
-    """A stop reaches the controller as late as it lately took our goals to answer (their median: one slow answer
-    moves nothing), and the arm moves on meanwhile: the hold is planned from 20 ms on, 0.42 at 1 rad/s, and brakes
-    at the 2 rad/s^2 limit from there (planned from 0.40, the controller's cubic from 0.42 would brake at 2.5)."""
+    """A stop reaches the controller half a round trip of its recent acceptances of our goals after it is sent
+    (their median: one slow answer moves nothing), and the arm moves on meanwhile: the hold is planned from 20 ms
+    on, 0.42 at 1 rad/s, and brakes at the 2 rad/s^2 limit from there (planned from 0.40, the controller's cubic
+    from 0.42 would brake at 2.5)."""
     node = Node("arm_lead_test", context=ros_context)
     try:
-        arm, sent = _moving_shoulder(node, 0.4)
-        arm._answer_times.extend([0.02, 0.5, 0.02])
+        arm, sent = _moving_joints(node, [0.4])
+        arm._answer_times.extend([0.04, 1.0, 0.04])
         arm.hold(np.array([0.4]), print, velocity=np.array([1.0]))
         (point,) = sent[-1].points
         duration = seconds(point.time_from_start)
@@ -310,7 +313,7 @@ def test_a_hold_with_a_position_limit_within_its_braking_distance_stops_on_it_an
     controller's cubic from the measured state never passes the limit."""
     node = Node("arm_squeeze_test", context=ros_context)
     try:
-        arm, sent = _moving_shoulder(node, 0.4 + ahead, upper=0.6)
+        arm, sent = _moving_joints(node, [0.4 + ahead], upper=0.6)
         arm.hold(np.array([0.4]), print, velocity=np.array([1.0]))
         (point,) = sent[-1].points
         duration, room = seconds(point.time_from_start), 0.2 - ahead
@@ -318,6 +321,24 @@ def test_a_hold_with_a_position_limit_within_its_braking_distance_stops_on_it_an
         c = _cubic(0.4 + ahead, 0.6, 1.0, duration)
         np.testing.assert_allclose(_end_accelerations(c, duration), [-1 / (2 * room)] * 2, rtol=1e-5)
         assert np.polynomial.polynomial.polyval(np.linspace(0.0, duration, 101), c).max() <= 0.6 + 1e-9
+    finally:
+        node.destroy_node()
+
+
+def test_a_joint_whose_limit_is_near_sets_the_stops_time_and_the_others_brake_steadily_in_it(ros_context):
+    """Two joints at 1 rad/s, 0.01 and 0.2 short of their upper limits: the nearer one sets the time (0.02 s, its
+    steady deceleration onto the limit); the other brakes steadily in that time, v T / 2 on, not onto its own
+    limit (0.2 in 0.02 s from 1 rad/s would take 15 rad/s)."""
+    node = Node("arm_squeeze_two_test", context=ros_context)
+    try:
+        arm, sent = _moving_joints(node, [0.59, 0.4], upper=0.6)
+        arm.hold(np.array([0.59, 0.4]), print, velocity=np.array([1.0, 1.0]))
+        (point,) = sent[-1].points
+        duration = seconds(point.time_from_start)
+        assert duration == pytest.approx(0.02) and point.positions == pytest.approx([0.6, 0.41])
+        c = _cubic(0.4, point.positions[1], 1.0, duration)
+        speeds = np.polynomial.polynomial.polyval(np.linspace(0.0, duration, 101), np.polynomial.polynomial.polyder(c))
+        assert speeds.max() <= 1.0 + 1e-6 and speeds.min() >= -1e-6  # slowing to rest, never faster, never back
     finally:
         node.destroy_node()
 
