@@ -6,7 +6,8 @@ executor resumes every waiting coroutine on every wake-up), and each resumes whe
 ``wake`` call.
 
 And one fault never stops the spin: a callback that raises is logged with its node and the rest is still served,
-and action clients created on a node that is spinning (ros2/rclpy#1589) leave the executor serving."""
+and action clients created on a node that is spinning (ros2/rclpy#1589) leave the executor serving, and so do those
+destroyed there (ros2/rclpy#1284: a destroyed one is added to the wait set of an executor that listed it before)."""
 
 import gc
 import threading
@@ -17,7 +18,9 @@ import pytest
 from oxygen_ros.action import FollowInstruction
 from oxygen_ros.srv import GetPoolStats
 from rclpy.action import ActionClient as RclpyActionClient
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.task import Future
 from ros_harness import call_service, spin_nodes, wait_until
@@ -150,7 +153,8 @@ def test_a_parked_coroutine_resumes_with_nothing_else_waking_the_executor(ros_co
         futures["cancelled"].cancel()
         wait_until(lambda: all(task.done() for task in tasks.values()), 2.0, "every parked waiter resumed")
         assert not executor._parked
-    assert {name: task.result() for name, task in tasks.items()} == {"owned": "owned", "free": "free", "cancelled": None}
+    results = {name: task.result() for name, task in tasks.items()}
+    assert results == {"owned": "owned", "free": "free", "cancelled": None}
 
 
 def test_a_parked_task_cancelled_is_forgotten_though_its_future_never_ends(ros_context):
@@ -224,6 +228,26 @@ def test_action_clients_made_on_a_spinning_node_leave_the_graph_serving(client_t
         assert "Error" not in log, log
     else:  # the executor survived the race this test provokes
         assert "has no attribute '_lock'" in log, "rclpy fixed #1589: nodes/action_client.py can go"
+
+
+@pytest.mark.parametrize("client_type", [ActionClient, RclpyActionClient], ids=["oxygen_ros", "rclpy"])
+def test_an_action_client_destroyed_after_an_executor_listed_it_adds_nothing_to_its_wait_set(client_type, ros_context):
+    """What an executor does with a waitable destroyed between its listing the node's waitables and its building
+    the wait set: entering it fails (InvalidHandle, passed over), then it adds it all the same."""
+    node = Node("client_destroyed", context=ros_context)
+    try:
+        client = client_type(node, FollowInstruction, "/follow_instruction")
+        client.destroy()
+        with pytest.raises(InvalidHandle):
+            client.__enter__()
+        wait_set = _rclpy.WaitSet(2, 0, 0, 3, 0, 0, ros_context.handle)  # an action client's 2 topics, 3 services
+        if client_type is ActionClient:
+            client.add_to_wait_set(wait_set)  # nothing: the executor's spin goes on
+        else:
+            with pytest.raises(_rclpy.RCLError, match="pointer is invalid"):  # rclpy fixed #1284: the override can go
+                client.add_to_wait_set(wait_set)
+    finally:
+        node.destroy_node()
 
 
 class Stderr:
