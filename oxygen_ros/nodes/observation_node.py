@@ -9,7 +9,8 @@ here, not again in every task node.
   less than `sync_slop_s` apart make a set; `max_rate_hz` thins the sets.
 * Out: each set as ONE Observation on `observation_topic`: its images (rgb8, rotated and resized as `rotate` and
   `resize` ask, each keeping its camera's header) in `camera_topics` order with `image_keys`, the newest positions of
-  `state_joint_names` in that order, header.stamp = the set's latest stamp (header.frame_id: the first camera's), and
+  `state_joint_names` in that order, header.stamp = the set's oldest stamp (what its age is: a frame up to `sync_slop_s`
+  older than its partners is no younger for them; header.frame_id: the first camera's), and
   observation_id = the content hash of what it carries (``observations.content_id``), the id the inference node keeps.
 
 Stale or missing inputs are named, never defaulted: a camera silent for longer than `input_timeout_s` is a throttled
@@ -305,8 +306,8 @@ class ObservationNode(Node):
                 self._warn(f"camera {camera.key} frame", f"camera {camera.key}: dropping a frame on {topic}: {exc.message}")
                 return
         state = self._state(now_ns)
-        latest = max(frames, key=lambda s: s.stamp_ns).message.msg.header
-        header = Header(stamp=latest.stamp, frame_id=frames[0].message.msg.header.frame_id)
+        oldest = min(frames, key=lambda s: s.stamp_ns).message.msg.header
+        header = Header(stamp=oldest.stamp, frame_id=frames[0].message.msg.header.frame_id)
         images = [rgb_to_image(rgb, stamped.message.msg.header) for rgb, stamped in zip(pixels, frames)]
         keys = [camera.key for camera in self._cameras]
         self._observations.publish(ObservationMsg(

@@ -163,7 +163,7 @@ def test_each_synchronized_set_is_one_observation_with_keys_transforms_state_and
         assert k not in seen  # one observation per set
         seen.add(k)
         stamps = [image.header.stamp.sec * NS + image.header.stamp.nanosec for image in obs.images]
-        assert obs.header.stamp.sec * NS + obs.header.stamp.nanosec == max(stamps)
+        assert obs.header.stamp.sec * NS + obs.header.stamp.nanosec == min(stamps)  # its age: its oldest frame's
         assert obs.header.frame_id == "top" and [image.header.frame_id for image in obs.images] == ["top", "wrist", "side"]
 
         top, wrist, side = (image_to_rgb(image) for image in obs.images)
