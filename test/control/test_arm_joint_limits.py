@@ -35,8 +35,8 @@ def test_commandable_joints_with_their_limits():
 def test_parameters_only_tighten():
     described = urdf_limits(URDF)
     nan = math.nan
-    got = joint_limits(["pan", "roll"], described, [-3.0, -1.0], [1.0, nan], [5.0, 1.5], [])
-    assert got == [JointLimit(-1.9, 1.0, 2.0), JointLimit(-1.0, math.inf, 1.5)]  # -3 and 5 would widen: ignored
+    got = joint_limits(["pan", "roll"], described, [-3.0, nan], [1.0, nan], [5.0, 1.5], [])
+    assert got == [JointLimit(-1.9, 1.0, 2.0), JointLimit(-math.inf, math.inf, 1.5)]  # -3 and 5 would widen: ignored
 
 
 def test_acceleration_limits_come_from_their_parameter_alone():
@@ -89,3 +89,25 @@ def test_unbounded_positions_only_for_a_continuous_joint():
     with pytest.raises(EngineError, match="must be finite"):
         joint_limits(["elbow"], {}, [-math.inf], [1.0], [0.5], [])
     assert joint_limits(["roll"], urdf_limits(URDF), [], [], [], [])[0].upper == math.inf
+    assert joint_limits(["roll"], urdf_limits(URDF), [-1.0], [1.0], [], [])[0] == JointLimit(-1.0, 1.0, 3.0)
+    with pytest.raises(EngineError, match="together or not at all") as raised:  # half bounded: no wrap, no range
+        joint_limits(["roll"], urdf_limits(URDF), [-1.0], [math.nan], [], [])
+    assert raised.value.code == ErrorCode.FAILED_PRECONDITION
+
+
+@pytest.mark.parametrize(("safety", "expected"), [
+    ('soft_lower_limit="-1.75" soft_upper_limit="1.5"', (-1.75, 1.5)),  # inside: the soft range
+    ('soft_lower_limit="-2.5" soft_upper_limit="1.5"', (-1.9, 1.5)),  # one side outside: the hard one there
+    ('', (-1.9, 1.9)),  # no soft limits (urdf_parser_py's 0 and 0): the hard ones
+    ('soft_lower_limit="-1.0"', (-1.9, 1.9)),  # one alone: nothing
+    ('soft_lower_limit="1.95" soft_upper_limit="2.5"', (-1.9, 1.9)),  # no overlap: nothing
+])  # fmt: skip
+def test_a_safety_controllers_soft_limits_narrow_the_hard_ones(safety, expected):
+    """A UR description with safety_limits (0.15 rad inside), a PR2's: the robot's safety acts from the soft
+    limits, so a chunk stays within them."""
+    urdf = URDF.replace('<limit lower="-1.9" upper="1.9" velocity="2.0" effort="5"/>',
+                        '<limit lower="-1.9" upper="1.9" velocity="2.0" effort="5"/>'
+                        f'<safety_controller k_position="20" k_velocity="10" {safety}/>')
+    assert urdf != URDF
+    limits = urdf_limits(urdf)
+    assert (limits["pan"].lower, limits["pan"].upper) == expected and limits["slide"] == JointLimit(0.0, 0.04, 0.1)

@@ -3,8 +3,10 @@
 Parsed with urdf_parser_py (urdfdom-py), not by hand. A revolute or prismatic joint's `<limit lower upper velocity>`
 bounds its position and speed; a continuous joint has no position bounds (urdf_parser_py reads its absent lower /
 upper as 0, which must not become a 0..0 range) but keeps its velocity; fixed, floating, planar and mimic joints are
-never commanded. Parameters may only tighten what the URDF says, never widen it: a model's chunk must not move an
-arm further or faster than its description allows.
+never commanded. A `<safety_controller soft_lower_limit soft_upper_limit>` inside the hard limits narrows them (a
+UR description with safety_limits, a PR2's: the robot's own safety pushes back from there). Parameters may only
+tighten what the URDF says, never widen it: a model's chunk must not move an arm further or faster than its
+description allows.
 """
 
 import math
@@ -53,16 +55,35 @@ def urdf_limits(description: str) -> dict[str, JointLimit]:
             robot = URDF.from_xml(node, Path(URDF.XML_REFL.tag, tree=etree.ElementTree(node)))
     except Exception as exc:  # lxml and urdf_parser_py raise many types for a malformed document
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"robot_description does not parse: {exc}") from exc
-    out = {}
+    soft, out = _soft_limits(node), {}
     for joint in robot.joints:
         if joint.mimic is not None or joint.limit is None or joint.type not in (*BOUNDED_TYPES, "continuous"):
             continue
-        bounded = joint.type in BOUNDED_TYPES
-        out[joint.name] = JointLimit(
-            float(joint.limit.lower) if bounded else -math.inf,
-            float(joint.limit.upper) if bounded else math.inf,
-            float(joint.limit.velocity),
-        )
+        if joint.type not in BOUNDED_TYPES:
+            out[joint.name] = JointLimit(-math.inf, math.inf, float(joint.limit.velocity))
+            continue
+        lower, upper = float(joint.limit.lower), float(joint.limit.upper)
+        soft_lower, soft_upper = soft.get(joint.name, (lower, upper))
+        if max(lower, soft_lower) < min(upper, soft_upper):  # (a soft range outside the hard one narrows nothing)
+            lower, upper = max(lower, soft_lower), min(upper, soft_upper)
+        out[joint.name] = JointLimit(lower, upper, float(joint.limit.velocity))
+    return out
+
+
+def _soft_limits(root: etree._Element) -> dict[str, tuple[float, float]]:
+    """Per joint, its safety_controller's soft lower and upper limits, where it gives both as finite numbers
+    (urdf_parser_py reads an absent one as 0, which must not become a bound)."""
+    out = {}
+    for joint in root.findall("joint"):
+        safety = joint.find("safety_controller")
+        if safety is None:
+            continue
+        try:
+            soft = float(safety.get("soft_lower_limit", "nan")), float(safety.get("soft_upper_limit", "nan"))
+        except ValueError:  # (urdf_parser_py refuses the description first)
+            continue
+        if all(math.isfinite(v) for v in soft):
+            out[joint.get("name", "")] = soft
     return out
 
 
@@ -99,6 +120,10 @@ def joint_limits(names: list[str], described: dict[str, JointLimit], lower: list
             base = JointLimit(-math.inf, math.inf, math.inf)
         limit = base.tightened(*given)
         turns_freely = base.lower == -math.inf and base.upper == math.inf and name in described
+        if turns_freely and math.isfinite(limit.lower) != math.isfinite(limit.upper):
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: a continuous joint is bounded by "
+                              "joint_lower_limits and joint_upper_limits together or not at all (with one, it neither "
+                              "turns freely nor stays in a range)")  # fmt: skip
         if not turns_freely and not (math.isfinite(limit.lower) and math.isfinite(limit.upper)):
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joint {name}: position limits {limit.lower}, "
                               f"{limit.upper} must be finite (only a continuous joint turns freely)")  # fmt: skip
