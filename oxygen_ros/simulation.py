@@ -17,7 +17,7 @@ INFERENCE = {"allow_random_weights": True}
 TASK = {"use_sim": True}
 NAVIGATION = TASK | {"nav2": "never", "allow_builtin_driver": True}
 INSTRUCTION = TASK | {"action_joint_names": list(SO100_JOINTS), "state_joint_names": list(SO100_JOINTS),
-                      "gripper_joint_names": [JAW]}  # fmt: skip
+                      "gripper_joint_names": [JAW], "gripper_max_effort": 10.0}  # fmt: skip
 ARM = {"joint_names": [j for j in SO100_JOINTS if j != JAW], "initial_positions": [0.0] * (len(SO100_JOINTS) - 1)}
 
 

@@ -15,6 +15,7 @@ at its default effort, which takes the squeeze off whatever the jaw holds, so th
 import threading
 
 from action_msgs.msg import GoalStatus
+from control_msgs.action import GripperCommand
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 
@@ -29,8 +30,8 @@ PARAMETERS = {  # (default, description), read once
     "gripper_action_type": ("GripperCommand", gripper_actions.DESCRIPTION),
     "gripper_max_effort": (0.0, "max_effort of each GripperCommand goal (a ParallelGripperCommand goal's effort; 0 "
                            "= none sent), N: an effort-interface GripperActionController clamps its command to it "
-                           "(0: the jaw does not move, so set it); a position one passes it on where it has an effort "
-                           "command interface"),  # fmt: skip
+                           "(0: the jaw would not move, so a GripperCommand gripper is refused without one); a "
+                           "position one passes it on where it has an effort command interface"),  # fmt: skip
     "gripper_deadband": (0.005, "a gripper goal goes out only when its position moved this far from the last one "
                          "sent (rad or m)"),  # fmt: skip
 }
@@ -49,6 +50,10 @@ class GripperIO:
         self._holds = 0
         self.target = node.resolve_topic_name(settings["gripper_action"])
         self._action = gripper_actions.action_type(settings["gripper_action_type"], "gripper_action_type")
+        if name and self._action is GripperCommand and not self._effort > 0:
+            raise ValueError("parameter gripper_max_effort must be above 0 for GripperCommand goals: an "
+                             "effort-interface GripperActionController clamps the jaw's effort to it (0: it never "
+                             "moves); a position-interface one ignores it, so any positive value serves there")
         self._client = ActionClient(node, self._action, settings["gripper_action"], callback_group=group) \
             if name else None  # fmt: skip
 
@@ -72,13 +77,15 @@ class GripperIO:
         with self._lock:
             return self._holds
 
-    def command(self, position: float, holds: int) -> None:
-        """Send ``position`` unless it is within ``gripper_deadband`` of the last one sent, or a hold came since
-        ``holds`` was read (it was decided on a plan the hold stopped). Any thread."""
+    def command(self, position: float, holds: int, settled: bool = False) -> None:
+        """Send ``position`` unless it is within ``gripper_deadband`` of the last one sent (``settled``, the plan's
+        last: unless it is the last one sent, so the jaw ends where the plan does), or a hold came since ``holds``
+        was read (it was decided on a plan the hold stopped). Any thread."""
         if self._client is None:
             return
         with self._lock:
-            if holds != self._holds or (self._sent is not None and abs(position - self._sent) <= self._deadband):
+            band = 0.0 if settled else self._deadband
+            if holds != self._holds or (self._sent is not None and abs(position - self._sent) <= band):
                 return
             self._sent = position
         goal = gripper_actions.goal(self._action, self.name, position, self._effort)

@@ -310,8 +310,8 @@ class VlaArm:
         gave the arm to another client: ``Fault``), on a controller fault, a controller slowed below the plan's
         speed (``ArmIO.slowed``) or stale joint states; count underruns and a chunk past due that has not come (a
         hung server is a miss, not a wait); hand a gripper on its own controller its planned position
-        ``send_lead_s`` ahead, once the arm's controller has taken the plan (a jaw must not close on rows the arm's
-        controller then refuses)."""
+        ``send_lead_s`` ahead (its last one, settled, once the plan ends sooner), once the arm's controller has taken
+        the plan (a jaw must not close on rows the arm's controller then refuses)."""
         fault = self.arm.take_fault()
         if fault:  # the controller stopped playing the plan: the arm is not where the plan has it (blocked, taken)
             self.hold(plan, where_it_is=True, stop=not fault.taken_over)
@@ -331,7 +331,10 @@ class VlaArm:
         now, holds = self.arm.now(), self.arm.gripper.holds
         with plan.lock:
             plan.queue.check_underrun(now)
-            ahead = None if plan.sending else plan.queue.commanded(now + self._settings["send_lead_s"])
+            ahead = settled = None
+            if not plan.sending and plan.queue.rows is not None:  # the plan's last target once it is that near
+                settled = now + self._settings["send_lead_s"] >= plan.queue.end
+                ahead = plan.queue.commanded(min(now + self._settings["send_lead_s"], plan.queue.end))
             here = plan.queue.commanded(read_at)  # where the plan had the arm when it was read (not now: it moved on)
         try:  # a controller that dropped or stalled the trajectory is found within a period, not at the next chunk
             if here is not None and run.running:
@@ -342,7 +345,7 @@ class VlaArm:
             run.end(exc.code, exc.message)
             return
         if ahead is not None and self.arm.gripper_column is not None and run.running:
-            self.arm.gripper.command(float(ahead[self.arm.gripper_column]), holds)
+            self.arm.gripper.command(float(ahead[self.arm.gripper_column]), holds, settled=bool(settled))
         if plan.awaiting and now > plan.due_at + plan.queue.period:
             self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline", late=True)
 

@@ -39,8 +39,8 @@ def _end_accelerations(c: np.ndarray, duration: float) -> np.ndarray:
 
 def _arm(node: Node, settings: dict | None = None, **lists) -> ArmIO:
     parameters = arm_io.PARAMETERS | gripper_io.PARAMETERS  # instruction_node's defaults
-    settings = {name: default for name, (default, _) in parameters.items()} | {"input_timeout_s": 60.0} | \
-        (settings or {})  # fmt: skip
+    settings = {name: default for name, (default, _) in parameters.items()} | \
+        {"input_timeout_s": 60.0, "gripper_max_effort": 10.0} | (settings or {})  # fmt: skip
     return ArmIO(node, settings, {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | lists, ReentrantCallbackGroup())
 
 

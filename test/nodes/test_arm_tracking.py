@@ -28,7 +28,7 @@ class Arm:
     def __init__(self, measured: list[float], gripper_column: int | None = None) -> None:
         self.position, self.gripper_column, self.holds, self.clock = np.array(measured), gripper_column, [], 10.0
         self.read_at: float | None = None  # when the position was read (None: now)
-        self.gripper = SimpleNamespace(holds=0, command=lambda *_: None)
+        self.gripper = SimpleNamespace(holds=0, command=lambda *_, **__: None)
         self.tolerances = {"max_tracking_error": np.full(3, 0.3)}  # instruction_node's default for every joint
 
     def take_fault(self) -> None:
@@ -143,11 +143,13 @@ def test_a_gripper_stalled_on_what_it_holds_is_no_tracking_error(ros_context):
 
 def test_the_gripper_waits_while_the_arms_trajectory_is_on_its_way(ros_context):
     """The jaw follows rows the arm's controller has taken: while merged rows are being sent (``sending``) it gets
-    no command from them, since a refusal would hold the arm with the jaw already moved."""
+    no command from them, since a refusal would hold the arm with the jaw already moved; send_lead_s ahead, and
+    once the plan ends sooner than that, its last target, settled (sent even within the deadband of the last one),
+    also after the plan's end."""
     node = Node("arm_tracking_sending_test", context=ros_context)
     try:
         arm, run, commands = Arm([0.0, 0.0, 0.0], gripper_column=2), Run(), []
-        arm.gripper.command = lambda position, holds: commands.append(position)
+        arm.gripper.command = lambda position, holds, settled=False: commands.append((position, settled))
         arm.clock = 10.0
         plan = planned([[0.0, 0.0, 0.0], [0.0, 0.0, 0.4], [0.0, 0.0, 0.8]])
         vla = VlaArm(node, arm, SETTINGS)
@@ -156,7 +158,11 @@ def test_the_gripper_waits_while_the_arms_trajectory_is_on_its_way(ros_context):
         assert commands == [] and run.running
         plan.sending = False  # taken
         vla.tick(run, plan)
-        assert commands == [pytest.approx(0.4)]  # send_lead_s ahead
+        assert commands == [(pytest.approx(0.4), False)]  # send_lead_s ahead
+        for clock in (10.15, 10.5):  # the plan ends at 10.2: its last target, before and after
+            arm.clock = clock
+            vla.tick(run, plan)
+        assert commands[1:] == [(pytest.approx(0.8), True)] * 2 and run.running
     finally:
         node.destroy_node()
 

@@ -133,10 +133,31 @@ def test_a_hold_keeps_the_grip_and_sends_nothing_more(ros_context, jaw):
         assert jaw.states[-1].position[0] == pytest.approx(UPPER, abs=1e-3)
 
 
+def test_the_plans_last_jaw_position_is_sent_even_within_the_deadband(ros_context, jaw):
+    """Mid-plan a jaw position within gripper_deadband of the last one sent sends nothing (a steady grip); the
+    plan's last one (``settled``) is sent all the same, so the jaw ends where the plan does, and only once."""
+    node = Node("gripper_settled_test", context=ros_context)
+    gripper = GripperIO(node, {"gripper_action": ACTION, "gripper_action_type": "GripperCommand",
+                               "gripper_max_effort": 5.0, "gripper_deadband": 0.05}, "gripper",
+                        ReentrantCallbackGroup())  # fmt: skip
+    sent = []
+    real = gripper._client.send_goal_async
+    gripper._client.send_goal_async = lambda goal: (sent.append(goal.command.position), real(goal))[1]
+    with spin_nodes(ros_context, node):
+        wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
+        gripper.command(1.0, gripper.holds)
+        wait_until(lambda: jaw.states[-1].position[0] == pytest.approx(1.0, abs=1e-3), 5.0, "the jaw at 1.0")
+        gripper.command(1.03, gripper.holds)  # within the deadband: nothing
+        for _ in range(2):
+            gripper.command(1.03, gripper.holds, settled=True)  # the plan's last: sent once
+        wait_until(lambda: jaw.states[-1].position[0] == pytest.approx(1.03, abs=1e-3), 5.0, "the jaw at 1.03")
+        assert sent == [1.0, pytest.approx(1.03)]
+
+
 def test_a_parallel_gripper_controllers_action_moves_the_jaw_too(ros_context):
     """gripper_action_type ParallelGripperCommand: the jaw's goals are JointStates (its first position the target,
     an effort only when one is set), their results JointStates; a goal with no position is rejected; an unknown
-    action type is refused at start, naming the parameter."""
+    action type is refused at start, naming the parameter, and so is a GripperCommand gripper without an effort."""
     jaw = GripperSim(context=ros_context, parameter_overrides=[
         Parameter("velocity", value=SPEED), Parameter("lower", value=LOWER), Parameter("upper", value=UPPER),
         Parameter("action_type", value="ParallelGripperCommand")])  # fmt: skip
@@ -160,5 +181,8 @@ def test_a_parallel_gripper_controllers_action_moves_the_jaw_too(ros_context):
     try:
         with pytest.raises(ValueError, match="parameter gripper_action_type must be one of"):
             GripperIO(bad, settings | {"gripper_action_type": "Gripper"}, "gripper", ReentrantCallbackGroup())
+        # a GripperCommand's max_effort 0: an effort-interface controller would clamp the jaw's effort to nothing
+        with pytest.raises(ValueError, match="parameter gripper_max_effort must be above 0 for GripperCommand goals"):
+            GripperIO(bad, settings | {"gripper_action_type": "GripperCommand"}, "gripper", ReentrantCallbackGroup())
     finally:
         bad.destroy_node()

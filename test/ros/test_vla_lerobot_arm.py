@@ -91,8 +91,8 @@ def robot(ros_domain_id, tmp_path_factory) -> Iterator:
             "velocity": SPEED[JAW], "state_rate_hz": 20.0}.items()])  # fmt: skip
         instruction = InstructionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in {
             "action_joint_names": SO100_JOINTS, "state_joint_names": SO100_JOINTS, "gripper_joint_names": ["gripper"],
-            "gripper_deadband": 0.001, "input_timeout_s": 1.0, "max_start_jump": 0.2, "narration_period_s": 30.0,
-            "max_new_tokens": 2}.items()])  # fmt: skip
+            "gripper_max_effort": 10.0, "gripper_deadband": 0.001, "input_timeout_s": 1.0, "max_start_jump": 0.2,
+            "narration_period_s": 30.0, "max_new_tokens": 2}.items()])  # fmt: skip
         client = Node("lerobot_arm_test_client", context=context)
         cameras = Cameras(client)
         try:
