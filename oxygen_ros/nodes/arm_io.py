@@ -687,6 +687,8 @@ class ArmIO:
         braking_s = max(float(np.max(_braking_times(distance, moving, start_velocity, braking), initial=0.0)),
                         HOLD_MIN_S)  # fmt: skip
         lower, upper = (np.array([getattr(lim, side) for lim in limits])[arm] for side in ("lower", "upper"))
+        # an arm already past a limit (jogged past a URDF's soft limit) is never moved onto it by a hold
+        lower, upper = np.minimum(lower, here), np.maximum(upper, here)
         stop = np.clip(here + moving * braking_s / 2, lower, upper)  # steady deceleration to rest
         squeezed = (np.abs(stop - here) < np.abs(moving) * braking_s / 2 - 1e-12) & (moving != 0)
         slowest = max(float(np.max(1.5 * (distance + np.abs(stop - here)) / speeds, initial=0.0)), braking_s)

@@ -6,7 +6,8 @@ naming a joint it does not own, so the gripper dimension of a chunk goes to the 
 The gripper follows the arm's plan: every control period the instruction node hands it the gripper's planned
 position one `send_lead_s` ahead (clamped to the same position limits as every target; its speed is the
 controller's), and a goal goes out only when that position moved more than `gripper_deadband` from the last one
-sent, so a steady grip sends nothing. A goal that ends without reaching its position is normal for a gripper (it
+sent, so a steady grip sends nothing; the plan's last position goes out whatever the deadband, so the jaw ends where
+the plan does. A goal that ends without reaching its position is normal for a gripper (it
 stalls on the object it holds) and is only logged. A hold sends nothing more (a position decided before it is
 dropped) but cancels nothing: a GripperActionController answers a cancel by commanding the jaw's measured position
 at its default effort, which takes the squeeze off whatever the jaw holds, so the last goal keeps its grip.
@@ -33,7 +34,7 @@ PARAMETERS = {  # (default, description), read once
                            "(0: the jaw would not move, so a GripperCommand gripper is refused without one); a "
                            "position one passes it on where it has an effort command interface"),  # fmt: skip
     "gripper_deadband": (0.005, "a gripper goal goes out only when its position moved this far from the last one "
-                         "sent (rad or m)"),  # fmt: skip
+                         "sent (rad or m; the plan's last position goes out all the same)"),  # fmt: skip
 }
 RANGES = {"gripper_max_effort": (0.0, 1e4), "gripper_deadband": (0.0, 1.0)}
 
@@ -53,7 +54,8 @@ class GripperIO:
         if name and self._action is GripperCommand and not self._effort > 0:
             raise ValueError("parameter gripper_max_effort must be above 0 for GripperCommand goals: an "
                              "effort-interface GripperActionController clamps the jaw's effort to it (0: it never "
-                             "moves); a position-interface one ignores it, so any positive value serves there")
+                             "moves), a position one passes it on where it has an effort interface; set the jaw's "
+                             "grip, N")
         self._client = ActionClient(node, self._action, settings["gripper_action"], callback_group=group) \
             if name else None  # fmt: skip
 

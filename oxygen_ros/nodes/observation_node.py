@@ -66,7 +66,8 @@ WARN_EVERY_S = 5.0  # one warning per subject (a camera, a joint) this often at 
 WATCH_S = 1.0  # the silent-camera check runs at least this often
 PARAMETERS: dict[str, tuple[Any, str]] = {
     "state_topic": ("joint_states", "sensor_msgs/JointState input: the positions of state_joint_names"),
-    "sync_slop_s": (0.05, "one frame per camera makes a set when their stamps lie less than this apart, seconds"),
+    "sync_slop_s": (0.05, "one frame per camera makes a set when their stamps lie less than this apart, seconds (a set "
+                    "is as old as its oldest frame: keep this well under the instruction node's input_timeout_s)"),
     "sync_queue_size": (10, "frames each camera keeps waiting for its partners (message_filters' queue_size)"),
     "input_timeout_s": (0.5, "a camera silent longer than this holds the observations back, a joint position older "
                         "than this leaves them without state (each a named warning), seconds"),  # fmt: skip

@@ -343,6 +343,19 @@ def test_a_joint_whose_limit_is_near_sets_the_stops_time_and_the_others_brake_st
         node.destroy_node()
 
 
+def test_a_hold_never_moves_an_arm_resting_past_a_limit_onto_it(ros_context):
+    """An arm jogged past a soft limit (a URDF safety_controller's, 0.15 rad inside a UR's hard one) and at rest:
+    the hold at a goal's end keeps it where it is instead of driving it onto the limit."""
+    node = Node("arm_past_limit_test", context=ros_context)
+    try:
+        arm, sent = _moving_joints(node, [0.65, 0.2], velocity=0.0, upper=0.6)
+        arm.hold(None, print)
+        (point,) = sent[-1].points
+        assert list(point.positions) == pytest.approx([0.65, 0.2]) and list(point.velocities) == [0.0, 0.0]
+    finally:
+        node.destroy_node()
+
+
 def test_a_position_only_driver_gets_a_velocity_from_its_last_two_readings(ros_context):
     """joint_state_broadcaster reports NaN velocities for position-only hardware (Dynamixel, an SO-100): where the
     controller starts a trajectory from is still a moving state, by the last two readings' stamps (0.5 -> 0.6 rad in
