@@ -72,6 +72,7 @@ class ObservationRing:
         self._clock = clock
         self._entries: OrderedDict[str, _Kept] = OrderedDict()  # oldest arrival first
         self._bytes = 0
+        self._camera_sets = False  # a keyed camera set (observation_node's) came: a policy reads only those since
         self._lock = threading.Lock()
 
     def add(self, entry: Observation | Rejected) -> bool:
@@ -86,6 +87,7 @@ class ObservationRing:
                 self._bytes -= old.nbytes
                 if isinstance(old.entry, Observation) and isinstance(entry, Observation):
                     entry = _merge(old.entry, entry)
+            self._camera_sets |= isinstance(entry, Observation) and bool(entry.image_keys)
             kept = _Kept(entry, now, _footprint(entry))
             self._entries[entry.observation_id] = kept
             self._bytes += kept.nbytes
@@ -107,17 +109,27 @@ class ObservationRing:
         (or no longer) in the ring, the rejection's code (INVALID_ARGUMENT, OUT_OF_RANGE) for a rejected one.
 
         ``needs_images`` (a VLA's request): ``''`` is the latest frame that has its camera images, since a frame's
-        describer text may arrive before its Image and a policy cannot act on text."""
+        describer text may arrive before its Image and a policy cannot act on text; once the robot sent a keyed
+        camera set (observation_node's), the latest such set: a raw frame is one camera, the policy would run with
+        the others masked (FAILED_PRECONDITION when none is kept: observation_node holds the sets back while a
+        camera is silent)."""
         with self._lock:
             if not observation_id:
                 newest_first = (kept.entry for kept in reversed(self._entries.values()))
                 entry = next(newest_first, None)
                 if entry is None:
                     return None
-                wanted = (lambda e: e.images) if needs_images else (lambda e: e.text)
+                sets = self._camera_sets
+                wanted = (lambda e: e.images and (e.image_keys or not sets)) if needs_images else (lambda e: e.text)
                 if isinstance(entry, Observation) and not wanted(entry):
                     fitting = (e for e in newest_first if isinstance(e, Observation) and wanted(e))
-                    entry = next(fitting, entry)
+                    found = next(fitting, None)
+                    if found is None and needs_images and sets:
+                        raise EngineError(ErrorCode.FAILED_PRECONDITION, f"no camera set (an Observation with "
+                                          f"image_keys) among the {len(self._entries)} observations kept: "
+                                          "observation_node holds them back while a camera is silent, and a policy "
+                                          "does not act on one raw camera frame")  # fmt: skip
+                    entry = found or entry
             else:
                 kept = self._entries.get(observation_id)
                 if kept is None:

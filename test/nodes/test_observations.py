@@ -62,6 +62,25 @@ def test_a_policy_asking_for_the_latest_gets_the_latest_frame_with_images():
     assert text_only.get("", needs_images=True).observation_id == "t1"  # the engine then names the missing image
 
 
+def test_once_the_robot_sends_camera_sets_a_policy_reads_only_those():
+    """A robot with an observation_node: its keyed sets carry every camera; a raw frame on the camera topic, newer,
+    is one camera (the policy would run with the others masked), so a policy reads the newest set, and with none
+    kept (a camera silent: the sets are held back) it is refused FAILED_PRECONDITION. A question reads the newest
+    frame as before, and a robot that never sent a set has its raw frames read."""
+    ring = ObservationRing(3)
+    ring.add(Observation(observation_id="raw1", images=[IMAGE]))
+    assert ring.get("", needs_images=True).observation_id == "raw1"  # one camera, no sets: its frames
+    ring.add(Observation(observation_id="set1", images=[IMAGE, IMAGE + 1], image_keys=["top", "wrist"]))
+    ring.add(Observation(observation_id="raw2", images=[IMAGE + 2]))
+    assert ring.get("", needs_images=True).observation_id == "set1" and ring.get("").observation_id == "raw2"
+    for i in range(3):  # the wrist camera goes silent: only raw frames come, and the last set leaves the ring
+        ring.add(Observation(observation_id=f"raw{3 + i}", images=[IMAGE + 3 + i]))
+    with pytest.raises(EngineError) as err:
+        ring.get("", needs_images=True)
+    assert err.value.code == ErrorCode.FAILED_PRECONDITION and "no camera set" in err.value.message
+    assert ring.get("").observation_id == "raw5"
+
+
 def test_rejected_frames_explain_themselves():
     ring = ObservationRing(4)
     ring.add(Observation(observation_id="good"))
