@@ -449,10 +449,8 @@ class ArmIO:
         if self._topic:
             self._publisher.publish(trajectory)
             return ""
-        asked = self.now()
-        future = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
+        future = self._send_goal(trajectory)
         future.add_done_callback(lambda f: self._on_answer(f, holds, sent_as, handled))
-        future.add_done_callback(lambda f: self._time_answer(f, asked))
         answered = False
         try:
             answered, handle = await wait(self._node, future, self._settings["answer_wait_s"])
@@ -485,6 +483,13 @@ class ArmIO:
             with self._lock:
                 self._unanswered.discard(handled)
             handled.set_result(True)
+
+    def _send_goal(self, trajectory: JointTrajectory) -> Future:
+        """``trajectory`` as a goal on the action; its answer, once taken, is timed (``_stop_lead``)."""
+        asked = self.now()
+        future = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
+        future.add_done_callback(lambda f: self._time_answer(f, asked))
+        return future
 
     def _time_answer(self, future: Future, asked: float) -> None:
         """The round trip of a goal of ours sent at ``asked`` and taken (``_stop_lead``)."""
@@ -604,10 +609,8 @@ class ArmIO:
         if self._topic:
             self._publisher.publish(trajectory)
         else:
-            asked = self.now()
-            sending = self._client.send_goal_async(FollowJointTrajectory.Goal(trajectory=trajectory))
+            sending = self._send_goal(trajectory)
             sending.add_done_callback(lambda f: self._on_stop(f, replaced))
-            sending.add_done_callback(lambda f: self._time_answer(f, asked))
             sent = (sending, replaced)
         self._mark_stopped(sent, mine)  # sent: a hold before the next trajectory has nothing more to stop
 

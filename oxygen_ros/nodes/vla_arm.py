@@ -331,10 +331,11 @@ class VlaArm:
         now, holds = self.arm.now(), self.arm.gripper.holds
         with plan.lock:
             plan.queue.check_underrun(now)
-            ahead = settled = None
+            ahead, settled = None, False
             if not plan.sending and plan.queue.rows is not None:  # the plan's last target once it is that near
-                settled = now + self._settings["send_lead_s"] >= plan.queue.end
-                ahead = plan.queue.commanded(min(now + self._settings["send_lead_s"], plan.queue.end))
+                when = now + self._settings["send_lead_s"]
+                settled = when >= plan.queue.end
+                ahead = plan.queue.commanded(min(when, plan.queue.end))
             here = plan.queue.commanded(read_at)  # where the plan had the arm when it was read (not now: it moved on)
         try:  # a controller that dropped or stalled the trajectory is found within a period, not at the next chunk
             if here is not None and run.running:
@@ -345,7 +346,7 @@ class VlaArm:
             run.end(exc.code, exc.message)
             return
         if ahead is not None and self.arm.gripper_column is not None and run.running:
-            self.arm.gripper.command(float(ahead[self.arm.gripper_column]), holds, settled=bool(settled))
+            self.arm.gripper.command(float(ahead[self.arm.gripper_column]), holds, settled=settled)
         if plan.awaiting and now > plan.due_at + plan.queue.period:
             self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline", late=True)
 
