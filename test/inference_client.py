@@ -12,7 +12,6 @@ from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from oxygen_ros.msg import KvPoolStats
 from oxygen_ros.srv import GetPoolStats, Infer
-from rcl_interfaces.srv import SetParameters
 from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -63,13 +62,6 @@ def configure_and_activate(client: Node) -> None:
 
 def lifecycle_state(client: Node) -> str:
     return call_service(client, GetState, f"{NODE}/get_state", GetState.Request()).current_state.label
-
-
-def set_parameter(client: Node, name: str, value: str | int | float) -> None:
-    """Set one parameter as `ros2 param set` does (its type is the value's); asserts rclpy accepted it."""
-    request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
-    (result,) = call_service(client, SetParameters, f"{NODE}/set_parameters", request).results
-    assert result.successful, result.reason
 
 
 def infer(client: Node, prompt: str, **fields) -> Infer.Response:

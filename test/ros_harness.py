@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import IO
 
 import rclpy
+from rcl_interfaces.srv import SetParameters
 from rclpy.action.client import ClientGoalHandle
 from rclpy.context import Context
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes import teardown
 from oxygen_ros.nodes.executor import Executor
@@ -125,6 +127,13 @@ class Goal:
 
     def cancel(self, timeout: float = 10.0):
         return wait_for(self.handle.cancel_goal_async(), timeout)
+
+
+def set_parameter(client: Node, node: str, name: str, value) -> None:
+    """Set ``node``'s parameter ``name`` as `ros2 param set` does (its type is the value's); asserts it took it."""
+    request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
+    (result,) = call_service(client, SetParameters, f"{node}/set_parameters", request).results
+    assert result.successful, result.reason
 
 
 def send_goal(node: Node, action_type, name: str, goal, timeout: float = 10.0) -> Goal:

@@ -99,7 +99,7 @@ class ActiveGoal:
         self._executor = node.executor
         self.ended = Future(executor=self._executor)
 
-    def end(self, state: Literal["succeed", "canceled"], result: Result) -> None:
+    def end(self, state: Literal["succeed", "abort", "canceled"], result: Result) -> None:
         """Set the goal's terminal ``state`` now and hand ``result`` to its execute coroutine. A goal nobody asked to
         cancel is marked cancelling first: rclcpp's ``canceled()`` does so for JTC, rclpy's only for a cancel request
         (the same rcl_action transition, taken here through the handle's own state update)."""

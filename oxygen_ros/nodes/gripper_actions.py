@@ -57,10 +57,10 @@ def feedback(action: type, joint: str, position: float):
     return action.Feedback(state=_state(joint, position))
 
 
-def result(action: type, joint: str, position: float, reached: bool):
+def result(action: type, joint: str, position: float, reached: bool, stalled: bool = False):
     if action is GripperCommand:
-        return action.Result(position=float(position), effort=0.0, stalled=False, reached_goal=reached)
-    return action.Result(state=_state(joint, position), stalled=False, reached_goal=reached)
+        return action.Result(position=float(position), effort=0.0, stalled=stalled, reached_goal=reached)
+    return action.Result(state=_state(joint, position), stalled=stalled, reached_goal=reached)
 
 
 def result_position(action: type, out) -> float:

@@ -8,7 +8,11 @@ position one `send_lead_s` ahead (clamped to the same position limits as every t
 controller's), and a goal goes out only when that position moved more than `gripper_deadband` from the last one
 sent, so a steady grip sends nothing; the plan's last position goes out whatever the deadband, so the jaw ends where
 the plan does. A goal that ends without reaching its position is normal for a gripper (it
-stalls on the object it holds) and is only logged. A hold sends nothing more (a position decided before it is
+stalls on the object it holds) and is only logged. What the goal's outcome needs of the jaw is kept per goal
+(``begin``): goals refused in a row (a controller that refuses one refuses the next: the instruction node ends the
+goal at ``max_missed_chunks``), and whether the controller ever said it reached or stalled (GripperActionController's
+check_for_success, which only an active controller runs: a deactivated one keeps its action server, takes goals and
+never ends them). A hold sends nothing more (a position decided before it is
 dropped) but cancels nothing: a GripperActionController answers a cancel by commanding the jaw's measured position
 at its default effort, which takes the squeeze off whatever the jaw holds, so the last goal keeps its grip.
 """
@@ -49,6 +53,9 @@ class GripperIO:
         self._sent: float | None = None  # the last position sent since the last hold
         self._newest = b""  # the id of our newest accepted goal
         self._holds = 0
+        self._refused = 0  # goals refused in a row
+        self._first_sent: float | None = None  # this goal's first gripper goal (node clock, s)
+        self._answered = False  # a goal of ours reached its position or stalled
         self.target = node.resolve_topic_name(settings["gripper_action"])
         self._action = gripper_actions.action_type(settings["gripper_action_type"], "gripper_action_type")
         if name and self._action is GripperCommand and not self._effort > 0:
@@ -73,6 +80,28 @@ class GripperIO:
             waited += POLL_S
         return True
 
+    def begin(self) -> None:
+        """A new instruction goal: what its outcome reads (``refused``, ``silent_for``) starts afresh."""
+        with self._lock:
+            self._refused, self._first_sent, self._answered = 0, None, False
+
+    @property
+    def refused(self) -> int:
+        """Gripper goals refused in a row."""
+        with self._lock:
+            return self._refused
+
+    def silent_for(self) -> float:
+        """Seconds since this goal's first gripper goal went out, if the controller has said of no goal of ours that
+        it reached its position or stalled (on what the jaw holds); 0 once it has, or before any went out."""
+        with self._lock:
+            if self._answered or self._first_sent is None:
+                return 0.0
+            return max(self._now() - self._first_sent, 0.0)
+
+    def _now(self) -> float:
+        return self._node.get_clock().now().nanoseconds * 1e-9
+
     @property
     def holds(self) -> int:
         """Holds so far: read before deciding on a position, handed to ``command``."""
@@ -90,6 +119,8 @@ class GripperIO:
             if holds != self._holds or (self._sent is not None and abs(position - self._sent) <= band):
                 return
             self._sent = position
+            if self._first_sent is None:
+                self._first_sent = self._now()
         goal = gripper_actions.goal(self._action, self.name, position, self._effort)
         self._client.send_goal_async(goal).add_done_callback(lambda f: self._on_accepted(f.result()))
 
@@ -97,17 +128,20 @@ class GripperIO:
         if handle is None or not handle.accepted:
             with self._lock:
                 self._sent = None  # sent again at the next period, not only once the plan moves past the deadband
+                self._refused += 1
             self._node.get_logger().warning(f"{self.target} refused a gripper goal", throttle_duration_sec=5.0)
             return
         key = bytes(handle.goal_id.uuid)
         with self._lock:
+            self._refused = 0
             self._newest = key  # a hold since it was sent leaves it to finish too: the jaw's last command
         handle.get_result_async().add_done_callback(lambda f: self._on_result(key, f.result()))
 
     def _on_result(self, key: bytes, response) -> None:
+        result = response.result
         with self._lock:
             newest = key == self._newest  # an older goal ends because ours preempted it
-        result = response.result
+            self._answered |= bool(result.reached_goal or result.stalled)
         if newest and response.status == GoalStatus.STATUS_ABORTED:
             where = gripper_actions.result_position(self._action, result)
             self._node.get_logger().warning(f"{self.target} stopped the gripper at {where:.3f} (stalled: "

@@ -7,7 +7,16 @@ subscribers merge by name).
 The jaw moves at `velocity` toward the goal's position, clamped to [`lower`, `upper`] (the URDF's limits of the SO-100
 jaw by default); the goal SUCCEEDS with reached_goal once there, a newer goal preempts it (ABORTED, not reached), a
 cancel stops the jaw where it is; a goal with no position (or not a number) is rejected. Timed on the node clock.
+
+What a real jaw meets, settable at run time: something between the jaws (`object_position`) stops it closing (toward
+`lower`, as the SO-100's jaw closes), and a goal whose jaw has not moved for `stall_timeout` short of its position ends
+stalled, as GripperActionController's check_for_success ends it (ABORTED, or SUCCEEDED with `allow_stalling`; not
+reached either way); a controller switched off (`active` false, as `ros2 control switch_controllers --deactivate`
+leaves it) keeps its action server, which takes goals (a newer one still preempts) while nothing moves the jaw and no
+goal ends.
 """
+
+import math
 
 import threading
 from typing import Any
@@ -39,7 +48,16 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "action_name": ("gripper_controller/gripper_cmd", "the gripper's action server"),
     "action_type": ("GripperCommand", gripper_actions.DESCRIPTION),
     "state_topic": ("joint_states", "sensor_msgs/JointState output (the jaw's joint only)"),
+    "stall_timeout": (1.0, "a goal whose jaw has not moved for this long short of its position ends stalled "
+                      "(GripperActionController's stall_timeout), s"),
+    "allow_stalling": (False, "a stalled goal SUCCEEDS (not reached) instead of ABORTING (GripperActionController's "
+                       "allow_stalling)"),
+    "active": (True, "the controller is active; false: as a deactivated GripperActionController, its action server "
+               "takes goals and nothing moves the jaw or ends them (settable at run time)"),
+    "object_position": (math.nan, "something between the jaws: the jaw closing (toward lower) stops here; NaN = "
+                        "nothing (settable at run time), rad or m"),
 }  # fmt: skip
+SETTABLE = ("active", "object_position")  # what happens to the robot while it runs
 
 
 class GripperSim(Node):
@@ -47,8 +65,9 @@ class GripperSim(Node):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
-        value = declare(self, PARAMETERS, ranges={"state_rate_hz": (1.0, 1000.0), "velocity": (1e-6, 1e3)},
-                        read_only=list(PARAMETERS))  # fmt: skip
+        value = declare(self, PARAMETERS, ranges={"state_rate_hz": (1.0, 1000.0), "velocity": (1e-6, 1e3),
+                                                  "stall_timeout": (0.0, 60.0)},
+                        read_only=[name for name in PARAMETERS if name not in SETTABLE])  # fmt: skip
         if not (np.isfinite([value["lower"], value["upper"]]).all() and value["lower"] < value["upper"]
                 and value["lower"] <= value["initial_position"] <= value["upper"]):  # fmt: skip
             super().destroy_node()
@@ -60,9 +79,10 @@ class GripperSim(Node):
             raise
         self._joint, self._velocity = value["joint_name"], value["velocity"]
         self._lower, self._upper = value["lower"], value["upper"]
+        self._stall_s, self._allow_stalling = value["stall_timeout"], value["allow_stalling"]
         self._lock = threading.Lock()
         self._position, self._target = value["initial_position"], value["initial_position"]
-        self._last = self._now()
+        self._last = self._moved_at = self._now()  # the last tick, and when the jaw last moved (or took a goal)
         self._active: ActiveGoal | None = None
         self._starting: dict[bytes, ActiveGoal] = {}
         self._states = self.create_publisher(JointState, value["state_topic"], 10)
@@ -85,8 +105,8 @@ class GripperSim(Node):
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
-    def _result(self, reached: bool):
-        return gripper_actions.result(self._action, self._joint, self._position, reached)
+    def _result(self, reached: bool, stalled: bool = False):
+        return gripper_actions.result(self._action, self._joint, self._position, reached, stalled)
 
     def _on_goal(self, request) -> GoalResponse:
         if gripper_actions.goal_position(self._action, request) is None:
@@ -101,6 +121,7 @@ class GripperSim(Node):
             self._target = min(max(gripper_actions.goal_position(self._action, handle.request), self._lower),
                                self._upper)  # fmt: skip
             self._active = self._starting[bytes(handle.goal_id.uuid)] = ActiveGoal(handle, self)
+            self._moved_at = self._now()  # a stall is timed from the goal's start
             handle.execute()
 
     async def _execute(self, handle: ServerGoalHandle):
@@ -109,26 +130,35 @@ class GripperSim(Node):
         return await active.ended
 
     def _tick(self) -> None:
+        working, held_at = self.get_parameter("active").value, self.get_parameter("object_position").value
         with self._lock:
             clock = self.get_clock().now()
             now = clock.nanoseconds * 1e-9
-            step = self._velocity * max(now - self._last, 0.0)
+            step = self._velocity * max(now - self._last, 0.0) if working else 0.0
             self._last = now
             active = self._active
-            if active is not None and active.handle.is_cancel_requested:
+            if active is not None and active.handle.is_cancel_requested:  # answered off the control loop: always
                 self._target = self._position
                 active.end("canceled", self._result(reached=False))
                 active = self._active = None
-            moved = float(np.clip(self._target - self._position, -step, step))
+            stop = self._target  # short of the object when closing on it
+            if math.isfinite(held_at) and self._position >= held_at - TOLERANCE:
+                stop = min(max(stop, held_at), self._upper)
+            moved = float(np.clip(stop - self._position, -step, step))
             self._position += moved
+            if moved or not working:  # reactivated, a controller times a stall afresh
+                self._moved_at = now
             speed = moved * self._velocity / step if step > 0 else 0.0
             self._states.publish(JointState(header=Header(stamp=clock.to_msg()), name=[self._joint],
                                             position=[self._position], velocity=[speed]))  # fmt: skip
-            if active is None:
+            if active is None or not working:  # a switched-off controller ends nothing
                 return
             active.handle.publish_feedback(gripper_actions.feedback(self._action, self._joint, self._position))
             if abs(self._target - self._position) <= TOLERANCE:
                 active.end("succeed", self._result(reached=True))
+                self._active = None
+            elif now - self._moved_at > self._stall_s:
+                active.end("succeed" if self._allow_stalling else "abort", self._result(reached=False, stalled=True))
                 self._active = None
 
 

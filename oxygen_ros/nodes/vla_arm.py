@@ -18,8 +18,9 @@ the controller is missed (the arm holds where it was refused: where it is measur
 plan); ``max_missed_chunks`` in a row end the goal (DEADLINE_EXCEEDED for late chunks, else the refusal's code);
 stale joint states, a controller fault (our goal aborted, preempted by another client or cancelled by someone else) or
 an arm over ``max_tracking_error`` from its plan at any period (a controller that dropped or stalled the trajectory)
-end it at once with the arm held; a goal that never got a chunk to the arm does not succeed. The result counts chunks
-sent and missed, underruns, and the p50 / p99 latency from reading the inputs to the controller taking the trajectory.
+end it at once with the arm held, and so do ``max_missed_chunks`` gripper goals refused in a row; a goal that never
+got a chunk to the arm does not succeed, nor one whose arm (or jaw) never moved as planned (``unmoved``). The result
+counts chunks sent and missed, underruns, and the p50 / p99 latency from reading the inputs to the controller taking the trajectory.
 """
 
 import math
@@ -49,7 +50,8 @@ PARAMETERS = {
                         "actions_per_chunk"),  # fmt: skip
     "blend_old_weight": (0.3, "where two chunks overlap, old x this + new x (1 - this) (LeRobot's weighted_average); "
                          "0 = the newest chunk only"),  # fmt: skip
-    "max_missed_chunks": (3, "chunks in a row late or refused before the goal ends (the arm holds)"),
+    "max_missed_chunks": (3, "chunks (or gripper goals) in a row late or refused before the goal ends (the arm "
+                          "holds)"),  # fmt: skip
     "send_lead_s": (0.1, "a trajectory's first target is due at least this long after it is sent (the goal's trip to "
                     "the controller and one controller cycle), seconds"),  # fmt: skip
 }
@@ -58,6 +60,7 @@ RANGES = {"actions_per_chunk": (0, 10_000), "chunk_threshold": (0, 10_000), "ble
 POSITIVE = ("send_lead_s",)
 MAX_PERIOD_S = 1.0  # a chunk's action period: the arm is watched (cancel, faults, tracking) once a period
 MIN_PERIOD_S = 1e-3  # and no faster than a ros2_control loop runs: the clock thread ticks once a period
+JAW_ANSWER_S = 2.0  # twice GripperActionController's default stall_timeout: a working one has said reached or stalled
 MISSED = "chunk missed"  # how the log says it (the robot suite counts these)
 
 
@@ -130,6 +133,7 @@ class VlaArm:
         if slowed:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, slowed)
         self.arm.forget_fault()
+        self.arm.gripper.begin()
         if self.arm.gripper_column is not None:  # the jaw moves at its controller's speed, not along the trajectory
             limits[self.arm.gripper_column] = replace(limits[self.arm.gripper_column], velocity=math.inf,
                                                       acceleration=math.inf)  # fmt: skip
@@ -317,6 +321,12 @@ class VlaArm:
             self.hold(plan, where_it_is=True, stop=not fault.taken_over)
             run.end(ErrorCode.ABORTED, fault.why)
             return
+        refused = self.arm.gripper.refused
+        if refused >= self._settings["max_missed_chunks"]:  # it refuses every one: the jaw would never grip
+            self.hold(plan)
+            run.end(ErrorCode.ABORTED, f"{self.arm.gripper.target} refused {refused} gripper goals in a row "
+                    "(max_missed_chunks), the arm holds: the jaw cannot follow the plan")  # fmt: skip
+            return
         slowed = self.arm.slowed()
         if slowed:  # behind its plan, or paused (a UR plays a stop at 0% on resume): braked from where it is
             self.hold(plan, where_it_is=True)
@@ -352,14 +362,26 @@ class VlaArm:
 
     def unmoved(self, plan: ArmPlan) -> str:
         """Why the goal's motion did not happen ('' = it did, as far as the readings tell): no joint its plan moved
-        clearly went with it (``Excursion``), within the tracking error the whole time."""
+        clearly went with it (``Excursion``), within the tracking error the whole time; or a gripper on its own
+        controller its plan moved never moved at all while the controller, for JAW_ANSWER_S since our first goal,
+        said of none that it reached its position or stalled on what the jaw holds (a deactivated controller takes
+        goals and ends none)."""
         joint = plan.excursion.unfollowed(self.arm.tolerances["max_tracking_error"], self.arm.gripper_column)
-        if joint is None:
+        if joint is not None:
+            planned, measured = plan.excursion.planned[joint], plan.excursion.measured[joint]
+            return (f"the arm did not move as planned: joint {self.arm.names[joint]} was planned {planned:.3f} from "
+                    f"where the goal started and went {measured:.3f}, and no other joint followed its plan either "
+                    f"(is its controller active and playing {self.arm.target}?)")  # fmt: skip
+        jaw, gripper = self.arm.gripper_column, self.arm.gripper
+        if jaw is None:
             return ""
-        planned, measured = plan.excursion.planned[joint], plan.excursion.measured[joint]
-        return (f"the arm did not move as planned: joint {self.arm.names[joint]} was planned {planned:.3f} from "
-                f"where the goal started and went {measured:.3f}, and no other joint followed its plan either (is "
-                f"its controller active and playing {self.arm.target}?)")  # fmt: skip
+        silent = gripper.silent_for()
+        if silent < JAW_ANSWER_S or not plan.excursion.still(jaw, self.arm.tolerances["max_tracking_error"][jaw]):
+            return ""
+        return (f"the gripper did not move: its plan took {self.arm.names[jaw]} {plan.excursion.planned[jaw]:.3f} "
+                f"from where the goal started, it went {plan.excursion.measured[jaw]:.3f}, and {gripper.target} has "
+                f"said of no goal in {silent:.1f} s that it reached its position or stalled (is its controller "
+                "active?)")  # fmt: skip
 
     def hold(self, plan: ArmPlan | None, where_it_is: bool = False, stop: bool = True) -> None:
         """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:

@@ -17,7 +17,7 @@ from oxygen_ros.msg import ActionChunk
 from oxygen_ros.nodes.arm_io import Fault
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
 
-SETTINGS = {"send_lead_s": 0.1}
+SETTINGS = {"send_lead_s": 0.1, "max_missed_chunks": 3}
 
 
 class Arm:
@@ -28,7 +28,8 @@ class Arm:
     def __init__(self, measured: list[float], gripper_column: int | None = None) -> None:
         self.position, self.gripper_column, self.holds, self.clock = np.array(measured), gripper_column, [], 10.0
         self.read_at: float | None = None  # when the position was read (None: now)
-        self.gripper = SimpleNamespace(holds=0, command=lambda *_, **__: None)
+        self.gripper = SimpleNamespace(holds=0, refused=0, silent_for=lambda: 0.0, command=lambda *_, **__: None,
+                                       target="/gripper_controller/gripper_cmd")  # fmt: skip
         self.tolerances = {"max_tracking_error": np.full(3, 0.3)}  # instruction_node's default for every joint
 
     def take_fault(self) -> None:
@@ -238,6 +239,53 @@ def test_fine_motion_the_arm_did_not_follow_is_named_at_the_goals_end(ros_contex
                 arm.clock, arm.position = t, share * plan.queue.commanded(t)
                 vla.tick(run, plan)
             assert run.running and vla.unmoved(plan) == why
+    finally:
+        node.destroy_node()
+
+
+def test_a_gripper_that_refuses_its_goals_ends_the_goal_with_the_arm_held(ros_context):
+    """A gripper controller that refused max_missed_chunks goals in a row (each sent again the next period) would
+    refuse the next: the jaw cannot follow the plan, so the goal ends ABORTED with the arm held."""
+    node = Node("arm_gripper_refusals_test", context=ros_context)
+    try:
+        arm, run = Arm([0.0, 0.0, 0.0], gripper_column=2), Run()
+        plan, vla = planned([[0.0, 0.0, 0.0], [0.0, 0.0, 0.4]]), VlaArm(node, arm, SETTINGS)
+        arm.gripper.refused = 2
+        vla.tick(run, plan)
+        assert run.running and not arm.holds
+        arm.gripper.refused = 3
+        vla.tick(run, plan)
+        assert run.ended == (ErrorCode.ABORTED, "/gripper_controller/gripper_cmd refused 3 gripper goals in a row "
+                             "(max_missed_chunks), the arm holds: the jaw cannot follow the plan")  # fmt: skip
+        assert len(arm.holds) == 1
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize(("went", "silent_s", "unmoved"), [
+    (0.0, 2.5, True),  # never moved, its controller silent: switched off (it takes goals and ends none)
+    (0.0, 1.5, False),  # not silent long enough for a working controller to have said stalled
+    (0.0, 0.0, False),  # never moved, but its controller said stalled: it holds something
+    (0.05, 2.5, False),  # moved (over 0.1 of its 0.3 tracking error), then stopped: a grip
+])  # fmt: skip
+def test_a_jaw_that_never_moved_while_its_controller_said_nothing_is_named_at_the_goals_end(ros_context, went,
+                                                                                           silent_s, unmoved):
+    """The arm stands still as its plan has it; the plan closes the jaw 0.2. A jaw on its own controller may stall
+    on what it holds after any distance, so only one that never moved while its controller said of no goal that
+    it reached or stalled (for twice GripperActionController's stall_timeout) makes the goal's motion not happen."""
+    node = Node("arm_unmoved_jaw_test", context=ros_context)
+    try:
+        arm, run, plan = Arm([0.0, 0.0, 0.0], gripper_column=2), Run(), planned([[0.0, 0.0, 0.0], [0.0, 0.0, 0.2]])
+        arm.gripper.silent_for = lambda: silent_s
+        vla = VlaArm(node, arm, SETTINGS)
+        for t in (10.0, 10.1, 10.2):
+            arm.clock, arm.position = t, np.array([0.0, 0.0, went * (t > 10.0)])
+            vla.tick(run, plan)
+        assert run.running
+        why = ("the gripper did not move: its plan took jaw 0.200 from where the goal started, it went 0.000, and "
+               "/gripper_controller/gripper_cmd has said of no goal in 2.5 s that it reached its position or stalled "
+               "(is its controller active?)")  # fmt: skip
+        assert vla.unmoved(plan) == (why if unmoved else "")
     finally:
         node.destroy_node()
 

@@ -3,7 +3,9 @@ to the position (clamped to its limits) and SUCCEEDS reached; a newer goal preem
 reached) and the jaw turns toward the new position; a cancel stops it where it is; its joint_states name only its
 joint. The instruction node refuses a gripper_joint_names that is not one action joint, naming the parameter. The
 same through ParallelGripperCommand, the action of parallel_gripper_controllers (Jazzy on; the only one from
-Kilted)."""
+Kilted). What a real jaw meets: an object stalls it (GripperActionController's two ends of a stall), a switched-off
+controller takes goals and ends none, a refusing one is counted in a row; our gripper client reads each as the
+instruction goal's outcome needs it."""
 
 import time
 from collections.abc import Iterator
@@ -13,10 +15,11 @@ import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 from control_msgs.action import GripperCommand, ParallelGripperCommand
+from rclpy.action import ActionServer, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from ros_harness import send_goal, spin_nodes, wait_until
+from ros_harness import send_goal, set_parameter, spin_nodes, wait_for, wait_until
 from sensor_msgs.msg import JointState
 
 from oxygen_ros.nodes.gripper_io import GripperIO
@@ -28,11 +31,12 @@ ACTION = "/gripper_controller/gripper_cmd"
 
 
 @contextmanager
-def _jaw_at(ros_context, speed: float) -> Iterator[Node]:
-    """gripper_sim moving its jaw at ``speed``, and a client node keeping its joint states."""
+def _jaw_at(ros_context, speed: float, **more) -> Iterator[Node]:
+    """gripper_sim moving its jaw at ``speed`` (``more``: its other parameters), and a client node keeping its joint
+    states."""
     node = GripperSim(context=ros_context, parameter_overrides=[
-        Parameter("velocity", value=speed), Parameter("lower", value=LOWER), Parameter("upper", value=UPPER),
-        Parameter("state_rate_hz", value=50.0)])  # fmt: skip
+        Parameter(name, value=value) for name, value in {"velocity": speed, "lower": LOWER, "upper": UPPER,
+                                                         "state_rate_hz": 50.0, **more}.items()])  # fmt: skip
     client = Node("gripper_test_client", context=ros_context)
     client.states = []
     client.create_subscription(JointState, "/joint_states", client.states.append, 100)
@@ -152,6 +156,80 @@ def test_the_plans_last_jaw_position_is_sent_even_within_the_deadband(ros_contex
             gripper.command(1.03, gripper.holds, settled=True)  # the plan's last: sent once
         wait_until(lambda: jaw.states[-1].position[0] == pytest.approx(1.03, abs=1e-3), 5.0, "the jaw at 1.03")
         assert sent == [1.0, pytest.approx(1.03)]
+
+
+def _gripper(node: Node) -> GripperIO:
+    return GripperIO(node, {"gripper_action": ACTION, "gripper_action_type": "GripperCommand",
+                            "gripper_max_effort": 5.0, "gripper_deadband": 0.005}, "gripper",
+                     ReentrantCallbackGroup())  # fmt: skip
+
+
+@pytest.mark.parametrize("allow_stalling", [False, True])
+def test_a_jaw_closing_on_an_object_stalls_as_gripper_action_controller_says(ros_context, allow_stalling):
+    """Something between the jaws at 0.5 stops a jaw closing from 1.0 toward 0.0 there; after stall_timeout still,
+    the goal ends stalled, not reached: ABORTED, or SUCCEEDED with allow_stalling (check_for_success's two ends).
+    Our gripper client hears it: its controller answered. Opening, the jaw leaves the object freely."""
+    with _jaw_at(ros_context, SPEED, initial_position=1.0, object_position=0.5, stall_timeout=0.3,
+                 allow_stalling=allow_stalling) as jaw:  # fmt: skip
+        node = Node("gripper_stall_test", context=ros_context)
+        gripper = _gripper(node)
+        with spin_nodes(ros_context, node):
+            wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
+            gripper.begin()
+            gripper.command(LOWER, gripper.holds)
+            wait_until(lambda: gripper.silent_for() > 0.0, 5.0, "the goal sent")
+            wait_until(lambda: gripper.silent_for() == 0.0, 5.0, "the controller saying it stalled")
+            assert jaw.states[-1].position[0] == pytest.approx(0.5, abs=1e-9)
+            out = send_goal(jaw, GripperCommand, ACTION, _goal(LOWER)).result(timeout=10.0)
+            assert out.status == (GoalStatus.STATUS_SUCCEEDED if allow_stalling else GoalStatus.STATUS_ABORTED)
+            assert out.result.stalled and not out.result.reached_goal
+            assert out.result.position == pytest.approx(0.5, abs=1e-9)
+            out = send_goal(jaw, GripperCommand, ACTION, _goal(0.8)).result(timeout=10.0)
+            assert out.status == GoalStatus.STATUS_SUCCEEDED and out.result.reached_goal and not out.result.stalled
+
+
+def test_a_switched_off_controller_takes_goals_and_never_moves_or_ends_them(ros_context, jaw):
+    """`active` false, as `ros2 control switch_controllers --deactivate` leaves a GripperActionController: its
+    action server takes our goals, the jaw stays and no goal ends, so our client finds it silent (and not refusing);
+    switched on again, the jaw moves to the newest goal, which SUCCEEDS reached."""
+    node = Node("gripper_off_test", context=ros_context)
+    gripper = _gripper(node)
+    with spin_nodes(ros_context, node):
+        wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
+        set_parameter(jaw, "/gripper_sim", "active", False)
+        start = jaw.states[-1].position[0]
+        gripper.begin()
+        gripper.command(1.0, gripper.holds)
+        taken = send_goal(jaw, GripperCommand, ACTION, _goal(1.2))  # accepted: it preempts ours
+        ended = taken.handle.get_result_async()
+        seen = len(jaw.states)
+        wait_until(lambda: len(jaw.states) > seen + 25 and gripper.silent_for() > 0.5, 5.0, "half a second off")
+        assert all(state.position[0] == start for state in jaw.states[seen:])
+        assert gripper.refused == 0 and not ended.done()
+        set_parameter(jaw, "/gripper_sim", "active", True)
+        out = wait_for(ended, 10.0)
+        assert out.status == GoalStatus.STATUS_SUCCEEDED and out.result.position == pytest.approx(1.2, abs=1e-3)
+
+
+def test_goals_a_gripper_refuses_are_counted_in_a_row(ros_context):
+    """A gripper server that refuses our goals: each refusal is counted (the instruction node ends the goal at
+    max_missed_chunks in a row) and the same position goes out again at the next command, not only once the plan
+    moves past the deadband; one taken goal starts the count afresh."""
+    server = Node("refusing_gripper", context=ros_context)
+    answers = iter([GoalResponse.REJECT, GoalResponse.REJECT, GoalResponse.ACCEPT])
+    ActionServer(server, GripperCommand, ACTION, execute_callback=lambda handle: GripperCommand.Result(),
+                 goal_callback=lambda _: next(answers, GoalResponse.REJECT),
+                 callback_group=ReentrantCallbackGroup())  # fmt: skip
+    node = Node("gripper_refused_test", context=ros_context)
+    gripper = _gripper(node)
+    with spin_nodes(ros_context, server, node):
+        wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
+        for refused in (1, 2):
+            gripper.command(1.0, gripper.holds)
+            wait_until(lambda: gripper.refused == refused, 5.0, f"{refused} refused")  # noqa: B023
+        gripper.command(1.0, gripper.holds)  # the same position: taken this time
+        wait_until(lambda: gripper._newest, 5.0, "the goal taken")
+        assert gripper.refused == 0
 
 
 def test_a_parallel_gripper_controllers_action_moves_the_jaw_too(ros_context):

@@ -16,7 +16,6 @@ from inference_client import (
     infer,
     lifecycle_state,
     pool_stats,
-    set_parameter,
     transition,
 )
 from lifecycle_msgs.msg import Transition
@@ -26,7 +25,7 @@ from rcl_interfaces.msg import Log
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
-from ros_harness import node_process, spin_nodes, wait_for, wait_until
+from ros_harness import node_process, set_parameter, spin_nodes, wait_for, wait_until
 from sensor_msgs.msg import Image
 
 from oxygen_ros.nodes import params
@@ -81,12 +80,12 @@ def test_lifecycle_transitions(ros_context, tmp_path, one_torch_thread, capfd):
             ("camera_topic", CAMERA, "bad parameter camera_topic: Invalid topic name"),
             ("model", "pi05-causal-tiny", f"cannot load model '{missing}'"),
         ]
-        set_parameter(client, "camera_topic", "two words")
+        set_parameter(client, NODE, "camera_topic", "two words")
         for name, fix, reason in failures:  # each failed configure says why, then the parameter is fixed
             assert not transition(client, Transition.TRANSITION_CONFIGURE)
             log.wait_for(lambda m, reason=reason: m.name == "oxygen_inference" and reason in m.msg, what=reason)
             assert lifecycle_state(client) == "unconfigured"
-            set_parameter(client, name, fix)
+            set_parameter(client, NODE, name, fix)
         _not_active(client, "unconfigured")
 
         assert transition(client, Transition.TRANSITION_CONFIGURE)

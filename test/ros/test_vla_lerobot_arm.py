@@ -8,7 +8,7 @@ against the reference: test_pi05_engine). Checked: the
 goal succeeds with the arm and the jaw moved inside the URDF's limits and speeds (the trajectory controller refuses
 a trajectory naming the jaw); every chunk names the keyed observation it came from; that observation, asked about
 again, has the image tokens of exactly its two cameras; a camera key the checkpoint does not read is
-INVALID_ARGUMENT naming it."""
+INVALID_ARGUMENT naming it; with the jaw's controller switched off the goal fails, naming the jaw."""
 
 import threading
 from collections.abc import Iterator
@@ -28,7 +28,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
-from ros_harness import make_context, send_goal, spin_nodes, wait_for, wait_until
+from ros_harness import make_context, send_goal, set_parameter, spin_nodes, wait_for, wait_until
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Header
 
@@ -132,6 +132,21 @@ def test_a_lerobot_checkpoint_drives_the_arm_from_keyed_cameras_and_its_state(ro
         seen = published[trace.observation_id]  # the keyed observation observation_node published
         assert list(seen.image_keys) == list(CAMERAS) and len(seen.state) == len(SO100_JOINTS)
         assert (trace.frame_stamp.sec, trace.frame_stamp.nanosec) == (seen.header.stamp.sec, seen.header.stamp.nanosec)
+
+
+def test_a_jaw_whose_controller_is_switched_off_fails_the_goal(robot):
+    """The gripper's controller deactivated (`ros2 control switch_controllers --deactivate`: its action server stays
+    and takes goals, nothing moves the jaw, no goal ends): the arm moves, the jaw the plan moves never does, so the
+    goal does not succeed, and says why."""
+    set_parameter(robot, "/gripper_sim", "active", False)
+    try:
+        goal = FollowInstruction.Goal(instruction=INSTRUCTION, rate_hz=5.0, duration_s=5.0)
+        out = send_goal(robot, FollowInstruction, "/follow_instruction", goal).result(timeout=120.0)
+    finally:
+        set_parameter(robot, "/gripper_sim", "active", True)
+    assert out.status == GoalStatus.STATUS_ABORTED, out.result.message
+    assert out.result.message.startswith("the gripper did not move: its plan took gripper "), out.result.message
+    assert "/gripper_controller/gripper_cmd has said of no goal in" in out.result.message
 
 
 def _infer(robot: Node, request: Infer.Request) -> Infer.Response:

@@ -5,7 +5,8 @@ So each joint's excursion is kept twice, the plan's from where it started and th
 read, and a goal in which no joint that its plan moved clearly (over ``FLOOR`` of its tracking error) went even half
 as far did not happen. One joint that followed is motion: a jaw stalled on what it holds, a joint that lags at the
 goal's end or a servo that sits off its command never make a moving arm a still one (the tracking check is for
-them)."""
+them). A jaw on a controller of its own is asked less (``still``): that it moved at all, since it may stall on what
+it holds after any distance, or none."""
 
 from dataclasses import dataclass
 
@@ -47,3 +48,11 @@ class Excursion:
         if not clear.any() or (self.measured[clear] >= FOLLOWED * self.planned[clear]).any():
             return None
         return int(np.argmax(np.where(clear, self.planned, -np.inf)))
+
+    def still(self, joint: int, tracking_error: float) -> bool:
+        """Whether the plan moved ``joint`` clearly (over FLOOR of its tracking error) and it went no farther than
+        that floor: it never moved at all."""
+        if self.start is None:
+            return False
+        floor = FLOOR * tracking_error
+        return bool(self.planned[joint] > floor >= self.measured[joint])
