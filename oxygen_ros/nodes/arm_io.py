@@ -576,7 +576,7 @@ class ArmIO:
         speed); a position limit nearer than that, sooner, the steady deceleration that ends on it (at least
         MIN_STOP_S: a limit nearer than the arm moves in a third of that is passed by a few mrad);
         with joint states too old to read, from ``at`` timed for the farthest the arm may be from it (each joint's
-        max_tracking_error: what the tracking check allows).
+        max_tracking_error: what the tracking check allows), a limit's room short by as much.
         A goal of ours taken after the hold is replaced by another such stop, from where the arm is then; on the
         action, a stop the controller refuses (or none that can be planned: no joint states, no plan) cancels ours
         instead (the controller then holds where the arm is). Not ``stop``: nothing of ours plays (``Fault``'s
@@ -678,7 +678,7 @@ class ArmIO:
             else:  # a wrist: the short way
                 moving = _or_rest(velocity, arm)
                 here = start + difference(at[arm] + moving * lead, start, turns)
-            distance = np.abs(here - start)
+            distance, unknown = np.abs(here - start), 0.0
         except EngineError as exc:
             if at is None:
                 log(f"cannot hold on {self.target}: {exc.message}, and no plan says where the arm is")
@@ -686,7 +686,7 @@ class ArmIO:
             log(f"holding on {self.target} where the plan has the arm: {exc.message}")
             moving = start_velocity = _or_rest(velocity, arm)
             here = start = at[arm] + moving * lead
-            distance = self.tolerances["max_tracking_error"][arm]
+            distance = unknown = self.tolerances["max_tracking_error"][arm]  # where the arm is, within this
         braking_s = max(float(np.max(_braking_times(distance, moving, start_velocity, braking), initial=0.0)),
                         HOLD_MIN_S)  # fmt: skip
         lower, upper = (np.array([getattr(lim, side) for lim in limits])[arm] for side in ("lower", "upper"))
@@ -700,7 +700,8 @@ class ArmIO:
             # passes it for T > 3 d / v0, so by 4 v0 MIN_STOP_S / 27 at most, 3 mrad at 1 rad/s, where the floor
             # lengthens T); every joint brakes in the shortest such T, the one that sets it onto its limit
             toward = np.sign(start_velocity) == np.sign(moving)
-            room = np.maximum((stop - start) * np.sign(moving), 0.0)  # none: the arm is past it already
+            # none: the arm is past it already; unread, it may be as far on as the tracking check allows
+            room = np.maximum((stop - start) * np.sign(moving) - unknown, 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 times = np.where(toward & (start_velocity != 0), 2 * room / np.abs(start_velocity), np.inf)
             slowest = max(min(slowest, float(times[squeezed].min())), MIN_STOP_S)

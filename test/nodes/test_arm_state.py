@@ -219,12 +219,13 @@ def test_on_the_topic_a_recorder_or_an_echo_is_no_controller(ros_context):
             each.destroy_node()
 
 
-def _moving_joints(node: Node, positions: list[float], velocity: float = 1.0,
-                   upper: float = 3.0) -> tuple[ArmIO, list]:  # fmt: skip
+def _moving_joints(node: Node, positions: list[float], velocity: float = 1.0, upper: float = 3.0,
+                   settings: dict | None = None) -> tuple[ArmIO, list]:  # fmt: skip
     """An arm on the topic whose joints read ``positions`` at ``velocity`` now (read as they arrived: nothing
     carried forward), limits 2 rad/s and 2 rad/s^2, and the trajectories it sends."""
     names, count = [f"joint_{i}" for i in range(len(positions))], len(positions)
-    arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory"}, action_joint_names=names,
+    settings = {"trajectory_topic": "arm_controller/joint_trajectory"} | (settings or {})
+    arm = _arm(node, settings, action_joint_names=names,
                joint_lower_limits=[-3.0] * count, joint_upper_limits=[upper] * count,
                joint_velocity_limits=[2.0] * count, joint_acceleration_limits=[2.0] * count)  # fmt: skip
     sent = []
@@ -320,6 +321,30 @@ def test_a_hold_with_a_position_limit_within_its_braking_distance_stops_on_it_an
         assert point.positions[0] == pytest.approx(0.6) and duration == pytest.approx(2 * room)
         c = _cubic(0.4 + ahead, 0.6, 1.0, duration)
         np.testing.assert_allclose(_end_accelerations(c, duration), [-1 / (2 * room)] * 2, rtol=1e-5)
+        assert np.polynomial.polynomial.polyval(np.linspace(0.0, duration, 101), c).max() <= 0.6 + 1e-9
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("ahead", [0.1, -0.1, 0.0])
+def test_a_stale_hold_near_a_limit_stops_short_of_it_wherever_the_tracking_error_has_the_arm(ros_context, ahead):
+    """Joint states too old to read: the arm is somewhere within its 0.1 tracking error of the plan's 0.4, at
+    1 rad/s, 0.2 short of its upper limit. The stop ends on the limit as if the arm were 0.1 on (T = 2 x 0.1 / 1),
+    so the controller's cubic from wherever the arm really is never passes the limit (timed from the plan's 0.4,
+    T = 0.4, the cubic from 0.5 would: T over 3 d / v0)."""
+    node = Node("arm_stale_squeeze_test", context=ros_context)
+    try:
+        arm, sent = _moving_joints(node, [0.4], upper=0.6, settings={"input_timeout_s": 0.5,
+                                                                      "max_tracking_error": 0.1})  # fmt: skip
+        now = arm.now()
+        arm.now = lambda: now + 1.0  # a second on: over input_timeout_s
+        warnings = []
+        arm.hold(np.array([0.4]), warnings.append, velocity=np.array([1.0]))
+        (point,) = sent[-1].points
+        duration = seconds(point.time_from_start)
+        assert point.positions[0] == pytest.approx(0.6) and duration == pytest.approx(0.2)
+        assert warnings and warnings[0].startswith("holding on /arm_controller/joint_trajectory where the plan has")
+        c = _cubic(0.4 + ahead, 0.6, 1.0, duration)
         assert np.polynomial.polynomial.polyval(np.linspace(0.0, duration, 101), c).max() <= 0.6 + 1e-9
     finally:
         node.destroy_node()
