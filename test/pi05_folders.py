@@ -44,7 +44,9 @@ _SO100_LIMITS = urdf_limits(SO100_URDF)
 SO100_LOWER, SO100_UPPER, SO100_SPEED = (np.array([getattr(_SO100_LIMITS[j], field) for j in SO100_JOINTS])
                                          for field in ("lower", "upper", "velocity"))  # fmt: skip
 SO100_MIDDLE = (SO100_LOWER + SO100_UPPER) / 2
-SO100_SPREAD = np.where(np.array(SO100_JOINTS) == "gripper", 0.2, 0.02)  # the actions about the middle, rad
+SO100_JAW = np.array(SO100_JOINTS) == "gripper"
+SO100_CENTRE = SO100_MIDDLE + np.where(SO100_JAW, 0.4, 0.0)  # where the actions are, rad: the jaw 0.4 off the middle
+SO100_SPREAD = 0.02  # about it, rad
 
 
 def hf_modules(seed: int) -> tuple[PaliGemmaForConditionalGeneration, GemmaForCausalLM, dict[str, torch.nn.Linear]]:
@@ -184,13 +186,13 @@ def tiny_shapes() -> Iterator[None]:
 def write_so100_checkpoint(folder: Path, instruction: str) -> None:
     """A faithful pi0.5 checkpoint for the simulated SO-100 (config/sim_arm.urdf): a 6-dim state and action, QUANTILES
     stats, the state normalised over the URDF's ranges and the actions unnormalised into 0.04 rad about the middle of
-    each joint's range, the jaw's 0.4 (a gripper opens and closes; random weights act noisily; the arm must stay
-    inside its limits and speeds all the same)."""
+    each joint's range, the jaw's 0.4 above it (so a jaw starting in the middle is sent there, and a jaw goal
+    stands; random weights act noisily; the arm must stay inside its limits and speeds all the same)."""
     paligemma, gemma, heads = hf_modules(seed=3)
     texts = [f"Task: {instruction}, State: 0 1 2 3 4 5;\nAction: "]
     write_lerobot_folder(folder, paligemma, gemma, heads, texts,
                          output_features={"action": {"type": "ACTION", "shape": [len(SO100_JOINTS)]}})  # fmt: skip
-    low, high = SO100_MIDDLE - SO100_SPREAD, SO100_MIDDLE + SO100_SPREAD
+    low, high = SO100_CENTRE - SO100_SPREAD, SO100_CENTRE + SO100_SPREAD
     write_processor_files(folder, "QUANTILES", {"q01": SO100_LOWER.tolist(), "q99": SO100_UPPER.tolist()},
                           {"q01": low.tolist(), "q99": high.tolist()})  # fmt: skip
 

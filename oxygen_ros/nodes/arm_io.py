@@ -678,7 +678,7 @@ class ArmIO:
             else:  # a wrist: the short way
                 moving = _or_rest(velocity, arm)
                 here = start + difference(at[arm] + moving * lead, start, turns)
-            distance, unknown = np.abs(here - start), 0.0
+            distance, unknown, stale = np.abs(here - start), 0.0, False
         except EngineError as exc:
             if at is None:
                 log(f"cannot hold on {self.target}: {exc.message}, and no plan says where the arm is")
@@ -687,23 +687,28 @@ class ArmIO:
             moving = start_velocity = _or_rest(velocity, arm)
             here = start = at[arm] + moving * lead
             distance = unknown = self.tolerances["max_tracking_error"][arm]  # where the arm is, within this
+            stale = True
         braking_s = max(float(np.max(_braking_times(distance, moving, start_velocity, braking), initial=0.0)),
                         HOLD_MIN_S)  # fmt: skip
         lower, upper = (np.array([getattr(lim, side) for lim in limits])[arm] for side in ("lower", "upper"))
         # an arm already past a limit (jogged past a URDF's soft limit) is never moved onto it by a hold
         lower, upper = np.minimum(lower, here), np.maximum(upper, here)
         stop = np.clip(here + moving * braking_s / 2, lower, upper)  # steady deceleration to rest
-        squeezed = (np.abs(stop - here) < np.abs(moving) * braking_s / 2 - 1e-12) & (moving != 0)
+        beyond = np.where(moving > 0, upper - stop, stop - lower)  # the room a stop leaves before the limit
+        squeezed = (np.abs(stop - here) < np.abs(moving) * braking_s / 2 - 1e-12) | (beyond < unknown)
+        squeezed &= moving != 0
         slowest = max(float(np.max(1.5 * (distance + np.abs(stop - here)) / speeds, initial=0.0)), braking_s)
         if squeezed.any():  # a position limit within the braking distance: the steady deceleration from the start
             # state at v0 that ends on it (T = 2 d / v0: the gentlest that stays short of it, v0^2 / 2d; the cubic
             # passes it for T > 3 d / v0, so by 4 v0 MIN_STOP_S / 27 at most, 3 mrad at 1 rad/s, where the floor
-            # lengthens T); every joint brakes in the shortest such T, the one that sets it onto its limit
+            # lengthens T); every joint brakes in the shortest such T, the one that sets it onto its limit. Unread,
+            # the arm is anywhere within its tracking error of the plan: T = 3 (d - e) / v0, the longest with which
+            # the cubic from e on stays short (d 0.2, e 0.1, v0 1: at most 13 rad/s^2 from e behind; 35 at 2 (d-e)/v0)
             toward = np.sign(start_velocity) == np.sign(moving)
-            # none: the arm is past it already; unread, it may be as far on as the tracking check allows
-            room = np.maximum((stop - start) * np.sign(moving) - unknown, 0.0)
+            room = np.maximum((stop - start) * np.sign(moving) - unknown, 0.0)  # none: the arm is past it already
             with np.errstate(divide="ignore", invalid="ignore"):
-                times = np.where(toward & (start_velocity != 0), 2 * room / np.abs(start_velocity), np.inf)
+                times = np.where(toward & (start_velocity != 0), (3 if stale else 2) * room / np.abs(start_velocity),
+                                 np.inf)  # fmt: skip
             slowest = max(min(slowest, float(times[squeezed].min())), MIN_STOP_S)
             binding = squeezed & (times <= slowest)  # another squeezed joint stops short of its limit in this T
             stop = np.where(binding, stop, np.clip(here + moving * slowest / 2, lower, upper))

@@ -7,14 +7,14 @@ The gripper follows the arm's plan: every control period the instruction node ha
 position one `send_lead_s` ahead (clamped to the same position limits as every target; its speed is the
 controller's), and a goal goes out only when that position moved more than `gripper_deadband` from the last one
 sent, so a steady grip sends nothing; the plan's last position goes out whatever the deadband, so the jaw ends where
-the plan does. A goal that ends without reaching its position is normal for a gripper (it
-stalls on the object it holds) and is only logged. What the goal's outcome needs of the jaw is kept per goal
-(``begin``): goals refused in a row (a controller that refuses one refuses the next: the instruction node ends the
-goal at ``max_missed_chunks``), and whether the controller ever said it reached or stalled (GripperActionController's
-check_for_success, which only an active controller runs: a deactivated one keeps its action server, takes goals and
-never ends them). A hold sends nothing more (a position decided before it is
-dropped) but cancels nothing: a GripperActionController answers a cancel by commanding the jaw's measured position
-at its default effort, which takes the squeeze off whatever the jaw holds, so the last goal keeps its grip.
+the plan does. A goal that ends without reaching its position is normal for a gripper (it stalls on the object it
+holds) and is only logged. What the goal's outcome needs of the jaw is kept per instruction goal (``begin``,
+``control.arm.jaw_answers``): goals refused in a row (a controller that refuses one refuses the next: the
+instruction node ends the goal at ``max_missed_chunks``), and how long one of ours stood with the controller saying
+nothing of it (a deactivated GripperActionController takes goals and ends none). A hold sends nothing more (a
+position decided before it is dropped) but cancels nothing: a GripperActionController answers a cancel by commanding
+the jaw's measured position at its default effort, which takes the squeeze off whatever the jaw holds, so the last
+goal keeps its grip.
 """
 
 import threading
@@ -24,6 +24,7 @@ from control_msgs.action import GripperCommand
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 
+from oxygen_ros.control.arm.jaw_answers import JawAnswers
 from oxygen_ros.nodes import gripper_actions
 from oxygen_ros.nodes.action_client import ActionClient
 from oxygen_ros.nodes.future_wait import wait
@@ -39,8 +40,12 @@ PARAMETERS = {  # (default, description), read once
                            "position one passes it on where it has an effort command interface"),  # fmt: skip
     "gripper_deadband": (0.005, "a gripper goal goes out only when its position moved this far from the last one "
                          "sent (rad or m; the plan's last position goes out all the same)"),  # fmt: skip
+    "gripper_stall_timeout": (1.0, "the gripper controller's stall_timeout, s (GripperActionController's default): "
+                              "a goal of ours it keeps a second longer than this without saying reached or stalled, "
+                              "its jaw never moving, is taken for a controller switched off"),  # fmt: skip
 }
-RANGES = {"gripper_max_effort": (0.0, 1e4), "gripper_deadband": (0.0, 1.0)}
+RANGES = {"gripper_max_effort": (0.0, 1e4), "gripper_deadband": (0.0, 1.0), "gripper_stall_timeout": (0.0, 60.0)}
+ANSWER_MARGIN_S = 1.0  # past the controller's stall_timeout: its word on a still jaw is due by then
 
 
 class GripperIO:
@@ -53,9 +58,8 @@ class GripperIO:
         self._sent: float | None = None  # the last position sent since the last hold
         self._newest = b""  # the id of our newest accepted goal
         self._holds = 0
-        self._refused = 0  # goals refused in a row
-        self._first_sent: float | None = None  # this goal's first gripper goal (node clock, s)
-        self._answered = False  # a goal of ours reached its position or stalled
+        self._answers = JawAnswers()
+        self._silent_s = settings["gripper_stall_timeout"] + ANSWER_MARGIN_S
         self.target = node.resolve_topic_name(settings["gripper_action"])
         self._action = gripper_actions.action_type(settings["gripper_action_type"], "gripper_action_type")
         if name and self._action is GripperCommand and not self._effort > 0:
@@ -81,23 +85,22 @@ class GripperIO:
         return True
 
     def begin(self) -> None:
-        """A new instruction goal: what its outcome reads (``refused``, ``silent_for``) starts afresh."""
+        """A new instruction goal: what its outcome reads (``refused``, ``unanswered_s``) starts afresh."""
         with self._lock:
-            self._refused, self._first_sent, self._answered = 0, None, False
+            self._answers.begin()
 
     @property
     def refused(self) -> int:
-        """Gripper goals refused in a row."""
+        """This instruction goal's gripper goals refused in a row."""
         with self._lock:
-            return self._refused
+            return self._answers.refused
 
-    def silent_for(self) -> float:
-        """Seconds since this goal's first gripper goal went out, if the controller has said of no goal of ours that
-        it reached its position or stalled (on what the jaw holds); 0 once it has, or before any went out."""
+    def unanswered_s(self) -> float:
+        """The longest a gripper goal of this instruction goal stood with the controller saying nothing of it, when
+        over ``gripper_stall_timeout`` + ANSWER_MARGIN_S and it said of none that it reached or stalled; else 0."""
+        now = self._now()
         with self._lock:
-            if self._answered or self._first_sent is None:
-                return 0.0
-            return max(self._now() - self._first_sent, 0.0)
+            return self._answers.unanswered_s(now, self._silent_s)
 
     def _now(self) -> float:
         return self._node.get_clock().now().nanoseconds * 1e-9
@@ -119,29 +122,28 @@ class GripperIO:
             if holds != self._holds or (self._sent is not None and abs(position - self._sent) <= band):
                 return
             self._sent = position
-            if self._first_sent is None:
-                self._first_sent = self._now()
+            generation = self._answers.generation
         goal = gripper_actions.goal(self._action, self.name, position, self._effort)
-        self._client.send_goal_async(goal).add_done_callback(lambda f: self._on_accepted(f.result()))
+        self._client.send_goal_async(goal).add_done_callback(lambda f: self._on_accepted(f.result(), generation))
 
-    def _on_accepted(self, handle) -> None:
+    def _on_accepted(self, handle, generation: int) -> None:
         if handle is None or not handle.accepted:
             with self._lock:
                 self._sent = None  # sent again at the next period, not only once the plan moves past the deadband
-                self._refused += 1
+                self._answers.on_refused(generation)
             self._node.get_logger().warning(f"{self.target} refused a gripper goal", throttle_duration_sec=5.0)
             return
-        key = bytes(handle.goal_id.uuid)
+        key, now = bytes(handle.goal_id.uuid), self._now()
         with self._lock:
-            self._refused = 0
+            self._answers.on_taken(generation, key, now)
             self._newest = key  # a hold since it was sent leaves it to finish too: the jaw's last command
-        handle.get_result_async().add_done_callback(lambda f: self._on_result(key, f.result()))
+        handle.get_result_async().add_done_callback(lambda f: self._on_result(key, f.result(), generation))
 
-    def _on_result(self, key: bytes, response) -> None:
+    def _on_result(self, key: bytes, response, generation: int) -> None:
         result = response.result
         with self._lock:
             newest = key == self._newest  # an older goal ends because ours preempted it
-            self._answered |= bool(result.reached_goal or result.stalled)
+            self._answers.on_ended(generation, key, bool(result.reached_goal or result.stalled))
         if newest and response.status == GoalStatus.STATUS_ABORTED:
             where = gripper_actions.result_position(self._action, result)
             self._node.get_logger().warning(f"{self.target} stopped the gripper at {where:.3f} (stalled: "

@@ -5,15 +5,16 @@ its joint's `sensor_msgs/JointState` on `joint_states` (joint_state_broadcaster 
 subscribers merge by name).
 
 The jaw moves at `velocity` toward the goal's position, clamped to [`lower`, `upper`] (the URDF's limits of the SO-100
-jaw by default); the goal SUCCEEDS with reached_goal once there, a newer goal preempts it (ABORTED, not reached), a
-cancel stops the jaw where it is; a goal with no position (or not a number) is rejected. Timed on the node clock.
+jaw by default); the goal SUCCEEDS with reached_goal once there, a newer goal preempts it (CANCELED, as
+preempt_active_goal ends it), a cancel stops the jaw where it is; a goal with no position (or not a number) is rejected. Timed on the node clock.
 
 What a real jaw meets, settable at run time: something between the jaws (`object_position`) stops it closing (toward
 `lower`, as the SO-100's jaw closes), and a goal whose jaw has not moved for `stall_timeout` short of its position ends
 stalled, as GripperActionController's check_for_success ends it (ABORTED, or SUCCEEDED with `allow_stalling`; not
 reached either way); a controller switched off (`active` false, as `ros2 control switch_controllers --deactivate`
 leaves it) keeps its action server, which takes goals (a newer one still preempts) while nothing moves the jaw and no
-goal ends.
+goal ends. Switched on again it holds the jaw where it is (on_activate's command) and the goal it kept ends ABORTED,
+not reached (the real controller's new action server never answers it: ended here so no client waits forever).
 """
 
 import math
@@ -83,6 +84,7 @@ class GripperSim(Node):
         self._lock = threading.Lock()
         self._position, self._target = value["initial_position"], value["initial_position"]
         self._last = self._moved_at = self._now()  # the last tick, and when the jaw last moved (or took a goal)
+        self._working = True  # whether the controller ran at the last tick
         self._active: ActiveGoal | None = None
         self._starting: dict[bytes, ActiveGoal] = {}
         self._states = self.create_publisher(JointState, value["state_topic"], 10)
@@ -116,8 +118,8 @@ class GripperSim(Node):
 
     def _on_accepted(self, handle: ServerGoalHandle) -> None:
         with self._lock:
-            if self._active is not None:  # preempted (rclpy lets only a goal asked to cancel end CANCELED)
-                self._active.end("abort", self._result(reached=False))
+            if self._active is not None:  # preempted
+                self._active.end("canceled", self._result(reached=False))
             self._target = min(max(gripper_actions.goal_position(self._action, handle.request), self._lower),
                                self._upper)  # fmt: skip
             self._active = self._starting[bytes(handle.goal_id.uuid)] = ActiveGoal(handle, self)
@@ -137,7 +139,13 @@ class GripperSim(Node):
             step = self._velocity * max(now - self._last, 0.0) if working else 0.0
             self._last = now
             active = self._active
-            if active is not None and active.handle.is_cancel_requested:  # answered off the control loop: always
+            if working and not self._working:  # switched on: it holds the jaw; the goal it kept is lost
+                self._target = self._position
+                if active is not None:
+                    active.end("abort", self._result(reached=False))
+                    active = self._active = None
+            self._working = working
+            if active is not None and active.handle.is_cancel_requested:
                 self._target = self._position
                 active.end("canceled", self._result(reached=False))
                 active = self._active = None

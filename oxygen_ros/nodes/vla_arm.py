@@ -20,7 +20,8 @@ stale joint states, a controller fault (our goal aborted, preempted by another c
 an arm over ``max_tracking_error`` from its plan at any period (a controller that dropped or stalled the trajectory)
 end it at once with the arm held, and so do ``max_missed_chunks`` gripper goals refused in a row; a goal that never
 got a chunk to the arm does not succeed, nor one whose arm (or jaw) never moved as planned (``unmoved``). The result
-counts chunks sent and missed, underruns, and the p50 / p99 latency from reading the inputs to the controller taking the trajectory.
+counts chunks sent and missed, underruns, and the p50 / p99 latency from reading the inputs to the controller taking
+the trajectory.
 """
 
 import math
@@ -60,7 +61,7 @@ RANGES = {"actions_per_chunk": (0, 10_000), "chunk_threshold": (0, 10_000), "ble
 POSITIVE = ("send_lead_s",)
 MAX_PERIOD_S = 1.0  # a chunk's action period: the arm is watched (cancel, faults, tracking) once a period
 MIN_PERIOD_S = 1e-3  # and no faster than a ros2_control loop runs: the clock thread ticks once a period
-JAW_ANSWER_S = 2.0  # twice GripperActionController's default stall_timeout: a working one has said reached or stalled
+JAW_MOVED = 0.02  # of the jaw's position range: a jaw that went less never moved (a servo's reading jitters less)
 MISSED = "chunk missed"  # how the log says it (the robot suite counts these)
 
 
@@ -363,9 +364,9 @@ class VlaArm:
     def unmoved(self, plan: ArmPlan) -> str:
         """Why the goal's motion did not happen ('' = it did, as far as the readings tell): no joint its plan moved
         clearly went with it (``Excursion``), within the tracking error the whole time; or a gripper on its own
-        controller its plan moved never moved at all while the controller, for JAW_ANSWER_S since our first goal,
-        said of none that it reached its position or stalled on what the jaw holds (a deactivated controller takes
-        goals and ends none)."""
+        controller that the plan took over JAW_MOVED of its range never moved that far while a goal of ours stood
+        past the controller's stall_timeout without a word (``GripperIO.unanswered_s``: a controller switched off;
+        a working one says reached, or stalled on what the jaw holds)."""
         joint = plan.excursion.unfollowed(self.arm.tolerances["max_tracking_error"], self.arm.gripper_column)
         if joint is not None:
             planned, measured = plan.excursion.planned[joint], plan.excursion.measured[joint]
@@ -375,13 +376,13 @@ class VlaArm:
         jaw, gripper = self.arm.gripper_column, self.arm.gripper
         if jaw is None:
             return ""
-        silent = gripper.silent_for()
-        if silent < JAW_ANSWER_S or not plan.excursion.still(jaw, self.arm.tolerances["max_tracking_error"][jaw]):
+        stood = gripper.unanswered_s()
+        span = plan.limits[jaw].upper - plan.limits[jaw].lower
+        if not stood or not plan.excursion.still(jaw, JAW_MOVED * span):
             return ""
-        return (f"the gripper did not move: its plan took {self.arm.names[jaw]} {plan.excursion.planned[jaw]:.3f} "
-                f"from where the goal started, it went {plan.excursion.measured[jaw]:.3f}, and {gripper.target} has "
-                f"said of no goal in {silent:.1f} s that it reached its position or stalled (is its controller "
-                "active?)")  # fmt: skip
+        return (f"the gripper did not move: its plan took {self.arm.names[jaw]} {plan.excursion.reach[jaw]:.3f} from "
+                f"where it was, it went {plan.excursion.measured[jaw]:.3f}, and {gripper.target} kept a goal "
+                f"{stood:.1f} s without saying it reached its position or stalled (is its controller active?)")
 
     def hold(self, plan: ArmPlan | None, where_it_is: bool = False, stop: bool = True) -> None:
         """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:

@@ -326,26 +326,30 @@ def test_a_hold_with_a_position_limit_within_its_braking_distance_stops_on_it_an
         node.destroy_node()
 
 
-@pytest.mark.parametrize("ahead", [0.1, -0.1, 0.0])
-def test_a_stale_hold_near_a_limit_stops_short_of_it_wherever_the_tracking_error_has_the_arm(ros_context, ahead):
-    """Joint states too old to read: the arm is somewhere within its 0.1 tracking error of the plan's 0.4, at
-    1 rad/s, 0.2 short of its upper limit. The stop ends on the limit as if the arm were 0.1 on (T = 2 x 0.1 / 1),
-    so the controller's cubic from wherever the arm really is never passes the limit (timed from the plan's 0.4,
-    T = 0.4, the cubic from 0.5 would: T over 3 d / v0)."""
+@pytest.mark.parametrize("side", [1.0, -1.0, 0.0])
+@pytest.mark.parametrize(("error", "upper"), [(0.1, 0.6), (0.3, 1.02)])
+def test_a_stale_hold_near_a_limit_stops_short_of_it_wherever_the_tracking_error_has_the_arm(
+        ros_context, side, error, upper):  # fmt: skip
+    """Joint states too old to read: the arm is somewhere within its tracking ``error`` of the plan's 0.4 (``side``:
+    that far on, back, or there), at 1 rad/s. A limit within the braking distance (0.6), or one just past the stop
+    (1.02: braking from 0.4 stops at 1.016 in 1.23 s, and the controller's cubic from 0.7 would peak at 1.025), gets
+    the longest stop with which the cubic from ``error`` on stays short: T = 3 (d - error) / 1. Wherever the arm
+    really is, it never passes the limit."""
     node = Node("arm_stale_squeeze_test", context=ros_context)
     try:
-        arm, sent = _moving_joints(node, [0.4], upper=0.6, settings={"input_timeout_s": 0.5,
-                                                                      "max_tracking_error": 0.1})  # fmt: skip
+        arm, sent = _moving_joints(node, [0.4], upper=upper, settings={"input_timeout_s": 0.5,
+                                                                        "max_tracking_error": error})  # fmt: skip
         now = arm.now()
         arm.now = lambda: now + 1.0  # a second on: over input_timeout_s
         warnings = []
         arm.hold(np.array([0.4]), warnings.append, velocity=np.array([1.0]))
         (point,) = sent[-1].points
-        duration = seconds(point.time_from_start)
-        assert point.positions[0] == pytest.approx(0.6) and duration == pytest.approx(0.2)
+        stop, duration = point.positions[0], seconds(point.time_from_start)
+        assert stop == pytest.approx(min(upper, 1.0155), abs=1e-4)
+        assert duration == pytest.approx(3 * (stop - 0.4 - error))
         assert warnings and warnings[0].startswith("holding on /arm_controller/joint_trajectory where the plan has")
-        c = _cubic(0.4 + ahead, 0.6, 1.0, duration)
-        assert np.polynomial.polynomial.polyval(np.linspace(0.0, duration, 101), c).max() <= 0.6 + 1e-9
+        c = _cubic(0.4 + side * error, stop, 1.0, duration)
+        assert np.polynomial.polynomial.polyval(np.linspace(0.0, duration, 101), c).max() <= upper + 1e-9
     finally:
         node.destroy_node()
 

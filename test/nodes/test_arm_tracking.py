@@ -28,7 +28,7 @@ class Arm:
     def __init__(self, measured: list[float], gripper_column: int | None = None) -> None:
         self.position, self.gripper_column, self.holds, self.clock = np.array(measured), gripper_column, [], 10.0
         self.read_at: float | None = None  # when the position was read (None: now)
-        self.gripper = SimpleNamespace(holds=0, refused=0, silent_for=lambda: 0.0, command=lambda *_, **__: None,
+        self.gripper = SimpleNamespace(holds=0, refused=0, unanswered_s=lambda: 0.0, command=lambda *_, **__: None,
                                        target="/gripper_controller/gripper_cmd")  # fmt: skip
         self.tolerances = {"max_tracking_error": np.full(3, 0.3)}  # instruction_node's default for every joint
 
@@ -262,28 +262,28 @@ def test_a_gripper_that_refuses_its_goals_ends_the_goal_with_the_arm_held(ros_co
         node.destroy_node()
 
 
-@pytest.mark.parametrize(("went", "silent_s", "unmoved"), [
-    (0.0, 2.5, True),  # never moved, its controller silent: switched off (it takes goals and ends none)
-    (0.0, 1.5, False),  # not silent long enough for a working controller to have said stalled
-    (0.0, 0.0, False),  # never moved, but its controller said stalled: it holds something
-    (0.05, 2.5, False),  # moved (over 0.1 of its 0.3 tracking error), then stopped: a grip
+@pytest.mark.parametrize(("went", "stood_s", "unmoved"), [
+    (0.0, 2.5, True),  # never moved while a goal stood 2.5 s without a word: a controller switched off
+    (0.0, 0.0, False),  # never moved, but no goal stood past the stall timeout unanswered: a grip (or goals replaced)
+    (0.15, 2.5, False),  # moved over 2% of its 6 rad range (0.12), then stopped: a grip
 ])  # fmt: skip
 def test_a_jaw_that_never_moved_while_its_controller_said_nothing_is_named_at_the_goals_end(ros_context, went,
-                                                                                           silent_s, unmoved):
-    """The arm stands still as its plan has it; the plan closes the jaw 0.2. A jaw on its own controller may stall
-    on what it holds after any distance, so only one that never moved while its controller said of no goal that
-    it reached or stalled (for twice GripperActionController's stall_timeout) makes the goal's motion not happen."""
+                                                                                           stood_s, unmoved):
+    """The arm stands still as its plan has it; the plan's first jaw target is 0.2 from where the jaw was read (a
+    jaw may jump there). A jaw on its own controller may stall on what it holds after any distance, so only one that
+    never moved, while a goal of ours stood past the controller's stall timeout without its saying reached or
+    stalled (``GripperIO.unanswered_s``), makes the goal's motion not happen."""
     node = Node("arm_unmoved_jaw_test", context=ros_context)
     try:
-        arm, run, plan = Arm([0.0, 0.0, 0.0], gripper_column=2), Run(), planned([[0.0, 0.0, 0.0], [0.0, 0.0, 0.2]])
-        arm.gripper.silent_for = lambda: silent_s
+        arm, run, plan = Arm([0.0, 0.0, 0.0], gripper_column=2), Run(), planned([[0.0, 0.0, 0.2], [0.0, 0.0, 0.2]])
+        arm.gripper.unanswered_s = lambda: stood_s
         vla = VlaArm(node, arm, SETTINGS)
         for t in (10.0, 10.1, 10.2):
             arm.clock, arm.position = t, np.array([0.0, 0.0, went * (t > 10.0)])
             vla.tick(run, plan)
         assert run.running
-        why = ("the gripper did not move: its plan took jaw 0.200 from where the goal started, it went 0.000, and "
-               "/gripper_controller/gripper_cmd has said of no goal in 2.5 s that it reached its position or stalled "
+        why = ("the gripper did not move: its plan took jaw 0.200 from where it was, it went 0.000, and "
+               "/gripper_controller/gripper_cmd kept a goal 2.5 s without saying it reached its position or stalled "
                "(is its controller active?)")  # fmt: skip
         assert vla.unmoved(plan) == (why if unmoved else "")
     finally:

@@ -1,5 +1,5 @@
 """`gripper_sim` through real rclpy nodes, as a GripperActionController behaves: a goal moves the jaw at its velocity
-to the position (clamped to its limits) and SUCCEEDS reached; a newer goal preempts the active one (ABORTED, not
+to the position (clamped to its limits) and SUCCEEDS reached; a newer goal preempts the active one (CANCELED, not
 reached) and the jaw turns toward the new position; a cancel stops it where it is; its joint_states name only its
 joint. The instruction node refuses a gripper_joint_names that is not one action joint, naming the parameter. The
 same through ParallelGripperCommand, the action of parallel_gripper_controllers (Jazzy on; the only one from
@@ -64,6 +64,13 @@ def _goal(position: float) -> GripperCommand.Goal:
     return goal
 
 
+def _gripper(node: Node, deadband: float = 0.005) -> GripperIO:
+    """Our gripper client, taking a goal that stood 1.2 s without a word for a controller switched off."""
+    return GripperIO(node, {"gripper_action": ACTION, "gripper_action_type": "GripperCommand",
+                            "gripper_max_effort": 5.0, "gripper_deadband": deadband, "gripper_stall_timeout": 0.2},
+                     "gripper", ReentrantCallbackGroup())  # fmt: skip
+
+
 def test_a_goal_moves_the_jaw_at_its_velocity_to_the_clamped_position(jaw):
     start = time.monotonic()
     out = send_goal(jaw, GripperCommand, ACTION, _goal(9.0)).result(timeout=10.0)  # past the upper limit
@@ -80,7 +87,7 @@ def test_a_newer_goal_preempts_and_a_cancel_stops_the_jaw_where_it_is(slow_jaw):
     wait_until(lambda: jaw.states[-1].position[0] > LOWER + 0.05, 5.0, "the jaw opening")
     second = send_goal(jaw, GripperCommand, ACTION, _goal(LOWER))
     ended = first.result(timeout=10.0)
-    assert ended.status == GoalStatus.STATUS_ABORTED and not ended.result.reached_goal
+    assert ended.status == GoalStatus.STATUS_CANCELED and not ended.result.reached_goal
     assert second.result(timeout=10.0).status == GoalStatus.STATUS_SUCCEEDED
     third = send_goal(jaw, GripperCommand, ACTION, _goal(UPPER))
     wait_until(lambda: jaw.states[-1].position[0] > LOWER + 0.05, 5.0, "the jaw opening again")
@@ -121,9 +128,7 @@ def test_a_hold_keeps_the_grip_and_sends_nothing_more(ros_context, jaw):
     """A GripperActionController answers a cancel by commanding the measured position at its default effort, which
     would let go of what the jaw squeezes: a hold cancels nothing (the last goal finishes) and stops new goals."""
     node = Node("gripper_io_test", context=ros_context)
-    gripper = GripperIO(node, {"gripper_action": ACTION, "gripper_action_type": "GripperCommand",
-                               "gripper_max_effort": 5.0, "gripper_deadband": 0.005}, "gripper",
-                        ReentrantCallbackGroup())  # fmt: skip
+    gripper = _gripper(node)
     with spin_nodes(ros_context, node):  # destroys the node (and the client) after
         wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
         start = jaw.states[-1].position[0]
@@ -141,9 +146,7 @@ def test_the_plans_last_jaw_position_is_sent_even_within_the_deadband(ros_contex
     """Mid-plan a jaw position within gripper_deadband of the last one sent sends nothing (a steady grip); the
     plan's last one (``settled``) is sent all the same, so the jaw ends where the plan does, and only once."""
     node = Node("gripper_settled_test", context=ros_context)
-    gripper = GripperIO(node, {"gripper_action": ACTION, "gripper_action_type": "GripperCommand",
-                               "gripper_max_effort": 5.0, "gripper_deadband": 0.05}, "gripper",
-                        ReentrantCallbackGroup())  # fmt: skip
+    gripper = _gripper(node, deadband=0.05)
     sent = []
     real = gripper._client.send_goal_async
     gripper._client.send_goal_async = lambda goal: (sent.append(goal.command.position), real(goal))[1]
@@ -158,17 +161,12 @@ def test_the_plans_last_jaw_position_is_sent_even_within_the_deadband(ros_contex
         assert sent == [1.0, pytest.approx(1.03)]
 
 
-def _gripper(node: Node) -> GripperIO:
-    return GripperIO(node, {"gripper_action": ACTION, "gripper_action_type": "GripperCommand",
-                            "gripper_max_effort": 5.0, "gripper_deadband": 0.005}, "gripper",
-                     ReentrantCallbackGroup())  # fmt: skip
-
-
 @pytest.mark.parametrize("allow_stalling", [False, True])
 def test_a_jaw_closing_on_an_object_stalls_as_gripper_action_controller_says(ros_context, allow_stalling):
     """Something between the jaws at 0.5 stops a jaw closing from 1.0 toward 0.0 there; after stall_timeout still,
     the goal ends stalled, not reached: ABORTED, or SUCCEEDED with allow_stalling (check_for_success's two ends).
-    Our gripper client hears it: its controller answered. Opening, the jaw leaves the object freely."""
+    Our gripper client hears it: its controller answered (however long the goal stood). Opening, the jaw leaves the
+    object freely."""
     with _jaw_at(ros_context, SPEED, initial_position=1.0, object_position=0.5, stall_timeout=0.3,
                  allow_stalling=allow_stalling) as jaw:  # fmt: skip
         node = Node("gripper_stall_test", context=ros_context)
@@ -177,9 +175,10 @@ def test_a_jaw_closing_on_an_object_stalls_as_gripper_action_controller_says(ros
             wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
             gripper.begin()
             gripper.command(LOWER, gripper.holds)
-            wait_until(lambda: gripper.silent_for() > 0.0, 5.0, "the goal sent")
-            wait_until(lambda: gripper.silent_for() == 0.0, 5.0, "the controller saying it stalled")
+            wait_until(lambda: gripper._answers.answered, 5.0, "the controller saying it stalled")
             assert jaw.states[-1].position[0] == pytest.approx(0.5, abs=1e-9)
+            time.sleep(1.3)  # past gripper_stall_timeout + 1 s
+            assert gripper.unanswered_s() == 0.0
             out = send_goal(jaw, GripperCommand, ACTION, _goal(LOWER)).result(timeout=10.0)
             assert out.status == (GoalStatus.STATUS_SUCCEEDED if allow_stalling else GoalStatus.STATUS_ABORTED)
             assert out.result.stalled and not out.result.reached_goal
@@ -190,24 +189,30 @@ def test_a_jaw_closing_on_an_object_stalls_as_gripper_action_controller_says(ros
 
 def test_a_switched_off_controller_takes_goals_and_never_moves_or_ends_them(ros_context, jaw):
     """`active` false, as `ros2 control switch_controllers --deactivate` leaves a GripperActionController: its
-    action server takes our goals, the jaw stays and no goal ends, so our client finds it silent (and not refusing);
-    switched on again, the jaw moves to the newest goal, which SUCCEEDS reached."""
+    action server takes our goal, the jaw stays and the goal never ends, so our client finds it kept without a word
+    past gripper_stall_timeout + 1 s (and nothing refused); a newer goal still preempts ours (CANCELED). Switched on
+    again, the controller holds the jaw where it is and the goal it kept ends ABORTED, not reached; the next goal
+    moves the jaw."""
     node = Node("gripper_off_test", context=ros_context)
     gripper = _gripper(node)
     with spin_nodes(ros_context, node):
         wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
         set_parameter(jaw, "/gripper_sim", "active", False)
-        start = jaw.states[-1].position[0]
+        start, seen = jaw.states[-1].position[0], len(jaw.states)
         gripper.begin()
         gripper.command(1.0, gripper.holds)
-        taken = send_goal(jaw, GripperCommand, ACTION, _goal(1.2))  # accepted: it preempts ours
-        ended = taken.handle.get_result_async()
-        seen = len(jaw.states)
-        wait_until(lambda: len(jaw.states) > seen + 25 and gripper.silent_for() > 0.5, 5.0, "half a second off")
-        assert all(state.position[0] == start for state in jaw.states[seen:])
-        assert gripper.refused == 0 and not ended.done()
+        wait_until(lambda: gripper.unanswered_s() > 1.2, 5.0, "our goal kept past 1.2 s")
+        assert all(state.position[0] == start for state in jaw.states[seen:]) and len(jaw.states) > seen + 50
+        assert gripper.refused == 0
+        kept = send_goal(jaw, GripperCommand, ACTION, _goal(1.2))  # taken: it preempts ours
+        ended = kept.handle.get_result_async()
+        wait_until(lambda: gripper._answers.standing is None, 5.0, "ours ended by the newer goal")
+        assert not ended.done()
         set_parameter(jaw, "/gripper_sim", "active", True)
         out = wait_for(ended, 10.0)
+        assert out.status == GoalStatus.STATUS_ABORTED and not out.result.reached_goal
+        assert out.result.position == pytest.approx(start, abs=1e-9)
+        out = send_goal(jaw, GripperCommand, ACTION, _goal(1.2)).result(timeout=10.0)
         assert out.status == GoalStatus.STATUS_SUCCEEDED and out.result.position == pytest.approx(1.2, abs=1e-3)
 
 
@@ -243,7 +248,7 @@ def test_a_parallel_gripper_controllers_action_moves_the_jaw_too(ros_context):
     node.states = []
     node.create_subscription(JointState, "/joint_states", node.states.append, 100)
     settings = {"gripper_action": ACTION, "gripper_action_type": "ParallelGripperCommand", "gripper_max_effort": 0.0,
-                "gripper_deadband": 0.005}  # fmt: skip
+                "gripper_deadband": 0.005, "gripper_stall_timeout": 1.0}  # fmt: skip
     gripper = GripperIO(node, settings, "gripper", ReentrantCallbackGroup())
     with spin_nodes(ros_context, jaw, node):
         wait_until(lambda: gripper._client.server_is_ready() and node.states, 5.0, "the gripper's server")

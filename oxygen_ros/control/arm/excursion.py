@@ -5,8 +5,9 @@ So each joint's excursion is kept twice, the plan's from where it started and th
 read, and a goal in which no joint that its plan moved clearly (over ``FLOOR`` of its tracking error) went even half
 as far did not happen. One joint that followed is motion: a jaw stalled on what it holds, a joint that lags at the
 goal's end or a servo that sits off its command never make a moving arm a still one (the tracking check is for
-them). A jaw on a controller of its own is asked less (``still``): that it moved at all, since it may stall on what
-it holds after any distance, or none."""
+them). A jaw on a controller of its own is asked less (``still``): that it moved at all when the plan took it
+somewhere (from where it was first read: a jaw may jump to its first target), since it may stall on what it holds
+after any distance, or none."""
 
 from dataclasses import dataclass
 
@@ -27,13 +28,15 @@ class Excursion:
     commanded_start: np.ndarray | None = None  # where the plan had the arm then
     planned: np.ndarray | None = None
     measured: np.ndarray | None = None
+    reach: np.ndarray | None = None  # the farthest the plan went from the first reading
 
     def add(self, measured: np.ndarray, commanded: np.ndarray, turns: np.ndarray) -> None:
         """One reading of the arm and where the plan had it then."""
         if self.start is None:
             self.start, self.commanded_start = measured.copy(), commanded.copy()
-            self.planned, self.measured = np.zeros(len(measured)), np.zeros(len(measured))
+            self.planned, self.measured, self.reach = (np.zeros(len(measured)) for _ in range(3))
         self.planned = np.maximum(self.planned, np.abs(difference(commanded, self.commanded_start, turns)))
+        self.reach = np.maximum(self.reach, np.abs(difference(commanded, self.start, turns)))
         self.measured = np.maximum(self.measured, np.abs(difference(measured, self.start, turns)))
 
     def unfollowed(self, tracking_error: np.ndarray, ignored: int | None) -> int | None:
@@ -49,10 +52,9 @@ class Excursion:
             return None
         return int(np.argmax(np.where(clear, self.planned, -np.inf)))
 
-    def still(self, joint: int, tracking_error: float) -> bool:
-        """Whether the plan moved ``joint`` clearly (over FLOOR of its tracking error) and it went no farther than
-        that floor: it never moved at all."""
+    def still(self, joint: int, floor: float) -> bool:
+        """Whether the plan took ``joint`` over ``floor`` from where it was first read and it never went farther
+        than that."""
         if self.start is None:
             return False
-        floor = FLOOR * tracking_error
-        return bool(self.planned[joint] > floor >= self.measured[joint])
+        return bool(self.reach[joint] > floor >= self.measured[joint])

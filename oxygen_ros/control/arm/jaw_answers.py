@@ -1,0 +1,56 @@
+"""What a gripper controller said of one instruction goal's gripper goals, for the goal's outcome: how many it refused
+in a row, and how long one of ours stood with the controller saying nothing of it.
+
+A GripperActionController that is active ends a goal whose jaw stopped short of its position once it stood still for
+the controller's stall_timeout (stalled: ABORTED, or SUCCEEDED with allow_stalling), and one that got there as
+reached; a deactivated one keeps its action server (made in on_activate, left by on_deactivate), takes every goal and
+ends none. Both restart their stall timer at each goal they take (a newer one preempts the older), so only a goal
+that stood, not replaced, well past stall_timeout with no word tells a switched-off controller from one whose jaw
+holds something while the model's jaw position keeps moving. Answers to an earlier instruction goal's gripper goals
+(its ``generation``) count for nothing here. Plain bookkeeping: its owner locks and brings the clock.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass
+class JawAnswers:
+    generation: int = 0  # the instruction goal the counts are for
+    refused: int = 0  # gripper goals refused in a row
+    answered: bool = False  # a goal of ours reached its position or stalled: the controller runs
+    standing: tuple[bytes, float] | None = None  # our newest taken goal not yet ended, and when it was taken
+    longest: float = 0.0  # the longest a goal of ours stood unended before a newer one replaced it, s
+
+    def begin(self) -> None:
+        """A new instruction goal: counts start afresh, and answers to the earlier one's goals are dropped."""
+        self.generation += 1
+        self.refused, self.answered, self.standing, self.longest = 0, False, None, 0.0
+
+    def on_refused(self, generation: int) -> None:
+        if generation == self.generation:
+            self.refused += 1
+
+    def on_taken(self, generation: int, key: bytes, now: float) -> None:
+        """Goal ``key`` was taken at ``now``: it replaces the one standing."""
+        if generation != self.generation:
+            return
+        self.refused = 0
+        if self.standing is not None:
+            self.longest = max(self.longest, now - self.standing[1])
+        self.standing = (key, now)
+
+    def on_ended(self, generation: int, key: bytes, reached_or_stalled: bool) -> None:
+        """Goal ``key`` ended (a result came): it no longer stands; ``reached_or_stalled``: the controller runs."""
+        if generation != self.generation:
+            return
+        self.answered |= reached_or_stalled
+        if self.standing is not None and self.standing[0] == key:
+            self.standing = None
+
+    def unanswered_s(self, now: float, over_s: float) -> float:
+        """The longest a goal of ours stood with no word from the controller (``now`` for one still standing), when
+        that is over ``over_s`` and the controller said of no goal that it reached or stalled; else 0."""
+        if self.answered:
+            return 0.0
+        stood = max(self.longest, now - self.standing[1] if self.standing is not None else 0.0)
+        return stood if stood > over_s else 0.0
