@@ -576,7 +576,8 @@ class ArmIO:
         speed); a position limit nearer than that, sooner, the steady deceleration that ends on it (at least
         MIN_STOP_S: a limit nearer than the arm moves in a third of that is passed by a few mrad);
         with joint states too old to read, from ``at`` timed for the farthest the arm may be from it (each joint's
-        max_tracking_error: what the tracking check allows), a limit's room short by as much.
+        max_tracking_error: what the tracking check allows), a limit within the braking distance braked for so that
+        the controller's cubic from that far on stays short of it.
         A goal of ours taken after the hold is replaced by another such stop, from where the arm is then; on the
         action, a stop the controller refuses (or none that can be planned: no joint states, no plan) cancels ours
         instead (the controller then holds where the arm is). Not ``stop``: nothing of ours plays (``Fault``'s
@@ -694,18 +695,18 @@ class ArmIO:
         # an arm already past a limit (jogged past a URDF's soft limit) is never moved onto it by a hold
         lower, upper = np.minimum(lower, here), np.maximum(upper, here)
         stop = np.clip(here + moving * braking_s / 2, lower, upper)  # steady deceleration to rest
-        beyond = np.where(moving > 0, upper - stop, stop - lower)  # the room a stop leaves before the limit
-        squeezed = (np.abs(stop - here) < np.abs(moving) * braking_s / 2 - 1e-12) | (beyond < unknown)
-        squeezed &= moving != 0
+        squeezed = (np.abs(stop - here) < np.abs(moving) * braking_s / 2 - 1e-12) & (moving != 0)
         slowest = max(float(np.max(1.5 * (distance + np.abs(stop - here)) / speeds, initial=0.0)), braking_s)
         if squeezed.any():  # a position limit within the braking distance: the steady deceleration from the start
             # state at v0 that ends on it (T = 2 d / v0: the gentlest that stays short of it, v0^2 / 2d; the cubic
             # passes it for T > 3 d / v0, so by 4 v0 MIN_STOP_S / 27 at most, 3 mrad at 1 rad/s, where the floor
             # lengthens T); every joint brakes in the shortest such T, the one that sets it onto its limit. Unread,
-            # the arm is anywhere within its tracking error of the plan: T = 3 (d - e) / v0, the longest with which
-            # the cubic from e on stays short (d 0.2, e 0.1, v0 1: at most 13 rad/s^2 from e behind; 35 at 2 (d-e)/v0)
+            # the arm is anywhere within its tracking error e of the plan: T = 3 (d - e) / v0, the longest with which
+            # the cubic from e on stays short (d 0.2, e 0.1, v0 1: at most 13 rad/s^2 from e behind; 35 at 2 (d-e)/v0);
+            # a limit nearer than e (the arm may be on it already): 3 d / v0, short of it from where the plan has it
             toward = np.sign(start_velocity) == np.sign(moving)
-            room = np.maximum((stop - start) * np.sign(moving) - unknown, 0.0)  # none: the arm is past it already
+            room = np.maximum((stop - start) * np.sign(moving), 0.0)  # none: the arm is past it already
+            room = np.where(room > unknown, room - unknown, room)
             with np.errstate(divide="ignore", invalid="ignore"):
                 times = np.where(toward & (start_velocity != 0), (3 if stale else 2) * room / np.abs(start_velocity),
                                  np.inf)  # fmt: skip

@@ -140,10 +140,10 @@ class GripperIO:
         handle.get_result_async().add_done_callback(lambda f: self._on_result(key, f.result(), generation))
 
     def _on_result(self, key: bytes, response, generation: int) -> None:
-        result = response.result
+        result, now = response.result, self._now()
         with self._lock:
             newest = key == self._newest  # an older goal ends because ours preempted it
-            self._answers.on_ended(generation, key, bool(result.reached_goal or result.stalled))
+            self._answers.on_ended(generation, key, bool(result.reached_goal or result.stalled), now)
         if newest and response.status == GoalStatus.STATUS_ABORTED:
             where = gripper_actions.result_position(self._action, result)
             self._node.get_logger().warning(f"{self.target} stopped the gripper at {where:.3f} (stalled: "

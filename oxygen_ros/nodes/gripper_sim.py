@@ -4,17 +4,19 @@
 its joint's `sensor_msgs/JointState` on `joint_states` (joint_state_broadcaster publishes every joint; state
 subscribers merge by name).
 
-The jaw moves at `velocity` toward the goal's position, clamped to [`lower`, `upper`] (the URDF's limits of the SO-100
-jaw by default); the goal SUCCEEDS with reached_goal once there, a newer goal preempts it (CANCELED, as
-preempt_active_goal ends it), a cancel stops the jaw where it is; a goal with no position (or not a number) is rejected. Timed on the node clock.
+The jaw moves at `velocity` toward the goal's position, clamped to [`lower`, `upper`] (the URDF's limits of the
+SO-100 jaw by default); the goal SUCCEEDS with reached_goal once there, a newer goal preempts it (CANCELED, as
+preempt_active_goal ends it), a cancel stops the jaw where it is; a goal with no position (or not a number) is
+rejected. Timed on the node clock.
 
 What a real jaw meets, settable at run time: something between the jaws (`object_position`) stops it closing (toward
-`lower`, as the SO-100's jaw closes), and a goal whose jaw has not moved for `stall_timeout` short of its position ends
-stalled, as GripperActionController's check_for_success ends it (ABORTED, or SUCCEEDED with `allow_stalling`; not
-reached either way); a controller switched off (`active` false, as `ros2 control switch_controllers --deactivate`
-leaves it) keeps its action server, which takes goals (a newer one still preempts) while nothing moves the jaw and no
-goal ends. Switched on again it holds the jaw where it is (on_activate's command) and the goal it kept ends ABORTED,
-not reached (the real controller's new action server never answers it: ended here so no client waits forever).
+`lower`, as the SO-100's jaw closes), and a goal whose jaw has not moved for `stall_timeout` short of its position
+ends stalled, as GripperActionController's check_for_success ends it (ABORTED, or SUCCEEDED with `allow_stalling`;
+not reached either way); a controller switched off (`active` false, as `ros2 control switch_controllers
+--deactivate` leaves it) keeps its action server, which takes goals (a newer one still preempts) while nothing moves
+the jaw and no goal ends. Switched on again it holds the jaw where it is (on_activate's command) and the goal it
+kept ends ABORTED, not reached (the real controller's new action server never answers it: ended here so no client
+waits forever).
 """
 
 import math

@@ -215,6 +215,7 @@ class InstructionNode(TaskActionNode[Stream]):
         stream.started = stream.ticks.now()
         if stream.vla:  # the probe's chunk is on its way to the arm: marked before the first tick could ask again
             stream.plan.awaiting, stream.plan.due_at = True, math.inf
+            self.arm.gripper.begin()  # this goal's gripper answers from here on (a goal still preparing has none)
         stream.clock = threading.Thread(
             target=self._keep_time, args=(stream,), name=f"{stream.run.task_id} clock", daemon=True
         )

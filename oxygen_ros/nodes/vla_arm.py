@@ -134,7 +134,6 @@ class VlaArm:
         if slowed:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, slowed)
         self.arm.forget_fault()
-        self.arm.gripper.begin()
         if self.arm.gripper_column is not None:  # the jaw moves at its controller's speed, not along the trajectory
             limits[self.arm.gripper_column] = replace(limits[self.arm.gripper_column], velocity=math.inf,
                                                       acceleration=math.inf)  # fmt: skip

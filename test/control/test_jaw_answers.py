@@ -1,15 +1,17 @@
 """What the instruction goal's outcome reads of a gripper controller's answers (``control.arm.jaw_answers``): a goal
-of ours standing unended counts from when it was taken until a newer one replaces it or a result ends it; one word
-of reached or stalled means the controller runs; refusals count in a row; answers to an earlier instruction goal's
-gripper goals count for nothing."""
+of ours stands from when it was taken until a newer one replaces it or a result ends it, and the longest stand
+without a word counts; one word of reached or stalled means the controller runs; refusals count in a row; answers
+to an earlier instruction goal's gripper goals count for nothing."""
+
+import pytest
 
 from oxygen_ros.control.arm.jaw_answers import JawAnswers
 
 
 def test_the_longest_stand_of_one_goal_counts_not_the_time_since_the_first():
     """Goals replacing each other every 0.5 s (a model's jaw position that keeps moving) never stand 1 s; one goal
-    taken at 3.0 and left standing does, from 3.0 on; a stand ended by a result (preempted by another client) stops
-    counting where it ended."""
+    taken at 3.0 and left standing does, from 3.0 on; a stand ended by a result without a word (another client's
+    goal preempted it) counts up to where it ended."""
     answers = JawAnswers()
     answers.begin()
     for i, taken in enumerate((0.0, 0.5, 1.0, 1.5, 2.0, 2.5)):
@@ -17,9 +19,9 @@ def test_the_longest_stand_of_one_goal_counts_not_the_time_since_the_first():
     assert answers.unanswered_s(3.0, over_s=1.0) == 0.0  # 0.5 each, and 0.5 for the one standing
     answers.on_taken(answers.generation, b"last", 3.0)
     assert answers.unanswered_s(4.5, over_s=1.0) == 1.5
-    answers.on_ended(answers.generation, b"last", reached_or_stalled=False)
-    assert answers.longest == 0.5 and answers.standing is None
-    assert answers.unanswered_s(9.0, over_s=1.0) == 0.0
+    answers.on_ended(answers.generation, b"last", reached_or_stalled=False, now=4.6)
+    assert answers.standing is None
+    assert answers.unanswered_s(9.0, over_s=1.0) == pytest.approx(1.6)
 
 
 def test_one_word_of_reached_or_stalled_means_the_controller_runs():
@@ -28,7 +30,7 @@ def test_one_word_of_reached_or_stalled_means_the_controller_runs():
     answers.on_taken(answers.generation, b"a", 0.0)
     answers.on_taken(answers.generation, b"b", 5.0)  # a stood 5 s
     assert answers.unanswered_s(5.0, over_s=2.0) == 5.0
-    answers.on_ended(answers.generation, b"a", reached_or_stalled=True)  # its late word: stalled
+    answers.on_ended(answers.generation, b"a", reached_or_stalled=True, now=5.1)  # its late word: stalled
     assert answers.unanswered_s(20.0, over_s=2.0) == 0.0
 
 
@@ -40,7 +42,7 @@ def test_refusals_count_in_a_row_and_an_earlier_goals_answers_count_for_nothing(
     answers.on_taken(earlier, b"old", 0.0)
     answers.begin()  # the next instruction goal
     answers.on_refused(earlier)
-    answers.on_ended(earlier, b"old", reached_or_stalled=True)
+    answers.on_ended(earlier, b"old", reached_or_stalled=True, now=1.0)
     answers.on_taken(earlier, b"older", 1.0)
     assert (answers.refused, answers.answered, answers.standing) == (0, False, None)
     for count in (1, 2):

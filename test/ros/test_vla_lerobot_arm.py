@@ -93,7 +93,7 @@ def robot(ros_domain_id, tmp_path_factory) -> Iterator:
             "velocity": SPEED[JAW], "state_rate_hz": 20.0}.items()])  # fmt: skip
         instruction = InstructionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in {
             "action_joint_names": SO100_JOINTS, "state_joint_names": SO100_JOINTS, "gripper_joint_names": ["gripper"],
-            "gripper_max_effort": 10.0, "gripper_deadband": 0.05, "input_timeout_s": 1.0, "max_start_jump": 0.2,
+            "gripper_max_effort": 10.0, "gripper_deadband": 0.2, "input_timeout_s": 1.0, "max_start_jump": 0.2,
             "narration_period_s": 30.0, "max_new_tokens": 2}.items()])  # fmt: skip
         client = Node("lerobot_arm_test_client", context=context)
         cameras = Cameras(client)
@@ -146,7 +146,7 @@ def test_a_jaw_whose_controller_is_switched_off_fails_the_goal(robot):
     assert back.result(timeout=10.0).status == GoalStatus.STATUS_SUCCEEDED  # the jaw in the middle again
     set_parameter(robot, "/gripper_sim", "active", False)
     try:
-        goal = FollowInstruction.Goal(instruction=INSTRUCTION, rate_hz=5.0, duration_s=5.0)
+        goal = FollowInstruction.Goal(instruction=INSTRUCTION, rate_hz=5.0, duration_s=6.0)
         out = send_goal(robot, FollowInstruction, "/follow_instruction", goal).result(timeout=120.0)
     finally:
         set_parameter(robot, "/gripper_sim", "active", True)

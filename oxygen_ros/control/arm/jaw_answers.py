@@ -5,8 +5,9 @@ A GripperActionController that is active ends a goal whose jaw stopped short of 
 the controller's stall_timeout (stalled: ABORTED, or SUCCEEDED with allow_stalling), and one that got there as
 reached; a deactivated one keeps its action server (made in on_activate, left by on_deactivate), takes every goal and
 ends none. Both restart their stall timer at each goal they take (a newer one preempts the older), so only a goal
-that stood, not replaced, well past stall_timeout with no word tells a switched-off controller from one whose jaw
-holds something while the model's jaw position keeps moving. Answers to an earlier instruction goal's gripper goals
+that stood (until replaced or ended) well past stall_timeout with no word tells a switched-off controller from one
+whose jaw holds something while the model's jaw position keeps moving (a working one leaves a goal that long
+unanswered only while its jaw moves). Answers to an earlier instruction goal's gripper goals
 (its ``generation``) count for nothing here. Plain bookkeeping: its owner locks and brings the clock.
 """
 
@@ -39,12 +40,15 @@ class JawAnswers:
             self.longest = max(self.longest, now - self.standing[1])
         self.standing = (key, now)
 
-    def on_ended(self, generation: int, key: bytes, reached_or_stalled: bool) -> None:
-        """Goal ``key`` ended (a result came): it no longer stands; ``reached_or_stalled``: the controller runs."""
+    def on_ended(self, generation: int, key: bytes, reached_or_stalled: bool, now: float) -> None:
+        """Goal ``key`` ended at ``now`` (a result came): it no longer stands, and how long it stood without a word
+        counts as a replaced one's does (another client's goal preempting ours says nothing of the controller);
+        ``reached_or_stalled``: the controller runs."""
         if generation != self.generation:
             return
         self.answered |= reached_or_stalled
         if self.standing is not None and self.standing[0] == key:
+            self.longest = max(self.longest, now - self.standing[1])
             self.standing = None
 
     def unanswered_s(self, now: float, over_s: float) -> float:
