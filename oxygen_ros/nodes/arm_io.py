@@ -85,7 +85,12 @@ PARAMETERS = {  # scalars: (default, description), read once
     "max_tracking_error": (0.3, "a moving arm this far (rad or m) from where its plan has it, checked every period, "
                            "stops the goal with the arm held where it is: it is not following (blocked, a fault, a "
                            "controller that dropped the trajectory, another client)"),  # fmt: skip
+    "controller_starts_from": ("measured", "where the arm's controller starts each new trajectory: measured (a "
+                               "joint_trajectory_controller's default; from rest for a joint whose driver reports "
+                               "no velocity) or commanded (its interpolate_from_desired_state, Humble's "
+                               "open_loop_control): a chunk's first segment is checked from there"),  # fmt: skip
 }
+STARTS_FROM = ("measured", "commanded")
 RANGES = {"limit_margin": (0.0, 1.0), "max_start_jump": (0.0, 10.0), "input_timeout_s": (0.0, 60.0),
           "answer_wait_s": (0.0, 60.0), "max_tracking_error": (0.0, 10.0)}  # fmt: skip
 POSITIVE = ("input_timeout_s", "answer_wait_s", "max_start_jump", "max_tracking_error")
@@ -210,6 +215,10 @@ class ArmIO:
 
     def __init__(self, node: Node, settings: dict, lists: dict[str, list], group: CallbackGroup) -> None:
         self._node, self._settings = node, settings
+        if settings["controller_starts_from"] not in STARTS_FROM:
+            raise ValueError(f"parameter controller_starts_from must be one of {list(STARTS_FROM)}, got "
+                             f"{settings['controller_starts_from']!r}")  # fmt: skip
+        self.starts_from_command = settings["controller_starts_from"] == "commanded"
         self.names: tuple[str, ...] = tuple(lists["action_joint_names"])
         self.state = state_entries(tuple(lists["state_joint_names"]) or self.names)
         self._wanted = set(self.names) | {entry.joint for entry in self.state}
@@ -337,15 +346,25 @@ class ArmIO:
         arm = [i for i, name in enumerate(names) if name != self.gripper.name] or list(range(len(names)))
         return readings[:, 0], float(readings[arm, 2].min())  # a gripper on its own controller reports apart
 
-    def start_state(self, names: tuple[str, ...], ahead_s: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-        """Where a controller taking a trajectory ``ahead_s`` from now starts it from (a joint_trajectory_controller's
-        default: its measured state): each position carried forward to then at its velocity, and that velocity
-        (where the joint states carry none, as a position-only driver's NaN: from its last two readings; 0 without
-        them); checked as ``measured`` says."""
+    def start_state(self, names: tuple[str, ...], ahead_s: float = 0.0,
+                    controller: bool = False) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """Where the arm is ``ahead_s`` from now, when a controller taking a trajectory then starts it (a
+        joint_trajectory_controller's default: from its measured state): each position carried forward to then at
+        its velocity, and that velocity (where the joint states carry none, as a position-only driver's NaN: from its
+        last two readings; 0 without them). ``controller``: the velocity the controller starts from instead, 0 where
+        the driver reports none (a joint_trajectory_controller without a velocity state interface starts from rest:
+        ros2_controllers' Trajectory::set_point_before_trajectory_msg). Checked as ``measured`` says."""
         readings = self._read(names)
         estimated = np.array([self._estimated.get(name, math.nan) for name in names])
         velocity = np.nan_to_num(np.where(np.isfinite(readings[:, 1]), readings[:, 1], estimated), nan=0.0)
-        return readings[:, 0] + velocity * (self.now() + ahead_s - readings[:, 2]), velocity
+        at = readings[:, 0] + velocity * (self.now() + ahead_s - readings[:, 2])
+        return at, np.where(np.isfinite(readings[:, 1]), velocity, 0.0) if controller else velocity
+
+    def reports_no_velocity(self, names: tuple[str, ...]) -> list[str]:
+        """Those of ``names`` whose newest joint state carries no velocity (NaN: a position-only driver)."""
+        with self._lock:
+            entries = [(name, self._joints.get(name)) for name in names]
+        return [name for name, entry in entries if entry is not None and not math.isfinite(entry[1])]
 
     def _read(self, names: tuple[str, ...]) -> np.ndarray:
         """[len(names), 3]: each joint's newest (position, velocity, arrival), checked as ``measured`` says."""

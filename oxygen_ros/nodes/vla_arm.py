@@ -258,8 +258,9 @@ class VlaArm:
         measured position at rest without a plan), and where the new plan starts, at what velocity (the old plan's;
         without one, the measured state the controller starts from); OUT_OF_RANGE when the arm does not follow its
         plan, or when its first segment would be too fast from where the controller starts it: a
-        joint_trajectory_controller takes a new trajectory from its measured state, moving (from its desired one,
-        the plan's, with interpolate_from_desired_state or open_loop_control: checked above)."""
+        joint_trajectory_controller takes a new trajectory from its measured state, moving (a joint whose driver
+        reports no velocity: from rest), or with controller_starts_from commanded (its
+        interpolate_from_desired_state or open_loop_control) from its own command, the plan's."""
         measured, read_at = self.arm.reading(self.arm.names)
         jaw = self.arm.gripper_column  # its own controller: it may stall on what it holds, and jump to a new grip
         margin = self.arm.tolerances["limit_margin"]
@@ -274,9 +275,20 @@ class VlaArm:
             self._check_tracking(measured, commanded - moving * (self.arm.now() - read_at), plan.limits)
             safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf,
                                  moving)  # fmt: skip
-        start, velocity = self.arm.start_state(self.arm.names)
-        start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading, the plan's way
-        check_moving_start(safe, float(safe.times[0]), start, velocity, self.arm.names, plan.limits)
+        if self.arm.starts_from_command and commanded is not None:  # it plays on from its own command: the plan's
+            start, velocity = commanded, moving
+        else:  # from rest where the driver reports no velocity (a joint_trajectory_controller without that state)
+            start, velocity = self.arm.start_state(self.arm.names, controller=True)
+            start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading
+        try:
+            check_moving_start(safe, float(safe.times[0]), start, velocity, self.arm.names, plan.limits)
+        except EngineError as exc:  # a joint of a position-only driver: say why, and what would start it moving
+            still = [] if self.arm.starts_from_command else self.arm.reports_no_velocity(self.arm.names)
+            if not any(exc.message.startswith(f"joint {name}:") for name in still):
+                raise
+            raise EngineError(exc.code, f"{exc.message} (its driver reports no velocity, so the controller starts "
+                              "each trajectory from rest: set its interpolate_from_desired_state (Humble: "
+                              "open_loop_control) and controller_starts_from: commanded)") from exc
         return (safe, start, velocity) if commanded is None else (safe, commanded, moving)
 
     def _check_tracking(self, measured: np.ndarray, commanded: np.ndarray, limits: list[JointLimit]) -> None:

@@ -5,6 +5,7 @@ FAILED_PRECONDITION naming the entry, never a zero."""
 
 import math
 import time
+from functools import partial
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,10 +19,12 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64
 from trajectory_msgs.msg import JointTrajectory
 
+from oxygen_ros.control.arm.action_queue import ActionQueue
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import arm_io, gripper_io
 from oxygen_ros.nodes.arm_io import NAME_LISTS, NUMBER_LISTS, ArmIO
 from oxygen_ros.nodes.stamps import seconds
+from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
 
 
 def _cubic(start: float, end: float, start_velocity: float, duration: float) -> np.ndarray:
@@ -402,8 +405,58 @@ def test_a_position_only_driver_gets_a_velocity_from_its_last_two_readings(ros_c
         position, velocity = arm.start_state(("wrist", "jaw"))
         np.testing.assert_allclose(velocity, [1.0, 0.0], atol=1e-5)  # stamps in float seconds
         np.testing.assert_allclose(position, [0.6, 4.0])
+        ahead, controller = arm.start_state(("wrist", "jaw"), 0.05, controller=True)  # a joint_trajectory_controller's
+        np.testing.assert_allclose(ahead, [0.65, 4.0], atol=1e-5)  # the arm moves on meanwhile
+        assert controller.tolist() == [0.0, 0.0] and arm.reports_no_velocity(("wrist", "jaw")) == ["wrist", "jaw"]
         with pytest.raises(EngineError, match="wrist.vel"):
             arm.snapshot()
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("starts_from", ["measured", "commanded"])
+def test_a_position_only_arm_is_checked_from_rest_unless_its_controller_starts_from_its_command(ros_context,
+                                                                                               starts_from):
+    """A wrist moving at 1 rad/s by its last two readings (NaN velocities) and by its plan; the next chunk goes on at
+    1 rad/s (limit 1.2). A joint_trajectory_controller without a velocity state interface starts it from rest: its
+    cubic from rest to 0.1 rad on at 1 rad/s in 0.1 s peaks at 4/3 rad/s, refused naming why and the remedy; one that
+    starts from its own command (interpolate_from_desired_state) plays on at 1 rad/s, taken."""
+    node = Node("arm_position_only_start_test", context=ros_context)
+    try:
+        arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory", "controller_starts_from": starts_from},
+                   action_joint_names=["wrist"], joint_lower_limits=[-3.0], joint_upper_limits=[3.0],
+                   joint_velocity_limits=[1.2])  # fmt: skip
+        now = node.get_clock().now().nanoseconds
+        for offset_ns, position in ((0, 0.5), (100_000_000, 0.6)):
+            msg = JointState(name=["wrist"], position=[position], velocity=[math.nan])
+            msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(now + offset_ns, 1_000_000_000)
+            arm._on_state(msg)
+        arrival = arm._joints["wrist"][2]
+        arm.now = lambda: arrival
+        plan = ArmPlan(ActionQueue(0.1, 0.3), horizon=3, threshold=1, limits=arm.limits(), action_dim=1)
+        plan.queue.rows = np.array([[0.7], [0.8], [0.9]])
+        vla = VlaArm(node, arm, {"send_lead_s": 0.1, "max_missed_chunks": 3})
+        checking = partial(vla._checked, plan, np.array([0.6]), np.array([1.0]), np.array([0.1, 0.2, 0.3]))
+        if starts_from == "commanded":
+            safe, start, velocity = checking()
+            assert safe.positions[:, 0].tolist() == pytest.approx([0.7, 0.8, 0.9]) and velocity.tolist() == [1.0]
+            return
+        with pytest.raises(EngineError, match=r"^OUT_OF_RANGE: joint wrist: the first segment from 0\.6000 at 0\.000/s "
+                           r".* would move at up to 1\.333/s, over its velocity limit 1\.2 \(its driver reports no "
+                           r"velocity, so the controller starts each trajectory from rest: set its "
+                           r"interpolate_from_desired_state \(Humble: open_loop_control\) and controller_starts_from: "
+                           r"commanded\)$"):  # fmt: skip
+            checking()
+    finally:
+        node.destroy_node()
+
+
+def test_where_the_controller_starts_is_measured_or_commanded(ros_context):
+    node = Node("arm_starts_from_test", context=ros_context)
+    try:
+        with pytest.raises(ValueError, match=r"parameter controller_starts_from must be one of \['measured', "
+                           r"'commanded'\], got 'desired'"):  # fmt: skip
+            _arm(node, {"controller_starts_from": "desired"}, action_joint_names=["wrist"])
     finally:
         node.destroy_node()
 
