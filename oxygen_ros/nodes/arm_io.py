@@ -346,25 +346,27 @@ class ArmIO:
         arm = [i for i, name in enumerate(names) if name != self.gripper.name] or list(range(len(names)))
         return readings[:, 0], float(readings[arm, 2].min())  # a gripper on its own controller reports apart
 
-    def start_state(self, names: tuple[str, ...], ahead_s: float = 0.0,
-                    controller: bool = False) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    def start_state(self, names: tuple[str, ...], ahead_s: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """Where the arm is ``ahead_s`` from now, when a controller taking a trajectory then starts it (a
         joint_trajectory_controller's default: from its measured state): each position carried forward to then at
         its velocity, and that velocity (where the joint states carry none, as a position-only driver's NaN: from its
-        last two readings; 0 without them). ``controller``: the velocity the controller starts from instead, 0 where
-        the driver reports none (a joint_trajectory_controller without a velocity state interface starts from rest:
-        ros2_controllers' Trajectory::set_point_before_trajectory_msg). Checked as ``measured`` says."""
+        last two readings; 0 without them; the controller itself starts those from rest: ``from_rest``). Checked as
+        ``measured`` says."""
         readings = self._read(names)
         estimated = np.array([self._estimated.get(name, math.nan) for name in names])
         velocity = np.nan_to_num(np.where(np.isfinite(readings[:, 1]), readings[:, 1], estimated), nan=0.0)
-        at = readings[:, 0] + velocity * (self.now() + ahead_s - readings[:, 2])
-        return at, np.where(np.isfinite(readings[:, 1]), velocity, 0.0) if controller else velocity
+        return readings[:, 0] + velocity * (self.now() + ahead_s - readings[:, 2]), velocity
 
-    def reports_no_velocity(self, names: tuple[str, ...]) -> list[str]:
-        """Those of ``names`` whose newest joint state carries no velocity (NaN: a position-only driver)."""
+    def from_rest(self, names: tuple[str, ...]) -> np.ndarray:
+        """Per joint of ``names``, whether the controller starts a new trajectory from rest: with
+        controller_starts_from measured, a joint whose newest joint state carries no velocity (NaN: a position-only
+        driver; a joint_trajectory_controller without a velocity state interface starts from rest: ros2_controllers'
+        Trajectory::set_point_before_trajectory_msg)."""
+        if self.starts_from_command:
+            return np.zeros(len(names), dtype=bool)
         with self._lock:
-            entries = [(name, self._joints.get(name)) for name in names]
-        return [name for name, entry in entries if entry is not None and not math.isfinite(entry[1])]
+            entries = [self._joints.get(name) for name in names]
+        return np.array([entry is not None and not math.isfinite(entry[1]) for entry in entries], dtype=bool)
 
     def _read(self, names: tuple[str, ...]) -> np.ndarray:
         """[len(names), 3]: each joint's newest (position, velocity, arrival), checked as ``measured`` says."""
@@ -698,6 +700,7 @@ class ArmIO:
             else:  # a wrist: the short way
                 moving = _or_rest(velocity, arm)
                 here = start + difference(at[arm] + moving * lead, start, turns)
+            start_velocity = np.where(self.from_rest(self.arm_names), 0.0, start_velocity)  # as the controller starts
             distance, unknown, stale = np.abs(here - start), 0.0, False
         except EngineError as exc:
             if at is None:

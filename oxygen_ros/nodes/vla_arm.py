@@ -278,14 +278,16 @@ class VlaArm:
         if self.arm.starts_from_command and commanded is not None:  # it plays on from its own command: the plan's
             start, velocity = commanded, moving
         else:  # from rest where the driver reports no velocity (a joint_trajectory_controller without that state)
-            start, velocity = self.arm.start_state(self.arm.names, controller=True)
+            start, velocity = self.arm.start_state(self.arm.names)
             start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading
+            velocity = np.where(self.arm.from_rest(self.arm.names), 0.0, velocity)
         try:
             check_moving_start(safe, float(safe.times[0]), start, velocity, self.arm.names, plan.limits)
         except EngineError as exc:  # a joint of a position-only driver: say why, and what would start it moving
-            still = [] if self.arm.starts_from_command else self.arm.reports_no_velocity(self.arm.names)
-            if not any(exc.message.startswith(f"joint {name}:") for name in still):
-                raise
+            rest = self.arm.from_rest(self.arm.names)
+            still = [name for name, from_rest in zip(self.arm.names, rest, strict=True) if from_rest]
+            if commanded is None or not any(exc.message.startswith(f"joint {name}:") for name in still):
+                raise  # (with no plan the arm is braking or at rest: the controller's own command would not help)
             raise EngineError(exc.code, f"{exc.message} (its driver reports no velocity, so the controller starts "
                               "each trajectory from rest: set its interpolate_from_desired_state (Humble: "
                               "open_loop_control) and controller_starts_from: commanded)") from exc

@@ -405,13 +405,25 @@ def test_a_position_only_driver_gets_a_velocity_from_its_last_two_readings(ros_c
         position, velocity = arm.start_state(("wrist", "jaw"))
         np.testing.assert_allclose(velocity, [1.0, 0.0], atol=1e-5)  # stamps in float seconds
         np.testing.assert_allclose(position, [0.6, 4.0])
-        ahead, controller = arm.start_state(("wrist", "jaw"), 0.05, controller=True)  # a joint_trajectory_controller's
+        ahead, _ = arm.start_state(("wrist", "jaw"), 0.05)
         np.testing.assert_allclose(ahead, [0.65, 4.0], atol=1e-5)  # the arm moves on meanwhile
-        assert controller.tolist() == [0.0, 0.0] and arm.reports_no_velocity(("wrist", "jaw")) == ["wrist", "jaw"]
+        assert arm.from_rest(("wrist", "jaw")).tolist() == [True, True]  # where its controller starts a trajectory
         with pytest.raises(EngineError, match="wrist.vel"):
             arm.snapshot()
     finally:
         node.destroy_node()
+
+
+def _moving_without_velocity(node: Node, arm: ArmIO) -> None:
+    """The wrist read at 0.5, then 0.6 rad 0.1 s later by the stamps, with NaN velocities (1 rad/s by the two), and
+    the arm's clock at the second's arrival."""
+    now = node.get_clock().now().nanoseconds
+    for offset_ns, position in ((0, 0.5), (100_000_000, 0.6)):
+        msg = JointState(name=["wrist"], position=[position], velocity=[math.nan])
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(now + offset_ns, 1_000_000_000)
+        arm._on_state(msg)
+    arrival = arm._joints["wrist"][2]
+    arm.now = lambda: arrival
 
 
 @pytest.mark.parametrize("starts_from", ["measured", "commanded"])
@@ -426,13 +438,7 @@ def test_a_position_only_arm_is_checked_from_rest_unless_its_controller_starts_f
         arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory", "controller_starts_from": starts_from},
                    action_joint_names=["wrist"], joint_lower_limits=[-3.0], joint_upper_limits=[3.0],
                    joint_velocity_limits=[1.2])  # fmt: skip
-        now = node.get_clock().now().nanoseconds
-        for offset_ns, position in ((0, 0.5), (100_000_000, 0.6)):
-            msg = JointState(name=["wrist"], position=[position], velocity=[math.nan])
-            msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(now + offset_ns, 1_000_000_000)
-            arm._on_state(msg)
-        arrival = arm._joints["wrist"][2]
-        arm.now = lambda: arrival
+        _moving_without_velocity(node, arm)
         plan = ArmPlan(ActionQueue(0.1, 0.3), horizon=3, threshold=1, limits=arm.limits(), action_dim=1)
         plan.queue.rows = np.array([[0.7], [0.8], [0.9]])
         vla = VlaArm(node, arm, {"send_lead_s": 0.1, "max_missed_chunks": 3})
@@ -447,6 +453,29 @@ def test_a_position_only_arm_is_checked_from_rest_unless_its_controller_starts_f
                            r"interpolate_from_desired_state \(Humble: open_loop_control\) and controller_starts_from: "
                            r"commanded\)$"):  # fmt: skip
             checking()
+    finally:
+        node.destroy_node()
+
+
+def test_a_hold_of_a_moving_position_only_arm_brakes_within_the_limit_from_rest(ros_context):
+    """A joint_trajectory_controller without a velocity state interface starts the stop from rest at the measured
+    position while the wrist moves at 1 rad/s (by its last two readings): the stop is timed for that cubic, from rest
+    to v T / 2 on, 3 v / A = 1.5 s at 2 rad/s^2 (timed from the moving state, 0.5 s, the controller's cubic would
+    brake at 6 rad/s^2)."""
+    node = Node("arm_position_only_hold_test", context=ros_context)
+    try:
+        arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory"}, action_joint_names=["wrist"],
+                   joint_lower_limits=[-3.0], joint_upper_limits=[3.0], joint_velocity_limits=[2.0],
+                   joint_acceleration_limits=[2.0])  # fmt: skip
+        sent = []
+        arm._publisher = SimpleNamespace(publish=sent.append)
+        _moving_without_velocity(node, arm)
+        arm.hold(np.array([0.6]), print, velocity=np.array([1.0]))
+        (point,) = sent[-1].points
+        duration = seconds(point.time_from_start)
+        assert duration == pytest.approx(1.5, rel=1e-4) and point.positions[0] == pytest.approx(0.6 + 0.75, rel=1e-4)
+        ends = _end_accelerations(_cubic(0.6, point.positions[0], 0.0, duration), duration)
+        assert np.abs(ends).max() == pytest.approx(2.0, rel=1e-3)
     finally:
         node.destroy_node()
 
