@@ -87,10 +87,11 @@ PARAMETERS = {  # scalars: (default, description), read once
                            "controller that dropped the trajectory, another client)"),  # fmt: skip
     "controller_starts_from": ("measured", "where the arm's controller starts each new trajectory: measured (a "
                                "joint_trajectory_controller's default; from rest for a joint whose driver reports "
-                               "no velocity) or commanded (its interpolate_from_desired_state, Humble's "
-                               "open_loop_control): a chunk's first segment is checked from there"),  # fmt: skip
+                               "no velocity), measured_at_rest (its state_interfaces lack velocity: every joint from "
+                               "rest) or commanded (its interpolate_from_desired_state, Humble's open_loop_control): "
+                               "a chunk's first segment is checked, and a hold timed, from there"),  # fmt: skip
 }
-STARTS_FROM = ("measured", "commanded")
+STARTS_FROM = ("measured", "measured_at_rest", "commanded")
 RANGES = {"limit_margin": (0.0, 1.0), "max_start_jump": (0.0, 10.0), "input_timeout_s": (0.0, 60.0),
           "answer_wait_s": (0.0, 60.0), "max_tracking_error": (0.0, 10.0)}  # fmt: skip
 POSITIVE = ("input_timeout_s", "answer_wait_s", "max_start_jump", "max_tracking_error")
@@ -219,6 +220,7 @@ class ArmIO:
             raise ValueError(f"parameter controller_starts_from must be one of {list(STARTS_FROM)}, got "
                              f"{settings['controller_starts_from']!r}")  # fmt: skip
         self.starts_from_command = settings["controller_starts_from"] == "commanded"
+        self._all_from_rest = settings["controller_starts_from"] == "measured_at_rest"
         self.names: tuple[str, ...] = tuple(lists["action_joint_names"])
         self.state = state_entries(tuple(lists["state_joint_names"]) or self.names)
         self._wanted = set(self.names) | {entry.joint for entry in self.state}
@@ -361,9 +363,10 @@ class ArmIO:
         """Per joint of ``names``, whether the controller starts a new trajectory from rest: with
         controller_starts_from measured, a joint whose newest joint state carries no velocity (NaN: a position-only
         driver; a joint_trajectory_controller without a velocity state interface starts from rest: ros2_controllers'
-        Trajectory::set_point_before_trajectory_msg)."""
-        if self.starts_from_command:
-            return np.zeros(len(names), dtype=bool)
+        Trajectory::set_point_before_trajectory_msg); with measured_at_rest, every joint (its state_interfaces lack
+        velocity while joint_state_broadcaster still reports one)."""
+        if self.starts_from_command or self._all_from_rest:
+            return np.full(len(names), self._all_from_rest)
         with self._lock:
             entries = [self._joints.get(name) for name in names]
         return np.array([entry is not None and not math.isfinite(entry[1]) for entry in entries], dtype=bool)

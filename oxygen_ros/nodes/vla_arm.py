@@ -288,9 +288,9 @@ class VlaArm:
             still = [name for name, from_rest in zip(self.arm.names, rest, strict=True) if from_rest]
             if commanded is None or not any(exc.message.startswith(f"joint {name}:") for name in still):
                 raise  # (with no plan the arm is braking or at rest: the controller's own command would not help)
-            raise EngineError(exc.code, f"{exc.message} (its driver reports no velocity, so the controller starts "
-                              "each trajectory from rest: set its interpolate_from_desired_state (Humble: "
-                              "open_loop_control) and controller_starts_from: commanded)") from exc
+            raise EngineError(exc.code, f"{exc.message} (the controller starts each trajectory of it from rest: set "
+                              "its interpolate_from_desired_state (Humble: open_loop_control) and "
+                              "controller_starts_from: commanded)") from exc
         return (safe, start, velocity) if commanded is None else (safe, commanded, moving)
 
     def _check_tracking(self, measured: np.ndarray, commanded: np.ndarray, limits: list[JointLimit]) -> None:

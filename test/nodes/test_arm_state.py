@@ -414,44 +414,48 @@ def test_a_position_only_driver_gets_a_velocity_from_its_last_two_readings(ros_c
         node.destroy_node()
 
 
-def _moving_without_velocity(node: Node, arm: ArmIO) -> None:
-    """The wrist read at 0.5, then 0.6 rad 0.1 s later by the stamps, with NaN velocities (1 rad/s by the two), and
-    the arm's clock at the second's arrival."""
+def _wrist_moving(node: Node, arm: ArmIO, reported: float = math.nan) -> None:
+    """The wrist read at 0.5, then 0.6 rad 0.1 s later by the stamps (1 rad/s by the two), its velocity ``reported``
+    (NaN: none, a position-only driver), and the arm's clock at the second's arrival."""
     now = node.get_clock().now().nanoseconds
     for offset_ns, position in ((0, 0.5), (100_000_000, 0.6)):
-        msg = JointState(name=["wrist"], position=[position], velocity=[math.nan])
+        msg = JointState(name=["wrist"], position=[position], velocity=[reported])
         msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(now + offset_ns, 1_000_000_000)
         arm._on_state(msg)
     arrival = arm._joints["wrist"][2]
     arm.now = lambda: arrival
 
 
-@pytest.mark.parametrize("starts_from", ["measured", "commanded"])
-def test_a_position_only_arm_is_checked_from_rest_unless_its_controller_starts_from_its_command(ros_context,
-                                                                                               starts_from):
-    """A wrist moving at 1 rad/s by its last two readings (NaN velocities) and by its plan; the next chunk goes on at
-    1 rad/s (limit 1.2). A joint_trajectory_controller without a velocity state interface starts it from rest: its
-    cubic from rest to 0.1 rad on at 1 rad/s in 0.1 s peaks at 4/3 rad/s, refused naming why and the remedy; one that
-    starts from its own command (interpolate_from_desired_state) plays on at 1 rad/s, taken."""
+@pytest.mark.parametrize(("starts_from", "reported", "refused"), [
+    ("measured", math.nan, True),  # a position-only driver: the controller has no velocity state, starts from rest
+    ("measured_at_rest", 1.0, True),  # a velocity reported, but the controller's state_interfaces lack it
+    ("measured", 1.0, False),  # the controller starts from the measured 1 rad/s
+    ("commanded", math.nan, False),  # it starts from its own command, the plan's 1 rad/s
+])  # fmt: skip
+def test_a_chunk_is_checked_from_rest_where_the_controller_starts_from_rest(ros_context, starts_from, reported,
+                                                                            refused):
+    """A wrist moving at 1 rad/s by its last two readings and by its plan; the next chunk goes on at 1 rad/s (limit
+    1.2). A joint_trajectory_controller without a velocity state interface starts it from rest: its cubic from rest
+    to 0.1 rad on at 1 rad/s in 0.1 s peaks at 4/3 rad/s, refused naming why and the remedy; one that starts from
+    the measured velocity, or from its own command (interpolate_from_desired_state), plays on at 1 rad/s, taken."""
     node = Node("arm_position_only_start_test", context=ros_context)
     try:
         arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory", "controller_starts_from": starts_from},
                    action_joint_names=["wrist"], joint_lower_limits=[-3.0], joint_upper_limits=[3.0],
                    joint_velocity_limits=[1.2])  # fmt: skip
-        _moving_without_velocity(node, arm)
+        _wrist_moving(node, arm, reported)
         plan = ArmPlan(ActionQueue(0.1, 0.3), horizon=3, threshold=1, limits=arm.limits(), action_dim=1)
         plan.queue.rows = np.array([[0.7], [0.8], [0.9]])
         vla = VlaArm(node, arm, {"send_lead_s": 0.1, "max_missed_chunks": 3})
         checking = partial(vla._checked, plan, np.array([0.6]), np.array([1.0]), np.array([0.1, 0.2, 0.3]))
-        if starts_from == "commanded":
+        if not refused:
             safe, start, velocity = checking()
             assert safe.positions[:, 0].tolist() == pytest.approx([0.7, 0.8, 0.9]) and velocity.tolist() == [1.0]
             return
         with pytest.raises(EngineError, match=r"^OUT_OF_RANGE: joint wrist: the first segment from 0\.6000 at 0\.000/s "
-                           r".* would move at up to 1\.333/s, over its velocity limit 1\.2 \(its driver reports no "
-                           r"velocity, so the controller starts each trajectory from rest: set its "
-                           r"interpolate_from_desired_state \(Humble: open_loop_control\) and controller_starts_from: "
-                           r"commanded\)$"):  # fmt: skip
+                           r".* would move at up to 1\.333/s, over its velocity limit 1\.2 \(the controller starts "
+                           r"each trajectory of it from rest: set its interpolate_from_desired_state \(Humble: "
+                           r"open_loop_control\) and controller_starts_from: commanded\)$"):  # fmt: skip
             checking()
     finally:
         node.destroy_node()
@@ -469,7 +473,7 @@ def test_a_hold_of_a_moving_position_only_arm_brakes_within_the_limit_from_rest(
                    joint_acceleration_limits=[2.0])  # fmt: skip
         sent = []
         arm._publisher = SimpleNamespace(publish=sent.append)
-        _moving_without_velocity(node, arm)
+        _wrist_moving(node, arm)
         arm.hold(np.array([0.6]), print, velocity=np.array([1.0]))
         (point,) = sent[-1].points
         duration = seconds(point.time_from_start)
@@ -484,7 +488,7 @@ def test_where_the_controller_starts_is_measured_or_commanded(ros_context):
     node = Node("arm_starts_from_test", context=ros_context)
     try:
         with pytest.raises(ValueError, match=r"parameter controller_starts_from must be one of \['measured', "
-                           r"'commanded'\], got 'desired'"):  # fmt: skip
+                           r"'measured_at_rest', 'commanded'\], got 'desired'"):  # fmt: skip
             _arm(node, {"controller_starts_from": "desired"}, action_joint_names=["wrist"])
     finally:
         node.destroy_node()
