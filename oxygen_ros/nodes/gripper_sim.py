@@ -20,7 +20,6 @@ waits forever).
 """
 
 import math
-
 import threading
 from typing import Any
 

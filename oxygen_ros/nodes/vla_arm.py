@@ -275,16 +275,16 @@ class VlaArm:
             self._check_tracking(measured, commanded - moving * (self.arm.now() - read_at), plan.limits)
             safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf,
                                  moving)  # fmt: skip
+        rest = self.arm.from_rest(self.arm.names)  # (none with controller_starts_from commanded)
         if self.arm.starts_from_command and commanded is not None:  # it plays on from its own command: the plan's
             start, velocity = commanded, moving
         else:  # from rest where the driver reports no velocity (a joint_trajectory_controller without that state)
             start, velocity = self.arm.start_state(self.arm.names)
             start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading
-            velocity = np.where(self.arm.from_rest(self.arm.names), 0.0, velocity)
+            velocity = np.where(rest, 0.0, velocity)
         try:
             check_moving_start(safe, float(safe.times[0]), start, velocity, self.arm.names, plan.limits)
         except EngineError as exc:  # a joint of a position-only driver: say why, and what would start it moving
-            rest = self.arm.from_rest(self.arm.names)
             still = [name for name, from_rest in zip(self.arm.names, rest, strict=True) if from_rest]
             if commanded is None or not any(exc.message.startswith(f"joint {name}:") for name in still):
                 raise  # (with no plan the arm is braking or at rest: the controller's own command would not help)
