@@ -51,11 +51,12 @@ class TaskGraph:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, "configure failed (see the node's log)"
         assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
 
-    def add_arm(self, joints: list[str], namespace: str = "", state_rate_hz: float = 20.0) -> ArmSim:
-        """A simulated FollowJointTrajectory arm with ``joints``, all at 0, spinning in this graph."""
-        arm = ArmSim(context=self.context, namespace=namespace, parameter_overrides=[
-            Parameter("joint_names", value=joints), Parameter("initial_positions", value=[0.0] * len(joints)),
-            Parameter("state_rate_hz", value=state_rate_hz)])  # fmt: skip
+    def add_arm(self, joints: list[str], namespace: str = "", state_rate_hz: float = 20.0, **parameters) -> ArmSim:
+        """A simulated FollowJointTrajectory arm with ``joints``, all at 0 (and arm_sim's ``parameters``), spinning in
+        this graph."""
+        given = {"joint_names": joints, "initial_positions": [0.0] * len(joints), "state_rate_hz": state_rate_hz}
+        arm = ArmSim(context=self.context, namespace=namespace,
+                     parameter_overrides=[Parameter(k, value=v) for k, v in (given | parameters).items()])  # fmt: skip
         self.executor.add_node(arm)
         return arm
 

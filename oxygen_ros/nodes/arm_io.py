@@ -7,14 +7,17 @@
   (``control.arm.joint_limits``), tightened by the joint_*_limits parameters.
 * Out: each plan as a control_msgs/FollowJointTrajectory goal to `trajectory_action` (a joint_trajectory_controller,
   MoveIt's or a vendor's driver), or, with `trajectory_topic` set, as a trajectory_msgs/JointTrajectory on that topic
-  (the controller's fire-and-forget input; a subscriber that only records or shows it, ``OBSERVERS``, is no
-  controller). A new goal of ours preempts the controller's previous one (JTC ends that goal CANCELED,
+  (the controller's fire-and-forget input; a subscriber that only records or shows it, ``controller_params.OBSERVERS``,
+  is no controller). A new goal of ours preempts the controller's previous one (JTC ends that goal CANCELED,
   INVALID_GOAL, "Current goal cancelled due to new incoming action.": expected, not a fault); any other end of our
   newest goal is a fault the stream ends on (``Fault``). Hold = one point at rest just past where the plan has the
   arm (or from where it is measured), braking within the limits from the state the controller starts it from,
   replacing the trajectory playing (on the action or the topic; a cancel would make the controller hold the
   measured position at once, a jolt at speed).
   A gripper on its own controller (`gripper_joint_names`) is left out of the trajectory (``gripper_io``).
+* Before a goal moves the arm, the controller's own parameters are read (``controller_params``): a
+  joint_trajectory_controller that starts a trajectory elsewhere than `controller_starts_from` says, or compares a
+  freely turning joint without wraparound, refuses the goal (``control.arm.controller_setup``).
 """
 
 import math
@@ -40,6 +43,7 @@ from std_msgs.msg import Float64, Header, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros import bounds
+from oxygen_ros.control.arm.controller_setup import asked, disagreement, setup_of
 from oxygen_ros.control.arm.joint_limits import JointLimit, joint_limits, urdf_limits
 from oxygen_ros.control.arm.state_entries import MAX_SPEED, reported_velocities, state_entries
 from oxygen_ros.control.arm.joint_map import JointMap
@@ -47,6 +51,7 @@ from oxygen_ros.control.arm.safety import SafeTargets
 from oxygen_ros.control.arm.turns import difference, turning
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.action_client import ActionClient
+from oxygen_ros.nodes.controller_params import ControllerParams
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.gripper_io import GripperIO
 from oxygen_ros.nodes.qos import STOP_ACK_S
@@ -89,7 +94,9 @@ PARAMETERS = {  # scalars: (default, description), read once
                                "joint_trajectory_controller's default; from rest for a joint whose driver reports "
                                "no velocity), measured_at_rest (its state_interfaces lack velocity: every joint from "
                                "rest) or commanded (its interpolate_from_desired_state, Humble's open_loop_control): "
-                               "a chunk's first segment is checked, and a hold timed, from there"),  # fmt: skip
+                               "a chunk's first segment is checked, and a hold timed, from there; a "
+                               "joint_trajectory_controller's own parameters, read before each goal, must agree "
+                               "(else the goal is refused)"),  # fmt: skip
 }
 STARTS_FROM = ("measured", "measured_at_rest", "commanded")
 RANGES = {"limit_margin": (0.0, 1.0), "max_start_jump": (0.0, 10.0), "input_timeout_s": (0.0, 60.0),
@@ -142,11 +149,6 @@ def declare_lists(node: Node) -> dict[str, list]:
         if len(names) > bounds.STATE or len(set(names)) != len(names) or not all(names):
             raise ValueError(f"parameter {name} must be distinct non-empty names (at most {bounds.STATE}): {names}")
     return out
-
-
-# nodes that subscribe to a topic to show or record it (ros2 topic echo, rosbag2, bridges, GUIs): on the trajectory
-# topic they are no controller, so a goal with only them listening is refused, not played to nobody
-OBSERVERS = ("_ros2cli", "rosbag2", "foxglove_bridge", "rosbridge", "rqt", "rviz", "plotjuggler")
 
 
 def _difference_velocity(before: tuple[float, float, float, float], position: float, arrival: float,
@@ -278,6 +280,8 @@ class ArmIO:
             self._client = ActionClient(node, FollowJointTrajectory, settings["trajectory_action"],
                                         callback_group=group)  # fmt: skip
             self.target = node.resolve_topic_name(settings["trajectory_action"])
+        self._controller = ControllerParams(node, self.target, bool(self._topic), group)
+        self._unread = ""  # the last controller whose parameters could not be read (logged once)
 
     @property
     def configured(self) -> bool:
@@ -431,11 +435,28 @@ class ArmIO:
         return "" if await self.gripper.ready(max(wait_s - waited, 0.0)) else self.gripper.target
 
     def _listening(self) -> bool:
-        """The action server is there, or on the topic a subscriber that is no observer (``OBSERVERS``)."""
-        if not self._topic:
-            return self._client.server_is_ready()
-        subscribers = self._node.get_subscriptions_info_by_topic(self.target)
-        return any(not info.node_name.startswith(OBSERVERS) for info in subscribers)
+        """The action server is there, or on the topic a subscriber that is no observer (``controller_params``)."""
+        return self._client.server_is_ready() if not self._topic else bool(self._controller.controllers())
+
+    async def misconfigured(self, limits: list[JointLimit]) -> str:
+        """Why the controller, by its own parameters, plays our trajectories otherwise than they are checked ('' =
+        it does not, or it cannot tell: no joint_trajectory_controller's parameters, or no answer within
+        ``answer_wait_s``, is logged once and ``controller_starts_from`` taken at its word); ``limits``: the action
+        joints', which say the joints that turn freely."""
+        turns = turning(limits)
+        free = [self.names[i] for i in self._arm_columns if turns[i]]
+        controller, values = await self._controller.read(asked(free), self._settings["answer_wait_s"])
+        setup = setup_of(values, free) if values is not None else None
+        claimed = self._settings["controller_starts_from"]
+        if setup is None:
+            unread = controller or f"the controller of {self.target}"
+            if unread != self._unread:  # once for each controller in turn, not at every goal
+                self._unread = unread
+                self._node.get_logger().warning(f"cannot read how {unread} starts a trajectory (no joint_trajectory_"
+                                                f"controller parameters answered): taking controller_starts_from: "
+                                                f"{claimed} as said")  # fmt: skip
+            return ""
+        return disagreement(claimed, setup, controller)
 
     def forget_fault(self) -> None:
         """A new goal starts: what ended an earlier one's trajectory is not its fault."""

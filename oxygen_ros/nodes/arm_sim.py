@@ -11,8 +11,10 @@ messages in and out and keeps JTC's goal life:
 
 - a goal JTC would refuse is rejected, the reason logged;
 - accepting a goal cancels the active one (CANCELED, INVALID_GOAL, "Current goal cancelled due to new incoming
-  action.") and plays the new trajectory from where the arm is at acceptance; so does the node's end (JTC's
-  deactivation: "Current goal cancelled during deactivate transition.");
+  action.") and plays the new trajectory from where the arm is at acceptance, moving as it moves (from rest when its
+  `state_interfaces` lack velocity, as JTC clears a velocity it cannot read; JTC's parameters are declared so the
+  instruction node can read them); the node's end cancels it too (JTC's deactivation: "Current goal cancelled during
+  deactivate transition.");
 - a trajectory on the topic replaces the one playing the same way, but leaves the active goal running (JTC's
   preemption policy: the goal then ends with that trajectory);
 - a cancel of the active goal holds the arm where it is and ends the goal CANCELED with an empty result;
@@ -65,7 +67,12 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "urdf_path": (str(share.PREFIX / "share" / share.PACKAGE / "config" / "sim_arm.urdf"),
                   "the arm's URDF (default: the installed config/sim_arm.urdf)"),
     "description_topic": ("robot_description", "std_msgs/String output of the URDF's text (TRANSIENT_LOCAL)"),
+    "state_interfaces": (["position", "velocity"], "JTC's: without velocity a new trajectory starts from rest at the "
+                         "arm's position (the controller reads no velocity), though joint_states still carry one"),
+    "interpolate_from_desired_state": (False, "JTC's (Jazzy on): a new trajectory starts from the last command, "
+                                       "which for this perfect servo is where the arm is, moving as it moves"),
 }  # fmt: skip
+STATE_INTERFACES = ("position", "velocity")
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)  # robot_state_publisher's
 
 
@@ -85,6 +92,13 @@ def check_joints(names: list[str], initial: list[float]) -> None:
         raise ValueError(f"parameter joint_names must be 1 to {MAX_JOINTS} distinct non-empty names, got {names}")
     if len(initial) != len(names) or not np.all(np.isfinite(initial)):
         raise ValueError(f"parameter initial_positions must be {len(names)} finite numbers, got {list(initial)}")
+
+
+def check_interfaces(interfaces: list[str]) -> None:
+    """ValueError unless ``interfaces`` are JTC's state interfaces this arm has: position, and velocity or not."""
+    if "position" not in interfaces or not set(interfaces) <= set(STATE_INTERFACES) or \
+            len(set(interfaces)) != len(interfaces):  # fmt: skip
+        raise ValueError(f"parameter state_interfaces must be [position] or [position, velocity], got {interfaces}")
 
 
 def points_of(msg: JointTrajectory) -> list[Point]:
@@ -118,11 +132,14 @@ class ArmSim(Node):
         value = declare(self, PARAMETERS, ranges={"state_rate_hz": (1.0, 1000.0)}, read_only=list(PARAMETERS))
         try:
             check_joints(value["joint_names"], value["initial_positions"])
+            check_interfaces(value["state_interfaces"])
             description = read_description(value["urdf_path"])
         except (ValueError, FileNotFoundError):
             super().destroy_node()  # half-built: nothing of its own to release yet
             raise
         self._joints: list[str] = list(value["joint_names"])
+        # where a new trajectory starts: moving as the arm moves, or from rest (JTC with no velocity to read)
+        self._from_rest = "velocity" not in value["state_interfaces"] and not value["interpolate_from_desired_state"]
         self._lock = threading.Lock()  # the trajectory, the active goal and the last published state
         now = self._now()
         self._trajectory = Trajectory.hold(np.array(value["initial_positions"], dtype=np.float64), now)
@@ -163,9 +180,9 @@ class ArmSim(Node):
     def _play(self, msg: JointTrajectory) -> None:
         """Replace the trajectory by ``msg`` (valid), from where the arm is now. Call with the lock held."""
         now = self._now()
+        velocity = np.zeros(len(self._joints)) if self._from_rest else self._trajectory.velocity(now)
         self._trajectory = Trajectory.accepted(self._joints, msg.joint_names, points_of(msg), seconds(msg.header.stamp),
-                                               now, self._trajectory.sample(now),
-                                               self._trajectory.velocity(now))  # fmt: skip
+                                               now, self._trajectory.sample(now), velocity)  # fmt: skip
 
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         reason = self._rejection(msg)

@@ -182,6 +182,10 @@ class InstructionNode(TaskActionNode[Stream]):
         if missing:
             run.end(ErrorCode.FAILED_PRECONDITION, f"no arm controller: {missing} is not there")
             return None
+        wrong = await self.arm.misconfigured(plan.limits)
+        if wrong:
+            run.end(ErrorCode.FAILED_PRECONDITION, wrong)
+            return None
         return plan
 
     def _frame_time(self, stream: Stream, answer: Infer.Response, asked_at: float) -> float | None:

@@ -14,7 +14,9 @@ from action_msgs.msg import GoalStatus
 from control_msgs.action import FollowJointTrajectory
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.duration import Duration
+from rclpy.action import ActionServer
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from rclpy.task import Future
 from rclpy.time import Time
@@ -27,7 +29,7 @@ from oxygen_ros.control.arm.joint_limits import urdf_limits
 from oxygen_ros.control.arm.safety import SafeTargets
 from oxygen_ros.nodes import arm_io, gripper_io
 from oxygen_ros.nodes.arm_io import NAME_LISTS, NUMBER_LISTS, ArmIO
-from oxygen_ros.nodes.arm_sim import PREEMPTED, REACHED, SO100_JOINTS, ArmSim, main
+from oxygen_ros.nodes.arm_sim import PREEMPTED, REACHED, SO100_JOINTS, ArmSim, check_interfaces, main
 
 ACTION = "/arm_controller/follow_joint_trajectory"
 Result = FollowJointTrajectory.Result
@@ -84,12 +86,12 @@ def arm(ros_domain_id):
         context.try_shutdown()
 
 
-def arm_io_of(arm: Arm, **number_lists: list[float]) -> ArmIO:
-    """instruction_node's side of the arm (its defaults, but ``number_lists``), on the client node, once the
-    controller is there."""
-    settings = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
+def arm_io_of(arm: Arm, settings: dict | None = None, **number_lists: list[float]) -> ArmIO:
+    """instruction_node's side of the arm (its defaults, but ``settings`` and ``number_lists``), on the client node,
+    once the controller is there."""
+    defaults = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
     lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS} | number_lists
-    io = ArmIO(arm.client, settings | {"input_timeout_s": 60.0}, lists, ReentrantCallbackGroup())
+    io = ArmIO(arm.client, defaults | {"input_timeout_s": 60.0} | (settings or {}), lists, ReentrantCallbackGroup())
     wait_until(io._client.server_is_ready, 10.0, "the arm's action server")
     wait_until(lambda: io._described, 10.0, "the URDF")  # the limits every stop is planned within
     return io
@@ -385,3 +387,76 @@ def test_a_stop_the_controller_refuses_has_ours_cancelled_before_the_goal_report
     assert run_on(arm, io.stop_answered(5.0)) == ""  # nothing of the newer one is cancelled: it plays to its end
     arm.reaches(stood + 0.2)
     io._client.destroy()
+
+
+@pytest.mark.parametrize("claimed", ["measured", "measured_at_rest", "commanded"])
+def test_the_controllers_own_parameters_say_where_it_starts_a_trajectory(arm, claimed):
+    """arm_sim declares a joint_trajectory_controller's state_interfaces [position, velocity] and
+    interpolate_from_desired_state false, found as the node publishing the action's status and asked through its
+    parameter service: it starts each trajectory from the measured state, as controller_starts_from measured says;
+    either other word is refused naming the one to use."""
+    io = arm_io_of(arm, {"controller_starts_from": claimed})
+    message = run_on(arm, io.misconfigured(io.limits()))
+    if claimed == "measured":
+        assert message == ""
+    else:
+        assert message == ("/arm_sim starts each trajectory from the measured state (its state_interfaces ['position', "
+                           "'velocity'] include velocity and its interpolate_from_desired_state is false), but "
+                           f"controller_starts_from is {claimed}: set controller_starts_from: measured")  # fmt: skip
+    io._client.destroy()
+
+
+def test_a_controller_without_a_velocity_state_starts_each_trajectory_from_rest_and_says_so(arm):
+    """arm_sim with state_interfaces [position] starts a trajectory that replaces a moving one from rest where the
+    arm is (JTC clears the velocity it cannot read), its joint_states still carrying velocities; its parameters say
+    so, on the action and on the topic, and controller_starts_from measured is refused."""
+    with pytest.raises(ValueError, match=r"parameter state_interfaces must be \[position\] or \[position, velocity\]"):
+        check_interfaces(["velocity"])
+    rest = ArmSim(context=arm.node.context, namespace="/rest", parameter_overrides=[
+        Parameter("state_interfaces", value=["position"])])  # fmt: skip
+    arm.client.executor.add_node(rest)
+    try:
+        names = {"trajectory_action": "/rest/arm_controller/follow_joint_trajectory"}
+        start = rest._trajectory.sample(rest._now())
+        send_goal(arm.client, FollowJointTrajectory, names["trajectory_action"], FollowJointTrajectory.Goal(
+            trajectory=trajectory([(2.0, start + 1.0)], SO100_JOINTS)))  # fmt: skip
+        time.sleep(0.5)
+        assert np.abs(rest._trajectory.velocity(rest._now())).min() > 0.3  # moving
+        send_goal(arm.client, FollowJointTrajectory, names["trajectory_action"], FollowJointTrajectory.Goal(
+            trajectory=trajectory([(1.0, start + 1.0)], SO100_JOINTS)))  # fmt: skip
+        np.testing.assert_array_equal(rest._trajectory.before_velocity, 0.0)
+        expected = ("/rest/arm_sim starts each trajectory from the measured position at rest (its state_interfaces "
+                    "['position'] lack velocity), but controller_starts_from is measured: set controller_starts_from: "
+                    "measured_at_rest")  # fmt: skip
+        for settings in (names, {"trajectory_topic": "/rest/arm_controller/joint_trajectory"}):
+            io = ArmIO(arm.client, {name: default for name, (default, _) in
+                                    (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()} | settings,
+                       {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS},
+                       ReentrantCallbackGroup())  # fmt: skip
+            wait_until(lambda: io._described, 10.0, "the URDF")  # noqa: B023
+            assert run_on(arm, io.misconfigured(io.limits())) == expected
+            if not io._topic:
+                io._client.destroy()
+    finally:
+        arm.client.executor.remove_node(rest)
+        rest.destroy_node()
+
+
+def test_a_server_without_a_controllers_parameters_is_taken_at_the_users_word(arm, capfd):
+    """A FollowJointTrajectory server that is no joint_trajectory_controller (a vendor's driver: no state_interfaces
+    parameter) cannot say where it starts a trajectory: nothing is refused, and the node warns it took
+    controller_starts_from as said."""
+    driver = Node("vendor_driver", context=arm.node.context)
+    server = ActionServer(driver, FollowJointTrajectory, "vendor/follow_joint_trajectory",
+                          execute_callback=lambda handle: FollowJointTrajectory.Result())  # fmt: skip
+    arm.client.executor.add_node(driver)
+    try:
+        io = arm_io_of(arm, {"trajectory_action": "/vendor/follow_joint_trajectory"})
+        assert run_on(arm, io.misconfigured(io.limits())) == ""
+        wait_until(lambda: "cannot read how /vendor_driver starts a trajectory" in capfd.readouterr().err, 5.0,
+                   "the warning")  # fmt: skip
+        io._client.destroy()
+    finally:
+        arm.client.executor.remove_node(driver)
+        server.destroy()
+        driver.destroy_node()

@@ -38,10 +38,10 @@ ARM = {"action_joint_names": JOINTS, "joint_lower_limits": [-LIMIT] * ACTION_DIM
 
 
 @contextmanager
-def second_robot(graph, namespace: str, **parameters) -> Iterator[Capture]:
-    """Another arm and instruction node under ``namespace``, sharing the root's inference node; yields that arm's
-    joint states once the first arrived, and removes both after."""
-    arm = graph.add_arm(JOINTS, namespace)
+def second_robot(graph, namespace: str, arm_sim: dict | None = None, **parameters) -> Iterator[Capture]:
+    """Another arm (arm_sim's parameters ``arm_sim``) and instruction node under ``namespace``, sharing the root's
+    inference node; yields that arm's joint states once the first arrived, and removes both after."""
+    arm = graph.add_arm(JOINTS, namespace, **(arm_sim or {}))
     node = InstructionNode(context=graph.context, namespace=namespace, cli_args=inference_at("/"),
                            parameter_overrides=[Parameter(k, value=v) for k, v in (ARM | parameters).items()])  # fmt: skip
     graph.executor.add_node(node)
@@ -141,6 +141,21 @@ def test_a_controller_that_listens_but_never_plays_is_no_success(graph):
         assert "the arm did not move as planned" in out.result.message and listening.messages
         _, q = _positions(states.messages)
         assert np.abs(q - q[0]).max() == 0.0
+
+
+def test_a_controller_that_starts_elsewhere_than_controller_starts_from_says_is_refused(graph):
+    """This arm's controller reads no velocity (its state_interfaces [position]: it starts each trajectory from rest)
+    while controller_starts_from keeps its default, measured: read from the controller's own parameters before the
+    first chunk, the goal is refused FAILED_PRECONDITION naming the setting to use, the arm never moved."""
+    with second_robot(graph, "/at_rest", arm_sim={"state_interfaces": ["position"]}) as states:
+        out = follow(graph, duration_s=4.0, namespace="/at_rest").result(timeout=90.0)
+    assert (out.status, out.result.error_code, out.result.chunks_sent) == \
+        (GoalStatus.STATUS_ABORTED, "FAILED_PRECONDITION", 0), out.result.message  # fmt: skip
+    assert out.result.message.startswith(
+        "/at_rest/arm_sim starts each trajectory from the measured position at rest (its state_interfaces "
+        "['position'] lack velocity), but controller_starts_from is measured: set controller_starts_from: "
+        "measured_at_rest"), out.result.message  # fmt: skip
+    assert np.abs([m.position for m in states.messages]).max() == 0.0
 
 
 def test_a_cancelled_goal_leaves_the_arm_holding(graph):
