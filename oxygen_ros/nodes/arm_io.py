@@ -371,6 +371,10 @@ class ArmIO:
         velocity while joint_state_broadcaster still reports one)."""
         if self.starts_from_command or self._all_from_rest:
             return np.full(len(names), self._all_from_rest)
+        return self._no_velocity(names)
+
+    def _no_velocity(self, names: tuple[str, ...]) -> np.ndarray:
+        """Per joint of ``names``, whether its newest joint state carries no velocity (NaN)."""
         with self._lock:
             entries = [self._joints.get(name) for name in names]
         return np.array([entry is not None and not math.isfinite(entry[1]) for entry in entries], dtype=bool)
@@ -445,18 +449,20 @@ class ArmIO:
         joints', which say the joints that turn freely."""
         turns = turning(limits)
         free = [self.names[i] for i in self._arm_columns if turns[i]]
-        controller, values = await self._controller.read(asked(free), self._settings["answer_wait_s"])
-        setup = setup_of(values, free) if values is not None else None
+        names = asked(self.arm_names, free)
+        controller, values, why = await self._controller.read(names, self._settings["answer_wait_s"])
+        setup = setup_of(values, self.arm_names, free) if values is not None else None
         claimed = self._settings["controller_starts_from"]
         if setup is None:
-            unread = controller or f"the controller of {self.target}"
-            if unread != self._unread:  # once for each controller in turn, not at every goal
+            unread = f"{controller or 'the controller of ' + self.target} starts a trajectory (" \
+                f"{why or 'it has no joint_trajectory_controller parameters'})"  # fmt: skip
+            if unread != self._unread:  # once for each reason in turn, not at every goal
                 self._unread = unread
-                self._node.get_logger().warning(f"cannot read how {unread} starts a trajectory (no joint_trajectory_"
-                                                f"controller parameters answered): taking controller_starts_from: "
+                self._node.get_logger().warning(f"cannot read where {unread}: taking controller_starts_from: "
                                                 f"{claimed} as said")  # fmt: skip
             return ""
-        return disagreement(claimed, setup, controller)
+        self._unread = ""
+        return disagreement(claimed, setup, controller, not self._no_velocity(self.arm_names).all())
 
     def forget_fault(self) -> None:
         """A new goal starts: what ended an earlier one's trajectory is not its fault."""

@@ -3,9 +3,12 @@
 
 The node is found in the graph, not guessed from the action's name: the one publishing the action's status (an
 action server's node: a joint_trajectory_controller's is the controller, named as in the controller manager), or on
-the trajectory topic the one subscriber that is no observer (``OBSERVERS``). Each parameter is asked alone: rclcpp
-answers a request naming any parameter its node lacks with no values at all, so an older or newer controller's
-missing names (open_loop_control is Humble's, interpolate_from_desired_state Jazzy's on) would hide the rest.
+the trajectory topic the one subscriber that is no observer (``OBSERVERS``). Each parameter is asked alone: from
+Jazzy on rclcpp answers a request naming any parameter its node lacks with no values at all, so an older or newer
+controller's missing names (open_loop_control is gone in Kilted) would hide the rest. A request unanswered is asked
+again once (a reply sent before its path to us was matched is lost). The answer is kept for as long as the same
+endpoints serve (a controller reloaded or reconfigured makes new ones): the start parameters are read-only and the
+gains are taken only when a controller is configured.
 """
 
 import time
@@ -20,13 +23,12 @@ from rclpy.parameter import parameter_value_to_python
 from oxygen_ros.nodes.future_wait import wait
 
 POLL_S = 0.1
+ROUNDS = 2  # each request asked at most this often
+MAX_CONTROLLERS = 4  # parameter clients kept (one per controller seen serving the target: it rarely changes)
 # nodes that subscribe to a topic to show or record it (ros2 topic echo, rosbag2, bridges, GUIs): on the trajectory
 # topic they are no controller, so a goal with only them listening is refused, not played to nobody
 OBSERVERS = ("_ros2cli", "rosbag2", "foxglove_bridge", "rosbridge", "rqt", "rviz", "plotjuggler")
-
-
-def _qualified(info) -> str:
-    return f"{info.node_namespace.rstrip('/')}/{info.node_name}"
+UNKNOWN = "_NODE_NAME_UNKNOWN_"  # rmw's name for an endpoint whose node is not known yet
 
 
 class ControllerParams:
@@ -34,48 +36,71 @@ class ControllerParams:
 
     def __init__(self, node: Node, target: str, on_topic: bool, group: CallbackGroup) -> None:
         self._node, self._target, self._on_topic, self._group = node, target, on_topic, group
-        self._client: tuple[str, Client] | None = None  # the last controller's parameter client
+        self._clients: dict[str, Client] = {}
+        self._kept: tuple[tuple, list[str], dict[str, Any]] | None = None  # (endpoints, names, values) last read
+
+    def _endpoints(self) -> list:
+        if self._on_topic:
+            return [i for i in self._node.get_subscriptions_info_by_topic(self._target)
+                    if not i.node_name.startswith(OBSERVERS)]  # fmt: skip
+        return self._node.get_publishers_info_by_topic(f"{self._target}/_action/status")
 
     def controllers(self) -> list[str]:
         """The fully qualified names of the nodes serving ``target`` now."""
-        if self._on_topic:
-            infos = [i for i in self._node.get_subscriptions_info_by_topic(self._target)
-                     if not i.node_name.startswith(OBSERVERS)]  # fmt: skip
-        else:
-            infos = self._node.get_publishers_info_by_topic(f"{self._target}/_action/status")
-        return sorted({_qualified(info) for info in infos})
+        return sorted({f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in self._endpoints()})
 
-    async def read(self, names: list[str], wait_s: float) -> tuple[str, dict[str, Any] | None]:
-        """(the controller, its value of each of ``names``: None where it has no such parameter); the values are
-        None when no single controller serves ``target`` or its parameter service does not answer within ``wait_s``
-        (its name is '' when there is none, or several)."""
-        serving = self.controllers()
-        if len(serving) != 1:
-            return "", None
-        client = self._client_of(serving[0])
-        waited = 0.0
-        while not client.service_is_ready():
-            if waited >= wait_s:
-                return serving[0], None
+    async def read(self, names: list[str], wait_s: float) -> tuple[str, dict[str, Any] | None, str]:
+        """(the controller, its value of each of ``names``: None where it has no such parameter, why not read);
+        the values are None, and the reason says why, when no single controller serves ``target`` (none within
+        ``wait_s``, or several: the controller is then ''), or its parameter service does not answer within
+        ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            endpoints = [i for i in self._endpoints() if i.node_name != UNKNOWN]
+            serving = sorted({f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in endpoints})
+            if serving or time.monotonic() >= deadline:  # (several stay several: no wait for them)
+                break
             await wait(self._node, None, POLL_S)
-            waited += POLL_S
-        asked = [client.call_async(GetParameters.Request(names=[name])) for name in names]  # all on their way at once
-        deadline, values = time.monotonic() + wait_s, {}
-        for name, future in zip(names, asked):
-            if not future.done():
-                await wait(self._node, future, max(deadline - time.monotonic(), 0.0))
-            if not future.done() or future.exception() is not None:
-                for pending in asked:
-                    client.remove_pending_request(pending)  # an answer after this is dropped, not kept
-                return serving[0], None
-            response = future.result()
-            values[name] = parameter_value_to_python(response.values[0]) if response.values else None
-        return serving[0], values
+        if len(serving) != 1:
+            return "", None, f"{len(serving)} nodes serve {self._target}: {serving[:MAX_CONTROLLERS]}"
+        controller, key = serving[0], (serving[0], tuple(sorted(tuple(i.endpoint_gid) for i in endpoints)))
+        if self._kept is not None and self._kept[:2] == (key, names):
+            return controller, self._kept[2], ""
+        client = self._client_of(controller)
+        if client is None:
+            return controller, None, f"more than {MAX_CONTROLLERS} controllers served {self._target} in turn"
+        while not client.service_is_ready():
+            if time.monotonic() >= deadline:
+                return controller, None, f"its parameter service did not appear within {wait_s:g} s"
+            await wait(self._node, None, POLL_S)
+        values = await self._ask(client, names, wait_s)
+        if values is None:
+            return controller, None, f"its parameter service did not answer within {wait_s:g} s, twice"
+        self._kept = key, names, values
+        return controller, values, ""
 
-    def _client_of(self, controller: str) -> Client:
-        if self._client is None or self._client[0] != controller:
-            if self._client is not None:
-                self._node.destroy_client(self._client[1])
-            self._client = controller, self._node.create_client(GetParameters, f"{controller}/get_parameters",
-                                                                callback_group=self._group)  # fmt: skip
-        return self._client[1]
+    async def _ask(self, client: Client, names: list[str], wait_s: float) -> dict[str, Any] | None:
+        values: dict[str, Any] = {}
+        for _ in range(ROUNDS):
+            left = [name for name in names if name not in values]
+            asked = [client.call_async(GetParameters.Request(names=[name])) for name in left]  # all on their way
+            deadline = time.monotonic() + wait_s
+            for name, future in zip(left, asked):
+                if not future.done():
+                    await wait(self._node, future, max(deadline - time.monotonic(), 0.0))
+                if future.done() and future.exception() is None:
+                    response = future.result()
+                    values[name] = parameter_value_to_python(response.values[0]) if response.values else None
+                else:
+                    client.remove_pending_request(future)  # an answer after this is dropped, not kept
+            if len(values) == len(names):
+                return values
+        return None
+
+    def _client_of(self, controller: str) -> Client | None:
+        if controller not in self._clients:
+            if len(self._clients) >= MAX_CONTROLLERS:
+                return None
+            self._clients[controller] = self._node.create_client(GetParameters, f"{controller}/get_parameters",
+                                                                 callback_group=self._group)  # fmt: skip
+        return self._clients[controller]

@@ -3,10 +3,16 @@
 
 A chunk's first segment is checked, and a hold timed, from where the controller starts a new trajectory: its measured
 state; from rest where its ``state_interfaces`` lack velocity (it clears the velocities it reads); its own last
-command with ``interpolate_from_desired_state`` (Jazzy on) or ``open_loop_control`` (Humble; deprecated in Jazzy,
-gone in Kilted). A joint that turns freely is played the short way round only where the controller wraps it: Humble's
-``gains.<joint>.angle_wraparound`` (or the older ``normalize_error``); from Jazzy on the controller takes continuous
-joints from the robot_description the controller manager gets, which no parameter of the controller shows.
+command with ``interpolate_from_desired_state`` (Jazzy on) or ``open_loop_control`` (Humble and Jazzy; gone in
+Kilted); and from the trajectory playing, where a new one replaces a moving one, with ``allow_trajectory_replacement``
+(Rolling's, default true: the hand-off is the old trajectory sampled now, so it plays as from its command). A Humble
+controller declares whatever parameter its YAML sets (controller_interface's node options before rclcpp 21), so the
+later distros' names count only where no Humble parameter is there (``gains.<joint>.normalize_error``, which no later
+controller has). A joint that turns freely is played the short way round only where the controller wraps it:
+Humble's ``gains.<joint>.angle_wraparound`` (or the older ``normalize_error``; ros2_controllers 2.34 on also unwraps a
+trajectory's start); from Jazzy on the controller takes continuous joints from the robot_description the controller
+manager gets, which no parameter shows. A node with ``state_interfaces`` but neither start parameter (Universal
+Robots' passthrough controller, whose robot interpolates) is no joint_trajectory_controller.
 (ros2_controllers humble ad559d9 / jazzy ed360c9 / master 94e74de: joint_trajectory_controller_parameters.yaml,
 joint_trajectory_controller.cpp.)
 """
@@ -17,54 +23,73 @@ from typing import Any
 
 STATE_INTERFACES = "state_interfaces"
 FROM_COMMAND = ("interpolate_from_desired_state", "open_loop_control")
+HUMBLE_FROM_COMMAND = ("open_loop_control",)
+REPLACEMENT = "allow_trajectory_replacement"
 WRAP_FLAGS = ("angle_wraparound", "normalize_error")
 WHERE = {"measured": "the measured state", "measured_at_rest": "the measured position at rest",
          "commanded": "its own last command"}  # fmt: skip
+AT_REST = {"measured", "measured_at_rest"}  # the same where the driver reports no velocity: from rest either way
 
 
-def asked(turning_joints: Sequence[str]) -> list[str]:
-    """The controller's parameters read: how it starts a trajectory, and whether it wraps each of ``turning_joints``."""
+def _humble_marker(joints: Sequence[str]) -> list[str]:
+    return [f"gains.{joints[0]}.normalize_error"] if joints else []
+
+
+def asked(joints: Sequence[str], turning_joints: Sequence[str]) -> list[str]:
+    """The controller's parameters read: how it starts a trajectory, whether it is Humble's (by the first of the
+    trajectory's ``joints``), and whether it wraps each of ``turning_joints``."""
     wraps = [f"gains.{joint}.{flag}" for joint in turning_joints for flag in WRAP_FLAGS]
-    return [STATE_INTERFACES, *FROM_COMMAND, *wraps]
+    return list(dict.fromkeys([STATE_INTERFACES, *FROM_COMMAND, REPLACEMENT, *_humble_marker(joints), *wraps]))
 
 
 @dataclass(frozen=True)
 class ControllerSetup:
     starts_from: str  # measured | measured_at_rest | commanded (arm_io.STARTS_FROM)
     why: str  # the parameters that say so, for a message
-    unwrapped: tuple[str, ...]  # turning joints it compares without wraparound (only Humble's gains can say so)
+    unwrapped: tuple[tuple[str, str], ...]  # (joint, the flag that says so) it compares without wraparound
 
 
-def setup_of(values: dict[str, Any], turning_joints: Sequence[str]) -> ControllerSetup | None:
+def setup_of(values: dict[str, Any], joints: Sequence[str], turning_joints: Sequence[str]) -> ControllerSetup | None:
     """The setup ``values`` (parameter name -> value, None where the controller has no such parameter) describe;
-    None when they are no joint_trajectory_controller's (no ``state_interfaces``)."""
+    None when they are no joint_trajectory_controller's."""
     interfaces = values.get(STATE_INTERFACES)
-    if not isinstance(interfaces, list):
+    if not isinstance(interfaces, list) or all(values.get(name) is None for name in FROM_COMMAND):
         return None
-    commanding = [name for name in FROM_COMMAND if values.get(name) is True]
+    humble = any(values.get(name) is not None for name in _humble_marker(joints))
+    honoured = HUMBLE_FROM_COMMAND if humble else FROM_COMMAND
+    commanding = [name for name in honoured if values.get(name) is True]
     if commanding:
         starts_from, why = "commanded", f"its {commanding[0]} is true"
+    elif not humble and values.get(REPLACEMENT) is True:
+        starts_from, why = "commanded", f"its {REPLACEMENT} is true: one replacing a moving one starts from it"
     elif "velocity" not in interfaces:
         starts_from, why = "measured_at_rest", f"its state_interfaces {interfaces} lack velocity"
     else:
-        declared = [name for name in FROM_COMMAND if values.get(name) is not None]
+        declared = [name for name in (*honoured, REPLACEMENT) if values.get(name) is not None]
         starts_from, why = "measured", f"its state_interfaces {interfaces} include velocity" + \
             "".join(f" and its {name} is false" for name in declared)  # fmt: skip
-    flags = {joint: [values.get(f"gains.{joint}.{flag}") for flag in WRAP_FLAGS] for joint in turning_joints}
-    unwrapped = tuple(joint for joint, said in flags.items() if False in said and True not in said)
-    return ControllerSetup(starts_from, why, unwrapped)
+    unwrapped = []
+    for joint in turning_joints:
+        said = {flag: values.get(f"gains.{joint}.{flag}") for flag in WRAP_FLAGS}
+        if True not in said.values() and False in said.values():
+            unwrapped.append((joint, next(flag for flag, value in said.items() if value is False)))
+    return ControllerSetup(starts_from, why, tuple(unwrapped))
 
 
-def disagreement(claimed: str, setup: ControllerSetup, controller: str) -> str:
+def disagreement(claimed: str, setup: ControllerSetup, controller: str, velocity_reported: bool = True) -> str:
     """Why goals are refused with ``setup`` read from ``controller`` while ``controller_starts_from`` is ``claimed``
-    ('' = nothing): chunks would be checked, and holds timed, from a state the controller does not start from."""
-    if setup.starts_from != claimed:
-        return (f"{controller} starts each trajectory from {WHERE[setup.starts_from]} ({setup.why}), but "
-                f"controller_starts_from is {claimed}: set controller_starts_from: {setup.starts_from}")  # fmt: skip
-    if setup.unwrapped:
-        joint = setup.unwrapped[0]
-        return (f"joint {joint} turns freely, but {controller} compares it without wraparound (its "
-                f"gains.{joint}.angle_wraparound is false): it would turn it the long way round to a target across "
-                f"the driver's wrap at pi; set that true, or bound the joint with joint_lower_limits and "
-                f"joint_upper_limits")  # fmt: skip
-    return ""
+    ('' = nothing): chunks would be checked, and holds timed, from a state the controller does not start from, or a
+    turning joint would turn the long way. ``velocity_reported``: the driver reports the joints' velocity (without,
+    measured and measured_at_rest both start every joint from rest)."""
+    problems = []
+    same = not velocity_reported and {setup.starts_from, claimed} <= AT_REST
+    if setup.starts_from != claimed and not same:
+        problems.append(f"{controller} starts each trajectory from {WHERE[setup.starts_from]} ({setup.why}), but "
+                        f"controller_starts_from is {claimed}: set controller_starts_from: {setup.starts_from}")  # fmt: skip
+    for joint, flag in setup.unwrapped:
+        problems.append(f"joint {joint} turns freely, but {controller} compares it without wraparound (its "
+                        f"gains.{joint}.{flag} is false): it would turn it the long way round to a target across the "
+                        f"driver's wrap at pi; set gains.{joint}.angle_wraparound: true in its YAML (read when it is "
+                        f"configured; ros2_controllers 2.34 on also unwraps a trajectory's start), or bound the joint "
+                        f"with joint_lower_limits and joint_upper_limits")  # fmt: skip
+    return "; ".join(problems)
