@@ -256,6 +256,9 @@ class ArmIO:
         self._cancelled: set[bytes] = set()  # of those, the ones we ended (cancelled, or replaced by a stop)
         self._stops: set[bytes] = set()  # of those, our stop trajectories (``hold``)
         self._stopping = False  # a stop was sent and no trajectory since: a hold now has nothing to stop
+        # where our last trajectory or stop leaves the controller's command at rest (arm joints), and from when (node
+        # clock, at the latest); None when the command is not ours (cancelled, refused, taken over) or unknown
+        self._resting: tuple[np.ndarray, float] | None = None
         self._holds = 0  # counts holds: a goal accepted after a hold that followed its sending is stopped at once
         self._sends = 0  # counts what went to the controller (trajectories and stops): what is newest
         # the newest stop goal's send on the action and our goals it replaces, until a trajectory is sent: a goal's
@@ -499,6 +502,7 @@ class ArmIO:
                 self._unanswered.add(handled)
         if self._topic:
             self._publisher.publish(trajectory)
+            self._rests_at(safe.positions[-1][arm], float(safe.times[-1]))
             return ""
         future = self._send_goal(trajectory)
         future.add_done_callback(lambda f: self._on_answer(f, holds, sent_as, handled))
@@ -523,7 +527,26 @@ class ArmIO:
             self.hold(None, self._node.get_logger().warning)
             return (f"{self.target} took the trajectory {late:.3f} s after its first target was due (raise "
                     "send_lead_s for a controller this slow)")  # fmt: skip
+        self._rests_at(safe.positions[-1][arm], float(safe.times[-1]))
         return ""
+
+    def _rests_at(self, positions: np.ndarray | None, after_s: float = 0.0) -> None:
+        """What the controller took plays its command to rest at ``positions`` (arm joints) ``after_s`` from now at
+        the latest (it timed it from when it took it); None: nothing of ours says where its command is."""
+        with self._lock:
+            self._resting = None if positions is None else (np.array(positions, dtype=np.float64), self.now() + after_s)
+
+    def command_at_rest(self, measured: np.ndarray) -> np.ndarray | None:
+        """``measured`` [len(names)] with the arm joints where our last trajectory or stop has brought the
+        controller's command to rest (a controller that starts from its command starts the next trajectory there);
+        None while it may still play, or when the command is not ours."""
+        with self._lock:
+            resting = self._resting
+        if resting is None or self.now() < resting[1]:
+            return None
+        out = np.array(measured, dtype=np.float64)
+        out[self._arm_columns] = resting[0]
+        return out
 
     def _on_answer(self, future: Future, holds: int, sent_as: int, handled: Future) -> None:
         """The controller's answer to our trajectory handled (``_on_accepted``), then ``handled`` done: a goal's
@@ -608,6 +631,7 @@ class ArmIO:
             self._fault = Fault(f"{self.target} ended the trajectory (status {response.status}, error_code "
                                 f"{result.error_code}): {said}",
                                 taken_over=response.status == GoalStatus.STATUS_CANCELED)  # fmt: skip
+            self._resting = None  # held where the arm is, or another client's command
 
     def destroy(self) -> None:
         self.gripper.destroy()
@@ -652,10 +676,12 @@ class ArmIO:
             self._sends += stop is not None
             mine = self._sends
         if stop is None:
+            self._rests_at(None)  # held where the arm is, or nothing sent: its command is not known
             if not self._topic:
                 self._cancel_live(replaced)
                 self._mark_stopped(None, mine)  # cancelled: held where it is
             return
+        self._rests_at(np.array(stop.positions), self._stop_lead() + seconds(stop.time_from_start))
         trajectory = JointTrajectory(joint_names=list(self.arm_names), points=[stop])
         sent = None
         if self._topic:
@@ -700,6 +726,7 @@ class ArmIO:
         with self._lock:  # a trajectory sent since has replaced what the stop was to replace: nothing to cancel
             current = self._stop_sent is pending
         if current:  # what the stop replaces may play on: ours are cancelled (the controller holds the arm there)
+            self._rests_at(None)
             self._cancel_live(replaced)
         if answered:
             return f"{self.target} refused the arm's stop: our trajectory was cancelled (the arm holds where it is)"
@@ -774,6 +801,7 @@ class ArmIO:
         handle = future.result() if future.exception() is None else None
         if handle is None or not handle.accepted:
             self._node.get_logger().error(f"{self.target} refused the stop trajectory: cancelling ours instead")
+            self._rests_at(None)
             self._cancel_live(replaced)
             return
         key = _goal_id(handle)

@@ -260,7 +260,8 @@ class VlaArm:
         plan, or when its first segment would be too fast from where the controller starts it: a
         joint_trajectory_controller takes a new trajectory from its measured state, moving (a joint whose driver
         reports no velocity: from rest), or with controller_starts_from commanded (its
-        interpolate_from_desired_state or open_loop_control) from its own command, the plan's."""
+        interpolate_from_desired_state or open_loop_control) from its own command, the plan's (without a plan, both
+        from where our last trajectory or stop brought that command to rest and from the measured state)."""
         measured, read_at = self.arm.reading(self.arm.names)
         jaw = self.arm.gripper_column  # its own controller: it may stall on what it holds, and jump to a new grip
         margin = self.arm.tolerances["limit_margin"]
@@ -276,14 +277,22 @@ class VlaArm:
             safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf,
                                  moving)  # fmt: skip
         rest = self.arm.from_rest(self.arm.names)  # (none with controller_starts_from commanded)
+        also = []  # other states the controller may start from
         if self.arm.starts_from_command and commanded is not None:  # it plays on from its own command: the plan's
             start, velocity = commanded, moving
         else:  # from rest where the driver reports no velocity (a joint_trajectory_controller without that state)
             start, velocity = self.arm.start_state(self.arm.names)
             start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading
             velocity = np.where(rest, 0.0, velocity)
+            # no plan, and a controller that starts from its command (interpolate_from_desired_state), where our last
+            # trajectory or stop left it, or from the measured state (allow_trajectory_replacement, after a one-point
+            # stop): from both
+            resting = self.arm.command_at_rest(start) if self.arm.starts_from_command else None
+            if resting is not None:
+                also.append((beside(resting[None, :], safe.positions[0], turning(plan.limits))[0], 0.0 * start))
         try:
-            check_moving_start(safe, float(safe.times[0]), start, velocity, self.arm.names, plan.limits)
+            for origin, speed in [(start, velocity), *also]:
+                check_moving_start(safe, float(safe.times[0]), origin, speed, self.arm.names, plan.limits)
         except EngineError as exc:  # a joint of a position-only driver: say why, and what would start it moving
             still = [name for name, from_rest in zip(self.arm.names, rest, strict=True) if from_rest]
             if commanded is None or not any(exc.message.startswith(f"joint {name}:") for name in still):
