@@ -5,6 +5,9 @@
   FAILED_PRECONDITION, never a default.
 * `robot_description` (std_msgs/String, latched by robot_state_publisher): the URDF whose limits bound every target
   (``control.arm.joint_limits``), tightened by the joint_*_limits parameters.
+* `<controller>/controller_state` (control_msgs/JointTrajectoryControllerState, a joint_trajectory_controller's),
+  read with controller_starts_from commanded: the controller's own command, where such a controller starts a
+  trajectory while no plan of ours plays (after a hold, another client's motion, its own hold).
 * Out: each plan as a control_msgs/FollowJointTrajectory goal to `trajectory_action` (a joint_trajectory_controller,
   MoveIt's or a vendor's driver), or, with `trajectory_topic` set, as a trajectory_msgs/JointTrajectory on that topic
   (the controller's fire-and-forget input; a subscriber that only records or shows it, ``controller_params.OBSERVERS``,
@@ -30,12 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 from action_msgs.msg import GoalStatus
 from control_msgs.action import FollowJointTrajectory
+from control_msgs.msg import JointTrajectoryControllerState
 from rclpy.callback_groups import CallbackGroup
 from rclpy.duration import Duration
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
 from rcl_interfaces.msg import ParameterDescriptor
 from sensor_msgs.msg import JointState
@@ -256,9 +260,6 @@ class ArmIO:
         self._cancelled: set[bytes] = set()  # of those, the ones we ended (cancelled, or replaced by a stop)
         self._stops: set[bytes] = set()  # of those, our stop trajectories (``hold``)
         self._stopping = False  # a stop was sent and no trajectory since: a hold now has nothing to stop
-        # where our last trajectory or stop leaves the controller's command at rest (arm joints), and from when (node
-        # clock, at the latest); None when the command is not ours (cancelled, refused, taken over) or unknown
-        self._resting: tuple[np.ndarray, float] | None = None
         self._holds = 0  # counts holds: a goal accepted after a hold that followed its sending is stopped at once
         self._sends = 0  # counts what went to the controller (trajectories and stops): what is newest
         # the newest stop goal's send on the action and our goals it replaces, until a trajectory is sent: a goal's
@@ -284,6 +285,12 @@ class ArmIO:
                                         callback_group=group)  # fmt: skip
             self.target = node.resolve_topic_name(settings["trajectory_action"])
         self._controller = ControllerParams(node, self.target, bool(self._topic), group)
+        # the controller's own command, where one that starts from it starts a trajectory while no plan of ours plays
+        self._reference: tuple[JointTrajectoryControllerState, float] | None = None  # its newest state, arrival
+        if self.starts_from_command:  # (a JTC publishes it every update: read only where it is needed, the newest)
+            newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
+            node.create_subscription(JointTrajectoryControllerState, f"{self.target.rpartition('/')[0]}/"
+                                     "controller_state", self._on_reference, newest, callback_group=group)  # fmt: skip
         self._unread = ""  # the last controller whose parameters could not be read (logged once)
 
     @property
@@ -310,6 +317,34 @@ class ArmIO:
                     self._estimated[name] = velocity if before is None or math.isfinite(velocity) else \
                         _difference_velocity(before, position, arrival, stamp)  # fmt: skip
                     self._joints[name] = (position, velocity, arrival, stamp)
+
+    def _on_reference(self, msg: JointTrajectoryControllerState) -> None:
+        arrival = self.now()
+        with self._lock:
+            self._reference = msg, arrival
+
+    def command_now(self, start: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(positions, velocities) [len(names)]: the arm joints where the controller commands them now (its
+        ~/controller_state reference, carried forward at its velocity), the others ``start`` at rest; None when it
+        has said nothing for input_timeout_s, or not of every arm joint."""
+        with self._lock:
+            newest = self._reference
+        if newest is None or self.now() - newest[1] > self._settings["input_timeout_s"]:
+            return None
+        msg, arrival = newest
+        reference, joints = msg.reference, list(msg.joint_names)
+        if len(joints) > bounds.STATE or len(reference.positions) != len(joints) or \
+                not set(self.arm_names) <= set(joints):  # fmt: skip
+            return None
+        rows = [joints.index(name) for name in self.arm_names]
+        moving = len(reference.velocities) == len(joints)
+        velocity = np.array([reference.velocities[i] if moving else 0.0 for i in rows])
+        here = np.array([reference.positions[i] for i in rows]) + velocity * (self.now() - arrival)
+        if not (np.isfinite(here).all() and np.isfinite(velocity).all()):
+            return None
+        positions, velocities = np.array(start, dtype=np.float64), np.zeros(len(self.names))
+        positions[self._arm_columns], velocities[self._arm_columns] = here, velocity
+        return positions, velocities
 
     def _on_scaling(self, msg: Float64) -> None:
         self._scaling = (float(msg.data), self.now())
@@ -502,7 +537,6 @@ class ArmIO:
                 self._unanswered.add(handled)
         if self._topic:
             self._publisher.publish(trajectory)
-            self._rests_at(safe.positions[-1][arm], float(safe.times[-1]))
             return ""
         future = self._send_goal(trajectory)
         future.add_done_callback(lambda f: self._on_answer(f, holds, sent_as, handled))
@@ -527,26 +561,7 @@ class ArmIO:
             self.hold(None, self._node.get_logger().warning)
             return (f"{self.target} took the trajectory {late:.3f} s after its first target was due (raise "
                     "send_lead_s for a controller this slow)")  # fmt: skip
-        self._rests_at(safe.positions[-1][arm], float(safe.times[-1]))
         return ""
-
-    def _rests_at(self, positions: np.ndarray | None, after_s: float = 0.0) -> None:
-        """What the controller took plays its command to rest at ``positions`` (arm joints) ``after_s`` from now at
-        the latest (it timed it from when it took it); None: nothing of ours says where its command is."""
-        with self._lock:
-            self._resting = None if positions is None else (np.array(positions, dtype=np.float64), self.now() + after_s)
-
-    def command_at_rest(self, measured: np.ndarray) -> np.ndarray | None:
-        """``measured`` [len(names)] with the arm joints where our last trajectory or stop has brought the
-        controller's command to rest (a controller that starts from its command starts the next trajectory there);
-        None while it may still play, or when the command is not ours."""
-        with self._lock:
-            resting = self._resting
-        if resting is None or self.now() < resting[1]:
-            return None
-        out = np.array(measured, dtype=np.float64)
-        out[self._arm_columns] = resting[0]
-        return out
 
     def _on_answer(self, future: Future, holds: int, sent_as: int, handled: Future) -> None:
         """The controller's answer to our trajectory handled (``_on_accepted``), then ``handled`` done: a goal's
@@ -631,7 +646,6 @@ class ArmIO:
             self._fault = Fault(f"{self.target} ended the trajectory (status {response.status}, error_code "
                                 f"{result.error_code}): {said}",
                                 taken_over=response.status == GoalStatus.STATUS_CANCELED)  # fmt: skip
-            self._resting = None  # held where the arm is, or another client's command
 
     def destroy(self) -> None:
         self.gripper.destroy()
@@ -676,12 +690,10 @@ class ArmIO:
             self._sends += stop is not None
             mine = self._sends
         if stop is None:
-            self._rests_at(None)  # held where the arm is, or nothing sent: its command is not known
             if not self._topic:
                 self._cancel_live(replaced)
                 self._mark_stopped(None, mine)  # cancelled: held where it is
             return
-        self._rests_at(np.array(stop.positions), self._stop_lead() + seconds(stop.time_from_start))
         trajectory = JointTrajectory(joint_names=list(self.arm_names), points=[stop])
         sent = None
         if self._topic:
@@ -726,7 +738,6 @@ class ArmIO:
         with self._lock:  # a trajectory sent since has replaced what the stop was to replace: nothing to cancel
             current = self._stop_sent is pending
         if current:  # what the stop replaces may play on: ours are cancelled (the controller holds the arm there)
-            self._rests_at(None)
             self._cancel_live(replaced)
         if answered:
             return f"{self.target} refused the arm's stop: our trajectory was cancelled (the arm holds where it is)"
@@ -801,7 +812,6 @@ class ArmIO:
         handle = future.result() if future.exception() is None else None
         if handle is None or not handle.accepted:
             self._node.get_logger().error(f"{self.target} refused the stop trajectory: cancelling ours instead")
-            self._rests_at(None)
             self._cancel_live(replaced)
             return
         key = _goal_id(handle)

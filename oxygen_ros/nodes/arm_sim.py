@@ -2,7 +2,8 @@
 robot. It serves `control_msgs/action/FollowJointTrajectory` on `arm_controller/follow_joint_trajectory` and takes
 `trajectory_msgs/JointTrajectory` on `arm_controller/joint_trajectory` as ros2_control's joint_trajectory_controller
 (JTC) does, publishes the arm's `sensor_msgs/JointState` on `joint_states` and its URDF on `robot_description`
-(TRANSIENT_LOCAL, as robot_state_publisher latches it), where the instruction node reads the joint limits.
+(TRANSIENT_LOCAL, as robot_state_publisher latches it), where the instruction node reads the joint limits, and JTC's
+`arm_controller/controller_state` (its command: for this servo where the arm is).
 
 The arm is a perfect servo: what it reports ("actual", the JointState) is the trajectory's sampled position at that
 instant, so the loop closes without dynamics; velocities are finite differences of consecutive states. Playback and
@@ -30,6 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 from control_msgs.action import FollowJointTrajectory
+from control_msgs.msg import JointTrajectoryControllerState
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import GoalEvent, ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
@@ -149,6 +151,9 @@ class ArmSim(Node):
         self._description = self.create_publisher(String, value["description_topic"], LATCHED)
         self._description.publish(String(data=description))
         self._states = self.create_publisher(JointState, value["state_topic"], 10)
+        # JTC's ~/controller_state beside its action (the command, which for a perfect servo is where the arm is)
+        self._controller_state = self.create_publisher(
+            JointTrajectoryControllerState, f"{value['action_name'].rpartition('/')[0]}/controller_state", 10)
         group = ReentrantCallbackGroup()
         self.create_subscription(JointTrajectory, value["trajectory_topic"], self._on_trajectory, 10,
                                  callback_group=group)  # fmt: skip
@@ -236,6 +241,11 @@ class ArmSim(Node):
             stamp = clock.to_msg()
             self._states.publish(JointState(header=Header(stamp=stamp), name=self._joints, position=positions.tolist(),
                                             velocity=velocities.tolist()))  # fmt: skip
+            commanded = JointTrajectoryPoint(positions=positions.tolist(),
+                                             velocities=self._trajectory.velocity(now).tolist())  # fmt: skip
+            self._controller_state.publish(JointTrajectoryControllerState(
+                header=Header(stamp=stamp), joint_names=self._joints, reference=commanded, feedback=commanded,
+                error=JointTrajectoryPoint(positions=[0.0] * len(self._joints))))  # fmt: skip
             if active is None:
                 return
             self._feedback(active, now, positions, velocities, stamp)

@@ -261,7 +261,7 @@ class VlaArm:
         joint_trajectory_controller takes a new trajectory from its measured state, moving (a joint whose driver
         reports no velocity: from rest), or with controller_starts_from commanded (its
         interpolate_from_desired_state or open_loop_control) from its own command, the plan's (without a plan, both
-        from where our last trajectory or stop brought that command to rest and from the measured state)."""
+        from the command the controller says it holds and from the measured state)."""
         measured, read_at = self.arm.reading(self.arm.names)
         jaw = self.arm.gripper_column  # its own controller: it may stall on what it holds, and jump to a new grip
         margin = self.arm.tolerances["limit_margin"]
@@ -284,12 +284,12 @@ class VlaArm:
             start, velocity = self.arm.start_state(self.arm.names)
             start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading
             velocity = np.where(rest, 0.0, velocity)
-            # no plan, and a controller that starts from its command (interpolate_from_desired_state), where our last
-            # trajectory or stop left it, or from the measured state (allow_trajectory_replacement, after a one-point
-            # stop): from both
-            resting = self.arm.command_at_rest(start) if self.arm.starts_from_command else None
-            if resting is not None:
-                also.append((beside(resting[None, :], safe.positions[0], turning(plan.limits))[0], 0.0 * start))
+            # no plan, and a controller that starts from its own command (interpolate_from_desired_state: where our
+            # stop, another client or its own hold left it), or from the measured state (allow_trajectory_replacement
+            # after a one-point stop): from both, the command as it says it (``ArmIO.command_now``)
+            command = self.arm.command_now(start) if self.arm.starts_from_command else None
+            if command is not None:
+                also.append((beside(command[0][None, :], safe.positions[0], turning(plan.limits))[0], command[1]))
         try:
             for origin, speed in [(start, velocity), *also]:
                 check_moving_start(safe, float(safe.times[0]), origin, speed, self.arm.names, plan.limits)

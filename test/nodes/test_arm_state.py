@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 from control_msgs.action import FollowJointTrajectory
+from control_msgs.msg import JointTrajectoryControllerState
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64
-from trajectory_msgs.msg import JointTrajectory
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros.control.arm.action_queue import ActionQueue
 from oxygen_ros.errors import EngineError, ErrorCode
@@ -461,27 +462,24 @@ def test_a_chunk_is_checked_from_rest_where_the_controller_starts_from_rest(ros_
         node.destroy_node()
 
 
-def test_without_a_plan_a_chunk_is_checked_from_where_our_last_stop_left_the_controllers_command(ros_context):
+def test_without_a_plan_a_chunk_is_checked_from_the_command_the_controller_says_it_holds(ros_context):
     """controller_starts_from commanded (interpolate_from_desired_state) and no plan: the wrist reads 0.6 at rest,
-    but our last stop brought the controller's command to rest at 0.45 (a hydraulic arm's offset, a position-only
-    servo sagging under load), where it starts the next trajectory. A chunk to 0.68 in 0.1 s (limit 2.5 rad/s) is
-    ~1 rad/s from the measured 0.6 and over 3 from 0.45: refused naming 0.45 once the stop has played; before, or
-    once the command is no longer ours (a refused stop: the controller holds where the arm is), only the measured
-    state is known, and it passes."""
-    node = Node("arm_command_at_rest_test", context=ros_context)
+    but the controller's ~/controller_state says it commands 0.45 (a hydraulic arm's offset, a position-only servo
+    sagging under load, where our stop or its own hold left it), which is where it starts the next trajectory. A
+    chunk to 0.68 in 0.1 s (limit 2.5 rad/s) is ~1 rad/s from the measured 0.6 and over 3 from 0.45: refused naming
+    0.45. Without a word from the controller, or one older than input_timeout_s, only the measured state is known,
+    and it passes."""
+    node = Node("arm_command_now_test", context=ros_context)
     try:
-        arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory", "controller_starts_from": "commanded"},
-                   action_joint_names=["wrist"], joint_lower_limits=[-3.0], joint_upper_limits=[3.0],
-                   joint_velocity_limits=[2.5])  # fmt: skip
-        arm._publisher = SimpleNamespace(publish=lambda msg: None)
+        arm = _arm(node, {"trajectory_topic": "arm_controller/joint_trajectory", "controller_starts_from": "commanded",
+                          "input_timeout_s": 0.5}, action_joint_names=["wrist"], joint_lower_limits=[-3.0],
+                   joint_upper_limits=[3.0], joint_velocity_limits=[2.5])  # fmt: skip
         now = node.get_clock().now().nanoseconds
         for offset_ns in (0, 100_000_000):
             msg = JointState(name=["wrist"], position=[0.6], velocity=[0.0])
             msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(now + offset_ns, 1_000_000_000)
             arm._on_state(msg)
         arrival = arm._joints["wrist"][2]
-        arm.now = lambda: arrival
-        arm.hold(np.array([0.45]), print, velocity=np.array([0.0]))  # a stop at 0.45 over HOLD_MIN_S
         plan = ArmPlan(ActionQueue(0.1, 0.3), horizon=3, threshold=1, limits=arm.limits(), action_dim=1)
         vla = VlaArm(node, arm, {"send_lead_s": 0.1, "max_missed_chunks": 3})
 
@@ -489,15 +487,21 @@ def test_without_a_plan_a_chunk_is_checked_from_where_our_last_stop_left_the_con
             plan.queue.rows = np.array([[0.68], [0.74], [0.8]])
             return vla._checked(plan, None, None, np.array([0.1, 0.2, 0.3]))
 
-        safe, start, _ = checking()  # the stop still plays: where its command is now is not known
-        assert start.tolist() == [0.6]
-        arm.now = lambda: arrival + arm_io.HOLD_MIN_S + 1e-3
+        def controller_says(at: float) -> None:
+            arm.now = lambda: at
+            arm._on_reference(JointTrajectoryControllerState(
+                joint_names=["wrist"], reference=JointTrajectoryPoint(positions=[0.45], velocities=[0.0])))
+            arm.now = lambda: arrival
+
+        arm.now = lambda: arrival
+        assert checking()[1].tolist() == [0.6]  # nothing said: from the measured state only
+        controller_says(arrival - 0.6)
+        assert checking()[1].tolist() == [0.6]  # said too long ago
+        controller_says(arrival - 0.05)
         with pytest.raises(EngineError, match=r"^OUT_OF_RANGE: joint wrist: the first segment from 0\.4500 at "
                            r"0\.000/s \(where the controller starts it\) would move at up to 3\.\d+/s, over its "
                            r"velocity limit 2\.5$"):  # fmt: skip
             checking()
-        arm._rests_at(None)
-        checking()
     finally:
         node.destroy_node()
 

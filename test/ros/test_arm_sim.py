@@ -442,6 +442,18 @@ def test_a_controller_without_a_velocity_state_starts_each_trajectory_from_rest_
         rest.destroy_node()
 
 
+def test_its_controller_state_says_the_command_a_commanded_start_is_checked_from(arm):
+    """arm_sim publishes JTC's arm_controller/controller_state; with controller_starts_from commanded the node reads
+    it as the controller's command now (for this servo where the arm is, at rest)."""
+    io = arm_io_of(arm, {"controller_starts_from": "commanded"})
+    wait_until(lambda: io._reference is not None, 10.0, "the controller's state")
+    here = arm.stands()
+    positions, velocities = io.command_now(np.zeros(len(SO100_JOINTS)))
+    np.testing.assert_allclose(positions, here, atol=1e-9)
+    np.testing.assert_array_equal(velocities, 0.0)
+    io._client.destroy()
+
+
 def test_a_server_without_a_controllers_parameters_is_taken_at_the_users_word(arm, capfd):
     """A FollowJointTrajectory server that is no joint_trajectory_controller (a vendor's driver: no state_interfaces
     parameter) cannot say where it starts a trajectory: nothing is refused, and the node warns it took
