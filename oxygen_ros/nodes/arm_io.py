@@ -7,7 +7,7 @@
   (``control.arm.joint_limits``), tightened by the joint_*_limits parameters.
 * `<controller>/controller_state` (control_msgs/JointTrajectoryControllerState, a joint_trajectory_controller's),
   read with controller_starts_from commanded: the controller's own command, where such a controller starts a
-  trajectory while no plan of ours plays (after a hold, another client's motion, its own hold).
+  trajectory while no plan of ours plays (after a hold, another client's motion, its own hold; ``controller_command``).
 * Out: each plan as a control_msgs/FollowJointTrajectory goal to `trajectory_action` (a joint_trajectory_controller,
   MoveIt's or a vendor's driver), or, with `trajectory_topic` set, as a trajectory_msgs/JointTrajectory on that topic
   (the controller's fire-and-forget input; a subscriber that only records or shows it, ``controller_params.OBSERVERS``,
@@ -33,13 +33,12 @@ from dataclasses import dataclass
 import numpy as np
 from action_msgs.msg import GoalStatus
 from control_msgs.action import FollowJointTrajectory
-from control_msgs.msg import JointTrajectoryControllerState
 from rclpy.callback_groups import CallbackGroup
 from rclpy.duration import Duration
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile
 from rclpy.task import Future
 from rcl_interfaces.msg import ParameterDescriptor
 from sensor_msgs.msg import JointState
@@ -55,6 +54,7 @@ from oxygen_ros.control.arm.safety import SafeTargets
 from oxygen_ros.control.arm.turns import difference, turning
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.action_client import ActionClient
+from oxygen_ros.nodes.controller_command import ControllerCommand
 from oxygen_ros.nodes.controller_params import ControllerParams
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.gripper_io import GripperIO
@@ -285,13 +285,15 @@ class ArmIO:
                                         callback_group=group)  # fmt: skip
             self.target = node.resolve_topic_name(settings["trajectory_action"])
         self._controller = ControllerParams(node, self.target, bool(self._topic), group)
-        # the controller's own command, where one that starts from it starts a trajectory while no plan of ours plays
-        self._reference: tuple[JointTrajectoryControllerState, float] | None = None  # its newest state, arrival
-        if self.starts_from_command:  # (a JTC publishes it every update: read only where it is needed, the newest)
-            newest = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
-            node.create_subscription(JointTrajectoryControllerState, f"{self.target.rpartition('/')[0]}/"
-                                     "controller_state", self._on_reference, newest, callback_group=group)  # fmt: skip
+        # the controller's own command, where one that starts from it starts a trajectory while no plan of ours
+        # plays: read only where it is needed (a JTC publishes it every update), first where a JTC would put it,
+        # timed on this node's clock as the joint states are (``now``, whatever it is)
+        self.command = ControllerCommand(node, f"{self.target.rpartition('/')[0]}/controller_state",
+                                         lambda: self.now()) if self.starts_from_command else None  # fmt: skip
+        self._holds_from_command = True  # unless the controller's parameters say it starts from the measured state
+        # once it holds (Rolling's allow_trajectory_replacement alone)
         self._unread = ""  # the last controller whose parameters could not be read (logged once)
+        self._silent = ""  # the last controller_state topic found without a publisher (logged once)
 
     @property
     def configured(self) -> bool:
@@ -318,32 +320,16 @@ class ArmIO:
                         _difference_velocity(before, position, arrival, stamp)  # fmt: skip
                     self._joints[name] = (position, velocity, arrival, stamp)
 
-    def _on_reference(self, msg: JointTrajectoryControllerState) -> None:
-        arrival = self.now()
-        with self._lock:
-            self._reference = msg, arrival
-
-    def command_now(self, start: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """(positions, velocities) [len(names)]: the arm joints where the controller commands them now (its
-        ~/controller_state reference, carried forward at its velocity), the others ``start`` at rest; None when it
-        has said nothing for input_timeout_s, or not of every arm joint."""
-        with self._lock:
-            newest = self._reference
-        if newest is None or self.now() - newest[1] > self._settings["input_timeout_s"]:
+    def command_now(self, start: np.ndarray, velocity: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """``start`` / ``velocity`` [len(names)] with the arm joints where the controller commands them now
+        (``ControllerCommand``), where it starts a trajectory while no plan of ours plays; None when it did not say,
+        or does not start from its command there (its parameters say so)."""
+        said = self.command.now(self.arm_names, self._settings["input_timeout_s"]) \
+            if self.command is not None and self._holds_from_command else None  # fmt: skip
+        if said is None:
             return None
-        msg, arrival = newest
-        reference, joints = msg.reference, list(msg.joint_names)
-        if len(joints) > bounds.STATE or len(reference.positions) != len(joints) or \
-                not set(self.arm_names) <= set(joints):  # fmt: skip
-            return None
-        rows = [joints.index(name) for name in self.arm_names]
-        moving = len(reference.velocities) == len(joints)
-        velocity = np.array([reference.velocities[i] if moving else 0.0 for i in rows])
-        here = np.array([reference.positions[i] for i in rows]) + velocity * (self.now() - arrival)
-        if not (np.isfinite(here).all() and np.isfinite(velocity).all()):
-            return None
-        positions, velocities = np.array(start, dtype=np.float64), np.zeros(len(self.names))
-        positions[self._arm_columns], velocities[self._arm_columns] = here, velocity
+        positions, velocities = np.array(start, dtype=np.float64), np.array(velocity, dtype=np.float64)
+        positions[self._arm_columns], velocities[self._arm_columns] = said
         return positions, velocities
 
     def _on_scaling(self, msg: Float64) -> None:
@@ -500,6 +486,13 @@ class ArmIO:
                                                 f"{claimed} as said")  # fmt: skip
             return ""
         self._unread = ""
+        if self.command is not None:
+            self._holds_from_command = setup.from_command
+            self.command.follow(f"{controller}/controller_state")
+            if setup.from_command and not self.command.heard() and self._silent != self.command.topic:
+                self._silent = self.command.topic  # once for each in turn
+                self._node.get_logger().warning(f"nothing publishes {self.command.topic}: a chunk with no plan of "
+                                                "ours playing is checked from the measured state only")  # fmt: skip
         return disagreement(claimed, setup, controller, not self._no_velocity(self.arm_names).all())
 
     def forget_fault(self) -> None:

@@ -3,7 +3,7 @@ robot. It serves `control_msgs/action/FollowJointTrajectory` on `arm_controller/
 `trajectory_msgs/JointTrajectory` on `arm_controller/joint_trajectory` as ros2_control's joint_trajectory_controller
 (JTC) does, publishes the arm's `sensor_msgs/JointState` on `joint_states` and its URDF on `robot_description`
 (TRANSIENT_LOCAL, as robot_state_publisher latches it), where the instruction node reads the joint limits, and JTC's
-`arm_controller/controller_state` (its command: for this servo where the arm is).
+`~/controller_state` (its command: for this servo where the arm is).
 
 The arm is a perfect servo: what it reports ("actual", the JointState) is the trajectory's sampled position at that
 instant, so the loop closes without dynamics; velocities are finite differences of consecutive states. Playback and
@@ -151,9 +151,9 @@ class ArmSim(Node):
         self._description = self.create_publisher(String, value["description_topic"], LATCHED)
         self._description.publish(String(data=description))
         self._states = self.create_publisher(JointState, value["state_topic"], 10)
-        # JTC's ~/controller_state beside its action (the command, which for a perfect servo is where the arm is)
-        self._controller_state = self.create_publisher(
-            JointTrajectoryControllerState, f"{value['action_name'].rpartition('/')[0]}/controller_state", 10)
+        # JTC's ~/controller_state (the command, which for a perfect servo is where the arm is)
+        self._controller_state = self.create_publisher(JointTrajectoryControllerState, "~/controller_state", 10)
+        self._reads_velocity = "velocity" in value["state_interfaces"]
         group = ReentrantCallbackGroup()
         self.create_subscription(JointTrajectory, value["trajectory_topic"], self._on_trajectory, 10,
                                  callback_group=group)  # fmt: skip
@@ -241,10 +241,12 @@ class ArmSim(Node):
             stamp = clock.to_msg()
             self._states.publish(JointState(header=Header(stamp=stamp), name=self._joints, position=positions.tolist(),
                                             velocity=velocities.tolist()))  # fmt: skip
-            commanded = JointTrajectoryPoint(positions=positions.tolist(),
-                                             velocities=self._trajectory.velocity(now).tolist())  # fmt: skip
+            commanded = self._trajectory.velocity(now).tolist()
+            read = JointTrajectoryPoint(positions=positions.tolist(),
+                                        velocities=commanded if self._reads_velocity else [])  # fmt: skip
             self._controller_state.publish(JointTrajectoryControllerState(
-                header=Header(stamp=stamp), joint_names=self._joints, reference=commanded, feedback=commanded,
+                header=Header(stamp=stamp), joint_names=self._joints, speed_scaling_factor=1.0, feedback=read,
+                reference=JointTrajectoryPoint(positions=positions.tolist(), velocities=commanded),
                 error=JointTrajectoryPoint(positions=[0.0] * len(self._joints))))  # fmt: skip
             if active is None:
                 return

@@ -287,7 +287,7 @@ class VlaArm:
             # no plan, and a controller that starts from its own command (interpolate_from_desired_state: where our
             # stop, another client or its own hold left it), or from the measured state (allow_trajectory_replacement
             # after a one-point stop): from both, the command as it says it (``ArmIO.command_now``)
-            command = self.arm.command_now(start) if self.arm.starts_from_command else None
+            command = self.arm.command_now(start, velocity)
             if command is not None:
                 also.append((beside(command[0][None, :], safe.positions[0], turning(plan.limits))[0], command[1]))
         try:

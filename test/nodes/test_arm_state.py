@@ -15,6 +15,7 @@ from control_msgs.action import FollowJointTrajectory
 from control_msgs.msg import JointTrajectoryControllerState
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
+from rclpy.serialization import serialize_message
 from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64
@@ -24,6 +25,7 @@ from oxygen_ros.control.arm.action_queue import ActionQueue
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import arm_io, gripper_io
 from oxygen_ros.nodes.arm_io import NAME_LISTS, NUMBER_LISTS, ArmIO
+from oxygen_ros.nodes.controller_command import MOVING_AGE_S, ControllerCommand
 from oxygen_ros.nodes.stamps import seconds
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
 
@@ -462,6 +464,43 @@ def test_a_chunk_is_checked_from_rest_where_the_controller_starts_from_rest(ros_
         node.destroy_node()
 
 
+def _say(command: ControllerCommand, names: list[str], positions: list[float], velocities: list[float]) -> None:
+    """``command`` hears a ~/controller_state whose reference is ``positions`` at ``velocities``, as it arrives."""
+    command._on_message(serialize_message(JointTrajectoryControllerState(joint_names=names, reference=(
+        JointTrajectoryPoint(positions=positions, velocities=velocities)))))  # fmt: skip
+
+
+def test_the_controllers_command_is_read_by_joint_name_and_carried_forward_only_briefly(ros_context):
+    """A JTC's reference names its own joints in its own order (more than ours, maybe): ours are picked by name and
+    carried forward at their velocity for as long as it is heard (a moving one only MOVING_AGE_S: with no plan of
+    ours it is braking); a joint it does not name, positions not one per name, a non-finite value, a clock gone back
+    or a word older than the timeout: not known."""
+    node = Node("controller_command_test", context=ros_context)
+    try:
+        clock = [100.0]
+        command = ControllerCommand(node, "/arm_controller/controller_state", lambda: clock[0])
+        assert command.now(("a", "b"), 0.5) is None  # nothing heard
+        _say(command, ["b", "x", "a"], [0.2, 9.0, 0.45], [-1.0, 0.0, 1.0])
+        clock[0] += 0.05
+        positions, velocities = command.now(("a", "b"), 0.5)
+        assert positions == pytest.approx([0.5, 0.15]) and velocities.tolist() == [1.0, -1.0]
+        clock[0] += MOVING_AGE_S
+        assert command.now(("a", "b"), 0.5) is None  # moving, and heard too long ago to carry forward
+        _say(command, ["b", "a"], [0.2, 0.45], [])  # no velocities (interpolation none): at rest
+        clock[0] += 0.4
+        assert command.now(("a", "b"), 0.5)[0].tolist() == [0.45, 0.2]
+        clock[0] += 0.2
+        assert command.now(("a", "b"), 0.5) is None  # older than the timeout
+        for names, positions in ((["a"], [0.45]), (["a", "b"], [0.45]), (["a", "b"], [0.45, math.nan])):
+            _say(command, names, positions, [])
+            assert command.now(("a", "b"), 0.5) is None, (names, positions)
+        _say(command, ["a", "b"], [0.45, 0.2], [])
+        clock[0] -= 1.0
+        assert command.now(("a", "b"), 0.5) is None  # the clock went back
+    finally:
+        node.destroy_node()
+
+
 def test_without_a_plan_a_chunk_is_checked_from_the_command_the_controller_says_it_holds(ros_context):
     """controller_starts_from commanded (interpolate_from_desired_state) and no plan: the wrist reads 0.6 at rest,
     but the controller's ~/controller_state says it commands 0.45 (a hydraulic arm's offset, a position-only servo
@@ -489,8 +528,7 @@ def test_without_a_plan_a_chunk_is_checked_from_the_command_the_controller_says_
 
         def controller_says(at: float) -> None:
             arm.now = lambda: at
-            arm._on_reference(JointTrajectoryControllerState(
-                joint_names=["wrist"], reference=JointTrajectoryPoint(positions=[0.45], velocities=[0.0])))
+            _say(arm.command, ["wrist"], [0.45], [0.0])
             arm.now = lambda: arrival
 
         arm.now = lambda: arrival

@@ -443,12 +443,18 @@ def test_a_controller_without_a_velocity_state_starts_each_trajectory_from_rest_
 
 
 def test_its_controller_state_says_the_command_a_commanded_start_is_checked_from(arm):
-    """arm_sim publishes JTC's arm_controller/controller_state; with controller_starts_from commanded the node reads
-    it as the controller's command now (for this servo where the arm is, at rest)."""
+    """arm_sim publishes JTC's ~/controller_state; with controller_starts_from commanded the node reads it from the
+    node found serving the action as the controller's command now (for this servo where the arm is, at rest), and uses
+    it only where the controller's parameters say it starts from its command (arm_sim's: from the measured state)."""
     io = arm_io_of(arm, {"controller_starts_from": "commanded"})
-    wait_until(lambda: io._reference is not None, 10.0, "the controller's state")
+    assert io.command.topic == "/arm_controller/controller_state"  # where a JTC serving this action publishes it
+    assert "starts each trajectory from the measured state" in run_on(arm, io.misconfigured(io.limits()))
+    assert io.command.topic == "/arm_sim/controller_state"  # the node found serving the action: its own
     here = arm.stands()
-    positions, velocities = io.command_now(np.zeros(len(SO100_JOINTS)))
+    zeros = np.zeros(len(SO100_JOINTS))
+    wait_until(lambda: io.command.now(tuple(SO100_JOINTS), 1.0) is not None, 10.0, "the controller's state")
+    assert io.command_now(zeros, zeros) is None  # its parameters say it starts from the measured state anyway
+    positions, velocities = io.command.now(tuple(SO100_JOINTS), 1.0)
     np.testing.assert_allclose(positions, here, atol=1e-9)
     np.testing.assert_array_equal(velocities, 0.0)
     io._client.destroy()

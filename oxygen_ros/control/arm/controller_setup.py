@@ -47,6 +47,7 @@ class ControllerSetup:
     starts_from: str  # measured | measured_at_rest | commanded (arm_io.STARTS_FROM)
     why: str  # the parameters that say so, for a message
     unwrapped: tuple[tuple[str, str], ...]  # (joint, the flag that says so) it compares without wraparound
+    from_command: bool = False  # it starts every trajectory from its command (not only one replacing a moving one)
 
 
 def setup_of(values: dict[str, Any], joints: Sequence[str], turning_joints: Sequence[str]) -> ControllerSetup | None:
@@ -73,7 +74,7 @@ def setup_of(values: dict[str, Any], joints: Sequence[str], turning_joints: Sequ
         said = {flag: values.get(f"gains.{joint}.{flag}") for flag in WRAP_FLAGS}
         if True not in said.values() and False in said.values():
             unwrapped.append((joint, next(flag for flag, value in said.items() if value is False)))
-    return ControllerSetup(starts_from, why, tuple(unwrapped))
+    return ControllerSetup(starts_from, why, tuple(unwrapped), bool(commanding))
 
 
 def disagreement(claimed: str, setup: ControllerSetup, controller: str, velocity_reported: bool = True) -> str:
