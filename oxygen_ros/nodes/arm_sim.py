@@ -241,12 +241,12 @@ class ArmSim(Node):
             stamp = clock.to_msg()
             self._states.publish(JointState(header=Header(stamp=stamp), name=self._joints, position=positions.tolist(),
                                             velocity=velocities.tolist()))  # fmt: skip
-            commanded = self._trajectory.velocity(now).tolist()
+            speeds = self._trajectory.velocity(now).tolist()  # the command's (the spline's slope)
             read = JointTrajectoryPoint(positions=positions.tolist(),
-                                        velocities=commanded if self._reads_velocity else [])  # fmt: skip
+                                        velocities=speeds if self._reads_velocity else [])  # fmt: skip
             self._controller_state.publish(JointTrajectoryControllerState(
                 header=Header(stamp=stamp), joint_names=self._joints, speed_scaling_factor=1.0, feedback=read,
-                reference=JointTrajectoryPoint(positions=positions.tolist(), velocities=commanded),
+                reference=JointTrajectoryPoint(positions=positions.tolist(), velocities=speeds),
                 error=JointTrajectoryPoint(positions=[0.0] * len(self._joints))))  # fmt: skip
             if active is None:
                 return

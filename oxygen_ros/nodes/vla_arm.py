@@ -285,8 +285,8 @@ class VlaArm:
             start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading
             velocity = np.where(rest, 0.0, velocity)
             # no plan, and a controller that starts from its own command (interpolate_from_desired_state: where our
-            # stop, another client or its own hold left it), or from the measured state (allow_trajectory_replacement
-            # after a one-point stop): from both, the command as it says it (``ArmIO.command_now``)
+            # stop, another client or its own hold left it; ``ArmIO.command_now``, none where its parameters say it
+            # starts from the measured state then): from both
             command = self.arm.command_now(start, velocity)
             if command is not None:
                 also.append((beside(command[0][None, :], safe.positions[0], turning(plan.limits))[0], command[1]))
