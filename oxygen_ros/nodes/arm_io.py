@@ -6,8 +6,8 @@
 * `robot_description` (std_msgs/String, latched by robot_state_publisher): the URDF whose limits bound every target
   (``control.arm.joint_limits``), tightened by the joint_*_limits parameters.
 * `<controller>/controller_state` (control_msgs/JointTrajectoryControllerState, a joint_trajectory_controller's),
-  read with controller_starts_from commanded: the controller's own command, where such a controller starts a
-  trajectory while no plan of ours plays (after a hold, another client's motion, its own hold; ``controller_command``).
+  read with controller_starts_from commanded where its parameters say it starts from its command: where it starts a
+  trajectory while no plan of ours plays (after a hold, another client's motion, its own hold; ``controller_check``).
 * Out: each plan as a control_msgs/FollowJointTrajectory goal to `trajectory_action` (a joint_trajectory_controller,
   MoveIt's or a vendor's driver), or, with `trajectory_topic` set, as a trajectory_msgs/JointTrajectory on that topic
   (the controller's fire-and-forget input; a subscriber that only records or shows it, ``controller_params.OBSERVERS``,
@@ -18,9 +18,9 @@
   replacing the trajectory playing (on the action or the topic; a cancel would make the controller hold the
   measured position at once, a jolt at speed).
   A gripper on its own controller (`gripper_joint_names`) is left out of the trajectory (``gripper_io``).
-* Before a goal moves the arm, the controller's own parameters are read (``controller_params``): a
+* Before a goal moves the arm, the controller's own parameters are read (``controller_check``): a
   joint_trajectory_controller that starts a trajectory elsewhere than `controller_starts_from` says, or compares a
-  freely turning joint without wraparound, refuses the goal (``control.arm.controller_setup``).
+  freely turning joint without wraparound, refuses the goal.
 """
 
 import math
@@ -46,7 +46,7 @@ from std_msgs.msg import Float64, Header, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros import bounds
-from oxygen_ros.control.arm.controller_setup import asked, disagreement, setup_of
+from oxygen_ros.control.arm.controller_setup import STARTS_FROM
 from oxygen_ros.control.arm.joint_limits import JointLimit, joint_limits, urdf_limits
 from oxygen_ros.control.arm.state_entries import MAX_SPEED, reported_velocities, state_entries
 from oxygen_ros.control.arm.joint_map import JointMap
@@ -54,8 +54,7 @@ from oxygen_ros.control.arm.safety import SafeTargets
 from oxygen_ros.control.arm.turns import difference, turning
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.action_client import ActionClient
-from oxygen_ros.nodes.controller_command import ControllerCommand
-from oxygen_ros.nodes.controller_params import ControllerParams
+from oxygen_ros.nodes.controller_check import ControllerCheck
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.gripper_io import GripperIO
 from oxygen_ros.nodes.qos import STOP_ACK_S
@@ -102,7 +101,6 @@ PARAMETERS = {  # scalars: (default, description), read once
                                "joint_trajectory_controller's own parameters, read before each goal, must agree "
                                "(else the goal is refused)"),  # fmt: skip
 }
-STARTS_FROM = ("measured", "measured_at_rest", "commanded")
 RANGES = {"limit_margin": (0.0, 1.0), "max_start_jump": (0.0, 10.0), "input_timeout_s": (0.0, 60.0),
           "answer_wait_s": (0.0, 60.0), "max_tracking_error": (0.0, 10.0)}  # fmt: skip
 POSITIVE = ("input_timeout_s", "answer_wait_s", "max_start_jump", "max_tracking_error")
@@ -284,16 +282,9 @@ class ArmIO:
             self._client = ActionClient(node, FollowJointTrajectory, settings["trajectory_action"],
                                         callback_group=group)  # fmt: skip
             self.target = node.resolve_topic_name(settings["trajectory_action"])
-        self._controller = ControllerParams(node, self.target, bool(self._topic), group)
-        # the controller's own command, where one that starts from it starts a trajectory while no plan of ours
-        # plays: read only where it is needed (a JTC publishes it every update), first where a JTC would put it,
-        # timed on this node's clock as the joint states are (``now``, whatever it is)
-        self.command = ControllerCommand(node, f"{self.target.rpartition('/')[0]}/controller_state",
-                                         lambda: self.now()) if self.starts_from_command else None  # fmt: skip
-        self._holds_from_command = True  # unless the controller's parameters say it starts from the measured state
-        # once it holds (Rolling's allow_trajectory_replacement alone)
-        self._unread = ""  # the last controller whose parameters could not be read (logged once)
-        self._silent = ""  # the last controller_state topic found without a publisher (logged once)
+        # its command timed on this node's clock, as the joint states are (``now``, whatever it is)
+        self.controller = ControllerCheck(node, self.target, bool(self._topic), settings["controller_starts_from"],
+                                          group, lambda: self.now())  # fmt: skip
 
     @property
     def configured(self) -> bool:
@@ -322,10 +313,10 @@ class ArmIO:
 
     def command_now(self, start: np.ndarray, velocity: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """``start`` / ``velocity`` [len(names)] with the arm joints where the controller commands them now
-        (``ControllerCommand``), where it starts a trajectory while no plan of ours plays; None when it did not say,
-        or does not start from its command there (its parameters say so)."""
-        said = self.command.now(self.arm_names, self._settings["input_timeout_s"]) \
-            if self.command is not None and self._holds_from_command else None  # fmt: skip
+        (``ControllerCheck.command``), where it starts a trajectory while no plan of ours plays; None when it did not
+        say, or does not start from its command there (its parameters say so: nothing is followed)."""
+        command = self.controller.command
+        said = command.now(self.arm_names, self._settings["input_timeout_s"]) if command is not None else None
         if said is None:
             return None
         positions, velocities = np.array(start, dtype=np.float64), np.array(velocity, dtype=np.float64)
@@ -464,36 +455,16 @@ class ArmIO:
 
     def _listening(self) -> bool:
         """The action server is there, or on the topic a subscriber that is no observer (``controller_params``)."""
-        return self._client.server_is_ready() if not self._topic else bool(self._controller.controllers())
+        return self._client.server_is_ready() if not self._topic else bool(self.controller.controllers())
 
     async def misconfigured(self, limits: list[JointLimit]) -> str:
-        """Why the controller, by its own parameters, plays our trajectories otherwise than they are checked ('' =
-        it does not, or it cannot tell: no joint_trajectory_controller's parameters, or no answer within
-        ``answer_wait_s``, is logged once and ``controller_starts_from`` taken at its word); ``limits``: the action
-        joints', which say the joints that turn freely."""
+        """Why the controller, by its own word, plays our trajectories otherwise than they are checked ('' = it
+        does not, or cannot tell: ``ControllerCheck``), within ``answer_wait_s``; ``limits``: the action joints',
+        which say the joints that turn freely."""
         turns = turning(limits)
         free = [self.names[i] for i in self._arm_columns if turns[i]]
-        names = asked(self.arm_names, free)
-        controller, values, why = await self._controller.read(names, self._settings["answer_wait_s"])
-        setup = setup_of(values, self.arm_names, free) if values is not None else None
-        claimed = self._settings["controller_starts_from"]
-        if setup is None:
-            unread = f"{controller or 'the controller of ' + self.target} starts a trajectory (" \
-                f"{why or 'it has no joint_trajectory_controller parameters'})"  # fmt: skip
-            if unread != self._unread:  # once for each reason in turn, not at every goal
-                self._unread = unread
-                self._node.get_logger().warning(f"cannot read where {unread}: taking controller_starts_from: "
-                                                f"{claimed} as said")  # fmt: skip
-            return ""
-        self._unread = ""
-        if self.command is not None:
-            self._holds_from_command = setup.from_command
-            self.command.follow(f"{controller}/controller_state")
-            if setup.from_command and not self.command.heard() and self._silent != self.command.topic:
-                self._silent = self.command.topic  # once for each in turn
-                self._node.get_logger().warning(f"nothing publishes {self.command.topic}: a chunk with no plan of "
-                                                "ours playing is checked from the measured state only")  # fmt: skip
-        return disagreement(claimed, setup, controller, not self._no_velocity(self.arm_names).all())
+        reported = not self._no_velocity(self.arm_names).all()
+        return await self.controller.misconfigured(self.arm_names, free, reported, self._settings["answer_wait_s"])
 
     def forget_fault(self) -> None:
         """A new goal starts: what ended an earlier one's trajectory is not its fault."""
@@ -642,6 +613,8 @@ class ArmIO:
 
     def destroy(self) -> None:
         self.gripper.destroy()
+        if self.controller.command is not None:
+            self.controller.command.follow("")
         if self._topic:  # a last hold acknowledged by the controller before the node goes
             self._publisher.wait_for_all_acked(Duration(seconds=STOP_ACK_S))
         else:

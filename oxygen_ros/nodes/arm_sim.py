@@ -74,7 +74,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "interpolate_from_desired_state": (False, "JTC's (Jazzy on): a new trajectory starts from the last command, "
                                        "which for this perfect servo is where the arm is, moving as it moves"),
 }  # fmt: skip
-STATE_INTERFACES = ("position", "velocity")
+KNOWN_INTERFACES = ("position", "velocity")  # the state interfaces this arm has
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)  # robot_state_publisher's
 
 
@@ -98,7 +98,7 @@ def check_joints(names: list[str], initial: list[float]) -> None:
 
 def check_interfaces(interfaces: list[str]) -> None:
     """ValueError unless ``interfaces`` are JTC's state interfaces this arm has: position, and velocity or not."""
-    if "position" not in interfaces or not set(interfaces) <= set(STATE_INTERFACES) or \
+    if "position" not in interfaces or not set(interfaces) <= set(KNOWN_INTERFACES) or \
             len(set(interfaces)) != len(interfaces):  # fmt: skip
         raise ValueError(f"parameter state_interfaces must be [position] or [position, velocity], got {interfaces}")
 
@@ -140,8 +140,9 @@ class ArmSim(Node):
             super().destroy_node()  # half-built: nothing of its own to release yet
             raise
         self._joints: list[str] = list(value["joint_names"])
+        self._reads_velocity = "velocity" in value["state_interfaces"]
         # where a new trajectory starts: moving as the arm moves, or from rest (JTC with no velocity to read)
-        self._from_rest = "velocity" not in value["state_interfaces"] and not value["interpolate_from_desired_state"]
+        self._from_rest = not self._reads_velocity and not value["interpolate_from_desired_state"]
         self._lock = threading.Lock()  # the trajectory, the active goal and the last published state
         now = self._now()
         self._trajectory = Trajectory.hold(np.array(value["initial_positions"], dtype=np.float64), now)
@@ -153,7 +154,6 @@ class ArmSim(Node):
         self._states = self.create_publisher(JointState, value["state_topic"], 10)
         # JTC's ~/controller_state (the command, which for a perfect servo is where the arm is)
         self._controller_state = self.create_publisher(JointTrajectoryControllerState, "~/controller_state", 10)
-        self._reads_velocity = "velocity" in value["state_interfaces"]
         group = ReentrantCallbackGroup()
         self.create_subscription(JointTrajectory, value["trajectory_topic"], self._on_trajectory, 10,
                                  callback_group=group)  # fmt: skip
@@ -242,10 +242,10 @@ class ArmSim(Node):
             self._states.publish(JointState(header=Header(stamp=stamp), name=self._joints, position=positions.tolist(),
                                             velocity=velocities.tolist()))  # fmt: skip
             speeds = self._trajectory.velocity(now).tolist()  # the command's (the spline's slope)
-            read = JointTrajectoryPoint(positions=positions.tolist(),
-                                        velocities=speeds if self._reads_velocity else [])  # fmt: skip
+            feedback = JointTrajectoryPoint(positions=positions.tolist(),
+                                            velocities=speeds if self._reads_velocity else [])  # fmt: skip
             self._controller_state.publish(JointTrajectoryControllerState(
-                header=Header(stamp=stamp), joint_names=self._joints, speed_scaling_factor=1.0, feedback=read,
+                header=Header(stamp=stamp), joint_names=self._joints, speed_scaling_factor=1.0, feedback=feedback,
                 reference=JointTrajectoryPoint(positions=positions.tolist(), velocities=speeds),
                 error=JointTrajectoryPoint(positions=[0.0] * len(self._joints))))  # fmt: skip
             if active is None:

@@ -26,37 +26,38 @@ NEWEST = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)  # (a JT
 
 
 class ControllerCommand:
-    """The newest ``reference`` heard on ``topic``; ``clock``: node-clock seconds."""
+    """The newest ``reference`` heard on the topic followed (none at first); ``clock``: node-clock seconds."""
 
-    def __init__(self, node: Node, topic: str, clock: Callable[[], float]) -> None:
+    def __init__(self, node: Node, clock: Callable[[], float]) -> None:
         self._node, self._clock = node, clock
-        self._group = MutuallyExclusiveCallbackGroup()  # one message at a time: an older never replaces a newer
+        self._group = MutuallyExclusiveCallbackGroup()  # one message at a time, in the order they came
         self._lock = threading.Lock()  # the executor's callback and the goal's checks
         self._newest: tuple[bytes, float] | None = None  # serialized message, arrival
         self.topic, self._subscription = "", None
-        self.follow(topic)
 
     def follow(self, topic: str) -> None:
-        """Listen on ``topic`` from now on (the controller found serving the trajectory may name it otherwise)."""
+        """Listen on ``topic`` from now on ('' = on none): the ~/controller_state of the controller found serving
+        the trajectory, where its parameters say it starts from its command."""
         if topic == self.topic:
             return
         if self._subscription is not None:
             self._node.destroy_subscription(self._subscription)
+            self._subscription = None
         with self._lock:
             self._newest = None
         self.topic = topic
-        self._subscription = self._node.create_subscription(JointTrajectoryControllerState, topic, self._on_message,
-                                                            NEWEST, callback_group=self._group, raw=True)  # fmt: skip
+        if topic:
+            self._subscription = self._node.create_subscription(
+                JointTrajectoryControllerState, topic, self._on_message, NEWEST, callback_group=self._group, raw=True)
 
     def heard(self) -> bool:
-        """Something publishes on ``topic``."""
+        """Something publishes on the topic followed."""
         return self._node.count_publishers(self.topic) > 0
 
     def _on_message(self, raw: bytes) -> None:
         arrival = self._clock()
         with self._lock:
-            if self._newest is None or arrival >= self._newest[1]:
-                self._newest = raw, arrival
+            self._newest = raw, arrival
 
     def now(self, names: tuple[str, ...], timeout_s: float) -> tuple[np.ndarray, np.ndarray] | None:
         """(positions, velocities) of ``names`` as the controller commands them now; None when it said nothing
@@ -71,10 +72,11 @@ class ControllerCommand:
             return None
         msg = deserialize_message(raw, JointTrajectoryControllerState)
         joints, reference = list(msg.joint_names), msg.reference
-        if len(joints) > bounds.STATE or len(reference.positions) != len(joints) or not set(names) <= set(joints):
+        if len(joints) > bounds.STATE or len(reference.positions) != len(joints) or not set(names) <= set(joints) or \
+                len(reference.velocities) not in (0, len(joints)):  # fmt: skip
             return None
         rows = [joints.index(name) for name in names]
-        given = len(reference.velocities) == len(joints)  # (interpolation "none" leaves them out: at rest)
+        given = bool(reference.velocities)  # (interpolation "none" leaves them out: at rest)
         velocity = np.array([reference.velocities[i] if given else 0.0 for i in rows], dtype=np.float64)
         if np.any(velocity != 0.0) and age > MOVING_AGE_S:
             return None

@@ -256,7 +256,7 @@ class VlaArm:
                  times: np.ndarray) -> tuple[SafeTargets, np.ndarray, np.ndarray | None]:  # fmt: skip
         """The plan's targets made safe, from where the plan has the arm now, moving as the plan moves it (from the
         measured position at rest without a plan), and where the new plan starts, at what velocity (the old plan's;
-        without one, the measured state the controller starts from); OUT_OF_RANGE when the arm does not follow its
+        without one, the measured state); OUT_OF_RANGE when the arm does not follow its
         plan, or when its first segment would be too fast from where the controller starts it: a
         joint_trajectory_controller takes a new trajectory from its measured state, moving (a joint whose driver
         reports no velocity: from rest), or with controller_starts_from commanded (its
@@ -277,21 +277,21 @@ class VlaArm:
             safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf,
                                  moving)  # fmt: skip
         rest = self.arm.from_rest(self.arm.names)  # (none with controller_starts_from commanded)
-        also = []  # other states the controller may start from
         if self.arm.starts_from_command and commanded is not None:  # it plays on from its own command: the plan's
             start, velocity = commanded, moving
-        else:  # from rest where the driver reports no velocity (a joint_trajectory_controller without that state)
+        else:  # from the measured state: from rest where the driver reports no velocity (a JTC without that state)
             start, velocity = self.arm.start_state(self.arm.names)
             start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading
             velocity = np.where(rest, 0.0, velocity)
-            # no plan, and a controller that starts from its own command (interpolate_from_desired_state: where our
-            # stop, another client or its own hold left it; ``ArmIO.command_now``, none where its parameters say it
-            # starts from the measured state then): from both
-            command = self.arm.command_now(start, velocity)
-            if command is not None:
-                also.append((beside(command[0][None, :], safe.positions[0], turning(plan.limits))[0], command[1]))
+        origins = [(start, velocity)]
+        # no plan, and a controller that starts from its own command (interpolate_from_desired_state: where our stop,
+        # another client or its own hold left it; ``ArmIO.command_now``): checked from that too (the queue is told
+        # the measured start: the arm is tracked from where it is)
+        command = self.arm.command_now(start, velocity) if commanded is None else None
+        if command is not None:
+            origins.append((beside(command[0][None, :], safe.positions[0], turning(plan.limits))[0], command[1]))
         try:
-            for origin, speed in [(start, velocity), *also]:
+            for origin, speed in origins:
                 check_moving_start(safe, float(safe.times[0]), origin, speed, self.arm.names, plan.limits)
         except EngineError as exc:  # a joint of a position-only driver: say why, and what would start it moving
             still = [name for name, from_rest in zip(self.arm.names, rest, strict=True) if from_rest]

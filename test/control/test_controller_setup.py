@@ -41,24 +41,26 @@ def test_the_names_asked_are_the_start_the_distro_and_each_turning_joints_wrapar
     assert asked([WRIST], [WRIST]).count(f"gains.{WRIST}.normalize_error") == 1
 
 
-@pytest.mark.parametrize(("values", "starts_from"), [
-    (humble(), "measured"),
-    (jazzy(), "measured"),
-    (kilted(), "measured"),
-    (master(allow_trajectory_replacement=False), "measured"),
-    (jazzy(state_interfaces=["position", "velocity", "acceleration"]), "measured"),
-    (humble(open_loop_control=True), "commanded"),
-    (jazzy(open_loop_control=True), "commanded"),  # deprecated there, still honoured
-    (jazzy(interpolate_from_desired_state=True), "commanded"),
-    (kilted(interpolate_from_desired_state=True, state_interfaces=["position"]), "commanded"),  # its last command
-    (master(), "commanded"),  # a chunk replacing a moving one starts from the one playing
-    (humble(state_interfaces=["position"]), "measured_at_rest"),
-    (jazzy(state_interfaces=["position"]), "measured_at_rest"),
+@pytest.mark.parametrize(("values", "starts_from", "from_command"), [
+    (humble(), "measured", False),
+    (jazzy(), "measured", False),
+    (kilted(), "measured", False),
+    (master(allow_trajectory_replacement=False), "measured", False),
+    (jazzy(state_interfaces=["position", "velocity", "acceleration"]), "measured", False),
+    (humble(open_loop_control=True), "commanded", True),
+    (jazzy(open_loop_control=True), "commanded", True),  # deprecated there, still honoured
+    (jazzy(interpolate_from_desired_state=True), "commanded", True),
+    (kilted(interpolate_from_desired_state=True, state_interfaces=["position"]), "commanded", True),
+    # a chunk replacing a moving one starts from the one playing; after a hold, from the measured state
+    (master(), "commanded", False),
+    (humble(state_interfaces=["position"]), "measured_at_rest", False),
+    (jazzy(state_interfaces=["position"]), "measured_at_rest", False),
     # Humble declares what its YAML sets: a later distro's name it never reads says nothing there
-    (humble(interpolate_from_desired_state=True, allow_trajectory_replacement=True), "measured"),
+    (humble(interpolate_from_desired_state=True, allow_trajectory_replacement=True), "measured", False),
 ])  # fmt: skip
-def test_where_each_distros_controller_starts_a_trajectory(values, starts_from):
-    assert setup_of(values, JOINTS, [WRIST]).starts_from == starts_from
+def test_where_each_distros_controller_starts_a_trajectory(values, starts_from, from_command):
+    setup = setup_of(values, JOINTS, [WRIST])
+    assert (setup.starts_from, setup.from_command) == (starts_from, from_command)
 
 
 def test_a_node_without_both_kinds_of_parameters_is_no_joint_trajectory_controller():

@@ -478,7 +478,7 @@ def test_the_controllers_command_is_read_by_joint_name_and_carried_forward_only_
     node = Node("controller_command_test", context=ros_context)
     try:
         clock = [100.0]
-        command = ControllerCommand(node, "/arm_controller/controller_state", lambda: clock[0])
+        command = ControllerCommand(node, lambda: clock[0])
         assert command.now(("a", "b"), 0.5) is None  # nothing heard
         _say(command, ["b", "x", "a"], [0.2, 9.0, 0.45], [-1.0, 0.0, 1.0])
         clock[0] += 0.05
@@ -491,9 +491,10 @@ def test_the_controllers_command_is_read_by_joint_name_and_carried_forward_only_
         assert command.now(("a", "b"), 0.5)[0].tolist() == [0.45, 0.2]
         clock[0] += 0.2
         assert command.now(("a", "b"), 0.5) is None  # older than the timeout
-        for names, positions in ((["a"], [0.45]), (["a", "b"], [0.45]), (["a", "b"], [0.45, math.nan])):
-            _say(command, names, positions, [])
-            assert command.now(("a", "b"), 0.5) is None, (names, positions)
+        for names, positions, velocities in ((["a"], [0.45], []), (["a", "b"], [0.45], []),
+                                             (["a", "b"], [0.45, math.nan], []), (["a", "b"], [0.45, 0.2], [1.0])):
+            _say(command, names, positions, velocities)
+            assert command.now(("a", "b"), 0.5) is None, (names, positions, velocities)
         _say(command, ["a", "b"], [0.45, 0.2], [])
         clock[0] -= 1.0
         assert command.now(("a", "b"), 0.5) is None  # the clock went back
@@ -528,7 +529,7 @@ def test_without_a_plan_a_chunk_is_checked_from_the_command_the_controller_says_
 
         def controller_says(at: float) -> None:
             arm.now = lambda: at
-            _say(arm.command, ["wrist"], [0.45], [0.0])
+            _say(arm.controller.command, ["wrist"], [0.45], [0.0])
             arm.now = lambda: arrival
 
         arm.now = lambda: arrival

@@ -7,14 +7,16 @@ stops the node with the reason."""
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 from control_msgs.action import FollowJointTrajectory
+from rclpy.action import ActionServer
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.duration import Duration
-from rclpy.action import ActionServer
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile
@@ -92,7 +94,7 @@ def arm_io_of(arm: Arm, settings: dict | None = None, **number_lists: list[float
     defaults = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
     lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS} | number_lists
     io = ArmIO(arm.client, defaults | {"input_timeout_s": 60.0} | (settings or {}), lists, ReentrantCallbackGroup())
-    wait_until(io._client.server_is_ready, 10.0, "the arm's action server")
+    wait_until(io._listening, 10.0, "the arm's controller")
     wait_until(lambda: io._described, 10.0, "the URDF")  # the limits every stop is planned within
     return io
 
@@ -406,58 +408,69 @@ def test_the_controllers_own_parameters_say_where_it_starts_a_trajectory(arm, cl
     io._client.destroy()
 
 
+def test_the_state_interfaces_are_position_and_velocity_or_position_only():
+    for wrong in (["velocity"], ["position", "effort"], ["position", "position"]):
+        with pytest.raises(ValueError, match=r"parameter state_interfaces must be \[position\] or \[position, "
+                           r"velocity\]"):  # fmt: skip
+            check_interfaces(wrong)
+    check_interfaces(["position"])
+
+
+@contextmanager
+def another_arm(arm: Arm, namespace: str, **parameters) -> Iterator[ArmSim]:
+    """An arm_sim under ``namespace`` with ``parameters``, spinning beside the module's arm."""
+    node = ArmSim(context=arm.node.context, namespace=namespace,
+                  parameter_overrides=[Parameter(k, value=v) for k, v in parameters.items()])  # fmt: skip
+    arm.client.executor.add_node(node)
+    try:
+        yield node
+    finally:
+        arm.client.executor.remove_node(node)
+        node.destroy_node()
+
+
 def test_a_controller_without_a_velocity_state_starts_each_trajectory_from_rest_and_says_so(arm):
     """arm_sim with state_interfaces [position] starts a trajectory that replaces a moving one from rest where the
     arm is (JTC clears the velocity it cannot read), its joint_states still carrying velocities; its parameters say
     so, on the action and on the topic, and controller_starts_from measured is refused."""
-    with pytest.raises(ValueError, match=r"parameter state_interfaces must be \[position\] or \[position, velocity\]"):
-        check_interfaces(["velocity"])
-    rest = ArmSim(context=arm.node.context, namespace="/rest", parameter_overrides=[
-        Parameter("state_interfaces", value=["position"])])  # fmt: skip
-    arm.client.executor.add_node(rest)
-    try:
-        names = {"trajectory_action": "/rest/arm_controller/follow_joint_trajectory"}
+    with another_arm(arm, "/rest", state_interfaces=["position"]) as rest:
+        action = "/rest/arm_controller/follow_joint_trajectory"
         start = rest._trajectory.sample(rest._now())
-        send_goal(arm.client, FollowJointTrajectory, names["trajectory_action"], FollowJointTrajectory.Goal(
+        send_goal(arm.client, FollowJointTrajectory, action, FollowJointTrajectory.Goal(
             trajectory=trajectory([(2.0, start + 1.0)], SO100_JOINTS)))  # fmt: skip
-        time.sleep(0.5)
-        assert np.abs(rest._trajectory.velocity(rest._now())).min() > 0.3  # moving
-        send_goal(arm.client, FollowJointTrajectory, names["trajectory_action"], FollowJointTrajectory.Goal(
+        wait_until(lambda: np.abs(rest._trajectory.velocity(rest._now())).min() > 0.3, 5.0, "the arm moving")
+        send_goal(arm.client, FollowJointTrajectory, action, FollowJointTrajectory.Goal(
             trajectory=trajectory([(1.0, start + 1.0)], SO100_JOINTS)))  # fmt: skip
         np.testing.assert_array_equal(rest._trajectory.before_velocity, 0.0)
         expected = ("/rest/arm_sim starts each trajectory from the measured position at rest (its state_interfaces "
                     "['position'] lack velocity), but controller_starts_from is measured: set controller_starts_from: "
                     "measured_at_rest")  # fmt: skip
-        for settings in (names, {"trajectory_topic": "/rest/arm_controller/joint_trajectory"}):
-            io = ArmIO(arm.client, {name: default for name, (default, _) in
-                                    (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()} | settings,
-                       {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS},
-                       ReentrantCallbackGroup())  # fmt: skip
-            wait_until(lambda: io._described, 10.0, "the URDF")  # noqa: B023
+        for settings in ({"trajectory_action": action}, {"trajectory_topic": "/rest/arm_controller/joint_trajectory"}):
+            io = arm_io_of(arm, settings)
             assert run_on(arm, io.misconfigured(io.limits())) == expected
-            if not io._topic:
-                io._client.destroy()
-    finally:
-        arm.client.executor.remove_node(rest)
-        rest.destroy_node()
+            io.destroy()
 
 
-def test_its_controller_state_says_the_command_a_commanded_start_is_checked_from(arm):
-    """arm_sim publishes JTC's ~/controller_state; with controller_starts_from commanded the node reads it from the
-    node found serving the action as the controller's command now (for this servo where the arm is, at rest), and uses
-    it only where the controller's parameters say it starts from its command (arm_sim's: from the measured state)."""
+def test_a_controller_starting_from_its_command_is_read_on_its_controller_state(arm):
+    """arm_sim with interpolate_from_desired_state starts from its command and publishes JTC's ~/controller_state:
+    controller_starts_from commanded agrees, and the command is read from the node found serving the action, where
+    the arm is (a perfect servo), at rest. A controller whose parameters say it starts from the measured state (the
+    module's arm) is refused for commanded, and its command is not followed."""
+    with another_arm(arm, "/cmd", interpolate_from_desired_state=True) as commanding:
+        io = arm_io_of(arm, {"controller_starts_from": "commanded",
+                             "trajectory_action": "/cmd/arm_controller/follow_joint_trajectory"})  # fmt: skip
+        assert run_on(arm, io.misconfigured(io.limits())) == ""
+        assert io.controller.command.topic == "/cmd/arm_sim/controller_state"
+        here, zeros = commanding._trajectory.sample(commanding._now()), np.zeros(len(SO100_JOINTS))
+        wait_until(lambda: io.command_now(zeros, zeros) is not None, 10.0, "the controller's command")
+        positions, velocities = io.command_now(zeros, zeros)
+        np.testing.assert_allclose(positions, here, atol=1e-9)
+        np.testing.assert_array_equal(velocities, 0.0)
+        io.destroy()
     io = arm_io_of(arm, {"controller_starts_from": "commanded"})
-    assert io.command.topic == "/arm_controller/controller_state"  # where a JTC serving this action publishes it
     assert "starts each trajectory from the measured state" in run_on(arm, io.misconfigured(io.limits()))
-    assert io.command.topic == "/arm_sim/controller_state"  # the node found serving the action: its own
-    here = arm.stands()
-    zeros = np.zeros(len(SO100_JOINTS))
-    wait_until(lambda: io.command.now(tuple(SO100_JOINTS), 1.0) is not None, 10.0, "the controller's state")
-    assert io.command_now(zeros, zeros) is None  # its parameters say it starts from the measured state anyway
-    positions, velocities = io.command.now(tuple(SO100_JOINTS), 1.0)
-    np.testing.assert_allclose(positions, here, atol=1e-9)
-    np.testing.assert_array_equal(velocities, 0.0)
-    io._client.destroy()
+    assert io.controller.command.topic == ""
+    io.destroy()
 
 
 def test_a_server_without_a_controllers_parameters_is_taken_at_the_users_word(arm, capfd):

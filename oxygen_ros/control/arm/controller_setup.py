@@ -1,5 +1,5 @@
-"""What a joint_trajectory_controller's own parameters say about how it plays our trajectories, so that
-``controller_starts_from`` and the wrist's wraparound are read from the controller instead of taken on the user's word.
+"""What a joint_trajectory_controller's own parameters say about how it plays our trajectories, so that the user's
+``controller_starts_from`` and the wrist's wraparound are checked against the controller, not only taken on trust.
 
 A chunk's first segment is checked, and a hold timed, from where the controller starts a new trajectory: its measured
 state; from rest where its ``state_interfaces`` lack velocity (it clears the velocities it reads); its own last
@@ -28,26 +28,29 @@ REPLACEMENT = "allow_trajectory_replacement"
 WRAP_FLAGS = ("angle_wraparound", "normalize_error")
 WHERE = {"measured": "the measured state", "measured_at_rest": "the measured position at rest",
          "commanded": "its own last command"}  # fmt: skip
+STARTS_FROM = tuple(WHERE)  # controller_starts_from's values
 AT_REST = {"measured", "measured_at_rest"}  # the same where the driver reports no velocity: from rest either way
 
 
-def _humble_marker(joints: Sequence[str]) -> list[str]:
-    return [f"gains.{joints[0]}.normalize_error"] if joints else []
+def _humble_marker(joints: Sequence[str]) -> str | None:
+    """A parameter only a Humble controller has (per joint, so the trajectory's first)."""
+    return f"gains.{joints[0]}.normalize_error" if joints else None
 
 
 def asked(joints: Sequence[str], turning_joints: Sequence[str]) -> list[str]:
     """The controller's parameters read: how it starts a trajectory, whether it is Humble's (by the first of the
     trajectory's ``joints``), and whether it wraps each of ``turning_joints``."""
     wraps = [f"gains.{joint}.{flag}" for joint in turning_joints for flag in WRAP_FLAGS]
-    return list(dict.fromkeys([STATE_INTERFACES, *FROM_COMMAND, REPLACEMENT, *_humble_marker(joints), *wraps]))
+    marker = _humble_marker(joints)
+    return list(dict.fromkeys([STATE_INTERFACES, *FROM_COMMAND, REPLACEMENT, *([marker] if marker else []), *wraps]))
 
 
 @dataclass(frozen=True)
 class ControllerSetup:
-    starts_from: str  # measured | measured_at_rest | commanded (arm_io.STARTS_FROM)
+    starts_from: str  # one of STARTS_FROM
     why: str  # the parameters that say so, for a message
     unwrapped: tuple[tuple[str, str], ...]  # (joint, the flag that says so) it compares without wraparound
-    from_command: bool = False  # it starts every trajectory from its command (not only one replacing a moving one)
+    from_command: bool  # it starts every trajectory from its command (not only one replacing a moving one)
 
 
 def setup_of(values: dict[str, Any], joints: Sequence[str], turning_joints: Sequence[str]) -> ControllerSetup | None:
@@ -56,7 +59,8 @@ def setup_of(values: dict[str, Any], joints: Sequence[str], turning_joints: Sequ
     interfaces = values.get(STATE_INTERFACES)
     if not isinstance(interfaces, list) or all(values.get(name) is None for name in FROM_COMMAND):
         return None
-    humble = any(values.get(name) is not None for name in _humble_marker(joints))
+    marker = _humble_marker(joints)
+    humble = marker is not None and values.get(marker) is not None
     honoured = HUMBLE_FROM_COMMAND if humble else FROM_COMMAND
     commanding = [name for name in honoured if values.get(name) is True]
     if commanding:

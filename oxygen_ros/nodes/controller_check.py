@@ -1,0 +1,55 @@
+"""Whether the arm's controller plays our trajectories as the instruction node checks them, by the controller's own
+word: its parameters, read before each goal moves the arm (``controller_params``; ``control.arm.controller_setup``
+says where it starts a trajectory and whether it wraps each freely turning joint), and, where it starts from its
+command, that command as it publishes it (``controller_command``). What cannot be read is taken on the user's word
+(``controller_starts_from``), with a warning once for each reason in turn.
+"""
+
+from collections.abc import Callable
+
+from rclpy.callback_groups import CallbackGroup
+from rclpy.node import Node
+
+from oxygen_ros.control.arm.controller_setup import asked, disagreement, setup_of
+from oxygen_ros.nodes.controller_command import ControllerCommand
+from oxygen_ros.nodes.controller_params import ControllerParams
+
+
+class ControllerCheck:
+    """The controller serving ``target`` (a resolved action name, or with ``on_topic`` a topic), checked against
+    ``claimed`` (controller_starts_from); ``clock``: node-clock seconds."""
+
+    def __init__(self, node: Node, target: str, on_topic: bool, claimed: str, group: CallbackGroup,
+                 clock: Callable[[], float]) -> None:  # fmt: skip
+        self._node, self._target, self._claimed = node, target, claimed
+        self._params = ControllerParams(node, target, on_topic, group)
+        # its command, where it starts a trajectory while no plan of ours plays: read only where that is needed
+        self.command = ControllerCommand(node, clock) if claimed == "commanded" else None
+        self._warned: dict[str, str] = {}  # the last text of each warning
+
+    def controllers(self) -> list[str]:
+        return self._params.controllers()
+
+    async def misconfigured(self, joints: tuple[str, ...], turning_joints: list[str], velocity_reported: bool,
+                            wait_s: float) -> str:  # fmt: skip
+        """Why the controller plays trajectories of ``joints`` otherwise than they are checked ('' = it does not, or
+        it cannot tell); ``velocity_reported``: the driver reports the joints' velocity. Waits up to ``wait_s``."""
+        controller, values, why = await self._params.read(asked(joints, turning_joints), wait_s)
+        setup = setup_of(values, joints, turning_joints) if values is not None else None
+        if self.command is not None:
+            self.command.follow(f"{controller}/controller_state" if setup is not None and setup.from_command else "")
+        if setup is None:
+            self._warn_once("unread", f"cannot read where {controller or 'the controller of ' + self._target} "
+                            f"starts a trajectory ({why or 'it has no joint_trajectory_controller parameters'}): "
+                            f"taking controller_starts_from: {self._claimed} as said")  # fmt: skip
+            return ""
+        self._warned.pop("unread", None)
+        if self.command is not None and self.command.topic and not self.command.heard():
+            self._warn_once("silent", f"nothing publishes {self.command.topic}: a chunk with no plan of ours playing "
+                            "is checked from the measured state only")  # fmt: skip
+        return disagreement(self._claimed, setup, controller, velocity_reported)
+
+    def _warn_once(self, kind: str, text: str) -> None:
+        if self._warned.get(kind) != text:
+            self._warned[kind] = text
+            self._node.get_logger().warning(text)
