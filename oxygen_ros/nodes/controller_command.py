@@ -44,20 +44,21 @@ class ControllerCommand:
             self._node.destroy_subscription(self._subscription)
             self._subscription = None
         with self._lock:
-            self._newest = None
-        self.topic = topic
-        if topic:
+            self._newest, self.topic = None, topic
+        if topic:  # (a message of the topic left, still on its way to its callback, is not kept)
             self._subscription = self._node.create_subscription(
-                JointTrajectoryControllerState, topic, self._on_message, NEWEST, callback_group=self._group, raw=True)
+                JointTrajectoryControllerState, topic, lambda raw: self._on_message(topic, raw), NEWEST,
+                callback_group=self._group, raw=True)  # fmt: skip
 
     def heard(self) -> bool:
         """Something publishes on the topic followed."""
         return self._node.count_publishers(self.topic) > 0
 
-    def _on_message(self, raw: bytes) -> None:
+    def _on_message(self, topic: str, raw: bytes) -> None:
         arrival = self._clock()
         with self._lock:
-            self._newest = raw, arrival
+            if topic == self.topic:
+                self._newest = raw, arrival
 
     def now(self, names: tuple[str, ...], timeout_s: float) -> tuple[np.ndarray, np.ndarray] | None:
         """(positions, velocities) of ``names`` as the controller commands them now; None when it said nothing
@@ -70,7 +71,10 @@ class ControllerCommand:
         age = self._clock() - arrival
         if not 0.0 <= age <= timeout_s:  # (a clock that went back: not known either)
             return None
-        msg = deserialize_message(raw, JointTrajectoryControllerState)
+        try:
+            msg = deserialize_message(raw, JointTrajectoryControllerState)
+        except Exception:  # noqa: BLE001 (rclpy raises its own kinds): a message that does not read says nothing
+            return None
         joints, reference = list(msg.joint_names), msg.reference
         if len(joints) > bounds.STATE or len(reference.positions) != len(joints) or not set(names) <= set(joints) or \
                 len(reference.velocities) not in (0, len(joints)):  # fmt: skip

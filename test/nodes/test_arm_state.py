@@ -466,7 +466,7 @@ def test_a_chunk_is_checked_from_rest_where_the_controller_starts_from_rest(ros_
 
 def _say(command: ControllerCommand, names: list[str], positions: list[float], velocities: list[float]) -> None:
     """``command`` hears a ~/controller_state whose reference is ``positions`` at ``velocities``, as it arrives."""
-    command._on_message(serialize_message(JointTrajectoryControllerState(joint_names=names, reference=(
+    command._on_message(command.topic, serialize_message(JointTrajectoryControllerState(joint_names=names, reference=(
         JointTrajectoryPoint(positions=positions, velocities=velocities)))))  # fmt: skip
 
 
