@@ -313,10 +313,9 @@ class ArmIO:
 
     def command_now(self, start: np.ndarray, velocity: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """``start`` / ``velocity`` [len(names)] with the arm joints where the controller commands them now
-        (``ControllerCheck.command``), where it starts a trajectory while no plan of ours plays; None when it did not
-        say, or does not start from its command there (its parameters say so: nothing is followed)."""
-        command = self.controller.command
-        said = command.now(self.arm_names, self._settings["input_timeout_s"]) if command is not None else None
+        (``ControllerCheck.command_of``), where it starts a trajectory while no plan of ours plays; None when it did
+        not say, or does not start from its command there."""
+        said = self.controller.command_of(self.arm_names, self._settings["input_timeout_s"])
         if said is None:
             return None
         positions, velocities = np.array(start, dtype=np.float64), np.array(velocity, dtype=np.float64)
@@ -613,8 +612,7 @@ class ArmIO:
 
     def destroy(self) -> None:
         self.gripper.destroy()
-        if self.controller.command is not None:
-            self.controller.command.follow("")
+        self.controller.destroy()
         if self._topic:  # a last hold acknowledged by the controller before the node goes
             self._publisher.wait_for_all_acked(Duration(seconds=STOP_ACK_S))
         else:

@@ -7,6 +7,8 @@ command, that command as it publishes it (``controller_command``). What cannot b
 
 from collections.abc import Callable
 
+import numpy as np
+
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 
@@ -26,6 +28,15 @@ class ControllerCheck:
         # its command, where it starts a trajectory while no plan of ours plays: read only where that is needed
         self.command = ControllerCommand(node, clock) if claimed == "commanded" else None
         self._warned: dict[str, str] = {}  # the last text of each warning
+
+    def command_of(self, joints: tuple[str, ...], timeout_s: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """Where the controller commands ``joints`` now and how fast (``ControllerCommand.now``); None when it did not
+        say, or does not start from its command (its parameters say so: nothing is followed)."""
+        return self.command.now(joints, timeout_s) if self.command is not None else None
+
+    def destroy(self) -> None:
+        if self.command is not None:
+            self.command.follow("")
 
     def controllers(self) -> list[str]:
         return self._params.controllers()

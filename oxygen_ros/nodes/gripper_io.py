@@ -10,13 +10,16 @@ sent, so a steady grip sends nothing; the plan's last position goes out whatever
 the plan does. A goal that ends without reaching its position is normal for a gripper (it stalls on the object it
 holds) and is only logged. What the goal's outcome needs of the jaw is kept per instruction goal (``begin``,
 ``control.arm.jaw_answers``): goals refused in a row (a controller that refuses one refuses the next: the
-instruction node ends the goal at ``max_missed_chunks``), and how long one of ours stood with the controller saying
-nothing of it (a deactivated GripperActionController takes goals and ends none). A hold sends nothing more (a
+instruction node ends the goal at ``max_missed_chunks``), how long one of ours stood with the controller saying
+nothing of it (a deactivated GripperActionController takes goals and ends none), and how far short it stalled goals
+on each side of where the jaw stopped (a jaw whose motors are off stalls both ways, one holding something one way
+only). A hold sends nothing more (a
 position decided before it is dropped) but cancels nothing: a GripperActionController answers a cancel by commanding
 the jaw's measured position at its default effort, which takes the squeeze off whatever the jaw holds, so the last
 goal keeps its grip.
 """
 
+import math
 import threading
 
 from action_msgs.msg import GoalStatus
@@ -102,6 +105,12 @@ class GripperIO:
         with self._lock:
             return self._answers.unanswered_s(now, self._silent_s)
 
+    def stalled_both_ways(self, over: float) -> tuple[float, float] | None:
+        """(below, above): how far short of their positions this instruction goal's gripper goals stalled on each side
+        of where the jaw stopped, when both are over ``over`` (a jaw that moves neither way); else None."""
+        with self._lock:
+            return self._answers.stalled_both_ways(over)
+
     def _now(self) -> float:
         return self._node.get_clock().now().nanoseconds * 1e-9
 
@@ -124,9 +133,10 @@ class GripperIO:
             self._sent = position
             generation = self._answers.generation
         goal = gripper_actions.goal(self._action, self.name, position, self._effort)
-        self._client.send_goal_async(goal).add_done_callback(lambda f: self._on_accepted(f.result(), generation))
+        self._client.send_goal_async(goal).add_done_callback(
+            lambda f: self._on_accepted(f.result(), generation, position))
 
-    def _on_accepted(self, handle, generation: int) -> None:
+    def _on_accepted(self, handle, generation: int, position: float) -> None:
         if handle is None or not handle.accepted:
             with self._lock:
                 self._sent = None  # sent again at the next period, not only once the plan moves past the deadband
@@ -137,15 +147,16 @@ class GripperIO:
         with self._lock:
             self._answers.on_taken(generation, key, now)
             self._newest = key  # a hold since it was sent leaves it to finish too: the jaw's last command
-        handle.get_result_async().add_done_callback(lambda f: self._on_result(key, f.result(), generation))
+        handle.get_result_async().add_done_callback(lambda f: self._on_result(key, f.result(), generation, position))
 
-    def _on_result(self, key: bytes, response, generation: int) -> None:
+    def _on_result(self, key: bytes, response, generation: int, position: float) -> None:
         result, now = response.result, self._now()
+        where = gripper_actions.result_position(self._action, result)
+        short = position - where if result.stalled and math.isfinite(where) else 0.0
         with self._lock:
             newest = key == self._newest  # an older goal ends because ours preempted it
-            self._answers.on_ended(generation, key, bool(result.reached_goal or result.stalled), now)
+            self._answers.on_ended(generation, key, bool(result.reached_goal or result.stalled), now, short)
         if newest and response.status == GoalStatus.STATUS_ABORTED:
-            where = gripper_actions.result_position(self._action, result)
             self._node.get_logger().warning(f"{self.target} stopped the gripper at {where:.3f} (stalled: "
                                             f"{result.stalled})", throttle_duration_sec=5.0)  # fmt: skip
 

@@ -12,7 +12,8 @@ rejected. Timed on the node clock.
 What a real jaw meets, settable at run time: something between the jaws (`object_position`) stops it closing (toward
 `lower`, as the SO-100's jaw closes), and a goal whose jaw has not moved for `stall_timeout` short of its position
 ends stalled, as GripperActionController's check_for_success ends it (ABORTED, or SUCCEEDED with `allow_stalling`;
-not reached either way); a controller switched off (`active` false, as `ros2 control switch_controllers
+not reached either way); motors switched off (`torque` false: torque disabled, an emergency stop's safe torque off)
+leave the controller running and the jaw still, so every goal short of where it stands stalls; a controller switched off (`active` false, as `ros2 control switch_controllers
 --deactivate` leaves it) keeps its action server, which takes goals (a newer one still preempts) while nothing moves
 the jaw and no goal ends. Switched on again it holds the jaw where it is (on_activate's command) and the goal it
 kept ends ABORTED, not reached (the real controller's new action server never answers it: ended here so no client
@@ -56,10 +57,12 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
                        "allow_stalling)"),
     "active": (True, "the controller is active; false: as a deactivated GripperActionController, its action server "
                "takes goals and nothing moves the jaw or ends them (settable at run time)"),
+    "torque": (True, "the jaw's motors are on; false: the controller runs and nothing moves the jaw, so its goals "
+               "stall (settable at run time)"),
     "object_position": (math.nan, "something between the jaws: the jaw closing (toward lower) stops here; NaN = "
                         "nothing (settable at run time), rad or m"),
 }  # fmt: skip
-SETTABLE = ("active", "object_position")  # what happens to the robot while it runs
+SETTABLE = ("active", "torque", "object_position")  # what happens to the robot while it runs
 
 
 class GripperSim(Node):
@@ -134,10 +137,11 @@ class GripperSim(Node):
 
     def _tick(self) -> None:
         working, held_at = self.get_parameter("active").value, self.get_parameter("object_position").value
+        driven = working and self.get_parameter("torque").value
         with self._lock:
             clock = self.get_clock().now()
             now = clock.nanoseconds * 1e-9
-            step = self._velocity * max(now - self._last, 0.0) if working else 0.0
+            step = self._velocity * max(now - self._last, 0.0) if driven else 0.0
             self._last = now
             active = self._active
             if working and not self._working:  # switched on: it holds the jaw; the goal it kept is lost

@@ -388,7 +388,9 @@ class VlaArm:
         clearly went with it (``Excursion``), within the tracking error the whole time; or a gripper on its own
         controller that the plan took over JAW_MOVED of its range never moved that far while a goal of ours stood
         past the controller's stall_timeout without a word (``GripperIO.unanswered_s``: a controller switched off;
-        a working one says reached, or stalled on what the jaw holds)."""
+        a working one says reached, or stalled on what the jaw holds), or while the controller stalled goals short
+        by over that on both sides of where the jaw stopped (``GripperIO.stalled_both_ways``: its motors off; what
+        the jaw holds stops it one way only)."""
         joint = plan.excursion.unfollowed(self.arm.tolerances["max_tracking_error"], self.arm.gripper_column)
         if joint is not None:
             planned, measured = plan.excursion.planned[joint], plan.excursion.measured[joint]
@@ -398,13 +400,19 @@ class VlaArm:
         jaw, gripper = self.arm.gripper_column, self.arm.gripper
         if jaw is None:
             return ""
-        stood = gripper.unanswered_s()
-        span = plan.limits[jaw].upper - plan.limits[jaw].lower
-        if not stood or not plan.excursion.still(jaw, JAW_MOVED * span):
+        floor = JAW_MOVED * (plan.limits[jaw].upper - plan.limits[jaw].lower)
+        if not plan.excursion.still(jaw, floor):
+            return ""
+        if stood := gripper.unanswered_s():
+            why = (f"{gripper.target} kept a goal {stood:.1f} s without saying it reached its position or stalled (is "
+                   "its controller active?)")  # fmt: skip
+        elif short := gripper.stalled_both_ways(floor):
+            why = (f"{gripper.target} stalled it {short[1]:.3f} short of a goal above where it stood and "
+                   f"{short[0]:.3f} short of one below (what a jaw holds stops it one way only: are its motors on?)")
+        else:
             return ""
         return (f"the gripper did not move: its plan took {self.arm.names[jaw]} {plan.excursion.reach[jaw]:.3f} from "
-                f"where it was, it went {plan.excursion.measured[jaw]:.3f}, and {gripper.target} kept a goal "
-                f"{stood:.1f} s without saying it reached its position or stalled (is its controller active?)")
+                f"where it was, it went {plan.excursion.measured[jaw]:.3f}, and {why}")
 
     def hold(self, plan: ArmPlan | None, where_it_is: bool = False, stop: bool = True) -> None:
         """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:

@@ -50,3 +50,23 @@ def test_refusals_count_in_a_row_and_an_earlier_goals_answers_count_for_nothing(
         assert answers.refused == count
     answers.on_taken(answers.generation, b"new", 2.0)
     assert answers.refused == 0 and answers.unanswered_s(4.5, over_s=2.0) == 2.5
+
+
+def test_goals_stalled_short_on_both_sides_of_where_the_jaw_stopped_are_kept_per_instruction_goal():
+    """A jaw closing on what it holds stalls short below (or above) only, however often; goals stalled short on both
+    sides are a jaw that moves neither way; a goal that reached its position or ended otherwise says nothing of it;
+    an earlier instruction goal's stalls count for nothing."""
+    answers = JawAnswers()
+    answers.begin()
+    for i, short in enumerate((-0.3, -0.5, 0.0, -0.1)):  # the third reached
+        answers.on_ended(answers.generation, bytes([i]), reached_or_stalled=True, now=float(i), short=short)
+    assert (answers.short_below, answers.short_above) == (0.5, 0.0)
+    assert answers.stalled_both_ways(over=0.01) is None
+    answers.on_ended(answers.generation, b"open", reached_or_stalled=True, now=5.0, short=0.04)
+    assert answers.stalled_both_ways(over=0.01) == (0.5, 0.04)
+    assert answers.stalled_both_ways(over=0.04) is None  # within 0.04 of where it stopped: a jitter, not a stall
+    earlier = answers.generation
+    answers.begin()
+    answers.on_ended(earlier, b"late", reached_or_stalled=True, now=6.0, short=-0.2)
+    answers.on_ended(answers.generation, b"new", reached_or_stalled=True, now=6.0, short=0.2)
+    assert answers.stalled_both_ways(over=0.01) is None

@@ -29,6 +29,7 @@ class Arm:
         self.position, self.gripper_column, self.holds, self.clock = np.array(measured), gripper_column, [], 10.0
         self.read_at: float | None = None  # when the position was read (None: now)
         self.gripper = SimpleNamespace(holds=0, refused=0, unanswered_s=lambda: 0.0, command=lambda *_, **__: None,
+                                       stalled_both_ways=lambda over: None,
                                        target="/gripper_controller/gripper_cmd")  # fmt: skip
         self.tolerances = {"max_tracking_error": np.full(3, 0.3)}  # instruction_node's default for every joint
 
@@ -262,30 +263,40 @@ def test_a_gripper_that_refuses_its_goals_ends_the_goal_with_the_arm_held(ros_co
         node.destroy_node()
 
 
-@pytest.mark.parametrize(("went", "stood_s", "unmoved"), [
-    (0.0, 2.5, True),  # never moved while a goal stood 2.5 s without a word: a controller switched off
-    (0.0, 0.0, False),  # never moved, but no goal stood past the stall timeout unanswered: a grip (or goals replaced)
-    (0.15, 2.5, False),  # moved over 2% of its 6 rad range (0.12), then stopped: a grip
+SILENT = ("/gripper_controller/gripper_cmd kept a goal 2.5 s without saying it reached its position or stalled (is "
+          "its controller active?)")  # fmt: skip
+BOTH_WAYS = ("/gripper_controller/gripper_cmd stalled it 0.200 short of a goal above where it stood and 0.150 short of "
+             "one below (what a jaw holds stops it one way only: are its motors on?)")  # fmt: skip
+
+
+@pytest.mark.parametrize(("went", "stood_s", "stalled", "why"), [
+    (0.0, 2.5, None, SILENT),  # never moved while a goal stood 2.5 s without a word: a controller switched off
+    (0.0, 0.0, None, ""),  # never moved, but no goal stood past the stall timeout unanswered: a grip (or goals replaced)
+    (0.15, 2.5, None, ""),  # moved over 2% of its 6 rad range (0.12), then stopped: a grip
+    (0.0, 0.0, (0.15, 0.2), BOTH_WAYS),  # never moved, goals stalled short both ways over 0.12: its motors off
+    (0.0, 0.0, (0.1, 0.2), ""),  # stalled short below by under 0.12: that far, a jitter or the object it holds
+    (0.15, 0.0, (0.15, 0.2), ""),  # stalled both ways after it moved: it moved
 ])  # fmt: skip
-def test_a_jaw_that_never_moved_while_its_controller_said_nothing_is_named_at_the_goals_end(ros_context, went,
-                                                                                           stood_s, unmoved):
+def test_a_jaw_that_never_moved_while_its_controller_said_nothing_or_stalled_it_both_ways_is_named(
+        ros_context, went, stood_s, stalled, why):  # fmt: skip
     """The arm stands still as its plan has it; the plan's first jaw target is 0.2 from where the jaw was read (a
     jaw may jump there). A jaw on its own controller may stall on what it holds after any distance, so only one that
-    never moved, while a goal of ours stood past the controller's stall timeout without its saying reached or
-    stalled (``GripperIO.unanswered_s``), makes the goal's motion not happen."""
+    never moved makes the goal's motion not happen, and only while a goal of ours stood past the controller's stall
+    timeout without its saying reached or stalled (``GripperIO.unanswered_s``) or while the controller stalled goals
+    short of their positions on both sides of where the jaw stood (``GripperIO.stalled_both_ways``): what a jaw
+    holds stops it one way only."""
     node = Node("arm_unmoved_jaw_test", context=ros_context)
     try:
         arm, run, plan = Arm([0.0, 0.0, 0.0], gripper_column=2), Run(), planned([[0.0, 0.0, 0.2], [0.0, 0.0, 0.2]])
         arm.gripper.unanswered_s = lambda: stood_s
+        arm.gripper.stalled_both_ways = lambda over: stalled if stalled and min(stalled) > over else None
         vla = VlaArm(node, arm, SETTINGS)
         for t in (10.0, 10.1, 10.2):
             arm.clock, arm.position = t, np.array([0.0, 0.0, went * (t > 10.0)])
             vla.tick(run, plan)
         assert run.running
-        why = ("the gripper did not move: its plan took jaw 0.200 from where it was, it went 0.000, and "
-               "/gripper_controller/gripper_cmd kept a goal 2.5 s without saying it reached its position or stalled "
-               "(is its controller active?)")  # fmt: skip
-        assert vla.unmoved(plan) == (why if unmoved else "")
+        expected = f"the gripper did not move: its plan took jaw 0.200 from where it was, it went 0.000, and {why}"
+        assert vla.unmoved(plan) == (expected if why else "")
     finally:
         node.destroy_node()
 

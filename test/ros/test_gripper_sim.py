@@ -3,8 +3,8 @@ to the position (clamped to its limits) and SUCCEEDS reached; a newer goal preem
 reached) and the jaw turns toward the new position; a cancel stops it where it is; its joint_states name only its
 joint. The instruction node refuses a gripper_joint_names that is not one action joint, naming the parameter. The
 same through ParallelGripperCommand, the action of parallel_gripper_controllers (Jazzy on; the only one from
-Kilted). What a real jaw meets: an object stalls it (GripperActionController's two ends of a stall), a switched-off
-controller takes goals and ends none, a refusing one is counted in a row; our gripper client reads each as the
+Kilted). What a real jaw meets: an object stalls it (GripperActionController's two ends of a stall) one way, motors
+switched off stall it both ways, a switched-off controller takes goals and ends none, a refusing one is counted in a row; our gripper client reads each as the
 instruction goal's outcome needs it."""
 
 import time
@@ -165,7 +165,8 @@ def test_the_plans_last_jaw_position_is_sent_even_within_the_deadband(ros_contex
 def test_a_jaw_closing_on_an_object_stalls_as_gripper_action_controller_says(ros_context, allow_stalling):
     """Something between the jaws at 0.5 stops a jaw closing from 1.0 toward 0.0 there; after stall_timeout still,
     the goal ends stalled, not reached: ABORTED, or SUCCEEDED with allow_stalling (check_for_success's two ends).
-    Our gripper client hears it: its controller answered. Opening, the jaw leaves the object freely."""
+    Our gripper client hears it: its controller answered, stalling our goal 0.5 short below where the jaw stopped
+    and none above (an object stops a jaw one way only). Opening, the jaw leaves the object freely."""
     with _jaw_at(ros_context, SPEED, initial_position=1.0, object_position=0.5, stall_timeout=0.3,
                  allow_stalling=allow_stalling) as jaw:  # fmt: skip
         node = Node("gripper_stall_test", context=ros_context)
@@ -176,12 +177,32 @@ def test_a_jaw_closing_on_an_object_stalls_as_gripper_action_controller_says(ros
             gripper.command(LOWER, gripper.holds)
             wait_until(lambda: gripper._answers.answered, 5.0, "the controller saying it stalled")
             assert jaw.states[-1].position[0] == pytest.approx(0.5, abs=1e-9)
+            assert gripper._answers.short_below == pytest.approx(0.5, abs=1e-9) and gripper._answers.short_above == 0
+            assert gripper.stalled_both_ways(0.01) is None
             out = send_goal(jaw, GripperCommand, ACTION, _goal(LOWER)).result(timeout=10.0)
             assert out.status == (GoalStatus.STATUS_SUCCEEDED if allow_stalling else GoalStatus.STATUS_ABORTED)
             assert out.result.stalled and not out.result.reached_goal
             assert out.result.position == pytest.approx(0.5, abs=1e-9)
             out = send_goal(jaw, GripperCommand, ACTION, _goal(0.8)).result(timeout=10.0)
             assert out.status == GoalStatus.STATUS_SUCCEEDED and out.result.reached_goal and not out.result.stalled
+
+
+def test_a_jaw_whose_motors_are_off_stalls_goals_on_both_sides(ros_context):
+    """`torque` false (motors off, the controller running): our goals above and below where the jaw stands both end
+    stalled, the jaw never moving, and our client finds how far short of each it stalled."""
+    with _jaw_at(ros_context, SPEED, stall_timeout=0.2, initial_position=1.2, torque=False) as jaw:
+        node = Node("gripper_torque_test", context=ros_context)
+        gripper = _gripper(node)
+        with spin_nodes(ros_context, node):
+            wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
+            gripper.begin()
+            seen = len(jaw.states)
+            for position, side in ((0.9, "short_below"), (1.4, "short_above")):
+                gripper.command(position, gripper.holds)
+                wait_until(lambda side=side: getattr(gripper._answers, side) > 0, 5.0, f"stalled ({side})")
+            assert gripper.stalled_both_ways(0.01) == pytest.approx((0.3, 0.2), abs=1e-9)
+            assert all(state.position[0] == 1.2 for state in jaw.states[seen:])
+            assert gripper.unanswered_s() == 0.0 and gripper.refused == 0  # a controller that runs
 
 
 def test_a_switched_off_controller_takes_goals_and_never_moves_or_ends_them(ros_context, jaw):

@@ -1,5 +1,6 @@
 """What a gripper controller said of one instruction goal's gripper goals, for the goal's outcome: how many it refused
-in a row, and how long one of ours stood with the controller saying nothing of it.
+in a row, how long one of ours stood with the controller saying nothing of it, and how far short of their positions
+it stalled goals on either side of where the jaw stopped.
 
 A GripperActionController that is active ends a goal whose jaw stopped short of its position once it stood still for
 the controller's stall_timeout (stalled: ABORTED, or SUCCEEDED with allow_stalling), and one that got there as
@@ -21,11 +22,14 @@ class JawAnswers:
     answered: bool = False  # a goal of ours reached its position or stalled: the controller runs
     standing: tuple[bytes, float] | None = None  # our newest taken goal not yet ended, and when it was taken
     longest: float = 0.0  # the longest a goal of ours stood unended before a newer one replaced it, s
+    short_below: float = 0.0  # the farthest a goal of ours that stalled was below where the jaw stopped
+    short_above: float = 0.0  # and above it
 
     def begin(self) -> None:
         """A new instruction goal: counts start afresh, and answers to the earlier one's goals are dropped."""
         self.generation += 1
         self.refused, self.answered, self.standing, self.longest = 0, False, None, 0.0
+        self.short_below = self.short_above = 0.0
 
     def on_refused(self, generation: int) -> None:
         if generation == self.generation:
@@ -40,13 +44,15 @@ class JawAnswers:
             self.longest = max(self.longest, now - self.standing[1])
         self.standing = (key, now)
 
-    def on_ended(self, generation: int, key: bytes, reached_or_stalled: bool, now: float) -> None:
+    def on_ended(self, generation: int, key: bytes, reached_or_stalled: bool, now: float, short: float = 0.0) -> None:
         """Goal ``key`` ended at ``now`` (a result came): it no longer stands, and how long it stood without a word
         counts as a replaced one's does (another client's goal preempting ours says nothing of the controller);
-        ``reached_or_stalled``: the controller runs."""
+        ``reached_or_stalled``: the controller runs; ``short``: a stalled goal's position less where the jaw
+        stopped."""
         if generation != self.generation:
             return
         self.answered |= reached_or_stalled
+        self.short_below, self.short_above = max(self.short_below, -short), max(self.short_above, short)
         if self.standing is not None and self.standing[0] == key:
             self.longest = max(self.longest, now - self.standing[1])
             self.standing = None
@@ -58,3 +64,8 @@ class JawAnswers:
             return 0.0
         stood = max(self.longest, now - self.standing[1] if self.standing is not None else 0.0)
         return stood if stood > over_s else 0.0
+
+    def stalled_both_ways(self, over: float) -> tuple[float, float] | None:
+        """(below, above): how far short of their positions goals of ours stalled on each side of where the jaw
+        stopped, when both are over ``over``; else None."""
+        return (self.short_below, self.short_above) if min(self.short_below, self.short_above) > over else None
