@@ -87,6 +87,9 @@ def test_a_controller_starting_elsewhere_than_the_user_said_refuses_naming_the_s
         "/arm_controller starts each trajectory from the measured position at rest (its state_interfaces ['position'] "
         "lack velocity), but controller_starts_from is measured: set controller_starts_from: measured_at_rest")
     assert disagreement("measured_at_rest", setup, "/arm_controller") == ""
+    # a node answering a long list of long names: the message quotes a few, cut short
+    many = setup_of(jazzy(state_interfaces=["position", "x" * 500, *map(str, range(10_000))]), JOINTS, [])
+    assert many.why == f"its state_interfaces ['position', '{'x' * 32}', '0', '...'] (10002 entries) lack velocity"
     # a driver reporting no velocity: measured starts every joint from rest too
     assert disagreement("measured", setup, "/arm_controller", velocity_reported=False) == ""
     assert disagreement("commanded", setup, "/arm_controller", velocity_reported=False).endswith(

@@ -30,11 +30,19 @@ WHERE = {"measured": "the measured state", "measured_at_rest": "the measured pos
          "commanded": "its own last command"}  # fmt: skip
 STARTS_FROM = tuple(WHERE)  # controller_starts_from's values
 AT_REST = {"measured", "measured_at_rest"}  # the same where the driver reports no velocity: from rest either way
+SHOWN = 4  # state_interfaces entries a message quotes (a JTC's has at most three: position, velocity, acceleration)
+NAME_CHARS = 32  # of each entry quoted
 
 
 def _humble_marker(joints: Sequence[str]) -> str | None:
     """A parameter only a Humble controller has (per joint, so the trajectory's first)."""
     return f"gains.{joints[0]}.normalize_error" if joints else None
+
+
+def _quoted(interfaces: list) -> str:
+    """A state_interfaces list as a message quotes it: what the controller answered is cut to a few short names."""
+    shown = [str(name)[:NAME_CHARS] for name in interfaces[:SHOWN]]
+    return f"{shown}" if len(interfaces) <= SHOWN else f"{shown[:-1] + ['...']} ({len(interfaces)} entries)"
 
 
 def asked(joints: Sequence[str], turning_joints: Sequence[str]) -> list[str]:
@@ -68,10 +76,10 @@ def setup_of(values: dict[str, Any], joints: Sequence[str], turning_joints: Sequ
     elif not humble and values.get(REPLACEMENT) is True:
         starts_from, why = "commanded", f"its {REPLACEMENT} is true: one replacing a moving one starts from it"
     elif "velocity" not in interfaces:
-        starts_from, why = "measured_at_rest", f"its state_interfaces {interfaces} lack velocity"
+        starts_from, why = "measured_at_rest", f"its state_interfaces {_quoted(interfaces)} lack velocity"
     else:
         declared = [name for name in (*honoured, REPLACEMENT) if values.get(name) is not None]
-        starts_from, why = "measured", f"its state_interfaces {interfaces} include velocity" + \
+        starts_from, why = "measured", f"its state_interfaces {_quoted(interfaces)} include velocity" + \
             "".join(f" and its {name} is false" for name in declared)  # fmt: skip
     unwrapped = []
     for joint in turning_joints:
