@@ -11,9 +11,9 @@ the plan does. A goal that ends without reaching its position is normal for a gr
 holds) and is only logged. What the goal's outcome needs of the jaw is kept per instruction goal (``begin``,
 ``control.arm.jaw_answers``): goals refused in a row (a controller that refuses one refuses the next: the
 instruction node ends the goal at ``max_missed_chunks``), how long one of ours stood with the controller saying
-nothing of it (a deactivated GripperActionController takes goals and ends none), and how far short it stalled goals
-on each side of where the jaw stopped (a jaw whose motors are off stalls both ways, one holding something one way
-only). A hold sends nothing more (a
+nothing of it (a deactivated GripperActionController takes goals and ends none), and where it last stalled a goal
+below and one above where the jaw stopped (a jaw whose motors are off stalls both ways at one place, one holding
+something one way only). A hold sends nothing more (a
 position decided before it is dropped) but cancels nothing: a GripperActionController answers a cancel by commanding
 the jaw's measured position at its default effort, which takes the squeeze off whatever the jaw holds, so the last
 goal keeps its grip.
@@ -105,11 +105,12 @@ class GripperIO:
         with self._lock:
             return self._answers.unanswered_s(now, self._silent_s)
 
-    def stalled_both_ways(self, over: float) -> tuple[float, float] | None:
-        """(below, above): how far short of their positions this instruction goal's gripper goals stalled on each side
-        of where the jaw stopped, when both are over ``over`` (a jaw that moves neither way); else None."""
+    def jammed(self, floor: float) -> tuple[float, float, float] | None:
+        """(where, below, above): where the controller stalled this instruction goal's newest gripper goals below and
+        above the jaw, and how far short, when each is over ``floor`` and the jaw stopped within ``floor`` of the
+        same place (it moves neither way there: its motors off); else None."""
         with self._lock:
-            return self._answers.stalled_both_ways(over)
+            return self._answers.jammed(floor)
 
     def _now(self) -> float:
         return self._node.get_clock().now().nanoseconds * 1e-9
@@ -152,10 +153,10 @@ class GripperIO:
     def _on_result(self, key: bytes, response, generation: int, position: float) -> None:
         result, now = response.result, self._now()
         where = gripper_actions.result_position(self._action, result)
-        short = position - where if result.stalled and math.isfinite(where) else 0.0
+        stall = (where, position) if result.stalled and math.isfinite(where) else None
         with self._lock:
             newest = key == self._newest  # an older goal ends because ours preempted it
-            self._answers.on_ended(generation, key, bool(result.reached_goal or result.stalled), now, short)
+            self._answers.on_ended(generation, key, bool(result.reached_goal or result.stalled), now, stall)
         if newest and response.status == GoalStatus.STATUS_ABORTED:
             self._node.get_logger().warning(f"{self.target} stopped the gripper at {where:.3f} (stalled: "
                                             f"{result.stalled})", throttle_duration_sec=5.0)  # fmt: skip

@@ -146,6 +146,7 @@ class InstructionNode(TaskActionNode[Stream]):
         state, origin = self._snapshot_or_none()
         observed_at, asked = self.arm.now(), time.monotonic()
         probe = await self.infer.call(self._actions_request(run.task_id, goal.instruction, 0.0, state))
+        infer_s = time.monotonic() - asked  # the model's time alone: the controller's check below is not inference
         vla = probe.success
         no_head = probe.error_code == ErrorCode.FAILED_PRECONDITION.value and NO_ACTION_HEAD in probe.message
         if not (vla or no_head):  # e.g. UNAVAILABLE, or FAILED_PRECONDITION: the inference node is not active
@@ -166,7 +167,7 @@ class InstructionNode(TaskActionNode[Stream]):
             if frame_at is None:
                 return None
             # sent from start(): once this goal is the node's current one, whose end always holds the arm
-            stream.first_chunk = (probe, observed_at, frame_at, origin, time.monotonic() - asked)
+            stream.first_chunk = (probe, observed_at, frame_at, origin, infer_s)
         mode = "the model's action head" if vla else "the controller (the model has no action head)"
         self.get_logger().info(f"{run.task_id}: {goal.instruction!r} at {goal.rate_hz:g} Hz from {mode}")
         return stream

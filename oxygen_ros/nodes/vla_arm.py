@@ -18,7 +18,8 @@ the controller is missed (the arm holds where it was refused: where it is measur
 plan); ``max_missed_chunks`` in a row end the goal (DEADLINE_EXCEEDED for late chunks, else the refusal's code);
 stale joint states, a controller fault (our goal aborted, preempted by another client or cancelled by someone else) or
 an arm over ``max_tracking_error`` from its plan at any period (a controller that dropped or stalled the trajectory)
-end it at once with the arm held, and so do ``max_missed_chunks`` gripper goals refused in a row; a goal that never
+end it at once with the arm held, and so do ``max_missed_chunks`` gripper goals refused in a row and a jaw its
+controller stalled both ways at one place (motors off); a goal that never
 got a chunk to the arm does not succeed, nor one whose arm (or jaw) never moved as planned (``unmoved``). The result
 counts chunks sent and missed, underruns, and the p50 / p99 latency from reading the inputs to the controller taking
 the trajectory.
@@ -334,8 +335,9 @@ class VlaArm:
 
     def tick(self, run: GoalRun, plan: ArmPlan) -> None:
         """Every period: end the goal, holding the arm (from where it is measured; with no stop when the controller
-        gave the arm to another client: ``Fault``), on a controller fault, a controller slowed below the plan's
-        speed (``ArmIO.slowed``) or stale joint states; count underruns and a chunk past due that has not come (a
+        gave the arm to another client: ``Fault``), on a controller fault, gripper goals refused in a row or a jaw
+        that cannot move (``_jammed``), a controller slowed below the plan's speed (``ArmIO.slowed``) or stale joint
+        states; count underruns and a chunk past due that has not come (a
         hung server is a miss, not a wait); hand a gripper on its own controller its planned position
         ``send_lead_s`` ahead (its last one, settled, once the plan ends sooner), once the arm's controller has taken
         the plan (a jaw must not close on rows the arm's controller then refuses)."""
@@ -349,6 +351,11 @@ class VlaArm:
             self.hold(plan)
             run.end(ErrorCode.ABORTED, f"{self.arm.gripper.target} refused {refused} gripper goals in a row "
                     "(max_missed_chunks), the arm holds: the jaw cannot follow the plan")  # fmt: skip
+            return
+        jammed = self._jammed(plan)
+        if jammed:  # the model's grasp cannot happen: the arm is not left to play on without its jaw
+            self.hold(plan)
+            run.end(ErrorCode.ABORTED, jammed)
             return
         slowed = self.arm.slowed()
         if slowed:  # behind its plan, or paused (a UR plays a stop at 0% on resume): braked from where it is
@@ -388,9 +395,7 @@ class VlaArm:
         clearly went with it (``Excursion``), within the tracking error the whole time; or a gripper on its own
         controller that the plan took over JAW_MOVED of its range never moved that far while a goal of ours stood
         past the controller's stall_timeout without a word (``GripperIO.unanswered_s``: a controller switched off;
-        a working one says reached, or stalled on what the jaw holds), or while the controller stalled goals short
-        by over that on both sides of where the jaw stopped (``GripperIO.stalled_both_ways``: its motors off; what
-        the jaw holds stops it one way only)."""
+        a working one says reached, or stalled on what the jaw holds)."""
         joint = plan.excursion.unfollowed(self.arm.tolerances["max_tracking_error"], self.arm.gripper_column)
         if joint is not None:
             planned, measured = plan.excursion.planned[joint], plan.excursion.measured[joint]
@@ -400,19 +405,32 @@ class VlaArm:
         jaw, gripper = self.arm.gripper_column, self.arm.gripper
         if jaw is None:
             return ""
-        floor = JAW_MOVED * (plan.limits[jaw].upper - plan.limits[jaw].lower)
-        if not plan.excursion.still(jaw, floor):
-            return ""
-        if stood := gripper.unanswered_s():
-            why = (f"{gripper.target} kept a goal {stood:.1f} s without saying it reached its position or stalled (is "
-                   "its controller active?)")  # fmt: skip
-        elif short := gripper.stalled_both_ways(floor):
-            why = (f"{gripper.target} stalled it {short[1]:.3f} short of a goal above where it stood and "
-                   f"{short[0]:.3f} short of one below (what a jaw holds stops it one way only: are its motors on?)")
-        else:
+        stood = gripper.unanswered_s()
+        if not stood or not plan.excursion.still(jaw, self._jaw_floor(plan)):
             return ""
         return (f"the gripper did not move: its plan took {self.arm.names[jaw]} {plan.excursion.reach[jaw]:.3f} from "
-                f"where it was, it went {plan.excursion.measured[jaw]:.3f}, and {why}")
+                f"where it was, it went {plan.excursion.measured[jaw]:.3f}, and {gripper.target} kept a goal "
+                f"{stood:.1f} s without saying it reached its position or stalled (is its controller active?)")
+
+    def _jaw_floor(self, plan: ArmPlan) -> float:
+        """JAW_MOVED of the jaw's position range: less is no motion of the jaw."""
+        limit = plan.limits[self.arm.gripper_column]
+        return JAW_MOVED * (limit.upper - limit.lower)
+
+    def _jammed(self, plan: ArmPlan) -> str:
+        """Why the jaw cannot move ('' = as far as its controller said, it can): a gripper on its own controller whose
+        newest goals of ours below and above the jaw both stalled over JAW_MOVED of its range short, the jaw stopped
+        at the same place (within that) both times (``GripperIO.jammed``): what a jaw holds stops it one way only,
+        so its motors are off (or it is wedged, or too weak to move)."""
+        if self.arm.gripper_column is None:
+            return ""
+        jammed = self.arm.gripper.jammed(self._jaw_floor(plan))
+        if jammed is None:
+            return ""
+        where, below, above = jammed
+        return (f"the gripper cannot move: {self.arm.gripper.target} stalled {self.arm.names[self.arm.gripper_column]} "
+                f"at {where:.3f}, {above:.3f} short of a goal above and {below:.3f} short of one below (what a jaw "
+                "holds stops it one way only: are its motors on, is gripper_max_effort enough?), the arm holds")
 
     def hold(self, plan: ArmPlan | None, where_it_is: bool = False, stop: bool = True) -> None:
         """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:

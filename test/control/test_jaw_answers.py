@@ -52,21 +52,25 @@ def test_refusals_count_in_a_row_and_an_earlier_goals_answers_count_for_nothing(
     assert answers.refused == 0 and answers.unanswered_s(4.5, over_s=2.0) == 2.5
 
 
-def test_goals_stalled_short_on_both_sides_of_where_the_jaw_stopped_are_kept_per_instruction_goal():
-    """A jaw closing on what it holds stalls short below (or above) only, however often; goals stalled short on both
-    sides are a jaw that moves neither way; a goal that reached its position or ended otherwise says nothing of it;
-    an earlier instruction goal's stalls count for nothing."""
+
+def test_a_jaw_stalled_below_and_above_at_one_place_is_jammed_one_way_or_apart_is_not():
+    """A jaw closing on what it holds stalls short below where it stopped, however often; opening it, nothing stops
+    it. The newest goal stalled below and the newest above, each over the floor short, the jaw stopping within the
+    floor of one place both times: it moves neither way there. A result with no stall says nothing of it, and an
+    earlier instruction goal's stalls count for nothing."""
     answers = JawAnswers()
     answers.begin()
-    for i, short in enumerate((-0.3, -0.5, 0.0, -0.1)):  # the third reached
-        answers.on_ended(answers.generation, bytes([i]), reached_or_stalled=True, now=float(i), short=short)
-    assert (answers.short_below, answers.short_above) == (0.5, 0.0)
-    assert answers.stalled_both_ways(over=0.01) is None
-    answers.on_ended(answers.generation, b"open", reached_or_stalled=True, now=5.0, short=0.04)
-    assert answers.stalled_both_ways(over=0.01) == (0.5, 0.04)
-    assert answers.stalled_both_ways(over=0.04) is None  # within 0.04 of where it stopped: a jitter, not a stall
+    for i, stall in enumerate(((0.5, 0.2), (0.5, 0.0), None, (0.52, 0.1))):  # the third reached, or was preempted
+        answers.on_ended(answers.generation, bytes([i]), reached_or_stalled=True, now=float(i), stall=stall)
+    assert answers.stalled_below == (0.52, pytest.approx(0.42)) and answers.stalled_above is None
+    assert answers.jammed(floor=0.03) is None
+    answers.on_ended(answers.generation, b"open", reached_or_stalled=True, now=5.0, stall=(0.9, 1.2))  # elsewhere
+    assert answers.jammed(floor=0.03) is None  # stalled above at 0.9, below at 0.52: it moved between them
+    answers.on_ended(answers.generation, b"again", reached_or_stalled=True, now=6.0, stall=(0.53, 0.6))
+    assert answers.jammed(floor=0.03) == (0.53, pytest.approx(0.42), pytest.approx(0.07))
+    assert answers.jammed(floor=0.08) is None  # 0.07 short of its goal: within the floor, no stall
     earlier = answers.generation
     answers.begin()
-    answers.on_ended(earlier, b"late", reached_or_stalled=True, now=6.0, short=-0.2)
-    answers.on_ended(answers.generation, b"new", reached_or_stalled=True, now=6.0, short=0.2)
-    assert answers.stalled_both_ways(over=0.01) is None
+    answers.on_ended(earlier, b"late", reached_or_stalled=True, now=7.0, stall=(0.5, 0.2))
+    answers.on_ended(answers.generation, b"new", reached_or_stalled=True, now=7.0, stall=(0.5, 0.8))
+    assert answers.jammed(floor=0.03) is None and answers.stalled_below is None

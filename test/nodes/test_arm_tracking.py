@@ -11,6 +11,7 @@ import pytest
 from rclpy.node import Node
 
 from oxygen_ros.control.arm.action_queue import ActionQueue
+from oxygen_ros.control.arm.jaw_answers import JawAnswers
 from oxygen_ros.control.arm.joint_limits import JointLimit
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
@@ -29,7 +30,7 @@ class Arm:
         self.position, self.gripper_column, self.holds, self.clock = np.array(measured), gripper_column, [], 10.0
         self.read_at: float | None = None  # when the position was read (None: now)
         self.gripper = SimpleNamespace(holds=0, refused=0, unanswered_s=lambda: 0.0, command=lambda *_, **__: None,
-                                       stalled_both_ways=lambda over: None,
+                                       jammed=lambda floor: None,
                                        target="/gripper_controller/gripper_cmd")  # fmt: skip
         self.tolerances = {"max_tracking_error": np.full(3, 0.3)}  # instruction_node's default for every joint
 
@@ -263,40 +264,64 @@ def test_a_gripper_that_refuses_its_goals_ends_the_goal_with_the_arm_held(ros_co
         node.destroy_node()
 
 
-SILENT = ("/gripper_controller/gripper_cmd kept a goal 2.5 s without saying it reached its position or stalled (is "
-          "its controller active?)")  # fmt: skip
-BOTH_WAYS = ("/gripper_controller/gripper_cmd stalled it 0.200 short of a goal above where it stood and 0.150 short of "
-             "one below (what a jaw holds stops it one way only: are its motors on?)")  # fmt: skip
-
-
-@pytest.mark.parametrize(("went", "stood_s", "stalled", "why"), [
-    (0.0, 2.5, None, SILENT),  # never moved while a goal stood 2.5 s without a word: a controller switched off
-    (0.0, 0.0, None, ""),  # never moved, but no goal stood past the stall timeout unanswered: a grip (or goals replaced)
-    (0.15, 2.5, None, ""),  # moved over 2% of its 6 rad range (0.12), then stopped: a grip
-    (0.0, 0.0, (0.15, 0.2), BOTH_WAYS),  # never moved, goals stalled short both ways over 0.12: its motors off
-    (0.0, 0.0, (0.1, 0.2), ""),  # stalled short below by under 0.12: that far, a jitter or the object it holds
-    (0.15, 0.0, (0.15, 0.2), ""),  # stalled both ways after it moved: it moved
+@pytest.mark.parametrize(("went", "stood_s", "unmoved"), [
+    (0.0, 2.5, True),  # never moved while a goal stood 2.5 s without a word: a controller switched off
+    (0.0, 0.0, False),  # never moved, but no goal stood past the stall timeout unanswered: a grip (or goals replaced)
+    (0.15, 2.5, False),  # moved over 2% of its 6 rad range (0.12), then stopped: a grip
 ])  # fmt: skip
-def test_a_jaw_that_never_moved_while_its_controller_said_nothing_or_stalled_it_both_ways_is_named(
-        ros_context, went, stood_s, stalled, why):  # fmt: skip
+def test_a_jaw_that_never_moved_while_its_controller_said_nothing_is_named_at_the_goals_end(ros_context, went,
+                                                                                           stood_s, unmoved):
     """The arm stands still as its plan has it; the plan's first jaw target is 0.2 from where the jaw was read (a
     jaw may jump there). A jaw on its own controller may stall on what it holds after any distance, so only one that
-    never moved makes the goal's motion not happen, and only while a goal of ours stood past the controller's stall
-    timeout without its saying reached or stalled (``GripperIO.unanswered_s``) or while the controller stalled goals
-    short of their positions on both sides of where the jaw stood (``GripperIO.stalled_both_ways``): what a jaw
-    holds stops it one way only."""
+    never moved, while a goal of ours stood past the controller's stall timeout without its saying reached or
+    stalled (``GripperIO.unanswered_s``), makes the goal's motion not happen."""
     node = Node("arm_unmoved_jaw_test", context=ros_context)
     try:
         arm, run, plan = Arm([0.0, 0.0, 0.0], gripper_column=2), Run(), planned([[0.0, 0.0, 0.2], [0.0, 0.0, 0.2]])
         arm.gripper.unanswered_s = lambda: stood_s
-        arm.gripper.stalled_both_ways = lambda over: stalled if stalled and min(stalled) > over else None
         vla = VlaArm(node, arm, SETTINGS)
         for t in (10.0, 10.1, 10.2):
             arm.clock, arm.position = t, np.array([0.0, 0.0, went * (t > 10.0)])
             vla.tick(run, plan)
         assert run.running
-        expected = f"the gripper did not move: its plan took jaw 0.200 from where it was, it went 0.000, and {why}"
-        assert vla.unmoved(plan) == (expected if why else "")
+        why = ("the gripper did not move: its plan took jaw 0.200 from where it was, it went 0.000, and "
+               "/gripper_controller/gripper_cmd kept a goal 2.5 s without saying it reached its position or stalled "
+               "(is its controller active?)")  # fmt: skip
+        assert vla.unmoved(plan) == (why if unmoved else "")
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize(("below", "above", "jammed"), [
+    ((0.5, 0.3), (0.5, 0.9), True),  # stalled 0.2 short closing and 0.4 short opening, both at 0.5: motors off
+    ((0.5, 0.3), None, False),  # closing only: what it holds
+    ((0.5, 0.3), (1.2, 1.5), False),  # stalled opening elsewhere: it moved between them
+    ((0.5, 0.4), (0.5, 0.6), False),  # 0.1 short each way: under 2% of its 6 rad range (0.12), not a stall of note
+])  # fmt: skip
+def test_a_jaw_its_controller_stalls_both_ways_at_one_place_ends_the_goal_with_the_arm_held(ros_context, below,
+                                                                                           above, jammed):
+    """What the jaw's controller said of our gripper goals (``JawAnswers``: the newest stall below and above, each
+    (where the jaw stopped, the goal's position)): a goal stalled short below where the jaw stopped and one above,
+    both over 2% of its range, at one place, end the goal at the next period with the arm held, naming the jaw and
+    what to check; stalls one way only, or at places apart, do not."""
+    node = Node("arm_jammed_jaw_test", context=ros_context)
+    try:
+        arm, run, plan = Arm([0.0, 0.0, 0.5], gripper_column=2), Run(), planned([[0.0, 0.0, 0.5], [0.0, 0.0, 0.5]])
+        answers = JawAnswers()
+        answers.begin()
+        for key, stall in enumerate((below, above)):
+            if stall is not None:
+                answers.on_ended(answers.generation, bytes([key]), reached_or_stalled=True, now=10.0, stall=stall)
+        arm.gripper.jammed = answers.jammed
+        vla = VlaArm(node, arm, SETTINGS)
+        vla.tick(run, plan)
+        if not jammed:
+            assert run.running and not arm.holds
+            return
+        assert run.ended == (ErrorCode.ABORTED, "the gripper cannot move: /gripper_controller/gripper_cmd stalled jaw "
+                             "at 0.500, 0.400 short of a goal above and 0.200 short of one below (what a jaw holds stops "
+                             "it one way only: are its motors on, is gripper_max_effort enough?), the arm holds")
+        assert len(arm.holds) == 1
     finally:
         node.destroy_node()
 

@@ -4,8 +4,8 @@ reached) and the jaw turns toward the new position; a cancel stops it where it i
 joint. The instruction node refuses a gripper_joint_names that is not one action joint, naming the parameter. The
 same through ParallelGripperCommand, the action of parallel_gripper_controllers (Jazzy on; the only one from
 Kilted). What a real jaw meets: an object stalls it (GripperActionController's two ends of a stall) one way, motors
-switched off stall it both ways, a switched-off controller takes goals and ends none, a refusing one is counted in a row; our gripper client reads each as the
-instruction goal's outcome needs it."""
+switched off stall it both ways, a switched-off controller takes goals and ends none, a refusing one is counted in a
+row; our gripper client reads each as the instruction goal's outcome needs it."""
 
 import time
 from collections.abc import Iterator
@@ -166,7 +166,7 @@ def test_a_jaw_closing_on_an_object_stalls_as_gripper_action_controller_says(ros
     """Something between the jaws at 0.5 stops a jaw closing from 1.0 toward 0.0 there; after stall_timeout still,
     the goal ends stalled, not reached: ABORTED, or SUCCEEDED with allow_stalling (check_for_success's two ends).
     Our gripper client hears it: its controller answered, stalling our goal 0.5 short below where the jaw stopped
-    and none above (an object stops a jaw one way only). Opening, the jaw leaves the object freely."""
+    at 0.5 and none above (an object stops a jaw one way only). Opening, the jaw leaves the object freely."""
     with _jaw_at(ros_context, SPEED, initial_position=1.0, object_position=0.5, stall_timeout=0.3,
                  allow_stalling=allow_stalling) as jaw:  # fmt: skip
         node = Node("gripper_stall_test", context=ros_context)
@@ -177,8 +177,8 @@ def test_a_jaw_closing_on_an_object_stalls_as_gripper_action_controller_says(ros
             gripper.command(LOWER, gripper.holds)
             wait_until(lambda: gripper._answers.answered, 5.0, "the controller saying it stalled")
             assert jaw.states[-1].position[0] == pytest.approx(0.5, abs=1e-9)
-            assert gripper._answers.short_below == pytest.approx(0.5, abs=1e-9) and gripper._answers.short_above == 0
-            assert gripper.stalled_both_ways(0.01) is None
+            assert gripper._answers.stalled_below == (pytest.approx(0.5, abs=1e-9), pytest.approx(0.5, abs=1e-9))
+            assert gripper._answers.stalled_above is None and gripper.jammed(0.01) is None
             out = send_goal(jaw, GripperCommand, ACTION, _goal(LOWER)).result(timeout=10.0)
             assert out.status == (GoalStatus.STATUS_SUCCEEDED if allow_stalling else GoalStatus.STATUS_ABORTED)
             assert out.result.stalled and not out.result.reached_goal
@@ -189,7 +189,8 @@ def test_a_jaw_closing_on_an_object_stalls_as_gripper_action_controller_says(ros
 
 def test_a_jaw_whose_motors_are_off_stalls_goals_on_both_sides(ros_context):
     """`torque` false (motors off, the controller running): our goals above and below where the jaw stands both end
-    stalled, the jaw never moving, and our client finds how far short of each it stalled."""
+    stalled, the jaw never moving, and our client finds the jaw jammed where it stands, and how far short of each
+    goal."""
     with _jaw_at(ros_context, SPEED, stall_timeout=0.2, initial_position=1.2, torque=False) as jaw:
         node = Node("gripper_torque_test", context=ros_context)
         gripper = _gripper(node)
@@ -197,10 +198,10 @@ def test_a_jaw_whose_motors_are_off_stalls_goals_on_both_sides(ros_context):
             wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
             gripper.begin()
             seen = len(jaw.states)
-            for position, side in ((0.9, "short_below"), (1.4, "short_above")):
+            for position, side in ((0.9, "stalled_below"), (1.4, "stalled_above")):
                 gripper.command(position, gripper.holds)
-                wait_until(lambda side=side: getattr(gripper._answers, side) > 0, 5.0, f"stalled ({side})")
-            assert gripper.stalled_both_ways(0.01) == pytest.approx((0.3, 0.2), abs=1e-9)
+                wait_until(lambda side=side: getattr(gripper._answers, side) is not None, 5.0, side)
+            assert gripper.jammed(0.01) == pytest.approx((1.2, 0.3, 0.2), abs=1e-9)
             assert all(state.position[0] == 1.2 for state in jaw.states[seen:])
             assert gripper.unanswered_s() == 0.0 and gripper.refused == 0  # a controller that runs
 

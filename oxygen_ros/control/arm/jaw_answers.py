@@ -1,6 +1,6 @@
 """What a gripper controller said of one instruction goal's gripper goals, for the goal's outcome: how many it refused
-in a row, how long one of ours stood with the controller saying nothing of it, and how far short of their positions
-it stalled goals on either side of where the jaw stopped.
+in a row, how long one of ours stood with the controller saying nothing of it, and where it last stalled a goal
+below and one above where the jaw stopped.
 
 A GripperActionController that is active ends a goal whose jaw stopped short of its position once it stood still for
 the controller's stall_timeout (stalled: ABORTED, or SUCCEEDED with allow_stalling), and one that got there as
@@ -8,8 +8,12 @@ reached; a deactivated one keeps its action server (made in on_activate, left by
 ends none. Both restart their stall timer at each goal they take (a newer one preempts the older), so only a goal
 that stood (until replaced or ended) well past stall_timeout with no word tells a switched-off controller from one
 whose jaw holds something while the model's jaw position keeps moving (a working one leaves a goal that long
-unanswered only while its jaw moves). Answers to an earlier instruction goal's gripper goals
-(its ``generation``) count for nothing here. Plain bookkeeping: its owner locks and brings the clock.
+unanswered only while its jaw moves). A working controller whose jaw's motors are off (torque disabled, an
+overload shutdown, an emergency stop's safe torque off) says stalled of every goal short of where the jaw stands:
+stalls on one side are what a jaw holding something says (an object stops it closing), a goal stalled short below
+and one above at the same place are a jaw that moves neither way there (``jammed``). Answers to an earlier
+instruction goal's gripper goals (its ``generation``) count for nothing here. Plain bookkeeping: its owner locks and
+brings the clock.
 """
 
 from dataclasses import dataclass
@@ -22,14 +26,14 @@ class JawAnswers:
     answered: bool = False  # a goal of ours reached its position or stalled: the controller runs
     standing: tuple[bytes, float] | None = None  # our newest taken goal not yet ended, and when it was taken
     longest: float = 0.0  # the longest a goal of ours stood unended before a newer one replaced it, s
-    short_below: float = 0.0  # the farthest a goal of ours that stalled was below where the jaw stopped
-    short_above: float = 0.0  # and above it
+    stalled_below: tuple[float, float] | None = None  # the newest goal of ours stalled below where the jaw stopped:
+    stalled_above: tuple[float, float] | None = None  # (where it stopped, how far short), and the newest above it
 
     def begin(self) -> None:
         """A new instruction goal: counts start afresh, and answers to the earlier one's goals are dropped."""
         self.generation += 1
         self.refused, self.answered, self.standing, self.longest = 0, False, None, 0.0
-        self.short_below = self.short_above = 0.0
+        self.stalled_below = self.stalled_above = None
 
     def on_refused(self, generation: int) -> None:
         if generation == self.generation:
@@ -44,15 +48,21 @@ class JawAnswers:
             self.longest = max(self.longest, now - self.standing[1])
         self.standing = (key, now)
 
-    def on_ended(self, generation: int, key: bytes, reached_or_stalled: bool, now: float, short: float = 0.0) -> None:
+    def on_ended(self, generation: int, key: bytes, reached_or_stalled: bool, now: float,
+                 stall: tuple[float, float] | None = None) -> None:  # fmt: skip
         """Goal ``key`` ended at ``now`` (a result came): it no longer stands, and how long it stood without a word
         counts as a replaced one's does (another client's goal preempting ours says nothing of the controller);
-        ``reached_or_stalled``: the controller runs; ``short``: a stalled goal's position less where the jaw
-        stopped."""
+        ``reached_or_stalled``: the controller runs; ``stall``: a stalled goal's (where the jaw stopped, the goal's
+        position)."""
         if generation != self.generation:
             return
         self.answered |= reached_or_stalled
-        self.short_below, self.short_above = max(self.short_below, -short), max(self.short_above, short)
+        if stall is not None:
+            where, position = stall
+            if position < where:
+                self.stalled_below = (where, where - position)
+            elif position > where:
+                self.stalled_above = (where, position - where)
         if self.standing is not None and self.standing[0] == key:
             self.longest = max(self.longest, now - self.standing[1])
             self.standing = None
@@ -65,7 +75,10 @@ class JawAnswers:
         stood = max(self.longest, now - self.standing[1] if self.standing is not None else 0.0)
         return stood if stood > over_s else 0.0
 
-    def stalled_both_ways(self, over: float) -> tuple[float, float] | None:
-        """(below, above): how far short of their positions goals of ours stalled on each side of where the jaw
-        stopped, when both are over ``over``; else None."""
-        return (self.short_below, self.short_above) if min(self.short_below, self.short_above) > over else None
+    def jammed(self, floor: float) -> tuple[float, float, float] | None:
+        """(where, below, above) when the newest goals of ours stalled below and above where the jaw stopped were
+        each over ``floor`` short, where the jaw stopped within ``floor`` of each other; else None."""
+        if self.stalled_below is None or self.stalled_above is None:
+            return None
+        (low_at, below), (high_at, above) = self.stalled_below, self.stalled_above
+        return (high_at, below, above) if min(below, above) > floor and abs(high_at - low_at) <= floor else None
