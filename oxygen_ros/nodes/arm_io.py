@@ -460,10 +460,23 @@ class ArmIO:
         """Why the controller, by its own word, plays our trajectories otherwise than they are checked ('' = it
         does not, or cannot tell: ``ControllerCheck``), within ``answer_wait_s``; ``limits``: the action joints',
         which say the joints that turn freely."""
-        turns = turning(limits)
-        free = [self.names[i] for i in self._arm_columns if turns[i]]
         reported = not self._no_velocity(self.arm_names).all()
-        return await self.controller.misconfigured(self.arm_names, free, reported, self._settings["answer_wait_s"])
+        return await self.controller.misconfigured(self.arm_names, self._turning(limits), reported,
+                                                   self._settings["answer_wait_s"])  # fmt: skip
+
+    def check_ahead(self) -> None:
+        """Start reading what ``misconfigured`` will ask of the controller (``ControllerCheck.read_ahead``), for the
+        limits known now (none yet: it reads then)."""
+        try:
+            limits = self.limits()
+        except EngineError:
+            return
+        self.controller.read_ahead(self.arm_names, self._turning(limits), self._settings["answer_wait_s"])
+
+    def _turning(self, limits: list[JointLimit]) -> list[str]:
+        """The trajectory's joints that turn freely (no position limits)."""
+        turns = turning(limits)
+        return [self.names[i] for i in self._arm_columns if turns[i]]
 
     def forget_fault(self) -> None:
         """A new goal starts: what ended an earlier one's trajectory is not its fault."""

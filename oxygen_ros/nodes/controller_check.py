@@ -1,7 +1,8 @@
 """Whether the arm's controller plays our trajectories as the instruction node checks them, by the controller's own
-word: its parameters, read before each goal moves the arm (``controller_params``; ``control.arm.controller_setup``
-says where it starts a trajectory and whether it wraps each freely turning joint), and, where it starts from its
-command, that command as it publishes it (``controller_command``). What cannot be read is taken on the user's word
+word: its parameters, read before each goal moves the arm (``controller_params``, the read started while the model
+computes the goal's first chunk: ``read_ahead``; ``control.arm.controller_setup`` says where it starts a trajectory
+and whether it wraps each freely turning joint), and, where it starts from its command, that command as it publishes
+it (``controller_command``). What cannot be read is taken on the user's word
 (``controller_starts_from``), with a warning once for each reason in turn.
 """
 
@@ -11,10 +12,12 @@ import numpy as np
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
+from rclpy.task import Future
 
 from oxygen_ros.control.arm.controller_setup import asked, disagreement, setup_of
 from oxygen_ros.nodes.controller_command import ControllerCommand
 from oxygen_ros.nodes.controller_params import ControllerParams
+from oxygen_ros.nodes.future_wait import wait
 
 
 class ControllerCheck:
@@ -28,6 +31,7 @@ class ControllerCheck:
         # its command, where it starts a trajectory while no plan of ours plays: read only where that is needed
         self.command = ControllerCommand(node, clock) if claimed == "commanded" else None
         self._warned: dict[str, str] = {}  # the last text of each warning
+        self._ahead: Future | None = None  # a read started ahead of the goal's check (``read_ahead``)
 
     def command_of(self, joints: tuple[str, ...], timeout_s: float) -> tuple[np.ndarray, np.ndarray] | None:
         """Where the controller commands ``joints`` now and how fast (``ControllerCommand.now``); None when it did not
@@ -38,13 +42,23 @@ class ControllerCheck:
         if self.command is not None:
             self.command.follow("")
 
+    def read_ahead(self, joints: tuple[str, ...], turning_joints: list[str], wait_s: float) -> None:
+        """Start reading what ``misconfigured`` asks of the controller now, so that it finds the answer read: the
+        goal's first inference and the read overlap (a first goal, or one after the controller was reloaded, would
+        otherwise wait for the read between its first chunk's answer and the arm). Any thread the executor runs."""
+        if self._ahead is None or self._ahead.done():
+            self._ahead = self._node.executor.create_task(self._params.read, asked(joints, turning_joints), wait_s)
+
     def controllers(self) -> list[str]:
         return self._params.controllers()
 
     async def misconfigured(self, joints: tuple[str, ...], turning_joints: list[str], velocity_reported: bool,
                             wait_s: float) -> str:  # fmt: skip
         """Why the controller plays trajectories of ``joints`` otherwise than they are checked ('' = it does not, or
-        it cannot tell); ``velocity_reported``: the driver reports the joints' velocity. Waits up to ``wait_s``."""
+        it cannot tell); ``velocity_reported``: the driver reports the joints' velocity. Waits up to ``wait_s`` (and
+        up to that for a read ahead still under way, whose answer it then finds kept)."""
+        if self._ahead is not None and not self._ahead.done():
+            await wait(self._node, self._ahead, wait_s)
         controller, values, why = await self._params.read(asked(joints, turning_joints), wait_s)
         setup = setup_of(values, joints, turning_joints) if values is not None else None
         if self.command is not None:

@@ -144,6 +144,8 @@ class InstructionNode(TaskActionNode[Stream]):
         """Ask for actions once: the answer decides between the model's action head and the controller. The probe
         has no deadline (the first chunk may take its time; steps already due are dropped from it)."""
         state, origin = self._snapshot_or_none()
+        if self.arm.configured:  # the controller's parameters are read while the model answers (``_arm_plan``)
+            self.arm.check_ahead()
         observed_at, asked = self.arm.now(), time.monotonic()
         probe = await self.infer.call(self._actions_request(run.task_id, goal.instruction, 0.0, state))
         infer_s = time.monotonic() - asked  # the model's time alone: the controller's check below is not inference

@@ -408,6 +408,24 @@ def test_the_controllers_own_parameters_say_where_it_starts_a_trajectory(arm, cl
     io._client.destroy()
 
 
+def test_the_controllers_parameters_are_read_ahead_while_the_model_answers(arm):
+    """check_ahead starts the read (instruction_node: before the goal's first chunk is asked for); the check that
+    follows while it is under way waits for it and answers from what it read: the controller is asked once."""
+    io = arm_io_of(arm, {"controller_starts_from": "measured"})
+    params, reads = io.controller._params, []
+    ask = params._ask
+
+    async def counted(*args):
+        reads.append(args[1])
+        return await ask(*args)
+
+    params._ask = counted
+    io.check_ahead()
+    assert run_on(arm, io.misconfigured(io.limits())) == ""
+    assert len(reads) == 1 and "state_interfaces" in reads[0]
+    io._client.destroy()
+
+
 def test_the_state_interfaces_are_position_and_velocity_or_position_only():
     for wrong in (["velocity"], ["position", "effort"], ["position", "position"]):
         with pytest.raises(ValueError, match=r"parameter state_interfaces must be \[position\] or \[position, "
