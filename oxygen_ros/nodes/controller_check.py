@@ -6,6 +6,7 @@ it (``controller_command``). What cannot be read is taken on the user's word
 (``controller_starts_from``), with a warning once for each reason in turn.
 """
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -39,6 +40,8 @@ class ControllerCheck:
         return self.command.now(joints, timeout_s) if self.command is not None else None
 
     def destroy(self) -> None:
+        if self._ahead is not None:
+            self._ahead.cancel()  # (a goal preparing as the node goes)
         if self.command is not None:
             self.command.follow("")
 
@@ -55,11 +58,13 @@ class ControllerCheck:
     async def misconfigured(self, joints: tuple[str, ...], turning_joints: list[str], velocity_reported: bool,
                             wait_s: float) -> str:  # fmt: skip
         """Why the controller plays trajectories of ``joints`` otherwise than they are checked ('' = it does not, or
-        it cannot tell); ``velocity_reported``: the driver reports the joints' velocity. Waits up to ``wait_s`` (and
-        up to that for a read ahead still under way, whose answer it then finds kept)."""
+        it cannot tell); ``velocity_reported``: the driver reports the joints' velocity. Waits up to ``wait_s`` in
+        all, first for a read ahead still under way (whose answer it then finds kept)."""
+        deadline = time.monotonic() + wait_s
         if self._ahead is not None and not self._ahead.done():
             await wait(self._node, self._ahead, wait_s)
-        controller, values, why = await self._params.read(asked(joints, turning_joints), wait_s)
+        left = max(deadline - time.monotonic(), 0.0)
+        controller, values, why = await self._params.read(asked(joints, turning_joints), left)
         setup = setup_of(values, joints, turning_joints) if values is not None else None
         if self.command is not None:
             self.command.follow(f"{controller}/controller_state" if setup is not None and setup.from_command else "")

@@ -13,13 +13,11 @@ holds) and is only logged. What the goal's outcome needs of the jaw is kept per 
 instruction node ends the goal at ``max_missed_chunks``), how long one of ours stood with the controller saying
 nothing of it (a deactivated GripperActionController takes goals and ends none), and where it last stalled a goal
 below and one above where the jaw stopped (a jaw whose motors are off stalls both ways at one place, one holding
-something one way only). A hold sends nothing more (a
-position decided before it is dropped) but cancels nothing: a GripperActionController answers a cancel by commanding
-the jaw's measured position at its default effort, which takes the squeeze off whatever the jaw holds, so the last
-goal keeps its grip.
+something one way only). A hold sends nothing more (a position decided before it is dropped) but cancels nothing:
+a GripperActionController answers a cancel by commanding the jaw's measured position at its default effort, which
+takes the squeeze off whatever the jaw holds, so the last goal keeps its grip.
 """
 
-import math
 import threading
 
 from action_msgs.msg import GoalStatus
@@ -153,7 +151,7 @@ class GripperIO:
     def _on_result(self, key: bytes, response, generation: int, position: float) -> None:
         result, now = response.result, self._now()
         where = gripper_actions.result_position(self._action, result)
-        stall = (where, position) if result.stalled and math.isfinite(where) else None
+        stall = (where, position) if result.stalled else None
         with self._lock:
             newest = key == self._newest  # an older goal ends because ours preempted it
             self._answers.on_ended(generation, key, bool(result.reached_goal or result.stalled), now, stall)

@@ -13,11 +13,11 @@ What a real jaw meets, settable at run time: something between the jaws (`object
 `lower`, as the SO-100's jaw closes), and a goal whose jaw has not moved for `stall_timeout` short of its position
 ends stalled, as GripperActionController's check_for_success ends it (ABORTED, or SUCCEEDED with `allow_stalling`;
 not reached either way); motors switched off (`torque` false: torque disabled, an emergency stop's safe torque off)
-leave the controller running and the jaw still, so every goal short of where it stands stalls; a controller switched off (`active` false, as `ros2 control switch_controllers
---deactivate` leaves it) keeps its action server, which takes goals (a newer one still preempts) while nothing moves
-the jaw and no goal ends. Switched on again it holds the jaw where it is (on_activate's command) and the goal it
-kept ends ABORTED, not reached (the real controller's new action server never answers it: ended here so no client
-waits forever).
+leave the controller running and the jaw still, so every goal short of where it stands stalls; a controller switched
+off (`active` false, as `ros2 control switch_controllers --deactivate` leaves it) keeps its action server, which
+takes goals (a newer one still preempts) while nothing moves the jaw and no goal ends. Switched on again it holds the
+jaw where it is (on_activate's command) and the goal it kept ends ABORTED, not reached (the real controller's new
+action server never answers it: ended here so no client waits forever).
 """
 
 import math

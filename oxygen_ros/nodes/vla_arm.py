@@ -19,10 +19,9 @@ plan); ``max_missed_chunks`` in a row end the goal (DEADLINE_EXCEEDED for late c
 stale joint states, a controller fault (our goal aborted, preempted by another client or cancelled by someone else) or
 an arm over ``max_tracking_error`` from its plan at any period (a controller that dropped or stalled the trajectory)
 end it at once with the arm held, and so do ``max_missed_chunks`` gripper goals refused in a row and a jaw its
-controller stalled both ways at one place (motors off); a goal that never
-got a chunk to the arm does not succeed, nor one whose arm (or jaw) never moved as planned (``unmoved``). The result
-counts chunks sent and missed, underruns, and the p50 / p99 latency from reading the inputs to the controller taking
-the trajectory.
+controller stalled both ways at one place (motors off); a goal that never got a chunk to the arm does not succeed,
+nor one whose arm (or jaw) never moved as planned (``unmoved``). The result counts chunks sent and missed, underruns,
+and the p50 / p99 latency from reading the inputs to the controller taking the trajectory.
 """
 
 import math
@@ -337,10 +336,10 @@ class VlaArm:
         """Every period: end the goal, holding the arm (from where it is measured; with no stop when the controller
         gave the arm to another client: ``Fault``), on a controller fault, gripper goals refused in a row or a jaw
         that cannot move (``_jammed``), a controller slowed below the plan's speed (``ArmIO.slowed``) or stale joint
-        states; count underruns and a chunk past due that has not come (a
-        hung server is a miss, not a wait); hand a gripper on its own controller its planned position
-        ``send_lead_s`` ahead (its last one, settled, once the plan ends sooner), once the arm's controller has taken
-        the plan (a jaw must not close on rows the arm's controller then refuses)."""
+        states; count underruns and a chunk past due that has not come (a hung server is a miss, not a wait); hand a
+        gripper on its own controller its planned position ``send_lead_s`` ahead (its last one, settled, once the
+        plan ends sooner), once the arm's controller has taken the plan (a jaw must not close on rows the arm's
+        controller then refuses)."""
         fault = self.arm.take_fault()
         if fault:  # the controller stopped playing the plan: the arm is not where the plan has it (blocked, taken)
             self.hold(plan, where_it_is=True, stop=not fault.taken_over)

@@ -1,7 +1,10 @@
 """What the instruction goal's outcome reads of a gripper controller's answers (``control.arm.jaw_answers``): a goal
 of ours stands from when it was taken until a newer one replaces it or a result ends it, and the longest stand
-without a word counts; one word of reached or stalled means the controller runs; refusals count in a row; answers
-to an earlier instruction goal's gripper goals count for nothing."""
+without a word counts; one word of reached or stalled means the controller runs; refusals count in a row; goals
+stalled below and above the jaw at one place, none reaching its position between, are a jaw that cannot move;
+answers to an earlier instruction goal's gripper goals count for nothing."""
+
+import math
 
 import pytest
 
@@ -52,25 +55,36 @@ def test_refusals_count_in_a_row_and_an_earlier_goals_answers_count_for_nothing(
     assert answers.refused == 0 and answers.unanswered_s(4.5, over_s=2.0) == 2.5
 
 
-
-def test_a_jaw_stalled_below_and_above_at_one_place_is_jammed_one_way_or_apart_is_not():
+def test_a_jaw_stalled_below_and_above_at_one_place_with_none_reached_between_is_jammed():
     """A jaw closing on what it holds stalls short below where it stopped, however often; opening it, nothing stops
     it. The newest goal stalled below and the newest above, each over the floor short, the jaw stopping within the
-    floor of one place both times: it moves neither way there. A result with no stall says nothing of it, and an
-    earlier instruction goal's stalls count for nothing."""
+    floor of one place both times and no goal reaching its position between: it moves neither way there. A preempted
+    goal says nothing of it, nor a stall whose result names no position; an earlier instruction goal's stalls count
+    for nothing."""
     answers = JawAnswers()
     answers.begin()
-    for i, stall in enumerate(((0.5, 0.2), (0.5, 0.0), None, (0.52, 0.1))):  # the third reached, or was preempted
-        answers.on_ended(answers.generation, bytes([i]), reached_or_stalled=True, now=float(i), stall=stall)
+
+    def ended(stall: tuple[float, float] | None, reached_or_stalled: bool = True, generation: int | None = None):
+        answers.on_ended(answers.generation if generation is None else generation, b"goal", reached_or_stalled,
+                         now=0.0, stall=stall)  # fmt: skip
+
+    for stall in ((0.5, 0.2), (0.5, 0.0), (0.52, 0.1)):  # (where it stopped, the goal): closing on what it holds
+        ended(stall)
     assert answers.stalled_below == (0.52, pytest.approx(0.42)) and answers.stalled_above is None
     assert answers.jammed(floor=0.03) is None
-    answers.on_ended(answers.generation, b"open", reached_or_stalled=True, now=5.0, stall=(0.9, 1.2))  # elsewhere
-    assert answers.jammed(floor=0.03) is None  # stalled above at 0.9, below at 0.52: it moved between them
-    answers.on_ended(answers.generation, b"again", reached_or_stalled=True, now=6.0, stall=(0.53, 0.6))
+    ended(None, reached_or_stalled=False)  # preempted
+    ended((0.9, 1.2))  # stalled opening at 0.9: it moved between the two
+    assert answers.jammed(floor=0.03) is None
+    ended((0.53, 0.6))
     assert answers.jammed(floor=0.03) == (0.53, pytest.approx(0.42), pytest.approx(0.07))
-    assert answers.jammed(floor=0.08) is None  # 0.07 short of its goal: within the floor, no stall
+    assert answers.jammed(floor=0.08) is None  # 0.07 short of its goal: within the floor, no stall of note
+    ended(None)  # a goal reached its position: the stalls before it are no jam
+    assert (answers.stalled_below, answers.stalled_above) == (None, None)
+    ended((0.5, 0.8))
+    ended((math.nan, 0.2))  # a ParallelGripperCommand result naming no position
+    assert answers.stalled_below is None and answers.jammed(floor=0.03) is None
     earlier = answers.generation
     answers.begin()
-    answers.on_ended(earlier, b"late", reached_or_stalled=True, now=7.0, stall=(0.5, 0.2))
-    answers.on_ended(answers.generation, b"new", reached_or_stalled=True, now=7.0, stall=(0.5, 0.8))
+    ended((0.5, 0.2), generation=earlier)
+    ended((0.5, 0.8))
     assert answers.jammed(floor=0.03) is None and answers.stalled_below is None

@@ -319,8 +319,8 @@ def test_a_jaw_its_controller_stalls_both_ways_at_one_place_ends_the_goal_with_t
             assert run.running and not arm.holds
             return
         assert run.ended == (ErrorCode.ABORTED, "the gripper cannot move: /gripper_controller/gripper_cmd stalled jaw "
-                             "at 0.500, 0.400 short of a goal above and 0.200 short of one below (what a jaw holds stops "
-                             "it one way only: are its motors on, is gripper_max_effort enough?), the arm holds")
+                             "at 0.500, 0.400 short of a goal above and 0.200 short of one below (what a jaw holds "
+                             "stops it one way only: are its motors on, is gripper_max_effort enough?), the arm holds")
         assert len(arm.holds) == 1
     finally:
         node.destroy_node()

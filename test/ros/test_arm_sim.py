@@ -32,6 +32,7 @@ from oxygen_ros.control.arm.safety import SafeTargets
 from oxygen_ros.nodes import arm_io, gripper_io
 from oxygen_ros.nodes.arm_io import NAME_LISTS, NUMBER_LISTS, ArmIO
 from oxygen_ros.nodes.arm_sim import PREEMPTED, REACHED, SO100_JOINTS, ArmSim, check_interfaces, main
+from oxygen_ros.nodes.future_wait import wait
 
 ACTION = "/arm_controller/follow_joint_trajectory"
 Result = FollowJointTrajectory.Result
@@ -410,19 +411,25 @@ def test_the_controllers_own_parameters_say_where_it_starts_a_trajectory(arm, cl
 
 def test_the_controllers_parameters_are_read_ahead_while_the_model_answers(arm):
     """check_ahead starts the read (instruction_node: before the goal's first chunk is asked for); the check that
-    follows while it is under way waits for it and answers from what it read: the controller is asked once."""
+    follows while it is under way waits for it, asking nothing itself, and answers from what it read."""
     io = arm_io_of(arm, {"controller_starts_from": "measured"})
-    params, reads = io.controller._params, []
+    params, reads, gate = io.controller._params, [], Future()
     ask = params._ask
 
-    async def counted(*args):
+    async def held(*args):  # the controller's answer held until the check is under way
         reads.append(args[1])
+        await wait(arm.client, gate, 10.0)
         return await ask(*args)
 
-    params._ask = counted
+    params._ask = held
     io.check_ahead()
-    assert run_on(arm, io.misconfigured(io.limits())) == ""
-    assert len(reads) == 1 and "state_interfaces" in reads[0]
+    wait_until(lambda: reads, 10.0, "the read ahead asking")
+    check = arm.client.executor.create_task(io.misconfigured(io.limits()))
+    time.sleep(0.3)
+    assert not check.done() and len(reads) == 1  # waiting for the read ahead
+    gate.set_result(None)
+    wait_until(check.done, 10.0, "the check")
+    assert check.result() == "" and len(reads) == 1 and "state_interfaces" in reads[0]
     io._client.destroy()
 
 

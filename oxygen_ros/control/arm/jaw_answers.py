@@ -26,8 +26,10 @@ class JawAnswers:
     answered: bool = False  # a goal of ours reached its position or stalled: the controller runs
     standing: tuple[bytes, float] | None = None  # our newest taken goal not yet ended, and when it was taken
     longest: float = 0.0  # the longest a goal of ours stood unended before a newer one replaced it, s
-    stalled_below: tuple[float, float] | None = None  # the newest goal of ours stalled below where the jaw stopped:
-    stalled_above: tuple[float, float] | None = None  # (where it stopped, how far short), and the newest above it
+    # since the last goal of ours that reached its position: the newest stalled below where the jaw stopped (where it
+    # stopped, how far short), and the newest above it
+    stalled_below: tuple[float, float] | None = None
+    stalled_above: tuple[float, float] | None = None
 
     def begin(self) -> None:
         """A new instruction goal: counts start afresh, and answers to the earlier one's goals are dropped."""
@@ -52,20 +54,22 @@ class JawAnswers:
                  stall: tuple[float, float] | None = None) -> None:  # fmt: skip
         """Goal ``key`` ended at ``now`` (a result came): it no longer stands, and how long it stood without a word
         counts as a replaced one's does (another client's goal preempting ours says nothing of the controller);
-        ``reached_or_stalled``: the controller runs; ``stall``: a stalled goal's (where the jaw stopped, the goal's
-        position)."""
+        ``reached_or_stalled``: the controller runs; ``stall``: a stalled goal's (where the jaw stopped, NaN where
+        the result does not say, the goal's position); reached_or_stalled without it: reached."""
         if generation != self.generation:
             return
         self.answered |= reached_or_stalled
+        if self.standing is not None and self.standing[0] == key:
+            self.longest = max(self.longest, now - self.standing[1])
+            self.standing = None
         if stall is not None:
             where, position = stall
             if position < where:
                 self.stalled_below = (where, where - position)
             elif position > where:
                 self.stalled_above = (where, position - where)
-        if self.standing is not None and self.standing[0] == key:
-            self.longest = max(self.longest, now - self.standing[1])
-            self.standing = None
+        elif reached_or_stalled:  # the jaw got to a position: the stalls before it are no jam
+            self.stalled_below = self.stalled_above = None
 
     def unanswered_s(self, now: float, over_s: float) -> float:
         """The longest a goal of ours stood with no word from the controller (``now`` for one still standing), when
@@ -76,8 +80,9 @@ class JawAnswers:
         return stood if stood > over_s else 0.0
 
     def jammed(self, floor: float) -> tuple[float, float, float] | None:
-        """(where, below, above) when the newest goals of ours stalled below and above where the jaw stopped were
-        each over ``floor`` short, where the jaw stopped within ``floor`` of each other; else None."""
+        """(where, below, above) when the newest goals of ours stalled below and above where the jaw stopped, with none
+        reaching its position since, were each over ``floor`` short, where the jaw stopped within ``floor`` of each
+        other; else None."""
         if self.stalled_below is None or self.stalled_above is None:
             return None
         (low_at, below), (high_at, above) = self.stalled_below, self.stalled_above
