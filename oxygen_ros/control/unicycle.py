@@ -34,6 +34,13 @@ def command(pose: Pose2D, goal: tuple[float, float], max_linear: float, max_angu
     return min(max_linear, DISTANCE_GAIN * math.hypot(dx, dy)) * math.cos(error), angular
 
 
+def top_speed(max_linear: float, clearance_m: float, unseen_s: float) -> float:
+    """The fastest forward speed whose travel over ``unseen_s`` (the odometry's age at a replan, since the obstacle
+    readings are placed at its pose, plus the replan period) stays within ``clearance_m``, and no faster than
+    ``max_linear``: an obstacle the check found just past the clearance is not reached before the next check."""
+    return min(max_linear, clearance_m / unseen_s) if unseen_s > 0 else max_linear
+
+
 def within_bulge(linear: float, angular: float, period_s: float, bulge_m: float) -> float:
     """``linear`` slowed so that one ``period_s`` of the arc (``linear``, ``angular``) strays at most ``bulge_m``
     beside the straight line ahead, the corridor the obstacle check clears: an arc of radius v / w through the angle

@@ -11,6 +11,7 @@ FramePacer the thread holds language steps that would delay a chunk an action st
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -26,6 +27,7 @@ from oxygen_ros.errors import EngineError, ErrorCode
 T = TypeVar("T")
 TextCallback = Callable[[str, int], None]  # (text added since the last call, tokens generated so far)
 _MIN_DEADLINE_S = 1e-9  # a deadline already over while the request waited: the engine answers it at once
+CANCELLED_EARLY_KEPT = 1024  # ids cancelled before their request reached the engine thread, kept for it
 STATS_MAX_AGE_S = 0.1  # during pure decode the stats snapshot is retaken at most this often (see _publish)
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,9 @@ class AsyncEngine:
         self._stopping = False
         self._futures: dict[str, tuple[Future[RequestOutput], float]] = {}  # engine thread only: (future, inbox ms)
         self._streams: dict[str, _Stream] = {}  # engine thread only: requests whose text is streamed
+        # engine thread only: ids cancelled before their request reached this thread (a caller's cancel may overtake
+        # its submit, which compiles a grammar first): the request is answered CANCELLED when it comes
+        self._cancelled_early: OrderedDict[str, None] = OrderedDict()
         self._completed = 0
         self._generated_tokens = 0
         self._errors: dict[str, int] = {}
@@ -76,8 +81,19 @@ class AsyncEngine:
         return future
 
     def abort(self, request_id: str) -> None:
-        """Cancel a request (its future completes with CANCELLED); unknown or finished ids are ignored."""
-        self._post(lambda: self._abort(request_id, ErrorCode.CANCELLED, "cancelled by the caller"))
+        """Cancel a request (its future completes with CANCELLED), also one whose submit has not reached the engine
+        thread yet (the latest CANCELLED_EARLY_KEPT such ids are kept); finished ids are ignored."""
+        self._post(lambda: self._cancel(request_id))
+
+    def _cancel(self, request_id: str) -> None:
+        if not request_id:  # a request without an id cannot be named again
+            return
+        if request_id in self.engine.requests or request_id in self._futures:
+            self._abort(request_id, ErrorCode.CANCELLED, "cancelled by the caller")
+            return
+        self._cancelled_early[request_id] = None  # (or finished: its id never comes again)
+        while len(self._cancelled_early) > CANCELLED_EARLY_KEPT:
+            self._cancelled_early.popitem(last=False)
 
     def abort_task(self, task_id: str) -> Future[int]:
         """Cancel every request of ``task_id`` submitted so far (a goal ended: its narration is no longer wanted);
@@ -183,9 +199,12 @@ class AsyncEngine:
                 stream: "_Stream | None" = None) -> None:  # fmt: skip
         """The time a request waited in the inbox (behind a running step) counts: its deadline started at the
         caller's submit, and its queue and latency times include the wait."""
-        if greq.want_actions and self.pacer is not None:
-            self.pacer.action_arrived(greq.task_id, arrival, greq.deadline_s)
         waited_s = time.perf_counter() - arrival
+        if greq.request_id in self._cancelled_early:
+            del self._cancelled_early[greq.request_id]
+            self._complete(future, waited_s * 1e3, error_output(greq, ErrorCode.CANCELLED, "cancelled by the caller "
+                                                                "before it reached the engine"))  # fmt: skip
+            return
         if greq.deadline_s > 0:
             greq = replace(greq, deadline_s=max(greq.deadline_s - waited_s, _MIN_DEADLINE_S))
         try:
@@ -198,6 +217,8 @@ class AsyncEngine:
             self._last_error = f"submit: {type(exc).__name__}: {exc}"
             self._complete(future, waited_s * 1e3, error_output(greq, ErrorCode.INTERNAL, self._last_error))
             return
+        if greq.want_actions and self.pacer is not None:  # (a request refused above asks for no chunks)
+            self.pacer.action_arrived(greq.task_id, arrival, greq.deadline_s)
         self._futures[request_id] = (future, waited_s * 1e3)
         if stream is not None:
             stream.text = self.engine.requests[request_id].detokenizer
@@ -243,6 +264,12 @@ class AsyncEngine:
             if pending is None:
                 return
             out = RequestOutput(request_id=request_id, task_id="", task_type="")
+        except Exception as exc:  # freeing its blocks failed: its caller is answered all the same, then it is raised
+            if pending is not None:
+                failed = RequestOutput(request_id=request_id, task_id="", task_type="")
+                failed.error_code, failed.message = ErrorCode.INTERNAL, f"abort: {type(exc).__name__}: {exc}"
+                self._complete(*pending, failed)
+            raise
         if pending is not None:
             out.error_code, out.message = code, message
             self._complete(*pending, out)

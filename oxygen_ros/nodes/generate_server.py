@@ -7,6 +7,7 @@ the pieces add up to the result's text exactly (the request's ``IncrementalDetok
 within one decode step, CANCELLED, its KV blocks freed.
 """
 
+import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future as ConcurrentFuture
@@ -34,20 +35,38 @@ class GenerateServer:
     def __init__(self, node: Any, serving: Serving, wait: Callable[[ConcurrentFuture], Awaitable[Any]],
                  callback_group: Any) -> None:  # fmt: skip
         self._serving, self._wait = serving, wait
+        self._lock = threading.Lock()  # a cancel and its goal's start run on different executor threads
         self._requests: dict[bytes, tuple[AsyncEngine, str]] = {}  # goal id -> (engine, request id), while running
+        self._cancelled: set[bytes] = set()  # goals cancelled before their request was made, while they execute
         # deep queues (a flood of goals from several task nodes must not lose any) and results kept as task nodes do
         self.server = ActionServer(node, Generate, "oxygen/generate", execute_callback=self._execute,
                                    goal_callback=lambda _: GoalResponse.ACCEPT, cancel_callback=self._cancel,
                                    callback_group=callback_group, **ACTION_SERVER_QOS)  # fmt: skip
 
     def _cancel(self, goal_handle: ServerGoalHandle) -> CancelResponse:
-        running = self._requests.get(bytes(goal_handle.goal_id.uuid))
+        """The engine aborts the goal's request (also one whose submit it has not seen yet); a goal whose request is
+        not made yet is marked, and ends CANCELLED without it (rclpy marks the goal cancelling only after this
+        returns, so the goal's own check could miss it)."""
+        key = bytes(goal_handle.goal_id.uuid)
+        with self._lock:
+            running = self._requests.get(key)
+            if running is None:
+                self._cancelled.add(key)
         if running is not None:
             engine, request_id = running
             engine.abort(request_id)
         return CancelResponse.ACCEPT
 
     async def _execute(self, goal_handle: ServerGoalHandle) -> Generate.Result:
+        key = bytes(goal_handle.goal_id.uuid)
+        try:
+            return await self._generate(goal_handle, key)
+        finally:
+            with self._lock:  # every accepted goal executes: what its cancel marked goes with it
+                self._requests.pop(key, None)
+                self._cancelled.discard(key)
+
+    async def _generate(self, goal_handle: ServerGoalHandle, key: bytes) -> Generate.Result:
         goal = goal_handle.request
         result = Generate.Result()
         engine, resolve, settings, state = self._serving()
@@ -59,21 +78,18 @@ class GenerateServer:
             greq = convert.generate_request(goal, observation, settings.sampling_defaults(), settings.max_prompt_chars)
         except EngineError as exc:
             return _end(goal_handle, result, exc.code, exc.message)
-        greq.request_id = f"generate-{uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))}"
-        key = bytes(goal_handle.goal_id.uuid)
-        self._requests[key] = (engine, greq.request_id)
+        greq.request_id = f"generate-{uuid.UUID(bytes=key)}"
+        with self._lock:
+            self._requests[key] = (engine, greq.request_id)
+            cancelled = key in self._cancelled
 
         def on_text(piece: str, tokens: int) -> None:
             if piece:
                 goal_handle.publish_feedback(Generate.Feedback(text=piece, generated_tokens=tokens))
 
-        try:
-            if goal_handle.is_cancel_requested:
-                return _end(goal_handle, result, ErrorCode.CANCELLED, "cancelled before it started")
-            out: RequestOutput = await self._wait(engine.submit(greq, on_text=on_text,
-                                                                text_every=goal.feedback_every or 1))  # fmt: skip
-        finally:
-            self._requests.pop(key, None)
+        if cancelled or goal_handle.is_cancel_requested:
+            return _end(goal_handle, result, ErrorCode.CANCELLED, "cancelled before it started")
+        out: RequestOutput = await self._wait(engine.submit(greq, on_text=on_text, text_every=goal.feedback_every or 1))
         convert.fill_generate_result(result, out, observation)
         if out.error_code is None:
             goal_handle.succeed()

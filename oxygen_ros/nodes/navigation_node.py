@@ -56,6 +56,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
 from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
 from rclpy.task import Future
 from rclpy.timer import Timer
 
@@ -123,11 +124,13 @@ class NavigationNode(TaskActionNode[Trip]):
         self._transforms = Transforms(self, self.settings["transform_tolerance_s"])
         self._nav2 = Nav2Handoff(self, self.settings["nav2_action"], self.group)
         self._sources = obstacle_sources.configured(self, self.settings, self.frame, self._transforms, self.group)
-        self._commanding = False  # the last goal was driven here (not by nav2): its end sends a zero Twist
         self._handoff: Trip | None = None  # the last goal handed to nav2
+        self._nav2_loose = ""  # why nav2 may still drive a goal of ours ('' = none: every one ended or its cancel seen)
         odom_topic = self.settings["odom_topic"]
         self._odom_name = self.resolve_topic_name(odom_topic)  # the full name, as messages quote it
-        self.create_subscription(Odometry, odom_topic, self._on_odom, 10, callback_group=self.group)
+        # best effort takes a reliable publisher's (diff_drive_controller) and a best-effort driver's alike
+        self.create_subscription(Odometry, odom_topic, self._on_odom, qos_profile_sensor_data,
+                                 callback_group=self.group)  # fmt: skip
         self._stamped = self.settings["cmd_vel_stamped"]
         self._cmd_vel = self.create_publisher(velocity.command_type(self._stamped), self.settings["cmd_vel_topic"], 10)
         self._plan = self.create_publisher(Path, "plan", 1)
@@ -190,10 +193,10 @@ class NavigationNode(TaskActionNode[Trip]):
         if mode == "always" and not nav2:
             run.end(ErrorCode.UNAVAILABLE, f"no nav2 server on {self._nav2.name} within {wait_s:g} s")
             return None
-        if nav2 and self._handoff is not None:  # the goal before: nav2 must have its cancel first, or bt_navigator
-            await self.settle(self._handoff)  # cancelling it would end this goal's too (it checks cancels first)
-        if not nav2:
-            problem = await self._builtin_driver_problem(mode)
+        if self._handoff is not None:  # the goal before: nav2 must have its cancel first, or bt_navigator cancelling
+            await self.settle(self._handoff)  # it would end this goal's too (it checks cancels first); and our driver
+        if not nav2:  # must not command the base beside a nav2 that may still drive
+            problem = await self._builtin_driver_problem(mode) or self._nav2_loose
             if problem:
                 self._send(Twist())  # whatever commanded the base before, nothing here lets it move now
                 run.end(ErrorCode.FAILED_PRECONDITION, problem)
@@ -263,7 +266,6 @@ class NavigationNode(TaskActionNode[Trip]):
 
     def start(self, trip: Trip) -> list[Timer]:
         settings = current(self, PARAMETERS)
-        self._commanding = not trip.nav2
         self.executor.create_task(self._reason, trip)
         if trip.nav2:
             answer_s = settings["service_wait_s"]
@@ -302,9 +304,14 @@ class NavigationNode(TaskActionNode[Trip]):
         if trip.handoff is None:
             return ""
         done, problem = await wait(self, trip.handoff, trip.handoff_s)
-        if done and self._handoff is trip:
-            self._handoff = None  # over: the next goal waits for nothing
-        return problem if done else f"nav2's goal was not seen to end within {trip.handoff_s:g} s: it may still drive"
+        if not done:
+            problem = f"nav2's goal was not seen to end within {trip.handoff_s:g} s: it may still drive"
+        if self._handoff is trip:  # until a later goal of ours is nav2's (it replaces that one) or the node restarts
+            self._nav2_loose = f"the built-in driver would command the base beside nav2 ({problem}): stop nav2's " \
+                "goal and send this one to nav2, or restart this node" if problem else ""  # fmt: skip
+            if done:
+                self._handoff = None  # over: the next goal waits for nothing
+        return problem
 
     def finish(self, trip: Trip, result: Navigate.Result) -> None:
         result.distance_remaining = trip.distance  # NaN when no odometry ever arrived: unknown, not "arrived"
@@ -399,9 +406,11 @@ class NavigationNode(TaskActionNode[Trip]):
         code, why, may_turn = self._stop_reason(odom_age, tf_problem, settings, now_ns)
         cmd = Twist()
         if code is None or may_turn:
-            # one replan period of motion stays within the clearance, whatever max_linear_mps is set to (the period
-            # of this goal's timer: a rate changed since does not shorten it)
-            top = min(settings["max_linear_mps"], settings["safety_clearance_cm"] / 100.0 * trip.replan_hz)
+            # the motion the obstacle check has not seen stays within the clearance, whatever max_linear_mps is set
+            # to: since the odometry's pose the readings are placed at (its age) and until the next replan (the
+            # period of this goal's timer: a rate changed since does not shorten it)
+            top = unicycle.top_speed(settings["max_linear_mps"], settings["safety_clearance_cm"] / 100.0,
+                                     odom_age + 1.0 / trip.replan_hz)  # fmt: skip
             linear, angular = unicycle.command(odom.pose, target, top, settings["max_angular_rps"])
             # and turning while it drives, it stays within the corridor the obstacle check clears
             linear = unicycle.within_bulge(linear, angular, 1.0 / trip.replan_hz, obstacles.SIDE_MARGIN_M)

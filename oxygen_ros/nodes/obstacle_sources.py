@@ -191,7 +191,10 @@ class DepthSource(_Points):
         stride = obstacles.depth_stride(msg.height, msg.width)
         pixels = rows.view(dtype.newbyteorder(">" if msg.is_bigendian else "<"))[::stride, ::stride]
         depth = pixels.astype(np.float32) * metres
-        if np.count_nonzero(np.isfinite(depth) & (depth > 0)) < MIN_VALID_SHARE * depth.size:
+        # a depth, or REP 117's -inf (too close to measure: a covered lens is an obstacle, not a clear view); +inf
+        # (nothing in range) counts for nothing here: a camera looking ahead sees the floor
+        seen = np.count_nonzero((depth == -np.inf) | (np.isfinite(depth) & (depth > 0)))
+        if seen < MIN_VALID_SHARE * depth.size:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"fewer than {MIN_VALID_SHARE:.0%} of its pixels have "
                               "a depth: a blind image (covered, or facing the void)")  # fmt: skip
         fx, fy, cx, cy = info.k[0], info.k[4], info.k[2], info.k[5]

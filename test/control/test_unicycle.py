@@ -9,6 +9,14 @@ from oxygen_ros.perception.detect import DetectedObstacle
 from oxygen_ros.perception.scene import RobotPose
 
 
+def test_the_top_speed_keeps_the_travel_the_obstacle_check_has_not_seen_within_the_clearance():
+    """Odometry 20 ms old at a 5 Hz replan: 0.25 m over 0.22 s; odometry 0.5 s old (input_timeout_s): over 0.7 s;
+    never over max_linear_mps."""
+    assert math.isclose(unicycle.top_speed(10.0, 0.25, 0.02 + 0.2), 0.25 / 0.22)
+    assert math.isclose(unicycle.top_speed(1.0, 0.25, 0.5 + 0.2), 0.25 / 0.7)
+    assert unicycle.top_speed(0.3, 0.25, 0.22) == 0.3
+
+
 def test_turns_in_place_when_facing_away_and_drives_when_facing_the_goal():
     linear, angular = unicycle.command(Pose2D(0.0, 0.0, math.pi), (1.0, 0.0), 0.3, 1.0)
     assert linear == 0.0 and abs(angular) == 1.0

@@ -124,6 +124,41 @@ def test_abort_frees_blocks_at_once(serving):
     _assert_pool_clean(engine)
 
 
+def test_a_cancel_that_overtakes_its_submit_cancels_the_request_when_it_comes(serving):
+    """A caller's cancel may reach the engine thread before its submit (the submit compiles a grammar on the caller's
+    thread first): the request is answered CANCELLED when it comes, holding nothing; other ids are untouched, and a
+    request without an id is never cancelled by an abort of ''."""
+    engine = serving()
+    engine.abort("early")
+    engine.abort("")
+    out = engine.submit(_request("a long answer", tokens=2000, request_id="early")).result(TIMEOUT)
+    assert (out.error_code, out.generated_tokens) == (ErrorCode.CANCELLED, 0) and "before it reached" in out.message
+    assert engine.submit(_request("the next one", request_id="later")).result(TIMEOUT).ok
+    assert engine.submit(_request("no id at all")).result(TIMEOUT).ok
+    _assert_pool_clean(engine)
+
+
+def test_an_abort_that_fails_still_answers_its_caller(serving):
+    """Freeing a request's blocks raises (a bug: a double free): its caller is answered INTERNAL all the same, not
+    left waiting, and the engine recovers as from any failed command."""
+    engine = serving()
+    future = engine.submit(_request("a long answer", tokens=2000, request_id="long"))
+    _wait_until(lambda: engine.stats().pool.used_blocks > 0, "the request holds blocks")
+    real = engine.engine.abort
+
+    def broken(request_id: str):
+        raise RuntimeError("double free")
+
+    engine.engine.abort = broken
+    try:
+        engine.abort("long")
+        out = future.result(TIMEOUT)
+    finally:
+        engine.engine.abort = real
+    assert out.error_code == ErrorCode.INTERNAL and out.message == "abort: RuntimeError: double free"
+    assert engine.submit(_request("the next one")).result(TIMEOUT).ok
+
+
 class FaultyLlama(LlamaModel):
     """The real tiny Llama, plus a switch that makes its next forward pass raise (a fault inside engine.step)."""
 

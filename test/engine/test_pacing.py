@@ -3,6 +3,7 @@ steps that would still run when the next chunk is due; on the engine thread (Asy
 it) a 10 Hz action stream from another thread keeps its deadline while language decodes, with the same text."""
 
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from oxygen_ros.bench.pacing_suite import language_requests, serve_stream
 from oxygen_ros.bench.robot_frames import robot_frames
 from oxygen_ros.engine.async_engine import AsyncEngine
 from oxygen_ros.bench.frames import FrameDriver, Mode
+from oxygen_ros.errors import ErrorCode
 from oxygen_ros.engine.pacing import COALESCE_S, STALE_PERIODS, STEP_MEMORY, FramePacer
 
 TIMEOUT = 120
@@ -110,6 +112,21 @@ def test_paced_engine_thread_keeps_an_action_stream_on_time_while_language_decod
         for a, b in zip(paced.chunks, unpaced.chunks, strict=True)
         if b.ok
     )
+
+
+def test_a_chunk_request_the_engine_refuses_starts_no_stream(pi05_tiny, one_torch_thread):
+    """An action request refused at submit (here: an empty prompt) asks for no chunks: the pacer keeps no stream for
+    it that would hold language steps back for its deadline."""
+    engine = AsyncEngine(make_engine(pi05_tiny), pacer=FramePacer(steps_per_frame=1))
+    try:
+        frame = robot_frames([0], max_new_tokens=1, images=0, seed=3)[0]
+        refused = engine.submit(replace(frame.actions[0], prompt="", deadline_s=3600.0)).result(TIMEOUT)
+        assert refused.error_code == ErrorCode.INVALID_ARGUMENT, refused.message
+        assert engine.call(lambda _: dict(engine.pacer._streams)).result(TIMEOUT) == {}
+        assert engine.submit(frame.actions[0]).result(TIMEOUT).ok
+        assert engine.call(lambda _: list(engine.pacer._streams)).result(TIMEOUT) == [frame.actions[0].task_id]
+    finally:
+        engine.shutdown(TIMEOUT)
 
 
 def test_a_stream_that_stops_does_not_stall_language(pi05_tiny, one_torch_thread):

@@ -43,3 +43,13 @@ def test_without_odometry_nothing_can_be_placed_and_time_going_back_forgets_the_
     history.add(Odom(Pose2D(1.0, 0.0, 0.0), S, S))  # a bag restarted: older stamps, the poses before are gone
     with pytest.raises(TransformUnavailable):
         history.shift(np.zeros((1, 3)), S // 2)
+
+
+def test_one_stamp_twice_keeps_the_history():
+    """Two odometry messages with one stamp (sim time: both in one /clock step) are no clock going back: the poses
+    before stay, and a reading from before them is still placed."""
+    history = OdometryHistory()
+    history.add(Odom(Pose2D(0.0, 0.0, 0.0), 0, 0))
+    history.add(Odom(Pose2D(0.1, 0.0, 0.0), S // 10, S // 10))
+    history.add(Odom(Pose2D(0.1, 0.0, 0.0), S // 10, S // 10))
+    np.testing.assert_allclose(history.shift(np.array([[1.0, 0.0, 0.0]]), 0), [[0.9, 0.0, 0.0]], atol=1e-12)

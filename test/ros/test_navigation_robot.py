@@ -60,6 +60,7 @@ class Base(Node):
         self.broadcasting = self.scanning = self.odometry = True
         self.obstacles: list[tuple[float, float]] = []  # (x, y) in base_link, seen by the laser
         self.wall_ahead_m: float | None = None  # what the depth camera sees besides the floor
+        self.too_close = False  # the depth camera's upper half too close to measure (REP 117's -inf)
         self._command = (0.0, 0.0)
         self._odom = self.create_publisher(Odometry, "/odom", 10)
         self._camera = self.create_publisher(Image, "/camera/image_raw", qos_profile_sensor_data)
@@ -105,13 +106,16 @@ class Base(Node):
 
     def _depth_image(self, header: Header) -> Image:
         """32FC1: the floor 30 cm below the camera (rows under the horizon), NaN above it (no return), and a wall
-        ``wall_ahead_m`` ahead of base_link filling the view where it is nearer than the floor."""
+        ``wall_ahead_m`` ahead of base_link filling the view where it is nearer than the floor; with ``too_close``
+        the upper half -inf (REP 117: something nearer than the camera measures)."""
         fx, fy, cx, cy = DEPTH_K
         rows = np.arange(48, dtype=np.float32)[:, None] - cy
         with np.errstate(divide="ignore"):
             depth = np.where(rows > 0, DEPTH_IN_BASE.translation[2] * fy / rows, np.nan) * np.ones((1, 64), np.float32)
         if self.wall_ahead_m is not None:
             depth = np.fmin(depth, self.wall_ahead_m - DEPTH_IN_BASE.translation[0])
+        if self.too_close:
+            depth[: depth.shape[0] // 2] = -np.inf
         data = depth.astype("<f4").tobytes()
         return Image(header=header, height=48, width=64, encoding="32FC1", step=64 * 4, data=data)
 
@@ -304,6 +308,23 @@ def test_a_depth_camera_stops_the_base_for_a_wall_and_not_for_the_floor(robot):
         assert abs(ahead - gap - 20) <= 1 and 10 <= gap <= 20, stop.reasoning
     finally:
         base.wall_ahead_m = None
+        goal.cancel()
+    assert goal.result().status == GoalStatus.STATUS_CANCELED
+
+
+def test_a_depth_camera_too_close_to_measure_stops_the_base(robot):
+    """The upper half of the depth image -inf (REP 117: something nearer than the camera can measure, a hand over the
+    lens, a box against it) while its lower half still sees the floor: an obstacle at the camera, not a clear way."""
+    base = robot["base"]
+    goal = navigate(robot, "depth", base.x + 2.0, base.y, frame_id="odom")
+    wait_until(lambda: goal.feedback and goal.feedback[-1].cmd.linear.x > 0, 10.0, "driving over the floor it sees")
+    base.too_close = True
+    try:
+        wait_until(lambda: goal.feedback[-1].reasoning.startswith("safety stop"), 5.0, "a safety stop")
+        stop = goal.feedback[-1]
+        assert stop.cmd.linear.x == 0.0 and "depth image on /depth/image_raw" in stop.reasoning, stop.reasoning
+    finally:
+        base.too_close = False
         goal.cancel()
     assert goal.result().status == GoalStatus.STATUS_CANCELED
 
@@ -528,15 +549,16 @@ def test_a_node_destroyed_while_driving_leaves_the_base_standing(robot):
 
 
 @contextmanager
-def driving_through_own_nav2(robot, namespace: str):
-    """A navigation node in ``namespace`` with a nav2 stand-in of its own (waiting until cancelled) that has taken
-    its goal: (node, stand-in, goal); both removed after (the stand-in unless the test removed it)."""
+def driving_through_own_nav2(robot, namespace: str, mode: str = "always"):
+    """A navigation node in ``namespace`` (``mode``: its nav2 parameter) with a nav2 stand-in of its own (waiting
+    until cancelled) that has taken its goal: (node, stand-in, goal); both removed after (the stand-in unless the
+    test removed it)."""
     action = f"/{namespace}/navigate_to_pose"
     nav2 = StandInNav2(robot["context"], action)
     nav2.ending = "wait"
     node = NavigationNode(context=robot["context"], namespace=namespace, cli_args=inference_at("/"),
                           parameter_overrides=[Parameter(k, value=v) for k, v in
-                                               (WIRING | {"nav2": "always", "nav2_action": action}).items()])  # fmt: skip
+                                               (WIRING | {"nav2": mode, "nav2_action": action}).items()])  # fmt: skip
     executor = robot["executor"]
     executor.add_node(nav2)
     executor.add_node(node)
@@ -566,6 +588,19 @@ def test_a_nav2_that_goes_away_mid_goal_ends_it_unavailable(robot):
     assert out.status == GoalStatus.STATUS_ABORTED
     assert out.result.message == "nav2's /vanishing/navigate_to_pose went away during the goal; nav2 did not confirm " \
         "the cancel of its goal after 3 requests (no answer within 1 s): it may still drive the base"  # fmt: skip
+
+
+def test_after_a_nav2_that_may_still_drive_the_built_in_driver_does_not_drive_beside_it(robot):
+    """nav2 went away mid-goal, its cancel never confirmed (a discovery glitch may hide a nav2 still driving): the
+    next goal, which auto would give the built-in driver, is refused rather than commanding the base beside nav2."""
+    with driving_through_own_nav2(robot, "loose", mode="auto") as (node, nav2, goal):
+        robot["executor"].remove_node(nav2)
+        nav2.destroy_node()
+        assert goal.result(timeout=15.0).status == GoalStatus.STATUS_ABORTED
+        out = navigate(robot, "loose", robot["base"].x + 0.5, robot["base"].y, frame_id="odom").result(timeout=20.0)
+    assert out.status == GoalStatus.STATUS_ABORTED and out.result.error_code == "FAILED_PRECONDITION"
+    assert out.result.message.startswith("the built-in driver would command the base beside nav2 (nav2 did not "
+                                         "confirm the cancel of its goal after 3 requests"), out.result.message
 
 
 def test_a_cancel_nav2_refuses_is_asked_again_and_named_in_the_result(robot):

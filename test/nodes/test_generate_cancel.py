@@ -1,0 +1,53 @@
+"""A Generate goal cancelled before its request is made: rclpy marks a goal cancelling only once the cancel callback
+returned, and the goal's request is made on another executor thread, so the goal's own check can miss the cancel;
+the server marks it, and the goal ends CANCELLED without the request ever reaching the engine."""
+
+import asyncio
+from types import SimpleNamespace
+
+from rclpy.action import CancelResponse
+from rclpy.node import Node
+
+from oxygen_ros.action import Generate
+from oxygen_ros.engine.sampling_params import SamplingParams
+from oxygen_ros.nodes.generate_server import GenerateServer
+
+
+class Handle:
+    """What the server reads and calls of a rclpy goal handle, cancel not marked yet."""
+
+    def __init__(self) -> None:
+        self.goal_id = SimpleNamespace(uuid=bytes(range(16)))
+        self.request = Generate.Goal(prompt="what is on the table?")
+        self.is_cancel_requested, self.ended = False, ""
+
+    def canceled(self) -> None:
+        self.ended = "canceled"
+
+    def abort(self) -> None:
+        self.ended = "aborted"
+
+
+class Engine:
+    def __init__(self) -> None:
+        self.submitted: list = []
+
+    def submit(self, greq, **_):
+        self.submitted.append(greq)
+        raise AssertionError("a cancelled goal's request was submitted")
+
+
+def test_a_goal_cancelled_before_its_request_is_made_never_reaches_the_engine(ros_context):
+    node = Node("generate_cancel_test", context=ros_context)
+    try:
+        engine = Engine()
+        settings = SimpleNamespace(max_prompt_chars=1000, sampling_defaults=SamplingParams)
+        server = GenerateServer(node, lambda: (engine, lambda goal: None, settings, "active"), None, None)
+        handle = Handle()
+        assert server._cancel(handle) == CancelResponse.ACCEPT
+        result = asyncio.run(server._execute(handle))
+        assert (handle.ended, result.error_code, engine.submitted) == ("canceled", "CANCELLED", [])
+        assert server._cancelled == set() and server._requests == {}  # nothing kept of the goal
+        server.server.destroy()
+    finally:
+        node.destroy_node()
