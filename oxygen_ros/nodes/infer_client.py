@@ -109,8 +109,8 @@ class InferClient:
         if self._cancel.service_is_ready():
             self._cancel.call_async(CancelTask.Request(task_id=task_id))
 
-    async def ask_about(self, request: Infer.Request, frame: LatestFrame,
-                        on_text: TextCallback | None = None) -> Infer.Response:  # fmt: skip
+    async def ask_about(self, request: Infer.Request, frame: LatestFrame, on_text: TextCallback | None = None,
+                        cancelled: Callable[[], bool] = lambda: False) -> Infer.Response:  # fmt: skip
         """``request`` about ``frame``'s newest observation. A model that reads images gets the frame's images inline
         and no scene text: the engine puts them first in the prompt, so every task asking about the frame shares
         its image tokens' KV up to its own words. A text-only model gets the frame by id, so the inference node adds
@@ -119,33 +119,40 @@ class InferClient:
         inline = frame.inline(await self.model.max_images())
         if inline:
             request.observation = inline
-            return await self.call(request, on_text)
+            return await self.call(request, on_text, cancelled)
         observation_id = frame.observation_id()
         request.observation_id = observation_id
-        response = await self.call(request, on_text)
+        response = await self.call(request, on_text, cancelled)
         if response.error_code == ErrorCode.NOT_FOUND.value and observation_id:
             request.observation_id = ""
-            response = await self.call(request, on_text)
+            response = await self.call(request, on_text, cancelled)
         return response
 
-    async def call(self, request: Infer.Request, on_text: TextCallback | None = None) -> Infer.Response:
+    async def call(self, request: Infer.Request, on_text: TextCallback | None = None,
+                   cancelled: Callable[[], bool] = lambda: False) -> Infer.Response:  # fmt: skip
         """One request; with ``on_text`` its text answer streams through `/oxygen/generate` (actions are not
         streamed) and ``on_text(piece, tokens)`` runs on each feedback, the pieces adding up to the answer (a tail the
-        result overtook is passed on when the result lands)."""
-        if not await self.available(streaming=on_text is not None):
+        result overtook is passed on when the result lands). ``cancelled()`` true (the caller's goal was cancelled):
+        nothing more is asked, a streamed answer is cancelled in the inference node, and the answer is CANCELLED."""
+        ready = await self.available(streaming=on_text is not None)
+        servers = await self._settled() if ready else set()
+        if cancelled():
+            return error(ErrorCode.CANCELLED, "cancelled before it was asked")
+        if not ready:
             return error(ErrorCode.UNAVAILABLE, f"{self.service} is not available (is the inference node running?)")
         if request.want_text and not request.deadline_s:
             request.deadline_s = self.timeout_s
         if not request.robot:  # a fleet's shared inference node tells the robots apart by their namespaces
             request.robot = robot_name(self._node.get_namespace())
-        servers = await self._settled()
 
         def give_up() -> bool:
-            return self._gone(servers)
+            return cancelled() or self._gone(servers)
 
         ok, response = await (self._stream(request, on_text, give_up) if on_text else self._ask(request, give_up))
         if ok:
             return response
+        if cancelled():
+            return error(ErrorCode.CANCELLED, "cancelled while it was answered")
         if self._gone(servers):
             return error(ErrorCode.UNAVAILABLE, f"{self.service} went away while answering (did the inference node die?)")
         return error(ErrorCode.DEADLINE_EXCEEDED, f"{self.service} did not answer within {self.timeout_s:g} s")

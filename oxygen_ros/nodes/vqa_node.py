@@ -20,6 +20,7 @@ know that frame (it just started) is its own latest observation used. A named ob
 import itertools
 import time
 import uuid
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -79,7 +80,8 @@ class VqaNode(Node):
         def relay(piece: str, tokens: int) -> None:
             goal_handle.publish_feedback(AskQuestionAction.Feedback(text=piece, generated_tokens=tokens))
 
-        result = await self._answer(goal_handle.request, AskQuestionAction.Result(), self._task_of(goal_handle), relay)
+        result = await self._answer(goal_handle.request, AskQuestionAction.Result(), self._task_of(goal_handle), relay,
+                                    lambda: goal_handle.is_cancel_requested)  # fmt: skip
         if result.success:
             goal_handle.succeed()
         elif result.error_code == ErrorCode.CANCELLED.value and goal_handle.is_cancel_requested:
@@ -98,8 +100,10 @@ class VqaNode(Node):
         name keeps two robots' questions apart in the shared pool and its per-task KV report."""
         return f"{self.get_fully_qualified_name()}/goal-{uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))}"
 
-    async def _answer(self, request: Any, target: Any, task_id: str, on_text: TextCallback | None = None) -> Any:
-        """Fill ``target`` (the service's response or the action's result) with the answer to ``request``."""
+    async def _answer(self, request: Any, target: Any, task_id: str, on_text: TextCallback | None = None,
+                      cancelled: Callable[[], bool] = lambda: False) -> Any:  # fmt: skip
+        """Fill ``target`` (the service's response or the action's result) with the answer to ``request``; one whose
+        goal is cancelled before or while it is asked (``cancelled``) is CANCELLED."""
         start = time.perf_counter()
         try:
             check_question(request)
@@ -115,9 +119,9 @@ class VqaNode(Node):
             )
             if request.observation_id:  # a named frame: NOT_FOUND when the inference node has no such frame
                 infer.observation_id = request.observation_id
-                out = await self._infer.call(infer, on_text)
+                out = await self._infer.call(infer, on_text, cancelled)
             else:
-                out = await self._infer.ask_about(infer, self.frame, on_text)
+                out = await self._infer.ask_about(infer, self.frame, on_text, cancelled)
         target.success, target.error_code, target.message = out.success, out.error_code, out.message
         target.answer, target.observation_id = out.text.strip(), out.observation_id
         target.reused_prefix_tokens = out.reused_prefix_tokens

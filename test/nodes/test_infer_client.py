@@ -7,12 +7,13 @@ import time
 
 import pytest
 from oxygen_ros.srv import AskQuestion, Infer
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.task import Future
 from ros_harness import spin_nodes, wait_for
 
-from oxygen_ros.nodes.infer_client import SETTLE_S
+from oxygen_ros.nodes.infer_client import SETTLE_S, InferClient
 from oxygen_ros.nodes.vqa_node import VqaNode
 
 INFER_TIMEOUT_S = 30.0
@@ -100,3 +101,29 @@ def test_a_restarted_server_is_asked_only_once_it_had_time_to_match_the_reply_re
         successor.destroy_node()
     assert (out.error_code, len(second)) == ("FAILED_PRECONDITION", 1), out.message
     assert second[0] - appeared >= SETTLE_S, f"asked {second[0] - appeared:.2f} s after the replacement appeared"
+
+
+def test_a_call_whose_goal_is_cancelled_asks_nothing_more_and_answers_cancelled(ros_context):
+    """``cancelled()`` true before the request goes out: nothing reaches `/oxygen/infer`; turning true while a
+    server that never answers holds the request: the call gives up within moments, CANCELLED, not after
+    infer_timeout_s (a VQA goal cancelled before its question reached the inference node, whose own cancel found
+    nothing to cancel there)."""
+    client = Node("infer_client_cancel_test", context=ros_context)
+    received = threading.Event()
+    server = _silent_server(ros_context, received)
+    with spin_nodes(ros_context, client, server) as executor:
+        infer = InferClient(client, ReentrantCallbackGroup(), wait_s=5.0, timeout_s=INFER_TIMEOUT_S)
+        request = lambda: Infer.Request(task_id="t", prompt="Is the path ahead clear?", want_text=True)  # noqa: E731
+        first = wait_for(executor.create_task(infer.call(request(), cancelled=lambda: True)), 10.0)
+        assert (first.error_code, first.message) == ("CANCELLED", "cancelled before it was asked")
+        assert not received.is_set()
+        cancel = threading.Event()
+        asked = executor.create_task(infer.call(request(), cancelled=cancel.is_set))
+        assert received.wait(10), "the question reached /oxygen/infer"
+        cancel.set()
+        start = time.monotonic()
+        second = wait_for(asked, INFER_TIMEOUT_S)
+        elapsed = time.monotonic() - start
+        infer.destroy()
+    assert (second.error_code, second.message) == ("CANCELLED", "cancelled while it was answered")
+    assert elapsed < 2.0, f"answered {elapsed:.1f} s after the cancel"
