@@ -3,10 +3,11 @@ now, and the nearest one in the corridor the robot is about to drive through.
 
 Pure geometry (numpy), as nav2's collision monitor does it for its "stop" polygon: every range reading becomes a
 point (REP 117: -inf, an object too close to measure, counts as one at range_min), every depth pixel (subsampled)
-a 3-D point through the camera's intrinsics (a pixel too close to measure, -inf, one at TOO_CLOSE_M on its ray);
-points are moved into the base frame by the sensor's transform and then by the robot's own motion since the reading
-was taken (nav2's ``base_shift_correction``), so an old reading is placed where the obstacle is now relative to the
-robot; depth points outside [min_height, max_height] above the base (the floor, the ceiling) are dropped.
+a 3-D point through the camera's intrinsics (a pixel with no finite depth is none, as depth_image_proc's cloud
+drops it for nav2: the node judges a view too close to measure as a whole); points are moved into the base frame
+by the sensor's transform and then by the robot's own motion since the reading was taken (nav2's
+``base_shift_correction``), so an old reading is placed where the obstacle is now relative to the robot; depth
+points outside [min_height, max_height] above the base (the floor, the ceiling) are dropped.
 
 The robot is a circle of ``radius`` about the base frame's origin that drives forward (or turns in place). A point
 stops forward motion when it lies in the corridor the circle sweeps (|y| <= radius + SIDE_MARGIN_M) and its
@@ -23,8 +24,6 @@ import numpy as np
 MAX_SCAN_POINTS = 16384  # readings per LaserScan considered (more are refused by the node as malformed)
 MAX_DEPTH_POINTS = 20000  # depth pixels projected per image: the image is subsampled to stay under it
 SIDE_MARGIN_M = 0.05  # the corridor's half-width over the radius: a turning robot's path bulges a little
-TOO_CLOSE_M = 0.1  # a depth pixel too close to measure (-inf) is a point this far along its ray: nearer than any
-# depth camera's minimum range (RealSense D4xx 0.1-0.3 m, ZED 0.3 m), which no message states
 
 
 @dataclass(frozen=True)
@@ -52,14 +51,12 @@ def scan_points(ranges: np.ndarray, angle_min: float, angle_increment: float, ra
 def depth_points(depth_m: np.ndarray, fx: float, fy: float, cx: float, cy: float,
                  max_points: int = MAX_DEPTH_POINTS) -> np.ndarray:  # fmt: skip
     """[N, 3] points in the camera's optical frame (REP 103: x right, y down, z forward) from a depth image in
-    metres, every ``depth_stride``-th pixel in both directions (at most ``max_points`` projected); a pixel too close
-    to measure (REP 117's -inf) is something at TOO_CLOSE_M, pixels without a finite positive depth otherwise (+inf:
-    nothing in range; NaN, 0: no reading) are skipped."""
+    metres, every ``depth_stride``-th pixel in both directions (at most ``max_points`` projected); pixels without a
+    finite positive depth are skipped."""
     height, width = depth_m.shape
     stride = depth_stride(height, width, max_points)
     v, u = np.mgrid[0:height:stride, 0:width:stride]
     z = depth_m[::stride, ::stride].astype(np.float64)
-    z = np.where(z == -np.inf, TOO_CLOSE_M, z)
     valid = np.isfinite(z) & (z > 0)
     z, u, v = z[valid], u[valid], v[valid]
     return np.stack([(u - cx) * z / fx, (v - cy) * z / fy, z], axis=1)

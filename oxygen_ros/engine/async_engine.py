@@ -82,7 +82,8 @@ class AsyncEngine:
 
     def abort(self, request_id: str) -> None:
         """Cancel a request (its future completes with CANCELLED), also one whose submit has not reached the engine
-        thread yet (the latest CANCELLED_EARLY_KEPT such ids are kept); finished ids are ignored."""
+        thread yet (the latest CANCELLED_EARLY_KEPT unknown ids are kept: a finished request's too, so an id must not
+        be submitted again once aborted)."""
         self._post(lambda: self._cancel(request_id))
 
     def _cancel(self, request_id: str) -> None:

@@ -17,6 +17,15 @@ from typing import Any
 
 from rclpy.action import ActionClient as RclpyActionClient
 from rclpy.node import Node
+from rclpy.task import Future
+
+
+def cancel_if_accepted(sending: Future) -> None:
+    """A done callback for a goal's ``send_goal_async`` future nobody waits for any more: a goal the server took
+    after all is cancelled, not left running."""
+    handle = sending.result() if sending.exception() is None else None
+    if handle is not None and handle.accepted:
+        handle.cancel_goal_async()
 
 
 class ActionClient(RclpyActionClient):

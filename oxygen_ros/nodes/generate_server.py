@@ -50,7 +50,7 @@ class GenerateServer:
         key = bytes(goal_handle.goal_id.uuid)
         with self._lock:
             running = self._requests.get(key)
-            if running is None:
+            if running is None and goal_handle.is_active:  # (one that ended already takes nothing from a mark)
                 self._cancelled.add(key)
         if running is not None:
             engine, request_id = running
@@ -101,9 +101,10 @@ class GenerateServer:
 
 
 def _end(goal_handle: ServerGoalHandle, result: Generate.Result, code: ErrorCode, message: str) -> Generate.Result:
-    """A goal that never reached the engine: aborted (or cancelled) with the reason."""
+    """A goal that never reached the engine: aborted (or cancelled) with the reason. rclpy moves a goal to cancelling
+    only once its cancel callback returned: a goal cancelled before that ends aborted, its result CANCELLED."""
     result.success, result.error_code, result.message = False, code.value, message
-    if code == ErrorCode.CANCELLED:
+    if code == ErrorCode.CANCELLED and goal_handle.is_cancel_requested:
         goal_handle.canceled()
     else:
         goal_handle.abort()

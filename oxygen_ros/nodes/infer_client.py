@@ -32,7 +32,7 @@ from rclpy.node import Node
 from oxygen_ros.action import Generate
 from oxygen_ros.errors import ErrorCode
 from oxygen_ros.nodes.fleet import robot_name
-from oxygen_ros.nodes.action_client import ActionClient
+from oxygen_ros.nodes.action_client import ActionClient, cancel_if_accepted
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.latest_frame import LatestFrame
 from oxygen_ros.nodes.qos import ACTION_QUEUES, SERVICE_QUEUE
@@ -174,6 +174,7 @@ class InferClient:
         )
         ok, handle = await wait(self._node, sent, self.timeout_s, give_up)
         if not ok:
+            sent.add_done_callback(cancel_if_accepted)  # a goal taken after all is not left decoding for nobody
             return False, None
         if not handle.accepted:
             return True, error(ErrorCode.FAILED_PRECONDITION, f"{GENERATE} refused the goal")

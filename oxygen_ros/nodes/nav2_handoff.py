@@ -23,7 +23,7 @@ from rclpy.task import Future
 
 from oxygen_ros.errors import ErrorCode
 from oxygen_ros import bounds
-from oxygen_ros.nodes.action_client import ActionClient
+from oxygen_ros.nodes.action_client import ActionClient, cancel_if_accepted
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.goal_run import GoalRun
 
@@ -96,12 +96,6 @@ def _first_of(*futures: Future) -> Future:
     return first
 
 
-def _cancel_if_accepted(sending: Future) -> None:
-    handle = sending.result() if sending.exception() is None else None
-    if handle is not None and handle.accepted:
-        handle.cancel_goal_async()
-
-
 class Nav2Handoff:
     def __init__(self, node: Node, action_name: str, group: CallbackGroup) -> None:
         self._node = node
@@ -121,12 +115,12 @@ class Nav2Handoff:
         return True
 
     async def drive(self, run: GoalRun, target: PoseStamped, relay: Callable[[NavigateToPose.Feedback], None],
-                    answer_s: float) -> str:  # fmt: skip
-        """Send ``target`` to nav2 and end ``run`` with its result; ``relay`` gets each checked feedback. Returns ''
-        or, when nav2 may still be driving a goal it took (a cancel it never confirmed, a handover that failed),
-        what went wrong."""
+                    answer_s: float, taken: Callable[[], None] = lambda: None) -> str:  # fmt: skip
+        """Send ``target`` to nav2 and end ``run`` with its result; ``relay`` gets each checked feedback, ``taken()``
+        runs once nav2 accepted the goal (it replaced any goal nav2 drove). Returns '' or, when nav2 may still be
+        driving a goal it took (a cancel it never confirmed, a handover that failed), what went wrong."""
         try:
-            return await self._drive(run, target, relay, answer_s)
+            return await self._drive(run, target, relay, answer_s, taken)
         except Exception as exc:  # rclpy's calls raise synchronously (a destroyed client, a broken handle)
             why = f"handing the goal to nav2 failed ({type(exc).__name__}: {exc})"
             run.end(ErrorCode.UNAVAILABLE, why)
@@ -134,20 +128,24 @@ class Nav2Handoff:
             return f"{why}: nav2 may still drive"
 
     async def _drive(self, run: GoalRun, target: PoseStamped, relay: Callable[[NavigateToPose.Feedback], None],
-                     answer_s: float) -> str:  # fmt: skip
+                     answer_s: float, taken: Callable[[], None]) -> str:  # fmt: skip
         goal = NavigateToPose.Goal(pose=target)
         sending = self.client.send_goal_async(goal, lambda m: self._relay(m, relay))
         sent, handle = await wait(self._node, sending, answer_s)
         if not sent:  # nav2 may still accept it: then it must not drive a goal nobody watches
             run.end(ErrorCode.UNAVAILABLE, f"nav2 did not answer the goal within {answer_s:g} s")
             late, handle = await wait(self._node, sending, answer_s)  # its answer, to cancel what it took
+            if late and handle.accepted:
+                taken()
+                return await self._cancel(handle, answer_s)
             if late:
-                return await self._cancel(handle, answer_s) if handle.accepted else ""
-            sending.add_done_callback(_cancel_if_accepted)  # later still: cancelled then, once
+                return ""
+            sending.add_done_callback(cancel_if_accepted)  # later still: cancelled then, once
             return f"nav2 had not answered the goal after {2 * answer_s:g} s (a goal it takes later is cancelled then)"
         if not handle.accepted:
             run.end(ErrorCode.FAILED_PRECONDITION, "nav2 rejected the goal (is it active and localized?)")
             return ""
+        taken()
         result = handle.get_result_async()
         vanished = False  # what gave up the wait, as it was seen then (the graph may change again)
 

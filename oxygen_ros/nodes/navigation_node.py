@@ -103,6 +103,7 @@ class Trip:
     watch_s: float = math.inf  # the node's clock still for this long (steady time) stops the base
     handoff: Future | None = None  # nav2's drive (its result: '' or an unconfirmed cancel), when nav2 drives
     handoff_s: float = 0.0  # how long its ending may take once our goal ended: the goal's answer and the cancels
+    nav2_took: bool = False  # nav2 accepted the goal: it replaced whatever nav2 drove before
 
 
 class NavigationNode(TaskActionNode[Trip]):
@@ -269,8 +270,9 @@ class NavigationNode(TaskActionNode[Trip]):
         self.executor.create_task(self._reason, trip)
         if trip.nav2:
             answer_s = settings["service_wait_s"]
+            took = partial(setattr, trip, "nav2_took", True)
             trip.handoff = self.executor.create_task(self._nav2.drive, trip.run, trip.target,
-                                                     partial(self._relay, trip), answer_s)  # fmt: skip
+                                                     partial(self._relay, trip), answer_s, took)  # fmt: skip
             # ended as it starts: the goal's answer, a late one, and every cancel, each within answer_s
             trip.handoff_s = (CANCEL_TRIES + 2) * answer_s + HANDOFF_SLACK_S
             self._handoff = trip
@@ -307,8 +309,11 @@ class NavigationNode(TaskActionNode[Trip]):
         if not done:
             problem = f"nav2's goal was not seen to end within {trip.handoff_s:g} s: it may still drive"
         if self._handoff is trip:  # until a later goal of ours is nav2's (it replaces that one) or the node restarts
-            self._nav2_loose = f"the built-in driver would command the base beside nav2 ({problem}): stop nav2's " \
-                "goal and send this one to nav2, or restart this node" if problem else ""  # fmt: skip
+            if problem:
+                self._nav2_loose = f"the built-in driver would command the base beside nav2 ({problem}): stop " \
+                    "nav2's goal and send this one to nav2, or restart this node"  # fmt: skip
+            elif trip.nav2_took:
+                self._nav2_loose = ""
             if done:
                 self._handoff = None  # over: the next goal waits for nothing
         return problem

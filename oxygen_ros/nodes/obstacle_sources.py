@@ -40,6 +40,7 @@ from oxygen_ros.perception.detect import Detections
 
 # encoding: (pixel type, metres per unit), REP 118
 DEPTH_ENCODINGS = {"16UC1": (np.dtype("u2"), 1e-3), "mono16": (np.dtype("u2"), 1e-3), "32FC1": (np.dtype("f4"), 1.0)}
+MAX_TOO_CLOSE_SHARE = 0.25  # a depth image with more of its pixels too close to measure sees something against it
 MIN_VALID_SHARE = 0.05  # a depth image or scan with fewer valid readings than this share is blind (covered), not clear
 ANGLE_TOLERANCE = 1e-3  # rad: a scan's last bearing may miss its angle_max by one increment (drivers differ) and this
 MAX_FIELD_OF_VIEW = math.radians(170.0)  # a depth camera's CameraInfo wider than this is a wrong focal length
@@ -191,10 +192,14 @@ class DepthSource(_Points):
         stride = obstacles.depth_stride(msg.height, msg.width)
         pixels = rows.view(dtype.newbyteorder(">" if msg.is_bigendian else "<"))[::stride, ::stride]
         depth = pixels.astype(np.float32) * metres
-        # a depth, or REP 117's -inf (too close to measure: a covered lens is an obstacle, not a clear view); +inf
-        # (nothing in range) counts for nothing here: a camera looking ahead sees the floor
-        seen = np.count_nonzero((depth == -np.inf) | (np.isfinite(depth) & (depth > 0)))
-        if seen < MIN_VALID_SHARE * depth.size:
+        # REP 117's -inf: something nearer than the camera measures. Over MAX_TOO_CLOSE_SHARE of the view it is
+        # something against the camera (not a clear way); less, the floor or the robot's own body under the
+        # camera's minimum range (a ZED's 0.3 m) is seen so: placed nowhere, as depth_image_proc's cloud drops it
+        too_close = np.count_nonzero(depth == -np.inf)
+        if too_close > MAX_TOO_CLOSE_SHARE * depth.size:
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"{too_close / depth.size:.0%} of its pixels are too "
+                              "close to measure (REP 117's -inf): something against the camera")  # fmt: skip
+        if np.count_nonzero(np.isfinite(depth) & (depth > 0)) < MIN_VALID_SHARE * depth.size:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"fewer than {MIN_VALID_SHARE:.0%} of its pixels have "
                               "a depth: a blind image (covered, or facing the void)")  # fmt: skip
         fx, fy, cx, cy = info.k[0], info.k[4], info.k[2], info.k[5]

@@ -35,8 +35,9 @@ class OdometryHistory:
         with self._lock:
             if self._poses and odom.stamp_ns < self._poses[-1][0]:
                 self._poses.clear()  # time went back (a bag restarted, sim time reset): the old poses mean nothing
-            if not self._poses or odom.stamp_ns > self._poses[-1][0]:  # (one stamp twice: one /clock step, kept once)
-                self._poses.append((odom.stamp_ns, odom.pose))
+            if self._poses and odom.stamp_ns == self._poses[-1][0]:  # one stamp twice (one /clock step): the newer
+                self._poses.pop()
+            self._poses.append((odom.stamp_ns, odom.pose))
             self._latest = odom
 
     def latest(self) -> Odom | None:

@@ -39,18 +39,6 @@ def test_depth_pixels_land_on_the_points_opencv_projected_there():
         assert np.all(np.abs(nearest - point) <= [0.5 * point[2] / fx + 1e-6, 0.5 * point[2] / fy + 1e-6, 1e-6])
 
 
-def test_a_depth_pixel_too_close_to_measure_is_a_point_near_the_camera_not_empty_space():
-    """REP 117: -inf in a depth image is something too close to measure, placed on its pixel's ray at TOO_CLOSE_M
-    (under any depth camera's minimum range); +inf (nothing in range), NaN and 0 (no reading) are no point."""
-    fx = fy = 100.0
-    depth = np.array([[-np.inf, np.inf, 0.0], [np.nan, 2.0, -np.inf]], np.float32)
-    points = obstacles.depth_points(depth, fx, fy, cx=1.0, cy=0.5)
-    near = obstacles.TOO_CLOSE_M
-    expected = [((0 - 1.0) * near / fx, (0 - 0.5) * near / fy, near), ((1 - 1.0) * 2.0 / fx, (1 - 0.5) * 2.0 / fy, 2.0),
-                ((2 - 1.0) * near / fx, (1 - 0.5) * near / fy, near)]  # fmt: skip
-    np.testing.assert_allclose(points, expected, atol=1e-12)
-
-
 def test_depth_images_are_subsampled_to_the_point_bound():
     depth = np.ones((480, 640), np.float32)
     assert len(obstacles.depth_points(depth, 500.0, 500.0, 320.0, 240.0, max_points=1000)) <= 1000

@@ -1,6 +1,7 @@
 """A Generate goal cancelled before its request is made: rclpy marks a goal cancelling only once the cancel callback
 returned, and the goal's request is made on another executor thread, so the goal's own check can miss the cancel;
-the server marks it, and the goal ends CANCELLED without the request ever reaching the engine."""
+the server marks it, and the goal ends without the request ever reaching the engine, its result CANCELLED (aborted,
+as rclpy allows from executing; cancelled once rclpy marked it)."""
 
 import asyncio
 from types import SimpleNamespace
@@ -14,14 +15,16 @@ from oxygen_ros.nodes.generate_server import GenerateServer
 
 
 class Handle:
-    """What the server reads and calls of a rclpy goal handle, cancel not marked yet."""
+    """What the server reads and calls of a rclpy goal handle, cancel not marked yet; as rclpy's, it can be
+    cancelled only once marked cancelling."""
 
     def __init__(self) -> None:
         self.goal_id = SimpleNamespace(uuid=bytes(range(16)))
         self.request = Generate.Goal(prompt="what is on the table?")
-        self.is_cancel_requested, self.ended = False, ""
+        self.is_cancel_requested, self.is_active, self.ended = False, True, ""
 
     def canceled(self) -> None:
+        assert self.is_cancel_requested, "rclpy refuses to cancel an executing goal (RCLError)"
         self.ended = "canceled"
 
     def abort(self) -> None:
@@ -46,8 +49,16 @@ def test_a_goal_cancelled_before_its_request_is_made_never_reaches_the_engine(ro
         handle = Handle()
         assert server._cancel(handle) == CancelResponse.ACCEPT
         result = asyncio.run(server._execute(handle))
-        assert (handle.ended, result.error_code, engine.submitted) == ("canceled", "CANCELLED", [])
+        assert (handle.ended, result.error_code, engine.submitted) == ("aborted", "CANCELLED", [])
         assert server._cancelled == set() and server._requests == {}  # nothing kept of the goal
+        handle = Handle()  # marked cancelling by rclpy by the time the goal checks: cancelled
+        handle.is_cancel_requested = True
+        assert server._cancel(handle) == CancelResponse.ACCEPT
+        assert asyncio.run(server._execute(handle)).error_code == "CANCELLED" and handle.ended == "canceled"
+        handle = Handle()  # its cancel comes after the goal ended: nothing is marked
+        handle.is_active = False
+        server._cancel(handle)
+        assert server._cancelled == set()
         server.server.destroy()
     finally:
         node.destroy_node()

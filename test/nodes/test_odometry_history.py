@@ -45,11 +45,11 @@ def test_without_odometry_nothing_can_be_placed_and_time_going_back_forgets_the_
         history.shift(np.zeros((1, 3)), S // 2)
 
 
-def test_one_stamp_twice_keeps_the_history():
+def test_one_stamp_twice_keeps_the_history_and_the_newer_pose():
     """Two odometry messages with one stamp (sim time: both in one /clock step) are no clock going back: the poses
-    before stay, and a reading from before them is still placed."""
+    before stay, a reading from before them is still placed, and against the newer of the two (the newest)."""
     history = OdometryHistory()
     history.add(Odom(Pose2D(0.0, 0.0, 0.0), 0, 0))
     history.add(Odom(Pose2D(0.1, 0.0, 0.0), S // 10, S // 10))
-    history.add(Odom(Pose2D(0.1, 0.0, 0.0), S // 10, S // 10))
-    np.testing.assert_allclose(history.shift(np.array([[1.0, 0.0, 0.0]]), 0), [[0.9, 0.0, 0.0]], atol=1e-12)
+    history.add(Odom(Pose2D(0.12, 0.0, 0.0), S // 10, S // 10))
+    np.testing.assert_allclose(history.shift(np.array([[1.0, 0.0, 0.0]]), 0), [[0.88, 0.0, 0.0]], atol=1e-12)

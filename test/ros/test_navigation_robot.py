@@ -314,15 +314,16 @@ def test_a_depth_camera_stops_the_base_for_a_wall_and_not_for_the_floor(robot):
 
 def test_a_depth_camera_too_close_to_measure_stops_the_base(robot):
     """The upper half of the depth image -inf (REP 117: something nearer than the camera can measure, a hand over the
-    lens, a box against it) while its lower half still sees the floor: an obstacle at the camera, not a clear way."""
+    lens, a box against it) while its lower half still sees the floor: no clear way; the image is not used, and the
+    source, stale, stops the base."""
     base = robot["base"]
     goal = navigate(robot, "depth", base.x + 2.0, base.y, frame_id="odom")
     wait_until(lambda: goal.feedback and goal.feedback[-1].cmd.linear.x > 0, 10.0, "driving over the floor it sees")
     base.too_close = True
     try:
-        wait_until(lambda: goal.feedback[-1].reasoning.startswith("safety stop"), 5.0, "a safety stop")
-        stop = goal.feedback[-1]
-        assert stop.cmd.linear.x == 0.0 and "depth image on /depth/image_raw" in stop.reasoning, stop.reasoning
+        stopped = "stopped: no depth image on /depth/image_raw in the last"
+        wait_until(lambda: goal.feedback[-1].reasoning.startswith(stopped), 5.0, "a stop naming the camera")
+        assert goal.feedback[-1].cmd == Twist()
     finally:
         base.too_close = False
         goal.cancel()
