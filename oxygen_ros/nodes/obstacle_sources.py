@@ -178,7 +178,8 @@ class DepthSource(_Points):
 
     def _depth_points(self, msg: Image) -> np.ndarray:
         """The image's points in its optical frame, every few pixels (``obstacles.depth_stride``); EngineError for an
-        unknown encoding, a size over ``bounds``, no CameraInfo of its size, or a blind image."""
+        unknown encoding, a size over ``bounds``, no CameraInfo of its size, a blind image, or one with something
+        against the camera."""
         if msg.encoding not in DEPTH_ENCODINGS:
             bounds.text("depth image encoding", msg.encoding, bounds.ID_CHARS)
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"depth encoding {msg.encoding!r} is not one of "
