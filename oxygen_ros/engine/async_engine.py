@@ -206,6 +206,7 @@ class AsyncEngine:
             self._complete(future, waited_s * 1e3, error_output(greq, ErrorCode.CANCELLED, "cancelled by the caller "
                                                                 "before it reached the engine"))  # fmt: skip
             return
+        asked_deadline_s = greq.deadline_s  # the chunk's window as its caller set it (the pacer's)
         if greq.deadline_s > 0:
             greq = replace(greq, deadline_s=max(greq.deadline_s - waited_s, _MIN_DEADLINE_S))
         try:
@@ -219,7 +220,7 @@ class AsyncEngine:
             self._complete(future, waited_s * 1e3, error_output(greq, ErrorCode.INTERNAL, self._last_error))
             return
         if greq.want_actions and self.pacer is not None:  # (a request refused above asks for no chunks)
-            self.pacer.action_arrived(greq.task_id, arrival, greq.deadline_s)
+            self.pacer.action_arrived(greq.task_id, arrival, asked_deadline_s)
         self._futures[request_id] = (future, waited_s * 1e3)
         if stream is not None:
             stream.text = self.engine.requests[request_id].detokenizer

@@ -72,13 +72,13 @@ class ControllerParams:
         try:
             while not client.service_is_ready():
                 if time.monotonic() >= deadline:
-                    return controller, None, f"its parameter service did not appear within {wait_s:.2g} s"
+                    return controller, None, "its parameter service did not appear within answer_wait_s"
                 await wait(self._node, None, POLL_S)
             values = await self._ask(client, names, deadline)
         except InvalidHandle:  # replaced meanwhile by another goal's read of another controller
             return controller, None, "the controller serving changed while it was read"
         if values is None:
-            return controller, None, f"its parameter service did not answer within {wait_s:.2g} s"
+            return controller, None, "its parameter service did not answer within answer_wait_s"
         self._kept = key, names, values
         return controller, values, ""
 

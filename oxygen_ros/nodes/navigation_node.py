@@ -11,8 +11,9 @@ and ``always``; ``never`` does not look). With one, the goal is handed to nav2, 
 remaining) and result are relayed (``nav2_handoff``); nav2 plans, avoids obstacles and commands the base. Without
 (``always``: UNAVAILABLE), the node drives itself only when `allow_builtin_driver` is true AND every configured
 obstacle source is live (``obstacle_sources``: a LaserScan on `scan_topic`, a depth image on `depth_topic`, and in
-simulation only, `use_sim`, the camera detector); otherwise the goal fails FAILED_PRECONDITION naming what is
-missing, and a zero Twist is sent, so a robot never drives blind. The built-in driver: at `replan_rate_hz` it reads
+simulation only, `use_sim`, the camera detector) and no goal of ours that nav2 took may still be driven by it (its
+cancel unconfirmed); otherwise the goal fails FAILED_PRECONDITION naming what is missing, and a zero Twist is sent,
+so a robot never drives blind nor beside nav2. The built-in driver: at `replan_rate_hz` it reads
 the newest odometry, transform and obstacle points, replans a straight line to the target (nav_msgs/Path on `plan`,
 in odom) and sends a unicycle command (TwistStamped, or Twist, on `cmd_vel`, ``oxygen_ros.control.unicycle``).
 Safety stop: when an obstacle point ahead is within `safety_clearance_cm` of the robot's footprint (a circle of
@@ -126,7 +127,9 @@ class NavigationNode(TaskActionNode[Trip]):
         self._nav2 = Nav2Handoff(self, self.settings["nav2_action"], self.group)
         self._sources = obstacle_sources.configured(self, self.settings, self.frame, self._transforms, self.group)
         self._handoff: Trip | None = None  # the last goal handed to nav2
-        self._nav2_loose = ""  # why nav2 may still drive a goal of ours ('' = none: every one ended or its cancel seen)
+        # why nav2 may still drive a goal of ours ('' = none), and the trip that left it: cleared once that trip is
+        # seen to end after all, or a later goal of ours was taken by nav2 (it replaces that one)
+        self._nav2_loose, self._loose_trip = "", None
         odom_topic = self.settings["odom_topic"]
         self._odom_name = self.resolve_topic_name(odom_topic)  # the full name, as messages quote it
         # best effort takes a reliable publisher's (diff_drive_controller) and a best-effort driver's alike
@@ -308,14 +311,14 @@ class NavigationNode(TaskActionNode[Trip]):
         done, problem = await wait(self, trip.handoff, trip.handoff_s)
         if not done:
             problem = f"nav2's goal was not seen to end within {trip.handoff_s:g} s: it may still drive"
-        if self._handoff is trip:  # until a later goal of ours is nav2's (it replaces that one) or the node restarts
-            if problem:
-                self._nav2_loose = f"the built-in driver would command the base beside nav2 ({problem}): stop " \
-                    "nav2's goal and send this one to nav2, or restart this node"  # fmt: skip
-            elif trip.nav2_took:
-                self._nav2_loose = ""
-            if done:
-                self._handoff = None  # over: the next goal waits for nothing
+        if problem and self._handoff is trip:
+            self._loose_trip = trip
+            self._nav2_loose = f"the built-in driver would command the base beside nav2 ({problem}): stop nav2's " \
+                "goal and send this one to nav2, or restart this node"  # fmt: skip
+        elif not problem and (trip.nav2_took or self._loose_trip is trip):
+            self._nav2_loose, self._loose_trip = "", None
+        if done and self._handoff is trip:
+            self._handoff = None  # over: the next goal waits for nothing
         return problem
 
     def finish(self, trip: Trip, result: Navigate.Result) -> None:

@@ -140,7 +140,7 @@ def test_a_cancel_that_overtakes_its_submit_cancels_the_request_when_it_comes(se
 
 def test_an_abort_that_fails_still_answers_its_caller(serving):
     """Freeing a request's blocks raises (a bug: a double free): its caller is answered INTERNAL all the same, not
-    left waiting, and the engine recovers as from any failed command."""
+    left waiting, and the engine serves the next request."""
     engine = serving()
     future = engine.submit(_request("a long answer", tokens=2000, request_id="long"))
     _wait_until(lambda: engine.stats().pool.used_blocks > 0, "the request holds blocks")

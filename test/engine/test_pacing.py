@@ -116,15 +116,19 @@ def test_paced_engine_thread_keeps_an_action_stream_on_time_while_language_decod
 
 def test_a_chunk_request_the_engine_refuses_starts_no_stream(pi05_tiny, one_torch_thread):
     """An action request refused at submit (here: an empty prompt) asks for no chunks: the pacer keeps no stream for
-    it that would hold language steps back for its deadline."""
+    it that would hold language steps back for its deadline. One taken opens its stream with its deadline as its
+    caller set it (the chunk's window), not what is left of it after the request waited for the engine thread."""
     engine = AsyncEngine(make_engine(pi05_tiny), pacer=FramePacer(steps_per_frame=1))
     try:
         frame = robot_frames([0], max_new_tokens=1, images=0, seed=3)[0]
         refused = engine.submit(replace(frame.actions[0], prompt="", deadline_s=3600.0)).result(TIMEOUT)
         assert refused.error_code == ErrorCode.INVALID_ARGUMENT, refused.message
         assert engine.call(lambda _: dict(engine.pacer._streams)).result(TIMEOUT) == {}
-        assert engine.submit(frame.actions[0]).result(TIMEOUT).ok
-        assert engine.call(lambda _: list(engine.pacer._streams)).result(TIMEOUT) == [frame.actions[0].task_id]
+        taken = replace(frame.actions[0], deadline_s=30.0)
+        held = engine.call(lambda _: time.sleep(0.3))  # the engine thread busy: the request waits in its inbox
+        assert engine.submit(taken).result(TIMEOUT).ok and held.done()
+        streams = engine.call(lambda _: dict(engine.pacer._streams)).result(TIMEOUT)
+        assert list(streams) == [taken.task_id] and streams[taken.task_id].deadline_s == 30.0
     finally:
         engine.shutdown(TIMEOUT)
 
