@@ -283,13 +283,9 @@ def test_an_obstacle_on_the_scan_stops_the_base_until_the_way_is_clear(robot):
     assert goal.feedback[-1].cmd.linear.x > 0, goal.feedback[-1].reasoning
     base.obstacles = [(0.35, 0.0)]  # 15 cm ahead of it
     try:
-        wait_until(lambda: goal.feedback[-1].reasoning.startswith("safety stop"), 5.0, "a safety stop")
-        stop = goal.feedback[-1]
-        assert stop.cmd == Twist() and "LaserScan on /scan" in stop.reasoning, stop.reasoning
-        # 15 cm from the footprint when scanned, 35 cm ahead; less by the robot's own motion since the scan (15 mm
-        # a tick of the base at 0.3 m/s: a tick or two on a busy machine), the same for both
-        gap, ahead = map(int, re.search(r"obstacle (\d+) cm away .* (\d+) cm ahead", stop.reasoning).groups())
-        assert abs(ahead - gap - 20) <= 1 and 12 <= gap <= 15, stop.reasoning
+        # 15 cm from the footprint when scanned; less by the robot's own motion since the scan (15 mm a tick of the
+        # base at 0.3 m/s: a tick or two on a busy machine)
+        assert_safety_stop(goal, "LaserScan on /scan", (12, 15))
         assert_stands_still(base)
     finally:
         base.obstacles = []
@@ -305,13 +301,9 @@ def test_a_depth_camera_stops_the_base_for_a_wall_and_not_for_the_floor(robot):
     wait_until(lambda: goal.feedback and goal.feedback[-1].cmd.linear.x > 0, 10.0, "driving over the floor it sees")
     base.wall_ahead_m = 0.4
     try:
-        wait_until(lambda: goal.feedback[-1].reasoning.startswith("safety stop"), 5.0, "a safety stop")
-        stop = goal.feedback[-1]
-        assert stop.cmd == Twist() and "depth image on /depth/image_raw" in stop.reasoning, stop.reasoning
-        # 20 cm from the footprint, 40 cm ahead when seen; less by the robot's own motion since the image (a cm or
-        # two at 0.1 m/s; up to 10 on a machine so busy that the image waited a second), the same for both
-        gap, ahead = map(int, re.search(r"obstacle (\d+) cm away .* (\d+) cm ahead", stop.reasoning).groups())
-        assert abs(ahead - gap - 20) <= 1 and 10 <= gap <= 20, stop.reasoning
+        # 20 cm from the footprint when seen; less by the robot's own motion since the image (a cm or two at 0.1 m/s;
+        # up to 10 on a machine so busy that the image waited a second)
+        assert_safety_stop(goal, "depth image on /depth/image_raw", (10, 20))
     finally:
         base.wall_ahead_m = None
         goal.cancel()
@@ -334,6 +326,17 @@ def test_a_depth_camera_too_close_to_measure_stops_the_base(robot):
         base.too_close = False
         goal.cancel()
     assert goal.result().status == GoalStatus.STATUS_CANCELED
+
+
+def assert_safety_stop(goal, source: str, gap_cm: tuple[int, int]) -> None:
+    """The goal's feedback comes to a safety stop naming ``source`` with a zero command: the obstacle within
+    ``gap_cm`` of the footprint, and ahead by that and the footprint's 20 cm radius (the robot's own motion since
+    the reading shortens both alike)."""
+    wait_until(lambda: goal.feedback[-1].reasoning.startswith("safety stop"), 5.0, "a safety stop")
+    stop = goal.feedback[-1]
+    assert stop.cmd == Twist() and source in stop.reasoning, stop.reasoning
+    gap, ahead = map(int, re.search(r"obstacle (\d+) cm away .* (\d+) cm ahead", stop.reasoning).groups())
+    assert abs(ahead - gap - 20) <= 1 and gap_cm[0] <= gap <= gap_cm[1], stop.reasoning
 
 
 def assert_stands_still(base: Base, for_s: float = 0.5) -> None:
