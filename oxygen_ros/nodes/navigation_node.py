@@ -321,6 +321,11 @@ class NavigationNode(TaskActionNode[Trip]):
             self._handoff = None  # over: the next goal waits for nothing
         return problem
 
+    def settle_s(self) -> float:
+        """The handoff still open (its goal's answer and every cancel, each within service_wait_s), else 0."""
+        trip = self._handoff
+        return trip.handoff_s if trip is not None else 0.0
+
     def finish(self, trip: Trip, result: Navigate.Result) -> None:
         result.distance_remaining = trip.distance  # NaN when no odometry ever arrived: unknown, not "arrived"
 

@@ -74,10 +74,11 @@ class TaskActionNode(Node, Generic[State]):
     def end_for_shutdown(self, wait_s: float) -> None:
         """End the running goal while the executor still runs (``spin`` calls this first), so it ends as any goal
         does: the robot stood by ``stopped``, what it handed on cancelled (``settle``), its result sent; up to
-        ``wait_s``."""
+        ``wait_s``, or as long as that settling may take (``settle_s``) when longer."""
         run = self._current
         if run is not None:
             run.end(ErrorCode.CANCELLED, "the node is shutting down")
+        wait_s = max(wait_s, self.settle_s())
         deadline = time.monotonic() + wait_s
         with self._goals_lock:
             ending = list(self._unreported)  # the current goal, and any that ended before and still settle
@@ -128,6 +129,11 @@ class TaskActionNode(Node, Generic[State]):
         """After the goal ended and the robot was told to stand, before its result: wait for what the goal handed on
         to stop (a nav2 goal's cancel confirmed); '' or what did not."""
         return ""
+
+    def settle_s(self) -> float:
+        """The longest ``settle`` of a goal ending now may take (a shutdown waits for it: what the goal handed on must
+        not be left moving the robot); 0 = nothing to settle."""
+        return 0.0
 
     def stopped(self) -> None:
         """Called when the last goal ended and no newer one took over, and at once when a newer goal preempts the

@@ -638,12 +638,14 @@ def test_shutting_down_mid_goal_cancels_the_goal_handed_to_nav2(robot):
 
 def test_shutting_down_waits_for_a_goal_that_ended_and_still_cancels_nav2s(robot):
     """A goal that ended just before Ctrl-C (cancelled by its client) and is still waiting for nav2 to confirm the
-    cancel: the shutdown waits for it, so its cancels are sent and its result (naming nav2's refusal) goes out."""
+    cancel: the shutdown waits for it, as long as nav2's answers may take (``settle_s``) even when that is longer
+    than the shutdown's own wait (here 0.1 s against three cancels answered 0.3 s each), so its cancels are sent and
+    its result (naming nav2's refusal) goes out."""
     with driving_through_own_nav2(robot, "settling") as (node, nav2, goal):
         nav2.cancel_answer, nav2.cancel_after_s = CancelResponse.REJECT, 0.3
         goal.cancel()
         wait_until(lambda: nav2.cancel_requests >= 1, 5.0, "the first cancel asked")
-        node.end_for_shutdown(5.0)
+        node.end_for_shutdown(0.1)
         assert nav2.cancel_requests == CANCEL_TRIES
         out = goal.result(timeout=1.0)
     assert out.status == GoalStatus.STATUS_CANCELED and "did not confirm the cancel" in out.result.message
