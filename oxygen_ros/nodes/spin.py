@@ -22,7 +22,7 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 SIGNAL_POLL_S = 0.2  # how often the main thread looks up from waiting: a signal is handled within this
-STOP_WAIT_S = 5.0  # how long a goal's own ending (longer where it says so: ``settle_s``), then the spin thread's, may take
+STOP_WAIT_S = 5.0  # how long a goal's ending (longer where it says: ``settle_s``), then the spin thread's, may take
 
 
 @runtime_checkable
