@@ -1,7 +1,8 @@
 """A gripper on its own controller, as ros2_control arms run one: a joint_trajectory_controller refuses a trajectory
-naming a joint it does not own, so the gripper dimension of a chunk goes to the gripper's own action server
-(`gripper_action`) instead: `control_msgs/GripperCommand` (GripperActionController) or, with `gripper_action_type`,
-`control_msgs/ParallelGripperCommand` (parallel_gripper_controllers: Jazzy on, the only one from Kilted).
+naming a joint it does not own, so each gripper dimension of a chunk goes to its jaw's own action server
+(`gripper_action`; one per jaw of a bimanual robot: `gripper_actions`) instead: `control_msgs/GripperCommand`
+(GripperActionController) or, with `gripper_action_type`, `control_msgs/ParallelGripperCommand`
+(parallel_gripper_controllers: Jazzy on, the only one from Kilted).
 
 The gripper follows the arm's plan: every control period the instruction node hands it the gripper's planned
 position one `send_lead_s` ahead (clamped to the same position limits as every target; its speed is the
@@ -33,7 +34,7 @@ from oxygen_ros.nodes.future_wait import wait
 POLL_S = 0.1
 PARAMETERS = {  # (default, description), read once
     "gripper_action": ("gripper_controller/gripper_cmd", "the action server of the joint gripper_joint_names names "
-                       "(a GripperActionController)"),  # fmt: skip
+                       "(a GripperActionController; two jaws: gripper_actions)"),  # fmt: skip
     "gripper_action_type": ("GripperCommand", gripper_actions.DESCRIPTION),
     "gripper_max_effort": (0.0, "max_effort of each GripperCommand goal (a ParallelGripperCommand goal's effort; 0 "
                            "= none sent), N: an effort-interface GripperActionController clamps its command to it "
@@ -50,9 +51,9 @@ ANSWER_MARGIN_S = 1.0  # past the controller's stall_timeout: its word on a stil
 
 
 class GripperIO:
-    """The gripper's controller; ``name`` None = no gripper of its own (every action joint is in the trajectory)."""
+    """The controller of the jaw joint ``name``, at the action server ``action``."""
 
-    def __init__(self, node: Node, settings: dict, name: str | None, group: CallbackGroup) -> None:
+    def __init__(self, node: Node, settings: dict, name: str, action: str, group: CallbackGroup) -> None:
         self._node, self.name = node, name
         self._effort, self._deadband = settings["gripper_max_effort"], settings["gripper_deadband"]
         self._lock = threading.Lock()  # the clock thread commands, the executor's callbacks answer
@@ -61,24 +62,19 @@ class GripperIO:
         self._holds = 0
         self._answers = JawAnswers()
         self._silent_s = settings["gripper_stall_timeout"] + ANSWER_MARGIN_S
-        self.target = node.resolve_topic_name(settings["gripper_action"])
+        self.target = node.resolve_topic_name(action)
         self._action = gripper_actions.action_type(settings["gripper_action_type"], "gripper_action_type")
-        if name and self._action is GripperCommand and not self._effort > 0:
+        if self._action is GripperCommand and not self._effort > 0:
             raise ValueError("parameter gripper_max_effort must be above 0 for GripperCommand goals: an "
                              "effort-interface GripperActionController clamps the jaw's effort to it (0: it never "
                              "moves), a position one passes it on where it has an effort interface; set the jaw's "
                              "grip, N")
-        self._client = ActionClient(node, self._action, settings["gripper_action"], callback_group=group) \
-            if name else None  # fmt: skip
-
-    @property
-    def configured(self) -> bool:
-        return self._client is not None
+        self._client = ActionClient(node, self._action, action, callback_group=group)
 
     async def ready(self, wait_s: float) -> bool:
-        """Whether the gripper's action server is there (or there is no gripper), waiting up to ``wait_s``."""
+        """Whether the gripper's action server is there, waiting up to ``wait_s``."""
         waited = 0.0
-        while self._client is not None and not self._client.server_is_ready():
+        while not self._client.server_is_ready():
             if waited >= wait_s:
                 return False
             await wait(self._node, None, POLL_S)
@@ -123,8 +119,6 @@ class GripperIO:
         """Send ``position`` unless it is within ``gripper_deadband`` of the last one sent (``settled``, the plan's
         last: unless it is the last one sent, so the jaw ends where the plan does), or a hold came since ``holds``
         was read (it was decided on a plan the hold stopped). Any thread."""
-        if self._client is None:
-            return
         with self._lock:
             band = 0.0 if settled else self._deadband
             if holds != self._holds or (self._sent is not None and abs(position - self._sent) <= band):
@@ -167,5 +161,4 @@ class GripperIO:
             self._sent = None
 
     def destroy(self) -> None:
-        if self._client is not None:
-            self._client.destroy()
+        self._client.destroy()

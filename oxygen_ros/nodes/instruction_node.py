@@ -2,8 +2,8 @@
 
 Each goal first asks `/oxygen/infer` for actions, with the arm's joint state when one is configured. A VLA model
 (pi0, pi0.5) answers with a chunk, and the goal runs on the model's action head: its chunks drive the ros2_control
-arm through a FollowJointTrajectory controller (``nodes/vla_arm.py``: chunk execution, blending, limits, honest
-outcomes; ``nodes/arm_io.py``: joint states, the URDF's limits, the controller). Every chunk also goes out on
+arm through its FollowJointTrajectory controllers (``nodes/vla_arm.py``: chunk execution, blending, limits, honest
+outcomes; ``nodes/arm_io.py``: joint states, the URDF's limits, a controller per arm, a gripper per jaw). Every chunk also goes out on
 `arm/action_chunk` (ActionChunk, the model's units) and as feedback, each trajectory sent on `arm/chunk_trace`.
 
 A text-only model (SmolLM2) has no action head (FAILED_PRECONDITION from the probe): then the language head reads the
@@ -146,7 +146,7 @@ class InstructionNode(TaskActionNode[Stream]):
         state, origin = self._snapshot_or_none()
         if self.arm.configured:  # the controller's parameters are read while the model answers (``_arm_plan``)
             self.arm.check_ahead()
-        observed_at, asked = self.arm.now(), time.monotonic()
+        observed_at, asked = self.arm.readings.now(), time.monotonic()
         probe = await self.infer.call(self._actions_request(run.task_id, goal.instruction, 0.0, state))
         infer_s = time.monotonic() - asked  # the model's time alone: the controller's check below is not inference
         vla = probe.success
@@ -205,13 +205,13 @@ class InstructionNode(TaskActionNode[Stream]):
         if not self.arm.configured:
             return None, None
         try:
-            return self.arm.snapshot()
+            return self.arm.readings.snapshot()
         except EngineError:
             return None, None
 
     def _why_no_state(self) -> str:
         try:
-            self.arm.snapshot()
+            self.arm.readings.snapshot()
         except EngineError as exc:
             return exc.message
         return "the joint states arrived after the request"
@@ -222,7 +222,8 @@ class InstructionNode(TaskActionNode[Stream]):
         stream.started = stream.ticks.now()
         if stream.vla:  # the probe's chunk is on its way to the arm: marked before the first tick could ask again
             stream.plan.awaiting, stream.plan.due_at = True, math.inf
-            self.arm.gripper.begin()  # this goal's gripper answers from here on (a goal still preparing has none)
+            for gripper in self.arm.grippers:  # this goal's gripper answers from here on (a goal preparing has none)
+                gripper.begin()
         stream.clock = threading.Thread(
             target=self._keep_time, args=(stream,), name=f"{stream.run.task_id} clock", daemon=True
         )
@@ -327,7 +328,7 @@ class InstructionNode(TaskActionNode[Stream]):
         plan = stream.plan
         if plan is not None:
             self.vla.tick(stream.run, plan)
-            now = self.arm.now()
+            now = self.arm.readings.now()
             deadline = self.vla.due(plan, now, stream.rate_hz) if stream.run.running else 0.0
             if deadline:
                 self.executor.create_task(self._ask_actions, stream, deadline, plan.ask(now, deadline))
@@ -350,7 +351,7 @@ class InstructionNode(TaskActionNode[Stream]):
         elif plan is not None and plan.missed:  # the arm held or ran short at the end
             code, why = plan.last_miss
             stream.run.end(code, f"the goal's last {plan.missed} chunk(s) missed: {why}")
-        elif plan is not None and plan.awaiting and self.arm.now() > plan.due_at:
+        elif plan is not None and plan.awaiting and self.arm.readings.now() > plan.due_at:
             stream.run.end(ErrorCode.DEADLINE_EXCEEDED, "the latest chunk was not there by its deadline: the arm ran "
                            "short")  # fmt: skip
         elif plan is not None and (unmoved := self.vla.unmoved(plan)):
@@ -385,19 +386,19 @@ class InstructionNode(TaskActionNode[Stream]):
     async def _ask_actions(self, stream: Stream, deadline_s: float, number: int) -> None:
         plan, run = stream.plan, stream.run
         try:
-            state, origin = self.arm.snapshot()
+            state, origin = self.arm.readings.snapshot()
         except EngineError as exc:
             plan.answered(number)
             self.vla.hold(plan)
             run.end(exc.code, exc.message)
             return
-        observed_at, asked = self.arm.now(), time.monotonic()
+        observed_at, asked = self.arm.readings.now(), time.monotonic()
         try:
             out = await self.infer.call(self._actions_request(run.task_id, stream.instruction, deadline_s, state))
             if not run.running:
                 return
             if out.success:
-                late_s = self.arm.now() - observed_at - deadline_s
+                late_s = self.arm.readings.now() - observed_at - deadline_s
                 frame_at = self._frame_time(stream, out, observed_at)
                 if frame_at is not None:
                     await self._to_arm(stream, out, observed_at, frame_at, origin, time.monotonic() - asked, late_s)

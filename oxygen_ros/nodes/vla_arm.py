@@ -40,9 +40,11 @@ from oxygen_ros.control.arm.turns import beside, difference, turning
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk, ChunkTrace
 from oxygen_ros.srv import Infer
-from oxygen_ros.nodes.arm_io import HOLD_MIN_S, MAX_CLOCK_SKEW_S, ArmIO
+from oxygen_ros.nodes.arm_io import ArmIO
 from oxygen_ros.nodes.goal_run import GoalRun
+from oxygen_ros.nodes.joint_readings import MAX_CLOCK_SKEW_S
 from oxygen_ros.nodes.stamps import seconds, time_of
+from oxygen_ros.nodes.trajectory_controller import HOLD_MIN_S
 
 PARAMETERS = {
     "actions_per_chunk": (0, "actions of each chunk the arm executes (LeRobot's actions_per_chunk / n_action_steps); "
@@ -129,22 +131,21 @@ class VlaArm:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"a chunk of {chunk.horizon} actions {chunk.period_s} s "
                               f"apart cannot be executed (period_s must be in [{MIN_PERIOD_S:g}, {MAX_PERIOD_S:g}]: "
                               "the arm is watched once a period)")  # fmt: skip
-        limits = self.arm.limits()
+        limits = self.arm.readings.limits()
         slowed = self.arm.slowed()
         if slowed:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, slowed)
         self.arm.forget_fault()
-        if self.arm.gripper_column is not None:  # the jaw moves at its controller's speed, not along the trajectory
-            limits[self.arm.gripper_column] = replace(limits[self.arm.gripper_column], velocity=math.inf,
-                                                      acceleration=math.inf)  # fmt: skip
+        for jaw in self.arm.gripper_columns:  # a jaw moves at its controller's speed, not along the trajectory
+            limits[jaw] = replace(limits[jaw], velocity=math.inf, acceleration=math.inf)
         unbounded = [name for i, name in enumerate(self.arm.names)
-                     if i != self.arm.gripper_column and limits[i].acceleration == math.inf]  # fmt: skip
+                     if i not in self.arm.gripper_columns and limits[i].acceleration == math.inf]  # fmt: skip
         if unbounded:  # a URDF has none: the driver's own limits are all that keeps a stop from jolting
             self._node.get_logger().warning(
                 f"joints {unbounded} have no acceleration limit: chunks are not checked for acceleration and a hold "
                 f"brakes within {HOLD_MIN_S:g} s at any speed (a UR protective stop, a Franka reflex); set "
                 "joint_acceleration_limits from the arm's MoveIt joint_limits.yaml (max_acceleration)")
-        self.arm.measured(self.arm.names)
+        self.arm.readings.measured(self.arm.names)
         s = self._settings
         horizon = min(s["actions_per_chunk"] or chunk.horizon, chunk.horizon)
         threshold = min(s["chunk_threshold"] or max(1, horizon // 2), horizon)
@@ -181,7 +182,7 @@ class VlaArm:
         if age > timeout:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"camera frame {answer.observation_id} was {age:.2f} s "
                               f"old when the chunk was asked for, over input_timeout_s {timeout:g}")  # fmt: skip
-        ahead = stamp - self.arm.now()  # the frame may be newer than the request, never newer than now
+        ahead = stamp - self.arm.readings.now()  # the frame may be newer than the request, never newer than now
         if ahead > MAX_CLOCK_SKEW_S:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"camera frame {answer.observation_id} is stamped "
                               f"{ahead:.1f} s ahead of this node's clock: the camera and this node run on different "
@@ -202,7 +203,7 @@ class VlaArm:
             return ErrorCode.INVALID_ARGUMENT, f"a chunk of {chunk.horizon} x {chunk.action_dim} actions " \
                 f"{chunk.period_s} s apart, unlike the goal's first ({plan.action_dim} wide, {plan.queue.period} s)"  # fmt: skip
         rows = np.asarray(chunk.actions, dtype=np.float64).reshape(chunk.horizon, chunk.action_dim)[: plan.horizon]
-        queue, now, lead = plan.queue, self.arm.now(), self._settings["send_lead_s"]
+        queue, now, lead = plan.queue, self.arm.readings.now(), self._settings["send_lead_s"]
         with plan.lock:
             commanded, moving = queue.commanded(now), queue.velocity(now)
             targets = self.arm.map.to_joints(rows, origin)
@@ -239,7 +240,7 @@ class VlaArm:
         if refused:
             self.hold(plan)
             return ErrorCode.ABORTED, refused
-        sent_at, oldest = self.arm.now(), min(observed_at, frame_at)
+        sent_at, oldest = self.arm.readings.now(), min(observed_at, frame_at)
         plan.latency.add(sent_at - oldest)
         trace = ChunkTrace(task_id=run.task_id, chunk_id=plan.sent, request_id=answer.request_id,
                            observed_at=time_of(observed_at),
@@ -262,25 +263,23 @@ class VlaArm:
         reports no velocity: from rest), or with controller_starts_from commanded (its
         interpolate_from_desired_state or open_loop_control) from its own command, the plan's (without a plan, both
         from the command the controller says it holds and from the measured state)."""
-        measured, read_at = self.arm.reading(self.arm.names)
-        jaw = self.arm.gripper_column  # its own controller: it may stall on what it holds, and jump to a new grip
+        measured, read_at = self.arm.readings.reading(self.arm.names)
         margin = self.arm.tolerances["limit_margin"]
         if commanded is None:  # no plan now (the first chunk, after an underrun or a hold): still moving, maybe
             jump = self.arm.tolerances["max_start_jump"].copy()
-            if jaw is not None:
-                jump[jaw] = np.inf
+            jump[self.arm.gripper_columns] = np.inf  # a jaw's own controller: it may jump to a new grip
             plan.queue.rows = beside(plan.queue.rows, measured, turning(plan.limits))  # a wrist read wrapped
             safe = check_targets(plan.queue.rows, times, measured, self.arm.names, plan.limits, margin, jump)
         else:
             # where the plan had the arm when it was read: back along the plan's motion (the queue has merged since)
-            self._check_tracking(measured, commanded - moving * (self.arm.now() - read_at), plan.limits)
+            self._check_tracking(measured, commanded - moving * (self.arm.readings.now() - read_at), plan.limits)
             safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf,
                                  moving)  # fmt: skip
-        rest = self.arm.from_rest(self.arm.names)  # (none with controller_starts_from commanded)
+        rest = self.arm.readings.from_rest(self.arm.names)  # (none with controller_starts_from commanded)
         if self.arm.starts_from_command and commanded is not None:  # it plays on from its own command: the plan's
             start, velocity = commanded, moving
         else:  # from the measured state: from rest where the driver reports no velocity (a JTC without that state)
-            start, velocity = self.arm.start_state(self.arm.names)
+            start, velocity = self.arm.readings.start_state(self.arm.names)
             start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading
             velocity = np.where(rest, 0.0, velocity)
         origins = [(start, velocity)]
@@ -306,8 +305,7 @@ class VlaArm:
         """NotFollowing when a joint (the gripper aside: it may stall on what it holds) is over max_tracking_error
         from where the plan has it (a turning joint the short way round)."""
         error = np.abs(difference(measured, commanded, turning(limits)))
-        if self.arm.gripper_column is not None:
-            error[self.arm.gripper_column] = 0.0
+        error[self.arm.gripper_columns] = 0.0
         bound = self.arm.tolerances["max_tracking_error"]
         if (error > bound).any():
             joint = int(np.argmax(error - bound))
@@ -333,24 +331,24 @@ class VlaArm:
             run.end(code, f"{in_a_row} chunks in a row missed (max_missed_chunks), the arm holds: {message}")
 
     def tick(self, run: GoalRun, plan: ArmPlan) -> None:
-        """Every period: end the goal, holding the arm (from where it is measured; with no stop when the controller
-        gave the arm to another client: ``Fault``), on a controller fault, gripper goals refused in a row or a jaw
+        """Every period: end the goal, holding the arm (from where it is measured; with no stop to a controller
+        another client took the arm from: ``Fault``), on a controller fault, gripper goals refused in a row or a jaw
         that cannot move (``_jammed``), a controller slowed below the plan's speed (``ArmIO.slowed``) or stale joint
-        states; count underruns and a chunk past due that has not come (a hung server is a miss, not a wait); hand a
-        gripper on its own controller its planned position ``send_lead_s`` ahead (its last one, settled, once the
-        plan ends sooner), once the arm's controller has taken the plan (a jaw must not close on rows the arm's
+        states; count underruns and a chunk past due that has not come (a hung server is a miss, not a wait); hand
+        each gripper on its own controller its planned position ``send_lead_s`` ahead (its last one, settled, once
+        the plan ends sooner), once the arm's controllers have taken the plan (a jaw must not close on rows an arm's
         controller then refuses)."""
         fault = self.arm.take_fault()
         if fault:  # the controller stopped playing the plan: the arm is not where the plan has it (blocked, taken)
-            self.hold(plan, where_it_is=True, stop=not fault.taken_over)
+            self.hold(plan, where_it_is=True, spare=fault.target if fault.taken_over else "")
             run.end(ErrorCode.ABORTED, fault.why)
             return
-        refused = self.arm.gripper.refused
-        if refused >= self._settings["max_missed_chunks"]:  # it refuses every one: the jaw would never grip
-            self.hold(plan)
-            run.end(ErrorCode.ABORTED, f"{self.arm.gripper.target} refused {refused} gripper goals in a row "
-                    "(max_missed_chunks), the arm holds: the jaw cannot follow the plan")  # fmt: skip
-            return
+        for gripper in self.arm.grippers:
+            if gripper.refused >= self._settings["max_missed_chunks"]:  # it refuses every one: it would never grip
+                self.hold(plan)
+                run.end(ErrorCode.ABORTED, f"{gripper.target} refused {gripper.refused} gripper goals in a row "
+                        "(max_missed_chunks), the arm holds: the jaw cannot follow the plan")  # fmt: skip
+                return
         jammed = self._jammed(plan)
         if jammed:  # the model's grasp cannot happen: the arm is not left to play on without its jaw
             self.hold(plan)
@@ -362,12 +360,12 @@ class VlaArm:
             run.end(ErrorCode.FAILED_PRECONDITION, slowed)
             return
         try:
-            measured, read_at = self.arm.reading(self.arm.names)
+            measured, read_at = self.arm.readings.reading(self.arm.names)
         except EngineError as exc:
             self.hold(plan)
             run.end(exc.code, exc.message)
             return
-        now, holds = self.arm.now(), self.arm.gripper.holds
+        now, holds = self.arm.readings.now(), [gripper.holds for gripper in self.arm.grippers]
         with plan.lock:
             plan.queue.check_underrun(now)
             ahead, settled = None, False
@@ -384,8 +382,9 @@ class VlaArm:
             self.hold(plan, where_it_is=True)
             run.end(exc.code, exc.message)
             return
-        if ahead is not None and self.arm.gripper_column is not None and run.running:
-            self.arm.gripper.command(float(ahead[self.arm.gripper_column]), holds, settled=settled)
+        if ahead is not None and run.running:
+            for gripper, jaw, held in zip(self.arm.grippers, self.arm.gripper_columns, holds, strict=True):
+                gripper.command(float(ahead[jaw]), held, settled=settled)
         if plan.awaiting and now > plan.due_at + plan.queue.period:
             self.miss(run, plan, ErrorCode.DEADLINE_EXCEEDED, "no chunk by its deadline", late=True)
 
@@ -395,54 +394,54 @@ class VlaArm:
         controller that the plan took over JAW_MOVED of its range never moved that far while a goal of ours stood
         past the controller's stall_timeout without a word (``GripperIO.unanswered_s``: a controller switched off;
         a working one says reached, or stalled on what the jaw holds)."""
-        joint = plan.excursion.unfollowed(self.arm.tolerances["max_tracking_error"], self.arm.gripper_column)
+        joint = plan.excursion.unfollowed(self.arm.tolerances["max_tracking_error"], self.arm.gripper_columns)
         if joint is not None:
             planned, measured = plan.excursion.planned[joint], plan.excursion.measured[joint]
             return (f"the arm did not move as planned: joint {self.arm.names[joint]} was planned {planned:.3f} from "
                     f"where the goal started and went {measured:.3f}, and no other joint followed its plan either "
                     f"(is its controller active and playing {self.arm.target}?)")  # fmt: skip
-        jaw, gripper = self.arm.gripper_column, self.arm.gripper
-        if jaw is None:
-            return ""
-        stood = gripper.unanswered_s()
-        if not stood or not plan.excursion.still(jaw, self._jaw_floor(plan)):
-            return ""
-        return (f"the gripper did not move: its plan took {self.arm.names[jaw]} {plan.excursion.reach[jaw]:.3f} from "
-                f"where it was, it went {plan.excursion.measured[jaw]:.3f}, and {gripper.target} kept a goal "
-                f"{stood:.1f} s without saying it reached its position or stalled (is its controller active?)")
+        for jaw, gripper in zip(self.arm.gripper_columns, self.arm.grippers, strict=True):
+            stood = gripper.unanswered_s()
+            if stood and plan.excursion.still(jaw, self._jaw_floor(plan, jaw)):
+                reach, went = plan.excursion.reach[jaw], plan.excursion.measured[jaw]
+                return (f"the gripper did not move: its plan took {self.arm.names[jaw]} {reach:.3f} from where it "
+                        f"was, it went {went:.3f}, and {gripper.target} kept a goal {stood:.1f} s without saying it reached its position or "
+                        "stalled (is its controller active?)")  # fmt: skip
+        return ""
 
-    def _jaw_floor(self, plan: ArmPlan) -> float:
+    @staticmethod
+    def _jaw_floor(plan: ArmPlan, jaw: int) -> float:
         """JAW_MOVED of the jaw's position range: less is no motion of the jaw."""
-        limit = plan.limits[self.arm.gripper_column]
+        limit = plan.limits[jaw]
         return JAW_MOVED * (limit.upper - limit.lower)
 
     def _jammed(self, plan: ArmPlan) -> str:
-        """Why the jaw cannot move ('' = as far as its controller said, it can): a gripper on its own controller whose
-        newest goals of ours below and above the jaw both stalled over JAW_MOVED of its range short, the jaw stopped
-        at the same place (within that) both times (``GripperIO.jammed``): what a jaw holds stops it one way only,
-        so its motors are off (or it is wedged, or too weak to move)."""
-        if self.arm.gripper_column is None:
-            return ""
-        jammed = self.arm.gripper.jammed(self._jaw_floor(plan))
-        if jammed is None:
-            return ""
-        where, below, above = jammed
-        return (f"the gripper cannot move: {self.arm.gripper.target} stalled {self.arm.names[self.arm.gripper_column]} "
-                f"at {where:.3f}, {above:.3f} short of a goal above and {below:.3f} short of one below (what a jaw "
-                "holds stops it one way only: are its motors on, is gripper_max_effort enough?), the arm holds")
+        """Why a jaw cannot move ('' = as far as its controller said, each can): a gripper on its own controller
+        whose newest goals of ours below and above the jaw both stalled over JAW_MOVED of its range short, the jaw
+        stopped at the same place (within that) both times (``GripperIO.jammed``): what a jaw holds stops it one way
+        only, so its motors are off (or it is wedged, or too weak to move)."""
+        for jaw, gripper in zip(self.arm.gripper_columns, self.arm.grippers, strict=True):
+            jammed = gripper.jammed(self._jaw_floor(plan, jaw))
+            if jammed is not None:
+                where, below, above = jammed
+                return (f"the gripper cannot move: {gripper.target} stalled {self.arm.names[jaw]} at {where:.3f}, "
+                        f"{above:.3f} short of a goal above and {below:.3f} short of one below (what a jaw holds "
+                        "stops it one way only: are its motors on, is gripper_max_effort enough?), the arm holds")
+        return ""
 
-    def hold(self, plan: ArmPlan | None, where_it_is: bool = False, stop: bool = True) -> None:
+    def hold(self, plan: ArmPlan | None, where_it_is: bool = False, spare: str = "") -> None:
         """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:
         from where it is measured, for an arm not following its plan; so too while the plan is on its way to the
         controller, which may refuse it: it moves the arm only once taken); the plan is forgotten. Without ``plan``,
-        the last goal's (a goal that ended: its arm may still move). Not ``stop``: nothing is sent (``ArmIO.hold``)."""
+        the last goal's (a goal that ended: its arm may still move). ``spare``: a controller another client took
+        over, sent nothing (``ArmIO.hold``)."""
         plan = plan or self._plan
         at = velocity = None
         if plan is not None:
             with plan.lock:
-                now = self.arm.now()
+                now = self.arm.readings.now()
                 if not where_it_is and not plan.sending:
                     at, velocity = plan.queue.commanded(now), plan.queue.velocity(now)
                 plan.queue.hold()
                 plan.sending = False
-        self.arm.hold(at, self._node.get_logger().warning, velocity=velocity, stop=stop)
+        self.arm.hold(at, self._node.get_logger().warning, velocity=velocity, spare=spare)

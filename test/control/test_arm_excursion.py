@@ -22,21 +22,21 @@ def _ramp(planned: list[float], shares: list[float], offset: float = 0.0, steps:
 
 
 def test_an_arm_that_stood_while_its_plan_moved_is_named_by_the_joint_planned_farthest():
-    assert _ramp([0.05, 0.1, 0.0], [0.0, 0.0, 0.0]).unfollowed(ERRORS, None) == 1  # 0.1: inside the 0.3 bound
+    assert _ramp([0.05, 0.1, 0.0], [0.0, 0.0, 0.0]).unfollowed(ERRORS, []) == 1  # 0.1: inside the 0.3 bound
 
 
 def test_an_arm_that_followed_lagged_or_sat_off_its_command_moved():
-    assert _ramp([0.1, 0.2, -0.1], [1.0, 1.0, 1.0]).unfollowed(ERRORS, None) is None
-    assert _ramp([0.1, 0.2, -0.1], [0.6, 0.6, 0.6]).unfollowed(ERRORS, None) is None  # behind at the end
-    assert _ramp([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], offset=0.05).unfollowed(ERRORS, None) is None  # held, 0.05 off
-    assert _ramp([0.1, 0.2, 0.0], [0.0, 1.0, 0.0]).unfollowed(ERRORS, None) is None  # one joint followed: it moved
+    assert _ramp([0.1, 0.2, -0.1], [1.0, 1.0, 1.0]).unfollowed(ERRORS, []) is None
+    assert _ramp([0.1, 0.2, -0.1], [0.6, 0.6, 0.6]).unfollowed(ERRORS, []) is None  # behind at the end
+    assert _ramp([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], offset=0.05).unfollowed(ERRORS, []) is None  # held, 0.05 off
+    assert _ramp([0.1, 0.2, 0.0], [0.0, 1.0, 0.0]).unfollowed(ERRORS, []) is None  # one joint followed: it moved
 
 
 def test_motion_under_the_floor_and_a_gripper_on_its_own_controller_are_not_judged():
-    assert _ramp([0.02, 0.0, 0.0], [0.0, 0.0, 0.0]).unfollowed(ERRORS, None) is None  # 0.02 < 0.1 x 0.3
-    assert _ramp([0.0, 0.0, 0.2], [0.0, 0.0, 0.0]).unfollowed(ERRORS, 2) is None  # only the jaw was to move
-    assert _ramp([0.2, 0.0, 0.2], [0.0, 0.0, 1.0]).unfollowed(ERRORS, 2) == 0  # the jaw moving says nothing of the arm
-    assert Excursion().unfollowed(ERRORS, None) is None  # nothing read
+    assert _ramp([0.02, 0.0, 0.0], [0.0, 0.0, 0.0]).unfollowed(ERRORS, []) is None  # 0.02 < 0.1 x 0.3
+    assert _ramp([0.0, 0.0, 0.2], [0.0, 0.0, 0.0]).unfollowed(ERRORS, [2]) is None  # only the jaw was to move
+    assert _ramp([0.2, 0.0, 0.2], [0.0, 0.0, 1.0]).unfollowed(ERRORS, [2]) == 0  # the jaw moving says nothing of the arm
+    assert Excursion().unfollowed(ERRORS, []) is None  # nothing read
 
 
 def test_the_farthest_point_counts_not_the_last():
@@ -46,7 +46,7 @@ def test_the_farthest_point_counts_not_the_last():
     for commanded in out_and_back:
         followed.add(np.array(commanded), np.array(commanded), TURNS)
         still.add(np.zeros(3), np.array(commanded), TURNS)
-    assert followed.unfollowed(ERRORS, None) is None and still.unfollowed(ERRORS, None) == 0
+    assert followed.unfollowed(ERRORS, []) is None and still.unfollowed(ERRORS, []) == 0
 
 
 def test_a_turning_joint_wrapped_by_its_driver_moved_the_short_way():
@@ -55,4 +55,4 @@ def test_a_turning_joint_wrapped_by_its_driver_moved_the_short_way():
     excursion.add(np.array([0.0, math.pi - 0.05, 0.0]), np.array([0.0, math.pi - 0.05, 0.0]), turns)
     excursion.add(np.array([0.0, -math.pi + 0.05, 0.0]), np.array([0.0, math.pi + 0.05, 0.0]), turns)
     np.testing.assert_allclose(excursion.measured, [0.0, 0.1, 0.0], atol=1e-12)
-    assert excursion.unfollowed(ERRORS, None) is None
+    assert excursion.unfollowed(ERRORS, []) is None

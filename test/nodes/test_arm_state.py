@@ -23,8 +23,8 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros.control.arm.action_queue import ActionQueue
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes import arm_io, gripper_io
-from oxygen_ros.nodes.arm_io import NAME_LISTS, NUMBER_LISTS, ArmIO
+from oxygen_ros.nodes import arm_io, gripper_io, trajectory_controller
+from oxygen_ros.nodes.arm_io import COUNT_LISTS, NAME_LISTS, NUMBER_LISTS, ArmIO
 from oxygen_ros.nodes.controller_command import MOVING_AGE_S, ControllerCommand
 from oxygen_ros.nodes.stamps import seconds
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
@@ -47,7 +47,8 @@ def _arm(node: Node, settings: dict | None = None, **lists) -> ArmIO:
     parameters = arm_io.PARAMETERS | gripper_io.PARAMETERS  # instruction_node's defaults
     settings = {name: default for name, (default, _) in parameters.items()} | \
         {"input_timeout_s": 60.0, "gripper_max_effort": 10.0} | (settings or {})  # fmt: skip
-    return ArmIO(node, settings, {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | lists, ReentrantCallbackGroup())
+    empty = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS, *COUNT_LISTS)}
+    return ArmIO(node, settings, empty | lists, ReentrantCallbackGroup())
 
 
 def test_positions_and_velocities_in_the_models_units(ros_context):
@@ -57,21 +58,21 @@ def test_positions_and_velocities_in_the_models_units(ros_context):
                    state_joint_names=["wrist.pos", "wrist.vel", "base", "base.vel", "jaw"])  # fmt: skip
         msg = JointState(name=["base", "wrist", "jaw"], position=[0.3, 2.0, 1.0], velocity=[0.1, 0.25, -4.0])
         msg.header.stamp = node.get_clock().now().to_msg()
-        arm._on_state(msg)
-        state, origin = arm.snapshot()
+        arm.readings._on_state(msg)
+        state, origin = arm.readings.snapshot()
         # wrist: (2 - 1) / 0.5 and 0.25 / 0.5; base (no action joint): as measured; jaw: 1 / 2
         np.testing.assert_allclose(state, [2.0, 0.5, 0.3, 0.1, 0.5])
         np.testing.assert_allclose(origin, [2.0, 0.5])
         msg.velocity = []  # a driver that publishes positions only
-        arm._on_state(msg)
+        arm.readings._on_state(msg)
         with pytest.raises(EngineError) as err:
-            arm.snapshot()
+            arm.readings.snapshot()
         assert err.value.code == ErrorCode.FAILED_PRECONDITION and "state entry wrist.vel" in err.value.message
         for garbage in (math.nan, 1e30):  # not a number, or no speed an arm has: missing, never in the state
             msg.velocity = [0.1, garbage, 0.0]
-            arm._on_state(msg)
+            arm.readings._on_state(msg)
             with pytest.raises(EngineError, match="no velocity for joint wrist"):
-                arm.snapshot()
+                arm.readings.snapshot()
     finally:
         node.destroy_node()
 
@@ -88,35 +89,37 @@ def test_a_topic_hold_stops_the_arm_even_when_its_joint_states_are_stale(ros_con
                    action_joint_names=["shoulder", "elbow"], joint_lower_limits=[-3.0, -3.0],
                    joint_upper_limits=[3.0, 3.0], joint_velocity_limits=[1.0, 2.0])  # fmt: skip
         sent = []
-        arm._publisher = SimpleNamespace(publish=sent.append)
+        arm.controllers[0]._publisher = SimpleNamespace(publish=sent.append)
         warnings = []
         msg = JointState(name=["shoulder", "elbow"], position=[0.0, 0.0])
         msg.header.stamp = node.get_clock().now().to_msg()
-        arm._on_state(msg)
+        arm.readings._on_state(msg)
         arm.hold(np.array([0.4, 0.2]), warnings.append)
         (point,) = sent[-1].points
         assert list(point.positions) == [0.4, 0.2] and list(point.velocities) == [0.0, 0.0]
         assert seconds(point.time_from_start) == pytest.approx(1.5 * 0.4 / 1.0)  # the shoulder's 0.4 rad at 1 rad/s
         arm.hold(None, warnings.append)  # at once again (a goal's end after its own hold): it brakes already
         assert len(sent) == 1
-        arm._stopping = False  # a trajectory sent since the last hold
+        arm.controllers[0]._stopping = False  # a trajectory sent since the last hold
         arm.hold(None, warnings.append)  # no plan: where it is, decelerating over HOLD_MIN_S
         assert list(sent[-1].points[0].positions) == [0.0, 0.0]
-        assert seconds(sent[-1].points[0].time_from_start) == pytest.approx(arm_io.HOLD_MIN_S)
-        arm._joints = {name: (p, v, arrival - 1.0, stamp) for name, (p, v, arrival, stamp) in arm._joints.items()}
-        arm._stopping = False  # a trajectory sent since the last hold
+        assert seconds(sent[-1].points[0].time_from_start) == pytest.approx(trajectory_controller.HOLD_MIN_S)
+        readings = arm.readings
+        readings._joints = {name: (p, v, arrival - 1.0, stamp)
+                            for name, (p, v, arrival, stamp) in readings._joints.items()}
+        arm.controllers[0]._stopping = False  # a trajectory sent since the last hold
         arm.hold(np.array([0.4, 0.2]), warnings.append)
         assert list(sent[-1].points[0].positions) == [0.4, 0.2]
         assert seconds(sent[-1].points[0].time_from_start) == pytest.approx(1.5 * 0.3 / 1.0)
         assert "where the plan has the arm" in warnings[-1] and "old, over input_timeout_s" in warnings[-1]
         count = len(sent)
-        arm._stopping = False  # a trajectory sent since the last hold
+        arm.controllers[0]._stopping = False  # a trajectory sent since the last hold
         arm.hold(None, warnings.append)  # stale and no plan: nowhere known to hold, said
         assert len(sent) == count and "no plan says where the arm is" in warnings[-1]
-        future = {name: (p, v, arrival + 10.0, stamp) for name, (p, v, arrival, stamp) in arm._joints.items()}
-        arm._joints = future  # arrived "after now": the node clock went back since
+        future = {name: (p, v, arrival + 10.0, stamp) for name, (p, v, arrival, stamp) in arm.readings._joints.items()}
+        arm.readings._joints = future  # arrived "after now": the node clock went back since
         with pytest.raises(EngineError, match="after now on this node's clock"):
-            arm.measured(arm.names)
+            arm.readings.measured(arm.names)
     finally:
         node.destroy_node()
 
@@ -127,10 +130,10 @@ def test_the_start_state_is_the_reading_carried_forward_at_its_velocity(ros_cont
     node = Node("arm_start_state_test", context=ros_context)
     try:
         arm = _arm(node, action_joint_names=["wrist", "jaw"])
-        arm._on_state(JointState(name=["wrist", "jaw"], position=[0.5, 0.2], velocity=[2.0, math.nan]))
-        arrival = arm._joints["wrist"][2]
-        arm.now = lambda: arrival + 0.05  # 50 ms after it arrived
-        position, velocity = arm.start_state(("wrist", "jaw"))
+        arm.readings._on_state(JointState(name=["wrist", "jaw"], position=[0.5, 0.2], velocity=[2.0, math.nan]))
+        arrival = arm.readings._joints["wrist"][2]
+        arm.readings.now = lambda: arrival + 0.05  # 50 ms after it arrived
+        position, velocity = arm.readings.start_state(("wrist", "jaw"))
         np.testing.assert_allclose(position, [0.6, 0.2], atol=1e-5)  # the node clock in float seconds
         np.testing.assert_allclose(velocity, [2.0, 0.0])
     finally:
@@ -145,17 +148,17 @@ def test_joint_states_read_while_they_arrive_are_never_newer_than_now_nor_replac
     try:
         arm = _arm(node, action_joint_names=["wrist"])
         clock = iter([5.0, 4.9])
-        arm.now = lambda: next(clock)
-        arm._on_state(JointState(name=["wrist"], position=[0.2], velocity=[0.0]))  # arrived at 5.0
-        arm._on_state(JointState(name=["wrist"], position=[0.1], velocity=[0.0]))  # took 4.9 before it: older
-        assert arm._joints["wrist"][:3] == (0.2, 0.0, 5.0)
+        arm.readings.now = lambda: next(clock)
+        arm.readings._on_state(JointState(name=["wrist"], position=[0.2], velocity=[0.0]))  # arrived at 5.0
+        arm.readings._on_state(JointState(name=["wrist"], position=[0.1], velocity=[0.0]))  # took 4.9 before it: older
+        assert arm.readings._joints["wrist"][:3] == (0.2, 0.0, 5.0)
 
         def now_as_a_reading_lands() -> float:  # another callback stores a reading while the clock is read
-            arm._joints["wrist"] = (0.3, 0.0, 6.0, 0.0)
+            arm.readings._joints["wrist"] = (0.3, 0.0, 6.0, 0.0)
             return 5.5
 
-        arm.now = now_as_a_reading_lands
-        np.testing.assert_allclose(arm.measured(("wrist",)), [0.2])  # the reading looked up before the clock
+        arm.readings.now = now_as_a_reading_lands
+        np.testing.assert_allclose(arm.readings.measured(("wrist",)), [0.2])  # the reading looked up before the clock
     finally:
         node.destroy_node()
 
@@ -168,16 +171,16 @@ def test_after_the_clock_went_back_new_readings_replace_the_old_ones(ros_context
     try:
         arm = _arm(node, action_joint_names=["wrist"])
         clock = iter([100.0, 3.0])
-        arm.now = lambda: next(clock)
-        arm._on_state(JointState(name=["wrist"], position=[0.2], velocity=[0.0]))
-        arm._on_state(JointState(name=["wrist"], position=[0.0], velocity=[0.0]))  # after the reset
-        assert arm._joints["wrist"][:3] == (0.0, 0.0, 3.0)
+        arm.readings.now = lambda: next(clock)
+        arm.readings._on_state(JointState(name=["wrist"], position=[0.2], velocity=[0.0]))
+        arm.readings._on_state(JointState(name=["wrist"], position=[0.0], velocity=[0.0]))  # after the reset
+        assert arm.readings._joints["wrist"][:3] == (0.0, 0.0, 3.0)
         stamped = [JointState(name=["wrist"], position=[x], velocity=[0.0]) for x in (0.5, 0.4)]
         stamped[0].header.stamp.sec, stamped[1].header.stamp.sec, stamped[1].header.stamp.nanosec = 4, 3, 900_000_000
-        arm.now = lambda: 4.0
+        arm.readings.now = lambda: 4.0
         for msg in stamped:  # sent at 4.0 and 3.9: the second is older, whatever the executor's threads did
-            arm._on_state(msg)
-        assert arm._joints["wrist"][0] == 0.5
+            arm.readings._on_state(msg)
+        assert arm.readings._joints["wrist"][0] == 0.5
     finally:
         node.destroy_node()
 
@@ -189,7 +192,7 @@ def test_our_trajectory_preempting_our_previous_one_is_no_fault_whichever_answer
     abort is a fault either way."""
     node = Node("arm_preempt_race_test", context=ros_context)
     try:
-        arm = _arm(node, action_joint_names=["wrist"])
+        arm = _arm(node, action_joint_names=["wrist"]).controllers[0]
         for status, on_its_way, fault in ((GoalStatus.STATUS_CANCELED, True, None),
                                           (GoalStatus.STATUS_CANCELED, False, True),
                                           (GoalStatus.STATUS_ABORTED, True, False)):  # fmt: skip
@@ -219,7 +222,7 @@ def test_on_the_topic_a_recorder_or_an_echo_is_no_controller(ros_context):
             while node.count_subscribers(topic) < count and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert node.count_subscribers(topic) == count
-            assert arm._listening() == (watcher.get_name() == "arm_controller")
+            assert arm.controllers[0].listening() == (watcher.get_name() == "arm_controller")
     finally:
         for each in (node, *watchers):
             each.destroy_node()
@@ -235,11 +238,11 @@ def _moving_joints(node: Node, positions: list[float], velocity: float = 1.0, up
                joint_lower_limits=[-3.0] * count, joint_upper_limits=[upper] * count,
                joint_velocity_limits=[2.0] * count, joint_acceleration_limits=[2.0] * count)  # fmt: skip
     sent = []
-    arm._publisher = SimpleNamespace(publish=sent.append)
+    arm.controllers[0]._publisher = SimpleNamespace(publish=sent.append)
     msg = JointState(name=names, position=positions, velocity=[velocity] * count)
     msg.header.stamp = node.get_clock().now().to_msg()
-    arm._on_state(msg)
-    arm.now = lambda: arm._joints[names[0]][2]
+    arm.readings._on_state(msg)
+    arm.readings.now = lambda: arm.readings._joints[names[0]][2]
     return arm, sent
 
 
@@ -254,11 +257,11 @@ def test_a_hold_of_a_moving_arm_brakes_within_the_acceleration_limits(ros_contex
                    joint_upper_limits=[3.0, 3.0], joint_velocity_limits=[2.0, 2.0],
                    joint_acceleration_limits=[2.0, 2.0])  # fmt: skip
         sent = []
-        arm._publisher = SimpleNamespace(publish=sent.append)
+        arm.controllers[0]._publisher = SimpleNamespace(publish=sent.append)
         msg = JointState(name=["shoulder", "elbow"], position=[0.4, 0.2], velocity=[1.0, 0.0])
         msg.header.stamp = node.get_clock().now().to_msg()
-        arm._on_state(msg)
-        arm.now = lambda: arm._joints["shoulder"][2]  # read as it arrived: nothing carried forward
+        arm.readings._on_state(msg)
+        arm.readings.now = lambda: arm.readings._joints["shoulder"][2]  # read as it arrived: nothing carried forward
         arm.hold(np.array([0.4, 0.2]), print, velocity=np.array([1.0, 0.0]))
         (point,) = sent[-1].points
         np.testing.assert_allclose(point.positions, [0.65, 0.2])
@@ -301,7 +304,7 @@ def test_a_hold_is_planned_for_the_arm_where_the_controller_will_start_the_stop(
     node = Node("arm_lead_test", context=ros_context)
     try:
         arm, sent = _moving_joints(node, [0.4])
-        arm._answer_times.extend([0.04, 1.0, 0.04])
+        arm.controllers[0]._answer_times.extend([0.04, 1.0, 0.04])
         arm.hold(np.array([0.4]), print, velocity=np.array([1.0]))
         (point,) = sent[-1].points
         duration = seconds(point.time_from_start)
@@ -345,8 +348,8 @@ def test_a_stale_hold_near_a_limit_stops_short_of_it_wherever_the_tracking_error
     try:
         arm, sent = _moving_joints(node, [0.4], upper=0.6, settings={"input_timeout_s": 0.5,
                                                                       "max_tracking_error": error})  # fmt: skip
-        now = arm.now()
-        arm.now = lambda: now + 1.0  # a second on: over input_timeout_s
+        now = arm.readings.now()
+        arm.readings.now = lambda: now + 1.0  # a second on: over input_timeout_s
         warnings = []
         arm.hold(np.array([0.4]), warnings.append, velocity=np.array([1.0]))
         (point,) = sent[-1].points
@@ -402,17 +405,17 @@ def test_a_position_only_driver_gets_a_velocity_from_its_last_two_readings(ros_c
         for offset_ns, positions in ((0, [0.5, 0.0]), (100_000_000, [0.6, 4.0])):
             msg = JointState(name=["wrist", "jaw"], position=positions, velocity=[math.nan, math.nan])
             msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(now + offset_ns, 1_000_000_000)
-            arm._on_state(msg)
-        arrival = arm._joints["wrist"][2]
-        arm.now = lambda: arrival
-        position, velocity = arm.start_state(("wrist", "jaw"))
+            arm.readings._on_state(msg)
+        arrival = arm.readings._joints["wrist"][2]
+        arm.readings.now = lambda: arrival
+        position, velocity = arm.readings.start_state(("wrist", "jaw"))
         np.testing.assert_allclose(velocity, [1.0, 0.0], atol=1e-5)  # stamps in float seconds
         np.testing.assert_allclose(position, [0.6, 4.0])
-        ahead, _ = arm.start_state(("wrist", "jaw"), 0.05)
+        ahead, _ = arm.readings.start_state(("wrist", "jaw"), 0.05)
         np.testing.assert_allclose(ahead, [0.65, 4.0], atol=1e-5)  # the arm moves on meanwhile
-        assert arm.from_rest(("wrist", "jaw")).tolist() == [True, True]  # where its controller starts a trajectory
+        assert arm.readings.from_rest(("wrist", "jaw")).tolist() == [True, True]  # where its controller starts a trajectory
         with pytest.raises(EngineError, match="wrist.vel"):
-            arm.snapshot()
+            arm.readings.snapshot()
     finally:
         node.destroy_node()
 
@@ -424,9 +427,9 @@ def _wrist_moving(node: Node, arm: ArmIO, reported: float = math.nan) -> None:
     for offset_ns, position in ((0, 0.5), (100_000_000, 0.6)):
         msg = JointState(name=["wrist"], position=[position], velocity=[reported])
         msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(now + offset_ns, 1_000_000_000)
-        arm._on_state(msg)
-    arrival = arm._joints["wrist"][2]
-    arm.now = lambda: arrival
+        arm.readings._on_state(msg)
+    arrival = arm.readings._joints["wrist"][2]
+    arm.readings.now = lambda: arrival
 
 
 @pytest.mark.parametrize(("starts_from", "reported", "refused"), [
@@ -447,7 +450,7 @@ def test_a_chunk_is_checked_from_rest_where_the_controller_starts_from_rest(ros_
                    action_joint_names=["wrist"], joint_lower_limits=[-3.0], joint_upper_limits=[3.0],
                    joint_velocity_limits=[1.2])  # fmt: skip
         _wrist_moving(node, arm, reported)
-        plan = ArmPlan(ActionQueue(0.1, 0.3), horizon=3, threshold=1, limits=arm.limits(), action_dim=1)
+        plan = ArmPlan(ActionQueue(0.1, 0.3), horizon=3, threshold=1, limits=arm.readings.limits(), action_dim=1)
         plan.queue.rows = np.array([[0.7], [0.8], [0.9]])
         vla = VlaArm(node, arm, {"send_lead_s": 0.1, "max_missed_chunks": 3})
         checking = partial(vla._checked, plan, np.array([0.6]), np.array([1.0]), np.array([0.1, 0.2, 0.3]))
@@ -518,9 +521,9 @@ def test_without_a_plan_a_chunk_is_checked_from_the_command_the_controller_says_
         for offset_ns in (0, 100_000_000):
             msg = JointState(name=["wrist"], position=[0.6], velocity=[0.0])
             msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(now + offset_ns, 1_000_000_000)
-            arm._on_state(msg)
-        arrival = arm._joints["wrist"][2]
-        plan = ArmPlan(ActionQueue(0.1, 0.3), horizon=3, threshold=1, limits=arm.limits(), action_dim=1)
+            arm.readings._on_state(msg)
+        arrival = arm.readings._joints["wrist"][2]
+        plan = ArmPlan(ActionQueue(0.1, 0.3), horizon=3, threshold=1, limits=arm.readings.limits(), action_dim=1)
         vla = VlaArm(node, arm, {"send_lead_s": 0.1, "max_missed_chunks": 3})
 
         def checking():
@@ -528,11 +531,11 @@ def test_without_a_plan_a_chunk_is_checked_from_the_command_the_controller_says_
             return vla._checked(plan, None, None, np.array([0.1, 0.2, 0.3]))
 
         def controller_says(at: float) -> None:
-            arm.now = lambda: at
-            _say(arm.controller.command, ["wrist"], [0.45], [0.0])
-            arm.now = lambda: arrival
+            arm.readings.now = lambda: at
+            _say(arm.controllers[0].controller.command, ["wrist"], [0.45], [0.0])
+            arm.readings.now = lambda: arrival
 
-        arm.now = lambda: arrival
+        arm.readings.now = lambda: arrival
         assert checking()[1].tolist() == [0.6]  # nothing said: from the measured state only
         controller_says(arrival - 0.6)
         assert checking()[1].tolist() == [0.6]  # said too long ago
@@ -556,7 +559,7 @@ def test_a_hold_of_a_moving_position_only_arm_brakes_within_the_limit_from_rest(
                    joint_lower_limits=[-3.0], joint_upper_limits=[3.0], joint_velocity_limits=[2.0],
                    joint_acceleration_limits=[2.0])  # fmt: skip
         sent = []
-        arm._publisher = SimpleNamespace(publish=sent.append)
+        arm.controllers[0]._publisher = SimpleNamespace(publish=sent.append)
         _wrist_moving(node, arm)
         arm.hold(np.array([0.6]), print, velocity=np.array([1.0]))
         (point,) = sent[-1].points
@@ -610,11 +613,13 @@ def test_a_stale_hold_is_timed_for_each_arm_joints_own_tracking_error(ros_contex
                    joint_lower_limits=[-3.0] * 3, joint_upper_limits=[3.0] * 3, joint_velocity_limits=[1.0] * 3,
                    joint_max_tracking_errors=[0.3, 5.0, 0.9])  # fmt: skip
         sent = []
-        arm._publisher = SimpleNamespace(publish=sent.append)
+        arm.controllers[0]._publisher = SimpleNamespace(publish=sent.append)
         msg = JointState(name=["shoulder", "jaw", "elbow"], position=[0.0, 0.0, 0.0])
         msg.header.stamp = node.get_clock().now().to_msg()
-        arm._on_state(msg)
-        arm._joints = {name: (p, v, arrival - 1.0, stamp) for name, (p, v, arrival, stamp) in arm._joints.items()}
+        arm.readings._on_state(msg)
+        readings = arm.readings
+        readings._joints = {name: (p, v, arrival - 1.0, stamp)
+                            for name, (p, v, arrival, stamp) in readings._joints.items()}
         arm.hold(np.array([0.4, 0.1, 0.2]), print)
         (point,) = sent[-1].points
         assert list(sent[-1].joint_names) == ["shoulder", "elbow"] and list(point.positions) == [0.4, 0.2]
@@ -640,7 +645,7 @@ def test_a_controller_scaled_below_full_speed_is_named(ros_context):
         assert "speed scaling is 50%" in arm.slowed()
         arm._on_scaling(Float64(data=math.nan))
         assert "speed scaling is nan%" in arm.slowed()
-        arm._scaling = (100.0, arm.now() - 1.0)
+        arm._scaling = (100.0, arm.readings.now() - 1.0)
         assert "s old, over input_timeout_s 0.5" in arm.slowed()
     finally:
         node.destroy_node()

@@ -27,11 +27,14 @@ class Arm:
     names, target = ("shoulder", "elbow", "jaw"), "/arm_controller/joint_trajectory"
 
     def __init__(self, measured: list[float], gripper_column: int | None = None) -> None:
-        self.position, self.gripper_column, self.holds, self.clock = np.array(measured), gripper_column, [], 10.0
+        self.position, self.holds, self.clock = np.array(measured), [], 10.0
+        self.gripper_columns = [] if gripper_column is None else [gripper_column]
+        self.readings = self  # (ArmIO.readings: the joint states and the clock)
         self.read_at: float | None = None  # when the position was read (None: now)
         self.gripper = SimpleNamespace(holds=0, refused=0, unanswered_s=lambda: 0.0, command=lambda *_, **__: None,
                                        jammed=lambda floor: None,
                                        target="/gripper_controller/gripper_cmd")  # fmt: skip
+        self.grippers = [self.gripper] if self.gripper_columns else []
         self.tolerances = {"max_tracking_error": np.full(3, 0.3)}  # instruction_node's default for every joint
 
     def take_fault(self) -> None:
@@ -49,8 +52,8 @@ class Arm:
     def now(self) -> float:
         return self.clock
 
-    def hold(self, at, log, *, velocity=None, stop=True) -> None:
-        self.holds.append((None if at is None else np.array(at)) if stop else "nothing sent")
+    def hold(self, at, log, *, velocity=None, spare="") -> None:
+        self.holds.append("nothing sent" if spare == self.target else None if at is None else np.array(at))
 
 
 class Run:
@@ -197,7 +200,7 @@ def test_a_controller_that_ended_the_trajectory_ends_the_goal_and_no_stop_drives
         arm, run = Arm([0.0, 0.0, 0.0]), Run()
         arm.clock = 10.05
         why = "/arm ended the trajectory (status 6, error_code -4): path tolerance"
-        arm.take_fault = lambda: Fault(why, taken_over)
+        arm.take_fault = lambda: Fault(why, taken_over, arm.target)
         plan = planned([[0.0, 0.0, 0.0], [0.1, 0.0, 0.0]])
         VlaArm(node, arm, SETTINGS).tick(run, plan)
         assert run.ended == (ErrorCode.ABORTED, why)
@@ -322,6 +325,35 @@ def test_a_jaw_its_controller_stalls_both_ways_at_one_place_ends_the_goal_with_t
                              "at 0.500, 0.400 short of a goal above and 0.200 short of one below (what a jaw holds "
                              "stops it one way only: are its motors on, is gripper_max_effort enough?), the arm holds")
         assert len(arm.holds) == 1
+    finally:
+        node.destroy_node()
+
+
+def test_two_jaws_each_follow_their_own_column_and_each_answers_for_itself(ros_context):
+    """A bimanual arm (here one arm joint and two jaws, columns 1 and 2, each on its own gripper controller): each
+    jaw gets its own planned position; neither is held to the tracking error; the second refusing every goal ends
+    the goal naming it; the first stalled both ways at one place ends it naming that one."""
+    node = Node("arm_two_jaws_test", context=ros_context)
+    try:
+        arm, run, commands = Arm([0.0, 0.0, 0.9]), Run(), {"left": [], "right": []}
+        arm.gripper_columns = [1, 2]
+        arm.grippers = [SimpleNamespace(holds=0, refused=0, unanswered_s=lambda: 0.0, jammed=lambda floor: None,
+                                        target=f"/{side}_gripper/gripper_cmd",
+                                        command=lambda position, holds, settled=False, side=side:
+                                        commands[side].append(position))
+                        for side in ("left", "right")]  # fmt: skip
+        plan = planned([[0.0, 0.0, 0.0], [0.0, 0.4, 0.6], [0.0, 0.8, 1.2]])
+        vla = VlaArm(node, arm, SETTINGS)
+        vla.tick(run, plan)  # the right jaw 0.9 from a plan at 0.0: a jaw's own controller, not tracked
+        assert run.running and commands == {"left": [pytest.approx(0.4)], "right": [pytest.approx(0.6)]}
+        arm.grippers[1].refused = SETTINGS["max_missed_chunks"]
+        vla.tick(run, plan)
+        assert run.ended[0] == ErrorCode.ABORTED and run.ended[1].startswith("/right_gripper/gripper_cmd refused 3")
+        run = Run()
+        arm.grippers[1].refused = 0
+        arm.grippers[0].jammed = lambda floor: (0.5, 0.3, 0.4)
+        vla.tick(run, planned([[0.0, 0.0, 0.0], [0.0, 0.4, 0.6]]))
+        assert run.ended[1].startswith("the gripper cannot move: /left_gripper/gripper_cmd stalled elbow at 0.500")
     finally:
         node.destroy_node()
 

@@ -16,12 +16,11 @@ from action_msgs.msg import GoalStatus
 from control_msgs.action import FollowJointTrajectory
 from rclpy.action import ActionServer
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from rclpy.task import Future
-from rclpy.time import Time
+from arm_harness import run_on, trajectory
 from ros_harness import make_context, send_goal, spin_nodes, wait_until
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
@@ -30,7 +29,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from oxygen_ros.control.arm.joint_limits import urdf_limits
 from oxygen_ros.control.arm.safety import SafeTargets
 from oxygen_ros.nodes import arm_io, gripper_io
-from oxygen_ros.nodes.arm_io import NAME_LISTS, NUMBER_LISTS, ArmIO
+from oxygen_ros.nodes.arm_io import COUNT_LISTS, NAME_LISTS, NUMBER_LISTS, ArmIO
 from oxygen_ros.nodes.arm_sim import PREEMPTED, REACHED, SO100_JOINTS, ArmSim, check_interfaces, main
 from oxygen_ros.nodes.future_wait import wait
 
@@ -70,14 +69,6 @@ class Arm:
             trajectory=trajectory(rows, names, stamp)))  # fmt: skip
 
 
-def trajectory(rows: list[tuple[float, np.ndarray]], names: list[str], stamp: float = 0.0) -> JointTrajectory:
-    msg = JointTrajectory(joint_names=list(names))
-    msg.header.stamp = Time(seconds=stamp).to_msg()
-    msg.points = [JointTrajectoryPoint(positions=[float(x) for x in p], time_from_start=Duration(seconds=t).to_msg())
-                  for t, p in rows]  # fmt: skip
-    return msg
-
-
 @pytest.fixture(scope="module")
 def arm(ros_domain_id):
     context = make_context(ros_domain_id)
@@ -93,30 +84,24 @@ def arm_io_of(arm: Arm, settings: dict | None = None, **number_lists: list[float
     """instruction_node's side of the arm (its defaults, but ``settings`` and ``number_lists``), on the client node,
     once the controller is there."""
     defaults = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
-    lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS)} | {"action_joint_names": SO100_JOINTS} | number_lists
+    lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS, *COUNT_LISTS)} | {"action_joint_names": SO100_JOINTS} | number_lists
     io = ArmIO(arm.client, defaults | {"input_timeout_s": 60.0} | (settings or {}), lists, ReentrantCallbackGroup())
-    wait_until(io._listening, 10.0, "the arm's controller")
-    wait_until(lambda: io._described, 10.0, "the URDF")  # the limits every stop is planned within
+    wait_until(io.controllers[0].listening, 10.0, "the arm's controller")
+    wait_until(lambda: io.readings._described, 10.0, "the URDF")  # the limits every stop is planned within
     return io
 
 
 def first_stop_unplanned(io: ArmIO) -> list:
     """Make the first stop ``io`` plans fail (as with no joint states to plan it from); the plans made, listed."""
-    plans, planned = [], io._stop_point
+    ctl = io.controllers[0]
+    plans, planned = [], ctl._stop_point
 
     def first_unplanned(*args):
         plans.append(args)
         return None if len(plans) == 1 else planned(*args)
 
-    io._stop_point = first_unplanned
+    ctl._stop_point = first_unplanned
     return plans
-
-
-def run_on(arm: Arm, coroutine):
-    """Run one of ArmIO's coroutines on the client's executor, as instruction_node's goals do; its result."""
-    task = arm.client.executor.create_task(coroutine)
-    wait_until(task.done, 10.0, "the controller's answer")
-    return task.result()
 
 
 def max_speed(states: list[tuple[float, np.ndarray, np.ndarray]]) -> float:
@@ -233,17 +218,18 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_refused_and_replac
     braking stop, not a cancel (the controller would hold the measured position at once), whatever the caller does
     next."""
     io = arm_io_of(arm)
+    ctl = io.controllers[0]  # its one controller
     here = arm.position()
     stops, cancels = [], []  # the controller's answers to our stops; the goals we cancelled (none: a cancel jolts)
-    answered, cancel = io._on_stop, io._cancel
-    io._on_stop = lambda future, replaced: (stops.append(future.result().accepted), answered(future, replaced))
-    io._cancel = lambda handle: (cancels.append(handle), cancel(handle))
+    answered, cancel = ctl._on_stop, ctl._cancel
+    ctl._on_stop = lambda future, replaced: (stops.append(future.result().accepted), answered(future, replaced))
+    ctl._cancel = lambda handle: (cancels.append(handle), cancel(handle))
     # its first target due 4 s ago (4 s after it is taken: slow, so the stop finds the arm about where it was, even
     # taken a second late); then one due 1 s ahead on the node's clock (time enough to be taken on a loaded machine)
-    for start, offset, late, times in ((io.now() - 8.0, -0.05, True, [4.0, 4.1]), (io.now(), 0.05, False, [1.0, 1.1])):
+    for back, offset, late, times in ((8.0, -0.05, True, [4.0, 4.1]), (0.0, 0.05, False, [1.0, 1.1])):
         targets = np.vstack([here + offset, here + offset])
         safe = SafeTargets(targets, np.zeros_like(targets), np.array(times), 0)
-        refused = run_on(arm, io.send(start, safe))
+        refused = run_on(arm, io.send(io.readings.now() - back, safe))
         assert ("after its first target was due" in refused) if late else refused == "", refused
         if late:  # a stop replaced it: the arm stays about where it was, far from the stale plan's end
             assert run_on(arm, io.stop_answered(5.0)) == ""  # ArmIO stopped it at once
@@ -252,21 +238,21 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_refused_and_replac
             time.sleep(0.5)
             assert np.abs(arm.position() - here).max() < 0.02
     arm.reaches(here + 0.05)  # the one taken in time plays
-    wait_until(lambda: not io._live, 5.0, "its end")
+    wait_until(lambda: not ctl._live, 5.0, "its end")
     # a hold while a trajectory is on its way (right after it is sent) that could plan no stop: once the trajectory
     # is taken, nothing sent after it replaces it, so a stop from where the arm is does
-    start, real = arm.position(), io._client.send_goal_async
+    start, real = arm.position(), ctl._client.send_goal_async
     plans = first_stop_unplanned(io)
 
     def send_then_hold(goal, *args, **kwargs):
         future = real(goal, *args, **kwargs)
-        io._client.send_goal_async = real  # the stop goes out as usual
+        ctl._client.send_goal_async = real  # the stop goes out as usual
         io.hold(None, print)
         return future
 
-    io._client.send_goal_async = send_then_hold  # slow (taken, it plays at once): the stop finds the arm near its start
+    ctl._client.send_goal_async = send_then_hold  # slow (taken, it plays at once): the stop finds the arm near start
     ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([10.0, 20.0]), 0)
-    assert "told to hold while the trajectory was on its way" in run_on(arm, io.send(io.now(), ramp))
+    assert "told to hold while the trajectory was on its way" in run_on(arm, io.send(io.readings.now(), ramp))
     wait_until(lambda: stops == [True, True], 5.0, "the stop sent when it was taken")
     time.sleep(1.0)
     assert len(plans) == 2 and not cancels  # the hold's (none), then the stop at taking
@@ -280,30 +266,31 @@ def test_a_goals_end_waits_for_a_trajectory_on_its_way_and_the_stop_its_taking_b
     while a trajectory may still play with nobody left to stop it. The controller's answer is held back 0.5 s here:
     it comes after the hold."""
     io = arm_io_of(arm)
-    start, real = arm.position(), io._client.send_goal_async
+    ctl = io.controllers[0]  # its one controller
+    start, real = arm.position(), ctl._client.send_goal_async
     plans = first_stop_unplanned(io)
 
     def answered_late(goal, *args, **kwargs):
-        io._client.send_goal_async = real  # the stop goes out as usual
+        ctl._client.send_goal_async = real  # the stop goes out as usual
         late = Future()
         real(goal, *args, **kwargs).add_done_callback(
             lambda f: threading.Timer(0.5, late.set_result, (f.result(),)).start())
         io.hold(None, print)  # on its way: no stop planned, nothing sent
         return late
 
-    io._client.send_goal_async = answered_late
+    ctl._client.send_goal_async = answered_late
     # slow (arm_sim takes and plays it at once; the answer only is held back): the stop finds the arm near its start
     ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([10.0, 20.0]), 0)
-    sending = arm.client.executor.create_task(io.send(io.now(), ramp))
+    sending = arm.client.executor.create_task(io.send(io.readings.now(), ramp))
     wait_until(lambda: len(plans) == 1, 5.0, "the hold")
-    assert io._stop_sent is None  # nothing to wait for but the trajectory on its way
+    assert ctl._stop_sent is None  # nothing to wait for but the trajectory on its way
     assert run_on(arm, io.stop_answered(5.0)) == ""
-    assert len(plans) == 2 and io._stop_sent is not None and io._stop_sent[0].result().accepted  # the stop, taken
+    assert len(plans) == 2 and ctl._stop_sent is not None and ctl._stop_sent[0].result().accepted  # the stop, taken
     wait_until(sending.done, 5.0, "the send's end")
     assert "told to hold while the trajectory was on its way" in sending.result()
     time.sleep(0.5)
     assert np.abs(arm.position() - start).max() < 0.02 and not io.take_fault()  # stopped by ours: no fault
-    io._client.destroy()
+    ctl._client.destroy()
 
 
 def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
@@ -315,15 +302,16 @@ def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
     stop the controller takes later than T / 2 after ``at`` finds the arm past it and turns it back: T 0.5 s keeps a
     busy test machine's stalls well inside that.)"""
     io = arm_io_of(arm, joint_acceleration_limits=[1.0] * len(SO100_JOINTS))
+    ctl = io.controllers[0]  # its one controller
     start = arm.position()
     moving = arm.send([(3.0, start + 1.5)])  # 0.5 rad/s every joint
     time.sleep(1.0)
-    at, seen = io.measured(tuple(SO100_JOINTS)), len(arm.states)
+    at, seen = io.readings.measured(tuple(SO100_JOINTS)), len(arm.states)
     io.hold(at, print, velocity=np.full(len(SO100_JOINTS), 0.5))
     assert moving.result(timeout=5.0).result.error_string == PREEMPTED  # replaced, not cancelled by us
     assert run_on(arm, io.stop_answered(5.0)) == ""  # taken: a goal's result has nothing to add
-    wait_until(lambda: len(io._answer_times) == 1, 5.0, "the stop's answer timed")  # a later stop's lead
-    assert 0.0 < io._answer_times[0] < 5.0
+    wait_until(lambda: len(ctl._answer_times) == 1, 5.0, "the stop's answer timed")  # a later stop's lead
+    assert 0.0 < ctl._answer_times[0] < 5.0
     time.sleep(1.0)
     rest = arm.states[-1][1]
     # 125 mrad on; more for the way the arm went on since `at` was read (a stale reading: a longer, gentler stop)
@@ -333,8 +321,8 @@ def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
     assert sum(0.05 < v < 0.45 for v in braking) >= 10, braking  # slowing (50 Hz states over the 0.5 s stop), no step
     io.hold(None, print)  # a goal's end after its own hold: nothing was sent since, so no second stop
     time.sleep(0.3)
-    assert io._stopping and np.array_equal(arm.states[-1][1], rest)
-    io._client.destroy()
+    assert ctl._stopping and np.array_equal(arm.states[-1][1], rest)
+    ctl._client.destroy()
 
 
 def test_another_clients_goal_taking_the_arm_is_a_fault_and_no_stop_of_ours_preempts_it(arm):
@@ -342,18 +330,19 @@ def test_another_clients_goal_taking_the_arm_is_a_fault_and_no_stop_of_ours_pree
     preemption's words, which ArmIO reports as a fault the controller took over (``Fault.taken_over``); the hold
     that ends the goal then sends nothing, so the operator's trajectory plays to its end."""
     io = arm_io_of(arm)
+    ctl = io.controllers[0]  # its one controller
     start = arm.position()
     ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([1.0, 10.0]), 0)
-    assert run_on(arm, io.send(io.now(), ramp)) == ""
+    assert run_on(arm, io.send(io.readings.now(), ramp)) == ""
     operator = arm.send([(1.0, start - 0.2)])
-    wait_until(lambda: io._fault is not None, 5.0, "our trajectory's end")
+    wait_until(lambda: ctl._fault is not None, 5.0, "our trajectory's end")
     fault = io.take_fault()
     assert fault.taken_over and PREEMPTED in fault.why, fault
-    io.hold(None, print, stop=False)
-    assert io._stop_sent is None and io._stopping  # nothing sent, and a goal's end sends nothing either
+    io.hold(None, print, spare=fault.target)
+    assert ctl._stop_sent is None and ctl._stopping  # nothing sent, and a goal's end sends nothing either
     assert operator.result(timeout=5.0).status == GoalStatus.STATUS_SUCCEEDED
     arm.reaches(start - 0.2, timeout=2.0)
-    io._client.destroy()
+    ctl._client.destroy()
 
 
 def test_a_stop_the_controller_refuses_has_ours_cancelled_before_the_goal_reports(arm):
@@ -363,33 +352,34 @@ def test_a_stop_the_controller_refuses_has_ours_cancelled_before_the_goal_report
     while it is inactive, e.g. switched off mid-goal; arm_sim is always active, so here the stop ends moving, which
     it refuses as JTC does.) A stop answered once a newer trajectory was sent cancels nothing of it."""
     io = arm_io_of(arm)
+    ctl = io.controllers[0]  # its one controller
     here = arm.position()
     safe = SafeTargets(np.vstack([here + 0.1, here + 1.0]), np.zeros((2, len(here))), np.array([0.5, 4.0]), 0)
-    assert run_on(arm, io.send(io.now(), safe)) == ""
+    assert run_on(arm, io.send(io.readings.now(), safe)) == ""
     time.sleep(1.0)  # on its way to here + 1 at about 0.25 rad/s
-    planned = io._stop_point
+    planned = ctl._stop_point
 
     def moving_stop(*args) -> JointTrajectoryPoint:
         point = planned(*args)
         point.velocities = [0.1] * len(point.positions)
         return point
 
-    io._stop_point = moving_stop
+    ctl._stop_point = moving_stop
     io.hold(None, print)
     assert "refused the arm's stop: our trajectory was cancelled" in run_on(arm, io.stop_answered(5.0))
-    wait_until(lambda: not io._live, 5.0, "the cancelled goal's end")
+    wait_until(lambda: not ctl._live, 5.0, "the cancelled goal's end")
     stood = arm.stands()
     time.sleep(0.5)
     np.testing.assert_array_equal(arm.position(), stood)  # held where it was, short of the plan's end
     assert (np.abs(stood - (here + 1.0)) > 0.5).all()
     ramp = lambda start: SafeTargets(np.vstack([start + 0.05, start + 0.1]), np.zeros((2, len(start))),  # noqa: E731
                                      np.array([0.5, 1.0]), 0)  # fmt: skip
-    assert run_on(arm, io.send(io.now(), ramp(stood))) == ""
+    assert run_on(arm, io.send(io.readings.now(), ramp(stood))) == ""
     io.hold(None, print)  # refused again; a newer trajectory goes out before the goal's result waits for the answer
-    assert run_on(arm, io.send(io.now(), ramp(stood + 0.1))) == ""
+    assert run_on(arm, io.send(io.readings.now(), ramp(stood + 0.1))) == ""
     assert run_on(arm, io.stop_answered(5.0)) == ""  # nothing of the newer one is cancelled: it plays to its end
     arm.reaches(stood + 0.2)
-    io._client.destroy()
+    ctl._client.destroy()
 
 
 @pytest.mark.parametrize("claimed", ["measured", "measured_at_rest", "commanded"])
@@ -399,21 +389,23 @@ def test_the_controllers_own_parameters_say_where_it_starts_a_trajectory(arm, cl
     parameter service: it starts each trajectory from the measured state, as controller_starts_from measured says;
     either other word is refused naming the one to use."""
     io = arm_io_of(arm, {"controller_starts_from": claimed})
-    message = run_on(arm, io.misconfigured(io.limits()))
+    ctl = io.controllers[0]  # its one controller
+    message = run_on(arm, io.misconfigured(io.readings.limits()))
     if claimed == "measured":
         assert message == ""
     else:
         assert message == ("/arm_sim starts each trajectory from the measured state (its state_interfaces ['position', "
                            "'velocity'] include velocity and its interpolate_from_desired_state is false), but "
                            f"controller_starts_from is {claimed}: set controller_starts_from: measured")  # fmt: skip
-    io._client.destroy()
+    ctl._client.destroy()
 
 
 def test_the_controllers_parameters_are_read_ahead_while_the_model_answers(arm):
     """check_ahead starts the read (instruction_node: before the goal's first chunk is asked for); the check that
     follows while it is under way waits for it, asking nothing itself, and answers from what it read."""
     io = arm_io_of(arm, {"controller_starts_from": "measured"})
-    params, reads, gate = io.controller._params, [], Future()
+    ctl = io.controllers[0]  # its one controller
+    params, reads, gate = ctl.controller._params, [], Future()
     ask = params._ask
 
     async def held(*args):  # the controller's answer held until the check is under way
@@ -424,13 +416,13 @@ def test_the_controllers_parameters_are_read_ahead_while_the_model_answers(arm):
     params._ask = held
     io.check_ahead()
     wait_until(lambda: reads, 10.0, "the read ahead asking")
-    check = arm.client.executor.create_task(io.misconfigured(io.limits()))
+    check = arm.client.executor.create_task(io.misconfigured(io.readings.limits()))
     time.sleep(0.3)
     assert not check.done() and len(reads) == 1  # waiting for the read ahead
     gate.set_result(None)
     wait_until(check.done, 10.0, "the check")
     assert check.result() == "" and len(reads) == 1 and "state_interfaces" in reads[0]
-    io._client.destroy()
+    ctl._client.destroy()
 
 
 def test_the_state_interfaces_are_position_and_velocity_or_position_only():
@@ -472,7 +464,7 @@ def test_a_controller_without_a_velocity_state_starts_each_trajectory_from_rest_
                     "measured_at_rest")  # fmt: skip
         for settings in ({"trajectory_action": action}, {"trajectory_topic": "/rest/arm_controller/joint_trajectory"}):
             io = arm_io_of(arm, settings)
-            assert run_on(arm, io.misconfigured(io.limits())) == expected
+            assert run_on(arm, io.misconfigured(io.readings.limits())) == expected
             io.destroy()
 
 
@@ -484,8 +476,9 @@ def test_a_controller_starting_from_its_command_is_read_on_its_controller_state(
     with another_arm(arm, "/cmd", interpolate_from_desired_state=True) as commanding:
         io = arm_io_of(arm, {"controller_starts_from": "commanded",
                              "trajectory_action": "/cmd/arm_controller/follow_joint_trajectory"})  # fmt: skip
-        assert run_on(arm, io.misconfigured(io.limits())) == ""
-        assert io.controller.command.topic == "/cmd/arm_sim/controller_state"
+        ctl = io.controllers[0]  # its one controller
+        assert run_on(arm, io.misconfigured(io.readings.limits())) == ""
+        assert ctl.controller.command.topic == "/cmd/arm_sim/controller_state"
         here, zeros = commanding._trajectory.sample(commanding._now()), np.zeros(len(SO100_JOINTS))
         wait_until(lambda: io.command_now(zeros, zeros) is not None, 10.0, "the controller's command")
         positions, velocities = io.command_now(zeros, zeros)
@@ -493,8 +486,9 @@ def test_a_controller_starting_from_its_command_is_read_on_its_controller_state(
         np.testing.assert_array_equal(velocities, 0.0)
         io.destroy()
     io = arm_io_of(arm, {"controller_starts_from": "commanded"})
-    assert "starts each trajectory from the measured state" in run_on(arm, io.misconfigured(io.limits()))
-    assert io.controller.command.topic == ""
+    ctl = io.controllers[0]  # its one controller
+    assert "starts each trajectory from the measured state" in run_on(arm, io.misconfigured(io.readings.limits()))
+    assert ctl.controller.command.topic == ""
     io.destroy()
 
 
@@ -508,11 +502,12 @@ def test_a_server_without_a_controllers_parameters_is_taken_at_the_users_word(ar
     arm.client.executor.add_node(driver)
     try:
         io = arm_io_of(arm, {"trajectory_action": "/vendor/follow_joint_trajectory"})
-        assert run_on(arm, io.misconfigured(io.limits())) == ""
+        ctl = io.controllers[0]  # its one controller
+        assert run_on(arm, io.misconfigured(io.readings.limits())) == ""
         warning = "cannot read where /vendor_driver starts a trajectory (it has no joint_trajectory_controller " \
             "parameters): taking controller_starts_from: measured as said"  # fmt: skip
         wait_until(lambda: warning in capfd.readouterr().err, 5.0, "the warning")
-        io._client.destroy()
+        ctl._client.destroy()
     finally:
         arm.client.executor.remove_node(driver)
         server.destroy()

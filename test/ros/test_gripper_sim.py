@@ -7,6 +7,7 @@ Kilted). What a real jaw meets: an object stalls it (GripperActionController's t
 switched off stall it both ways, a switched-off controller takes goals and ends none, a refusing one is counted in a
 row; our gripper client reads each as the instruction goal's outcome needs it."""
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,9 +67,9 @@ def _goal(position: float) -> GripperCommand.Goal:
 
 def _gripper(node: Node, deadband: float = 0.005) -> GripperIO:
     """Our gripper client, taking a goal that stood 1.2 s without a word for a controller switched off."""
-    return GripperIO(node, {"gripper_action": ACTION, "gripper_action_type": "GripperCommand",
-                            "gripper_max_effort": 5.0, "gripper_deadband": deadband, "gripper_stall_timeout": 0.2},
-                     "gripper", ReentrantCallbackGroup())  # fmt: skip
+    return GripperIO(node, {"gripper_action_type": "GripperCommand", "gripper_max_effort": 5.0,
+                            "gripper_deadband": deadband, "gripper_stall_timeout": 0.2},
+                     "gripper", ACTION, ReentrantCallbackGroup())  # fmt: skip
 
 
 def test_a_goal_moves_the_jaw_at_its_velocity_to_the_clamped_position(jaw):
@@ -100,11 +101,29 @@ def test_a_newer_goal_preempts_and_a_cancel_stops_the_jaw_where_it_is(slow_jaw):
     assert all(state.position[0] == pytest.approx(held, abs=1e-9) for state in jaw.states[seen:])
 
 
-@pytest.mark.parametrize("grippers", [["jaw"], ["a", "b"]])
-def test_a_gripper_that_is_not_one_action_joint_stops_the_start(ros_context, grippers):
-    with pytest.raises(ValueError, match="parameter gripper_joint_names must be at most one of action_joint_names"):
+@pytest.mark.parametrize("overrides, message", [
+    ({"gripper_joint_names": ["jaw"]}, "parameter gripper_joint_names must name action_joint_names"),
+    ({"gripper_joint_names": ["a", "c"]}, "2 gripper_joint_names need as many gripper_actions"),
+    ({"gripper_joint_names": ["a", "c"], "gripper_actions": ["g"]}, "parameter gripper_actions must name one server "
+     "per gripper_joint_names joint (2)"),
+    ({"gripper_joint_names": ["a", "b", "c"], "gripper_actions": ["g", "h", "i"]}, "gripper_joint_names leave no "
+     "action joint to the trajectory"),
+    ({"trajectory_actions": ["l", "r"]}, "parameter trajectory_joint_counts must be one count of at least 1 per "
+     "trajectory_actions server (2), adding up to the trajectory's 3 joints"),
+    ({"trajectory_actions": ["l", "r"], "trajectory_joint_counts": [1, 1]}, "adding up to the trajectory's 3"),
+    ({"trajectory_actions": ["l", "r"], "trajectory_joint_counts": [3, 0]}, "one count of at least 1"),
+    ({"trajectory_joint_counts": [3]}, "parameter trajectory_joint_counts needs trajectory_actions"),
+    ({"trajectory_actions": ["l"], "trajectory_joint_counts": [3], "trajectory_topic": "t"}, "parameter "
+     "trajectory_topic plays every joint on one controller"),
+])  # fmt: skip
+def test_grippers_and_controllers_that_do_not_add_up_to_the_action_joints_stop_the_start(ros_context, overrides,
+                                                                                         message):  # fmt: skip
+    """Each jaw of its own controller needs its server, and a controller per arm its share of the trajectory's
+    joints: a start that cannot say which controller plays a joint fails, naming the parameter."""
+    with pytest.raises(ValueError, match=re.escape(message)):
         InstructionNode(context=ros_context, parameter_overrides=[
-            Parameter("action_joint_names", value=["a", "b"]), Parameter("gripper_joint_names", value=grippers)])  # fmt: skip
+            Parameter("action_joint_names", value=["a", "b", "c"]),
+            *(Parameter(name, value=value) for name, value in overrides.items())])  # fmt: skip
 
 
 def test_a_jaw_inside_the_trajectory_named_absolute_stays_absolute_among_deltas(ros_context):
@@ -267,9 +286,9 @@ def test_a_parallel_gripper_controllers_action_moves_the_jaw_too(ros_context):
     node = Node("parallel_gripper_io_test", context=ros_context)
     node.states = []
     node.create_subscription(JointState, "/joint_states", node.states.append, 100)
-    settings = {"gripper_action": ACTION, "gripper_action_type": "ParallelGripperCommand", "gripper_max_effort": 0.0,
-                "gripper_deadband": 0.005, "gripper_stall_timeout": 1.0}  # fmt: skip
-    gripper = GripperIO(node, settings, "gripper", ReentrantCallbackGroup())
+    settings = {"gripper_action_type": "ParallelGripperCommand", "gripper_max_effort": 0.0, "gripper_deadband": 0.005,
+                "gripper_stall_timeout": 1.0}  # fmt: skip
+    gripper = GripperIO(node, settings, "gripper", ACTION, ReentrantCallbackGroup())
     with spin_nodes(ros_context, jaw, node):
         wait_until(lambda: gripper._client.server_is_ready() and node.states, 5.0, "the gripper's server")
         gripper.command(1.0, gripper.holds)
@@ -280,12 +299,12 @@ def test_a_parallel_gripper_controllers_action_moves_the_jaw_too(ros_context):
             command=JointState(name=["gripper"], position=[0.5]))).result(timeout=10.0)  # fmt: skip
         assert out.status == GoalStatus.STATUS_SUCCEEDED and out.result.reached_goal
         assert out.result.state.position[0] == pytest.approx(0.5, abs=1e-3)
-    bad = Node("bad_gripper_io_test", context=ros_context)
+    bad, group = Node("bad_gripper_io_test", context=ros_context), ReentrantCallbackGroup()
     try:
         with pytest.raises(ValueError, match="parameter gripper_action_type must be one of"):
-            GripperIO(bad, settings | {"gripper_action_type": "Gripper"}, "gripper", ReentrantCallbackGroup())
+            GripperIO(bad, settings | {"gripper_action_type": "Gripper"}, "gripper", ACTION, group)
         # a GripperCommand's max_effort 0: an effort-interface controller would clamp the jaw's effort to nothing
         with pytest.raises(ValueError, match="parameter gripper_max_effort must be above 0 for GripperCommand goals"):
-            GripperIO(bad, settings | {"gripper_action_type": "GripperCommand"}, "gripper", ReentrantCallbackGroup())
+            GripperIO(bad, settings | {"gripper_action_type": "GripperCommand"}, "gripper", ACTION, group)
     finally:
         bad.destroy_node()

@@ -39,15 +39,14 @@ class Excursion:
         self.reach = np.maximum(self.reach, np.abs(difference(commanded, self.start, turns)))
         self.measured = np.maximum(self.measured, np.abs(difference(measured, self.start, turns)))
 
-    def unfollowed(self, tracking_error: np.ndarray, ignored: int | None) -> int | None:
-        """None when some joint (``ignored`` aside: a gripper on a controller of its own says nothing of the arm's)
+    def unfollowed(self, tracking_error: np.ndarray, ignored: list[int]) -> int | None:
+        """None when some joint (``ignored`` aside: a jaw on a controller of its own says nothing of the arm's)
         its plan moved by over FLOOR of its tracking error went FOLLOWED of that, or when the plan moved none that
         far; else the joint the plan moved farthest."""
         if self.start is None:
             return None
         clear = self.planned > FLOOR * tracking_error
-        if ignored is not None:
-            clear[ignored] = False
+        clear[ignored] = False
         if not clear.any() or (self.measured[clear] >= FOLLOWED * self.planned[clear]).any():
             return None
         return int(np.argmax(np.where(clear, self.planned, -np.inf)))

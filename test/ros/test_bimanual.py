@@ -1,0 +1,161 @@
+"""A bimanual robot as ros2_control runs one (ALOHA, bi-SO-100): a joint_trajectory_controller per arm, so one
+14-wide chunk (or 12 here: two SO-100s, jaws inside their arms' trajectories) is split among them by
+`trajectory_joint_counts`. Two arm_sim nodes, one per namespace, play the arms on one /joint_states and one URDF:
+a plan moves both, a hold stops both, another client taking one arm is a fault of that arm alone (the other is
+stopped, the taken one left to its new client), and each controller's own parameters are read."""
+
+import re
+import time
+
+import numpy as np
+import pytest
+from action_msgs.msg import GoalStatus
+from control_msgs.action import FollowJointTrajectory
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+
+from oxygen_ros import share
+from oxygen_ros.control.arm.safety import SafeTargets
+from oxygen_ros.nodes import arm_io, gripper_io
+from oxygen_ros.nodes.arm_io import COUNT_LISTS, NAME_LISTS, NUMBER_LISTS, ArmIO
+from oxygen_ros.nodes.arm_sim import PREEMPTED, SO100_JOINTS, ArmSim
+from arm_harness import run_on, trajectory
+from ros_harness import make_context, send_goal, spin_nodes, wait_until
+
+SIDES = ("left", "right")
+JOINTS = [f"{side}_{joint}" for side in SIDES for joint in SO100_JOINTS]
+ACTIONS = [f"/{side}/arm_controller/follow_joint_trajectory" for side in SIDES]
+
+
+def bimanual_urdf() -> str:
+    """Two copies of the simulated SO-100 on one base, their links and joints named left_ / right_."""
+    text = (share.PREFIX / "share" / share.PACKAGE / "config" / "sim_arm.urdf").read_text()
+    body = text[text.index("<link "): text.index("</robot>")]
+    arms = "".join(re.sub(r'((?:<link|<joint) name="|link=")', rf"\g<1>{side}_", body) for side in SIDES)
+    mounts = "".join(f'<joint name="{side}_mount" type="fixed"><parent link="world"/><child link="{side}_base_link"/>'
+                     "</joint>" for side in SIDES)  # fmt: skip
+    return f'<?xml version="1.0"?><robot name="bimanual"><link name="world"/>{arms}{mounts}</robot>'
+
+
+class Robot:
+    """Two arm_sims (/left, /right) and a client node recording /joint_states by joint name."""
+
+    def __init__(self, context, urdf: str) -> None:
+        self.arms = [ArmSim(context=context, namespace=side, parameter_overrides=[
+            Parameter("joint_names", value=[f"{side}_{joint}" for joint in SO100_JOINTS]),
+            Parameter("state_topic", value="/joint_states"), Parameter("urdf_path", value=urdf),
+            Parameter("description_topic", value="/robot_description" if side == "left" else "description"),
+        ]) for side in SIDES]  # fmt: skip
+        self.client = Node("bimanual_client", context=context)
+        self.position: dict[str, float] = {}
+        self.velocity: dict[str, float] = {}
+        self.client.create_subscription(JointState, "/joint_states", self._on_state, 100)
+
+    def _on_state(self, msg: JointState) -> None:
+        self.position.update(zip(msg.name, msg.position))
+        self.velocity.update(zip(msg.name, msg.velocity))
+
+    def where(self) -> np.ndarray:
+        wait_until(lambda: all(name in self.position for name in JOINTS), 10.0, "both arms' joint states")
+        return np.array([self.position[name] for name in JOINTS])
+
+    def still(self, side: str) -> bool:
+        return all(abs(self.velocity[name]) < 1e-9 for name in JOINTS if name.startswith(side))
+
+
+@pytest.fixture(scope="module")
+def robot(ros_domain_id, tmp_path_factory):
+    urdf = tmp_path_factory.mktemp("bimanual") / "bimanual.urdf"
+    urdf.write_text(bimanual_urdf())
+    context = make_context(ros_domain_id)
+    robot = Robot(context, str(urdf))
+    try:
+        with spin_nodes(context, *robot.arms, robot.client):
+            yield robot
+    finally:
+        context.try_shutdown()
+
+
+def arms_io(robot: Robot) -> ArmIO:
+    """instruction_node's side (its defaults) for the 12 joints, 6 to each arm's controller, once both are there."""
+    defaults = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
+    lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS, *COUNT_LISTS)} | {
+        "action_joint_names": JOINTS, "trajectory_actions": ACTIONS, "trajectory_joint_counts": [6, 6]}  # fmt: skip
+    io = ArmIO(robot.client, defaults | {"input_timeout_s": 60.0}, lists, ReentrantCallbackGroup())
+    assert [c.arm_names for c in io.controllers] == [tuple(JOINTS[:6]), tuple(JOINTS[6:])]
+    assert run_on(robot, io.missing(10.0)) == ""
+    wait_until(lambda: io.readings._described, 10.0, "the URDF")
+    return io
+
+
+def ramp(start: np.ndarray, left: float, right: float, seconds: float) -> SafeTargets:
+    """From ``start`` to each arm's shoulder_pan moved by ``left`` / ``right`` in ``seconds`` (at rest there)."""
+    end = start.copy()
+    end[0], end[6] = end[0] + left, end[6] + right
+    return SafeTargets(np.vstack([start, end]), np.zeros((2, len(start))), np.array([0.2, seconds]), 0)
+
+
+def test_one_plan_moves_both_arms_each_on_its_own_controller(robot):
+    """Each controller gets the trajectory of its own six joints (a joint_trajectory_controller refuses joints it
+    does not own); both play it, and each controller's parameters are read and agree."""
+    io = arms_io(robot)
+    start = robot.where()
+    assert run_on(robot, io.misconfigured(io.readings.limits())) == ""
+    assert run_on(robot, io.send(io.readings.now(), ramp(start, 0.3, -0.3, 1.0))) == ""
+    wait_until(lambda: np.allclose(robot.where()[[0, 6]], start[[0, 6]] + [0.3, -0.3], atol=1e-6), 5.0, "both moved")
+    assert np.allclose(np.delete(robot.where(), [0, 6]), np.delete(start, [0, 6]), atol=1e-6)  # nothing else did
+    assert run_on(robot, io.stop_answered(5.0)) == ""
+    io.destroy()
+
+
+def test_a_hold_stops_both_arms(robot):
+    io = arms_io(robot)
+    start = robot.where()
+    assert run_on(robot, io.send(io.readings.now(), ramp(start, 1.0, -1.0, 10.0))) == ""
+    time.sleep(1.0)
+    io.hold(None, print)
+    assert run_on(robot, io.stop_answered(5.0)) == ""
+    wait_until(lambda: robot.still("left") and robot.still("right"), 5.0, "both arms standing")
+    moved = np.abs(robot.where()[[0, 6]] - start[[0, 6]])
+    assert np.all((moved > 0.02) & (moved < 0.5)), moved  # stopped on the way, far from the plan's 1.0
+    io.destroy()
+
+
+def test_another_client_taking_one_arm_is_its_fault_and_the_other_arm_is_stopped(robot):
+    """An operator's trajectory preempts ours on the left arm: the fault names the left controller, taken over; the
+    hold then stops the right arm and sends the left nothing, so the operator's trajectory plays to its end."""
+    io = arms_io(robot)
+    start = robot.where()
+    assert run_on(robot, io.send(io.readings.now(), ramp(start, 0.5, -1.0, 10.0))) == ""
+    operator_target = start[:6] - 0.1
+    operator = send_goal(robot.client, FollowJointTrajectory, ACTIONS[0], FollowJointTrajectory.Goal(
+        trajectory=trajectory([(1.0, operator_target)], JOINTS[:6])))  # fmt: skip
+    wait_until(lambda: any(c._fault is not None for c in io.controllers), 5.0, "our left trajectory's end")
+    fault = io.take_fault()
+    assert fault.taken_over and fault.target == ACTIONS[0] and PREEMPTED in fault.why, fault
+    io.hold(None, print, spare=fault.target)
+    assert run_on(robot, io.stop_answered(5.0)) == ""
+    assert operator.result(timeout=5.0).status == GoalStatus.STATUS_SUCCEEDED
+    wait_until(lambda: np.allclose(robot.where()[:6], operator_target, atol=1e-6), 5.0, "the operator's target")
+    wait_until(lambda: robot.still("right"), 5.0, "the right arm standing")
+    assert abs(robot.where()[6] - start[6]) < 0.5  # stopped long before its plan's -1.0
+    io.destroy()
+
+
+def test_an_arm_controller_that_is_not_there_is_named_and_nothing_is_sent(robot):
+    """One arm's controller missing (a typo, a controller not loaded): the goal is refused naming it, and neither
+    arm gets the plan (the arms move together or not at all)."""
+    typo = {**{name: [] for name in (*NAME_LISTS, *NUMBER_LISTS, *COUNT_LISTS)}, "action_joint_names": JOINTS,
+            "trajectory_actions": [ACTIONS[0], "/rihgt/arm_controller/follow_joint_trajectory"],
+            "trajectory_joint_counts": [6, 6]}  # fmt: skip
+    defaults = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
+    broken = ArmIO(robot.client, defaults | {"input_timeout_s": 60.0}, typo, ReentrantCallbackGroup())
+    assert run_on(robot, broken.missing(0.5)) == "/rihgt/arm_controller/follow_joint_trajectory"
+    start = robot.where()
+    refused = run_on(robot, broken.send(broken.readings.now(), ramp(start, 0.3, 0.3, 1.0)))
+    assert refused.startswith("/rihgt/arm_controller/follow_joint_trajectory is not there"), refused
+    time.sleep(0.5)
+    assert np.allclose(robot.where(), start, atol=1e-9)
+    broken.destroy()
