@@ -7,12 +7,13 @@ joint_trajectory_controller per arm), and each jaw on a gripper's own controller
 of it (``gripper_io``, one per jaw: `gripper_actions`). What one controller does every other does too: a plan goes to
 each (the arm moves only when all took it; one refusing holds them all), a hold stops each, a fault of one ends the
 goal with all held, and each controller's own parameters are checked before a goal moves the arm.
-* `speed_scaling_topic` (std_msgs/Float64, ur_robot_driver's): a controller scaled below full speed plays a plan
-  slower than it is timed (``slowed``).
+* `speed_scaling_topic` (std_msgs/Float64, ur_robot_driver's; one per driver: `speed_scaling_topics`): a controller
+  scaled below full speed plays a plan slower than it is timed (``slowed``).
 """
 
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from rclpy.callback_groups import CallbackGroup
@@ -89,6 +90,8 @@ NAME_LISTS = {
     "action_joint_names order (gripper_joint_names' aside); empty = trajectory_action plays them all",
     "gripper_actions": "one gripper action server per gripper_joint_names joint, in order (two grippers need them); "
     "empty = gripper_action for the one gripper",
+    "speed_scaling_topics": "a robot with a driver per arm (two URs): each driver's speed scaling topic, as "
+    "speed_scaling_topic says of one; empty = speed_scaling_topic",
     "absolute_joint_names": "action joints whose actions stay absolute under action_space joint_delta, beside the "
     "gripper_joint_names one (a jaw inside the trajectory: openpi's DeltaActions mask); empty = that gripper's only",
 }
@@ -209,10 +212,15 @@ class ArmIO:
         self.readings = JointReadings(node, settings, self.names, state, tuple(grippers), joint_map, limit_lists,
                                       group)  # fmt: skip
         self.map, self.starts_from_command = joint_map, self.readings.starts_from_command
-        self._scaling: tuple[float, float] | None = None  # the controller's speed scaling (percent, arrival)
-        if settings["speed_scaling_topic"]:
-            node.create_subscription(Float64, settings["speed_scaling_topic"], self._on_scaling, 10,
-                                     callback_group=group)  # fmt: skip
+        scaling_topics = lists["speed_scaling_topics"]
+        if scaling_topics and settings["speed_scaling_topic"]:
+            raise ValueError("parameter speed_scaling_topics replaces speed_scaling_topic: set one of them")
+        # each driver's speed scaling (percent, arrival), by resolved topic
+        self._scalings: dict[str, tuple[float, float] | None] = {}
+        for topic in scaling_topics or [settings["speed_scaling_topic"]] * bool(settings["speed_scaling_topic"]):
+            where = node.resolve_topic_name(topic)
+            self._scalings[where] = None
+            node.create_subscription(Float64, topic, partial(self._on_scaling, where), 10, callback_group=group)
         self.grippers = [GripperIO(node, settings, name, action, group)
                          for name, action in zip(grippers, _gripper_actions(grippers, lists["gripper_actions"],
                                                                             settings["gripper_action"]))]  # fmt: skip
@@ -236,29 +244,27 @@ class ArmIO:
             start, velocity = said
         return start, velocity
 
-    def _on_scaling(self, msg: Float64) -> None:
-        self._scaling = (float(msg.data), self.readings.now())
+    def _on_scaling(self, where: str, msg: Float64) -> None:
+        self._scalings[where] = (float(msg.data), self.readings.now())
 
     def slowed(self) -> str:
-        """Why the controller would play a plan slower than it is timed ('' = it would not, as far as we know):
-        with ``speed_scaling_topic`` (a UR's scaled_joint_trajectory_controller), a scaling under MIN_SPEED_SCALING
-        (the pendant's slider, a reduced or protective mode), none yet, or one older than input_timeout_s. Plans are
-        timed at full speed: played slower, the arm falls behind them (chunks refused from a moving start, then
-        not following)."""
-        topic = self._settings["speed_scaling_topic"]
-        if not topic:
-            return ""
-        where, scaling = self._node.resolve_topic_name(topic), self._scaling
-        if scaling is None:
-            return f"no speed scaling on {where} yet: the controller may play plans slower than they are timed"
-        percent, arrival = scaling
-        age, timeout = self.readings.now() - arrival, self._settings["input_timeout_s"]
-        if age > timeout:
-            return f"the speed scaling on {where} is {age:.2f} s old, over input_timeout_s {timeout:g}"
-        if not percent >= MIN_SPEED_SCALING:
-            return (f"the controller's speed scaling is {percent:.0f}% (the pendant's slider, or a reduced or "
-                    f"protective mode): plans are timed at full speed; set it to 100% and lower joint_velocity_limits "
-                    "instead")  # fmt: skip
+        """Why a controller would play a plan slower than it is timed ('' = none would, as far as we know): on a
+        speed scaling topic (a UR's scaled_joint_trajectory_controller; one per driver), a scaling under
+        MIN_SPEED_SCALING (the pendant's slider, a reduced or protective mode), none yet, or one older than
+        input_timeout_s. Plans are timed at full speed: played slower, the arm falls behind them (chunks refused
+        from a moving start, then not following)."""
+        timeout = self._settings["input_timeout_s"]
+        for where, scaling in self._scalings.items():
+            if scaling is None:
+                return f"no speed scaling on {where} yet: the controller may play plans slower than they are timed"
+            percent, arrival = scaling
+            age = self.readings.now() - arrival
+            if age > timeout:
+                return f"the speed scaling on {where} is {age:.2f} s old, over input_timeout_s {timeout:g}"
+            if not percent >= MIN_SPEED_SCALING:
+                return (f"the controller's speed scaling on {where} is {percent:.0f}% (the pendant's slider, or a "
+                        "reduced or protective mode): plans are timed at full speed; set it to 100% and lower "
+                        "joint_velocity_limits instead")  # fmt: skip
         return ""
 
     async def missing(self, wait_s: float) -> str:

@@ -413,7 +413,7 @@ def test_a_position_only_driver_gets_a_velocity_from_its_last_two_readings(ros_c
         np.testing.assert_allclose(position, [0.6, 4.0])
         ahead, _ = arm.readings.start_state(("wrist", "jaw"), 0.05)
         np.testing.assert_allclose(ahead, [0.65, 4.0], atol=1e-5)  # the arm moves on meanwhile
-        assert arm.readings.from_rest(("wrist", "jaw")).tolist() == [True, True]  # where its controller starts a trajectory
+        assert arm.readings.from_rest(("wrist", "jaw")).tolist() == [True, True]  # as its controller starts one
         with pytest.raises(EngineError, match="wrist.vel"):
             arm.readings.snapshot()
     finally:
@@ -631,21 +631,31 @@ def test_a_stale_hold_is_timed_for_each_arm_joints_own_tracking_error(ros_contex
 def test_a_controller_scaled_below_full_speed_is_named(ros_context):
     """speed_scaling_topic (a UR's speed_scaling_state_broadcaster, percent): plans are timed at full speed, so a
     scaling under 99%, none yet, or one older than input_timeout_s is why the arm may not run; without the topic
-    nothing is said."""
+    nothing is said. Two drivers (speed_scaling_topics): each is asked the same."""
     node = Node("arm_scaling_test", context=ros_context)
     try:
         names = {"action_joint_names": ["shoulder"]}
         assert _arm(node, **names).slowed() == ""
-        arm = _arm(node, {"speed_scaling_topic": "speed_scaling_state_broadcaster/speed_scaling",
-                          "input_timeout_s": 0.5}, **names)  # fmt: skip
+        topic = "/speed_scaling_state_broadcaster/speed_scaling"
+        arm = _arm(node, {"speed_scaling_topic": topic[1:], "input_timeout_s": 0.5}, **names)
         assert "no speed scaling on /speed_scaling_state_broadcaster/speed_scaling yet" in arm.slowed()
-        arm._on_scaling(Float64(data=100.0))
+        arm._on_scaling(topic, Float64(data=100.0))
         assert arm.slowed() == ""
-        arm._on_scaling(Float64(data=50.0))
-        assert "speed scaling is 50%" in arm.slowed()
-        arm._on_scaling(Float64(data=math.nan))
-        assert "speed scaling is nan%" in arm.slowed()
-        arm._scaling = (100.0, arm.readings.now() - 1.0)
+        arm._on_scaling(topic, Float64(data=50.0))
+        assert "speed scaling on /speed_scaling_state_broadcaster/speed_scaling is 50%" in arm.slowed()
+        arm._on_scaling(topic, Float64(data=math.nan))
+        assert "speed scaling on /speed_scaling_state_broadcaster/speed_scaling is nan%" in arm.slowed()
+        arm._scalings[topic] = (100.0, arm.readings.now() - 1.0)
         assert "s old, over input_timeout_s 0.5" in arm.slowed()
+        left, right = "/left/speed_scaling", "/right/speed_scaling"
+        arms = _arm(node, {"input_timeout_s": 0.5}, speed_scaling_topics=[left, right], **names)
+        arms._on_scaling(left, Float64(data=100.0))
+        assert f"no speed scaling on {right} yet" in arms.slowed()
+        arms._on_scaling(right, Float64(data=30.0))
+        assert f"speed scaling on {right} is 30%" in arms.slowed()
+        arms._on_scaling(right, Float64(data=100.0))
+        assert arms.slowed() == ""
+        with pytest.raises(ValueError, match="speed_scaling_topics replaces speed_scaling_topic"):
+            _arm(node, {"speed_scaling_topic": topic}, speed_scaling_topics=[left], **names)
     finally:
         node.destroy_node()
