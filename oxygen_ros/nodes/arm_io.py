@@ -5,14 +5,16 @@ the controller that plays them (``trajectory_controller``: `trajectory_action`, 
 one such controller per arm (`trajectory_actions`, `trajectory_joint_counts`: a bimanual ALOHA or bi-SO-100 runs a
 joint_trajectory_controller per arm), and each jaw on a gripper's own controller (`gripper_joint_names`) is left out
 of it (``gripper_io``, one per jaw: `gripper_actions`). What one controller does every other does too: a plan goes to
-each (the arm moves only when all took it; one refusing holds them all), a hold stops each, a fault of one ends the
-goal with all held, and each controller's own parameters are checked before a goal moves the arm.
+each at once, each starting it as it takes it (one refusing it, or silent for answer_wait_s, holds them all), a hold
+stops each, a fault of one ends the goal with all held (but one another client took over), and each controller's
+own parameters, its joints among them, are checked before a goal moves the arms.
 * `speed_scaling_topic` (std_msgs/Float64, ur_robot_driver's; one per driver: `speed_scaling_topics`): a controller
   scaled below full speed plays a plan slower than it is timed (``slowed``).
 """
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import partial
 
 import numpy as np
@@ -20,6 +22,7 @@ from rclpy.callback_groups import CallbackGroup
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.task import Future
 from rcl_interfaces.msg import ParameterDescriptor
 from std_msgs.msg import Float64
 
@@ -36,6 +39,7 @@ from oxygen_ros.nodes.joint_readings import JointReadings
 from oxygen_ros.nodes.trajectory_controller import Fault, TrajectoryController
 
 POLL_S = 0.1
+STOP_SLACK_S = 1.0  # beyond a controller's own waits for its stop's answer: the executor's turns
 MIN_SPEED_SCALING = 99.0  # percent: a controller scaled below this plays the plan visibly slower than it is timed
 PARAMETERS = {  # scalars: (default, description), read once
     "state_topic": ("joint_states", "sensor_msgs/JointState input: the arm's measured joint positions"),
@@ -135,6 +139,21 @@ def declare_lists(node: Node) -> dict[str, list]:
     return out
 
 
+def _answered(futures: list[Future]) -> Future:
+    """Done once every one of ``futures`` (goals sent) is answered, or as soon as one is refused or failed."""
+    out = Future()
+
+    def check(_: Future | None = None) -> None:
+        refused = any(f.done() and (f.exception() is not None or not f.result().accepted) for f in futures)
+        if not out.done() and (refused or all(f.done() for f in futures)):
+            out.set_result(True)
+
+    for future in futures:
+        future.add_done_callback(check)
+    check()
+    return out
+
+
 def _split(trajectory: list[int], actions: list[str], counts: list[int], action: str) -> list[tuple[str, list[int]]]:
     """(action server, its columns) per controller: ``trajectory`` (the trajectory's columns) in runs of
     ``counts`` over ``actions``, or all of them to ``action``; ValueError naming the parameter."""
@@ -227,7 +246,12 @@ class ArmIO:
         self.controllers = [TrajectoryController(node, settings, self.readings, columns, action, on_topic,
                                                  self.tolerances, group)
                             for action, columns in split]  # fmt: skip
-        self.target = ", ".join(c.target for c in self.controllers)  # (where a message names the arm's controller)
+        targets = [c.target for c in self.controllers] + [g.target for g in self.grippers]
+        if len(set(targets)) != len(targets):
+            raise ValueError(f"parameters trajectory_actions and gripper_actions must name distinct servers: {targets}")
+        # a hold comes before every controller's trajectory or after them all (reentrant: a hold made on the thread
+        # that sends, inside a callback of the sending, goes on at once instead of waiting for itself)
+        self._sending = threading.RLock()
 
     @property
     def configured(self) -> bool:
@@ -235,14 +259,14 @@ class ArmIO:
 
     def command_now(self, start: np.ndarray, velocity: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """``start`` / ``velocity`` [len(names)] with each controller's joints where it commands them now, where it
-        starts a trajectory while no plan of ours plays; None when one did not say, or does not start from its
-        command there (``TrajectoryController.command_now``)."""
+        starts a trajectory while no plan of ours plays (``TrajectoryController.command_now``; a controller that
+        did not say, or does not start from its command: its joints as given); None when none said."""
+        said = False
         for controller in self.controllers:
-            said = controller.command_now(start, velocity)
-            if said is None:
-                return None
-            start, velocity = said
-        return start, velocity
+            command = controller.command_now(start, velocity)
+            if command is not None:
+                (start, velocity), said = command, True
+        return (start, velocity) if said else None
 
     def _on_scaling(self, where: str, msg: Float64) -> None:
         self._scalings[where] = (float(msg.data), self.readings.now())
@@ -300,39 +324,56 @@ class ArmIO:
         for controller in self.controllers:
             controller.forget_fault()
 
-    def take_fault(self) -> Fault | None:
-        """Why a controller ended our newest goal on it since the last call, when we did not ask it to (None: none
-        did)."""
+    def take_faults(self) -> list[Fault]:
+        """Why each controller that ended our newest goal on it since the last call, when we did not ask it to, did
+        so (empty: none did)."""
         faults = [controller.take_fault() for controller in self.controllers]
-        return next((fault for fault in faults if fault is not None), None)
+        return [fault for fault in faults if fault is not None]
 
     async def send(self, start: float, safe: SafeTargets) -> str:
         """Play ``safe`` (every action joint's; each controller its own), planned from node-clock time ``start``
-        (point i due at ``start + safe.times[i]``); '' when every controller took it, else why one did not (the
-        caller then holds them all). All go out before any answer is awaited, so the arms start together."""
+        (point i due at ``start + safe.times[i]``); '' when every controller took it, else why not, as soon as one
+        refused it or within answer_wait_s (the caller then holds them all: the others may have taken it). All go
+        out before any answer is awaited (each controller starts its trajectory as it takes it), and a hold comes
+        before them all or after them all."""
         for controller in self.controllers:
             if not controller.listening():
                 return f"{controller.target} is not there (no action server, or no subscriber to the topic)"
-        sent = [(controller, controller.dispatch(safe)) for controller in self.controllers]
-        problems = [await controller.taken(start, safe, each) for controller, each in sent]
-        return next((problem for problem in problems if problem), "")
+        with self._sending:
+            sent = [(controller, controller.dispatch(safe)) for controller in self.controllers]
+        asked, problems = self.readings.now(), []
+        try:
+            await wait(self._node, _answered([each.future for _, each in sent if each is not None]),
+                       self._settings["answer_wait_s"])  # fmt: skip
+        finally:  # (also when the wait broke off: nothing is left waited for)
+            for controller, each in sent:
+                if each is None or each.future.done():
+                    problems.append(controller.taken(start, safe, each))
+                else:
+                    controller.give_up(each)
+                    problems.append(f"{controller.target} had not answered {self.readings.now() - asked:.2f} s "
+                                    "after the trajectory was sent")  # fmt: skip
+        return "; ".join(problem for problem in problems if problem)
 
     def hold(self, at: np.ndarray | None, log: Callable[[str], None], *, velocity: np.ndarray | None = None,
-             spare: str = "") -> None:  # fmt: skip
+             spare: Collection[str] = ()) -> None:  # fmt: skip
         """Stop the arms, decelerating, each from ``at`` moving at ``velocity`` [len(names)] (where and how fast the
         plan has them now), else from where they are measured (``TrajectoryController.hold``); the grippers send no
-        more goals. ``spare``: the controller another client took over (``Fault.taken_over``), sent nothing."""
+        more goals. ``spare``: the controllers another client took over (``Fault.taken_over``), sent nothing."""
         for gripper in self.grippers:
             gripper.hold()
-        for controller in self.controllers:
-            controller.hold(at, log, velocity=velocity, stop=controller.target != spare)
+        with self._sending:
+            for controller in self.controllers:
+                controller.hold(at, log, velocity=velocity, stop=controller.target not in spare)
 
     async def stop_answered(self, wait_s: float) -> str:
-        """Each controller's answer to its newest stop, within ``wait_s`` in all (``TrajectoryController.
-        stop_answered``): '' when each took it, else what happened."""
-        deadline = time.monotonic() + wait_s
-        problems = [await controller.stop_answered(max(deadline - time.monotonic(), 0.0))
-                    for controller in self.controllers]  # fmt: skip
+        """Each controller's answer to its newest stop, all waited for at once, each within its ``wait_s``
+        (``TrajectoryController.stop_answered``): '' when each took it, else what happened."""
+        waits = [self._node.executor.create_task(controller.stop_answered, wait_s) for controller in self.controllers]
+        problems = []
+        for controller, waiting in zip(self.controllers, waits, strict=True):
+            done, problem = await wait(self._node, waiting, 2 * wait_s + STOP_SLACK_S)
+            problems.append(problem if done else f"{controller.target}: its stop's answer was not waited for")
         return "; ".join(problem for problem in problems if problem)
 
     def destroy(self) -> None:

@@ -13,9 +13,9 @@ messages in and out and keeps JTC's goal life:
 - a goal JTC would refuse is rejected, the reason logged;
 - accepting a goal cancels the active one (CANCELED, INVALID_GOAL, "Current goal cancelled due to new incoming
   action.") and plays the new trajectory from where the arm is at acceptance, moving as it moves (from rest when its
-  `state_interfaces` lack velocity, as JTC clears a velocity it cannot read; JTC's parameters are declared so the
-  instruction node can read them); the node's end cancels it too (JTC's deactivation: "Current goal cancelled during
-  deactivate transition.");
+  `state_interfaces` lack velocity, as JTC clears a velocity it cannot read; JTC's parameters, `joints` among them,
+  are declared so the instruction node can read them); the node's end cancels it too (JTC's deactivation:
+  "Current goal cancelled during deactivate transition.");
 - a trajectory on the topic replaces the one playing the same way, but leaves the active goal running (JTC's
   preemption policy: the goal then ends with that trajectory);
 - a cancel of the active goal holds the arm where it is and ends the goal CANCELED with an empty result;
@@ -39,6 +39,7 @@ from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
+from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Header, String
@@ -140,6 +141,9 @@ class ArmSim(Node):
             super().destroy_node()  # half-built: nothing of its own to release yet
             raise
         self._joints: list[str] = list(value["joint_names"])
+        self.declare_parameter("joints", self._joints, ParameterDescriptor(
+            description="JTC's: the joints it plays (joint_names; a trajectory must name them all)",
+            read_only=True))  # fmt: skip
         self._reads_velocity = "velocity" in value["state_interfaces"]
         # where a new trajectory starts: moving as the arm moves, or from rest (JTC with no velocity to read)
         self._from_rest = not self._reads_velocity and not value["interpolate_from_desired_state"]

@@ -3,8 +3,9 @@
 Each goal first asks `/oxygen/infer` for actions, with the arm's joint state when one is configured. A VLA model
 (pi0, pi0.5) answers with a chunk, and the goal runs on the model's action head: its chunks drive the ros2_control
 arm through its FollowJointTrajectory controllers (``nodes/vla_arm.py``: chunk execution, blending, limits, honest
-outcomes; ``nodes/arm_io.py``: joint states, the URDF's limits, a controller per arm, a gripper per jaw). Every chunk also goes out on
-`arm/action_chunk` (ActionChunk, the model's units) and as feedback, each trajectory sent on `arm/chunk_trace`.
+outcomes; ``nodes/arm_io.py``: joint states, the URDF's limits, a controller per arm, a gripper per jaw). Every
+chunk also goes out on `arm/action_chunk` (ActionChunk, the model's units) and as feedback, each trajectory sent on
+`arm/chunk_trace`.
 
 A text-only model (SmolLM2) has no action head (FAILED_PRECONDITION from the probe): then the language head reads the
 instruction with the scene text and narrates which object to take, every `narration_period_s`, and a low-level
@@ -201,7 +202,7 @@ class InstructionNode(TaskActionNode[Stream]):
             return None
 
     def _snapshot_or_none(self) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """``ArmIO.snapshot``, or Nones (no arm configured, or no fresh joint states)."""
+        """``JointReadings.snapshot``, or Nones (no arm configured, or no fresh joint states)."""
         if not self.arm.configured:
             return None, None
         try:

@@ -13,6 +13,7 @@ joint_trajectory_controller that starts a trajectory elsewhere than `controller_
 turning joint without wraparound, refuses the goal. Joint states and limits come from ``joint_readings``.
 """
 
+import math
 import threading
 import time
 from collections import deque
@@ -81,22 +82,24 @@ def _goal_id(handle) -> bytes:
 
 @dataclass
 class Sent:
-    """A trajectory on its way to the controller's action (``dispatch``): its answer, the holds and sends counted
-    when it went, and ``handled``, done once its answer is handled (a goal's result waits for that)."""
+    """A trajectory on its way to the controller's action (``dispatch``): its answer, the holds counted when it went,
+    ``handled``, done once its answer is handled (a goal's result waits for that), and when the answer came (node
+    clock, s; inf until it does): the controller starts the trajectory then."""
 
     future: Future
     holds: int
     handled: Future
+    answered_at: float = math.inf
 
 
 class TrajectoryController:
-    """The controller at ``target`` (``settings``' trajectory_action, or trajectory_topic when ``on_topic``),
-    playing the action joints ``columns`` (indices into ``readings.names``); ``tolerances``: per action joint."""
+    """The controller at ``action`` (an action server, or with ``on_topic`` a topic), playing the action joints
+    ``columns`` (indices into ``readings.names``); ``tolerances``: per action joint."""
 
     def __init__(self, node: Node, settings: dict, readings: JointReadings, columns: list[int], action: str,
                  on_topic: bool, tolerances: dict[str, np.ndarray], group: CallbackGroup) -> None:  # fmt: skip
         self._node, self._settings, self._readings = node, settings, readings
-        self._columns, self._tolerances = columns, tolerances
+        self.columns, self._tolerances = columns, tolerances
         self.arm_names = tuple(readings.names[i] for i in columns)  # what the trajectory names
         self._lock = threading.Lock()  # what the executor's callbacks and the goal's clock thread share
         self._fault: Fault | None = None  # why the controller ended our newest goal when we did not ask it to
@@ -130,7 +133,7 @@ class TrajectoryController:
         if said is None:
             return None
         positions, velocities = np.array(start, dtype=np.float64), np.array(velocity, dtype=np.float64)
-        positions[self._columns], velocities[self._columns] = said
+        positions[self.columns], velocities[self.columns] = said
         return positions, velocities
 
     def listening(self) -> bool:
@@ -157,7 +160,7 @@ class TrajectoryController:
     def _turning(self, limits: list[JointLimit]) -> list[str]:
         """The trajectory's joints that turn freely (no position limits)."""
         turns = turning(limits)
-        return [self._readings.names[i] for i in self._columns if turns[i]]
+        return [self._readings.names[i] for i in self.columns if turns[i]]
 
     def forget_fault(self) -> None:
         """A new goal starts: what ended an earlier one's trajectory is not its fault."""
@@ -173,11 +176,12 @@ class TrajectoryController:
 
     def dispatch(self, safe: SafeTargets) -> Sent | None:
         """Send ``safe`` (its points due ``safe.times`` after the controller takes it) now; its ``Sent`` on the
-        action (for ``taken``), None on the topic (nothing answers). Sent unstamped (stamp 0: the controller starts it
-        when it takes it), so a slow delivery or a controller's clock ahead of ours delays the plan instead of having
-        the controller sample it mid-segment, a jump. A hold while the goal is on its way replaces it with a braking
-        stop as soon as it is accepted, however late that is: no trajectory outlives a hold."""
-        arm = self._columns
+        action (``taken`` once answered, else ``give_up``), None on the topic (nothing answers). Sent unstamped
+        (stamp 0: the controller starts it when it takes it), so a slow delivery or a controller's clock ahead of
+        ours delays the plan instead of having the controller sample it mid-segment, a jump. A hold while the goal
+        is on its way replaces it with a braking stop as soon as it is accepted, however late that is: no
+        trajectory outlives a hold."""
+        arm = self.columns
         points = [JointTrajectoryPoint(positions=p[arm].tolist(), velocities=v[arm].tolist(),
                                        time_from_start=duration_of(t))
                   for p, v, t in zip(safe.positions, safe.velocities, safe.times)]  # fmt: skip
@@ -192,38 +196,40 @@ class TrajectoryController:
             self._publisher.publish(trajectory)
             return None
         future = self._send_goal(trajectory)
+        sent = Sent(future, holds, handled)
+        future.add_done_callback(lambda f: setattr(sent, "answered_at", self._readings.now()))
         future.add_done_callback(lambda f: self._on_answer(f, holds, sent_as, handled))
-        return Sent(future, holds, handled)
+        return sent
 
-    async def taken(self, start: float, safe: SafeTargets, sent: Sent | None) -> str:
-        """'' once the controller took ``sent`` (``safe``, planned from node-clock time ``start``: point i due at
-        ``start + safe.times[i]``), else why not, within answer_wait_s. One taken after its first target was due is
-        refused and replaced by a braking stop from where the arm is (a stale plan; a cancel would have the
-        controller hold the measured position at once, a jolt)."""
+    def taken(self, start: float, safe: SafeTargets, sent: Sent | None) -> str:
+        """'' when the controller took ``sent`` (answered: ``safe``, planned from node-clock time ``start``, point i
+        due at ``start + safe.times[i]``), else why not. One taken after its first target was due is refused and
+        replaced by a braking stop from where the arm is (a stale plan; a cancel would have the controller hold the
+        measured position at once, a jolt)."""
         if sent is None:
             return ""
-        answered = False
-        try:
-            answered, handle = await wait(self._node, sent.future, self._settings["answer_wait_s"])
-        finally:
-            if not answered:  # given up on (or the send broke off): a goal's end does not wait for it either
-                with self._lock:
-                    self._unanswered.discard(sent.handled)
-                sent.handled.set_result(False)
-        if not answered:
-            return f"{self.target} did not answer within answer_wait_s {self._settings['answer_wait_s']:g} s"
-        if not handle.accepted:
+        if sent.future.exception() is not None:
+            return f"the trajectory could not be sent to {self.target} ({sent.future.exception()})"
+        if not sent.future.result().accepted:
             return f"{self.target} rejected the trajectory (see the controller's log)"
         with self._lock:
             if self._holds != sent.holds:
                 return "the arm was told to hold while the trajectory was on its way"
-        late = self._readings.now() - start - float(safe.times[0])
+        late = sent.answered_at - start - float(safe.times[0])
         if late > 0:  # its plan is stale (the arm would be that late on every target): a stop replaces it here, so
             # it never plays on, whatever the caller does next (a hold of its own then finds the arm stopping)
             self.hold(None, self._node.get_logger().warning)
             return (f"{self.target} took the trajectory {late:.3f} s after its first target was due (raise "
                     "send_lead_s for a controller this slow)")  # fmt: skip
         return ""
+
+    def give_up(self, sent: Sent) -> None:
+        """``sent``, unanswered, is waited for no longer: a goal's end does not wait for it either (taken after the
+        hold that follows, it is stopped at once)."""
+        with self._lock:
+            self._unanswered.discard(sent.handled)
+        if not sent.handled.done():
+            sent.handled.set_result(False)
 
     def _on_answer(self, future: Future, holds: int, sent_as: int, handled: Future) -> None:
         """The controller's answer to our trajectory handled (``_on_accepted``), then ``handled`` done: a goal's
@@ -410,7 +416,7 @@ class TrajectoryController:
     def _stop_point(self, at: np.ndarray | None, velocity: np.ndarray | None,
                     log: Callable[[str], None]) -> JointTrajectoryPoint | None:  # fmt: skip
         """The stop ``hold`` sends (None, logged, when nothing says where the arm is)."""
-        arm = self._columns
+        arm = self.columns
         try:
             limits = self._readings.limits()
         except EngineError as exc:  # a description changed since: the limits the goal ran with still bound the hold

@@ -26,6 +26,7 @@ and the p50 / p99 latency from reading the inputs to the controller taking the t
 
 import math
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -338,10 +339,10 @@ class VlaArm:
         each gripper on its own controller its planned position ``send_lead_s`` ahead (its last one, settled, once
         the plan ends sooner), once the arm's controllers have taken the plan (a jaw must not close on rows an arm's
         controller then refuses)."""
-        fault = self.arm.take_fault()
-        if fault:  # the controller stopped playing the plan: the arm is not where the plan has it (blocked, taken)
-            self.hold(plan, where_it_is=True, spare=fault.target if fault.taken_over else "")
-            run.end(ErrorCode.ABORTED, fault.why)
+        faults = self.arm.take_faults()
+        if faults:  # a controller stopped playing the plan: the arm is not where the plan has it (blocked, taken)
+            self.hold(plan, where_it_is=True, spare={fault.target for fault in faults if fault.taken_over})
+            run.end(ErrorCode.ABORTED, "; ".join(fault.why for fault in faults))
             return
         for gripper in self.arm.grippers:
             if gripper.refused >= self._settings["max_missed_chunks"]:  # it refuses every one: it would never grip
@@ -394,19 +395,21 @@ class VlaArm:
         controller that the plan took over JAW_MOVED of its range never moved that far while a goal of ours stood
         past the controller's stall_timeout without a word (``GripperIO.unanswered_s``: a controller switched off;
         a working one says reached, or stalled on what the jaw holds)."""
-        joint = plan.excursion.unfollowed(self.arm.tolerances["max_tracking_error"], self.arm.gripper_columns)
-        if joint is not None:
-            planned, measured = plan.excursion.planned[joint], plan.excursion.measured[joint]
-            return (f"the arm did not move as planned: joint {self.arm.names[joint]} was planned {planned:.3f} from "
-                    f"where the goal started and went {measured:.3f}, and no other joint followed its plan either "
-                    f"(is its controller active and playing {self.arm.target}?)")  # fmt: skip
+        for controller in self.arm.controllers:  # each arm on its own: one arm moving says nothing of the other
+            others = [i for i in range(len(self.arm.names)) if i not in controller.columns]
+            joint = plan.excursion.unfollowed(self.arm.tolerances["max_tracking_error"], others)
+            if joint is not None:
+                planned, measured = plan.excursion.planned[joint], plan.excursion.measured[joint]
+                return (f"the arm did not move as planned: joint {self.arm.names[joint]} was planned {planned:.3f} "
+                        f"from where the goal started and went {measured:.3f}, and no other joint of its controller "
+                        f"followed its plan either (is it active and playing {controller.target}?)")  # fmt: skip
         for jaw, gripper in zip(self.arm.gripper_columns, self.arm.grippers, strict=True):
             stood = gripper.unanswered_s()
             if stood and plan.excursion.still(jaw, self._jaw_floor(plan, jaw)):
                 reach, went = plan.excursion.reach[jaw], plan.excursion.measured[jaw]
                 return (f"the gripper did not move: its plan took {self.arm.names[jaw]} {reach:.3f} from where it "
-                        f"was, it went {went:.3f}, and {gripper.target} kept a goal {stood:.1f} s without saying it reached its position or "
-                        "stalled (is its controller active?)")  # fmt: skip
+                        f"was, it went {went:.3f}, and {gripper.target} kept a goal {stood:.1f} s without saying it "
+                        "reached its position or stalled (is its controller active?)")
         return ""
 
     @staticmethod
@@ -429,11 +432,11 @@ class VlaArm:
                         "stops it one way only: are its motors on, is gripper_max_effort enough?), the arm holds")
         return ""
 
-    def hold(self, plan: ArmPlan | None, where_it_is: bool = False, spare: str = "") -> None:
+    def hold(self, plan: ArmPlan | None, where_it_is: bool = False, spare: Collection[str] = ()) -> None:
         """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:
         from where it is measured, for an arm not following its plan; so too while the plan is on its way to the
         controller, which may refuse it: it moves the arm only once taken); the plan is forgotten. Without ``plan``,
-        the last goal's (a goal that ended: its arm may still move). ``spare``: a controller another client took
+        the last goal's (a goal that ended: its arm may still move). ``spare``: controllers another client took
         over, sent nothing (``ArmIO.hold``)."""
         plan = plan or self._plan
         at = velocity = None

@@ -36,7 +36,8 @@ def master(**changed) -> dict:
 
 def test_the_names_asked_are_the_start_the_distro_and_each_turning_joints_wraparound():
     assert NAMES == ["state_interfaces", "interpolate_from_desired_state", "open_loop_control",
-                     "allow_trajectory_replacement", "gains.shoulder.normalize_error",
+                     "allow_trajectory_replacement", "joints", "allow_partial_joints_goal",
+                     "gains.shoulder.normalize_error",
                      f"gains.{WRIST}.angle_wraparound", f"gains.{WRIST}.normalize_error"]  # fmt: skip
     assert asked([WRIST], [WRIST]).count(f"gains.{WRIST}.normalize_error") == 1
 
@@ -115,3 +116,19 @@ def test_an_unwrapped_turning_joint_refuses_naming_the_gain_and_the_bounds_besid
     assert message.endswith("bound the joint with joint_lower_limits and joint_upper_limits")
     both = disagreement("commanded", setup_of(humble(), JOINTS, [WRIST]), "/arm_controller")
     assert both.split("; ")[0].endswith("set controller_starts_from: measured") and both.endswith(message)
+
+
+def test_joints_the_controller_does_not_play_or_that_the_trajectory_lacks_refuse_naming_them():
+    """A controller per arm: its `joints` must be the trajectory's (a JTC rejects a joint it lacks, and a trajectory
+    of only some of its joints unless allow_partial_joints_goal), so a wrong split refuses the goal before the arms
+    move instead of one arm's controller rejecting its first chunk; a node that does not say is not judged."""
+    assert disagreement("measured", setup_of(jazzy(joints=JOINTS), JOINTS, []), "/left") == ""
+    assert disagreement("measured", setup_of(jazzy(), JOINTS, []), "/left") == ""  # no joints said
+    assert disagreement("measured", setup_of(jazzy(joints=["shoulder"]), JOINTS, []), "/left") == (
+        "/left does not play joints ['wrist_roll'] (not among its joints): it would reject every trajectory; check "
+        "action_joint_names and, with a controller per arm, trajectory_actions and trajectory_joint_counts")
+    more = jazzy(joints=[*JOINTS, "right_elbow"])
+    assert disagreement("measured", setup_of(more, JOINTS, []), "/left") == (
+        "/left also plays joints ['right_elbow'] and takes only trajectories of all its joints (its "
+        "allow_partial_joints_goal is false): name them in action_joint_names, its share of trajectory_joint_counts")
+    assert disagreement("measured", setup_of(more | {"allow_partial_joints_goal": True}, JOINTS, []), "/left") == ""

@@ -30,6 +30,7 @@ class Arm:
         self.position, self.holds, self.clock = np.array(measured), [], 10.0
         self.gripper_columns = [] if gripper_column is None else [gripper_column]
         self.readings = self  # (ArmIO.readings: the joint states and the clock)
+        self.controllers = [SimpleNamespace(target=self.target, columns=[i for i in range(3) if i != gripper_column])]
         self.read_at: float | None = None  # when the position was read (None: now)
         self.gripper = SimpleNamespace(holds=0, refused=0, unanswered_s=lambda: 0.0, command=lambda *_, **__: None,
                                        jammed=lambda floor: None,
@@ -37,8 +38,8 @@ class Arm:
         self.grippers = [self.gripper] if self.gripper_columns else []
         self.tolerances = {"max_tracking_error": np.full(3, 0.3)}  # instruction_node's default for every joint
 
-    def take_fault(self) -> None:
-        return None
+    def take_faults(self) -> list:
+        return []
 
     def slowed(self) -> str:
         return ""
@@ -52,8 +53,8 @@ class Arm:
     def now(self) -> float:
         return self.clock
 
-    def hold(self, at, log, *, velocity=None, spare="") -> None:
-        self.holds.append("nothing sent" if spare == self.target else None if at is None else np.array(at))
+    def hold(self, at, log, *, velocity=None, spare=()) -> None:
+        self.holds.append("nothing sent" if self.target in spare else None if at is None else np.array(at))
 
 
 class Run:
@@ -191,7 +192,7 @@ def test_a_controller_slowed_below_the_plans_speed_ends_the_goal_with_the_arm_he
 
 @pytest.mark.parametrize("taken_over", [False, True])
 def test_a_controller_that_ended_the_trajectory_ends_the_goal_and_no_stop_drives_the_arm_on(ros_context, taken_over):
-    """The controller ended our trajectory (``ArmIO.take_fault``): ABORTED (a path tolerance: the arm blocked, held by
+    """The controller ended our trajectory (``ArmIO.take_faults``): ABORTED (a path tolerance: the arm blocked, held by
     the controller) brakes from where the arm is measured, never on towards where the plan has it (into what
     blocked it); CANCELED (another client's goal preempted ours, or someone cancelled it) sends nothing, since a stop
     would preempt the other client's trajectory."""
@@ -200,7 +201,7 @@ def test_a_controller_that_ended_the_trajectory_ends_the_goal_and_no_stop_drives
         arm, run = Arm([0.0, 0.0, 0.0]), Run()
         arm.clock = 10.05
         why = "/arm ended the trajectory (status 6, error_code -4): path tolerance"
-        arm.take_fault = lambda: Fault(why, taken_over, arm.target)
+        arm.take_faults = lambda: [Fault(why, taken_over, arm.target)]
         plan = planned([[0.0, 0.0, 0.0], [0.1, 0.0, 0.0]])
         VlaArm(node, arm, SETTINGS).tick(run, plan)
         assert run.ended == (ErrorCode.ABORTED, why)
@@ -235,8 +236,8 @@ def test_fine_motion_the_arm_did_not_follow_is_named_at_the_goals_end(ros_contex
     try:
         rows = [[0.0, 0.0, 0.0], [0.0, 0.1, 0.0], [0.0, 0.2, 0.0]]
         for share, why in ((0.0, "the arm did not move as planned: joint elbow was planned 0.200 from where the goal "
-                                 "started and went 0.000, and no other joint followed its plan either (is its "
-                                 "controller active and playing /arm_controller/joint_trajectory?)"),
+                                 "started and went 0.000, and no other joint of its controller followed its plan "
+                                 "either (is it active and playing /arm_controller/joint_trajectory?)"),
                            (1.0, "")):  # fmt: skip
             arm, run, plan = Arm([0.0, 0.0, 0.0]), Run(), planned(rows)
             vla = VlaArm(node, arm, SETTINGS)
@@ -244,6 +245,27 @@ def test_fine_motion_the_arm_did_not_follow_is_named_at_the_goals_end(ros_contex
                 arm.clock, arm.position = t, share * plan.queue.commanded(t)
                 vla.tick(run, plan)
             assert run.running and vla.unmoved(plan) == why
+    finally:
+        node.destroy_node()
+
+
+def test_one_arm_that_did_not_move_is_named_though_the_other_did(ros_context):
+    """Two arms, each on its own controller (the shoulder on the left's, the elbow and jaw on the right's): the left
+    following its plan says nothing of the right, which stood: the goal's end names the right's joint and
+    controller."""
+    node = Node("arm_unmoved_bimanual_test", context=ros_context)
+    try:
+        rows = [[0.0, 0.0, 0.0], [0.1, 0.1, 0.0], [0.2, 0.2, 0.0]]
+        arm, run, plan = Arm([0.0, 0.0, 0.0]), Run(), planned(rows)
+        arm.controllers = [SimpleNamespace(target="/left/arm_controller/follow_joint_trajectory", columns=[0]),
+                           SimpleNamespace(target="/right/arm_controller/follow_joint_trajectory", columns=[1, 2])]
+        vla = VlaArm(node, arm, SETTINGS)
+        for t in (10.0, 10.1, 10.2):
+            arm.clock, arm.position = t, plan.queue.commanded(t) * [1.0, 0.0, 0.0]
+            vla.tick(run, plan)
+        assert run.running and vla.unmoved(plan).startswith("the arm did not move as planned: joint elbow was planned "
+                                                            "0.200")  # fmt: skip
+        assert vla.unmoved(plan).endswith("(is it active and playing /right/arm_controller/follow_joint_trajectory?)")
     finally:
         node.destroy_node()
 

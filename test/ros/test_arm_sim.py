@@ -84,7 +84,8 @@ def arm_io_of(arm: Arm, settings: dict | None = None, **number_lists: list[float
     """instruction_node's side of the arm (its defaults, but ``settings`` and ``number_lists``), on the client node,
     once the controller is there."""
     defaults = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
-    lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS, *COUNT_LISTS)} | {"action_joint_names": SO100_JOINTS} | number_lists
+    empty = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS, *COUNT_LISTS)}
+    lists = empty | {"action_joint_names": SO100_JOINTS} | number_lists
     io = ArmIO(arm.client, defaults | {"input_timeout_s": 60.0} | (settings or {}), lists, ReentrantCallbackGroup())
     wait_until(io.controllers[0].listening, 10.0, "the arm's controller")
     wait_until(lambda: io.readings._described, 10.0, "the URDF")  # the limits every stop is planned within
@@ -256,7 +257,7 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_refused_and_replac
     wait_until(lambda: stops == [True, True], 5.0, "the stop sent when it was taken")
     time.sleep(1.0)
     assert len(plans) == 2 and not cancels  # the hold's (none), then the stop at taking
-    assert np.abs(arm.position() - start).max() < 0.02 and not io.take_fault()  # stopped by ours: no fault
+    assert np.abs(arm.position() - start).max() < 0.02 and not io.take_faults()  # stopped by ours: no fault
 
 
 def test_a_goals_end_waits_for_a_trajectory_on_its_way_and_the_stop_its_taking_brings(arm):
@@ -289,7 +290,7 @@ def test_a_goals_end_waits_for_a_trajectory_on_its_way_and_the_stop_its_taking_b
     wait_until(sending.done, 5.0, "the send's end")
     assert "told to hold while the trajectory was on its way" in sending.result()
     time.sleep(0.5)
-    assert np.abs(arm.position() - start).max() < 0.02 and not io.take_fault()  # stopped by ours: no fault
+    assert np.abs(arm.position() - start).max() < 0.02 and not io.take_faults()  # stopped by ours: no fault
     ctl._client.destroy()
 
 
@@ -336,9 +337,9 @@ def test_another_clients_goal_taking_the_arm_is_a_fault_and_no_stop_of_ours_pree
     assert run_on(arm, io.send(io.readings.now(), ramp)) == ""
     operator = arm.send([(1.0, start - 0.2)])
     wait_until(lambda: ctl._fault is not None, 5.0, "our trajectory's end")
-    fault = io.take_fault()
+    (fault,) = io.take_faults()
     assert fault.taken_over and PREEMPTED in fault.why, fault
-    io.hold(None, print, spare=fault.target)
+    io.hold(None, print, spare={fault.target})
     assert ctl._stop_sent is None and ctl._stopping  # nothing sent, and a goal's end sends nothing either
     assert operator.result(timeout=5.0).status == GoalStatus.STATUS_SUCCEEDED
     arm.reaches(start - 0.2, timeout=2.0)

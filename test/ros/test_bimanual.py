@@ -5,6 +5,7 @@ a plan moves both, a hold stops both, another client taking one arm is a fault o
 stopped, the taken one left to its new client), and each controller's own parameters are read."""
 
 import re
+import threading
 import time
 
 import numpy as np
@@ -78,13 +79,14 @@ def robot(ros_domain_id, tmp_path_factory):
         context.try_shutdown()
 
 
-def arms_io(robot: Robot) -> ArmIO:
-    """instruction_node's side (its defaults) for the 12 joints, 6 to each arm's controller, once both are there."""
+def arms_io(robot: Robot, counts: tuple[int, int] = (6, 6), actions: list[str] = ACTIONS) -> ArmIO:
+    """instruction_node's side (its defaults) for the 12 joints, ``counts`` to each arm's controller, once both are
+    there."""
     defaults = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
     lists = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS, *COUNT_LISTS)} | {
-        "action_joint_names": JOINTS, "trajectory_actions": ACTIONS, "trajectory_joint_counts": [6, 6]}  # fmt: skip
+        "action_joint_names": JOINTS, "trajectory_actions": actions, "trajectory_joint_counts": list(counts)}  # fmt: skip
     io = ArmIO(robot.client, defaults | {"input_timeout_s": 60.0}, lists, ReentrantCallbackGroup())
-    assert [c.arm_names for c in io.controllers] == [tuple(JOINTS[:6]), tuple(JOINTS[6:])]
+    assert [c.arm_names for c in io.controllers] == [tuple(JOINTS[: counts[0]]), tuple(JOINTS[counts[0]:])]
     assert run_on(robot, io.missing(10.0)) == ""
     wait_until(lambda: io.readings._described, 10.0, "the URDF")
     return io
@@ -107,6 +109,16 @@ def test_one_plan_moves_both_arms_each_on_its_own_controller(robot):
     wait_until(lambda: np.allclose(robot.where()[[0, 6]], start[[0, 6]] + [0.3, -0.3], atol=1e-6), 5.0, "both moved")
     assert np.allclose(np.delete(robot.where(), [0, 6]), np.delete(start, [0, 6]), atol=1e-6)  # nothing else did
     assert run_on(robot, io.stop_answered(5.0)) == ""
+    io.destroy()
+
+
+def test_a_split_the_controllers_do_not_play_refuses_naming_the_joints(robot):
+    """trajectory_joint_counts [5, 7]: the left arm's jaw would go to the right arm's controller. Each controller's
+    own `joints` say so before anything moves (either would reject its trajectory, maybe after the other took its)."""
+    io = arms_io(robot, counts=(5, 7))
+    message = run_on(robot, io.misconfigured(io.readings.limits()))
+    assert message.startswith("/left/arm_sim also plays joints ['left_gripper'] and takes only trajectories of all "
+                              "its joints"), message  # fmt: skip
     io.destroy()
 
 
@@ -133,14 +145,60 @@ def test_another_client_taking_one_arm_is_its_fault_and_the_other_arm_is_stopped
     operator = send_goal(robot.client, FollowJointTrajectory, ACTIONS[0], FollowJointTrajectory.Goal(
         trajectory=trajectory([(1.0, operator_target)], JOINTS[:6])))  # fmt: skip
     wait_until(lambda: any(c._fault is not None for c in io.controllers), 5.0, "our left trajectory's end")
-    fault = io.take_fault()
+    (fault,) = io.take_faults()
     assert fault.taken_over and fault.target == ACTIONS[0] and PREEMPTED in fault.why, fault
-    io.hold(None, print, spare=fault.target)
+    io.hold(None, print, spare={fault.target})
     assert run_on(robot, io.stop_answered(5.0)) == ""
     assert operator.result(timeout=5.0).status == GoalStatus.STATUS_SUCCEEDED
     wait_until(lambda: np.allclose(robot.where()[:6], operator_target, atol=1e-6), 5.0, "the operator's target")
     wait_until(lambda: robot.still("right"), 5.0, "the right arm standing")
     assert abs(robot.where()[6] - start[6]) < 0.5  # stopped long before its plan's -1.0
+    io.destroy()
+
+
+def test_one_arm_refusing_is_answered_at_once_and_the_hold_stops_the_arm_that_took_it(robot):
+    """The right arm's controller rejects its share (a last point still moving: JTC's rule), the left's takes its:
+    the send says so as soon as the rejection comes (not after answer_wait_s), and the hold the goal then makes
+    stops the left arm on its way."""
+    io = arms_io(robot)
+    start = robot.where()
+    plan = ramp(start, 1.0, -1.0, 10.0)
+    plan.velocities[-1, 6] = 0.1
+    sent_at = time.monotonic()
+    refused = run_on(robot, io.send(io.readings.now(), plan))
+    assert refused.startswith(f"{ACTIONS[1]} rejected the trajectory"), refused
+    assert time.monotonic() - sent_at < 0.9  # answer_wait_s is 1 s
+    time.sleep(0.5)
+    io.hold(None, print)
+    assert run_on(robot, io.stop_answered(5.0)) == ""
+    wait_until(lambda: robot.still("left"), 5.0, "the left arm standing")
+    assert 0.0 < robot.where()[0] - start[0] < 0.3  # stopped early on its way to +1.0
+    io.destroy()
+
+
+def test_a_hold_while_the_plan_goes_out_comes_after_every_arms_trajectory(robot):
+    """A hold (the goal ending on the clock thread) while the plan is being handed to the controllers waits until
+    both have it, so both are stopped: it never falls between them, leaving the second arm playing a plan its goal
+    no longer watches."""
+    io = arms_io(robot)
+    start = robot.where()
+    right, holder = io.controllers[1], threading.Thread(target=io.hold, args=(None, print))
+    dispatch, waited = right.dispatch, []
+
+    def hold_meanwhile(safe):
+        holder.start()
+        holder.join(0.3)
+        waited.append(holder.is_alive())  # it waits for the right arm's trajectory to go out too
+        return dispatch(safe)
+
+    right.dispatch = hold_meanwhile
+    run_on(robot, io.send(io.readings.now(), ramp(start, 1.0, -1.0, 10.0)))
+    holder.join(5.0)
+    assert waited == [True] and not holder.is_alive()
+    assert run_on(robot, io.stop_answered(5.0)) == ""
+    time.sleep(1.0)
+    wait_until(lambda: robot.still("left") and robot.still("right"), 5.0, "both arms standing")
+    assert np.all(np.abs(robot.where()[[0, 6]] - start[[0, 6]]) < 0.1), robot.where()[[0, 6]] - start[[0, 6]]
     io.destroy()
 
 

@@ -11,8 +11,10 @@ later distros' names count only where no Humble parameter is there (``gains.<joi
 controller has). A joint that turns freely is played the short way round only where the controller wraps it:
 Humble's ``gains.<joint>.angle_wraparound`` (or the older ``normalize_error``; ros2_controllers 2.34 on also unwraps a
 trajectory's start); from Jazzy on the controller takes continuous joints from the robot_description the controller
-manager gets, which no parameter shows. A node with ``state_interfaces`` but neither start parameter (Universal
-Robots' passthrough controller, whose robot interpolates) is no joint_trajectory_controller.
+manager gets, which no parameter shows. Its ``joints`` are the joints it plays: a trajectory naming one it lacks is
+rejected, and one naming only some of them too unless ``allow_partial_joints_goal`` (so a robot with a controller
+per arm is checked for the joints each gets). A node with ``state_interfaces`` but neither start parameter
+(Universal Robots' passthrough controller, whose robot interpolates) is no joint_trajectory_controller.
 (ros2_controllers humble ad559d9 / jazzy ed360c9 / master 94e74de: joint_trajectory_controller_parameters.yaml,
 joint_trajectory_controller.cpp.)
 """
@@ -25,6 +27,8 @@ STATE_INTERFACES = "state_interfaces"
 FROM_COMMAND = ("interpolate_from_desired_state", "open_loop_control")
 HUMBLE_FROM_COMMAND = ("open_loop_control",)
 REPLACEMENT = "allow_trajectory_replacement"
+JOINTS = "joints"
+PARTIAL = "allow_partial_joints_goal"
 WRAP_FLAGS = ("angle_wraparound", "normalize_error")
 WHERE = {"measured": "the measured state", "measured_at_rest": "the measured position at rest",
          "commanded": "its own last command"}  # fmt: skip
@@ -50,7 +54,8 @@ def asked(joints: Sequence[str], turning_joints: Sequence[str]) -> list[str]:
     trajectory's ``joints``), and whether it wraps each of ``turning_joints``."""
     wraps = [f"gains.{joint}.{flag}" for joint in turning_joints for flag in WRAP_FLAGS]
     marker = _humble_marker(joints)
-    return list(dict.fromkeys([STATE_INTERFACES, *FROM_COMMAND, REPLACEMENT, *([marker] if marker else []), *wraps]))
+    return list(dict.fromkeys([STATE_INTERFACES, *FROM_COMMAND, REPLACEMENT, JOINTS, PARTIAL,
+                               *([marker] if marker else []), *wraps]))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,8 @@ class ControllerSetup:
     why: str  # the parameters that say so, for a message
     unwrapped: tuple[tuple[str, str], ...]  # (joint, the flag that says so) it compares without wraparound
     from_command: bool  # it starts every trajectory from its command (not only one replacing a moving one)
+    unowned: tuple[str, ...] = ()  # of the trajectory's joints, those it does not play (it rejects the trajectory)
+    unsent: tuple[str, ...] = ()  # of its joints, those the trajectory lacks, when it takes no partial goal
 
 
 def setup_of(values: dict[str, Any], joints: Sequence[str], turning_joints: Sequence[str]) -> ControllerSetup | None:
@@ -86,7 +93,13 @@ def setup_of(values: dict[str, Any], joints: Sequence[str], turning_joints: Sequ
         said = {flag: values.get(f"gains.{joint}.{flag}") for flag in WRAP_FLAGS}
         if True not in said.values() and False in said.values():
             unwrapped.append((joint, next(flag for flag, value in said.items() if value is False)))
-    return ControllerSetup(starts_from, why, tuple(unwrapped), bool(commanding))
+    owned = values.get(JOINTS)
+    unowned, unsent = (), ()
+    if isinstance(owned, list):  # (a node that does not say plays whatever it takes)
+        theirs, ours = {str(joint) for joint in owned}, set(joints)
+        unowned = tuple(joint for joint in joints if joint not in theirs)
+        unsent = tuple(sorted(theirs - ours)) if values.get(PARTIAL) is not True else ()
+    return ControllerSetup(starts_from, why, tuple(unwrapped), bool(commanding), unowned, unsent)
 
 
 def disagreement(claimed: str, setup: ControllerSetup, controller: str, velocity_reported: bool = True) -> str:
@@ -99,6 +112,14 @@ def disagreement(claimed: str, setup: ControllerSetup, controller: str, velocity
     if setup.starts_from != claimed and not same:
         problems.append(f"{controller} starts each trajectory from {WHERE[setup.starts_from]} ({setup.why}), but "
                         f"controller_starts_from is {claimed}: set controller_starts_from: {setup.starts_from}")  # fmt: skip
+    if setup.unowned:
+        problems.append(f"{controller} does not play joints {_quoted(list(setup.unowned))} (not among its joints): "
+                        "it would reject every trajectory; check action_joint_names and, with a controller per "
+                        "arm, trajectory_actions and trajectory_joint_counts")  # fmt: skip
+    if setup.unsent:
+        problems.append(f"{controller} also plays joints {_quoted(list(setup.unsent))} and takes only trajectories "
+                        "of all its joints (its allow_partial_joints_goal is false): name them in "
+                        "action_joint_names, its share of trajectory_joint_counts")  # fmt: skip
     for joint, flag in setup.unwrapped:
         problems.append(f"joint {joint} turns freely, but {controller} compares it without wraparound (its "
                         f"gains.{joint}.{flag} is false): it would turn it the long way round to a target across the "
