@@ -140,13 +140,15 @@ def declare_lists(node: Node) -> dict[str, list]:
 
 
 def _answered(futures: list[Future]) -> Future:
-    """Done once every one of ``futures`` (goals sent) is answered, or as soon as one is refused or failed."""
-    out = Future()
+    """Done once every one of ``futures`` (goals sent) is answered, or as soon as one is refused or failed (its
+    result then True: the others need not be waited for)."""
+    out, lock = Future(), threading.Lock()
 
     def check(_: Future | None = None) -> None:
         refused = any(f.done() and (f.exception() is not None or not f.result().accepted) for f in futures)
-        if not out.done() and (refused or all(f.done() for f in futures)):
-            out.set_result(True)
+        with lock:  # (the callbacks run on several executor threads)
+            if not out.done() and (refused or all(f.done() for f in futures)):
+                out.set_result(refused)
 
     for future in futures:
         future.add_done_callback(check)
@@ -341,18 +343,20 @@ class ArmIO:
                 return f"{controller.target} is not there (no action server, or no subscriber to the topic)"
         with self._sending:
             sent = [(controller, controller.dispatch(safe)) for controller in self.controllers]
-        asked, problems = self.readings.now(), []
+        answered: list = []
+        unanswered: list = []
         try:
-            await wait(self._node, _answered([each.future for _, each in sent if each is not None]),
-                       self._settings["answer_wait_s"])  # fmt: skip
-        finally:  # (also when the wait broke off: nothing is left waited for)
+            _, refused = await wait(self._node, _answered([each.future for _, each in sent if each is not None]),
+                                    self._settings["answer_wait_s"])  # fmt: skip
+        finally:  # (also when the wait broke off: nothing is left waited for; the caller holds them all)
             for controller, each in sent:
-                if each is None or each.future.done():
-                    problems.append(controller.taken(start, safe, each))
-                else:
-                    controller.give_up(each)
-                    problems.append(f"{controller.target} had not answered {self.readings.now() - asked:.2f} s "
-                                    "after the trajectory was sent")  # fmt: skip
+                (answered if each is None or each.future.done() else unanswered).append((controller, each))
+            for controller, each in unanswered:
+                controller.give_up(each)
+        problems = [controller.taken(start, safe, each) for controller, each in answered]  # the refusal first
+        problems += [f"{controller.target}'s answer was not awaited (another controller refused)" if refused else
+                     f"{controller.target} did not answer within answer_wait_s {self._settings['answer_wait_s']:g} s"
+                     for controller, _ in unanswered]  # fmt: skip
         return "; ".join(problem for problem in problems if problem)
 
     def hold(self, at: np.ndarray | None, log: Callable[[str], None], *, velocity: np.ndarray | None = None,
@@ -373,7 +377,9 @@ class ArmIO:
         problems = []
         for controller, waiting in zip(self.controllers, waits, strict=True):
             done, problem = await wait(self._node, waiting, 2 * wait_s + STOP_SLACK_S)
-            problems.append(problem if done else f"{controller.target}: its stop's answer was not waited for")
+            failed = waiting.exception() if waiting.done() else None
+            problems.append(problem if done else f"{controller.target}: its stop's answer was not had "
+                            f"({failed or 'no word in time'})")  # fmt: skip
         return "; ".join(problem for problem in problems if problem)
 
     def destroy(self) -> None:

@@ -215,7 +215,9 @@ class TrajectoryController:
         with self._lock:
             if self._holds != sent.holds:
                 return "the arm was told to hold while the trajectory was on its way"
-        late = sent.answered_at - start - float(safe.times[0])
+        # (its time is stamped by another of the answer's callbacks, which may not have run yet: now is later)
+        answered_at = sent.answered_at if math.isfinite(sent.answered_at) else self._readings.now()
+        late = answered_at - start - float(safe.times[0])
         if late > 0:  # its plan is stale (the arm would be that late on every target): a stop replaces it here, so
             # it never plays on, whatever the caller does next (a hold of its own then finds the arm stopping)
             self.hold(None, self._node.get_logger().warning)

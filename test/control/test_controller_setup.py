@@ -130,5 +130,6 @@ def test_joints_the_controller_does_not_play_or_that_the_trajectory_lacks_refuse
     more = jazzy(joints=[*JOINTS, "right_elbow"])
     assert disagreement("measured", setup_of(more, JOINTS, []), "/left") == (
         "/left also plays joints ['right_elbow'] and takes only trajectories of all its joints (its "
-        "allow_partial_joints_goal is false): name them in action_joint_names, its share of trajectory_joint_counts")
+        "allow_partial_joints_goal is false): send them in its trajectory (action_joint_names, its share of "
+        "trajectory_joint_counts; a jaw it plays is none of gripper_joint_names), or take them out of its joints")
     assert disagreement("measured", setup_of(more | {"allow_partial_joints_goal": True}, JOINTS, []), "/left") == ""

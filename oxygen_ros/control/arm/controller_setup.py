@@ -98,7 +98,8 @@ def setup_of(values: dict[str, Any], joints: Sequence[str], turning_joints: Sequ
     if isinstance(owned, list):  # (a node that does not say plays whatever it takes)
         theirs, ours = {str(joint) for joint in owned}, set(joints)
         unowned = tuple(joint for joint in joints if joint not in theirs)
-        unsent = tuple(sorted(theirs - ours)) if values.get(PARTIAL) is not True else ()
+        partial = values.get(PARTIAL) is True
+        unsent = () if partial else tuple(str(joint) for joint in owned if str(joint) not in ours)
     return ControllerSetup(starts_from, why, tuple(unwrapped), bool(commanding), unowned, unsent)
 
 
@@ -118,8 +119,9 @@ def disagreement(claimed: str, setup: ControllerSetup, controller: str, velocity
                         "arm, trajectory_actions and trajectory_joint_counts")  # fmt: skip
     if setup.unsent:
         problems.append(f"{controller} also plays joints {_quoted(list(setup.unsent))} and takes only trajectories "
-                        "of all its joints (its allow_partial_joints_goal is false): name them in "
-                        "action_joint_names, its share of trajectory_joint_counts")  # fmt: skip
+                        "of all its joints (its allow_partial_joints_goal is false): send them in its trajectory "
+                        "(action_joint_names, its share of trajectory_joint_counts; a jaw it plays is none of "
+                        "gripper_joint_names), or take them out of its joints")  # fmt: skip
     for joint, flag in setup.unwrapped:
         problems.append(f"joint {joint} turns freely, but {controller} compares it without wraparound (its "
                         f"gains.{joint}.{flag} is false): it would turn it the long way round to a target across the "
