@@ -335,9 +335,9 @@ class ArmIO:
     async def send(self, start: float, safe: SafeTargets) -> str:
         """Play ``safe`` (every action joint's; each controller its own), planned from node-clock time ``start``
         (point i due at ``start + safe.times[i]``); '' when every controller took it, else why not, as soon as one
-        refused it or within answer_wait_s (the caller then holds them all: the others may have taken it). All go
-        out before any answer is awaited (each controller starts its trajectory as it takes it), and a hold comes
-        before them all or after them all."""
+        refused it or within answer_wait_s, with those that took it stopped (nothing of a refused plan plays). All
+        go out before any answer is awaited (each controller starts its trajectory as it takes it), and a hold
+        comes before them all or after them all."""
         for controller in self.controllers:
             if not controller.listening():
                 return f"{controller.target} is not there (no action server, or no subscriber to the topic)"
@@ -353,10 +353,17 @@ class ArmIO:
                 (answered if each is None or each.future.done() else unanswered).append((controller, each))
             for controller, each in unanswered:
                 controller.give_up(each)
-        problems = [controller.taken(start, safe, each) for controller, each in answered]  # the refusal first
-        problems += [f"{controller.target}'s answer was not awaited (another controller refused)" if refused else
-                     f"{controller.target} did not answer within answer_wait_s {self._settings['answer_wait_s']:g} s"
-                     for controller, _ in unanswered]  # fmt: skip
+        taken = [controller.taken(start, safe, each) for controller, each in answered]  # the refusal first
+        problems = taken + [f"{controller.target}'s answer was not awaited (another controller refused)" if refused
+                            else f"{controller.target} did not answer within answer_wait_s "
+                            f"{self._settings['answer_wait_s']:g} s" for controller, _ in unanswered]  # fmt: skip
+        if any(problems):  # the arms move together or not at all: one that took it is stopped here (braking from
+            # where it is), so it never plays on, whatever the caller does next; one that takes it later, once the
+            # caller holds
+            with self._sending:
+                for (controller, _), problem in zip(answered, taken, strict=True):
+                    if not problem:
+                        controller.hold(None, self._node.get_logger().warning)
         return "; ".join(problem for problem in problems if problem)
 
     def hold(self, at: np.ndarray | None, log: Callable[[str], None], *, velocity: np.ndarray | None = None,

@@ -23,6 +23,7 @@ from rclpy.signals import SignalHandlerOptions
 
 SIGNAL_POLL_S = 0.2  # how often the main thread looks up from waiting: a signal is handled within this
 STOP_WAIT_S = 5.0  # how long a goal's ending (longer where it says: ``settle_s``), then the spin thread's, may take
+MAX_ENDING_S = 9.0  # a goal's ending at most: `ros2 launch` kills a node 10 s after its SIGINT (SIGTERM, SIGKILL)
 
 
 @runtime_checkable

@@ -27,6 +27,7 @@ from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.infer_client import InferClient
 from oxygen_ros.nodes.latest_frame import LatestFrame
 from oxygen_ros.nodes.qos import ACTION_SERVER_QOS
+from oxygen_ros.nodes.spin import MAX_ENDING_S
 from oxygen_ros.srv import Infer
 
 State = TypeVar("State")
@@ -74,11 +75,11 @@ class TaskActionNode(Node, Generic[State]):
     def end_for_shutdown(self, wait_s: float) -> None:
         """End the running goal while the executor still runs (``spin`` calls this first), so it ends as any goal
         does: the robot stood by ``stopped``, what it handed on cancelled (``settle``), its result sent; up to
-        ``wait_s``, or as long as that settling may take (``settle_s``) when longer."""
+        ``wait_s``, or as long as that settling may take (``settle_s``) when longer, up to MAX_ENDING_S."""
         run = self._current
         if run is not None:
             run.end(ErrorCode.CANCELLED, "the node is shutting down")
-        wait_s = max(wait_s, self.settle_s())
+        wait_s = max(wait_s, min(self.settle_s(), MAX_ENDING_S))
         deadline = time.monotonic() + wait_s
         with self._goals_lock:
             ending = list(self._unreported)  # the current goal, and any that ended before and still settle

@@ -9,8 +9,9 @@ ends on (``Fault``). Hold = one point at rest just past where the plan has the a
 braking within the limits from the state the controller starts it from, replacing the trajectory playing (on the
 action or the topic; a cancel would make the controller hold the measured position at once, a jolt at speed).
 Before a goal moves the arm, the controller's own parameters are read (``controller_check``): a
-joint_trajectory_controller that starts a trajectory elsewhere than `controller_starts_from` says, or compares a freely
-turning joint without wraparound, refuses the goal. Joint states and limits come from ``joint_readings``.
+joint_trajectory_controller that starts a trajectory elsewhere than `controller_starts_from` says, compares a freely
+turning joint without wraparound, or does not play exactly the joints sent it (its `joints`), refuses the goal.
+Joint states and limits come from ``joint_readings``.
 """
 
 import math

@@ -232,9 +232,9 @@ class VlaArm:
             with plan.lock:
                 plan.sending = False  # taken: the jaw follows it now (refused: it waits for the hold below)
         if not run.running:  # the goal ended while the trajectory was on its way: it must not play
-            # Taken with no hold since it was sent: stopped here. Refused, it plays on nowhere: taken late, ArmIO
-            # stopped it; after a hold (the ending's, or a newer goal's preemption) what was sent after it replaced
-            # it, and holding again would replace a newer goal's trajectory with a stop.
+            # Taken with no hold since it was sent: stopped here. Refused, it plays on nowhere: taken late or by some
+            # arms only, ArmIO stopped it; after a hold (the ending's, or a newer goal's preemption) what was sent
+            # after it replaced it, and holding again would replace a newer goal's trajectory with a stop.
             if not refused:
                 self.hold(plan)
             return None

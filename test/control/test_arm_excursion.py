@@ -35,7 +35,7 @@ def test_an_arm_that_followed_lagged_or_sat_off_its_command_moved():
 def test_motion_under_the_floor_and_a_gripper_on_its_own_controller_are_not_judged():
     assert _ramp([0.02, 0.0, 0.0], [0.0, 0.0, 0.0]).unfollowed(ERRORS, []) is None  # 0.02 < 0.1 x 0.3
     assert _ramp([0.0, 0.0, 0.2], [0.0, 0.0, 0.0]).unfollowed(ERRORS, [2]) is None  # only the jaw was to move
-    assert _ramp([0.2, 0.0, 0.2], [0.0, 0.0, 1.0]).unfollowed(ERRORS, [2]) == 0  # the jaw moving says nothing of the arm
+    assert _ramp([0.2, 0.0, 0.2], [0.0, 0.0, 1.0]).unfollowed(ERRORS, [2]) == 0  # the jaw says nothing of the arm
     assert Excursion().unfollowed(ERRORS, []) is None  # nothing read
 
 

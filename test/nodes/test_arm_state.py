@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
+from arm_harness import arm_io_for
 from control_msgs.action import FollowJointTrajectory
 from control_msgs.msg import JointTrajectoryControllerState
-from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.serialization import serialize_message
 from rclpy.task import Future
@@ -23,8 +23,8 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros.control.arm.action_queue import ActionQueue
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes import arm_io, gripper_io, trajectory_controller
-from oxygen_ros.nodes.arm_io import COUNT_LISTS, NAME_LISTS, NUMBER_LISTS, ArmIO
+from oxygen_ros.nodes import trajectory_controller
+from oxygen_ros.nodes.arm_io import ArmIO
 from oxygen_ros.nodes.controller_command import MOVING_AGE_S, ControllerCommand
 from oxygen_ros.nodes.stamps import seconds
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
@@ -44,11 +44,7 @@ def _end_accelerations(c: np.ndarray, duration: float) -> np.ndarray:
 
 
 def _arm(node: Node, settings: dict | None = None, **lists) -> ArmIO:
-    parameters = arm_io.PARAMETERS | gripper_io.PARAMETERS  # instruction_node's defaults
-    settings = {name: default for name, (default, _) in parameters.items()} | \
-        {"input_timeout_s": 60.0, "gripper_max_effort": 10.0} | (settings or {})  # fmt: skip
-    empty = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS, *COUNT_LISTS)}
-    return ArmIO(node, settings, empty | lists, ReentrantCallbackGroup())
+    return arm_io_for(node, {"gripper_max_effort": 10.0} | (settings or {}), **lists)
 
 
 def test_positions_and_velocities_in_the_models_units(ros_context):

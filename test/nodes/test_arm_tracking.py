@@ -15,14 +15,15 @@ from oxygen_ros.control.arm.jaw_answers import JawAnswers
 from oxygen_ros.control.arm.joint_limits import JointLimit
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
-from oxygen_ros.nodes.arm_io import Fault
+from oxygen_ros.nodes.trajectory_controller import Fault
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
 
 SETTINGS = {"send_lead_s": 0.1, "max_missed_chunks": 3}
 
 
 class Arm:
-    """What VlaArm.tick reads of ArmIO: the measured joints, the clock, faults, the gripper, and the holds asked."""
+    """What VlaArm.tick reads of ArmIO: the measured joints, the clock, faults, the controllers, the grippers, and
+    the holds asked."""
 
     names, target = ("shoulder", "elbow", "jaw"), "/arm_controller/joint_trajectory"
 
@@ -358,7 +359,7 @@ def test_two_jaws_each_follow_their_own_column_and_each_answers_for_itself(ros_c
     node = Node("arm_two_jaws_test", context=ros_context)
     try:
         arm, run, commands = Arm([0.0, 0.0, 0.9]), Run(), {"left": [], "right": []}
-        arm.gripper_columns = [1, 2]
+        arm.gripper_columns, arm.controllers[0].columns = [1, 2], [0]
         arm.grippers = [SimpleNamespace(holds=0, refused=0, unanswered_s=lambda: 0.0, jammed=lambda floor: None,
                                         target=f"/{side}_gripper/gripper_cmd",
                                         command=lambda position, holds, settled=False, side=side:

@@ -15,12 +15,11 @@ import pytest
 from action_msgs.msg import GoalStatus
 from control_msgs.action import FollowJointTrajectory
 from rclpy.action import ActionServer
-from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from rclpy.task import Future
-from arm_harness import run_on, trajectory
+from arm_harness import arm_io_for, run_on, trajectory
 from ros_harness import make_context, send_goal, spin_nodes, wait_until
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
@@ -28,8 +27,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros.control.arm.joint_limits import urdf_limits
 from oxygen_ros.control.arm.safety import SafeTargets
-from oxygen_ros.nodes import arm_io, gripper_io
-from oxygen_ros.nodes.arm_io import COUNT_LISTS, NAME_LISTS, NUMBER_LISTS, ArmIO
+from oxygen_ros.nodes.arm_io import ArmIO
 from oxygen_ros.nodes.arm_sim import PREEMPTED, REACHED, SO100_JOINTS, ArmSim, check_interfaces, main
 from oxygen_ros.nodes.future_wait import wait
 
@@ -83,10 +81,7 @@ def arm(ros_domain_id):
 def arm_io_of(arm: Arm, settings: dict | None = None, **number_lists: list[float]) -> ArmIO:
     """instruction_node's side of the arm (its defaults, but ``settings`` and ``number_lists``), on the client node,
     once the controller is there."""
-    defaults = {name: default for name, (default, _) in (arm_io.PARAMETERS | gripper_io.PARAMETERS).items()}
-    empty = {name: [] for name in (*NAME_LISTS, *NUMBER_LISTS, *COUNT_LISTS)}
-    lists = empty | {"action_joint_names": SO100_JOINTS} | number_lists
-    io = ArmIO(arm.client, defaults | {"input_timeout_s": 60.0} | (settings or {}), lists, ReentrantCallbackGroup())
+    io = arm_io_for(arm.client, settings, action_joint_names=SO100_JOINTS, **number_lists)
     wait_until(io.controllers[0].listening, 10.0, "the arm's controller")
     wait_until(lambda: io.readings._described, 10.0, "the URDF")  # the limits every stop is planned within
     return io
