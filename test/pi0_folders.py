@@ -60,6 +60,13 @@ def write_folder(folder: Path, seed: int = 0) -> PI0ForConditionalGeneration:
     return model
 
 
+def served(folder: Path) -> dict:
+    """The checkpoint written into ``folder``, and the inference node's parameters serving it as the instruction
+    tests run it (a chunk every 0.3 s)."""
+    write_folder(folder)
+    return {"model": str(folder), "kv_cache_bytes": 32 << 20, "max_model_len": 512, "action_period_s": 0.3}
+
+
 def write_tokenizer(folder: Path, texts: list[str] = INSTRUCTIONS) -> None:
     """A small SentencePiece-style BPE (Gemma's ids for <pad> <eos> <bos> <unk>, spaces as "▁", no prefix space),
     trained offline on ``texts`` (robot instructions), saved as tokenizer.json + tokenizer_config.json: what a pi0

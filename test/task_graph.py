@@ -8,12 +8,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+from action_msgs.msg import GoalStatus
+from oxygen_ros.action import FollowInstruction
 from oxygen_ros.msg import KvPoolStats
 from rclpy.context import Context
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from ros_harness import make_context, spin_nodes, wait_until
+from ros_harness import make_context, send_goal, spin_nodes, wait_until
 
 from oxygen_ros import simulation
 from oxygen_ros.nodes.arm_sim import ArmSim
@@ -59,6 +61,15 @@ class TaskGraph:
                      parameter_overrides=[Parameter(k, value=v) for k, v in (given | parameters).items()])  # fmt: skip
         self.executor.add_node(arm)
         return arm
+
+    def follow(self, instruction: str) -> FollowInstruction.Result:
+        """Run a 3 s FollowInstruction goal at 5 Hz to its end: its result, once it SUCCEEDED with at least two
+        chunks sent and none missed."""
+        goal = FollowInstruction.Goal(instruction=instruction, rate_hz=5.0, duration_s=3.0)
+        out = send_goal(self.client, FollowInstruction, "/follow_instruction", goal).result(timeout=90.0)
+        assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
+        assert out.result.chunks_sent >= 2 and out.result.chunks_missed == 0, out.result
+        return out.result
 
     def wait_for_frame(self, timeout: float = 10.0) -> None:
         """Until the inference node holds a camera frame: a VLA asked for actions without one refuses to act."""

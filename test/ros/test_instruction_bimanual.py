@@ -6,12 +6,10 @@ succeeds, both arms and both jaws move, each on its own controller, and every jo
 
 import numpy as np
 import pytest
-from action_msgs.msg import GoalStatus
 from inference_client import Capture
-from oxygen_ros.action import FollowInstruction
-from pi0_folders import ACTION_DIM, STATE_DIM, write_folder
+from pi0_folders import ACTION_DIM, STATE_DIM, served
 from rclpy.parameter import Parameter
-from ros_harness import send_goal, wait_until
+from ros_harness import wait_until
 from sensor_msgs.msg import JointState
 from task_graph import task_graph
 
@@ -35,9 +33,7 @@ ARM = {"action_joint_names": JOINTS, "state_joint_names": JOINTS[:STATE_DIM],
 @pytest.fixture(scope="module")
 def graph(ros_domain_id, tmp_path_factory):
     assert len(JOINTS) == ACTION_DIM
-    folder = tmp_path_factory.mktemp("pi0")
-    write_folder(folder)
-    inference = {"model": str(folder), "kv_cache_bytes": 32 << 20, "max_model_len": 512, "action_period_s": 0.3}
+    inference = served(tmp_path_factory.mktemp("pi0"))
     with task_graph(ros_domain_id, InstructionNode, inference, narration_period_s=30.0, max_new_tokens=2,
                     **ARM) as (g, _):  # fmt: skip
         for side, joints, jaw in (("left", LEFT, JAWS[0]), ("right", RIGHT, JAWS[1])):
@@ -55,10 +51,7 @@ def graph(ros_domain_id, tmp_path_factory):
 
 def test_a_vla_drives_both_arms_and_both_jaws_each_on_its_own_controller(graph):
     before = len(graph.states.messages)
-    goal = FollowInstruction.Goal(instruction="hand the cup over", rate_hz=5.0, duration_s=3.0)
-    out = send_goal(graph.client, FollowInstruction, "/follow_instruction", goal).result(timeout=90.0)
-    assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
-    assert out.result.chunks_sent >= 2 and out.result.chunks_missed == 0, out.result
+    graph.follow("hand the cup over")
     seen: dict[str, list[float]] = {name: [] for name in JOINTS}
     for msg in graph.states.messages[before:]:
         for name, position in zip(msg.name, msg.position):

@@ -5,12 +5,10 @@ with the request that computed it, and the arm moves inside its limits and speed
 
 import numpy as np
 import pytest
-from action_msgs.msg import GoalStatus
 from inference_client import Capture
-from oxygen_ros.action import FollowInstruction
 from oxygen_ros.msg import ChunkTrace
-from pi0_folders import ACTION_DIM, STATE_DIM, write_folder
-from ros_harness import send_goal, wait_until
+from pi0_folders import ACTION_DIM, STATE_DIM, served
+from ros_harness import wait_until
 from sensor_msgs.msg import JointState
 from task_graph import task_graph
 
@@ -25,9 +23,7 @@ ARM = {"action_joint_names": JOINTS, "state_joint_names": JOINTS[:STATE_DIM], "j
 
 @pytest.fixture(scope="module")
 def graph(ros_domain_id, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("pi0")
-    write_folder(folder)
-    inference = {"model": str(folder), "kv_cache_bytes": 32 << 20, "max_model_len": 512, "action_period_s": 0.3}
+    inference = served(tmp_path_factory.mktemp("pi0"))
     with task_graph(ros_domain_id, InstructionNode, inference, narration_period_s=30.0, max_new_tokens=2,
                     **ARM) as (g, _):  # fmt: skip
         g.add_arm(JOINTS)
@@ -41,11 +37,7 @@ def graph(ros_domain_id, tmp_path_factory):
 
 def test_a_pi0_checkpoint_drives_the_arm(graph):
     before = len(graph.states.messages)
-    goal = FollowInstruction.Goal(instruction="pick up the red block", rate_hz=5.0, duration_s=3.0)
-    out = send_goal(graph.client, FollowInstruction, "/follow_instruction", goal).result(timeout=90.0)
-    assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
-    result = out.result
-    assert result.chunks_sent >= 2 and result.chunks_missed == 0, result
+    result = graph.follow("pick up the red block")
     wait_until(lambda: len(graph.traces.messages) >= result.chunks_sent, 5.0, "every chunk's trace")
     traces = graph.traces.messages[: result.chunks_sent]
     assert [t.chunk_id for t in traces] == list(range(result.chunks_sent))
