@@ -204,15 +204,13 @@ class ArmIO:
             raise ValueError(f"parameter controller_starts_from must be one of {list(STARTS_FROM)}, got "
                              f"{settings['controller_starts_from']!r}")  # fmt: skip
         self.names: tuple[str, ...] = tuple(lists["action_joint_names"])
-        grippers = lists["gripper_joint_names"]
-        if not set(grippers) <= set(self.names):
-            raise ValueError(f"parameter gripper_joint_names must name action_joint_names, got {grippers}")
+        for listed in ("gripper_joint_names", "absolute_joint_names"):
+            if not set(lists[listed]) <= set(self.names):
+                raise ValueError(f"parameter {listed} must name action_joint_names, got {lists[listed]}")
+        grippers, absolute = lists["gripper_joint_names"], lists["absolute_joint_names"]
         self.gripper_columns = [self.names.index(name) for name in grippers]
         self.tolerances = {scalar: _per_joint(scalar, lists[listed], settings[scalar], len(self.names))
                            for scalar, listed in TOLERANCES.items()}  # fmt: skip
-        absolute = lists["absolute_joint_names"]
-        if not set(absolute) <= set(self.names):
-            raise ValueError(f"parameter absolute_joint_names must name action_joint_names, got {absolute}")
         try:
             joint_map = JointMap.build(list(self.names), lists["action_scale"], lists["action_offset"],
                                        settings["action_space"], tuple(grippers) + tuple(absolute))  # fmt: skip
@@ -232,7 +230,7 @@ class ArmIO:
         state = state_entries(tuple(lists["state_joint_names"]) or self.names)
         self.readings = JointReadings(node, settings, self.names, state, tuple(grippers), joint_map, limit_lists,
                                       group)  # fmt: skip
-        self.map, self.starts_from_command = joint_map, self.readings.starts_from_command
+        self.map = joint_map
         scaling_topics = lists["speed_scaling_topics"]
         if scaling_topics and settings["speed_scaling_topic"]:
             raise ValueError("parameter speed_scaling_topics replaces speed_scaling_topic: set one of them")

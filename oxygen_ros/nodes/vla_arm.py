@@ -277,8 +277,8 @@ class VlaArm:
             safe = check_targets(plan.queue.rows, times, commanded, self.arm.names, plan.limits, margin, np.inf,
                                  moving)  # fmt: skip
         rest = self.arm.readings.from_rest(self.arm.names)  # (none with controller_starts_from commanded)
-        if self.arm.starts_from_command and commanded is not None:  # it plays on from its own command: the plan's
-            start, velocity = commanded, moving
+        if self.arm.readings.starts_from_command and commanded is not None:
+            start, velocity = commanded, moving  # it plays on from its own command: the plan's
         else:  # from the measured state: from rest where the driver reports no velocity (a JTC without that state)
             start, velocity = self.arm.readings.start_state(self.arm.names)
             start = beside(start[None, :], safe.positions[0], turning(plan.limits))[0]  # a wrapped reading
