@@ -1,13 +1,14 @@
-"""Robot bringup: `ros2 launch oxygen_ros oxygen.launch.py [use_sim:=false] [namespace:=robot1] [use_sim_time:=false]
-[log_level:=info] [autostart:=true] [model_preset:=NAME] [model:=...] [config:=...] [camera_topic:=...]`.
+"""Robot bringup: `ros2 launch oxygen_ros oxygen.launch.py [use_sim:=false] [sim_robot:=so100] [namespace:=robot1]
+[use_sim_time:=false] [log_level:=info] [autostart:=true] [model_preset:=NAME] [model:=...] [config:=...]
+[camera_topic:=...]`.
 
 On a robot (the default, `use_sim:=false`) no node of this file publishes odometry, TF or camera frames: the inference
 node and the task nodes read the robot's camera on `camera_topic`, and the task nodes command the robot's own
 `cmd_vel` and the arm's controllers. `use_sim:=true` adds camera_sim (simulated frames, odometry, a laser scan, a
-simulated base), the simulated SO-100 arm's controllers (arm_sim, gripper_sim) and the parameters of
-``oxygen_ros.simulation``. Every name is relative, and /tf and /tf_static are remapped to relative names as
-nav2_bringup does, so `namespace:=robot1` moves the whole graph, its transforms included (`/diagnostics` stays
-global; its status names carry the namespace).
+simulated base), the simulated arm's controllers (arm_sim and gripper_sim for `sim_robot:=so100`; a pair per arm for
+the bimanual `bi_so100`) and the parameters of ``oxygen_ros.simulation``. Every name is relative, and /tf and
+/tf_static are remapped to relative names as nav2_bringup does, so `namespace:=robot1` moves the
+whole graph, its transforms included (`/diagnostics` stays global; its status names carry the namespace).
 
 Every node reads its parameters from one YAML file (default: the installed config/oxygen.yaml, the same file
 `oxygen-ros up` reads). The inference node's parameters, lowest first: that file, then the model preset
@@ -28,6 +29,7 @@ checked by the torch-free parameter table (oxygen_ros/config.py, oxygen_ros/node
 import os
 from pathlib import Path
 
+import yaml
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
@@ -75,7 +77,8 @@ def _nodes(context) -> list:
     config = LaunchConfiguration("config").perform(context)
     camera = _typed(_given(context, "camera_topic"))
     use_sim = _flag(context, "use_sim")
-    simulated = simulation.parameters() if use_sim else {}
+    robot = LaunchConfiguration("sim_robot").perform(context)
+    simulated = simulation.parameters(robot, yaml.safe_load(Path(config).read_text())) if use_sim else {}
     clock = {"use_sim_time": _flag(context, "use_sim_time")}
     common = {
         "namespace": LaunchConfiguration("namespace").perform(context),
@@ -99,9 +102,10 @@ def _nodes(context) -> list:
         nodes.append(Node(package="oxygen_ros", executable="camera_sim", name="camera_sim",
                           parameters=[config, camera | clock], respawn=True, respawn_delay=RESPAWN_DELAY_S,
                           **common))  # fmt: skip
-        nodes += [Node(package="oxygen_ros", executable=name, name=name, parameters=[config, clock | simulated.get(name, {})],
-                       respawn=True, respawn_delay=RESPAWN_DELAY_S, **common)
-                  for name in simulation.ARM_NODES]  # fmt: skip
+        nodes += [Node(package="oxygen_ros", executable=arm.executable, name=arm.name,
+                       parameters=[config, clock | simulated[arm.name]], respawn=True, respawn_delay=RESPAWN_DELAY_S,
+                       **common)
+                  for arm in simulation.controllers(robot)]  # fmt: skip
     tasks = [
         Node(
             package="oxygen_ros",
@@ -139,6 +143,13 @@ def generate_launch_description() -> LaunchDescription:
                 default_value="false",
                 choices=["true", "false"],
                 description="run camera_sim (simulated camera, odometry, base and arm); false = the robot's own",
+            ),
+            DeclareLaunchArgument(
+                "sim_robot",
+                default_value=simulation.ROBOTS[0],
+                choices=list(simulation.ROBOTS),
+                description="with use_sim: the simulated arm, an SO-100 or a bimanual bi-SO-100 "
+                "(oxygen_ros/simulation.py)",
             ),
             DeclareLaunchArgument(
                 "namespace", default_value="", description="namespace of every node and name; '' = none"

@@ -37,9 +37,7 @@ def _overrides(values: dict) -> list[Parameter]:
 
 def _context(config: Path | None, domain_id: int | None = None) -> tuple[Path, Context]:
     """The parameter file (the installed config/oxygen.yaml by default) and a context whose nodes read it."""
-    path = config or share.default_config()
-    if not path.is_file():
-        raise FileNotFoundError(f"parameter file {path} not found")
+    path = share.parameter_file(config)
     # Fast DDS reads the profile when the process makes its first participant: for the CLI's graphs that is here
     # (a process that made one before, such as a test session, keeps its settings; its children get the profile)
     os.environ.update(share.dds_profile_env(os.environ))
@@ -53,9 +51,13 @@ def _inference(overrides: dict | None, model: str) -> dict:
     return simulation.parameters()["oxygen_inference"] | (overrides or {}) | ({"model": model} if model else {})
 
 
+CONTROLLERS = {"arm_sim": ArmSim, "gripper_sim": GripperSim}  # a simulated controller's node, by executable
+
+
 class Graph(ProcessGraph):
-    """The simulated graph (``simulation``): the inference node (configured and active), the camera, the SO-100
-    arm's two controllers and the task nodes (vqa, instruction, navigation), spinning on a background thread.
+    """The simulated graph (``simulation``): the inference node (configured and active), the camera, the simulated
+    ``robot``'s controllers (the SO-100's two by default) and the task nodes (vqa, instruction, navigation), spinning
+    on a background thread.
 
     ``with Graph(...) as graph:`` brings them up and tears everything down on exit; ``graph.context`` lets a
     client node join the same ROS context.
@@ -67,16 +69,18 @@ class Graph(ProcessGraph):
         model: str = "",
         overrides: dict | None = None,
         domain_id: int | None = None,
+        robot: str = simulation.ROBOTS[0],
     ) -> None:
         self.config, context = _context(config, domain_id)
         super().__init__(context, "oxygen-graph")
-        simulated = simulation.parameters()
         try:
+            simulated = simulation.parameters(robot, yaml.safe_load(self.config.read_text()))
             self.inference = self.add(InferenceNode(context=self.context,
                                                     parameter_overrides=_overrides(_inference(overrides, model))))
             self.camera = self.add(CameraSim(context=self.context))
-            self.arm = [self.add(node(context=self.context, parameter_overrides=_overrides(simulated.get(name, {}))))
-                        for name, node in zip(simulation.ARM_NODES, (ArmSim, GripperSim), strict=True)]  # fmt: skip
+            self.arm = [self.add(CONTROLLERS[arm.executable](  # under its name, as launch's name= renames a node
+                context=self.context, cli_args=["--ros-args", "-r", f"__node:={arm.name}"],
+                parameter_overrides=_overrides(simulated[arm.name]))) for arm in simulation.controllers(robot)]
             self.tasks = [
                 self.add(task(context=self.context, parameter_overrides=_overrides(simulated[name])))
                 for name, task in zip(simulation.TASK_NODES, (VqaNode, InstructionNode, NavigationNode), strict=True)

@@ -15,19 +15,32 @@ TRANSPORTS_VARIABLE = "FASTDDS_BUILTIN_TRANSPORTS"  # ignored by Fast DDS under 
 PREFIX = Path(__file__).resolve().parents[4]
 
 
+def config_file(name: str) -> Path:
+    """config/``name`` as installed."""
+    return PREFIX / "share" / PACKAGE / "config" / name
+
+
 def default_config() -> Path:
     """config/oxygen.yaml as installed: the parameters of every node."""
-    return PREFIX / "share" / PACKAGE / "config" / "oxygen.yaml"
+    return config_file("oxygen.yaml")
+
+
+def parameter_file(given: Path | None) -> Path:
+    """``given``, or ``default_config()`` when None; FileNotFoundError naming it when it is no file."""
+    path = given or default_config()
+    if not path.is_file():
+        raise FileNotFoundError(f"parameter file {path} not found")
+    return path
 
 
 def presets_dir() -> Path:
     """config/models as installed: one model preset YAML per model (oxygen_ros/nodes/presets.py)."""
-    return PREFIX / "share" / PACKAGE / "config" / "models"
+    return config_file("models")
 
 
 def dds_profile() -> Path:
     """The Fast DDS profile oxygen_ros's node processes run with (config/fastdds_profile.xml)."""
-    return PREFIX / "share" / PACKAGE / "config" / "fastdds_profile.xml"
+    return config_file("fastdds_profile.xml")
 
 
 def dds_profile_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -4,8 +4,9 @@ dies (`oxygen-ros up`).
 Why processes: one node's fault (a leak, a crash in native code, the OOM killer) must not take the others down;
 in one process a single bad goal once killed the inference node, its KV pool and every task node with it.
 
-Each node runs its installed executable (``lib/oxygen_ros/<name>``, what `ros2 run` runs) with the same
-``--params-file`` as the launch file, plus one more file for the overrides (as launch writes for a dict). A keeper
+Each node runs its installed executable (``lib/oxygen_ros/<name>``, what `ros2 run` runs) under its name (``-r
+__node:=``, as launch's ``name=``: a bimanual robot's left_arm_sim runs arm_sim) with the same ``--params-file`` as
+the launch file, plus one more file for the overrides (as launch writes for a dict). A keeper
 thread per node waits on its process; when it exits the node is started again after a backoff (0.5 s, doubling,
 at most ``max_delay_s``); more than ``per_minute`` restarts within a minute and the supervisor gives up on it
 (``failed``), since a node that dies at once every time (a bad parameter) would otherwise loop forever. The
@@ -42,7 +43,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.task import Future
 
-from oxygen_ros import share
+from oxygen_ros import share, simulation
 
 LOGGER = rclpy.logging.get_logger("oxygen_supervisor")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -78,16 +79,15 @@ class NodeSpec:
         return self.fully_qualified_name if self.namespace else self.name
 
 
-# The nodes of launch/oxygen.launch.py.
-GRAPH = (
-    NodeSpec("oxygen_inference", "inference_node", lifecycle=True),
-    NodeSpec("camera_sim", "camera_sim"),
-    NodeSpec("arm_sim", "arm_sim"),
-    NodeSpec("gripper_sim", "gripper_sim"),
-    NodeSpec("vqa_node", "vqa_node"),
-    NodeSpec("instruction_node", "instruction_node"),
-    NodeSpec("navigation_node", "navigation_node"),
-)
+def graph(robot: str = simulation.ROBOTS[0]) -> tuple[NodeSpec, ...]:
+    """The nodes of launch/oxygen.launch.py with `use_sim:=true sim_robot:=<robot>`; ValueError naming an unknown
+    robot."""
+    arms = tuple(NodeSpec(arm.name, arm.executable) for arm in simulation.controllers(robot))
+    return (NodeSpec("oxygen_inference", "inference_node", lifecycle=True), NodeSpec("camera_sim", "camera_sim"),
+            *arms, *(NodeSpec(name, name) for name in simulation.TASK_NODES))  # fmt: skip
+
+
+GRAPH = graph()  # the simulated SO-100's
 
 
 @dataclass(frozen=True)
@@ -160,9 +160,7 @@ class Supervisor:
         stop_timeout_s: float = 30.0,
         autostart: bool = True,
     ) -> None:
-        self.config = config or share.default_config()
-        if not self.config.is_file():
-            raise FileNotFoundError(f"parameter file {self.config} not found")
+        self.config = share.parameter_file(config)
         for spec in nodes:
             if not os.access(share.node_executable(spec.executable), os.X_OK):
                 raise FileNotFoundError(f"{share.node_executable(spec.executable)} is not installed (make install)")
@@ -288,7 +286,7 @@ class Supervisor:
                 return
 
     def _spawn(self, child: _Child) -> subprocess.Popen | None:
-        command = [str(share.node_executable(child.spec.executable)), "--ros-args"]
+        command = [str(share.node_executable(child.spec.executable)), "--ros-args", "-r", f"__node:={child.spec.name}"]
         if child.spec.namespace:
             command += ["-r", f"__ns:=/{child.spec.namespace}"]
         command += child.spec.arguments

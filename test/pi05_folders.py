@@ -49,9 +49,10 @@ SO100_CENTRE = SO100_MIDDLE + np.where(SO100_JAW, 0.4, 0.0)  # where the actions
 SO100_SPREAD = 0.02  # about it, rad
 
 
-def hf_modules(seed: int) -> tuple[PaliGemmaForConditionalGeneration, GemmaForCausalLM, dict[str, torch.nn.Linear]]:
-    """Stock PaliGemma, a stock Gemma expert and pi0.5's four linear heads, every weight random (std 0.2, norms and
-    biases std 0.1) so each one moves the outputs."""
+def hf_modules(seed: int, action_dim: int = ACTION_DIM) -> tuple[PaliGemmaForConditionalGeneration, GemmaForCausalLM,
+                                                                  dict[str, torch.nn.Linear]]:  # fmt: skip
+    """Stock PaliGemma, a stock Gemma expert and pi0.5's four linear heads (``action_dim`` wide), every weight random
+    (std 0.2, norms and biases std 0.1) so each one moves the outputs."""
     text = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 2,
             "num_key_value_heads": 1, "head_dim": 32, "vocab_size": VOCAB, "hidden_activation": "gelu_pytorch_tanh"}
     vision = {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64, "patch_size": PATCH,
@@ -63,8 +64,8 @@ def hf_modules(seed: int) -> tuple[PaliGemmaForConditionalGeneration, GemmaForCa
             text_config={"model_type": "gemma", **text}, vision_config=vision, image_token_id=VOCAB, projection_dim=64,
             attn_implementation="eager"))  # fmt: skip
         gemma = GemmaForCausalLM(HFGemmaConfig(**expert, attn_implementation="eager"))
-        heads = {"action_in_proj": torch.nn.Linear(ACTION_DIM, EXPERT_WIDTH),
-                 "action_out_proj": torch.nn.Linear(EXPERT_WIDTH, ACTION_DIM),
+        heads = {"action_in_proj": torch.nn.Linear(action_dim, EXPERT_WIDTH),
+                 "action_out_proj": torch.nn.Linear(EXPERT_WIDTH, action_dim),
                  "time_mlp_in": torch.nn.Linear(EXPERT_WIDTH, EXPERT_WIDTH),
                  "time_mlp_out": torch.nn.Linear(EXPERT_WIDTH, EXPERT_WIDTH)}  # fmt: skip
         with torch.no_grad():
@@ -183,16 +184,20 @@ def tiny_shapes() -> Iterator[None]:
         yield
 
 
-def write_so100_checkpoint(folder: Path, instruction: str) -> None:
-    """A faithful pi0.5 checkpoint for the simulated SO-100 (config/sim_arm.urdf): a 6-dim state and action, QUANTILES
+def write_so100_checkpoint(folder: Path, instruction: str, arms: int = 1) -> None:
+    """A faithful pi0.5 checkpoint for the simulated SO-100 (config/sim_arm.urdf; ``arms`` 2: the bimanual
+    bi-SO-100 of config/sim_bimanual.urdf, the left arm's joints first): a 6-dim state and action per arm, QUANTILES
     stats, the state normalised over the URDF's ranges and the actions unnormalised into 0.04 rad about the middle of
     each joint's range, the jaw's 0.4 above it (so a jaw starting in the middle is sent there, and a jaw goal
     stands; random weights act noisily; the arm must stay inside its limits and speeds all the same)."""
-    paligemma, gemma, heads = hf_modules(seed=3)
-    texts = [f"Task: {instruction}, State: 0 1 2 3 4 5;\nAction: "]
-    write_lerobot_folder(folder, paligemma, gemma, heads, texts,
-                         output_features={"action": {"type": "ACTION", "shape": [len(SO100_JOINTS)]}})  # fmt: skip
-    low, high = SO100_CENTRE - SO100_SPREAD, SO100_CENTRE + SO100_SPREAD
-    write_processor_files(folder, "QUANTILES", {"q01": SO100_LOWER.tolist(), "q99": SO100_UPPER.tolist()},
+    dims = len(SO100_JOINTS) * arms
+    paligemma, gemma, heads = hf_modules(seed=3, action_dim=max(ACTION_DIM, dims))
+    texts = [f"Task: {instruction}, State: {' '.join(map(str, range(dims)))};\nAction: "]
+    write_lerobot_folder(folder, paligemma, gemma, heads, texts, max_action_dim=max(ACTION_DIM, dims),
+                         max_state_dim=max(STATE_DIM, dims),
+                         output_features={"action": {"type": "ACTION", "shape": [dims]}})  # fmt: skip
+    low, high = np.tile(SO100_CENTRE - SO100_SPREAD, arms), np.tile(SO100_CENTRE + SO100_SPREAD, arms)
+    write_processor_files(folder, "QUANTILES", {"q01": np.tile(SO100_LOWER, arms).tolist(),
+                                                "q99": np.tile(SO100_UPPER, arms).tolist()},
                           {"q01": low.tolist(), "q99": high.tolist()})  # fmt: skip
 

@@ -33,7 +33,7 @@ INFERENCE = {
     "observation_ring": 64,  # a question about a named frame may wait seconds behind others while frames arrive
 }
 CAMERA = {"seed": 0, "rate_hz": 5.0}
-SO100_MAPPING = ("action_joint_names", "state_joint_names", "gripper_joint_names")  # simulation.INSTRUCTION's arm
+SO100_MAPPING = ("action_joint_names", "state_joint_names", "gripper_joint_names")  # the simulated SO-100's joint mapping
 MODEL_LOAD_S = 120
 
 

@@ -18,12 +18,12 @@ from launch_stand_ins import LAUNCH_FILE, LifecycleNode, ParameterValue
 
 from oxygen_ros import share, simulation
 from oxygen_ros.nodes import presets
-from oxygen_ros.supervisor import GRAPH
+from oxygen_ros.supervisor import GRAPH, graph
 
 PREFIX = Path(sys.prefix)
 SHARE = PREFIX / "share" / "oxygen_ros"
-ARGUMENTS = {"config", "model_preset", "model", "camera_topic", "autostart", "use_sim", "namespace", "use_sim_time",
-             "log_level"}  # fmt: skip
+ARGUMENTS = {"config", "model_preset", "model", "camera_topic", "autostart", "use_sim", "sim_robot", "namespace",
+             "use_sim_time", "log_level"}  # fmt: skip
 CLOCK = {"use_sim_time": False}
 AUTOSTART = {"autostart_node": True}
 TASK_NODES = {"vqa_node", "instruction_node", "navigation_node"}
@@ -97,6 +97,8 @@ def test_declares_config_preset_model_camera_autostart_sim_namespace_clock_and_l
     for name in ("use_sim", "use_sim_time"):  # a robot launch simulates nothing unless asked
         assert declared[name].default_value == "false" and set(declared[name].choices) == {"true", "false"}
     assert declared["log_level"].default_value == "info" and "debug" in declared["log_level"].choices
+    assert declared["sim_robot"].default_value == "so100"
+    assert set(declared["sim_robot"].choices) == {"so100", "bi_so100"}
     assert all(declared[name].default_value == "" for name in ("model_preset", "model", "camera_topic", "namespace"))
     assert all(argument.description for argument in declared.values())
 
@@ -115,7 +117,7 @@ def test_every_executable_is_installed_and_importable(launch):
 
 def test_nodes_match_the_config_and_the_supervisor_and_every_node_respawns_after_a_delay(launch):
     nodes = launch(use_sim="true").nodes()
-    assert set(nodes) == {"oxygen_inference", "camera_sim", *simulation.ARM_NODES, *TASK_NODES}
+    assert set(nodes) == {"oxygen_inference", "camera_sim", "arm_sim", "gripper_sim", *TASK_NODES}
     assert all(_config_section(name) for name in nodes), "every node has a ros__parameters section in the config"
     assert {(spec.name, spec.executable, spec.lifecycle) for spec in GRAPH} == {
         (name, node.executable, isinstance(node, LifecycleNode)) for name, node in nodes.items()
@@ -123,6 +125,32 @@ def test_nodes_match_the_config_and_the_supervisor_and_every_node_respawns_after
     for name, node in nodes.items():
         assert node.respawn is True and node.respawn_delay > 0, name
     assert nodes["oxygen_inference"].respawn_delay == 2.0  # nav2_bringup's: a crashing model load is not a busy loop
+
+
+def test_a_bimanual_sim_runs_a_trajectory_and_a_gripper_controller_per_arm_as_up_does(launch):
+    nodes = launch(use_sim="true", sim_robot="bi_so100").nodes()
+    arms = {"left_arm_sim": "arm_sim", "right_arm_sim": "arm_sim", "left_gripper_sim": "gripper_sim",
+            "right_gripper_sim": "gripper_sim"}  # fmt: skip
+    assert set(nodes) == {"oxygen_inference", "camera_sim", *arms, *TASK_NODES}
+    assert {(spec.name, spec.executable, spec.lifecycle) for spec in graph("bi_so100")} == {
+        (name, node.executable, isinstance(node, LifecycleNode)) for name, node in nodes.items()}  # fmt: skip
+    config = str(SHARE / "config" / "oxygen.yaml")
+    for name, executable in arms.items():  # each reads its executable's section, its own names over it
+        (file, values) = nodes[name].parameters
+        assert file == config and nodes[name].executable == executable
+        assert values == _config_section(executable) | CLOCK | simulation.parameters("bi_so100")[name]
+    left = nodes["left_arm_sim"].parameters[1]
+    assert left["joint_names"] == [f"left_{joint}" for joint in simulation.SO100_ARM]
+    assert left["action_name"] == "left_arm_controller/follow_joint_trajectory"
+    assert Path(left["urdf_path"]) == SHARE / "config" / "sim_bimanual.urdf"
+    instruction = nodes["instruction_node"].parameters[1]
+    assert instruction["trajectory_actions"] == [nodes[f"{side}_arm_sim"].parameters[1]["action_name"]
+                                                 for side in ("left", "right")]  # fmt: skip
+    assert instruction["gripper_actions"] == [nodes[f"{side}_gripper_sim"].parameters[1]["action_name"]
+                                              for side in ("left", "right")]  # fmt: skip
+    assert instruction["gripper_joint_names"] == ["left_gripper", "right_gripper"]
+    with pytest.raises(ValueError, match="sim_robot"):
+        launch(use_sim="true", sim_robot="aloha")
 
 
 def test_the_task_nodes_come_from_one_loop(launch):

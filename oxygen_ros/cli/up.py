@@ -1,6 +1,6 @@
 """`oxygen-ros up`: the robot graph of `ros2 launch oxygen_ros oxygen.launch.py`, a process per node, each restarted
-when it dies (oxygen_ros/supervisor.py). `--preset` and `--no-autostart` are the launch file's `model_preset:=` and
-`autostart:=false`. Ctrl-C or SIGTERM stops every node cleanly, then exits 0; exit 1 when the inference node cannot
+when it dies (oxygen_ros/supervisor.py). `--preset`, `--sim-robot` and `--no-autostart` are the launch file's
+`model_preset:=`, `sim_robot:=` and `autostart:=false`. Ctrl-C or SIGTERM stops every node cleanly, then exits 0; exit 1 when the inference node cannot
 come up or a node keeps dying, 2 for an unknown or invalid preset."""
 
 import argparse
@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 from typing import Any
+
+from oxygen_ros.simulation import ROBOTS
 
 
 def register(subparsers) -> None:
@@ -23,6 +25,12 @@ def register(subparsers) -> None:
         default=True,
         help="configure and activate the inference node after each start (default); --no-autostart leaves it "
         "unconfigured, as the launch file's autostart:=false",
+    )
+    parser.add_argument(
+        "--sim-robot",
+        default=ROBOTS[0],
+        choices=ROBOTS,
+        help="the simulated arm: an SO-100 (default) or a bimanual bi-SO-100, as the launch file's sim_robot:=",
     )
     parser.set_defaults(func=run)
 
@@ -49,8 +57,10 @@ def preset_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from oxygen_ros import simulation
-    from oxygen_ros.supervisor import Supervisor
+    import yaml
+
+    from oxygen_ros import share, simulation
+    from oxygen_ros.supervisor import Supervisor, graph
 
     try:
         inference = preset_values(args) | ({"model": args.model} if args.model else {})  # explicit beats preset
@@ -59,16 +69,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # SIGTERM (systemd, docker stop, a test) is Ctrl-C: the same clean shutdown of every node.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    overrides = simulation.parameters()  # `up` runs the simulator (camera_sim), as `demo` does
-    overrides["oxygen_inference"] |= inference
-    try:
-        with Supervisor(args.config, overrides, autostart=args.autostart) as graph:
-            nodes = ", ".join(f"{name} (pid {pid})" for name, pid in graph.pids().items())
+    try:  # `up` runs the simulator (camera_sim), as `demo` does
+        config = share.parameter_file(args.config)
+        overrides = simulation.parameters(args.sim_robot, yaml.safe_load(config.read_text()))
+        overrides["oxygen_inference"] |= inference
+        with Supervisor(config, overrides, graph(args.sim_robot), autostart=args.autostart) as nodes:
+            running = ", ".join(f"{name} (pid {pid})" for name, pid in nodes.pids().items())
             waiting = "" if args.autostart else "; oxygen_inference is unconfigured (--no-autostart)"
-            print(f"oxygen_ros is up: {nodes}{waiting} (Ctrl-C to stop)", flush=True)
-            while not graph.failed.wait(0.5):  # short waits: the signal is handled between them
+            print(f"oxygen_ros is up: {running}{waiting} (Ctrl-C to stop)", flush=True)
+            while not nodes.failed.wait(0.5):  # short waits: the signal is handled between them
                 pass
-            print(f"error: {graph.failure}", file=sys.stderr)
+            print(f"error: {nodes.failure}", file=sys.stderr)
             return 1
     except KeyboardInterrupt:
         return 0

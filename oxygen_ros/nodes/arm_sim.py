@@ -67,7 +67,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "trajectory_topic": ("arm_controller/joint_trajectory",
                          "trajectory_msgs/JointTrajectory input: fire and forget, replaces the trajectory playing"),
     "state_topic": ("joint_states", "sensor_msgs/JointState output"),
-    "urdf_path": (str(share.PREFIX / "share" / share.PACKAGE / "config" / "sim_arm.urdf"),
+    "urdf_path": (str(share.config_file("sim_arm.urdf")),
                   "the arm's URDF (default: the installed config/sim_arm.urdf)"),
     "description_topic": ("robot_description", "std_msgs/String output of the URDF's text (TRANSIENT_LOCAL)"),
     "state_interfaces": (["position", "velocity"], "JTC's: without velocity a new trajectory starts from rest at the "

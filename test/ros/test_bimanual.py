@@ -4,7 +4,6 @@
 a plan moves both, a hold stops both, another client taking one arm is a fault of that arm alone (the other is
 stopped, the taken one left to its new client), and each controller's own parameters are read."""
 
-import re
 import threading
 import time
 
@@ -26,16 +25,6 @@ from ros_harness import make_context, send_goal, spin_nodes, wait_until
 SIDES = ("left", "right")
 JOINTS = [f"{side}_{joint}" for side in SIDES for joint in SO100_JOINTS]
 ACTIONS = [f"/{side}/arm_controller/follow_joint_trajectory" for side in SIDES]
-
-
-def bimanual_urdf() -> str:
-    """Two copies of the simulated SO-100 on one base, their links and joints named left_ / right_."""
-    text = (share.PREFIX / "share" / share.PACKAGE / "config" / "sim_arm.urdf").read_text()
-    body = text[text.index("<link "): text.index("</robot>")]
-    arms = "".join(re.sub(r'((?:<link|<joint) name="|link=")', rf"\g<1>{side}_", body) for side in SIDES)
-    mounts = "".join(f'<joint name="{side}_mount" type="fixed"><parent link="world"/><child link="{side}_base_link"/>'
-                     "</joint>" for side in SIDES)  # fmt: skip
-    return f'<?xml version="1.0"?><robot name="bimanual"><link name="world"/>{arms}{mounts}</robot>'
 
 
 class Robot:
@@ -65,11 +54,9 @@ class Robot:
 
 
 @pytest.fixture(scope="module")
-def robot(ros_domain_id, tmp_path_factory):
-    urdf = tmp_path_factory.mktemp("bimanual") / "bimanual.urdf"
-    urdf.write_text(bimanual_urdf())
+def robot(ros_domain_id):
     context = make_context(ros_domain_id)
-    robot = Robot(context, str(urdf))
+    robot = Robot(context, str(share.config_file("sim_bimanual.urdf")))  # two SO-100s, left_ and right_
     try:
         with spin_nodes(context, *robot.arms, robot.client):
             yield robot

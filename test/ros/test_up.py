@@ -22,6 +22,7 @@ from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.srv import AskQuestion
 from process_graph import child_pids, process_graph
 from rcl_interfaces.srv import GetParameters
+from rclpy.action import get_action_names_and_types
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from ros_harness import call_service, clean_fastdds_shm, make_context, send_goal, spin_nodes, wait_for, wait_until
@@ -30,7 +31,9 @@ from task_graph import SMOLLM2_BLOCK_BYTES
 from oxygen_ros.bringup import EngineProcesses
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.share import default_config
+from oxygen_ros.simulation import parameters
 from oxygen_ros.supervisor import GRAPH, NodeSpec, RestartPolicy, Supervisor
+from oxygen_ros.supervisor import graph as robot_graph
 
 pytestmark = pytest.mark.slow
 
@@ -258,6 +261,34 @@ def test_a_namespaced_node_takes_the_section_of_its_fully_qualified_name(tmp_pat
             assert graph.failed.wait(60), (tmp_path / "nodes.log").read_text()
             assert graph.failure == "/robot2/vqa_node exited 2 times within a minute; giving up"
     assert "infer_timeout_s out of range" in (tmp_path / "nodes.log").read_text()  # the override reached it
+
+
+def test_a_bimanual_robots_controllers_run_under_their_names_with_their_sides_joints(ros_domain_id, tmp_path):
+    """`up --sim-robot bi_so100`'s controllers: one arm_sim and one gripper_sim executable per arm, each process under
+    its own name (-r __node:=) with its side's joints and servers, the gripper section of the file read by both jaws."""
+    arms = tuple(spec for spec in robot_graph("bi_so100") if spec.executable in ("arm_sim", "gripper_sim"))
+    config = yaml.safe_load(default_config().read_text())
+    config["gripper_sim"]["ros__parameters"]["initial_position"] = 0.5
+    (tmp_path / "robot.yaml").write_text(yaml.safe_dump(config))
+    simulated = parameters("bi_so100", config)
+    context = make_context(ros_domain_id)
+    client = Node("bimanual_up_client", context=context)
+    states = Capture(client, JointState, "/joint_states")
+    try:
+        overrides = {spec.key: simulated[spec.key] for spec in arms}
+        with spin_nodes(context, client), (tmp_path / "nodes.log").open("w") as log, Supervisor(
+                tmp_path / "robot.yaml", overrides, arms, output=log):  # fmt: skip
+            names = {spec.name for spec in arms}
+            wait_until(lambda: names <= set(client.get_node_names()), 30.0, f"the nodes {sorted(names)}")
+            joints = set(simulated["instruction_node"]["action_joint_names"])
+            wait_until(lambda: {n for m in states.messages for n in m.name} == joints, 30.0, "both arms' joints")
+            jaws = {n: p for m in states.messages for n, p in zip(m.name, m.position) if n.endswith("gripper")}
+            assert jaws == {"left_gripper": 0.5, "right_gripper": 0.5}, "both jaws read gripper_sim's section"
+            servers = {name for name, _ in get_action_names_and_types(client)}
+            assert servers >= {"/left_arm_controller/follow_joint_trajectory", "/right_gripper_controller/gripper_cmd"}
+    finally:
+        context.try_shutdown()
+        clean_fastdds_shm()
 
 
 def test_engine_processes_give_every_namespace_the_files_inference_section():
