@@ -139,7 +139,11 @@ class KVCacheManager:
         in_tiers = self.tiers.available(hashes[len(hits) :]) if self.tiers is not None else 0
         new = self._allocate(req, len(hits), need)
         start = time.perf_counter()
-        restored = self.tiers.promote(hashes[len(hits) : len(hits) + in_tiers], new[:in_tiers]) if in_tiers else 0
+        try:
+            restored = self.tiers.promote(hashes[len(hits) : len(hits) + in_tiers], new[:in_tiers]) if in_tiers else 0
+        except BaseException:  # (a fault copying KV in) the request never got them: no block may leak
+            self.pool.release(reversed(hits + new))
+            raise
         for block_id, h in zip(new[:restored], hashes[len(hits) :]):
             self.pool.register_hash(block_id, h)
         reused = len(hits) + restored

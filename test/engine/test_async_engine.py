@@ -192,6 +192,33 @@ def test_exception_in_a_step_fails_its_requests_and_serving_goes_on(tiny_bundle)
         engine.shutdown(timeout=TIMEOUT)
 
 
+def test_a_fault_restoring_blocks_from_a_tier_leaves_no_block_behind(tiny_bundle):
+    """A prompt evicted to the host tier comes back through ``tiers.promote``; that raising (a fault copying KV in)
+    after the pool gave the request its blocks fails the request, and every block it was given is free again."""
+    prompts = ["the red cup is on the table near the door " * 5, "a blue box sits on the shelf by the window " * 5]
+    inner = make_engine(tiny_bundle)
+    inner = make_engine(tiny_bundle, kv_cache_bytes=8 * inner.layout.bytes_per_block, cpu_tier_bytes=1 << 20,
+                        cpu_tier_format="pool")  # fmt: skip
+    promote = inner.tiers.promote
+
+    def faulty(hashes, dst_ids):
+        inner.tiers.promote = promote  # once
+        raise RuntimeError("injected fault restoring blocks")
+
+    engine = AsyncEngine(inner)
+    try:
+        for prompt in prompts:  # the second evicts the first into the host tier
+            assert engine.submit(_request(prompt, tokens=2)).result(TIMEOUT).ok
+        inner.tiers.promote = faulty
+        out = engine.submit(_request(prompts[0], tokens=2)).result(TIMEOUT)
+        assert out.error_code == ErrorCode.INTERNAL and "injected fault restoring blocks" in out.message
+        _assert_pool_clean(engine)
+        again = engine.submit(_request(prompts[0], tokens=2)).result(TIMEOUT)
+        assert again.ok and inner.tiers.promote == promote
+    finally:
+        engine.shutdown(timeout=TIMEOUT)
+
+
 def test_call_runs_on_the_engine_thread_and_returns_errors(serving):
     engine = serving()
     assert engine.call(lambda e: threading.current_thread().name).result(TIMEOUT) == "oxygen-engine"
