@@ -114,7 +114,9 @@ class TrajectoryController:
         # the newest stop goal's send on the action and our goals it replaces, until a trajectory is sent: a goal's
         # result waits for its answer (``stop_answered``)
         self._stop_sent: tuple[Future, set[bytes]] | None = None
-        self._unanswered: set[Future] = set()  # each done once the controller's answer to a trajectory is handled
+        # our trajectories on their way, each done once the controller's answer is handled: until when a CANCELED
+        # end of our newest goal is taken for their preempting it (inf; answer_wait_s past a give-up)
+        self._unanswered: dict[Future, float] = {}
         self._answer_times: deque[float] = deque(maxlen=ANSWERS_KEPT)  # s from sending a goal to its acceptance
         self._topic = action if on_topic else ""
         if self._topic:
@@ -192,7 +194,7 @@ class TrajectoryController:
             self._sends += 1
             holds, sent_as, self._stopping, self._stop_sent = self._holds, self._sends, False, None
             if handled is not None:  # before it goes: what it preempts may end before it is answered
-                self._unanswered.add(handled)
+                self._unanswered[handled] = math.inf
         if self._topic:
             self._publisher.publish(trajectory)
             return None
@@ -228,9 +230,14 @@ class TrajectoryController:
 
     def give_up(self, sent: Sent) -> None:
         """``sent``, unanswered, is waited for no longer: a goal's end does not wait for it either (taken after the
-        hold that follows, it is stopped at once)."""
+        hold that follows, it is stopped at once). Taken a little later all the same, it preempts our newest goal: a
+        CANCELED end of that within answer_wait_s is still its doing, not another client's takeover (which would have
+        the hold send this controller nothing while it plays)."""
+        now = time.monotonic()
         with self._lock:
-            self._unanswered.discard(sent.handled)
+            self._unanswered = {f: until for f, until in self._unanswered.items() if until > now}  # (never answered)
+            if sent.handled in self._unanswered:
+                self._unanswered[sent.handled] = now + self._settings["answer_wait_s"]
         if not sent.handled.done():
             sent.handled.set_result(False)
 
@@ -241,8 +248,9 @@ class TrajectoryController:
             self._on_accepted(future.result() if future.exception() is None else None, holds, sent_as)
         finally:
             with self._lock:
-                self._unanswered.discard(handled)
-            handled.set_result(True)
+                self._unanswered.pop(handled, None)
+            if not handled.done():  # (given up on)
+                handled.set_result(True)
 
     def _send_goal(self, trajectory: JointTrajectory) -> Future:
         """``trajectory`` as a goal on the action; its answer, once taken, is timed (``_stop_lead``)."""
@@ -309,7 +317,8 @@ class TrajectoryController:
             self._stops.discard(key)
             if stop or handle is not self._newest or ours or response.status == GoalStatus.STATUS_SUCCEEDED:
                 return  # a stop replaced (by a goal, ours or another client's) ends no goal: nothing of it runs
-            if response.status == GoalStatus.STATUS_CANCELED and self._unanswered:
+            if response.status == GoalStatus.STATUS_CANCELED and any(until > time.monotonic() for until in
+                                                                     self._unanswered.values()):  # fmt: skip
                 return  # our trajectory on its way preempted it (its acceptance, which makes it the newest, may come
                 # second: the two answers reach the executor's threads apart)
             result = response.result

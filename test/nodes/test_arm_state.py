@@ -184,17 +184,21 @@ def test_after_the_clock_went_back_new_readings_replace_the_old_ones(ros_context
 def test_our_trajectory_preempting_our_previous_one_is_no_fault_whichever_answer_comes_first(ros_context):
     """The controller ends our previous goal CANCELED when our next one arrives; that result may reach us before the
     next one's acceptance (which makes it the newest): while a trajectory of ours is on its way a CANCELED newest
-    goal is our own preemption. Without one on its way it is another client's doing (``Fault.taken_over``); an
-    abort is a fault either way."""
+    goal is our own preemption, and for answer_wait_s after one was given up on (taken late, it preempts all the
+    same). Without one on its way, or past that, it is another client's doing (``Fault.taken_over``); an abort is a
+    fault either way."""
     node = Node("arm_preempt_race_test", context=ros_context)
     try:
         arm = _arm(node, action_joint_names=["wrist"]).controllers[0]
-        for status, on_its_way, fault in ((GoalStatus.STATUS_CANCELED, True, None),
-                                          (GoalStatus.STATUS_CANCELED, False, True),
-                                          (GoalStatus.STATUS_ABORTED, True, False)):  # fmt: skip
+        now = time.monotonic()
+        for status, on_its_way, fault in ((GoalStatus.STATUS_CANCELED, [math.inf], None),
+                                          (GoalStatus.STATUS_CANCELED, [], True),
+                                          (GoalStatus.STATUS_CANCELED, [now - 1.0, now + 10.0], None),
+                                          (GoalStatus.STATUS_CANCELED, [now - 1.0], True),
+                                          (GoalStatus.STATUS_ABORTED, [math.inf], False)):  # fmt: skip
             handle = SimpleNamespace(goal_id=SimpleNamespace(uuid=bytes(16)))
             arm._newest, arm._live = handle, {bytes(16): handle}
-            arm._unanswered = {Future()} if on_its_way else set()
+            arm._unanswered = {Future(): until for until in on_its_way}
             result = FollowJointTrajectory.Result(error_code=-1, error_string="Current goal cancelled due to new "
                                                   "incoming action.")  # fmt: skip
             arm._on_result(handle, SimpleNamespace(status=status, result=result))

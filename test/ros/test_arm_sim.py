@@ -289,6 +289,45 @@ def test_a_goals_end_waits_for_a_trajectory_on_its_way_and_the_stop_its_taking_b
     ctl._client.destroy()
 
 
+def test_a_trajectory_taken_after_it_was_given_up_on_is_no_takeover(arm):
+    """A controller slower than answer_wait_s (0.5 s; it takes the trajectory after 0.7 s): the send gives up on it
+    and says so; the controller then takes it all the same, preempting our goal before (CANCELED, JTC's words), and
+    that end is handled before the late acceptance is (held back another second here: two executor threads may
+    take them in either order). It is our doing, not another client's takeover: no fault, so the hold that follows
+    sends this controller a stop (a takeover would have it sent nothing while the late trajectory plays)."""
+    io = arm_io_of(arm, {"answer_wait_s": 0.5})
+    ctl, server = io.controllers[0], arm.node._server
+    start, real, on_goal = arm.position(), ctl._client.send_goal_async, server._goal_callback
+    hold = np.zeros((2, len(start)))
+    assert run_on(arm, io.send(io.readings.now(), SafeTargets(np.vstack([start, start]), hold,
+                                                               np.array([0.5, 30.0]), 0))) == ""  # fmt: skip
+
+    def slow_controller(goal):
+        server.register_goal_callback(on_goal)
+        time.sleep(0.7)
+        return on_goal(goal)
+
+    def answer_handled_late(goal, *args, **kwargs):
+        ctl._client.send_goal_async = real
+        late = Future()
+        real(goal, *args, **kwargs).add_done_callback(
+            lambda f: threading.Timer(1.0, late.set_result, (f.result(),)).start())
+        return late
+
+    server.register_goal_callback(slow_controller)
+    ctl._client.send_goal_async = answer_handled_late
+    ramp = SafeTargets(np.vstack([start + 0.2, start + 1.0]), hold, np.array([1.0, 5.0]), 0)
+    assert "did not answer within answer_wait_s 0.5 s" in run_on(arm, io.send(io.readings.now(), ramp))
+    wait_until(lambda: not ctl._live, 5.0, "our goal before it ended")  # (the late acceptance not yet handled)
+    assert io.take_faults() == []
+    wait_until(lambda: not np.allclose(arm.states[-1][1], start), 5.0, "the late trajectory playing")
+    io.hold(None, print)  # as the goal's end does
+    wait_until(lambda: len(ctl._answer_times) >= 2 and ctl._stop_sent is not None and ctl._stop_sent[0].done(), 5.0,
+               "the hold's stop answered")  # fmt: skip
+    assert ctl._stop_sent[0].result().accepted
+    assert np.abs(arm.stands() - start).max() < 0.3 and io.take_faults() == []  # braked on its way, far from +1
+
+
 def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
     """ArmIO.hold on the action: a cancel would make the controller hold the measured position at once, a jolt at
     speed; instead one point at rest v T / 2 past where the plan has the arm, T = v / a the braking time (here 0.5 s
