@@ -6,9 +6,11 @@ On a robot (the default, `use_sim:=false`) no node of this file publishes odomet
 node and the task nodes read the robot's camera on `camera_topic`, and the task nodes command the robot's own
 `cmd_vel` and the arm's controllers. `use_sim:=true` adds camera_sim (simulated frames, odometry, a laser scan, a
 simulated base), the simulated arm's controllers (arm_sim and gripper_sim for `sim_robot:=so100`; a pair per arm for
-the bimanual `bi_so100`) and the parameters of ``oxygen_ros.simulation``. Every name is relative, and /tf and
-/tf_static are remapped to relative names as nav2_bringup does, so `namespace:=robot1` moves the
-whole graph, its transforms included (`/diagnostics` stays global; its status names carry the namespace).
+the bimanual `bi_so100`), robot_state_publisher with that arm's URDF (its links' TF, for RViz's RobotModel; the
+arm_sims publish the same description on robot_description as it does) and the parameters of
+``oxygen_ros.simulation``. Every name is relative, and /tf and /tf_static are remapped to relative names as
+nav2_bringup does, so `namespace:=robot1` moves the whole graph, its transforms included (`/diagnostics` stays
+global; its status names carry the namespace).
 
 Every node reads its parameters from one YAML file (default: the installed config/oxygen.yaml, the same file
 `oxygen-ros up` reads). The inference node's parameters, lowest first: that file, then the model preset
@@ -106,6 +108,11 @@ def _nodes(context) -> list:
                        parameters=[config, clock | simulated[arm.name]], respawn=True, respawn_delay=RESPAWN_DELAY_S,
                        **common)
                   for arm in simulation.controllers(robot)]  # fmt: skip
+        # the simulated arm in RViz (RobotModel): its links' TF from its URDF and joint_states, as on a robot
+        description = {"robot_description": ParameterValue(simulation.urdf(robot).read_text(), value_type=str)}
+        nodes.append(Node(package="robot_state_publisher", executable="robot_state_publisher",
+                          name="robot_state_publisher", parameters=[description | clock], respawn=True,
+                          respawn_delay=RESPAWN_DELAY_S, **common))  # fmt: skip
     tasks = [
         Node(
             package="oxygen_ros",

@@ -19,6 +19,7 @@ loop in simulation as on the hardware:
 (`sim_robot:=`)."""
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from oxygen_ros import share
@@ -28,11 +29,12 @@ SO100_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wr
 JAW = "gripper"
 SO100_ARM = tuple(j for j in SO100_JOINTS if j != JAW)
 SIDES = ("left", "right")  # a bimanual robot's arms, in the model's order
-ROBOTS = ("so100", "bi_so100")
 INFERENCE = {"allow_random_weights": True}
 TASK = {"use_sim": True}
 NAVIGATION = TASK | {"nav2": "never", "allow_builtin_driver": True}
 GRIPPER_EFFORT = {"gripper_max_effort": 10.0}
+URDFS = {"so100": "sim_arm.urdf", "bi_so100": "sim_bimanual.urdf"}  # config/, each robot's description
+ROBOTS = tuple(URDFS)
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ class Controller:
 
 
 def _so100() -> tuple[tuple[Controller, ...], dict[str, Any]]:
-    arm = {"joint_names": list(SO100_ARM), "initial_positions": [0.0] * len(SO100_ARM)}
+    arm = {"joint_names": list(SO100_ARM), "initial_positions": [0.0] * len(SO100_ARM),
+           "urdf_path": str(urdf("so100"))}  # fmt: skip
     mapping = {"action_joint_names": list(SO100_JOINTS), "state_joint_names": list(SO100_JOINTS),
                "gripper_joint_names": [JAW]}  # fmt: skip
     return (Controller("arm_sim", "arm_sim", arm), Controller("gripper_sim", "gripper_sim", {})), mapping
@@ -58,7 +61,7 @@ def _bi_so100() -> tuple[tuple[Controller, ...], dict[str, Any]]:
         arm = {"joint_names": [f"{side}_{j}" for j in SO100_ARM], "initial_positions": [0.0] * len(SO100_ARM),
                "action_name": f"{side}_arm_controller/follow_joint_trajectory",
                "trajectory_topic": f"{side}_arm_controller/joint_trajectory",
-               "urdf_path": str(share.config_file("sim_bimanual.urdf")),
+               "urdf_path": str(urdf("bi_so100")),
                # one robot_description (robot_state_publisher's); the right arm's copy stays on its own node
                "description_topic": "robot_description" if side == SIDES[0] else "~/robot_description"}  # fmt: skip
         jaw = {"joint_name": f"{side}_{JAW}", "action_name": f"{side}_gripper_controller/gripper_cmd"}
@@ -73,11 +76,21 @@ def _bi_so100() -> tuple[tuple[Controller, ...], dict[str, Any]]:
     return tuple(controllers), mapping  # fmt: skip
 
 
-def _robot(robot: str) -> tuple[tuple[Controller, ...], dict[str, Any]]:
-    """The robot's controllers and the instruction node's joint mapping; ValueError naming the robot."""
+def _known(robot: str) -> str:
     if robot not in ROBOTS:
         raise ValueError(f"simulated robot {robot!r} is not one of {', '.join(ROBOTS)}")
-    return _so100() if robot == "so100" else _bi_so100()
+    return robot
+
+
+def _robot(robot: str) -> tuple[tuple[Controller, ...], dict[str, Any]]:
+    """The robot's controllers and the instruction node's joint mapping; ValueError naming the robot."""
+    return _so100() if _known(robot) == "so100" else _bi_so100()
+
+
+def urdf(robot: str = ROBOTS[0]) -> Path:
+    """The installed URDF of the simulated ``robot`` (its arm_sims publish it, robot_state_publisher reads it);
+    ValueError naming an unknown robot."""
+    return share.config_file(URDFS[_known(robot)])
 
 
 def controllers(robot: str = ROBOTS[0]) -> tuple[Controller, ...]:

@@ -116,13 +116,15 @@ def test_every_executable_is_installed_and_importable(launch):
 
 
 def test_nodes_match_the_config_and_the_supervisor_and_every_node_respawns_after_a_delay(launch):
-    nodes = launch(use_sim="true").nodes()
+    launched = launch(use_sim="true").nodes()
+    nodes = {name: node for name, node in launched.items() if node.package == "oxygen_ros"}
+    assert set(launched) == {*nodes, "robot_state_publisher"}  # the arm's TF for RViz: ROS's own node, not `up`'s
     assert set(nodes) == {"oxygen_inference", "camera_sim", "arm_sim", "gripper_sim", *TASK_NODES}
     assert all(_config_section(name) for name in nodes), "every node has a ros__parameters section in the config"
     assert {(spec.name, spec.executable, spec.lifecycle) for spec in GRAPH} == {
         (name, node.executable, isinstance(node, LifecycleNode)) for name, node in nodes.items()
     }
-    for name, node in nodes.items():
+    for name, node in launched.items():
         assert node.respawn is True and node.respawn_delay > 0, name
     assert nodes["oxygen_inference"].respawn_delay == 2.0  # nav2_bringup's: a crashing model load is not a busy loop
 
@@ -131,6 +133,7 @@ def test_a_bimanual_sim_runs_a_trajectory_and_a_gripper_controller_per_arm_as_up
     nodes = launch(use_sim="true", sim_robot="bi_so100").nodes()
     arms = {"left_arm_sim": "arm_sim", "right_arm_sim": "arm_sim", "left_gripper_sim": "gripper_sim",
             "right_gripper_sim": "gripper_sim"}  # fmt: skip
+    assert _description(nodes.pop("robot_state_publisher")) == (SHARE / "config" / "sim_bimanual.urdf").read_text()
     assert set(nodes) == {"oxygen_inference", "camera_sim", *arms, *TASK_NODES}
     assert {(spec.name, spec.executable, spec.lifecycle) for spec in graph("bi_so100")} == {
         (name, node.executable, isinstance(node, LifecycleNode)) for name, node in nodes.items()}  # fmt: skip
@@ -181,6 +184,18 @@ def test_use_sim_adds_the_simulator_and_the_simulation_parameters(launch):
     for name in TASK_NODES:
         assert nodes[name].parameters == [config, CLOCK | simulated[name]]
         assert simulated[name]["use_sim"] is True
+    publisher = nodes["robot_state_publisher"]  # the simulated arm's TF, from the URDF arm_sim publishes
+    assert (publisher.package, publisher.executable) == ("robot_state_publisher", "robot_state_publisher")
+    assert _description(publisher) == Path(nodes["arm_sim"].parameters[1]["urdf_path"]).read_text()
+    assert publisher.parameters[0]["use_sim_time"] is False
+
+
+def _description(node) -> str:
+    """robot_state_publisher's robot_description, the URDF's text, kept a string."""
+    (values,) = node.parameters
+    description = values["robot_description"]
+    assert isinstance(description, ParameterValue) and description.value_type is str
+    return description.value
 
 
 def test_namespace_tf_clock_and_log_level_reach_every_node(launch):

@@ -64,6 +64,14 @@ def test_every_display_is_a_default_plugin_on_a_topic_we_publish():
         assert topics[topic] == DISPLAYS[name], f"{display['Name']}: {topic} carries {topics[topic]}"
 
 
+def test_the_simulated_arm_is_drawn_from_the_latched_description_our_arm_sim_publishes():
+    (model,) = [d for d in displays() if d["Class"] == "rviz_default_plugins/RobotModel"]
+    topic = model["Description Topic"]
+    assert model["Description Source"] == "Topic" and topic["Value"] == "robot_description"  # relative, as ours
+    assert topic["Durability Policy"] == "Transient Local"  # latched: published once, as robot_state_publisher does
+    assert published_topics()["/robot_description"] == "String"
+
+
 def test_the_view_shows_the_pool_the_path_and_both_images_in_the_map_frame():
     config = yaml.safe_load(RVIZ.read_text())["Visualization Manager"]
     assert config["Global Options"]["Fixed Frame"] == "map"
