@@ -12,9 +12,10 @@ the plan does. A goal that ends without reaching its position is normal for a gr
 holds) and is only logged. What the goal's outcome needs of the jaw is kept per instruction goal (``begin``,
 ``control.arm.jaw_answers``): goals refused in a row (a controller that refuses one refuses the next: the
 instruction node ends the goal at ``max_missed_chunks``), how long one of ours stood with the controller saying
-nothing of it (a deactivated GripperActionController takes goals and ends none), and where it last stalled a goal
+nothing of it (a deactivated GripperActionController takes goals and ends none), where it last stalled a goal
 below and one above where the jaw stopped (a jaw whose motors are off stalls both ways at one place, one holding
-something one way only). A hold sends nothing more (a position decided before it is dropped) but cancels nothing:
+something one way only), and, from the jaw's readings, how long our goals asked a jaw that stayed put away above
+and below it (``stuck``: goals replaced faster than the controller's stall_timeout are never said stalled). A hold sends nothing more (a position decided before it is dropped) but cancels nothing:
 a GripperActionController answers a cancel by commanding the jaw's measured position at its default effort, which
 takes the squeeze off whatever the jaw holds, so the last goal keeps its grip.
 """
@@ -106,6 +107,20 @@ class GripperIO:
         with self._lock:
             return self._answers.jammed(floor)
 
+    def observe(self, position: float, at: float, floor: float) -> None:
+        """The jaw read at ``position`` at node-clock time ``at`` (every control period); ``floor``: less is no
+        motion of the jaw."""
+        with self._lock:
+            self._answers.on_measured(position, at, floor)
+
+    def stuck(self) -> tuple[float, float, float] | None:
+        """(where, above_s, below_s) when the jaw stood at one place while this instruction goal's newest gripper
+        goal asked it away above and below it, each for over ``gripper_stall_timeout`` + ANSWER_MARGIN_S (goals
+        replaced faster than the controller's stall_timeout never stall: a switched-off controller or a jaw whose
+        motors are off says nothing of them); else None."""
+        with self._lock:
+            return self._answers.stuck(self._silent_s)
+
     def _now(self) -> float:
         return self._node.get_clock().now().nanoseconds * 1e-9
 
@@ -138,7 +153,7 @@ class GripperIO:
             return
         key, now = bytes(handle.goal_id.uuid), self._now()
         with self._lock:
-            self._answers.on_taken(generation, key, now)
+            self._answers.on_taken(generation, key, now, position)
             self._newest = key  # a hold since it was sent leaves it to finish too: the jaw's last command
         handle.get_result_async().add_done_callback(lambda f: self._on_result(key, f.result(), generation, position))
 

@@ -375,6 +375,8 @@ class VlaArm:
                 settled = when >= plan.queue.end
                 ahead = plan.queue.commanded(min(when, plan.queue.end))
             here = plan.queue.commanded(read_at)  # where the plan had the arm when it was read (not now: it moved on)
+        for gripper, jaw in zip(self.arm.grippers, self.arm.gripper_columns, strict=True):
+            gripper.observe(float(measured[jaw]), read_at, self._jaw_floor(plan, jaw))
         try:  # a controller that dropped or stalled the trajectory is found within a period, not at the next chunk
             if here is not None and run.running:
                 self._check_tracking(measured, here, plan.limits)
@@ -419,17 +421,27 @@ class VlaArm:
         return JAW_MOVED * (limit.upper - limit.lower)
 
     def _jammed(self, plan: ArmPlan) -> str:
-        """Why a jaw cannot move ('' = as far as its controller said, each can): a gripper on its own controller
-        whose newest goals of ours below and above the jaw both stalled over JAW_MOVED of its range short, the jaw
-        stopped at the same place (within that) both times (``GripperIO.jammed``): what a jaw holds stops it one way
-        only, so its motors are off (or it is wedged, or too weak to move)."""
+        """Why a jaw cannot move ('' = as far as its controller said and its readings tell, each can): a gripper on
+        its own controller whose newest goals of ours below and above the jaw both stalled over JAW_MOVED of its
+        range short, the jaw stopped at the same place (within that) both times (``GripperIO.jammed``), or whose jaw
+        stayed within that of one place while our goals asked it away above and below, each for longer than the
+        controller's stall timeout and a margin (``GripperIO.stuck``: goals replaced faster than it are never said
+        stalled): what a jaw holds stops it one way only, so its motors are off, its controller switched off (or it
+        is wedged, or too weak to move)."""
         for jaw, gripper in zip(self.arm.gripper_columns, self.arm.grippers, strict=True):
+            name = self.arm.names[jaw]
             jammed = gripper.jammed(self._jaw_floor(plan, jaw))
             if jammed is not None:
                 where, below, above = jammed
-                return (f"the gripper cannot move: {gripper.target} stalled {self.arm.names[jaw]} at {where:.3f}, "
-                        f"{above:.3f} short of a goal above and {below:.3f} short of one below (what a jaw holds "
-                        "stops it one way only: are its motors on, is gripper_max_effort enough?), the arm holds")
+                return (f"the gripper cannot move: {gripper.target} stalled {name} at {where:.3f}, {above:.3f} short "
+                        f"of a goal above and {below:.3f} short of one below (what a jaw holds stops it one way only: "
+                        "are its motors on, is gripper_max_effort enough?), the arm holds")  # fmt: skip
+            stuck = gripper.stuck()
+            if stuck is not None:
+                where, above_s, below_s = stuck
+                return (f"the gripper cannot move: {name} stayed at {where:.3f} while goals to {gripper.target} "
+                        f"asked it away above for {above_s:.1f} s and below for {below_s:.1f} s (what a jaw holds "
+                        "stops it one way only: is its controller active, are its motors on?), the arm holds")
         return ""
 
     def hold(self, plan: ArmPlan | None, where_it_is: bool = False, spare: Collection[str] = ()) -> None:

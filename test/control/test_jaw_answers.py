@@ -18,9 +18,9 @@ def test_the_longest_stand_of_one_goal_counts_not_the_time_since_the_first():
     answers = JawAnswers()
     answers.begin()
     for i, taken in enumerate((0.0, 0.5, 1.0, 1.5, 2.0, 2.5)):
-        answers.on_taken(answers.generation, bytes([i]), taken)
+        answers.on_taken(answers.generation, bytes([i]), taken, 0.0)
     assert answers.unanswered_s(3.0, over_s=1.0) == 0.0  # 0.5 each, and 0.5 for the one standing
-    answers.on_taken(answers.generation, b"last", 3.0)
+    answers.on_taken(answers.generation, b"last", 3.0, 0.0)
     assert answers.unanswered_s(4.5, over_s=1.0) == 1.5
     answers.on_ended(answers.generation, b"last", reached_or_stalled=False, now=4.6)
     assert answers.standing is None
@@ -30,8 +30,8 @@ def test_the_longest_stand_of_one_goal_counts_not_the_time_since_the_first():
 def test_one_word_of_reached_or_stalled_means_the_controller_runs():
     answers = JawAnswers()
     answers.begin()
-    answers.on_taken(answers.generation, b"a", 0.0)
-    answers.on_taken(answers.generation, b"b", 5.0)  # a stood 5 s
+    answers.on_taken(answers.generation, b"a", 0.0, 0.0)
+    answers.on_taken(answers.generation, b"b", 5.0, 0.0)  # a stood 5 s
     assert answers.unanswered_s(5.0, over_s=2.0) == 5.0
     answers.on_ended(answers.generation, b"a", reached_or_stalled=True, now=5.1)  # its late word: stalled
     assert answers.unanswered_s(20.0, over_s=2.0) == 0.0
@@ -42,16 +42,16 @@ def test_refusals_count_in_a_row_and_an_earlier_goals_answers_count_for_nothing(
     answers.begin()
     earlier = answers.generation
     answers.on_refused(earlier)
-    answers.on_taken(earlier, b"old", 0.0)
+    answers.on_taken(earlier, b"old", 0.0, 0.0)
     answers.begin()  # the next instruction goal
     answers.on_refused(earlier)
     answers.on_ended(earlier, b"old", reached_or_stalled=True, now=1.0)
-    answers.on_taken(earlier, b"older", 1.0)
+    answers.on_taken(earlier, b"older", 1.0, 0.0)
     assert (answers.refused, answers.answered, answers.standing) == (0, False, None)
     for count in (1, 2):
         answers.on_refused(answers.generation)
         assert answers.refused == count
-    answers.on_taken(answers.generation, b"new", 2.0)
+    answers.on_taken(answers.generation, b"new", 2.0, 0.0)
     assert answers.refused == 0 and answers.unanswered_s(4.5, over_s=2.0) == 2.5
 
 
@@ -88,3 +88,30 @@ def test_a_jaw_stalled_below_and_above_at_one_place_with_none_reached_between_is
     ended((0.5, 0.2), generation=earlier)
     ended((0.5, 0.8))
     assert answers.jammed(floor=0.03) is None and answers.stalled_below is None
+
+
+@pytest.mark.parametrize(("asked", "moves", "stuck"), [
+    ([0.8, 0.2] * 10, False, True),  # asked 0.3 above and below every 0.2 s for 4 s, never moving: cannot move
+    ([0.2] * 20, False, False),  # asked one way only: what the jaw holds stops it there
+    ([0.8, 0.2] * 10, True, False),  # it follows (over the floor): a working jaw
+    ([0.52, 0.48] * 10, False, False),  # asked within the floor of where it stands: nothing to follow
+])  # fmt: skip
+def test_a_jaw_that_stays_put_while_goals_replaced_fast_ask_it_both_ways_is_stuck(asked, moves, stuck):
+    """Goals replaced every 0.2 s (faster than any stall_timeout: the controller never says stalled) asking the jaw
+    at 0.5 away above and below; read every 0.1 s. Over 1.5 s asked each way with the jaw within the floor (0.05) of
+    one place is a jaw that cannot move; one way only, or a jaw that goes with its goals, is not."""
+    answers = JawAnswers()
+    answers.begin()
+    position = 0.5
+    for i, goal in enumerate(asked):
+        answers.on_taken(answers.generation, bytes([i]), 0.2 * i, goal)
+        for t in (0.2 * i, 0.2 * i + 0.1):
+            if moves:
+                position += 0.5 * (goal - position)
+            answers.on_measured(position, t, 0.05)
+    found = answers.stuck(1.5)
+    assert (found is not None) == stuck
+    if stuck:
+        assert found == pytest.approx((0.5, 1.9, 2.0))  # 39 readings 0.1 s apart after the first
+        answers.begin()  # a new instruction goal starts afresh
+        assert answers.stuck(1.5) is None and answers.asked is None

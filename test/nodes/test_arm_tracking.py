@@ -34,7 +34,7 @@ class Arm:
         self.controllers = [SimpleNamespace(target=self.target, columns=[i for i in range(3) if i != gripper_column])]
         self.read_at: float | None = None  # when the position was read (None: now)
         self.gripper = SimpleNamespace(holds=0, refused=0, unanswered_s=lambda: 0.0, command=lambda *_, **__: None,
-                                       jammed=lambda floor: None,
+                                       jammed=lambda floor: None, observe=lambda *_: None, stuck=lambda: None,
                                        target="/gripper_controller/gripper_cmd")  # fmt: skip
         self.grippers = [self.gripper] if self.gripper_columns else []
         self.tolerances = {"max_tracking_error": np.full(3, 0.3)}  # instruction_node's default for every joint
@@ -352,6 +352,36 @@ def test_a_jaw_its_controller_stalls_both_ways_at_one_place_ends_the_goal_with_t
         node.destroy_node()
 
 
+def test_a_jaw_that_stays_put_while_fast_replaced_goals_ask_it_both_ways_ends_the_goal(ros_context):
+    """Goals to the jaw's controller replaced every period, alternating 0.3 above and below where it stands (the
+    controller never says stalled, nor keeps one long unanswered), the jaw read at 0.5 each period: once each way
+    stood over the controller's stall timeout + margin (here 2 s), the goal ends at the next period with the arm held,
+    naming the jaw and what to check."""
+    node = Node("arm_stuck_jaw_test", context=ros_context)
+    try:
+        arm, run = Arm([0.0, 0.0, 0.5], gripper_column=2), Run()
+        plan = planned([[0.0, 0.0, 0.5]] * 2)
+        answers = JawAnswers()
+        answers.begin()
+        arm.gripper.observe = answers.on_measured
+        arm.gripper.stuck = lambda: answers.stuck(2.0)
+        vla = VlaArm(node, arm, SETTINGS)
+        for i in range(60):  # 0.1 s apart
+            arm.clock = 10.0 + 0.1 * i
+            answers.on_taken(answers.generation, bytes([i]), arm.clock, 0.8 if i % 2 else 0.2)
+            vla.tick(run, plan)
+            if not run.running:
+                break
+        assert 4.0 < arm.clock - 10.0 < 4.5  # each way over 2 s, then the next period
+        assert run.ended == (ErrorCode.ABORTED, "the gripper cannot move: jaw stayed at 0.500 while goals to "
+                             "/gripper_controller/gripper_cmd asked it away above for 2.1 s and below for 2.1 s (what a "
+                             "jaw holds stops it one way only: is its controller active, are its motors on?), the arm "
+                             "holds")  # fmt: skip
+        assert len(arm.holds) == 1
+    finally:
+        node.destroy_node()
+
+
 def test_two_jaws_each_follow_their_own_column_and_each_answers_for_itself(ros_context):
     """A bimanual arm (here one arm joint and two jaws, columns 1 and 2, each on its own gripper controller): each
     jaw gets its own planned position; neither is held to the tracking error; the second refusing every goal ends
@@ -361,6 +391,7 @@ def test_two_jaws_each_follow_their_own_column_and_each_answers_for_itself(ros_c
         arm, run, commands = Arm([0.0, 0.0, 0.9]), Run(), {"left": [], "right": []}
         arm.gripper_columns, arm.controllers[0].columns = [1, 2], [0]
         arm.grippers = [SimpleNamespace(holds=0, refused=0, unanswered_s=lambda: 0.0, jammed=lambda floor: None,
+                                        observe=lambda *_: None, stuck=lambda: None,
                                         target=f"/{side}_gripper/gripper_cmd",
                                         command=lambda position, holds, settled=False, side=side:
                                         commands[side].append(position))

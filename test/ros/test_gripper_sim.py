@@ -255,6 +255,36 @@ def test_a_switched_off_controller_takes_goals_and_never_moves_or_ends_them(ros_
         assert out.status == GoalStatus.STATUS_SUCCEEDED and out.result.position == pytest.approx(1.2, abs=1e-3)
 
 
+@pytest.mark.parametrize("active", [False, True])
+def test_goals_replaced_faster_than_the_stall_timeout_find_a_switched_off_jaw_by_its_readings(ros_context, jaw,
+                                                                                              active):
+    """Our goals replaced every 0.1 s (under the controller's stall_timeout 0.2 s), 0.2 above and below the jaw in
+    turn, each period the jaw read back: switched off, the controller never ends one, so none stands long without a
+    word nor stalls (its answers tell nothing), but the jaw stands while asked away both ways past
+    gripper_stall_timeout + 1 s each (``stuck``); switched on, it goes with them and is never stuck."""
+    node = Node("gripper_stuck_test", context=ros_context)
+    gripper = _gripper(node)
+    with spin_nodes(ros_context, node):
+        wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
+        set_parameter(jaw, "/gripper_sim", "active", active)
+        try:
+            gripper.begin()
+            start, deadline, turn = jaw.states[-1].position[0], time.monotonic() + 4.0, 1
+            while time.monotonic() < deadline and gripper.stuck() is None:
+                gripper.command(start + 0.2 * turn, gripper.holds)
+                time.sleep(0.1)
+                gripper.observe(jaw.states[-1].position[0], gripper._now(), 0.03)
+                turn = -turn
+        finally:
+            set_parameter(jaw, "/gripper_sim", "active", True)
+        if active:
+            assert gripper.stuck() is None
+            return
+        where, above_s, below_s = gripper.stuck()
+        assert where == start and min(above_s, below_s) > 1.2
+        assert gripper.unanswered_s() == 0.0 and gripper.jammed(0.03) is None and gripper.refused == 0
+
+
 def test_goals_a_gripper_refuses_are_counted_in_a_row(ros_context):
     """A gripper server that refuses our goals: each refusal is counted (the instruction node ends the goal at
     max_missed_chunks in a row) and the same position goes out again at the next command, not only once the plan

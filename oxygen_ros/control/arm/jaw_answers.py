@@ -11,9 +11,13 @@ whose jaw holds something while the model's jaw position keeps moving (a working
 unanswered only while its jaw moves). A working controller whose jaw's motors are off (torque disabled, an
 overload shutdown, an emergency stop's safe torque off) says stalled of every goal short of where the jaw stands:
 stalls on one side are what a jaw holding something says (an object stops it closing), a goal stalled short below
-and one above at the same place are a jaw that moves neither way there (``jammed``). Answers to an earlier
-instruction goal's gripper goals (its ``generation``) count for nothing here. Plain bookkeeping: its owner locks and
-brings the clock.
+and one above at the same place are a jaw that moves neither way there (``jammed``). A controller restarts its stall
+timer at each goal, so goals replaced faster than its stall_timeout (a jaw position the model keeps moving) are never
+said stalled, nor kept long without a word: then the jaw's own readings tell (``stuck``): a jaw measured at one
+place while our newest taken goal stood over a floor above it for long and over it below it for long moves neither
+way (switched off, motors off, wedged); a working one follows a goal that asks it away from what it holds at once.
+Answers to an earlier instruction goal's gripper goals (its ``generation``) count for nothing here. Plain
+bookkeeping: its owner locks and brings the clock.
 """
 
 from dataclasses import dataclass
@@ -30,22 +34,30 @@ class JawAnswers:
     # stopped, how far short), and the newest above it
     stalled_below: tuple[float, float] | None = None
     stalled_above: tuple[float, float] | None = None
+    asked: float | None = None  # the position of our newest taken goal
+    # where the jaw was measured since it last moved over the floor, when, and for how long since then our newest
+    # taken goal stood over the floor above it and below it, s
+    stands: tuple[float, float] | None = None
+    asked_above_s: float = 0.0
+    asked_below_s: float = 0.0
 
     def begin(self) -> None:
         """A new instruction goal: counts start afresh, and answers to the earlier one's goals are dropped."""
         self.generation += 1
         self.refused, self.answered, self.standing, self.longest = 0, False, None, 0.0
         self.stalled_below = self.stalled_above = None
+        self.asked = self.stands = None
+        self.asked_above_s = self.asked_below_s = 0.0
 
     def on_refused(self, generation: int) -> None:
         if generation == self.generation:
             self.refused += 1
 
-    def on_taken(self, generation: int, key: bytes, now: float) -> None:
-        """Goal ``key`` was taken at ``now``: it replaces the one standing."""
+    def on_taken(self, generation: int, key: bytes, now: float, position: float) -> None:
+        """Goal ``key`` (to ``position``) was taken at ``now``: it replaces the one standing."""
         if generation != self.generation:
             return
-        self.refused = 0
+        self.refused, self.asked = 0, position
         if self.standing is not None:
             self.longest = max(self.longest, now - self.standing[1])
         self.standing = (key, now)
@@ -70,6 +82,28 @@ class JawAnswers:
                 self.stalled_above = (where, position - where)
         elif reached_or_stalled:  # the jaw got to a position: the stalls before it are no jam
             self.stalled_below = self.stalled_above = None
+
+    def on_measured(self, position: float, now: float, floor: float) -> None:
+        """The jaw read at ``position`` at ``now`` (each control period): the time since the last reading counts
+        toward the side our newest taken goal asks over ``floor`` of where the jaw stands; a jaw gone over ``floor``
+        from there starts afresh."""
+        if self.stands is None or abs(position - self.stands[0]) > floor:
+            self.stands, self.asked_above_s, self.asked_below_s = (position, now), 0.0, 0.0
+            return
+        where, last = self.stands
+        if self.asked is not None and abs(self.asked - where) > floor:
+            if self.asked > where:
+                self.asked_above_s += max(now - last, 0.0)
+            else:
+                self.asked_below_s += max(now - last, 0.0)
+        self.stands = (where, now)
+
+    def stuck(self, over_s: float) -> tuple[float, float, float] | None:
+        """(where, above_s, below_s) when the jaw stayed at one place while our goals asked it away above it and below
+        it, each for over ``over_s``; else None."""
+        if self.stands is None or min(self.asked_above_s, self.asked_below_s) <= over_s:
+            return None
+        return self.stands[0], self.asked_above_s, self.asked_below_s
 
     def unanswered_s(self, now: float, over_s: float) -> float:
         """The longest a goal of ours stood with no word from the controller (``now`` for one still standing), when
