@@ -4,20 +4,20 @@ naming a joint it does not own, so each gripper dimension of a chunk goes to its
 (GripperActionController) or, with `gripper_action_type`, `control_msgs/ParallelGripperCommand`
 (parallel_gripper_controllers: Jazzy on, the only one from Kilted).
 
-The gripper follows the arm's plan: every control period the instruction node hands it the gripper's planned
-position one `send_lead_s` ahead (clamped to the same position limits as every target; its speed is the
-controller's), and a goal goes out only when that position moved more than `gripper_deadband` from the last one
-sent, so a steady grip sends nothing; the plan's last position goes out whatever the deadband, so the jaw ends where
-the plan does. A goal that ends without reaching its position is normal for a gripper (it stalls on the object it
-holds) and is only logged. What the goal's outcome needs of the jaw is kept per instruction goal (``begin``,
-``control.arm.jaw_answers``): goals refused in a row (a controller that refuses one refuses the next: the
-instruction node ends the goal at ``max_missed_chunks``), how long one of ours stood with the controller saying
-nothing of it (a deactivated GripperActionController takes goals and ends none), where it last stalled a goal
-below and one above where the jaw stopped (a jaw whose motors are off stalls both ways at one place, one holding
-something one way only), and, from the jaw's readings, how long our goals asked a jaw that stayed put away above
-and below it (``stuck``: goals replaced faster than the controller's stall_timeout are never said stalled). A hold sends nothing more (a position decided before it is dropped) but cancels nothing:
-a GripperActionController answers a cancel by commanding the jaw's measured position at its default effort, which
-takes the squeeze off whatever the jaw holds, so the last goal keeps its grip.
+The gripper follows the arm's plan: every control period the instruction node hands it the gripper's planned position
+one `send_lead_s` ahead (clamped to the same position limits as every target; its speed is the controller's), and a goal
+goes out only when that position moved more than `gripper_deadband` from the last one sent, so a steady grip sends
+nothing; the plan's last position goes out whatever the deadband, so the jaw ends where the plan does. A goal that ends
+without reaching its position is normal for a gripper (it stalls on the object it holds) and is only logged. What the
+goal's outcome needs of the jaw is kept per instruction goal (``begin``, ``control.arm.jaw_answers``): goals refused in
+a row (a controller that refuses one refuses the next: the instruction node ends the goal at ``max_missed_chunks``), how
+long one of ours stood with the controller saying nothing of it (a deactivated GripperActionController takes goals and
+ends none), where it last stalled a goal below and one above where the jaw stopped (a jaw whose motors are off stalls
+both ways at one place, one holding something one way only), and, from the jaw's readings, how long our goals asked a
+jaw that stayed put away above and below it (``stuck``: goals replaced faster than the controller's stall_timeout are
+never said stalled). A hold sends nothing more (a position decided before it is dropped) but cancels nothing: a
+GripperActionController answers a cancel by commanding the jaw's measured position at its default effort, which takes
+the squeeze off whatever the jaw holds, so the last goal keeps its grip.
 """
 
 import threading

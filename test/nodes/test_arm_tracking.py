@@ -374,9 +374,9 @@ def test_a_jaw_that_stays_put_while_fast_replaced_goals_ask_it_both_ways_ends_th
                 break
         assert 4.0 < arm.clock - 10.0 < 4.5  # each way over 2 s, then the next period
         assert run.ended == (ErrorCode.ABORTED, "the gripper cannot move: jaw stayed at 0.500 while goals to "
-                             "/gripper_controller/gripper_cmd asked it away above for 2.1 s and below for 2.1 s (what a "
-                             "jaw holds stops it one way only: is its controller active, are its motors on?), the arm "
-                             "holds")  # fmt: skip
+                             "/gripper_controller/gripper_cmd asked it away above for 2.1 s and below for 2.1 s (what "
+                             "a jaw holds stops it one way only: is its controller active, are its motors on?), the "
+                             "arm holds")  # fmt: skip
         assert len(arm.holds) == 1
     finally:
         node.destroy_node()
