@@ -105,11 +105,12 @@ def _nodes(context) -> list:
                           parameters=[config, camera | clock], respawn=True, respawn_delay=RESPAWN_DELAY_S,
                           **common))  # fmt: skip
         nodes += [Node(package="oxygen_ros", executable=arm.executable, name=arm.name,
-                       parameters=[config, clock | simulated[arm.name]], respawn=True, respawn_delay=RESPAWN_DELAY_S,
-                       **common)
+                       parameters=[config, _typed(clock | simulated[arm.name])], respawn=True,
+                       respawn_delay=RESPAWN_DELAY_S, **common)
                   for arm in simulation.controllers(robot)]  # fmt: skip
         # the simulated arm in RViz (RobotModel): its links' TF from its URDF and joint_states, as on a robot
-        description = {"robot_description": ParameterValue(simulation.urdf(robot).read_text(), value_type=str)}
+        urdf = Path(_share("config", simulation.URDFS[robot])).read_text()
+        description = {"robot_description": ParameterValue(urdf, value_type=str)}
         nodes.append(Node(package="robot_state_publisher", executable="robot_state_publisher",
                           name="robot_state_publisher", parameters=[description | clock], respawn=True,
                           respawn_delay=RESPAWN_DELAY_S, **common))  # fmt: skip

@@ -141,15 +141,16 @@ def test_a_bimanual_sim_runs_a_trajectory_and_a_gripper_controller_per_arm_as_up
     for name, executable in arms.items():  # each reads its executable's section, its own names over it
         (file, values) = nodes[name].parameters
         assert file == config and nodes[name].executable == executable
-        assert values == _config_section(executable) | CLOCK | simulation.parameters("bi_so100")[name]
-    left = nodes["left_arm_sim"].parameters[1]
+        assert _resolved([values]) == _config_section(executable) | CLOCK | simulation.parameters("bi_so100")[name]
+        assert not [v for v in values.values() if isinstance(v, str)], "a string stays a string (_typed)"
+    left = _resolved(nodes["left_arm_sim"].parameters[1:])
     assert left["joint_names"] == [f"left_{joint}" for joint in simulation.SO100_ARM]
     assert left["action_name"] == "left_arm_controller/follow_joint_trajectory"
     assert Path(left["urdf_path"]) == SHARE / "config" / "sim_bimanual.urdf"
     instruction = nodes["instruction_node"].parameters[1]
-    assert instruction["trajectory_actions"] == [nodes[f"{side}_arm_sim"].parameters[1]["action_name"]
+    assert instruction["trajectory_actions"] == [_resolved(nodes[f"{side}_arm_sim"].parameters[1:])["action_name"]
                                                  for side in ("left", "right")]  # fmt: skip
-    assert instruction["gripper_actions"] == [nodes[f"{side}_gripper_sim"].parameters[1]["action_name"]
+    assert instruction["gripper_actions"] == [_resolved(nodes[f"{side}_gripper_sim"].parameters[1:])["action_name"]
                                               for side in ("left", "right")]  # fmt: skip
     assert instruction["gripper_joint_names"] == ["left_gripper", "right_gripper"]
     with pytest.raises(ValueError, match="sim_robot"):
@@ -186,7 +187,7 @@ def test_use_sim_adds_the_simulator_and_the_simulation_parameters(launch):
         assert simulated[name]["use_sim"] is True
     publisher = nodes["robot_state_publisher"]  # the simulated arm's TF, from the URDF arm_sim publishes
     assert (publisher.package, publisher.executable) == ("robot_state_publisher", "robot_state_publisher")
-    assert _description(publisher) == Path(nodes["arm_sim"].parameters[1]["urdf_path"]).read_text()
+    assert _description(publisher) == Path(_resolved(nodes["arm_sim"].parameters[1:])["urdf_path"]).read_text()
     assert publisher.parameters[0]["use_sim_time"] is False
 
 
@@ -309,5 +310,6 @@ def test_the_real_launch_description_where_launch_ros_is_installed():
         return perform_substitutions(context, normalize_to_list_of_substitutions(value))
 
     nodes = [a for a in actions if isinstance(a, RealNode)]
-    assert sorted(text(node.node_executable) for node in nodes) == sorted(spec.executable for spec in GRAPH)
+    executables = sorted(text(node.node_executable) for node in nodes)
+    assert executables == sorted([*(spec.executable for spec in GRAPH), "robot_state_publisher"])  # RViz's arm TF
     assert len([node for node in nodes if isinstance(node, RealLifecycleNode)]) == 1

@@ -1,7 +1,8 @@
-"""`oxygen-ros up`: the robot graph of `ros2 launch oxygen_ros oxygen.launch.py`, a process per node, each restarted
-when it dies (oxygen_ros/supervisor.py). `--preset`, `--sim-robot` and `--no-autostart` are the launch file's
-`model_preset:=`, `sim_robot:=` and `autostart:=false`. Ctrl-C or SIGTERM stops every node cleanly, then exits 0; exit 1 when the inference node cannot
-come up or a node keeps dying, 2 for an unknown or invalid preset."""
+"""`oxygen-ros up`: the robot graph of `ros2 launch oxygen_ros oxygen.launch.py use_sim:=true`, a process per node
+(but robot_state_publisher, ROS's own), each restarted when it dies (oxygen_ros/supervisor.py). `--preset`,
+`--sim-robot` and `--no-autostart` are the launch file's `model_preset:=`, `sim_robot:=` and `autostart:=false`.
+Ctrl-C or SIGTERM stops every node cleanly, then exits 0; exit 1 when the inference node cannot come up or a node
+keeps dying, 2 for an unknown or invalid preset."""
 
 import argparse
 import signal

@@ -376,7 +376,7 @@ class VlaArm:
                 ahead = plan.queue.commanded(min(when, plan.queue.end))
             here = plan.queue.commanded(read_at)  # where the plan had the arm when it was read (not now: it moved on)
         for gripper, jaw in zip(self.arm.grippers, self.arm.gripper_columns, strict=True):
-            gripper.observe(float(measured[jaw]), read_at, self._jaw_floor(plan, jaw))
+            gripper.observe(float(measured[jaw]), now, self._jaw_floor(plan, jaw))
         try:  # a controller that dropped or stalled the trajectory is found within a period, not at the next chunk
             if here is not None and run.running:
                 self._check_tracking(measured, here, plan.limits)

@@ -90,16 +90,21 @@ def test_a_jaw_stalled_below_and_above_at_one_place_with_none_reached_between_is
     assert answers.jammed(floor=0.03) is None and answers.stalled_below is None
 
 
+SIDES = ([0.8] * 5 + [0.2] * 5) * 4  # 1 s asking 0.3 above, 1 s below, four times
+
+
 @pytest.mark.parametrize(("asked", "moves", "stuck"), [
-    ([0.8, 0.2] * 10, False, True),  # asked 0.3 above and below every 0.2 s for 4 s, never moving: cannot move
-    ([0.2] * 20, False, False),  # asked one way only: what the jaw holds stops it there
-    ([0.8, 0.2] * 10, True, False),  # it follows (over the floor): a working jaw
-    ([0.52, 0.48] * 10, False, False),  # asked within the floor of where it stands: nothing to follow
+    (SIDES, False, True),  # asked away each way, never moving: cannot move
+    ([0.2] * 40, False, False),  # asked one way only: what the jaw holds stops it there
+    (SIDES, True, False),  # it follows (over the floor): a working jaw
+    ([0.8, 0.2] * 20, False, False),  # turned every 0.2 s, under REACT_S: a jaw that slow would not follow either
+    ([0.54, 0.46] * 20, False, False),  # asked within the floor of where it stands: nothing to follow
 ])  # fmt: skip
-def test_a_jaw_that_stays_put_while_goals_replaced_fast_ask_it_both_ways_is_stuck(asked, moves, stuck):
+def test_a_jaw_that_stays_put_while_fast_replaced_goals_ask_it_both_ways_is_stuck(asked, moves, stuck):
     """Goals replaced every 0.2 s (faster than any stall_timeout: the controller never says stalled) asking the jaw
-    at 0.5 away above and below; read every 0.1 s. Over 1.5 s asked each way with the jaw within the floor (0.05) of
-    one place is a jaw that cannot move; one way only, or a jaw that goes with its goals, is not."""
+    at 0.5 away above and below; read every 0.1 s. Over 1.5 s asked each way (each stretch's first REACT_S aside)
+    with the jaw within the floor (0.05) of one place is a jaw that cannot move; one way only, turns too fast to
+    follow, or a jaw that goes with its goals, is not; a goal reached clears the count."""
     answers = JawAnswers()
     answers.begin()
     position = 0.5
@@ -112,6 +117,7 @@ def test_a_jaw_that_stays_put_while_goals_replaced_fast_ask_it_both_ways_is_stuc
     found = answers.stuck(1.5)
     assert (found is not None) == stuck
     if stuck:
-        assert found == pytest.approx((0.5, 1.9, 2.0))  # 39 readings 0.1 s apart after the first
-        answers.begin()  # a new instruction goal starts afresh
-        assert answers.stuck(1.5) is None and answers.asked is None
+        where, above_s, below_s = found
+        assert where == 0.5 and above_s == pytest.approx(2.4) and below_s == pytest.approx(2.4)  # 0.6 of each 1 s
+        answers.on_ended(answers.generation, bytes([len(asked) - 1]), reached_or_stalled=True, now=8.0)
+        assert answers.stuck(1.5) is None  # reached: the jaw follows after all

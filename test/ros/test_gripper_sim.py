@@ -258,31 +258,36 @@ def test_a_switched_off_controller_takes_goals_and_never_moves_or_ends_them(ros_
 @pytest.mark.parametrize("active", [False, True])
 def test_goals_replaced_faster_than_the_stall_timeout_find_a_switched_off_jaw_by_its_readings(ros_context, jaw,
                                                                                               active):
-    """Our goals replaced every 0.1 s (under the controller's stall_timeout 0.2 s), 0.2 above and below the jaw in
-    turn, each period the jaw read back: switched off, the controller never ends one, so none stands long without a
-    word nor stalls (its answers tell nothing), but the jaw stands while asked away both ways past
-    gripper_stall_timeout + 1 s each (``stuck``); switched on, it goes with them and is never stuck."""
+    """Our goals replaced every 0.1 s (under the controller's stall_timeout, 1 s), 0.2-0.3 above the jaw for 1 s, then
+    as far below, and so on, the jaw read back each period: switched off, the controller never ends one, so none
+    stands long without a word nor stalls (its answers tell nothing), but the jaw stands while asked away both ways
+    past gripper_stall_timeout + 1 s each (``stuck``); switched on, it goes with them and is never stuck."""
     node = Node("gripper_stuck_test", context=ros_context)
     gripper = _gripper(node)
     with spin_nodes(ros_context, node):
         wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
+        assert send_goal(jaw, GripperCommand, ACTION, _goal(0.75)).result(timeout=10.0).result.reached_goal  # mid
         set_parameter(jaw, "/gripper_sim", "active", active)
         try:
             gripper.begin()
-            start, deadline, turn = jaw.states[-1].position[0], time.monotonic() + 4.0, 1
-            while time.monotonic() < deadline and gripper.stuck() is None:
-                gripper.command(start + 0.2 * turn, gripper.holds)
+            start, began, seen = jaw.states[-1].position[0], time.monotonic(), len(jaw.states)
+            for i in range(60):
+                turn = 1 if i // 10 % 2 == 0 else -1
+                gripper.command(start + turn * (0.2 + 0.01 * (i % 10)), gripper.holds)
                 time.sleep(0.1)
                 gripper.observe(jaw.states[-1].position[0], gripper._now(), 0.03)
-                turn = -turn
+                if gripper.stuck() is not None:
+                    break
         finally:
             set_parameter(jaw, "/gripper_sim", "active", True)
+        moved = np.abs(np.array([m.position[0] for m in jaw.states[seen:]]) - start).max()
+        assert gripper._answers.asked is not None and gripper.refused == 0
         if active:
-            assert gripper.stuck() is None
+            assert gripper.stuck() is None and moved > 0.15
             return
         where, above_s, below_s = gripper.stuck()
-        assert where == start and min(above_s, below_s) > 1.2
-        assert gripper.unanswered_s() == 0.0 and gripper.jammed(0.03) is None and gripper.refused == 0
+        assert where == start and moved == 0.0 and min(above_s, below_s) > 1.2 and time.monotonic() - began < 5.5
+        assert gripper.unanswered_s() == 0.0 and gripper.jammed(0.03) is None  # its answers alone tell nothing
 
 
 def test_goals_a_gripper_refuses_are_counted_in_a_row(ros_context):

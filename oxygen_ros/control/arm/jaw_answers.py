@@ -14,13 +14,16 @@ stalls on one side are what a jaw holding something says (an object stops it clo
 and one above at the same place are a jaw that moves neither way there (``jammed``). A controller restarts its stall
 timer at each goal, so goals replaced faster than its stall_timeout (a jaw position the model keeps moving) are never
 said stalled, nor kept long without a word: then the jaw's own readings tell (``stuck``): a jaw measured at one
-place while our newest taken goal stood over a floor above it for long and over it below it for long moves neither
-way (switched off, motors off, wedged); a working one follows a goal that asks it away from what it holds at once.
+place while our newest taken goal asked it over a floor away above for long and below for long (each stretch past
+REACT_S) moves neither way (switched off, motors off, wedged); a working one follows a goal that asks it away from
+what it holds, and one that reaches its position clears the count.
 Answers to an earlier instruction goal's gripper goals (its ``generation``) count for nothing here. Plain
 bookkeeping: its owner locks and brings the clock.
 """
 
 from dataclasses import dataclass
+
+REACT_S = 0.3  # a jaw asked away starts moving within this (a controller's update, a servo's latency), s
 
 
 @dataclass
@@ -35,8 +38,11 @@ class JawAnswers:
     stalled_below: tuple[float, float] | None = None
     stalled_above: tuple[float, float] | None = None
     asked: float | None = None  # the position of our newest taken goal
-    # where the jaw was measured since it last moved over the floor, when, and for how long since then our newest
-    # taken goal stood over the floor above it and below it, s
+    # which way it asks the jaw from its last reading (1 above, -1 below, 0 within the floor) and since when
+    side: int = 0
+    side_since: float = 0.0
+    # where the jaw was measured since it last moved over the floor, when last, and for how long since then our
+    # newest taken goal asked it away over the floor above and below, s (REACT_S of each stretch aside)
     stands: tuple[float, float] | None = None
     asked_above_s: float = 0.0
     asked_below_s: float = 0.0
@@ -47,7 +53,7 @@ class JawAnswers:
         self.refused, self.answered, self.standing, self.longest = 0, False, None, 0.0
         self.stalled_below = self.stalled_above = None
         self.asked = self.stands = None
-        self.asked_above_s = self.asked_below_s = 0.0
+        self.side, self.side_since, self.asked_above_s, self.asked_below_s = 0, 0.0, 0.0, 0.0
 
     def on_refused(self, generation: int) -> None:
         if generation == self.generation:
@@ -80,22 +86,27 @@ class JawAnswers:
                 self.stalled_below = (where, where - position)
             elif position > where:
                 self.stalled_above = (where, position - where)
-        elif reached_or_stalled:  # the jaw got to a position: the stalls before it are no jam
+        elif reached_or_stalled:  # the jaw got to a position: the stalls and asks before it are no jam
             self.stalled_below = self.stalled_above = None
+            self.asked_above_s = self.asked_below_s = 0.0
 
     def on_measured(self, position: float, now: float, floor: float) -> None:
-        """The jaw read at ``position`` at ``now`` (each control period): the time since the last reading counts
-        toward the side our newest taken goal asks over ``floor`` of where the jaw stands; a jaw gone over ``floor``
-        from there starts afresh."""
+        """The jaw read at ``position`` at ``now`` (each control period). A jaw gone over ``floor`` from where it stood
+        starts afresh; else the time since the last reading counts toward the side our newest taken goal asks it,
+        over ``floor`` from this reading, once it has asked that way for REACT_S (a jaw follows only so fast: goals
+        turning faster than that are no sign either way)."""
+        side = 0 if self.asked is None or abs(self.asked - position) <= floor else (1 if self.asked > position else -1)
+        if side != self.side:
+            self.side, self.side_since = side, now
         if self.stands is None or abs(position - self.stands[0]) > floor:
             self.stands, self.asked_above_s, self.asked_below_s = (position, now), 0.0, 0.0
             return
         where, last = self.stands
-        if self.asked is not None and abs(self.asked - where) > floor:
-            if self.asked > where:
-                self.asked_above_s += max(now - last, 0.0)
-            else:
-                self.asked_below_s += max(now - last, 0.0)
+        counted = max(min(now - last, now - self.side_since - REACT_S), 0.0)
+        if side > 0:
+            self.asked_above_s += counted
+        elif side < 0:
+            self.asked_below_s += counted
         self.stands = (where, now)
 
     def stuck(self, over_s: float) -> tuple[float, float, float] | None:
