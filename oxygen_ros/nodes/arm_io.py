@@ -339,6 +339,8 @@ class ArmIO:
         for controller in self.controllers:
             if not controller.listening():
                 return f"{controller.target} is not there (no action server, or no subscriber to the topic)"
+            if controller.taken_over():  # its fault, not yet taken, ends the goal: theirs plays on, nothing of ours
+                return f"{controller.target} was taken over by another client: nothing sent"
         with self._sending:
             sent = [(controller, controller.dispatch(safe)) for controller in self.controllers]
         answered: list = []

@@ -107,7 +107,7 @@ class TrajectoryController:
         self._newest = None  # the handle of our newest accepted goal (the one the controller plays)
         self._live: dict[bytes, object] = {}  # our accepted goals not ended yet, by goal id
         self._cancelled: set[bytes] = set()  # of those, the ones we ended (cancelled, or replaced by a stop)
-        self._stops: set[bytes] = set()  # of those, our stop trajectories (``hold``)
+        self._stops: dict[bytes, int] = {}  # of those, our stop trajectories (``hold``): the count of sends each was
         self._stopping = False  # a stop was sent and no trajectory since: a hold now has nothing to stop
         self._holds = 0  # counts holds: a goal accepted after a hold that followed its sending is stopped at once
         self._sends = 0  # counts what went to the controller (trajectories and stops): what is newest
@@ -169,6 +169,15 @@ class TrajectoryController:
         """A new goal starts: what ended an earlier one's trajectory is not its fault."""
         with self._lock:
             self._fault = None
+
+    def taken_over(self) -> bool:
+        """Whether a fault not yet taken says another client took the controller (``Fault.taken_over``): nothing of
+        ours is sent to it then, not even a stop."""
+        with self._lock:
+            return self._taken_over()
+
+    def _taken_over(self) -> bool:
+        return self._fault is not None and self._fault.taken_over
 
     def take_fault(self) -> Fault | None:
         """Why the controller ended our newest goal since the last call, when we did not ask it to (None: it did
@@ -308,21 +317,28 @@ class TrajectoryController:
     def _on_result(self, handle, response) -> None:
         """Our newest goal ending any way but SUCCEEDED or cancelled by us is a fault: another client preempted
         it, someone cancelled it, or the controller aborted it (tolerances). An older goal ending is our own doing
-        (the newest one preempted it)."""
+        (the newest one preempted it). Our braking stop ended CANCELED with nothing of ours sent since is another
+        client's goal (or cancel, or the controller's deactivation) taking the arm: a fault too, so that nothing of
+        ours preempts theirs (``taken_over``)."""
         key = _goal_id(handle)
         with self._lock:
             self._live.pop(key, None)
-            ours, stop = key in self._cancelled, key in self._stops
+            ours, stop_sent_as = key in self._cancelled, self._stops.pop(key, None)
             self._cancelled.discard(key)
-            self._stops.discard(key)
-            if stop or handle is not self._newest or ours or response.status == GoalStatus.STATUS_SUCCEEDED:
-                return  # a stop replaced (by a goal, ours or another client's) ends no goal: nothing of it runs
+            result = response.result
+            said = result.error_string[: bounds.TEXT_CHARS] or "cancelled by another client"
+            if stop_sent_as is not None:  # our stop: anything ending it but another client's is no fault (a newer
+                # goal of ours preempted it, or it played out)
+                if not ours and response.status == GoalStatus.STATUS_CANCELED and self._sends == stop_sent_as:
+                    self._fault = Fault(f"{self.target} ended our braking stop (status {response.status}, error_code "
+                                        f"{result.error_code}): {said}", taken_over=True, target=self.target)
+                return
+            if handle is not self._newest or ours or response.status == GoalStatus.STATUS_SUCCEEDED:
+                return
             if response.status == GoalStatus.STATUS_CANCELED and any(until > time.monotonic() for until in
                                                                      self._unanswered.values()):  # fmt: skip
                 return  # our trajectory on its way preempted it (its acceptance, which makes it the newest, may come
                 # second: the two answers reach the executor's threads apart)
-            result = response.result
-            said = result.error_string[: bounds.TEXT_CHARS] or "cancelled by another client"
             self._fault = Fault(f"{self.target} ended the trajectory (status {response.status}, error_code "
                                 f"{result.error_code}): {said}",
                                 taken_over=response.status == GoalStatus.STATUS_CANCELED, target=self.target)  # fmt: skip
@@ -349,13 +365,14 @@ class TrajectoryController:
         the controller's cubic from that far on stays short of it.
         A goal of ours taken after the hold is replaced by another such stop, from where the arm is then; on the
         action, a stop the controller refuses (or none that can be planned: no joint states, no plan) cancels ours
-        instead (the controller then holds where the arm is). Not ``stop``: nothing of ours plays (``Fault``'s
-        taken_over), and nothing is sent, now or at a later hold; one of ours taken after it is stopped as above."""
+        instead (the controller then holds where the arm is). Not ``stop``, or a takeover not yet taken
+        (``taken_over``): nothing of ours plays (``Fault``'s taken_over), and nothing is sent, now or at a later
+        hold; one of ours taken after it is stopped as above."""
         with self._lock:
             self._holds += 1
             if self._stopping:  # nothing sent since the last stop: it is braking already (a second would cancel it)
                 return
-            if not stop:
+            if not stop or self._taken_over():  # (another client's goal plays: a stop would preempt it)
                 self._stopping, self._stop_sent = True, None
                 return
             replaced = set(self._live)  # what the stop replaces (and a refused one cancels): ours to end
@@ -379,7 +396,7 @@ class TrajectoryController:
             self._publisher.publish(trajectory)
         else:
             sending = self._send_goal(trajectory)
-            sending.add_done_callback(lambda f: self._on_stop(f, replaced))
+            sending.add_done_callback(lambda f: self._on_stop(f, replaced, mine))
             sent = (sending, replaced)
         self._mark_stopped(sent, mine)  # sent: a hold before the next trajectory has nothing more to stop
 
@@ -486,9 +503,9 @@ class TrajectoryController:
         return JointTrajectoryPoint(positions=stop.tolist(), velocities=[0.0] * len(arm),
                                     time_from_start=duration_of(slowest))  # fmt: skip
 
-    def _on_stop(self, future: Future, replaced: set[bytes]) -> None:
-        """The stop taken: it plays (never cancelled as stale: a cancel would jolt); refused, or lost: ours it was
-        to replace are cancelled (the controller holds where the arm is)."""
+    def _on_stop(self, future: Future, replaced: set[bytes], sent_as: int) -> None:
+        """The stop (the ``sent_as``-th thing sent) taken: it plays (never cancelled as stale: a cancel would jolt);
+        refused, or lost: ours it was to replace are cancelled (the controller holds where the arm is)."""
         handle = future.result() if future.exception() is None else None
         if handle is None or not handle.accepted:
             self._node.get_logger().error(f"{self.target} refused the stop trajectory: cancelling ours instead")
@@ -497,5 +514,5 @@ class TrajectoryController:
         key = _goal_id(handle)
         with self._lock:
             self._live[key] = handle
-            self._stops.add(key)
+            self._stops[key] = sent_as
         handle.get_result_async().add_done_callback(lambda f: self._on_result(handle, f.result()))

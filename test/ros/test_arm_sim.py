@@ -218,7 +218,7 @@ def test_a_trajectory_taken_after_its_first_target_was_due_is_refused_and_replac
     here = arm.position()
     stops, cancels = [], []  # the controller's answers to our stops; the goals we cancelled (none: a cancel jolts)
     answered, cancel = ctl._on_stop, ctl._cancel
-    ctl._on_stop = lambda future, replaced: (stops.append(future.result().accepted), answered(future, replaced))
+    ctl._on_stop = lambda future, *rest: (stops.append(future.result().accepted), answered(future, *rest))
     ctl._cancel = lambda handle: (cancels.append(handle), cancel(handle))
     # its first target due 4 s ago (4 s after it is taken: slow, so the stop finds the arm about where it was, even
     # taken a second late); then one due 1 s ahead on the node's clock (time enough to be taken on a loaded machine)
@@ -377,6 +377,48 @@ def test_another_clients_goal_taking_the_arm_is_a_fault_and_no_stop_of_ours_pree
     assert ctl._stop_sent is None and ctl._stopping  # nothing sent, and a goal's end sends nothing either
     assert operator.result(timeout=5.0).status == GoalStatus.STATUS_SUCCEEDED
     arm.reaches(start - 0.2, timeout=2.0)
+    ctl._client.destroy()
+
+
+def test_another_clients_goal_preempting_our_stop_is_a_takeover_and_nothing_of_ours_follows(arm):
+    """Our trajectory stopped by a hold (a missed chunk's: the goal goes on), then an operator's trajectory preempts
+    the braking stop: JTC ends it CANCELED with nothing of ours sent since, so another client took the arm
+    (``Fault.taken_over``). Until the goal takes that fault, our next plan is refused unsent and a hold sends
+    nothing, so the operator's trajectory plays to its end."""
+    io = arm_io_of(arm)
+    ctl = io.controllers[0]  # its one controller
+    start = arm.position()
+    ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([1.0, 10.0]), 0)
+    assert run_on(arm, io.send(io.readings.now(), ramp)) == ""
+    time.sleep(0.3)
+    io.hold(None, print)
+    wait_until(lambda: ctl._stops, 5.0, "our stop taken")
+    operator = arm.send([(1.0, start - 0.2)])
+    wait_until(lambda: ctl._fault is not None, 5.0, "our stop's end")
+    sends = ctl._sends
+    refused = run_on(arm, io.send(io.readings.now(), ramp))
+    assert refused == f"{ACTION} was taken over by another client: nothing sent", refused
+    (fault,) = io.take_faults()
+    assert fault.taken_over and "ended our braking stop" in fault.why and PREEMPTED in fault.why, fault
+    assert ctl._sends == sends and operator.result(timeout=5.0).status == GoalStatus.STATUS_SUCCEEDED
+    arm.reaches(start - 0.2, timeout=2.0)
+    ctl._client.destroy()
+
+
+def test_a_hold_before_a_takeover_is_taken_sends_nothing(arm):
+    """An operator's trajectory preempts ours, and a hold comes (a missed chunk's) before the goal takes that
+    fault: the hold sends no stop (it would preempt the operator's trajectory); the fault is still there to take."""
+    io = arm_io_of(arm)
+    ctl = io.controllers[0]  # its one controller
+    start = arm.position()
+    ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([1.0, 10.0]), 0)
+    assert run_on(arm, io.send(io.readings.now(), ramp)) == ""
+    operator = arm.send([(1.0, start - 0.2)])
+    wait_until(lambda: ctl._fault is not None, 5.0, "our trajectory's end")
+    io.hold(None, print)
+    assert ctl._stop_sent is None and ctl._stopping
+    assert operator.result(timeout=5.0).status == GoalStatus.STATUS_SUCCEEDED
+    assert [fault.taken_over for fault in io.take_faults()] == [True]
     ctl._client.destroy()
 
 
