@@ -360,17 +360,26 @@ def test_a_hold_brings_the_arm_to_rest_without_a_jolt(arm):
     ctl._client.destroy()
 
 
-def test_another_clients_goal_taking_the_arm_is_a_fault_and_no_stop_of_ours_preempts_it(arm):
-    """An operator's trajectory (another client of the controller) preempts ours: JTC ends ours CANCELED with its
-    preemption's words, which ArmIO reports as a fault the controller took over (``Fault.taken_over``); the hold
-    that ends the goal then sends nothing, so the operator's trajectory plays to its end."""
+def _ramping(arm: Arm) -> tuple[ArmIO, object, np.ndarray, SafeTargets]:
+    """(ArmIO, its one controller, where the arm started, the plan): our trajectory taking the arm 1 rad up over
+    10 s, sent and taken."""
     io = arm_io_of(arm)
-    ctl = io.controllers[0]  # its one controller
     start = arm.position()
     ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([1.0, 10.0]), 0)
     assert run_on(arm, io.send(io.readings.now(), ramp)) == ""
+    return io, io.controllers[0], start, ramp
+
+
+def test_another_clients_goal_taking_the_arm_is_a_fault_and_no_stop_of_ours_preempts_it(arm):
+    """An operator's trajectory (another client of the controller) preempts ours: JTC ends ours CANCELED with its
+    preemption's words, which ArmIO reports as a fault the controller took over (``Fault.taken_over``); a hold
+    before the goal takes that fault (a missed chunk's) and the hold that ends the goal both send nothing, so the
+    operator's trajectory plays to its end."""
+    io, ctl, start, _ = _ramping(arm)
     operator = arm.send([(1.0, start - 0.2)])
     wait_until(lambda: ctl._fault is not None, 5.0, "our trajectory's end")
+    io.hold(None, print)  # the fault not yet taken
+    assert ctl._stop_sent is None and ctl._stopping
     (fault,) = io.take_faults()
     assert fault.taken_over and PREEMPTED in fault.why, fault
     io.hold(None, print, spare={fault.target})
@@ -383,13 +392,9 @@ def test_another_clients_goal_taking_the_arm_is_a_fault_and_no_stop_of_ours_pree
 def test_another_clients_goal_preempting_our_stop_is_a_takeover_and_nothing_of_ours_follows(arm):
     """Our trajectory stopped by a hold (a missed chunk's: the goal goes on), then an operator's trajectory preempts
     the braking stop: JTC ends it CANCELED with nothing of ours sent since, so another client took the arm
-    (``Fault.taken_over``). Until the goal takes that fault, our next plan is refused unsent and a hold sends
-    nothing, so the operator's trajectory plays to its end."""
-    io = arm_io_of(arm)
-    ctl = io.controllers[0]  # its one controller
-    start = arm.position()
-    ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([1.0, 10.0]), 0)
-    assert run_on(arm, io.send(io.readings.now(), ramp)) == ""
+    (``Fault.taken_over``). Until the goal takes that fault, our next plan is refused unsent, so the operator's
+    trajectory plays to its end."""
+    io, ctl, start, ramp = _ramping(arm)
     time.sleep(0.3)
     io.hold(None, print)
     wait_until(lambda: ctl._stops, 5.0, "our stop taken")
@@ -402,23 +407,6 @@ def test_another_clients_goal_preempting_our_stop_is_a_takeover_and_nothing_of_o
     assert fault.taken_over and "ended our braking stop" in fault.why and PREEMPTED in fault.why, fault
     assert ctl._sends == sends and operator.result(timeout=5.0).status == GoalStatus.STATUS_SUCCEEDED
     arm.reaches(start - 0.2, timeout=2.0)
-    ctl._client.destroy()
-
-
-def test_a_hold_before_a_takeover_is_taken_sends_nothing(arm):
-    """An operator's trajectory preempts ours, and a hold comes (a missed chunk's) before the goal takes that
-    fault: the hold sends no stop (it would preempt the operator's trajectory); the fault is still there to take."""
-    io = arm_io_of(arm)
-    ctl = io.controllers[0]  # its one controller
-    start = arm.position()
-    ramp = SafeTargets(np.vstack([start + 0.1, start + 1.0]), np.zeros((2, len(start))), np.array([1.0, 10.0]), 0)
-    assert run_on(arm, io.send(io.readings.now(), ramp)) == ""
-    operator = arm.send([(1.0, start - 0.2)])
-    wait_until(lambda: ctl._fault is not None, 5.0, "our trajectory's end")
-    io.hold(None, print)
-    assert ctl._stop_sent is None and ctl._stopping
-    assert operator.result(timeout=5.0).status == GoalStatus.STATUS_SUCCEEDED
-    assert [fault.taken_over for fault in io.take_faults()] == [True]
     ctl._client.destroy()
 
 
