@@ -14,7 +14,7 @@ own parameters, its joints among them, are checked before a goal moves the arms.
 
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -339,8 +339,9 @@ class ArmIO:
         for controller in self.controllers:
             if not controller.listening():
                 return f"{controller.target} is not there (no action server, or no subscriber to the topic)"
-            if controller.taken_over():  # its fault, not yet taken, ends the goal: theirs plays on, nothing of ours
-                return f"{controller.target} was taken over by another client: nothing sent"
+            if controller.taken_over():  # its fault ends the goal: theirs plays on, nothing of ours
+                return (f"{controller.target} was taken over (another client's goal, a cancel or the controller's "
+                        "deactivation): nothing sent")  # fmt: skip
         with self._sending:
             sent = [(controller, controller.dispatch(safe)) for controller in self.controllers]
         answered: list = []
@@ -366,16 +367,15 @@ class ArmIO:
                         controller.hold(None, self._node.get_logger().warning)
         return "; ".join(problem for problem in problems if problem)
 
-    def hold(self, at: np.ndarray | None, log: Callable[[str], None], *, velocity: np.ndarray | None = None,
-             spare: Collection[str] = ()) -> None:  # fmt: skip
+    def hold(self, at: np.ndarray | None, log: Callable[[str], None], *, velocity: np.ndarray | None = None) -> None:
         """Stop the arms, decelerating, each from ``at`` moving at ``velocity`` [len(names)] (where and how fast the
-        plan has them now), else from where they are measured (``TrajectoryController.hold``); the grippers send no
-        more goals. ``spare``: the controllers another client took over (``Fault.taken_over``), sent nothing."""
+        plan has them now), else from where they are measured (``TrajectoryController.hold``: one another client
+        took over is sent nothing); the grippers send no more goals."""
         for gripper in self.grippers:
             gripper.hold()
         with self._sending:
             for controller in self.controllers:
-                controller.hold(at, log, velocity=velocity, stop=controller.target not in spare)
+                controller.hold(at, log, velocity=velocity)
 
     async def stop_answered(self, wait_s: float) -> str:
         """Each controller's answer to its newest stop, all waited for at once, each within its ``wait_s``

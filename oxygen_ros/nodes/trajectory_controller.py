@@ -57,7 +57,7 @@ class Fault:
 
     why: str
     taken_over: bool
-    target: str  # the controller's (a hold sends it nothing when taken over: ``ArmIO.hold``'s spare)
+    target: str  # the controller's
 
 
 def _braking_times(gap: np.ndarray, moving: np.ndarray, start_velocity: np.ndarray,
@@ -111,6 +111,11 @@ class TrajectoryController:
         self._stopping = False  # a stop was sent and no trajectory since: a hold now has nothing to stop
         self._holds = 0  # counts holds: a goal accepted after a hold that followed its sending is stopped at once
         self._sends = 0  # counts what went to the controller (trajectories and stops): what is newest
+        # counting a send and sending it are one step (the controller gets them in the order counted: a dispatch and
+        # a stop from an executor thread never cross between the two; reentrant: a hold made inside a send, on its
+        # thread, goes after it)
+        self._ordered = threading.RLock()
+        self._taken_at: int | None = None  # ``_sends`` when another client took the controller, until a new goal
         # the newest stop goal's send on the action and our goals it replaces, until a trajectory is sent: a goal's
         # result waits for its answer (``stop_answered``)
         self._stop_sent: tuple[Future, set[bytes]] | None = None
@@ -168,16 +173,13 @@ class TrajectoryController:
     def forget_fault(self) -> None:
         """A new goal starts: what ended an earlier one's trajectory is not its fault."""
         with self._lock:
-            self._fault = None
+            self._fault, self._taken_at = None, None
 
     def taken_over(self) -> bool:
-        """Whether a fault not yet taken says another client took the controller (``Fault.taken_over``): nothing of
-        ours is sent to it then, not even a stop."""
+        """Whether another client took the controller during this goal (``Fault.taken_over``): nothing more of ours
+        is sent to it."""
         with self._lock:
-            return self._taken_over()
-
-    def _taken_over(self) -> bool:
-        return self._fault is not None and self._fault.taken_over
+            return self._taken_at is not None
 
     def take_fault(self) -> Fault | None:
         """Why the controller ended our newest goal since the last call, when we did not ask it to (None: it did
@@ -199,15 +201,16 @@ class TrajectoryController:
                   for p, v, t in zip(safe.positions, safe.velocities, safe.times)]  # fmt: skip
         trajectory = JointTrajectory(header=Header(), joint_names=list(self.arm_names), points=points)
         handled = None if self._topic else Future()
-        with self._lock:
-            self._sends += 1
-            holds, sent_as, self._stopping, self._stop_sent = self._holds, self._sends, False, None
-            if handled is not None:  # before it goes: what it preempts may end before it is answered
-                self._unanswered[handled] = math.inf
-        if self._topic:
-            self._publisher.publish(trajectory)
-            return None
-        future = self._send_goal(trajectory)
+        with self._ordered:
+            with self._lock:
+                self._sends += 1
+                holds, sent_as, self._stopping, self._stop_sent = self._holds, self._sends, False, None
+                if handled is not None:  # before it goes: what it preempts may end before it is answered
+                    self._unanswered[handled] = math.inf
+            if self._topic:
+                self._publisher.publish(trajectory)
+                return None
+            future = self._send_goal(trajectory)
         sent = Sent(future, holds, handled)
         future.add_done_callback(lambda f: setattr(sent, "answered_at", self._readings.now()))
         future.add_done_callback(lambda f: self._on_answer(f, holds, sent_as, handled))
@@ -332,6 +335,7 @@ class TrajectoryController:
                 if not ours and response.status == GoalStatus.STATUS_CANCELED and self._sends == stop_sent_as:
                     self._fault = Fault(f"{self.target} ended our braking stop (status {response.status}, error_code "
                                         f"{result.error_code}): {said}", taken_over=True, target=self.target)
+                    self._taken_at = self._sends
                 return
             if handle is not self._newest or ours or response.status == GoalStatus.STATUS_SUCCEEDED:
                 return
@@ -342,6 +346,8 @@ class TrajectoryController:
             self._fault = Fault(f"{self.target} ended the trajectory (status {response.status}, error_code "
                                 f"{result.error_code}): {said}",
                                 taken_over=response.status == GoalStatus.STATUS_CANCELED, target=self.target)  # fmt: skip
+            if self._fault.taken_over:
+                self._taken_at = self._sends
 
     def destroy(self) -> None:
         self.controller.destroy()
@@ -350,8 +356,7 @@ class TrajectoryController:
         else:
             self._client.destroy()  # rclpy's destroy_node leaves action clients alive (see InferClient.destroy)
 
-    def hold(self, at: np.ndarray | None, log: Callable[[str], None], *, velocity: np.ndarray | None = None,
-             stop: bool = True) -> None:  # fmt: skip
+    def hold(self, at: np.ndarray | None, log: Callable[[str], None], *, velocity: np.ndarray | None = None) -> None:
         """Stop the arm, decelerating: one trajectory point, at rest, replacing the one playing (on the action too: a
         cancel makes a joint_trajectory_controller hold the measured position at once, a jolt at speed). From
         ``at`` moving at ``velocity`` (where and how fast the plan has the arm now), else from the measured state
@@ -365,14 +370,14 @@ class TrajectoryController:
         the controller's cubic from that far on stays short of it.
         A goal of ours taken after the hold is replaced by another such stop, from where the arm is then; on the
         action, a stop the controller refuses (or none that can be planned: no joint states, no plan) cancels ours
-        instead (the controller then holds where the arm is). Not ``stop``, or a takeover not yet taken
-        (``taken_over``): nothing of ours plays (``Fault``'s taken_over), and nothing is sent, now or at a later
-        hold; one of ours taken after it is stopped as above."""
+        instead (the controller then holds where the arm is). Another client took the controller (``taken_over``) and
+        nothing of ours went to it since: another's goal plays, nothing of ours does, and nothing is sent (a stop
+        would preempt theirs); something of ours sent after the takeover (on its way as it came) is braked as above."""
         with self._lock:
             self._holds += 1
             if self._stopping:  # nothing sent since the last stop: it is braking already (a second would cancel it)
                 return
-            if not stop or self._taken_over():  # (another client's goal plays: a stop would preempt it)
+            if self._taken_at is not None and self._sends == self._taken_at:
                 self._stopping, self._stop_sent = True, None
                 return
             replaced = set(self._live)  # what the stop replaces (and a refused one cancels): ours to end
@@ -382,22 +387,23 @@ class TrajectoryController:
     def _send_stop(self, stop: JointTrajectoryPoint | None, replaced: set[bytes]) -> None:
         """``stop`` to the controller, replacing our goals ``replaced``; None (no stop could be planned): those
         cancelled on the action instead."""
-        with self._lock:
-            self._sends += stop is not None
-            mine = self._sends
-        if stop is None:
-            if not self._topic:
-                self._cancel_live(replaced)
-                self._mark_stopped(None, mine)  # cancelled: held where it is
-            return
-        trajectory = JointTrajectory(joint_names=list(self.arm_names), points=[stop])
-        sent = None
-        if self._topic:
-            self._publisher.publish(trajectory)
-        else:
-            sending = self._send_goal(trajectory)
-            sending.add_done_callback(lambda f: self._on_stop(f, replaced, mine))
-            sent = (sending, replaced)
+        with self._ordered:
+            with self._lock:
+                self._sends += stop is not None
+                mine = self._sends
+            if stop is None:
+                if not self._topic:
+                    self._cancel_live(replaced)
+                    self._mark_stopped(None, mine)  # cancelled: held where it is
+                return
+            trajectory = JointTrajectory(joint_names=list(self.arm_names), points=[stop])
+            sent = None
+            if self._topic:
+                self._publisher.publish(trajectory)
+            else:
+                sending = self._send_goal(trajectory)
+                sending.add_done_callback(lambda f: self._on_stop(f, replaced, mine))
+                sent = (sending, replaced)
         self._mark_stopped(sent, mine)  # sent: a hold before the next trajectory has nothing more to stop
 
     def _mark_stopped(self, sent: tuple[Future, set[bytes]] | None, mine: int) -> None:

@@ -26,7 +26,6 @@ and the p50 / p99 latency from reading the inputs to the controller taking the t
 
 import math
 import threading
-from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -341,7 +340,7 @@ class VlaArm:
         controller then refuses)."""
         faults = self.arm.take_faults()
         if faults:  # a controller stopped playing the plan: the arm is not where the plan has it (blocked, taken)
-            self.hold(plan, where_it_is=True, spare={fault.target for fault in faults if fault.taken_over})
+            self.hold(plan, where_it_is=True)  # (a controller another client took is sent nothing)
             run.end(ErrorCode.ABORTED, "; ".join(fault.why for fault in faults))
             return
         for gripper in self.arm.grippers:
@@ -444,12 +443,12 @@ class VlaArm:
                         "stops it one way only: is its controller active, are its motors on?), the arm holds")
         return ""
 
-    def hold(self, plan: ArmPlan | None, where_it_is: bool = False, spare: Collection[str] = ()) -> None:
+    def hold(self, plan: ArmPlan | None, where_it_is: bool = False) -> None:
         """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:
         from where it is measured, for an arm not following its plan; so too while the plan is on its way to the
         controller, which may refuse it: it moves the arm only once taken); the plan is forgotten. Without ``plan``,
-        the last goal's (a goal that ended: its arm may still move). ``spare``: controllers another client took
-        over, sent nothing (``ArmIO.hold``)."""
+        the last goal's (a goal that ended: its arm may still move). A controller another client took over is sent
+        nothing (``ArmIO.hold``)."""
         plan = plan or self._plan
         at = velocity = None
         if plan is not None:
@@ -459,4 +458,4 @@ class VlaArm:
                     at, velocity = plan.queue.commanded(now), plan.queue.velocity(now)
                 plan.queue.hold()
                 plan.sending = False
-        self.arm.hold(at, self._node.get_logger().warning, velocity=velocity, spare=spare)
+        self.arm.hold(at, self._node.get_logger().warning, velocity=velocity)

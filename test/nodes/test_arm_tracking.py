@@ -55,8 +55,8 @@ class Arm:
     def now(self) -> float:
         return self.clock
 
-    def hold(self, at, log, *, velocity=None, spare=()) -> None:
-        self.holds.append("nothing sent" if self.target in spare else None if at is None else np.array(at))
+    def hold(self, at, log, *, velocity=None) -> None:
+        self.holds.append(None if at is None else np.array(at))
 
 
 class Run:
@@ -196,8 +196,8 @@ def test_a_controller_slowed_below_the_plans_speed_ends_the_goal_with_the_arm_he
 def test_a_controller_that_ended_the_trajectory_ends_the_goal_and_no_stop_drives_the_arm_on(ros_context, taken_over):
     """The controller ended our trajectory (``ArmIO.take_faults``): ABORTED (a path tolerance: the arm blocked, held by
     the controller) brakes from where the arm is measured, never on towards where the plan has it (into what
-    blocked it); CANCELED (another client's goal preempted ours, or someone cancelled it) sends nothing, since a stop
-    would preempt the other client's trajectory."""
+    blocked it); CANCELED (another client's goal preempted ours, or someone cancelled it) the same, the controller
+    itself sending nothing then (a stop would preempt the other client's trajectory: test_arm_sim's takeovers)."""
     node = Node("arm_fault_test", context=ros_context)
     try:
         arm, run = Arm([0.0, 0.0, 0.0]), Run()
@@ -207,7 +207,7 @@ def test_a_controller_that_ended_the_trajectory_ends_the_goal_and_no_stop_drives
         plan = planned([[0.0, 0.0, 0.0], [0.1, 0.0, 0.0]])
         VlaArm(node, arm, SETTINGS).tick(run, plan)
         assert run.ended == (ErrorCode.ABORTED, why)
-        assert arm.holds == ["nothing sent" if taken_over else None] and plan.queue.rows is None
+        assert arm.holds == [None] and plan.queue.rows is None
     finally:
         node.destroy_node()
 

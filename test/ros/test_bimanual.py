@@ -131,7 +131,7 @@ def test_another_client_taking_one_arm_is_its_fault_and_the_other_arm_is_stopped
     wait_until(lambda: any(c._fault is not None for c in io.controllers), 5.0, "our left trajectory's end")
     (fault,) = io.take_faults()
     assert fault.taken_over and fault.target == ACTIONS[0] and PREEMPTED in fault.why, fault
-    io.hold(None, print, spare={fault.target})
+    io.hold(None, print)
     assert run_on(robot, io.stop_answered(5.0)) == ""
     assert operator.result(timeout=5.0).status == GoalStatus.STATUS_SUCCEEDED
     wait_until(lambda: np.allclose(robot.where()[:6], operator_target, atol=1e-6), 5.0, "the operator's target")

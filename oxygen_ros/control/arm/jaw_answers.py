@@ -80,12 +80,12 @@ class JawAnswers:
         if self.standing is not None and self.standing[0] == key:
             self.longest = max(self.longest, now - self.standing[1])
             self.standing = None
-        if stall is not None:
+        if stall is not None:  # (a controller that says so runs: ``jammed`` reads its stalls, not ``stuck``)
             where, position = stall
             if position < where:
-                self.stalled_below = (where, where - position)
+                self.stalled_below, self.asked_below_s = (where, where - position), 0.0
             elif position > where:
-                self.stalled_above = (where, position - where)
+                self.stalled_above, self.asked_above_s = (where, position - where), 0.0
         elif reached_or_stalled:  # the jaw got to a position: the stalls and asks before it are no jam
             self.stalled_below = self.stalled_above = None
             self.asked_above_s = self.asked_below_s = 0.0
