@@ -121,3 +121,27 @@ def test_a_jaw_that_stays_put_while_fast_replaced_goals_ask_it_both_ways_is_stuc
         assert where == 0.5 and above_s == pytest.approx(2.4) and below_s == pytest.approx(2.4)  # 0.6 of each 1 s
         answers.on_ended(answers.generation, bytes([len(asked) - 1]), reached_or_stalled=True, now=8.0)
         assert answers.stuck(1.5) is None  # reached: the jaw follows after all
+
+
+def ask_a_jaw_that_stays_at_half(answers: JawAnswers, first: int) -> None:
+    """SIDES' goals, the ``first``-th on, one every 0.2 s, the jaw read at 0.5 every 0.1 s."""
+    for i, goal in enumerate(SIDES, start=first):
+        answers.on_taken(answers.generation, bytes([i]), 0.2 * i, goal)
+        for t in (0.2 * i, 0.2 * i + 0.1):
+            answers.on_measured(0.5, t, 0.05)
+
+
+def test_a_stall_said_of_one_side_clears_that_sides_stuck_count():
+    """A jaw holding an object nearly as wide as its opening stays put both ways: closing, the object stops it;
+    opening, its physical stop just past the object (the URDF's open limit is further) does. A controller that says
+    stalled of a goal above runs, and its stalls are what ``jammed`` reads: the time asked above before that word is
+    no sign of a switched-off jaw, so only the time asked above after it counts toward ``stuck``."""
+    answers = JawAnswers()
+    answers.begin()
+    ask_a_jaw_that_stays_at_half(answers, first=0)
+    assert answers.stuck(1.5) is not None
+    answers.on_ended(answers.generation, bytes([len(SIDES) - 1]), reached_or_stalled=True, now=8.0, stall=(0.5, 0.8))
+    assert answers.asked_above_s == 0.0 and answers.asked_below_s == pytest.approx(2.4)  # the other side kept
+    assert answers.stuck(1.5) is None and answers.stalled_above == (0.5, pytest.approx(0.3))
+    ask_a_jaw_that_stays_at_half(answers, first=len(SIDES))  # asked away both ways again, with no word of a stall
+    assert answers.stuck(1.5) is not None
