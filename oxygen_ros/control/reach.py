@@ -17,7 +17,6 @@ from oxygen_ros.perception.detect import DetectedObject
 from oxygen_ros.perception.palette import OBJECT_COLOURS
 from oxygen_ros.perception.scene import SHAPES
 
-ACTION_NAMES = ("ee_x", "ee_y", "ee_z", "gripper")
 HOME = (0.2, 0.0, 0.3)
 HOVER_Z = 0.12  # approach and lift height above the table
 GRASP_Z = 0.02

@@ -96,10 +96,6 @@ class Request:
         return self.num_computed_tokens >= self.num_prompt_tokens
 
     @property
-    def is_finished(self) -> bool:
-        return self.status == RequestStatus.FINISHED
-
-    @property
     def service_class(self) -> int:
         """Scheduling class; classes are served in this order whatever ``priority`` says.
 

@@ -105,7 +105,6 @@ class Stream:
     chunks_sent: int = 0
     first_chunk_at: float = 0.0  # when the first and the latest chunk went out (monotonic seconds)
     last_chunk_at: float = 0.0
-    awaiting_chunk: bool = False  # VLA path: a chunk request is in flight
     target: tuple[float, float] | None = None  # where the named object is (base_link, metres); None = not seen
     target_seen: bool = False  # controller path: the arm was sent towards the target at least once
     head_stop: bool = False  # controller path: the language head's latest answer says the arm must not move
