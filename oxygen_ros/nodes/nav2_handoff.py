@@ -129,6 +129,8 @@ class Nav2Handoff:
 
     async def _drive(self, run: GoalRun, target: PoseStamped, relay: Callable[[NavigateToPose.Feedback], None],
                      answer_s: float, taken: Callable[[], None]) -> str:  # fmt: skip
+        if not run.running:  # ended before its drive began (a newer goal, a shutdown): nav2 never hears of it
+            return ""
         goal = NavigateToPose.Goal(pose=target)
         sending = self.client.send_goal_async(goal, lambda m: self._relay(m, relay))
         sent, handle = await wait(self._node, sending, answer_s)

@@ -80,7 +80,7 @@ from oxygen_ros.nodes.task_action import TaskActionNode
 from oxygen_ros.nodes.tf.backend import Transforms
 from oxygen_ros.nodes.tf.rigid import Rigid, of_pose, unit_rotation
 from oxygen_ros.nodes.tf.tree import TransformUnavailable
-from oxygen_ros.nodes.stamps import NS, nanoseconds, reading_age
+from oxygen_ros.nodes.stamps import nanoseconds, reading_age
 
 NODE_NAME = "navigation_node"
 HANDOFF_SLACK_S = 1.0  # beyond nav2's answers: the executor's turns between them
@@ -120,7 +120,7 @@ class NavigationNode(TaskActionNode[Trip]):
         self._replans = MutuallyExclusiveCallbackGroup()  # one replan at a time, never behind other callbacks
         self._command_lock = threading.Lock()  # a command is sent for a goal only while it runs, and stops win
         self._odometry = OdometryHistory()
-        self._started_ns = self.get_clock().now().nanoseconds
+        self._started = time.monotonic()  # (the node's clock is 0 under use_sim_time until /clock arrives)
         self._map, self._odom_frame = self.settings["map_frame"], self.settings["odom_frame"]
         self._base = self.settings["base_frame"]
         self._transforms = Transforms(self, self.settings["transform_tolerance_s"])
@@ -229,8 +229,7 @@ class NavigationNode(TaskActionNode[Trip]):
         wait_s = self.settings["nav2_wait_s"]
         if self.settings["nav2"] == "always" or self._nav2.seen:
             return wait_s
-        waited = (self.get_clock().now().nanoseconds - self._started_ns) / NS
-        return min(wait_s, max(0.0, wait_s - waited))  # a clock gone back never stretches the wait
+        return min(wait_s, max(0.0, wait_s - (time.monotonic() - self._started)))
 
     async def _builtin_driver_problem(self, mode: str) -> str:
         """Why the built-in driver may not drive this goal ('' = it may): it must be allowed, and every configured
@@ -334,10 +333,11 @@ class NavigationNode(TaskActionNode[Trip]):
         self._send(Twist())
 
     def _send(self, twist: Twist, trip: Trip | None = None) -> None:
-        """``twist`` to the base; for ``trip``, only while it runs: a tick computed before the goal ended never moves
-        the base after the stop (every stop is sent under the same lock)."""
+        """``twist`` to the base; for ``trip``, only while it runs and no cancel was asked: a tick computed before the
+        goal ended never moves the base after the stop (every stop is sent under the same lock), nor after a cancel
+        (the next tick ends the goal)."""
         with self._command_lock:
-            if trip is not None and not trip.run.running:
+            if trip is not None and (not trip.run.running or trip.run.goal_handle.is_cancel_requested):
                 return
             msg = velocity.command(twist, self._stamped, self.get_clock().now().to_msg(), self._base)
             self._cmd_vel.publish(msg)

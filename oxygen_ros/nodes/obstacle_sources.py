@@ -70,8 +70,8 @@ class Reading(NamedTuple):
 
 
 class _Points:
-    """Obstacle points of one sensor, placed in the base frame by TF (the sensor's newest mount) and moved by the
-    robot's motion since their stamp."""
+    """Obstacle points of one sensor, placed in the base frame by TF (the sensor's mount at their stamp, within
+    transform_tolerance_s) and moved by the robot's motion since their stamp."""
 
     def __init__(self, node: Node, name: str, transforms: Transforms, base_frame: str) -> None:
         self.name, self._transforms, self._base = name, transforms, base_frame
@@ -109,7 +109,9 @@ class _Points:
         reading = self._latest()
         if reading is None:
             return None
-        mount = self._transforms.lookup(self._base, reading.frame_id)[0]
+        # the mount when the reading was taken: a sensor on a moving link (a pan-tilt head) whose TF stopped is not
+        # placed by its last known pose (static mounts hold at any time)
+        mount = self._transforms.lookup(self._base, reading.frame_id, reading.stamp_ns)[0]
         points = self._selected(obstacles.moved(reading.points, mount.translation, mount.rotation))
         return obstacles.blocking(shift(points, reading.stamp_ns), radius_m, clearance_m)
 

@@ -62,6 +62,7 @@ class TaskActionNode(Node, Generic[State]):
         # Goals run as coroutines on several executor threads: who is newest and who is current change together
         self._goals_lock = threading.Lock()
         self._destroyed = False
+        self._shutting_down = False  # no goal becomes current from now on (one still preparing ends instead)
         self._server = ActionServer(
             self,
             action_type,
@@ -75,8 +76,11 @@ class TaskActionNode(Node, Generic[State]):
     def end_for_shutdown(self, wait_s: float) -> None:
         """End the running goal while the executor still runs (``spin`` calls this first), so it ends as any goal
         does: the robot stood by ``stopped``, what it handed on cancelled (``settle``), its result sent; up to
-        ``wait_s``, or as long as that settling may take (``settle_s``) when longer, up to MAX_ENDING_S."""
-        run = self._current
+        ``wait_s``, or as long as that settling may take (``settle_s``) when longer, up to MAX_ENDING_S. A goal
+        still preparing (waiting for the one it preempted to settle) never starts: nothing would watch what it drove."""
+        with self._goals_lock:
+            self._shutting_down = True
+            run = self._current
         if run is not None:
             run.end(ErrorCode.CANCELLED, "the node is shutting down")
         wait_s = max(wait_s, min(self.settle_s(), MAX_ENDING_S))
@@ -168,17 +172,21 @@ class TaskActionNode(Node, Generic[State]):
         state = await self.prepare(run, goal)
         if state is None:
             return run.report(result)
+        timers: list[Timer] | None = None
         with self._goals_lock:  # a newer goal numbered after this check finds this one current and stops it
             if number != self._newest:  # a newer goal arrived while this one prepared: it wins
                 run.end(ErrorCode.CANCELLED, "preempted by a newer goal")
+            elif self._shutting_down:
+                run.end(ErrorCode.CANCELLED, "the node is shutting down")
             if not run.end_if_cancelled():
                 self._current = run
                 self._unreported.add(run)
+                # started under the lock: a newer goal's preemption comes after it, and ends what it started
+                timers = self.start(state)
         try:
-            if not run.running:
+            if timers is None:  # it never started
                 self.infer.cancel_task(run.task_id)
                 return run.report(result)
-            timers = self.start(state)
             await run.ended
             try:  # the robot stands first (unless a newer goal took over): nothing below may keep it moving
                 self._stop_current("ended", only=run)

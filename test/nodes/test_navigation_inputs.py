@@ -2,21 +2,25 @@
 clock goes back (a simulator reset, a stepped system clock), a LaserScan that says nothing (covered, a driver's error
 codes), and turning in place only when no obstacle source sees a point within the footprint."""
 
+import asyncio
 import math
+import threading
 import time
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from geometry_msgs.msg import PoseStamped, Twist
+from geometry_msgs.msg import PoseStamped, TransformStamped, Twist
 from sensor_msgs.msg import LaserScan
 
 from oxygen_ros.control.obstacles import Blocking
 from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.nodes.nav2_handoff import Nav2Handoff
 from oxygen_ros.nodes.navigation_node import NavigationNode, Trip
-from oxygen_ros.nodes.obstacle_sources import _scan_points
+from oxygen_ros.nodes.obstacle_sources import Reading, _Points, _scan_points
 from oxygen_ros.nodes.stamps import CLOCK_BACK_NS, NS, reading_age
-from oxygen_ros.nodes.tf.tree import TransformUnavailable
+from oxygen_ros.nodes.tf.rigid import planar
+from oxygen_ros.nodes.tf.tree import TransformTree, TransformUnavailable
 
 SETTINGS = {"input_timeout_s": 0.5, "robot_radius_m": 0.2, "safety_clearance_cm": 25.0}
 
@@ -149,3 +153,55 @@ def test_a_clock_that_stops_stops_the_base():
     cancelled.cancel_requested = True
     NavigationNode._watchdog(node, Trip(cancelled, PoseStamped(), "", 0.0, False))
     assert cancelled.ended[0] == ErrorCode.CANCELLED
+
+
+def test_a_reading_is_placed_by_its_sensors_mount_when_it_was_taken():
+    """A depth camera on a pan head (base_link -> head on /tf, turned from ahead to the left between 1 s and 2 s): a
+    point 0.4 m ahead of the head is ahead of the base in the reading taken at 1 s and to its left in the one at 2 s;
+    a reading taken after the head's transforms stopped (beyond transform_tolerance_s) cannot be placed, so the base
+    stops (TF_ERROR) rather than place it by the head's last known pose."""
+    tree = TransformTree(tolerance_s=0.1)
+    for sec, yaw in ((1, 0.0), (2, math.pi / 2)):
+        mount = TransformStamped(child_frame_id="head", transform=planar(0.0, 0.0, yaw).to_msg())
+        mount.header.frame_id, mount.header.stamp.sec = "base_link", sec
+        tree.set(mount, static=False)
+    source = _Points(None, "depth camera", tree, "base_link")
+    point = np.array([[0.4, 0.0, 0.0]])
+
+    def placed(stamp_ns: int) -> Blocking | None:
+        source._reading = Reading(point, "head", stamp_ns, stamp_ns)
+        return source.blocking(0.2, 0.25, lambda points, _stamp: points)
+
+    assert placed(1 * NS) == Blocking(pytest.approx(0.2), pytest.approx(0.4))
+    assert placed(2 * NS) is None
+    with pytest.raises(TransformUnavailable, match="would extrapolate"):
+        placed(5 * NS)
+
+
+def test_no_motion_is_sent_for_a_goal_whose_cancel_was_asked():
+    """A replan that passed its cancel check as the cancel came sends nothing: the goal ends at the next tick, and
+    the stop is sent then (a stop for no goal still goes out)."""
+    published = []
+    node = SimpleNamespace(_command_lock=threading.Lock(), _stamped=False, _base="base_link",
+                           _cmd_vel=SimpleNamespace(publish=published.append),
+                           get_clock=lambda: SimpleNamespace(now=lambda: SimpleNamespace(to_msg=lambda: None)))  # fmt: skip
+    run = SimpleNamespace(running=True, goal_handle=SimpleNamespace(is_cancel_requested=False))
+    trip, forward = Trip(run, PoseStamped(), "", 0.0, False), Twist()
+    forward.linear.x = 0.3
+    NavigationNode._send(node, forward, trip)
+    run.goal_handle.is_cancel_requested = True
+    NavigationNode._send(node, forward, trip)
+    NavigationNode._send(node, Twist())
+    assert published == [forward, Twist()]
+
+
+def test_a_goal_that_ended_before_its_drive_began_is_never_handed_to_nav2():
+    """A newer goal (or a shutdown) ended it between becoming current and its drive's first step: nav2 never hears
+    of it, so nothing drives it unwatched."""
+
+    def send_goal_async(*_args):
+        raise AssertionError("handed to nav2")
+
+    handoff = SimpleNamespace(client=SimpleNamespace(send_goal_async=send_goal_async))
+    run = SimpleNamespace(running=False)
+    assert asyncio.run(Nav2Handoff._drive(handoff, run, PoseStamped(), print, 1.0, print)) == ""

@@ -649,3 +649,19 @@ def test_shutting_down_waits_for_a_goal_that_ended_and_still_cancels_nav2s(robot
         assert nav2.cancel_requests == CANCEL_TRIES
         out = goal.result(timeout=1.0)
     assert out.status == GoalStatus.STATUS_CANCELED and "did not confirm the cancel" in out.result.message
+
+
+def test_shutting_down_while_a_goal_prepares_never_starts_it(robot):
+    """Ctrl-C while a newer goal waits for the one it preempted to settle (nav2 confirms the cancel slowly): the
+    shutdown waits for the older goal only, so the newer one must not start once that settles: it ends (the node is
+    shutting down) and is never handed to nav2, which nothing would be left to cancel."""
+    with driving_through_own_nav2(robot, "preparing") as (node, nav2, first):
+        nav2.cancel_after_s = 1.0
+        second = navigate(robot, "preparing", *TARGET_IN_MAP)
+        wait_until(lambda: nav2.cancel_requests >= 1, 5.0, "the first goal's cancel asked")
+        node.end_for_shutdown(5.0)
+        out = second.result(timeout=5.0)
+        older = first.result(timeout=5.0)
+    assert older.status == GoalStatus.STATUS_ABORTED and older.result.message == "preempted by a newer goal"
+    assert out.status == GoalStatus.STATUS_ABORTED and out.result.message == "the node is shutting down"
+    assert len(nav2.goals) == 1
