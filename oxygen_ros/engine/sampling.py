@@ -30,10 +30,12 @@ def sample(
 
 def repetition_penalty(logits: torch.Tensor, tokens: list[int], penalty: float) -> torch.Tensor:
     """transformers' RepetitionPenaltyLogitsProcessor on one row: the logit of every token seen is divided by the
-    penalty if positive, multiplied by it if negative."""
-    if not tokens:
+    penalty if positive, multiplied by it if negative. Ids without a logit (a VLA's image placeholder, the
+    vocabulary's size) are no token it could repeat."""
+    seen_ids = sorted(t for t in set(tokens) if 0 <= t < logits.shape[-1])
+    if not seen_ids:
         return logits
-    seen = torch.tensor(sorted(set(tokens)), device=logits.device)
+    seen = torch.tensor(seen_ids, device=logits.device)
     score = logits[seen]
     return logits.scatter(0, seen, torch.where(score < 0, score * penalty, score / penalty))
 

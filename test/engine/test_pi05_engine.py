@@ -223,6 +223,26 @@ def test_whole_prefix_shared_only_for_the_same_frame_instruction_and_state(refer
     _assert_nothing_leaked(engine)
 
 
+def test_a_repetition_penalty_over_an_image_prompt_penalizes_the_text_tokens_only(reference):
+    """pi0.5's image placeholder id is the vocabulary's size (its images are embedded, never looked up): it has no
+    logit, so the penalty leaves it out (transformers' own processor would index past the logits with it) and
+    penalizes the prompt's text tokens as RepetitionPenaltyLogitsProcessor does; a batch beside it is unharmed."""
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    paligemma, _, _, bundle, folder = reference
+    engine = make_engine(bundle)
+    frame, penalty = [camera(1)], 3.0
+    asked = _request(TASK, frame, STATES[0], task="vqa", want_text=True)
+    asked.sampling = SamplingParams(max_new_tokens=1, repetition_penalty=penalty)
+    text, chunk = engine.generate([asked, _request(TASK, frame, STATES[0], task="arm")])
+    tok = AutoTokenizer.from_pretrained(folder)
+    ids = tok(f"{tok.bos_token}{lerobot_prompt(TASK, STATES[0])}")["input_ids"]
+    logits = hf_prefix(paligemma, frame, ids).logits[:, -1]
+    penalized = RepetitionPenaltyLogitsProcessor(penalty)(torch.tensor([ids]), logits.clone())
+    assert text.token_ids == [int(penalized[0].argmax())] and chunk.actions is not None
+    _assert_nothing_leaked(engine)
+
+
 BAD_INPUTS = [
     ("state not the stats' width", {"state": [0.1, 0.2, 0.3]}, "normalization stats have 4"),
     ("state too long", {"state": [0.0] * 7}, "1..6 values"),
