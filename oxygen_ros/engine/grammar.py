@@ -83,6 +83,8 @@ def _grammar(constraint: Constraint) -> str:
             raise EngineError(ErrorCode.OUT_OF_RANGE, f"json_schema nests deeper than {MAX_JSON_DEPTH} levels")
         try:
             schema = json.loads(source)
+        except RecursionError as exc:  # (the depth above is json.loads' own: a net, not the bound)
+            raise EngineError(ErrorCode.OUT_OF_RANGE, f"json_schema nests too deep to parse ({exc})") from exc
         except ValueError as exc:
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"json_schema is not valid JSON: {exc}") from exc
         if not isinstance(schema, dict):
@@ -98,14 +100,19 @@ def _grammar(constraint: Constraint) -> str:
 
 
 def _depth(source: str) -> int:
-    """The deepest bracket nesting of a JSON text, brackets inside strings included (an upper bound, cheap)."""
+    """The deepest bracket nesting of a JSON text outside its strings (as json.loads would recurse into it)."""
     depth = deepest = 0
+    in_string = escaped = False
     for char in source:
-        if char in "[{":
+        if in_string:
+            escaped, in_string = (not escaped and char == "\\"), (escaped or char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
             depth += 1
             deepest = max(deepest, depth)
         elif char in "]}":
-            depth -= 1
+            depth = max(depth - 1, 0)
     return deepest
 
 
