@@ -183,6 +183,8 @@ class FramePacer:
         return list(self._streams.values())
 
     def _next_due(self, now: float) -> tuple[float, float] | None:
-        """The earliest next chunk over the live streams, with that stream's period."""
+        """The earliest next chunk over the live streams that still hold language work (a stream past its slot by
+        more than ``grace`` periods holds no one: one that stopped, live for as long as its deadline lets it be,
+        must not hide the streams still asking), with that stream's period."""
         dues = [due for due in (s.next_due() for s in self._live(now)) if due is not None]
-        return min(dues, default=None)
+        return min((due for due in dues if now < due[0] + self.grace * due[1]), default=None)

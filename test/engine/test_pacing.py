@@ -81,6 +81,18 @@ def test_the_earliest_stream_decides_and_stale_streams_are_forgotten():
     assert pacer.hold_s(1.85) > 0.0
 
 
+def test_a_stream_that_stopped_holds_no_one_and_hides_no_stream_still_asking():
+    """A task that asked twice with an hour's deadline and stopped stays live (stale only after STALE_PERIODS of its
+    deadline), but past its slot (plus grace) it no longer decides: the 1 Hz arm still asking is held for."""
+    pacer = FramePacer()
+    for t in (0.0, 0.1):
+        pacer.action_arrived("stopped", t, deadline_s=3600.0)
+    _stream(pacer, 1.0, start=0.0)  # the arm: last at 3.0, due 4.0
+    pacer.step_done(False, 0.2)
+    assert pacer.hold_s(3.9) > 0.0  # a 200 ms step would overrun the arm's chunk
+    assert pacer.hold_s(3.5) == 0.0  # it fits before
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
         FramePacer(steps_per_frame=-1)
