@@ -40,6 +40,10 @@ class AsyncEngine:
         self.pacer = pacer  # engine thread only, like the engine
         self._cv = threading.Condition()
         self._inbox: list[Callable[[], None]] = []
+        # requests submitted and not yet answered (callers' side, under the lock): each may hold decoded images
+        # until the engine thread takes it, so the inbox is bounded as the engine's queue and batch are
+        self._in_flight = 0
+        self.max_in_flight = engine.config.max_queue + engine.config.max_num_seqs
         self._stopping = False
         self._futures: dict[str, tuple[Future[RequestOutput], float]] = {}  # engine thread only: (future, inbox ms)
         self._streams: dict[str, _Stream] = {}  # engine thread only: requests whose text is streamed
@@ -66,6 +70,13 @@ class AsyncEngine:
         to the result's text exactly."""
         future: Future[RequestOutput] = Future()
         arrival = time.perf_counter()  # taken here: the engine thread may be mid-step for a while
+        with self._cv:
+            busy = self._busy()
+            self._in_flight += not busy
+        if busy:
+            future.set_result(error_output(greq, ErrorCode.RESOURCE_EXHAUSTED, busy))
+            return future
+        future.add_done_callback(self._answered)
         try:
             self.engine.inputs.prepare_constraint(greq)  # a grammar compiles here, never on the engine thread
         except EngineError as exc:
@@ -79,6 +90,23 @@ class AsyncEngine:
         if not self._post(lambda: self._submit(greq, future, arrival, stream)):
             future.set_result(error_output(greq, ErrorCode.UNAVAILABLE, "the engine is shut down"))
         return future
+
+    def busy(self) -> str:
+        """Why a request submitted now would be refused RESOURCE_EXHAUSTED ('' = it would be taken): a caller asks
+        before it decodes a request's images."""
+        with self._cv:
+            return self._busy()
+
+    def _busy(self) -> str:
+        if self._in_flight < self.max_in_flight:
+            return ""
+        return (f"{self._in_flight} requests in flight, the most this engine holds (max_queue "
+                f"{self.engine.config.max_queue} waiting + max_num_seqs {self.engine.config.max_num_seqs} running); "
+                "retry later")  # fmt: skip
+
+    def _answered(self, _future: Future) -> None:
+        with self._cv:
+            self._in_flight -= 1
 
     def abort(self, request_id: str) -> None:
         """Cancel a request (its future completes with CANCELLED), also one whose submit has not reached the engine

@@ -72,6 +72,9 @@ class GenerateServer:
         engine, resolve, settings, state = self._serving()
         if state != "active":
             return _end(goal_handle, result, ErrorCode.FAILED_PRECONDITION, f"node is not active ({state})")
+        busy = engine.busy()  # before its images are decoded
+        if busy:
+            return _end(goal_handle, result, ErrorCode.RESOURCE_EXHAUSTED, busy)
         try:
             convert.check_generate_goal(goal, settings.max_prompt_chars, MAX_FEEDBACK_EVERY)
             observation = resolve(goal)

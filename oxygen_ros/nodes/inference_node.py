@@ -268,6 +268,9 @@ class InferenceNode(LifecycleNode):
         if request.want_actions and self._random_weights and not settings.allow_random_weights:
             message = f"{RANDOM_WEIGHTS}: its actions are noise (allow_random_weights: true for a simulator or a test)"
             return convert.error_response(response, ErrorCode.FAILED_PRECONDITION, message)
+        busy = engine.busy()  # before its images are decoded
+        if busy:
+            return convert.error_response(response, ErrorCode.RESOURCE_EXHAUSTED, busy)
         try:
             convert.check_infer_request(request, settings.max_prompt_chars)
             convert.check_state(request.state)

@@ -106,6 +106,24 @@ def test_queue_over_its_bound_answers_resource_exhausted(serving):
     _assert_pool_clean(engine)
 
 
+def test_requests_in_flight_are_bounded_on_the_callers_side(serving):
+    """While the engine thread is busy (a long step; here a call holding it), submitted requests wait in its inbox
+    with their decoded images: beyond max_queue + max_num_seqs in flight they are answered RESOURCE_EXHAUSTED at
+    once on the caller's thread, and ``busy`` says so before a node decodes another request's images."""
+    engine = serving(max_queue=2, max_num_seqs=1)
+    gate = threading.Event()
+    held = engine.call(lambda _engine: gate.wait(TIMEOUT))
+    futures = [engine.submit(_request(f"burst {i}", tokens=4)) for i in range(10)]
+    refused = [f for f in futures if f.done()]
+    assert len(refused) == 7 and all(f.result().error_code == ErrorCode.RESOURCE_EXHAUSTED for f in refused)
+    assert "3 requests in flight" in refused[0].result().message and "3 requests in flight" in engine.busy()
+    gate.set()
+    taken = [f.result(TIMEOUT) for f in futures if f not in refused]  # the engine's own queue bound judges them
+    assert held.result(TIMEOUT) and taken[0].ok and all(o.ok or "queue full" in o.message for o in taken)
+    assert engine.busy() == ""
+    _assert_pool_clean(engine)
+
+
 def _wait_until(predicate, what: str) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not predicate():

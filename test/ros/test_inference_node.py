@@ -162,7 +162,8 @@ def test_fifty_concurrent_requests_over_capacity(served):
     codes = [r.error_code for r in responses]
     assert set(codes) <= {"", "RESOURCE_EXHAUSTED"}, set(codes)
     assert codes.count("") >= 8 and codes.count("RESOURCE_EXHAUSTED") >= 25, codes
-    assert all("queue full" in r.message for r in responses if r.error_code)
+    # refused by the engine's queue, or before that by the node (requests in flight: their images not decoded)
+    assert all("queue full" in r.message or "requests in flight" in r.message for r in responses if r.error_code)
     assert all(r.generated_tokens > 0 for r in responses if r.success)
     assert_no_blocks_held(pool_stats(served.client), TOTAL_BLOCKS)
 
