@@ -9,6 +9,7 @@ FramePacer the thread holds language steps that would delay a chunk an action st
 """
 
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -50,6 +51,7 @@ class AsyncEngine:
         # engine thread only: ids cancelled before their request reached this thread (a caller's cancel may overtake
         # its submit, which compiles a grammar first): the request is answered CANCELLED when it comes
         self._cancelled_early: OrderedDict[str, None] = OrderedDict()
+        self._cancelled_tasks: OrderedDict[str, float] = OrderedDict()  # engine thread only: task -> when cancelled
         self._completed = 0
         self._generated_tokens = 0
         self._errors: dict[str, int] = {}
@@ -61,15 +63,17 @@ class AsyncEngine:
         self._thread.start()
 
     # --- callers' side ------------------------------------------------------------------------------------------
-    def submit(self, greq: GenerateRequest, on_text: TextCallback | None = None,
-               text_every: int = 1) -> Future[RequestOutput]:  # fmt: skip
+    def submit(self, greq: GenerateRequest, on_text: TextCallback | None = None, text_every: int = 1,
+               received_at: float | None = None) -> Future[RequestOutput]:  # fmt: skip
         """Queue a request; the future always completes with a RequestOutput (``error_code`` set on failure).
 
         ``on_text(piece, tokens)`` is called on the engine thread (keep it short) with the answer's new text at most
         every ``text_every`` tokens and once more with the rest just before the future completes: the pieces add up
-        to the result's text exactly."""
+        to the result's text exactly. ``received_at``: when the caller got the request (``time.perf_counter``;
+        default now): its deadline runs from then, and a cancel of its task since then cancels it."""
         future: Future[RequestOutput] = Future()
-        arrival = time.perf_counter()  # taken here: the engine thread may be mid-step for a while
+        now = time.perf_counter()  # the engine thread may be mid-step for a while: its wait counts
+        arrival = now if received_at is None else min(received_at, now)
         with self._cv:
             busy = self._busy()
             self._in_flight += not busy
@@ -125,10 +129,17 @@ class AsyncEngine:
             self._cancelled_early.popitem(last=False)
 
     def abort_task(self, task_id: str) -> Future[int]:
-        """Cancel every request of ``task_id`` submitted so far (a goal ended: its narration is no longer wanted);
-        the future gives how many were cancelled."""
+        """Cancel every request of ``task_id`` submitted so far (a goal ended: its narration is no longer wanted),
+        also one its caller received before this and submits later (decoding its images meanwhile); the future gives
+        how many were cancelled in the engine."""
+
+        asked_at = time.perf_counter()
 
         def abort_all_of_task(engine: Engine) -> int:
+            self._cancelled_tasks[task_id] = asked_at  # (its requests received before now, still on their way)
+            self._cancelled_tasks.move_to_end(task_id)
+            while len(self._cancelled_tasks) > CANCELLED_EARLY_KEPT:
+                self._cancelled_tasks.popitem(last=False)
             ids = [rid for rid, req in engine.requests.items() if req.task_id == task_id]
             for request_id in ids:
                 self._abort(request_id, ErrorCode.CANCELLED, f"task {task_id!r} was cancelled")
@@ -233,6 +244,10 @@ class AsyncEngine:
             del self._cancelled_early[greq.request_id]
             self._complete(future, waited_s * 1e3, error_output(greq, ErrorCode.CANCELLED, "cancelled by the caller "
                                                                 "before it reached the engine"))  # fmt: skip
+            return
+        if arrival <= self._cancelled_tasks.get(greq.task_id, -math.inf):
+            self._complete(future, waited_s * 1e3, error_output(greq, ErrorCode.CANCELLED, f"task {greq.task_id!r} "
+                                                                "was cancelled after it was received"))  # fmt: skip
             return
         asked_deadline_s = greq.deadline_s  # the chunk's window as its caller set it (the pacer's)
         if greq.deadline_s > 0:

@@ -8,6 +8,7 @@ within one decode step, CANCELLED, its KV blocks freed.
 """
 
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future as ConcurrentFuture
@@ -67,6 +68,7 @@ class GenerateServer:
                 self._cancelled.discard(key)
 
     async def _generate(self, goal_handle: ServerGoalHandle, key: bytes) -> Generate.Result:
+        received = time.perf_counter()  # a cancel of its task from now on cancels it
         goal = goal_handle.request
         result = Generate.Result()
         engine, resolve, settings, state = self._serving()
@@ -92,7 +94,8 @@ class GenerateServer:
 
         if cancelled or goal_handle.is_cancel_requested:
             return _end(goal_handle, result, ErrorCode.CANCELLED, "cancelled before it started")
-        out: RequestOutput = await self._wait(engine.submit(greq, on_text=on_text, text_every=goal.feedback_every or 1))
+        out: RequestOutput = await self._wait(engine.submit(greq, on_text=on_text, text_every=goal.feedback_every or 1,
+                                                               received_at=received))
         convert.fill_generate_result(result, out, observation)
         if out.error_code is None:
             goal_handle.succeed()

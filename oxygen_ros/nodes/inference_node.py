@@ -261,6 +261,7 @@ class InferenceNode(LifecycleNode):
 
     # --- services -----------------------------------------------------------------------------------------------
     async def _on_infer(self, request: Infer.Request, response: Infer.Response) -> Infer.Response:
+        received = time.perf_counter()  # a cancel of its task from now on cancels it
         with self._lock:
             engine, rings, settings, state = self._engine, self._rings, self._settings, self._state
         if state != "active":
@@ -279,7 +280,7 @@ class InferenceNode(LifecycleNode):
             greq = convert.generate_request(request, observation, settings.sampling_defaults(), settings.max_prompt_chars)
         except EngineError as exc:
             return convert.error_response(response, exc.code, exc.message)
-        out = await self._await(engine.submit(greq))
+        out = await self._await(engine.submit(greq, received_at=received))
         return convert.fill_response(response, out, seen, settings.action_period_s, self.get_clock().now().to_msg())
 
     @staticmethod

@@ -124,6 +124,22 @@ def test_requests_in_flight_are_bounded_on_the_callers_side(serving):
     _assert_pool_clean(engine)
 
 
+def test_a_task_cancel_also_cancels_its_requests_received_before_it_and_still_on_their_way(serving):
+    """A node received a request of task "goal-7" and decodes its images while the goal ends and its task is
+    cancelled: submitted after the cancel, it is answered CANCELLED, holding nothing; a request of that task received
+    after the cancel, and one of another task, are served."""
+    engine = serving()
+    before = time.perf_counter()
+    assert engine.abort_task("goal-7").result(TIMEOUT) == 0
+    late = engine.submit(_request("narrate", tokens=4, task_id="goal-7"), received_at=before)
+    again = engine.submit(_request("narrate", tokens=4, task_id="goal-7"))
+    other = engine.submit(_request("answer", tokens=4, task_id="vqa"), received_at=before)
+    out = late.result(TIMEOUT)
+    assert out.error_code == ErrorCode.CANCELLED and "cancelled after it was received" in out.message
+    assert again.result(TIMEOUT).ok and other.result(TIMEOUT).ok
+    _assert_pool_clean(engine)
+
+
 def _wait_until(predicate, what: str) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not predicate():
