@@ -112,3 +112,45 @@ def blocking(points: np.ndarray, radius_m: float, clearance_m: float) -> Blockin
         return None
     nearest = int(np.argmin(np.where(stops, gap, np.inf)))
     return Blocking(max(0.0, float(gap[nearest])), float(x[nearest]), bool(inside.any()))
+
+
+def scan_reaches(points: np.ndarray, ranges: np.ndarray, angle_min: float, angle_increment: float, range_min: float,
+                 range_max: float, tolerance_m: float) -> np.ndarray:  # fmt: skip
+    """For points [N, 3] in a scan's frame, whether the scan's ray through each reached it or passed it (its return
+    at least that far, or nothing within range_max while the point is within it): a point there then is either in
+    this scan or gone. A point off every bearing, or on a ray that says nothing (NaN, under range_min) or stopped
+    short of it (something nearer hides it, REP 117's -inf too), is not reached."""
+    n = len(ranges)
+    if not len(points) or not n:
+        return np.zeros(len(points), dtype=bool)
+    bearing = np.arctan2(points[:, 1], points[:, 0])
+    step = abs(angle_increment)
+    offset = np.remainder((bearing - angle_min) * np.sign(angle_increment), 2 * math.pi)
+    ray = np.rint(offset / step).astype(np.int64)
+    on_a_ray = ray < n
+    ray = np.where(on_a_ray, ray, 0)
+    measured = np.asarray(ranges, dtype=np.float64)[ray]
+    distance = np.hypot(points[:, 0], points[:, 1])
+    passed = (measured == np.inf) | (np.isfinite(measured) & (measured > range_max))
+    reached = np.isfinite(measured) & (measured >= range_min) & (measured <= range_max) & \
+        (measured >= distance - tolerance_m)  # fmt: skip
+    return on_a_ray & ((passed & (distance <= range_max)) | reached)
+
+
+def depth_reaches(points: np.ndarray, depth_m: np.ndarray, fx: float, fy: float, cx: float, cy: float,
+                  tolerance_m: float) -> np.ndarray:  # fmt: skip
+    """For points [N, 3] in a depth camera's optical frame, whether the pixel each projects to (of ``depth_m`` with
+    these intrinsics) measured at least its depth: a point there then is either in this image or gone. A point
+    outside the image or behind the camera, or on a pixel with no depth (NaN, REP 117's -inf: under the camera's
+    minimum range) or a nearer one (hidden), is not reached."""
+    if not len(points):
+        return np.zeros(0, dtype=bool)
+    height, width = depth_m.shape
+    z = points[:, 2]
+    ahead = z > 0
+    safe_z = np.where(ahead, z, 1.0)
+    u = np.rint(points[:, 0] * fx / safe_z + cx).astype(np.int64)
+    v = np.rint(points[:, 1] * fy / safe_z + cy).astype(np.int64)
+    inside = ahead & (u >= 0) & (u < width) & (v >= 0) & (v < height)
+    measured = depth_m[np.where(inside, v, 0), np.where(inside, u, 0)].astype(np.float64)
+    return inside & np.isfinite(measured) & (measured > 0) & (measured >= z - tolerance_m)

@@ -481,7 +481,7 @@ class NavigationNode(TaskActionNode[Trip]):
         blocking = []  # (obstacle, source name) of every source that sees one: turning needs all of them clear
         for source in self._sources:
             try:
-                obstacle = source.blocking(radius, clearance, self._odometry.shift)
+                obstacle = source.blocking(radius, clearance, self._odometry, settings["obstacle_memory_s"])
             except TransformUnavailable as exc:
                 return ErrorCode.TF_ERROR, f"stopped: the {source.name} cannot be placed in {self._base}: {exc}", False
             if obstacle is not None:

@@ -46,6 +46,9 @@ PARAMETERS: Table = {
     "obstacle_max_height_m": (2.0, "depth points higher than this above base_frame are no obstacle, metres"),
     "input_timeout_s": (0.5, "odometry or an obstacle source older than this (by stamp or arrival) stops the base, "
                         "seconds"),
+    "obstacle_memory_s": (30.0, "an obstacle point a sensor saw and no later ray of it reaches (out of its view, under "
+                          "its minimum range, hidden) stops the base this long after it was seen, where odometry "
+                          "puts it, seconds; keep it over blocked_timeout_s; 0 = the newest reading only"),
     "odom_topic": ("odom", "nav_msgs/Odometry input: the robot's pose in odom_frame (others are ignored)"),
     "cmd_vel_topic": ("cmd_vel", "velocity command output (geometry_msgs/TwistStamped, or Twist: cmd_vel_stamped)"),
     "cmd_vel_stamped": (True, "send TwistStamped (Jazzy's diff_drive_controller, nav2); false = Twist (older stacks)"),
@@ -76,9 +79,11 @@ RANGES: Ranges = {
     "obstacle_min_height_m": (-10.0, 10.0),
     "obstacle_max_height_m": (-10.0, 10.0),
     "input_timeout_s": (0.0, 60.0),
+    "obstacle_memory_s": (0.0, 3600.0),
 }
-# 0 is meaningful for these: exact times, only look for nav2, heights at the base frame's origin
-NON_NEGATIVE = ("transform_tolerance_s", "nav2_wait_s", "obstacle_min_height_m", "obstacle_max_height_m")
+# 0 is meaningful for these: exact times, only look for nav2, heights at the base frame's origin, no memory
+NON_NEGATIVE = ("transform_tolerance_s", "nav2_wait_s", "obstacle_min_height_m", "obstacle_max_height_m",
+                "obstacle_memory_s")
 POSITIVE = [name for name in RANGES if name not in NON_NEGATIVE]
 
 

@@ -30,12 +30,16 @@ from sensor_msgs.msg import CameraInfo, Image, LaserScan
 
 from oxygen_ros import bounds
 from oxygen_ros.control import obstacles, unicycle
+from oxygen_ros.control.obstacle_memory import ObstacleMemory
 from oxygen_ros.control.obstacles import Blocking
+from oxygen_ros.control.unicycle import Pose2D
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.image_rows import image_rows
 from oxygen_ros.nodes.latest_frame import LatestFrame
+from oxygen_ros.nodes.odometry_history import Odom
 from oxygen_ros.nodes.tf.backend import Transforms
 from oxygen_ros.nodes.stamps import nanoseconds, reading_age
+from oxygen_ros.nodes.tf.tree import TransformUnavailable
 from oxygen_ros.perception.detect import Detections
 
 # encoding: (pixel type, metres per unit), REP 118
@@ -44,10 +48,16 @@ MAX_TOO_CLOSE_SHARE = 0.25  # a depth image with more of its pixels too close to
 MIN_VALID_SHARE = 0.05  # a depth image or scan with fewer valid readings than this share is blind (covered), not clear
 ANGLE_TOLERANCE = 1e-3  # rad: a scan's last bearing may miss its angle_max by one increment (drivers differ) and this
 MAX_FIELD_OF_VIEW = math.radians(170.0)  # a depth camera's CameraInfo wider than this is a wrong focal length
+REACH_TOLERANCE_M = 0.05  # a ray that stops this short of a remembered point still reached it (range noise), metres
+MEMORY_MARGIN_M = 1.0  # remembered points farther than the corridor's length plus this are forgotten, metres
 
-# Moves points of the base frame at a stamp (ns) into the base frame now; TransformUnavailable when the robot's
-# motion since is unknown.
-Shift = Callable[[np.ndarray, int], np.ndarray]
+class Odometry(Protocol):
+    """Where the robot was when a reading was taken, and where it is now (``OdometryHistory``)."""
+
+    def pose_at(self, stamp_ns: int) -> Pose2D:
+        """TransformUnavailable when no odometry reaches back to ``stamp_ns``."""
+
+    def latest(self) -> Odom | None: ...
 
 
 class Source(Protocol):
@@ -56,14 +66,21 @@ class Source(Protocol):
     def age(self, now_ns: int) -> float:
         """Seconds since its newest usable reading (inf before the first)."""
 
-    def blocking(self, radius_m: float, clearance_m: float, shift: Shift) -> Blocking | None:
-        """The obstacle that stops the robot now, if any; TransformUnavailable when its points cannot be placed."""
+    def blocking(self, radius_m: float, clearance_m: float, odometry: Odometry, memory_s: float) -> Blocking | None:
+        """The obstacle that stops the robot now, if any, of its newest reading and what it remembers for up to
+        ``memory_s``; TransformUnavailable when its points cannot be placed."""
+
+
+# points [N, 3] in a reading's sensor frame -> whether its rays reached each (``obstacles.scan_reaches``)
+Rays = Callable[[np.ndarray], np.ndarray]
 
 
 class Reading(NamedTuple):
-    """A usable reading: its points in the sensor's frame, the frame, its stamp and arrival (node clock, ns)."""
+    """A usable reading: its points and rays in the sensor's frame, the frame, its stamp and arrival (node clock,
+    ns)."""
 
     points: np.ndarray
+    rays: Rays
     frame_id: str
     stamp_ns: int
     arrival_ns: int
@@ -71,27 +88,30 @@ class Reading(NamedTuple):
 
 class _Points:
     """Obstacle points of one sensor, placed in the base frame by TF (the sensor's mount at their stamp, within
-    transform_tolerance_s) and moved by the robot's motion since their stamp."""
+    transform_tolerance_s) and by the robot's pose then (odometry history), kept in the odometry frame while no
+    later reading's ray reaches them (``ObstacleMemory``), and so placed where they are now relative to the robot."""
 
     def __init__(self, node: Node, name: str, transforms: Transforms, base_frame: str) -> None:
         self.name, self._transforms, self._base = name, transforms, base_frame
         self._node = node
         self._lock = threading.Lock()
         self._reading: Reading | None = None
+        self._memory = ObstacleMemory()  # replans only (one at a time)
+        self._remembered: Reading | None = None  # the newest reading the memory took
 
-    def _take(self, msg: Any, read: Callable[[Any], np.ndarray]) -> None:
-        """Keep ``msg``'s points (``read``) unless it is out of bounds (a warning naming why)."""
+    def _take(self, msg: Any, read: Callable[[Any], tuple[np.ndarray, Rays]]) -> None:
+        """Keep ``msg``'s points and rays (``read``) unless it is out of bounds (a warning naming why)."""
         try:
             bounds.text(f"{self.name} frame_id", msg.header.frame_id, bounds.ID_CHARS)
             if not msg.header.frame_id:
                 raise EngineError(ErrorCode.INVALID_ARGUMENT, "an empty frame_id: its points cannot be placed")
-            points = read(msg)
+            points, rays = read(msg)
         except EngineError as exc:
             self._node.get_logger().warning(f"ignoring a message of the {self.name}: {exc.message}",
                                             throttle_duration_sec=5.0)  # fmt: skip
             return
         arrival = self._node.get_clock().now().nanoseconds
-        reading = Reading(points, msg.header.frame_id, nanoseconds(msg.header.stamp) or arrival, arrival)  # a zero stamp: "now" (as tf2)
+        reading = Reading(points, rays, msg.header.frame_id, nanoseconds(msg.header.stamp) or arrival, arrival)  # a zero stamp: "now" (as tf2)
         with self._lock:
             self._reading = reading
 
@@ -105,15 +125,29 @@ class _Points:
             return math.inf
         return reading_age(now_ns, reading.stamp_ns, reading.arrival_ns)
 
-    def blocking(self, radius_m: float, clearance_m: float, shift: Shift) -> Blocking | None:
-        reading = self._latest()
+    def blocking(self, radius_m: float, clearance_m: float, odometry: Odometry, memory_s: float) -> Blocking | None:
+        reading, latest = self._latest(), odometry.latest()
         if reading is None:
             return None
+        if latest is None:
+            raise TransformUnavailable("no odometry yet: a reading cannot be placed relative to the robot")
+        if reading is not self._remembered:
+            self._remember(reading, odometry.pose_at(reading.stamp_ns), memory_s, radius_m + clearance_m)
+        pose = latest.pose
+        return obstacles.blocking(self._memory.around((pose.x, pose.y, pose.yaw)), radius_m, clearance_m)
+
+    def _remember(self, reading: Reading, pose: Pose2D, memory_s: float, corridor_m: float) -> None:
+        """The reading's obstacle points into the memory, which forgets what its rays reached."""
         # the mount when the reading was taken: a sensor on a moving link (a pan-tilt head) whose TF stopped is not
         # placed by its last known pose (static mounts hold at any time)
         mount = self._transforms.lookup(self._base, reading.frame_id, reading.stamp_ns)[0]
-        points = self._selected(obstacles.moved(reading.points, mount.translation, mount.rotation))
-        return obstacles.blocking(shift(points, reading.stamp_ns), radius_m, clearance_m)
+        into_sensor = mount.inverse()
+        seen = self._selected(obstacles.moved(reading.points, mount.translation, mount.rotation))
+        self._memory.add(seen, (pose.x, pose.y, pose.yaw), reading.stamp_ns,
+                         lambda local: reading.rays(obstacles.moved(local, into_sensor.translation,
+                                                                    into_sensor.rotation)),
+                         memory_s, corridor_m + MEMORY_MARGIN_M)  # fmt: skip
+        self._remembered = reading
 
     def _selected(self, points: np.ndarray) -> np.ndarray:
         """The points in the base frame that count as obstacles (all of a scan's)."""
@@ -123,8 +157,16 @@ class _Points:
 class ScanSource(_Points):
     def __init__(self, node: Node, topic: str, transforms: Transforms, base_frame: str, group: CallbackGroup) -> None:
         super().__init__(node, f"LaserScan on {node.resolve_topic_name(topic)}", transforms, base_frame)
-        node.create_subscription(LaserScan, topic, lambda msg: self._take(msg, _scan_points), qos_profile_sensor_data,
+        node.create_subscription(LaserScan, topic, lambda msg: self._take(msg, scan_reading), qos_profile_sensor_data,
                                  callback_group=group)  # fmt: skip
+
+
+def scan_reading(msg: LaserScan) -> tuple[np.ndarray, Rays]:
+    """The scan's points and rays (EngineError for one out of bounds or blind)."""
+    points = _scan_points(msg)
+    ranges = np.asarray(msg.ranges, dtype=np.float64)
+    geometry = (msg.angle_min, msg.angle_increment, msg.range_min, msg.range_max)
+    return points, lambda at: obstacles.scan_reaches(at, ranges, *geometry, REACH_TOLERANCE_M)
 
 
 def _scan_points(msg: LaserScan) -> np.ndarray:
@@ -178,9 +220,9 @@ class DepthSource(_Points):
                                             f"{cx}, cy {cy}) cannot place the {msg.width}x{msg.height} image's points",
                                             throttle_duration_sec=5.0)  # fmt: skip
 
-    def _depth_points(self, msg: Image) -> np.ndarray:
-        """The image's points in its optical frame, every few pixels (``obstacles.depth_stride``); EngineError for an
-        unknown encoding, a size over ``bounds``, no CameraInfo of its size, a blind image, or one with something
+    def _depth_points(self, msg: Image) -> tuple[np.ndarray, Rays]:
+        """The image's points in its optical frame, every few pixels (``obstacles.depth_stride``), and its rays (those
+        pixels); EngineError for an unknown encoding, a size over ``bounds``, no CameraInfo of its size, a blind image, or one with something
         against the camera."""
         if msg.encoding not in DEPTH_ENCODINGS:
             bounds.text("depth image encoding", msg.encoding, bounds.ID_CHARS)
@@ -205,8 +247,9 @@ class DepthSource(_Points):
         if np.count_nonzero(np.isfinite(depth) & (depth > 0)) < MIN_VALID_SHARE * depth.size:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"fewer than {MIN_VALID_SHARE:.0%} of its pixels have "
                               "a depth: a blind image (covered, or facing the void)")  # fmt: skip
-        fx, fy, cx, cy = info.k[0], info.k[4], info.k[2], info.k[5]
-        return obstacles.depth_points(depth, fx / stride, fy / stride, cx / stride, cy / stride, depth.size)
+        k = info.k[0] / stride, info.k[4] / stride, info.k[2] / stride, info.k[5] / stride  # fx, fy, cx, cy
+        return obstacles.depth_points(depth, *k, depth.size), \
+            lambda at: obstacles.depth_reaches(at, depth, *k, REACH_TOLERANCE_M)  # fmt: skip
 
     def _selected(self, points: np.ndarray) -> np.ndarray:
         return obstacles.within_heights(points, *self._heights)
@@ -227,7 +270,7 @@ class DetectorSource:
         self._judged = self._frame.detections()
         return self._frame.age() if self._judged is not None else math.inf
 
-    def blocking(self, radius_m: float, clearance_m: float, shift: Shift) -> Blocking | None:
+    def blocking(self, radius_m: float, clearance_m: float, odometry: Odometry, memory_s: float) -> Blocking | None:
         """Of the frame ``age`` found live (the navigation node asks it first, as for every source), so a frame the
         detector cannot read arriving in between cannot pass for a clear view; none judged: no way is clear."""
         judged = self._judged

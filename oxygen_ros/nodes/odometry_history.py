@@ -1,15 +1,12 @@
 """The navigation node's recent odometry: the newest pose to drive by, and the poses of the last seconds, so that an
-obstacle reading taken a moment ago is placed where it is now relative to the robot (nav2's collision monitor calls
-this ``base_shift_correction``)."""
+obstacle reading taken a moment ago is placed by where the robot was when it was taken, and so where it is now
+relative to the robot (nav2's collision monitor calls this ``base_shift_correction``)."""
 
 import threading
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
-import numpy as np
-
-from oxygen_ros.control import obstacles
 from oxygen_ros.control.unicycle import Pose2D
 from oxygen_ros.nodes.tf.tree import TransformUnavailable
 
@@ -44,10 +41,9 @@ class OdometryHistory:
         with self._lock:
             return self._latest
 
-    def shift(self, points: np.ndarray, stamp_ns: int) -> np.ndarray:
-        """Points of the base frame at ``stamp_ns`` in the base frame of the newest pose: the pose at the reading's
-        stamp is the first one at or after it (the newest, for a reading newer than the odometry); TransformUnavailable
-        when no odometry reaches back to it."""
+    def pose_at(self, stamp_ns: int) -> Pose2D:
+        """The robot's pose when a reading stamped ``stamp_ns`` was taken: the first one at or after the stamp (the
+        newest, for a reading newer than the odometry); TransformUnavailable when no odometry reaches back to it."""
         with self._lock:
             poses, latest = list(self._poses), self._latest
         if latest is None:
@@ -57,6 +53,4 @@ class OdometryHistory:
         if index == 0 and stamp_ns < stamps[0]:
             raise TransformUnavailable(f"the odometry kept ({len(poses)} poses) does not reach back to a reading "
                                        f"{(latest.stamp_ns - stamp_ns) / 1e9:.2f} s old")  # fmt: skip
-        then = poses[min(index, len(poses) - 1)][1]
-        now = latest.pose
-        return obstacles.since(points, (then.x, then.y, then.yaw), (now.x, now.y, now.yaw))
+        return poses[min(index, len(poses) - 1)][1]

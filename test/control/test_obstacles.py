@@ -97,3 +97,28 @@ def test_the_depth_stride_keeps_every_image_under_the_point_bound():
     for height, width in ((239, 4096), (480, 640), (1, 8192), (8192, 8192)):
         stride = obstacles.depth_stride(height, width, 20000)
         assert -(-height // stride) * -(-width // stride) <= 20000
+
+
+def test_a_scans_ray_reaches_a_point_it_returned_at_or_past_and_no_other():
+    """Rays at -90, 0, 90, 180 degrees (the last clockwise from the first: angle_increment -90 degrees would give
+    the same bearings): nothing in range, a return at 2 m, NaN, and REP 117's -inf (too close)."""
+    ranges = np.array([math.inf, 2.0, math.nan, -math.inf])
+    at = np.array([[0.0, -3.0, 0.0], [0.0, -12.0, 0.0],  # nothing within 10 m: reached within range_max only
+                   [1.5, 0.0, 0.0], [2.03, 0.0, 0.0], [3.0, 0.0, 0.0],  # passed, at (range noise), hidden
+                   [0.0, 1.0, 0.0], [-1.0, 0.0, 0.0]])  # on the NaN ray, on the -inf one: unknown
+    reached = obstacles.scan_reaches(at, ranges, -math.pi / 2, math.pi / 2, 0.05, 10.0, 0.05)
+    assert reached.tolist() == [True, False, True, True, False, False, False]
+    clockwise = obstacles.scan_reaches(at, ranges[[0, 3, 2, 1]], -math.pi / 2, -math.pi / 2, 0.05, 10.0, 0.05)
+    assert clockwise.tolist() == reached.tolist()
+    narrow = obstacles.scan_reaches(at[:1], np.array([math.inf] * 3), -0.1, 0.1, 0.05, 10.0, 0.05)
+    assert narrow.tolist() == [False]  # off every bearing of a narrow scan
+
+
+def test_a_depth_pixel_reaches_a_point_at_or_before_its_depth_and_no_other():
+    depth = np.full((4, 4), 2.0)
+    depth[0, 0], depth[3, 3] = math.nan, -math.inf
+    k = (2.0, 2.0, 1.5, 1.5)  # fx, fy, cx, cy: pixel (u, v) looks along ((u - 1.5) / 2, (v - 1.5) / 2, 1)
+    at = np.array([[0.25, 0.25, 1.0], [0.5, 0.5, 2.0], [0.75, 0.75, 3.0],  # before, at, behind the 2 m surface
+                   [-1.5, -1.5, 2.0], [1.5, 1.5, 2.0],  # on the NaN pixel, on the -inf one (under min range)
+                   [10.0, 0.0, 1.0], [0.0, 0.0, -1.0]])  # outside the image, behind the camera
+    assert obstacles.depth_reaches(at, depth, *k, 0.05).tolist() == [True, True, False, False, False, False, False]

@@ -35,6 +35,9 @@ class Engine:
     def __init__(self) -> None:
         self.submitted: list = []
 
+    def busy(self) -> str:
+        return ""
+
     def submit(self, greq, **_):
         self.submitted.append(greq)
         raise AssertionError("a cancelled goal's request was submitted")

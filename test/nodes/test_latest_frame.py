@@ -44,8 +44,8 @@ def test_the_sim_detector_is_stale_until_it_reads_a_frame(ros_context):
         source = DetectorSource(frame)
         assert source.age(0) == math.inf  # nothing yet
         frame._on_observation(ObservationMsg(observation_id="text-only", text="a table"))
-        assert source.age(0) == math.inf and source.blocking(0.2, 0.25, lambda p, _: p).touching
+        assert source.age(0) == math.inf and source.blocking(0.2, 0.25, None, 0.0).touching
         frame._on_image(rgb_to_image(np.zeros((48, 64, 3), np.uint8), Header(frame_id="camera_optical_frame")))
-        assert source.age(0) < 1.0 and source.blocking(0.2, 0.25, lambda p, _: p) is None  # a plain, empty scene
+        assert source.age(0) < 1.0 and source.blocking(0.2, 0.25, None, 0.0) is None  # a plain, empty scene
     finally:
         node.destroy_node()

@@ -189,8 +189,9 @@ WIRING = SENSORS | {"cmd_vel_topic": "/cmd_vel", "allow_builtin_driver": True, "
 NODES = {"never": WIRING | {"nav2": "never"}, "auto": WIRING | {"nav2": "auto"}, "always": WIRING | {"nav2": "always"},
          "world": WIRING | {"nav2": "never", "map_frame": "world"},  # no one publishes world -> odom
          # slow, so that the robot's motion while an image waits on a busy machine moves the wall little
+         # a wall gone leaves no return above the horizon (nothing in range): remembered for obstacle_memory_s
          "depth": WIRING | {"nav2": "never", "scan_topic": "", "depth_topic": "/depth/image_raw",
-                            "max_linear_mps": 0.1},
+                            "max_linear_mps": 0.1, "obstacle_memory_s": 1.0},
          "answer_wait": WIRING | {"nav2": "always", "service_wait_s": 3.0},  # time for a late answer either side of 3 s
          "fallback": WIRING | {"nav2": "auto", "nav2_action": "/nobody/navigate_to_pose"},  # its nav2_wait_s is over
          # refused: each commands its own cmd_vel (/<name>/cmd_vel), which the test watches
@@ -441,7 +442,7 @@ class FailingSource:
     def age(self, now_ns: int) -> float:
         return 0.0
 
-    def blocking(self, radius_m: float, clearance_m: float, shift) -> None:
+    def blocking(self, radius_m: float, clearance_m: float, odometry, memory_s: float) -> None:
         raise RuntimeError("the reading cannot be processed")
 
 
