@@ -6,7 +6,8 @@ counts as its arrival); a stale, missing or blind one (a depth camera with almos
 no reading that tells anything: a covered window, a driver's error codes; a clock gone back dates nothing) stops the
 base, as nav2's collision monitor stops for an invalid source (since Jazzy; Humble's only skips it). Readings are
 placed in `base_frame` through TF and then moved by the robot's motion since their stamp (odometry history), so an
-old reading still lands where the obstacle is now. Three kinds:
+old reading still lands where the obstacle is now; the scan and depth sources remember points no later ray of
+theirs reaches for `obstacle_memory_s` (``control.obstacle_memory``). Three kinds:
 - ``LaserScan`` on `scan_topic` (sensor-data QoS), any frame TF can bring into `base_frame`;
 - a depth image on `depth_topic` (16UC1 millimetres or 32FC1 metres, REP 118) with its CameraInfo on
   `depth_info_topic`, points between `obstacle_min_height_m` and `obstacle_max_height_m` above the base (not the
@@ -50,6 +51,7 @@ ANGLE_TOLERANCE = 1e-3  # rad: a scan's last bearing may miss its angle_max by o
 MAX_FIELD_OF_VIEW = math.radians(170.0)  # a depth camera's CameraInfo wider than this is a wrong focal length
 REACH_TOLERANCE_M = 0.05  # a ray that stops this short of a remembered point still reached it (range noise), metres
 MEMORY_MARGIN_M = 1.0  # remembered points farther than the corridor's length plus this are forgotten, metres
+
 
 class Odometry(Protocol):
     """Where the robot was when a reading was taken, and where it is now (``OdometryHistory``)."""
