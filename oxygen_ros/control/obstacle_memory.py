@@ -27,16 +27,18 @@ class ObstacleMemory:
         self._points = np.zeros((0, 3))  # in odom
         self._seen_ns = np.zeros(0, dtype=np.int64)  # the stamp of the reading each point came from
         self._stamp_ns: int | None = None  # the newest reading's
+        self._epoch = 0  # the odometry's, when the points were kept (``OdometryHistory.epoch``)
 
-    def add(self, seen: np.ndarray, pose: Pose, stamp_ns: int, reaches: Reaches, keep_s: float,
-            reach_m: float) -> None:  # fmt: skip
+    def add(self, seen: np.ndarray, pose: Pose, stamp_ns: int, reaches: Reaches, keep_s: float, reach_m: float,
+            epoch: int = 0) -> None:  # fmt: skip
         """A reading taken at ``stamp_ns`` with the robot at ``pose``: its obstacle points ``seen`` (base frame then)
-        within ``reach_m`` are kept; kept points its rays reached (``reaches``), seen more than ``keep_s`` before it,
-        or beyond ``reach_m`` are dropped. A reading older than the newest (time went back: a bag or simulation
-        restarted) drops everything kept before it."""
-        if self._stamp_ns is not None and stamp_ns < self._stamp_ns:
+        are kept; points kept before that its rays reached (``reaches``), seen more than ``keep_s`` before it, or
+        beyond ``reach_m`` are dropped. A reading older than the newest (time went back: a bag or simulation
+        restarted), or of another odometry ``epoch`` (it jumped: the points kept are placed nowhere now), drops
+        everything kept before it."""
+        if self._stamp_ns is not None and (stamp_ns < self._stamp_ns or epoch != self._epoch):
             self._points, self._seen_ns = self._points[:0], self._seen_ns[:0]
-        self._stamp_ns = stamp_ns
+        self._stamp_ns, self._epoch = stamp_ns, epoch
         kept = self._points
         if len(kept):
             local = obstacles.since(kept, (0.0, 0.0, 0.0), pose)  # odom -> the base frame at the reading
@@ -45,7 +47,6 @@ class ObstacleMemory:
             kept, seen_ns = kept[keep], self._seen_ns[keep]
         else:
             seen_ns = self._seen_ns
-        seen = seen[np.hypot(seen[:, 0], seen[:, 1]) <= reach_m]
         points = np.concatenate([kept, obstacles.since(seen, pose, (0.0, 0.0, 0.0))])
         stamps = np.concatenate([seen_ns, np.full(len(seen), stamp_ns, dtype=np.int64)])
         if len(points) > MAX_POINTS:

@@ -24,6 +24,7 @@ import numpy as np
 MAX_SCAN_POINTS = 16384  # readings per LaserScan considered (more are refused by the node as malformed)
 MAX_DEPTH_POINTS = 20000  # depth pixels projected per image: the image is subsampled to stay under it
 SIDE_MARGIN_M = 0.05  # the corridor's half-width over the radius: a turning robot's path bulges a little
+MIN_SCAN_STEP = 1e-6  # rad: a scan's bearings closer than this (one beam) place no ray
 
 
 @dataclass(frozen=True)
@@ -120,15 +121,13 @@ def scan_reaches(points: np.ndarray, ranges: np.ndarray, angle_min: float, angle
     at least that far, or nothing within range_max while the point is within it): a point there then is either in
     this scan or gone. A point off every bearing, or on a ray that says nothing (NaN, under range_min) or stopped
     short of it (something nearer hides it, REP 117's -inf too), is not reached."""
-    n = len(ranges)
-    if not len(points) or not n:
+    n, step = len(ranges), abs(angle_increment)
+    if not len(points) or not n or step < MIN_SCAN_STEP:  # (one beam: no bearing between rays to judge by)
         return np.zeros(len(points), dtype=bool)
     bearing = np.arctan2(points[:, 1], points[:, 0])
-    step = abs(angle_increment)
-    offset = np.remainder((bearing - angle_min) * np.sign(angle_increment), 2 * math.pi)
-    ray = np.rint(offset / step).astype(np.int64)
-    on_a_ray = ray < n
-    ray = np.where(on_a_ray, ray, 0)
+    rays = np.remainder((bearing - angle_min) * np.sign(angle_increment), 2 * math.pi) / step
+    on_a_ray = rays <= n - 1  # between the first and the last bearing: one just past the view is not judged by it
+    ray = np.where(on_a_ray, np.rint(rays), 0).astype(np.int64)
     measured = np.asarray(ranges, dtype=np.float64)[ray]
     distance = np.hypot(points[:, 0], points[:, 1])
     passed = (measured == np.inf) | (np.isfinite(measured) & (measured > range_max))
@@ -149,8 +148,9 @@ def depth_reaches(points: np.ndarray, depth_m: np.ndarray, fx: float, fy: float,
     z = points[:, 2]
     ahead = z > 0
     safe_z = np.where(ahead, z, 1.0)
-    u = np.rint(points[:, 0] * fx / safe_z + cx).astype(np.int64)
-    v = np.rint(points[:, 1] * fy / safe_z + cy).astype(np.int64)
-    inside = ahead & (u >= 0) & (u < width) & (v >= 0) & (v < height)
-    measured = depth_m[np.where(inside, v, 0), np.where(inside, u, 0)].astype(np.float64)
+    u, v = points[:, 0] * fx / safe_z + cx, points[:, 1] * fy / safe_z + cy
+    # within the pixels' span: one just past the edge is not judged by the edge pixel
+    inside = ahead & (u >= 0) & (u <= width - 1) & (v >= 0) & (v <= height - 1)
+    u, v = np.where(inside, np.rint(u), 0).astype(np.int64), np.where(inside, np.rint(v), 0).astype(np.int64)
+    measured = depth_m[v, u].astype(np.float64)
     return inside & np.isfinite(measured) & (measured > 0) & (measured >= z - tolerance_m)

@@ -56,6 +56,8 @@ MEMORY_MARGIN_M = 1.0  # remembered points farther than the corridor's length pl
 class Odometry(Protocol):
     """Where the robot was when a reading was taken, and where it is now (``OdometryHistory``)."""
 
+    epoch: int  # bumped when its history restarts (time went back, the pose jumped)
+
     def pose_at(self, stamp_ns: int) -> Pose2D:
         """TransformUnavailable when no odometry reaches back to ``stamp_ns``."""
 
@@ -134,11 +136,12 @@ class _Points:
         if latest is None:
             raise TransformUnavailable("no odometry yet: a reading cannot be placed relative to the robot")
         if reading is not self._remembered:
-            self._remember(reading, odometry.pose_at(reading.stamp_ns), memory_s, radius_m + clearance_m)
+            self._remember(reading, odometry.pose_at(reading.stamp_ns), odometry.epoch, memory_s,
+                           radius_m + clearance_m)  # fmt: skip
         pose = latest.pose
         return obstacles.blocking(self._memory.around((pose.x, pose.y, pose.yaw)), radius_m, clearance_m)
 
-    def _remember(self, reading: Reading, pose: Pose2D, memory_s: float, corridor_m: float) -> None:
+    def _remember(self, reading: Reading, pose: Pose2D, epoch: int, memory_s: float, corridor_m: float) -> None:
         """The reading's obstacle points into the memory, which forgets what its rays reached."""
         # the mount when the reading was taken: a sensor on a moving link (a pan-tilt head) whose TF stopped is not
         # placed by its last known pose (static mounts hold at any time)
@@ -148,7 +151,7 @@ class _Points:
         self._memory.add(seen, (pose.x, pose.y, pose.yaw), reading.stamp_ns,
                          lambda local: reading.rays(obstacles.moved(local, into_sensor.translation,
                                                                     into_sensor.rotation)),
-                         memory_s, corridor_m + MEMORY_MARGIN_M)  # fmt: skip
+                         memory_s, corridor_m + MEMORY_MARGIN_M, epoch)  # fmt: skip
         self._remembered = reading
 
     def _selected(self, points: np.ndarray) -> np.ndarray:

@@ -2,6 +2,7 @@
 obstacle reading taken a moment ago is placed by where the robot was when it was taken, and so where it is now
 relative to the robot (nav2's collision monitor calls this ``base_shift_correction``)."""
 
+import math
 import threading
 from bisect import bisect_left
 from collections import deque
@@ -11,6 +12,8 @@ from oxygen_ros.control.unicycle import Pose2D
 from oxygen_ros.nodes.tf.tree import TransformUnavailable
 
 HISTORY = 256  # poses kept: seconds of odometry at any usual rate (10-100 Hz), longer than any input_timeout_s
+JUMP_M = 1.0  # a pose this much farther from the last than MAX_SPEED_MPS allows is a restart (a base controller's)
+MAX_SPEED_MPS = 10.0  # the most max_linear_mps allows
 
 
 @dataclass(frozen=True)
@@ -27,11 +30,18 @@ class OdometryHistory:
         self._lock = threading.Lock()
         self._poses: deque[tuple[int, Pose2D]] = deque(maxlen=HISTORY)  # (stamp ns, pose), stamps increasing
         self._latest: Odom | None = None
+        # the history restarted this many times (time went back: a bag or sim time reset; the pose jumped: a base
+        # controller restarted at its origin): what was placed by poses before means nothing now
+        self.epoch = 0
 
     def add(self, odom: Odom) -> None:
         with self._lock:
-            if self._poses and odom.stamp_ns < self._poses[-1][0]:
-                self._poses.clear()  # time went back (a bag restarted, sim time reset): the old poses mean nothing
+            if self._poses:
+                stamp, pose = self._poses[-1]
+                allowed = JUMP_M + MAX_SPEED_MPS * max(odom.stamp_ns - stamp, 0) / 1e9
+                if odom.stamp_ns < stamp or math.dist((odom.pose.x, odom.pose.y), (pose.x, pose.y)) > allowed:
+                    self._poses.clear()
+                    self.epoch += 1
             if self._poses and odom.stamp_ns == self._poses[-1][0]:  # one stamp twice (one /clock step): the newer
                 self._poses.pop()
             self._poses.append((odom.stamp_ns, odom.pose))

@@ -1,6 +1,6 @@
 """The built-in driver's obstacle memory (``control.obstacle_memory``) on hand-placed points: a reading's points are
 kept where odometry puts them, a later reading's rays clear what they reach, the rest is forgotten by age, by
-distance from the robot, or when time goes back; the nearest MAX_POINTS are kept."""
+distance from the robot, or when time goes back or the odometry restarts; the nearest MAX_POINTS are kept."""
 
 import numpy as np
 
@@ -37,7 +37,10 @@ def test_points_are_forgotten_by_age_by_distance_and_when_time_goes_back():
     memory.add(np.zeros((0, 3)), (0.0, 0.0, 0.0), 3 * S + 1, nothing, keep_s=2.0, reach_m=5.0)  # over 2 s since 1 s
     np.testing.assert_allclose(memory.around((0.0, 0.0, 0.0)), [[1.0, 1.0, 0.0]])
     memory.add(np.array([[0.5, 0.0, 0.0], [9.0, 0.0, 0.0]]), (0.0, 0.0, 0.0), S, nothing, keep_s=2.0, reach_m=5.0)
-    np.testing.assert_allclose(memory.around((0.0, 0.0, 0.0)), [[0.5, 0.0, 0.0]])  # a bag restarted: afresh
+    # a bag restarted: afresh (the newest reading whole: the reach is measured from where the robot is next)
+    np.testing.assert_allclose(memory.around((0.0, 0.0, 0.0)), [[0.5, 0.0, 0.0], [9.0, 0.0, 0.0]])
+    memory.add(np.zeros((0, 3)), (0.0, 0.0, 0.0), S + 1, nothing, keep_s=2.0, reach_m=5.0, epoch=1)
+    assert len(memory) == 0  # the odometry restarted: what it placed is nowhere now
 
 
 def test_the_nearest_points_are_kept():

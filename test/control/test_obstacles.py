@@ -112,6 +112,11 @@ def test_a_scans_ray_reaches_a_point_it_returned_at_or_past_and_no_other():
     assert clockwise.tolist() == reached.tolist()
     narrow = obstacles.scan_reaches(at[:1], np.array([math.inf] * 3), -0.1, 0.1, 0.05, 10.0, 0.05)
     assert narrow.tolist() == [False]  # off every bearing of a narrow scan
+    edge = np.array([[math.cos(b), math.sin(b), 0.0] for b in (0.1, 0.1 + 0.02, -0.1 - 0.02)])
+    assert obstacles.scan_reaches(edge, np.array([math.inf] * 3), -0.1, 0.1, 0.05, 10.0, 0.05).tolist() == \
+        [True, False, False]  # just past the last and the first bearing: not judged by them  # fmt: skip
+    one_beam = obstacles.scan_reaches(at, np.array([math.inf]), 0.0, 0.0, 0.05, 10.0, 0.05)
+    assert not one_beam.any()  # no bearing between rays to judge by (it raised IndexError)
 
 
 def test_a_depth_pixel_reaches_a_point_at_or_before_its_depth_and_no_other():
@@ -122,3 +127,5 @@ def test_a_depth_pixel_reaches_a_point_at_or_before_its_depth_and_no_other():
                    [-1.5, -1.5, 2.0], [1.5, 1.5, 2.0],  # on the NaN pixel, on the -inf one (under min range)
                    [10.0, 0.0, 1.0], [0.0, 0.0, -1.0]])  # outside the image, behind the camera
     assert obstacles.depth_reaches(at, depth, *k, 0.05).tolist() == [True, True, False, False, False, False, False]
+    edge = np.array([[-0.76, 0.0, 1.0], [-0.74, 0.0, 1.0]])  # just past column 0 (u -0.02), just on it (u 0.02)
+    assert obstacles.depth_reaches(edge, depth, *k, 0.05).tolist() == [False, True]

@@ -60,3 +60,16 @@ def test_one_stamp_twice_keeps_the_history_and_the_newer_pose():
     history.add(Odom(Pose2D(0.1, 0.0, 0.0), S // 10, S // 10))
     history.add(Odom(Pose2D(0.12, 0.0, 0.0), S // 10, S // 10))
     np.testing.assert_allclose(shift(history, np.array([[1.0, 0.0, 0.0]]), 0), [[0.88, 0.0, 0.0]], atol=1e-12)
+
+
+def test_a_pose_that_jumps_further_than_a_base_can_go_restarts_the_history():
+    """A base controller restarted at its origin (stamps still increasing): the poses before are another frame's, so
+    a reading from before it is placed nowhere, and the epoch tells what was placed by them (the obstacle memory)."""
+    history = OdometryHistory()
+    history.add(Odom(Pose2D(5.0, 0.0, 0.0), 0, 0))
+    history.add(Odom(Pose2D(5.5, 0.0, 0.0), S // 10, S // 10))  # 0.5 m in 0.1 s: within 1 m + 10 m/s x 0.1 s
+    assert history.epoch == 0
+    history.add(Odom(Pose2D(0.0, 0.0, 0.0), 2 * S // 10, 2 * S // 10))
+    assert history.epoch == 1
+    with pytest.raises(TransformUnavailable, match="does not reach back"):
+        history.pose_at(S // 10)
