@@ -173,17 +173,17 @@ class TaskActionNode(Node, Generic[State]):
         if state is None:
             return run.report(result)
         timers: list[Timer] | None = None
-        with self._goals_lock:  # a newer goal numbered after this check finds this one current and stops it
-            if number != self._newest:  # a newer goal arrived while this one prepared: it wins
-                run.end(ErrorCode.CANCELLED, "preempted by a newer goal")
-            elif self._shutting_down:
-                run.end(ErrorCode.CANCELLED, "the node is shutting down")
-            if not run.end_if_cancelled():
-                self._current = run
-                self._unreported.add(run)
-                # started under the lock: a newer goal's preemption comes after it, and ends what it started
-                timers = self.start(state)
         try:
+            with self._goals_lock:  # a newer goal numbered after this check finds this one current and stops it
+                if number != self._newest:  # a newer goal arrived while this one prepared: it wins
+                    run.end(ErrorCode.CANCELLED, "preempted by a newer goal")
+                elif self._shutting_down:
+                    run.end(ErrorCode.CANCELLED, "the node is shutting down")
+                if not run.end_if_cancelled():
+                    self._current = run
+                    self._unreported.add(run)
+                    # started under the lock: a newer goal's preemption comes after it, and ends what it started
+                    timers = self.start(state)
             if timers is None:  # it never started
                 self.infer.cancel_task(run.task_id)
                 return run.report(result)
