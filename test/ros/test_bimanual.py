@@ -110,7 +110,9 @@ def test_a_hold_stops_both_arms(robot):
     io = arms_io(robot)
     start = robot.where()
     assert run_on(robot, io.send(io.readings.now(), ramp(start, 1.0, -1.0, 10.0))) == ""
-    time.sleep(1.0)
+    # both on their way (0.02 rad is 1 s into the 10 s ramp: each starts when its controller takes it, which on two
+    # busy cores came a quarter second apart; a fixed sleep of 1 s found one arm 0.006 rad out)
+    wait_until(lambda: np.all(np.abs(robot.where()[[0, 6]] - start[[0, 6]]) > 0.02), 10.0, "both arms on their way")
     io.hold(None, print)
     assert run_on(robot, io.stop_answered(5.0)) == ""
     wait_until(lambda: robot.still("left") and robot.still("right"), 5.0, "both arms standing")
