@@ -420,10 +420,12 @@ class NavigationNode(TaskActionNode[Trip]):
         cmd = Twist()
         if code is None or may_turn:
             # the motion the obstacle check has not seen stays within the clearance, whatever max_linear_mps is set
-            # to: since the odometry's pose the readings are placed at (its age) and until the next replan (the
-            # period of this goal's timer: a rate changed since does not shorten it)
+            # to: since the odometry's pose the readings are placed at (its age; a source not moved by odometry, the
+            # simulated detector: its frame's) and until the next replan (the period of this goal's timer: a rate
+            # changed since does not shorten it)
+            unseen_s = max([odom_age, *(source.unshifted_s() for source in self._sources)])
             top = unicycle.top_speed(settings["max_linear_mps"], settings["safety_clearance_cm"] / 100.0,
-                                     odom_age + 1.0 / trip.replan_hz)  # fmt: skip
+                                     unseen_s + 1.0 / trip.replan_hz)  # fmt: skip
             linear, angular = unicycle.command(odom.pose, target, top, settings["max_angular_rps"])
             # and turning while it drives, it stays within the corridor the obstacle check clears
             linear = unicycle.within_bulge(linear, angular, 1.0 / trip.replan_hz, obstacles.SIDE_MARGIN_M)

@@ -74,6 +74,10 @@ class Source(Protocol):
         """The obstacle that stops the robot now, if any, of its newest reading and what it remembers for up to
         ``memory_s``; TransformUnavailable when its points cannot be placed."""
 
+    def unshifted_s(self) -> float:
+        """Seconds of the robot's motion its obstacles are not moved by (0: placed by odometry, whose own age the
+        node counts)."""
+
 
 # points [N, 3] in a reading's sensor frame -> whether its rays reached each (``obstacles.scan_reaches``)
 Rays = Callable[[np.ndarray], np.ndarray]
@@ -153,6 +157,9 @@ class _Points:
                                                                     into_sensor.rotation)),
                          memory_s, corridor_m + MEMORY_MARGIN_M, epoch)  # fmt: skip
         self._remembered = reading
+
+    def unshifted_s(self) -> float:
+        return 0.0
 
     def _selected(self, points: np.ndarray) -> np.ndarray:
         """The points in the base frame that count as obstacles (all of a scan's)."""
@@ -270,10 +277,17 @@ class DetectorSource:
     def __init__(self, frame: LatestFrame) -> None:
         self._frame = frame
         self._judged: Detections | None = None  # the detections of the frame ``age`` dated, which ``blocking`` reads
+        self._judged_age = 0.0  # that frame's age then, s
 
     def age(self, now_ns: int) -> float:
         self._judged = self._frame.detections()
-        return self._frame.age() if self._judged is not None else math.inf
+        self._judged_age = self._frame.age() if self._judged is not None else math.inf
+        return self._judged_age
+
+    def unshifted_s(self) -> float:
+        """The judged frame's age: its gaps are measured in the frame, not moved by the motion since (none judged:
+        ``blocking`` lets nothing move)."""
+        return self._judged_age if self._judged is not None else 0.0
 
     def blocking(self, radius_m: float, clearance_m: float, odometry: Odometry, memory_s: float) -> Blocking | None:
         """Of the frame ``age`` found live (the navigation node asks it first, as for every source), so a frame the

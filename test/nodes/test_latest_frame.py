@@ -3,6 +3,7 @@ Image, and its text in an Observation naming it): text never replaces a frame th
 an image-reading model keep seeing the newest pixels; without any pixels, text-only observations are the frame."""
 
 import math
+import time
 
 import numpy as np
 from rclpy.callback_groups import ReentrantCallbackGroup
@@ -47,5 +48,8 @@ def test_the_sim_detector_is_stale_until_it_reads_a_frame(ros_context):
         assert source.age(0) == math.inf and source.blocking(0.2, 0.25, None, 0.0).touching
         frame._on_image(rgb_to_image(np.zeros((48, 64, 3), np.uint8), Header(frame_id="camera_optical_frame")))
         assert source.age(0) < 1.0 and source.blocking(0.2, 0.25, None, 0.0) is None  # a plain, empty scene
+        time.sleep(0.2)  # its gaps are the frame's: the motion since (the navigation node's top speed counts it)
+        age = source.age(0)
+        assert source.unshifted_s() == age >= 0.2
     finally:
         node.destroy_node()
