@@ -39,14 +39,10 @@ class ObstacleMemory:
         if self._stamp_ns is not None and (stamp_ns < self._stamp_ns or epoch != self._epoch):
             self._points, self._seen_ns = self._points[:0], self._seen_ns[:0]
         self._stamp_ns, self._epoch = stamp_ns, epoch
-        kept = self._points
-        if len(kept):
-            local = obstacles.since(kept, (0.0, 0.0, 0.0), pose)  # odom -> the base frame at the reading
-            keep = ~reaches(local) & (stamp_ns - self._seen_ns <= keep_s * NS)
-            keep &= np.hypot(local[:, 0], local[:, 1]) <= reach_m
-            kept, seen_ns = kept[keep], self._seen_ns[keep]
-        else:
-            seen_ns = self._seen_ns
+        local = obstacles.since(self._points, (0.0, 0.0, 0.0), pose)  # odom -> the base frame at the reading
+        keep = ~reaches(local) & (stamp_ns - self._seen_ns <= keep_s * NS)
+        keep &= np.hypot(local[:, 0], local[:, 1]) <= reach_m
+        kept, seen_ns = self._points[keep], self._seen_ns[keep]
         points = np.concatenate([kept, obstacles.since(seen, pose, (0.0, 0.0, 0.0))])
         stamps = np.concatenate([seen_ns, np.full(len(seen), stamp_ns, dtype=np.int64)])
         if len(points) > MAX_POINTS:

@@ -33,6 +33,14 @@ STATS_MAX_AGE_S = 0.1  # during pure decode the stats snapshot is retaken at mos
 log = logging.getLogger(__name__)
 
 
+def _keep_newest(kept: OrderedDict, key: str, value: object) -> None:
+    """``kept[key] = value`` as its newest entry, the oldest dropped beyond CANCELLED_EARLY_KEPT."""
+    kept[key] = value
+    kept.move_to_end(key)
+    while len(kept) > CANCELLED_EARLY_KEPT:
+        kept.popitem(last=False)
+
+
 class AsyncEngine:
     """Owns an Engine and a thread that steps it; every public method is thread-safe and returns at once."""
 
@@ -124,9 +132,7 @@ class AsyncEngine:
         if request_id in self.engine.requests or request_id in self._futures:
             self._abort(request_id, ErrorCode.CANCELLED, "cancelled by the caller")
             return
-        self._cancelled_early[request_id] = None  # (or finished: its id never comes again)
-        while len(self._cancelled_early) > CANCELLED_EARLY_KEPT:
-            self._cancelled_early.popitem(last=False)
+        _keep_newest(self._cancelled_early, request_id, None)  # (or finished: its id never comes again)
 
     def abort_task(self, task_id: str) -> Future[int]:
         """Cancel every request of ``task_id`` submitted so far (a goal ended: its narration is no longer wanted),
@@ -136,10 +142,7 @@ class AsyncEngine:
         asked_at = time.perf_counter()
 
         def abort_all_of_task(engine: Engine) -> int:
-            self._cancelled_tasks[task_id] = asked_at  # (its requests received before now, still on their way)
-            self._cancelled_tasks.move_to_end(task_id)
-            while len(self._cancelled_tasks) > CANCELLED_EARLY_KEPT:
-                self._cancelled_tasks.popitem(last=False)
+            _keep_newest(self._cancelled_tasks, task_id, asked_at)  # (its requests received before, on their way)
             ids = [rid for rid, req in engine.requests.items() if req.task_id == task_id]
             for request_id in ids:
                 self._abort(request_id, ErrorCode.CANCELLED, f"task {task_id!r} was cancelled")

@@ -9,6 +9,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from oxygen_ros.control.unicycle import Pose2D
+from oxygen_ros.nodes.stamps import NS
 from oxygen_ros.nodes.tf.tree import TransformUnavailable
 
 HISTORY = 256  # poses kept: seconds of odometry at any usual rate (10-100 Hz), longer than any input_timeout_s
@@ -38,7 +39,7 @@ class OdometryHistory:
         with self._lock:
             if self._poses:
                 stamp, pose = self._poses[-1]
-                allowed = JUMP_M + MAX_SPEED_MPS * max(odom.stamp_ns - stamp, 0) / 1e9
+                allowed = JUMP_M + MAX_SPEED_MPS * max(odom.stamp_ns - stamp, 0) / NS
                 if odom.stamp_ns < stamp or math.dist((odom.pose.x, odom.pose.y), (pose.x, pose.y)) > allowed:
                     self._poses.clear()
                     self.epoch += 1
