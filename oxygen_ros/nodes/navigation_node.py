@@ -15,7 +15,8 @@ simulation only, `use_sim`, the camera detector) and no goal of ours that nav2 t
 cancel unconfirmed); otherwise the goal fails FAILED_PRECONDITION naming what is missing, and a zero Twist is sent,
 so a robot never drives blind nor beside nav2. The built-in driver: at `replan_rate_hz` it reads
 the newest odometry, transform and obstacle points, replans a straight line to the target (nav_msgs/Path on `plan`,
-in odom) and sends a unicycle command (TwistStamped, or Twist, on `cmd_vel`, ``oxygen_ros.control.unicycle``).
+in odom) and sends a unicycle command (TwistStamped, or Twist, on `cmd_vel`, ``oxygen_ros.control.unicycle``) that
+lasts a period and a half: a later replan finds the base stopped (``command_deadline``).
 Safety stop: when an obstacle point ahead is within `safety_clearance_cm` of the robot's footprint (a circle of
 `robot_radius_m` about `base_frame`; ``oxygen_ros.control.obstacles``), or odometry or an obstacle source is older
 than `input_timeout_s`, it sends a zero Twist and the feedback says why; it drives again once the way is clear. The
@@ -67,6 +68,7 @@ from oxygen_ros.control.unicycle import Pose2D
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros import bounds
 from oxygen_ros.nodes import obstacle_sources, reasoning, velocity
+from oxygen_ros.nodes.command_deadline import LATE_REPLAN_GRACE, CommandDeadline
 from oxygen_ros.nodes.declare import current, keep_positive
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.future_wait import wait
@@ -98,7 +100,8 @@ class Trip:
     distance: float = math.nan
     reasoning: str = ""
     blocked: tuple[ErrorCode, float] | None = None  # why the robot stands still, and since when
-    replan_hz: float = 0.0  # its replan timer's rate, fixed when it starts: what one period of motion may cover
+    replan_hz: float = 0.0  # its replan timer's rate, fixed when it starts
+    cover_s: float = 0.0  # how long a command of its lasts unless a newer one comes: what the obstacle check covers
     clock_ns: int = -1  # the node's clock as the watchdog last saw it move
     clock_moved_at: float = math.nan  # and when that was, monotonic
     watch_s: float = math.inf  # the node's clock still for this long (steady time) stops the base
@@ -138,10 +141,14 @@ class NavigationNode(TaskActionNode[Trip]):
         self._stamped = self.settings["cmd_vel_stamped"]
         self._cmd_vel = self.create_publisher(velocity.command_type(self._stamped), self.settings["cmd_vel_topic"], 10)
         self._plan = self.create_publisher(Path, "plan", 1)
+        self._cover_s = 0.0  # the running goal's cover_s, for the deadline's message
+        self._deadline = CommandDeadline(self._command_lock, lambda: self.get_clock().now().nanoseconds,
+                                         partial(self._publish, Twist()), self._late)  # fmt: skip
 
     def release(self) -> None:
-        """The last zero Twist (``destroy_node`` sent it) acknowledged by the base's subscribers before the node and
-        rclpy go, or STOP_ACK_S passed; then the nav2 client."""
+        """The command deadline's thread ended, and the last zero Twist (``destroy_node`` sent it) acknowledged by the
+        base's subscribers before the node and rclpy go, or STOP_ACK_S passed; then the nav2 client."""
+        self._deadline.close()
         self._cmd_vel.wait_for_all_acked(Duration(seconds=STOP_ACK_S))
         self._nav2.destroy()
 
@@ -280,6 +287,7 @@ class NavigationNode(TaskActionNode[Trip]):
             self._handoff = trip
         tick = self._watch if trip.nav2 else self._tick
         trip.replan_hz = settings["replan_rate_hz"]
+        trip.cover_s = self._cover_s = (1.0 + LATE_REPLAN_GRACE) / trip.replan_hz
         trip.watch_s = max(settings["input_timeout_s"], 3.0 / trip.replan_hz)
         trip.clock_ns, trip.clock_moved_at = self.get_clock().now().nanoseconds, time.monotonic()
         steady = Clock(clock_type=ClockType.STEADY_TIME)
@@ -335,12 +343,24 @@ class NavigationNode(TaskActionNode[Trip]):
     def _send(self, twist: Twist, trip: Trip | None = None) -> None:
         """``twist`` to the base; for ``trip``, only while it runs and no cancel was asked: a tick computed before the
         goal ended never moves the base after the stop (every stop is sent under the same lock), nor after a cancel
-        (the next tick ends the goal)."""
+        (the next tick ends the goal). A motion command lasts the goal's cover_s: no newer one by then, the deadline
+        stops the base."""
         with self._command_lock:
             if trip is not None and (not trip.run.running or trip.run.goal_handle.is_cancel_requested):
                 return
-            msg = velocity.command(twist, self._stamped, self.get_clock().now().to_msg(), self._base)
-            self._cmd_vel.publish(msg)
+            now_ns = self._publish(twist)
+            moving = trip is not None and twist != Twist()
+            self._deadline.set(now_ns + round(trip.cover_s * 1e9) if moving else None)
+
+    def _publish(self, twist: Twist) -> int:
+        """``twist`` on cmd_vel now (under the command lock); the node's clock it was stamped with, ns."""
+        now = self.get_clock().now()
+        self._cmd_vel.publish(velocity.command(twist, self._stamped, now.to_msg(), self._base))
+        return now.nanoseconds
+
+    def _late(self) -> None:
+        self.get_logger().warning(f"no replan within {self._cover_s:.2f} s of the last command (the executor busy?):"
+                                  " the base was stopped until the next", throttle_duration_sec=5.0)  # fmt: skip
 
     def _frame_of(self, target: PoseStamped) -> str:
         return target.header.frame_id or self._map
@@ -421,14 +441,14 @@ class NavigationNode(TaskActionNode[Trip]):
         if code is None or may_turn:
             # the motion the obstacle check has not seen stays within the clearance, whatever max_linear_mps is set
             # to: since the odometry's pose the readings are placed at (its age; a source not moved by odometry, the
-            # simulated detector: its frame's) and until the next replan (the period of this goal's timer: a rate
-            # changed since does not shorten it)
+            # simulated detector: its frame's) and for as long as the command lasts (cover_s: until the next replan,
+            # or the deadline's stop when it is late; from this goal's rate: a rate changed since does not shorten it)
             unseen_s = max([odom_age, *(source.unshifted_s() for source in self._sources)])
             top = unicycle.top_speed(settings["max_linear_mps"], settings["safety_clearance_cm"] / 100.0,
-                                     unseen_s + 1.0 / trip.replan_hz)  # fmt: skip
+                                     unseen_s + trip.cover_s)  # fmt: skip
             linear, angular = unicycle.command(odom.pose, target, top, settings["max_angular_rps"])
             # and turning while it drives, it stays within the corridor the obstacle check clears
-            linear = unicycle.within_bulge(linear, angular, 1.0 / trip.replan_hz, obstacles.SIDE_MARGIN_M)
+            linear = unicycle.within_bulge(linear, angular, trip.cover_s, obstacles.SIDE_MARGIN_M)
             if code is None:
                 cmd.linear.x, cmd.angular.z = linear, angular
                 self._publish_plan(odom.pose, target)

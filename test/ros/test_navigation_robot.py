@@ -2,7 +2,8 @@
 odometry in `odom`, a camera, a laser scanner mounted backwards on a `laser` frame) and a map -> odom transform the
 test publishes on /tf; the language head is the echo server. A target in `map` is reached through that transform (odom
 is rotated and shifted against map), a missing transform ends the goal TF_ERROR within transform_wait_s, an obstacle
-on the scan stops the base and a scan that stops coming stops it too (UNAVAILABLE once it lasts); without nav2 a goal
+on the scan stops the base and a scan that stops coming stops it too (UNAVAILABLE once it lasts), as does a replan
+that comes late; without nav2 a goal
 is refused FAILED_PRECONDITION, with only zero velocities sent, unless the built-in driver is allowed and a live
 obstacle source configured; with a stand-in nav2 NavigateToPose server (also one that appears while a goal waits
 for it) the goal is handed to it: its feedback (pose, elapsed, remaining) and result are relayed, a cancel reaches
@@ -11,6 +12,7 @@ gave up on it is cancelled."""
 
 import math
 import re
+import threading
 import time
 from contextlib import contextmanager
 
@@ -458,6 +460,47 @@ def test_a_replan_that_fails_stops_the_base_and_ends_internal(robot):
         node._sources.pop()
     assert out.status == GoalStatus.STATUS_ABORTED and out.result.error_code == "INTERNAL"
     assert "RuntimeError: the reading cannot be processed" in out.result.message
+
+
+class StallingSource:
+    """An obstacle source that sees nothing and holds one replan for ``stall_s`` (the executor busy, a long callback):
+    the base must not keep the last command meanwhile."""
+
+    name = "stalling source"
+
+    def __init__(self, stall_s: float) -> None:
+        self.stall_s, self.stalled, self.over = stall_s, threading.Event(), threading.Event()
+
+    def age(self, now_ns: int) -> float:
+        return 0.0
+
+    def unshifted_s(self) -> float:
+        return 0.0
+
+    def blocking(self, radius_m: float, clearance_m: float, odometry, memory_s: float) -> None:
+        if not self.stalled.is_set():
+            self.stalled.set()
+            time.sleep(self.stall_s)
+            self.over.set()
+
+
+def test_a_late_replan_stops_the_base_until_it_comes(robot):
+    """Driving at 5 Hz replans, one stalls 2 s: the command it would have replaced lasts 1.5 periods (what the top
+    speed covered), then the base stands until the replan comes, and drives on to the target after it."""
+    node, base = robot["nodes"]["never"], robot["base"]
+    goal = navigate(robot, "never", base.x + 1.0, base.y, frame_id="odom")
+    wait_until(lambda: goal.feedback and goal.feedback[-1].cmd.linear.x > 0, 10.0, "driving")
+    source = StallingSource(2.0)
+    node._sources.append(source)
+    try:
+        assert source.stalled.wait(5.0)
+        wait_until(lambda: base._command == (0.0, 0.0), 1.0, "a stop while the replan is late")
+        assert_stands_still(base)
+        assert not source.over.is_set() and goal.feedback[-1].cmd.linear.x > 0  # the stop was no replan's
+        out = goal.result(timeout=30.0)
+    finally:
+        node._sources.remove(source)
+    assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
 
 
 def test_without_a_transform_to_the_target_frame_it_ends_tf_error_within_the_wait(robot):
