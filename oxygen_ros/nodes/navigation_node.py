@@ -348,9 +348,11 @@ class NavigationNode(TaskActionNode[Trip]):
         with self._command_lock:
             if trip is not None and (not trip.run.running or trip.run.goal_handle.is_cancel_requested):
                 return
-            now_ns = self._publish(twist)
-            moving = trip is not None and twist != Twist()
-            self._deadline.set(now_ns + round(trip.cover_s * 1e9) if moving else None)
+            sent_ns = self._publish(twist)
+            if trip is not None and twist != Twist():
+                self._deadline.arm(sent_ns, round(trip.cover_s * 1e9))
+            else:
+                self._deadline.disarm()
 
     def _publish(self, twist: Twist) -> int:
         """``twist`` on cmd_vel now (under the command lock); the node's clock it was stamped with, ns."""
