@@ -252,6 +252,10 @@ class ArmIO:
         # a hold comes before every controller's trajectory or after them all (reentrant: a hold made on the thread
         # that sends, inside a callback of the sending, goes on at once instead of waiting for itself)
         self._sending = threading.RLock()
+        # how far apart the controllers took the last plan they all took (node clock, s; 0 with one controller, or
+        # on topics, which answer nothing): each starts its arm as it takes it, so a bimanual plan's arms are this
+        # much out of step (ChunkTrace.taken_spread_ms)
+        self.taken_spread_s = 0.0
 
     @property
     def configured(self) -> bool:
@@ -358,6 +362,9 @@ class ArmIO:
         problems = taken + [f"{controller.target}'s answer was not awaited (another controller refused)" if refused
                             else f"{controller.target} did not answer within answer_wait_s "
                             f"{self._settings['answer_wait_s']:g} s" for controller, _ in unanswered]  # fmt: skip
+        now = self.readings.now()  # (an answer's time is stamped by another of its callbacks, which may not have run)
+        taken_at = [min(each.answered_at, now) for _, each in answered if each is not None]
+        self.taken_spread_s = max(taken_at) - min(taken_at) if taken_at else 0.0
         if any(problems):  # the arms move together or not at all: one that took it is stopped here (braking from
             # where it is), so it never plays on, whatever the caller does next; one that takes it later, once the
             # caller holds

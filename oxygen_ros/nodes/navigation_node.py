@@ -16,7 +16,7 @@ cancel unconfirmed); otherwise the goal fails FAILED_PRECONDITION naming what is
 so a robot never drives blind nor beside nav2. The built-in driver: at `replan_rate_hz` it reads
 the newest odometry, transform and obstacle points, replans a straight line to the target (nav_msgs/Path on `plan`,
 in odom) and sends a unicycle command (TwistStamped, or Twist, on `cmd_vel`, ``oxygen_ros.control.unicycle``) that
-lasts a period and a half: a later replan finds the base stopped (``command_deadline``).
+lasts a period and a half from its obstacle check: a later replan finds the base stopped (``command_deadline``).
 Safety stop: when an obstacle point ahead is within `safety_clearance_cm` of the robot's footprint (a circle of
 `robot_radius_m` about `base_frame`; ``oxygen_ros.control.obstacles``), or odometry or an obstacle source is older
 than `input_timeout_s`, it sends a zero Twist and the feedback says why; it drives again once the way is clear. The
@@ -67,8 +67,8 @@ from oxygen_ros.control import obstacles, unicycle
 from oxygen_ros.control.unicycle import Pose2D
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros import bounds
-from oxygen_ros.nodes import obstacle_sources, reasoning, velocity
-from oxygen_ros.nodes.command_deadline import LATE_REPLAN_GRACE, CommandDeadline
+from oxygen_ros.nodes import command_deadline, obstacle_sources, reasoning, velocity
+from oxygen_ros.nodes.command_deadline import CommandDeadline
 from oxygen_ros.nodes.declare import current, keep_positive
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.future_wait import wait
@@ -101,7 +101,7 @@ class Trip:
     reasoning: str = ""
     blocked: tuple[ErrorCode, float] | None = None  # why the robot stands still, and since when
     replan_hz: float = 0.0  # its replan timer's rate, fixed when it starts
-    cover_s: float = 0.0  # how long a command of its lasts unless a newer one comes: what the obstacle check covers
+    cover_s: float = 0.0  # how long after its obstacle check a command lasts unless a newer one comes
     clock_ns: int = -1  # the node's clock as the watchdog last saw it move
     clock_moved_at: float = math.nan  # and when that was, monotonic
     watch_s: float = math.inf  # the node's clock still for this long (steady time) stops the base
@@ -141,9 +141,9 @@ class NavigationNode(TaskActionNode[Trip]):
         self._stamped = self.settings["cmd_vel_stamped"]
         self._cmd_vel = self.create_publisher(velocity.command_type(self._stamped), self.settings["cmd_vel_topic"], 10)
         self._plan = self.create_publisher(Path, "plan", 1)
-        self._cover_s = 0.0  # the running goal's cover_s, for the deadline's message
+        warn = partial(self.get_logger().warning, throttle_duration_sec=5.0)
         self._deadline = CommandDeadline(self._command_lock, lambda: self.get_clock().now().nanoseconds,
-                                         partial(self._publish, Twist()), self._late)  # fmt: skip
+                                         partial(self._publish, Twist()), warn)  # fmt: skip
 
     def release(self) -> None:
         """The command deadline's thread ended, and the last zero Twist (``destroy_node`` sent it) acknowledged by the
@@ -287,7 +287,7 @@ class NavigationNode(TaskActionNode[Trip]):
             self._handoff = trip
         tick = self._watch if trip.nav2 else self._tick
         trip.replan_hz = settings["replan_rate_hz"]
-        trip.cover_s = self._cover_s = (1.0 + LATE_REPLAN_GRACE) / trip.replan_hz
+        trip.cover_s = command_deadline.cover_s(trip.replan_hz)
         trip.watch_s = max(settings["input_timeout_s"], 3.0 / trip.replan_hz)
         trip.clock_ns, trip.clock_moved_at = self.get_clock().now().nanoseconds, time.monotonic()
         steady = Clock(clock_type=ClockType.STEADY_TIME)
@@ -340,29 +340,24 @@ class NavigationNode(TaskActionNode[Trip]):
         """No goal runs: the base stands (sent whoever drove last; nav2 stops itself when its goal is cancelled)."""
         self._send(Twist())
 
-    def _send(self, twist: Twist, trip: Trip | None = None) -> None:
+    def _send(self, twist: Twist, trip: Trip | None = None, checked_ns: int = 0) -> None:
         """``twist`` to the base; for ``trip``, only while it runs and no cancel was asked: a tick computed before the
         goal ended never moves the base after the stop (every stop is sent under the same lock), nor after a cancel
-        (the next tick ends the goal). A motion command lasts the goal's cover_s: no newer one by then, the deadline
-        stops the base."""
+        (the next tick ends the goal). A trip's motion command lasts its cover_s from its obstacle check at node-clock
+        ``checked_ns`` (less the deadline's polling): no newer one by then, the deadline stops the base."""
         with self._command_lock:
             if trip is not None and (not trip.run.running or trip.run.goal_handle.is_cancel_requested):
                 return
-            sent_ns = self._publish(twist)
+            self._publish(twist)
             if trip is not None and twist != Twist():
-                self._deadline.arm(sent_ns, round(trip.cover_s * 1e9))
+                self._deadline.arm(checked_ns, trip.cover_s - command_deadline.POLL_S)
             else:
                 self._deadline.disarm()
 
-    def _publish(self, twist: Twist) -> int:
-        """``twist`` on cmd_vel now (under the command lock); the node's clock it was stamped with, ns."""
-        now = self.get_clock().now()
-        self._cmd_vel.publish(velocity.command(twist, self._stamped, now.to_msg(), self._base))
-        return now.nanoseconds
+    def _publish(self, twist: Twist) -> None:
+        """``twist`` on cmd_vel now (under the command lock)."""
+        self._cmd_vel.publish(velocity.command(twist, self._stamped, self.get_clock().now().to_msg(), self._base))
 
-    def _late(self) -> None:
-        self.get_logger().warning(f"no replan within {self._cover_s:.2f} s of the last command (the executor busy?):"
-                                  " the base was stopped until the next", throttle_duration_sec=5.0)  # fmt: skip
 
     def _frame_of(self, target: PoseStamped) -> str:
         return target.header.frame_id or self._map
@@ -451,7 +446,10 @@ class NavigationNode(TaskActionNode[Trip]):
             linear, angular = unicycle.command(odom.pose, target, top, settings["max_angular_rps"])
             # and turning while it drives, it stays within the corridor the obstacle check clears
             linear = unicycle.within_bulge(linear, angular, trip.cover_s, obstacles.SIDE_MARGIN_M)
-            if code is None:
+            late_s = (self.get_clock().now().nanoseconds - now_ns) / 1e9
+            if code is None and late_s >= trip.cover_s - command_deadline.POLL_S:  # stalled: its check is too old to drive on
+                code, why = ErrorCode.UNAVAILABLE, f"stopped: the replan took {late_s:.2f} s (the node's executor busy?)"
+            elif code is None:
                 cmd.linear.x, cmd.angular.z = linear, angular
                 self._publish_plan(odom.pose, target)
             elif linear == 0.0:  # the target is to the side: a circle turns in place without touching anything
@@ -464,7 +462,7 @@ class NavigationNode(TaskActionNode[Trip]):
             if now - trip.blocked[1] >= settings["blocked_timeout_s"]:
                 trip.run.end(code, f"{why}; stopped for {settings['blocked_timeout_s']:g} s")
                 return
-        self._send(cmd, trip)
+        self._send(cmd, trip, now_ns)
         trip.run.goal_handle.publish_feedback(self._feedback(trip, cmd, why, odom, settings, now))
 
     def _feedback(self, trip: Trip, cmd: Twist, why: str, odom: Odom | None, settings: dict, now: float) -> Any:

@@ -247,7 +247,7 @@ class VlaArm:
                            observation_id=answer.observation_id, frame_stamp=answer.observation_stamp,
                            infer_ms=infer_s * 1e3, latency_ms=(sent_at - oldest) * 1e3, dropped=merge.dropped,
                            blended=merge.blended, appended=merge.appended, clamped=safe.clamped,
-                           underruns=queue.underruns)  # fmt: skip
+                           underruns=queue.underruns, taken_spread_ms=self.arm.taken_spread_s * 1e3)  # fmt: skip
         trace.header.stamp = time_of(sent_at)
         self._traces.publish(trace)
         plan.sent += 1

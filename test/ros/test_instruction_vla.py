@@ -113,6 +113,7 @@ def test_chunks_drive_the_arm_through_its_controller(graph, capfd):
         frame_s, observed_s = (x.sec + x.nanosec * 1e-9 for x in (t.frame_stamp, t.observed_at))
         sent_s = t.header.stamp.sec + t.header.stamp.nanosec * 1e-9
         assert t.latency_ms == pytest.approx((sent_s - min(frame_s, observed_s)) * 1e3, abs=1.0)
+    assert all(t.taken_spread_ms == 0.0 for t in traces)  # one controller: nothing to be out of step with
     assert traces[-1].underruns <= result.underruns  # the result also counts one after the last chunk
     # closed loop: the arm moved, stayed inside the limits, and never jumped faster than its velocity limit
     times, q = _positions(graph.states.messages[before_states:])
