@@ -10,7 +10,9 @@ the bimanual `bi_so100`), robot_state_publisher with that arm's URDF (its links'
 arm_sims publish the same description on robot_description as it does) and the parameters of
 ``oxygen_ros.simulation``. Every name is relative, and /tf and /tf_static are remapped to relative names as
 nav2_bringup does, so `namespace:=robot1` moves the whole graph, its transforms included (`/diagnostics` stays
-global; its status names carry the namespace).
+global; its status names carry the namespace), and its parameters: rcl applies a file's section only under the
+node's full name (or /**), so the nodes get a copy of the file with each bare section keyed /robot1/<name>
+(``oxygen_ros.parameter_file``).
 
 Every node reads its parameters from one YAML file (default: the installed config/oxygen.yaml, the same file
 `oxygen-ros up` reads). The inference node's parameters, lowest first: that file, then the model preset
@@ -39,7 +41,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.parameter_descriptions import ParameterValue
 
-from oxygen_ros import share, simulation
+from oxygen_ros import parameter_file, share, simulation
 from oxygen_ros.nodes import presets
 
 # nav2_bringup's: TF is /tf and /tf_static (absolute, as tf2 publishes it), so under namespace:=robot1 each robot's
@@ -76,14 +78,16 @@ def _flag(context, name: str) -> bool:
 
 
 def _nodes(context) -> list:
+    namespace = LaunchConfiguration("namespace").perform(context)
     config = LaunchConfiguration("config").perform(context)
     camera = _typed(_given(context, "camera_topic"))
     use_sim = _flag(context, "use_sim")
     robot = LaunchConfiguration("sim_robot").perform(context)
     simulated = simulation.parameters(robot, yaml.safe_load(Path(config).read_text())) if use_sim else {}
+    config = parameter_file.written_into_namespace(config, namespace)  # its sections keyed by the nodes' full names
     clock = {"use_sim_time": _flag(context, "use_sim_time")}
     common = {
-        "namespace": LaunchConfiguration("namespace").perform(context),
+        "namespace": namespace,
         "ros_arguments": ["--log-level", LaunchConfiguration("log_level").perform(context)],
         "remappings": TF_REMAPPINGS,
         "output": "screen",

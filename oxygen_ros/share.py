@@ -12,7 +12,8 @@ from pathlib import Path
 PACKAGE = "oxygen_ros"
 PROFILE_VARIABLES = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
 TRANSPORTS_VARIABLE = "FASTDDS_BUILTIN_TRANSPORTS"  # ignored by Fast DDS under a profile that names its transports
-PREFIX = Path(__file__).resolve().parents[4]
+# absolute, not resolved: under `colcon build --symlink-install` this file is a link into the source tree
+PREFIX = Path(__file__).absolute().parents[4]
 
 
 def config_file(name: str) -> Path:
@@ -44,7 +45,8 @@ def dds_profile() -> Path:
 
 
 def dds_profile_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variable that gives a process ``dds_profile()``, unless ``environ`` chooses a profile or the builtin
+    """The variables that give a process ``dds_profile()`` (Fast DDS 3, Kilted on, reads FASTDDS_; Fast DDS 2,
+    Humble's and Jazzy's, only FASTRTPS_), unless ``environ`` chooses a profile or the builtin
     transports already (the user's choice wins: the profile names its transports, so Fast DDS would ignore
     FASTDDS_BUILTIN_TRANSPORTS under it) or it is not installed. Fast DDS reads it once, when the process creates its
     first participant: the node processes of `oxygen-ros up` and `ros2 launch` get it in their environment, an
@@ -52,7 +54,7 @@ def dds_profile_env(environ: Mapping[str, str]) -> dict[str, str]:
     chosen = [*PROFILE_VARIABLES, TRANSPORTS_VARIABLE]
     if any(name in environ for name in chosen) or not dds_profile().is_file():
         return {}
-    return {"FASTDDS_DEFAULT_PROFILES_FILE": str(dds_profile())}
+    return dict.fromkeys(PROFILE_VARIABLES, str(dds_profile()))
 
 
 def node_executable(name: str) -> Path:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from launch_stand_ins import LAUNCH_FILE, LifecycleNode, ParameterValue
 
-from oxygen_ros import share, simulation
+from oxygen_ros import parameter_file, share, simulation
 from oxygen_ros.nodes import presets
 from oxygen_ros.supervisor import GRAPH, graph
 
@@ -210,12 +210,49 @@ def test_namespace_tf_clock_and_log_level_reach_every_node(launch):
         launch(log_level="loud")
 
 
+@pytest.mark.parametrize("namespace", ["", "robot1", "fleet/robot1"])
+def test_every_node_gets_its_config_section_in_a_namespace_too(launch, namespace):
+    """rcl gives a node a parameter file's section only under the node's full name (or /**): the file each node is
+    handed, loaded by rclpy itself into a node of that name in that namespace, gives it its config/oxygen.yaml
+    section (under a namespace a bare section would give it nothing)."""
+    import rclpy
+    from rclpy.node import Node
+
+    for name, node in launch(use_sim="true", namespace=namespace).nodes().items():
+        if name == "robot_state_publisher":  # no section of ours: its description comes as a dictionary
+            continue
+        file = node.parameters[0]
+        context = rclpy.Context()
+        rclpy.init(args=["--ros-args", "--params-file", file], context=context)
+        try:
+            loaded = Node(name, namespace=namespace, context=context,
+                          automatically_declare_parameters_from_overrides=True)  # fmt: skip
+            got = {key: p.value for key, p in loaded.get_parameters_by_prefix("").items()}
+            section = _config_section(name)
+            wrong = {key: got.get(key) for key, value in section.items()
+                     if got.get(key) != value and not (value != value and got.get(key) != got.get(key))}  # NaN is NaN
+            assert section and not wrong, (name, wrong)
+            loaded.destroy_node()
+        finally:
+            context.try_shutdown()
+
+
+def test_a_robots_own_section_is_laid_over_the_shared_one_and_absolute_keys_stay():
+    sections = {"navigation_node": {"ros__parameters": {"max_linear_mps": 0.3, "nav2": "auto"}},
+                "/robot1/navigation_node": {"ros__parameters": {"max_linear_mps": 0.2}},
+                "/**": {"ros__parameters": {"use_sim_time": True}}, "robot2": {"vqa_node": {"ros__parameters": {}}}}
+    assert parameter_file.into_namespace(sections, "/robot1/") == {
+        "/robot1/navigation_node": {"ros__parameters": {"max_linear_mps": 0.2, "nav2": "auto"}},
+        "/**": {"ros__parameters": {"use_sim_time": True}}, "robot2": {"vqa_node": {"ros__parameters": {}}}}
+    assert parameter_file.into_namespace(sections, "")["/navigation_node"] == sections["navigation_node"]
+
+
 def test_every_node_runs_with_the_packages_fast_dds_profile_unless_the_robot_chose_one(launch, monkeypatch):
     monkeypatch.delenv("FASTDDS_DEFAULT_PROFILES_FILE", raising=False)
     monkeypatch.delenv("FASTRTPS_DEFAULT_PROFILES_FILE", raising=False)
     monkeypatch.delenv("FASTDDS_BUILTIN_TRANSPORTS", raising=False)
     for name, node in launch(use_sim="true").nodes().items():
-        assert node.additional_env == {"FASTDDS_DEFAULT_PROFILES_FILE": str(share.dds_profile())}, name
+        assert node.additional_env == dict.fromkeys(share.PROFILE_VARIABLES, str(share.dds_profile())), name
     monkeypatch.setenv("FASTDDS_DEFAULT_PROFILES_FILE", "/robot/fastdds.xml")
     for name, node in launch(use_sim="true").nodes().items():
         assert node.additional_env == {}, name  # the robot's own profile reaches the nodes from the environment

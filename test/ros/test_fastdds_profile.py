@@ -46,7 +46,9 @@ def test_the_profile_keeps_both_transports_with_a_shared_memory_segment_for_came
 
 
 def test_a_process_takes_the_profile_unless_one_is_chosen():
-    assert dds_profile_env({}) == {"FASTDDS_DEFAULT_PROFILES_FILE": str(dds_profile())}
+    # Fast DDS 3 (Kilted on) reads the first, Fast DDS 2 (Humble, Jazzy) only the second
+    assert dds_profile_env({}) == {"FASTDDS_DEFAULT_PROFILES_FILE": str(dds_profile()),
+                                   "FASTRTPS_DEFAULT_PROFILES_FILE": str(dds_profile())}  # fmt: skip
     assert dds_profile_env({"FASTDDS_DEFAULT_PROFILES_FILE": "/robot/own.xml"}) == {}
     assert dds_profile_env({"FASTRTPS_DEFAULT_PROFILES_FILE": "/robot/own.xml"}) == {}
     assert dds_profile_env({"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}) == {}  # the profile's transports would drop it
