@@ -49,7 +49,7 @@ from oxygen_ros.nodes.fleet import FleetRings
 from oxygen_ros.nodes.generate_server import GenerateServer
 from oxygen_ros.nodes.pool_markers import pool_markers
 from oxygen_ros.nodes.qos import SERVICE_QUEUE
-from oxygen_ros.nodes.spin import init, spin_until_shutdown
+from oxygen_ros.nodes.spin import run
 from oxygen_ros.observations import ObservationRing, Rejected
 from oxygen_ros.srv import CancelTask, GetPoolStats, Infer
 from oxygen_ros.viz.pool_map import draw_pool_image, pool_map
@@ -405,9 +405,8 @@ def _resources(config: EngineConfig, pool: PoolStats, threads: int) -> list[tupl
 def main(args: list[str] | None = None) -> int:
     """`ros2 run oxygen_ros inference_node`; then `ros2 lifecycle set /oxygen_inference configure` and `activate`
     (or `--ros-args -p autostart_node:=true`)."""
-    init(args)
     # a configure (model load) holds one executor thread for seconds
-    return spin_until_shutdown(InferenceNode(), Executor(num_threads=4))
+    return run(InferenceNode, partial(Executor, num_threads=4), NODE_NAME, args)
 
 
 if __name__ == "__main__":

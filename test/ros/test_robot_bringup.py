@@ -25,6 +25,7 @@ from task_graph import INFERENCE
 from oxygen_ros.nodes.convert import rgb_to_image
 from oxygen_ros.nodes.infer_client import inference_at
 from oxygen_ros.nodes.inference_node import InferenceNode
+from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.navigation_node import NavigationNode
 from oxygen_ros.nodes.vqa_node import VqaNode
 from oxygen_ros.observations import content_id
@@ -131,3 +132,9 @@ def test_parameters_have_types_ranges_and_read_only_flags_and_bad_sets_are_refus
     assert fine.successful and node.get_parameter("max_linear_mps").value == 0.2
     with pytest.raises(ValueError, match="replan_rate_hz"):  # an out-of-range override stops the node's start
         NavigationNode(context=node.context, parameter_overrides=[Parameter("replan_rate_hz", value=-1.0)])
+    # so does one of the wrong type (`max_linear_mps: 1` in a YAML: an integer), as a ValueError naming it, which
+    # the executable's main logs and exits 1 on, instead of a traceback
+    with pytest.raises(ValueError, match="max_linear_mps"):
+        NavigationNode(context=node.context, parameter_overrides=[Parameter("max_linear_mps", value=1)])
+    with pytest.raises(ValueError, match="action_scale"):  # a list of the wrong type: integers
+        InstructionNode(context=node.context, parameter_overrides=[Parameter("action_scale", value=[1, 2])])
