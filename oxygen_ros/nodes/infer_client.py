@@ -15,7 +15,11 @@ from an executor coroutine, never blocking a thread, with a timeout and every fa
   this node's reader is lost, so the call would wait its whole ``timeout_s`` for an answer (often a prompt
   FAILED_PRECONDITION from a node still loading its model) that never comes.
 - No answer within ``timeout_s``: DEADLINE_EXCEEDED. Text requests carry the same ``deadline_s``, so the engine
-  drops a request nobody waits for any more and frees its KV blocks instead of decoding it to the end.
+  drops a request nobody waits for any more and frees its KV blocks instead of decoding it to the end. A request
+  that comes with a shorter ``deadline_s`` of its own (an action chunk, due within a control period) is waited for
+  that long and ANSWER_SLACK_S more: the inference node answers DEADLINE_EXCEEDED at the deadline itself, so one
+  that has not answered by then is stuck (a hung device, a lost reply), and waiting infer_timeout_s would hold the
+  arm's goal that long per chunk.
 - Anything the inference node answers (INVALID_ARGUMENT, FAILED_PRECONDITION, ...) is passed on unchanged; a streamed
   answer's Generate result comes back as the Infer response it equals (the inference node fills both alike).
 - A goal that ends cancels its task (``cancel_task``): calls still in flight answer CANCELLED and their KV blocks are
@@ -45,6 +49,7 @@ GENERATE = "oxygen/generate"
 CANCEL_SERVICE = "oxygen/cancel_task"
 _POLL_S = 0.05  # how often a call waiting for the service to appear looks for it again
 SETTLE_S = 0.5  # how long a replacement server is left to match this node's reply reader (discovery takes ms)
+ANSWER_SLACK_S = 1.0  # how long past its own deadline_s a request's answer is waited for (the transport, a step)
 FEEDBACK_EVERY = 4  # tokens per streamed piece: a few words at a time, not a message per token
 # A Generate goal is an Infer request's text fields (plus feedback_every); its result is an Infer response's fields
 GOAL_FIELDS = [name for name in Generate.Goal.get_fields_and_field_types() if name != "feedback_every"]
@@ -142,24 +147,26 @@ class InferClient:
             return error(ErrorCode.UNAVAILABLE, f"{self.service} is not available (is the inference node running?)")
         if request.want_text and not request.deadline_s:
             request.deadline_s = self.timeout_s
+        wait_s = min(self.timeout_s, request.deadline_s + ANSWER_SLACK_S) if request.deadline_s > 0 else self.timeout_s
         if not request.robot:  # a fleet's shared inference node tells the robots apart by their namespaces
             request.robot = robot_name(self._node.get_namespace())
 
         def give_up() -> bool:
             return cancelled() or self._gone(servers)
 
-        ok, response = await (self._stream(request, on_text, give_up) if on_text else self._ask(request, give_up))
+        ok, response = await (self._stream(request, on_text, give_up) if on_text else
+                              self._ask(request, give_up, wait_s))  # fmt: skip
         if ok:
             return response
         if cancelled():
             return error(ErrorCode.CANCELLED, "cancelled while it was answered")
         if self._gone(servers):
             return error(ErrorCode.UNAVAILABLE, f"{self.service} went away while answering (did the inference node die?)")
-        return error(ErrorCode.DEADLINE_EXCEEDED, f"{self.service} did not answer within {self.timeout_s:g} s")
+        return error(ErrorCode.DEADLINE_EXCEEDED, f"{self.service} did not answer within {wait_s:g} s")
 
-    async def _ask(self, request: Infer.Request, give_up: Callable[[], bool]) -> tuple[bool, Any]:
+    async def _ask(self, request: Infer.Request, give_up: Callable[[], bool], wait_s: float) -> tuple[bool, Any]:
         future = self._client.call_async(request)
-        ok, response = await wait(self._node, future, self.timeout_s, give_up)
+        ok, response = await wait(self._node, future, wait_s, give_up)
         if not ok:
             self._client.remove_pending_request(future)
         return ok, response

@@ -13,7 +13,7 @@ from rclpy.parameter import Parameter
 from rclpy.task import Future
 from ros_harness import spin_nodes, wait_for
 
-from oxygen_ros.nodes.infer_client import SETTLE_S, InferClient
+from oxygen_ros.nodes.infer_client import ANSWER_SLACK_S, SETTLE_S, InferClient
 from oxygen_ros.nodes.vqa_node import VqaNode
 
 INFER_TIMEOUT_S = 30.0
@@ -127,3 +127,24 @@ def test_a_call_whose_goal_is_cancelled_asks_nothing_more_and_answers_cancelled(
         infer.destroy()
     assert (second.error_code, second.message) == ("CANCELLED", "cancelled while it was answered")
     assert elapsed < 2.0, f"answered {elapsed:.1f} s after the cancel"
+
+
+def test_a_request_with_a_deadline_of_its_own_is_waited_for_that_long_and_a_second_more(ros_context):
+    """An action chunk's request (deadline_s 0.3 s) to an inference node that takes it and never answers (a hung
+    device, a lost reply): DEADLINE_EXCEEDED about ANSWER_SLACK_S after its deadline, not after infer_timeout_s
+    (the inference node answers at the deadline itself when it can), so the arm's goal counts the miss and asks
+    again instead of standing for infer_timeout_s per chunk."""
+    client = Node("infer_client_deadline_test", context=ros_context)
+    received = threading.Event()
+    server = _silent_server(ros_context, received)
+    with spin_nodes(ros_context, client, server) as executor:
+        infer = InferClient(client, ReentrantCallbackGroup(), wait_s=5.0, timeout_s=INFER_TIMEOUT_S)
+        asked = executor.create_task(infer.call(Infer.Request(task_id="arm", want_actions=True, deadline_s=0.3)))
+        assert received.wait(10), "the request reached /oxygen/infer"
+        start = time.monotonic()
+        out = wait_for(asked, INFER_TIMEOUT_S)
+        elapsed = time.monotonic() - start
+        infer.destroy()
+    assert out.error_code == "DEADLINE_EXCEEDED", out.message
+    assert out.message.endswith(f"did not answer within {0.3 + ANSWER_SLACK_S:g} s"), out.message
+    assert elapsed < 0.3 + ANSWER_SLACK_S + 0.5, f"answered {elapsed:.1f} s after the request reached the server"
