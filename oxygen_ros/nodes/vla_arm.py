@@ -193,8 +193,8 @@ class VlaArm:
                       origin: np.ndarray, infer_s: float) -> tuple[ErrorCode, str] | None:  # fmt: skip
         """Merge ``answer``'s chunk (computed from the arm at ``origin``, its action joints in model units, read at
         ``observed_at``, and frames captured at ``frame_at``) into the plan and send it; the reason it was missed
-        (the arm held where it was refused), or None once the controller took it (or the goal ended meanwhile: then
-        the arm holds)."""
+        (the arm held where it was refused), or None once the controller took it or the goal ended (meanwhile, or
+        here: an arm found not following its plan ends it, held where it is); then the arm holds."""
         if not run.running:  # ended while the chunk was computed: nothing more goes to the arm
             return None
         chunk = answer.actions
@@ -215,13 +215,20 @@ class VlaArm:
             times = np.array([queue.time(queue.first + i) for i in range(len(queue.rows))]) - now
             try:
                 safe, start, start_velocity = self._checked(plan, commanded, moving, times)
+                refusal = None
             except EngineError as exc:  # an arm not following its plan stops where it is, not where the plan is
                 queue.hold()
                 at = None if isinstance(exc, NotFollowing) else commanded
                 self.arm.hold(at, self._node.get_logger().warning, velocity=moving)
-                return exc.code, exc.message
-            queue.told(safe.positions, safe.velocities, safe.times, now, start, start_velocity)  # as it will play
-            plan.sending = True
+                refusal = exc
+            else:
+                queue.told(safe.positions, safe.velocities, safe.times, now, start, start_velocity)  # as it will play
+                plan.sending = True
+        if isinstance(refusal, NotFollowing):  # blocked, or its controller dropped the plan: the goal ends, as the
+            run.end(refusal.code, refusal.message)  # clock's own check ends it (no next chunk pushes on from there)
+            return None
+        if refusal is not None:  # this chunk cannot be played from where the arm is: a miss, the next may
+            return refusal.code, refusal.message
         try:
             refused = await self.arm.send(now, safe)
         except BaseException:  # the send broke off: nothing of it may play (taken later: stopped), the jaw included

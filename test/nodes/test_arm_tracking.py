@@ -16,6 +16,7 @@ from oxygen_ros.control.arm.jaw_answers import JawAnswers
 from oxygen_ros.control.arm.joint_limits import JointLimit
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
+from oxygen_ros.srv import Infer
 from oxygen_ros.nodes.trajectory_controller import Fault
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
 
@@ -93,6 +94,29 @@ def test_an_arm_that_does_not_follow_its_plan_ends_the_goal_held_where_it_is(ros
         plan = planned(rows)
         vla.tick(run, plan)
         assert run.ended[0] == ErrorCode.OUT_OF_RANGE and "joint shoulder is 0.500" in run.ended[1]
+        assert arm.holds == [None] and plan.queue.rows is None  # held where measured; the plan forgotten
+    finally:
+        node.destroy_node()
+
+
+def test_an_arm_found_not_following_as_a_chunk_comes_ends_the_goal_held_where_it_is(ros_context):
+    """The tracking check also runs as a chunk is merged into the plan: found there (the arm blocked between two
+    clock ticks) the goal ends as the clock's check ends it, not a missed chunk that the next one, planned from the
+    blocked pose at rest, would reset while the arm pushes on."""
+    node = Node("arm_tracking_chunk_test", context=ros_context)
+    try:
+        rows = [[0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [0.4, 0.0, 0.0], [0.6, 0.0, 0.0]]
+        arm, run, plan = Arm([0.0, 0.0, 0.0]), Run(), planned(rows)
+        arm.tolerances |= {"limit_margin": np.zeros(3)}
+        arm.map = SimpleNamespace(to_joints=lambda actions, origin: actions)
+        vla = VlaArm(node, arm, SETTINGS)
+        arm.clock = 10.25  # the plan has the shoulder at 0.5; it stands at 0
+        chunk = ActionChunk(horizon=4, action_dim=3, period_s=0.1, actions=np.ravel(rows).tolist())
+        executing = vla.execute(run, plan, Infer.Response(actions=chunk), 10.2, 10.2, np.zeros(3), 0.05)
+        with pytest.raises(StopIteration) as returned:  # nothing was sent: it returns before its first await
+            executing.send(None)
+        assert returned.value.value is None  # not a miss
+        assert run.ended[0] == ErrorCode.OUT_OF_RANGE and "the arm is not following" in run.ended[1]
         assert arm.holds == [None] and plan.queue.rows is None  # held where measured; the plan forgotten
     finally:
         node.destroy_node()
