@@ -337,12 +337,13 @@ class ArmIO:
         faults = [controller.take_fault() for controller in self.controllers]
         return [fault for fault in faults if fault is not None]
 
-    async def send(self, start: float, safe: SafeTargets) -> str:
+    async def send(self, start: float, safe: SafeTargets, wanted: Callable[[], bool] = lambda: True) -> str:
         """Play ``safe`` (every action joint's; each controller its own), planned from node-clock time ``start``
         (point i due at ``start + safe.times[i]``); '' when every controller took it, else why not, as soon as one
         refused it or within answer_wait_s, with those that took it stopped (nothing of a refused plan plays). All
         go out before any answer is awaited (each controller starts its trajectory as it takes it), and a hold
-        comes before them all or after them all."""
+        comes before them all or after them all; ``wanted()`` false by then (a hold came while the plan was being
+        made ready: the caller's mark of it), nothing goes."""
         for controller in self.controllers:
             if not controller.listening():
                 return f"{controller.target} is not there (no action server, or no subscriber to the topic)"
@@ -350,6 +351,8 @@ class ArmIO:
                 return (f"{controller.target} was taken over (another client's goal, a cancel or the controller's "
                         "deactivation): nothing sent")  # fmt: skip
         with self._sending:
+            if not wanted():  # a hold came first: this plan would play after its stop, as if newer
+                return "the arm was told to hold while the trajectory was made ready: nothing sent"
             sent = [(controller, controller.dispatch(safe)) for controller in self.controllers]
         answered: list = []
         unanswered: list = []

@@ -230,7 +230,8 @@ class VlaArm:
         if refusal is not None:  # this chunk cannot be played from where the arm is: a miss, the next may
             return refusal.code, refusal.message
         try:
-            refused = await self.arm.send(now, safe)
+            # a hold since plan.sending was set clears it (before the hold's stop goes, under ArmIO's sending lock)
+            refused = await self.arm.send(now, safe, wanted=lambda: plan.sending)
         except BaseException:  # the send broke off: nothing of it may play (taken later: stopped), the jaw included
             self.hold(plan)
             raise

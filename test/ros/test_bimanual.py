@@ -206,6 +206,18 @@ def test_a_hold_while_the_plan_goes_out_comes_after_every_arms_trajectory(robot)
     io.destroy()
 
 
+def test_a_plan_held_before_it_goes_out_is_sent_to_no_arm(robot):
+    """A hold that came while the plan was made ready (its caller's mark says so when the sending lock is taken):
+    nothing goes, so no trajectory planned before the hold plays after its stop as if it were newer."""
+    io = arms_io(robot)
+    start = robot.where()
+    refused = run_on(robot, io.send(io.readings.now(), ramp(start, 0.3, -0.3, 1.0), wanted=lambda: False))
+    assert refused == "the arm was told to hold while the trajectory was made ready: nothing sent"
+    time.sleep(1.5)
+    assert np.allclose(robot.where()[[0, 6]], start[[0, 6]], atol=1e-6)
+    io.destroy()
+
+
 def test_an_arm_controller_that_is_not_there_is_named_and_nothing_is_sent(robot):
     """One arm's controller missing (a typo, a controller not loaded): the goal is refused naming it, and neither
     arm gets the plan (the arms move together or not at all)."""
