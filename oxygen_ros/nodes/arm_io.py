@@ -12,6 +12,7 @@ own parameters, its joints among them, are checked before a goal moves the arms.
   scaled below full speed plays a plan slower than it is timed (``slowed``).
 """
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +37,8 @@ from oxygen_ros.errors import EngineError
 from oxygen_ros.nodes.future_wait import wait
 from oxygen_ros.nodes.gripper_io import GripperIO
 from oxygen_ros.nodes.joint_readings import JointReadings
-from oxygen_ros.nodes.trajectory_controller import Fault, TrajectoryController
+from oxygen_ros.nodes.stamps import seconds
+from oxygen_ros.nodes.trajectory_controller import Fault, Sent, TrajectoryController
 
 POLL_S = 0.1
 STOP_SLACK_S = 1.0  # beyond a controller's own waits for its stop's answer: the executor's turns
@@ -255,9 +257,9 @@ class ArmIO:
         # a hold comes before every controller's trajectory or after them all (reentrant: a hold made on the thread
         # that sends, inside a callback of the sending, goes on at once instead of waiting for itself)
         self._sending = threading.RLock()
-        # how far apart the controllers took the last plan they all took (node clock, s; 0 with one controller, or
-        # on topics, which answer nothing): each starts its arm as it takes it, so a bimanual plan's arms are this
-        # much out of step (ChunkTrace.taken_spread_ms)
+        # how far apart the controllers took the last plan they all took (s; 0 with one controller, or on topics,
+        # which answer nothing): each starts its arm as it takes it, so a bimanual plan's arms are this much out of
+        # step (ChunkTrace.taken_spread_ms)
         self.taken_spread_s = 0.0
 
     @property
@@ -368,9 +370,7 @@ class ArmIO:
         problems = taken + [f"{controller.target}'s answer was not awaited (another controller refused)" if refused
                             else f"{controller.target} did not answer within answer_wait_s "
                             f"{self._settings['answer_wait_s']:g} s" for controller, _ in unanswered]  # fmt: skip
-        now = self.readings.now()  # (an answer's time is stamped by another of its callbacks, which may not have run)
-        taken_at = [min(each.answered_at, now) for _, each in answered if each is not None]
-        self.taken_spread_s = max(taken_at) - min(taken_at) if taken_at else 0.0
+        self.taken_spread_s = 0.0 if any(problems) else _spread([each for _, each in answered if each is not None])
         if any(problems):  # the arms move together or not at all: one that took it is stopped here (braking from
             # where it is), so it never plays on, whatever the caller does next; one that takes it later, once the
             # caller holds
@@ -407,3 +407,15 @@ class ArmIO:
             gripper.destroy()
         for controller in self.controllers:
             controller.destroy()
+
+
+def _spread(taken: list[Sent]) -> float:
+    """How far apart the controllers took their shares of one plan: by the accept stamps of their goal responses (a
+    controller manager's clock, when it took each: one clock for the arms of one manager), or, where a server
+    leaves them 0, by when the answers came here (this node's callbacks: later by their scheduling)."""
+    stamps = [seconds(sent.future.result().stamp) for sent in taken]
+    if len(stamps) < 2:
+        return 0.0
+    if not all(stamps):
+        stamps = [sent.answered_at for sent in taken if math.isfinite(sent.answered_at)]
+    return max(stamps) - min(stamps) if len(stamps) > 1 else 0.0
