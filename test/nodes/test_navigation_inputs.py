@@ -16,6 +16,7 @@ from sensor_msgs.msg import LaserScan
 from oxygen_ros.control.obstacles import Blocking
 from oxygen_ros.control.unicycle import Pose2D
 from oxygen_ros.errors import EngineError, ErrorCode
+from oxygen_ros.nodes.command_deadline import POLL_S
 from oxygen_ros.nodes.nav2_handoff import Nav2Handoff
 from oxygen_ros.nodes.navigation_node import NavigationNode, Trip
 from oxygen_ros.nodes.obstacle_sources import Reading, _Points, _scan_points, scan_reading
@@ -185,18 +186,19 @@ def test_a_reading_is_placed_by_its_sensors_mount_when_it_was_taken():
 def test_no_motion_is_sent_for_a_goal_whose_cancel_was_asked():
     """A replan that passed its cancel check as the cancel came sends nothing: the goal ends at the next tick, and
     the stop is sent then (a stop for no goal still goes out)."""
-    published = []
-    node = SimpleNamespace(_command_lock=threading.Lock(), _stamped=False, _base="base_link",
-                           _cmd_vel=SimpleNamespace(publish=published.append),
-                           get_clock=lambda: SimpleNamespace(now=lambda: SimpleNamespace(to_msg=lambda: None)))  # fmt: skip
+    published, deadline = [], []
+    node = SimpleNamespace(_command_lock=threading.Lock(), _publish=published.append,
+                           _deadline=SimpleNamespace(arm=lambda *when: deadline.append(when),
+                                                     disarm=lambda: deadline.append(None)))  # fmt: skip
     run = SimpleNamespace(running=True, goal_handle=SimpleNamespace(is_cancel_requested=False))
-    trip, forward = Trip(run, PoseStamped(), "", 0.0, False), Twist()
+    trip, forward = Trip(run, PoseStamped(), "", 0.0, False, cover_s=0.3), Twist()
     forward.linear.x = 0.3
-    NavigationNode._send(node, forward, trip)
+    NavigationNode._send(node, forward, trip, 7)
     run.goal_handle.is_cancel_requested = True
-    NavigationNode._send(node, forward, trip)
+    NavigationNode._send(node, forward, trip, 8)
     NavigationNode._send(node, Twist())
     assert published == [forward, Twist()]
+    assert deadline == [(7, 0.3 - POLL_S), None]  # the motion lasts its cover from its check; the stop, for good
 
 
 def test_a_goal_that_ended_before_its_drive_began_is_never_handed_to_nav2():
