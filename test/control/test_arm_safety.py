@@ -153,3 +153,30 @@ def test_a_chunk_cut_off_mid_motion_stops_within_the_limits_later():
     tight = [JointLimit(-1.0, 1.0, 2.0, 0.01), JointLimit(-math.inf, math.inf, 4.0, 0.01)]
     with pytest.raises(EngineError, match="joint pan: step 2 would move at up to 2.133"):  # the stop as it was
         check_targets(targets, TIMES, np.zeros(2), NAMES, tight, 0.02, np.inf, moving)
+
+
+def _reference_highest(start: float, start_velocity: float, end: float, duration: float) -> float:
+    """The highest position of one segment the controller plays: its cubic solved from the four Hermite conditions
+    (numpy's linear solver), sampled densely."""
+    system = np.array([[1, 0, 0, 0], [1, duration, duration**2, duration**3], [0, 1, 0, 0],
+                       [0, 1, 2 * duration, 3 * duration**2]])  # fmt: skip
+    c = np.linalg.solve(system, [start, end, start_velocity, 0.0])
+    t = np.linspace(0.0, duration, 10001)
+    return float((c[0] + c[1] * t + c[2] * t**2 + c[3] * t**3).max())
+
+
+def test_a_start_entering_fast_towards_a_limit_it_stops_on_is_refused_where_its_cubic_passes_the_limit():
+    """pan 0.02 below its upper limit (1.0), moving up at 0.5/s, its first target on the limit 0.2 s out (at rest
+    there): the controller's cubic from that moving start passes the limit (0.1/s would not: it stays under), though
+    every speed is within 2.0/s. Refused naming the limit and by how much, matching the sampled cubic."""
+    targets, times = np.array([[1.0, 0.0], [1.0, 0.0]]), np.array([0.2, 0.3])
+    safe = check_targets(targets, times, np.array([0.98, 0.0]), NAMES, LIMITS, 0.02, np.inf)
+    assert _reference_highest(0.98, 0.1, 1.0, 0.2) <= 1.0
+    check_moving_start(safe, 0.2, np.array([0.98, 0.0]), np.array([0.1, 0.0]), NAMES, LIMITS)
+    past = _reference_highest(0.98, 0.5, 1.0, 0.2) - 1.0
+    assert past > 0.002  # 2.6 mrad
+    with pytest.raises(EngineError, match=rf"joint pan: the first segment .* would pass its upper position limit "
+                                          rf"1.0000 by {past:.4f}"):  # fmt: skip
+        check_moving_start(safe, 0.2, np.array([0.98, 0.0]), np.array([0.5, 0.0]), NAMES, LIMITS)
+    # a start already past the limit (a reading a hair over it) coming back is no overshoot of its own
+    check_moving_start(safe, 0.2, np.array([1.0005, 0.0]), np.array([0.0, 0.0]), NAMES, LIMITS)

@@ -10,7 +10,9 @@ a limit, so no segment overshoots a target or a limit) and each segment's cubic 
 acceleration is linear in time: hardest at an end). A plan ends at rest; where stopping within its last period would
 break a limit, the last target's time is pushed out until the stop fits (``_stopping_in_limits``). The first segment
 starts from ``anchor``, at rest or at the plan's velocity there; ``check_moving_start`` checks it again from where a
-controller that starts a new trajectory from its measured state is, moving. A refusal is an OUT_OF_RANGE error
+controller that starts a new trajectory from its measured state is, moving. Such a start's tangent is not monotone:
+entering fast towards a target on a limit, its cubic bulges past the limit, so every segment's position extremes are
+checked too (refused when it passes a limit further than its own ends do). A refusal is an OUT_OF_RANGE error
 naming the joint, the step and the numbers; the caller holds the arm. The checks only ever narrow what the model
 asked for: clamping moves a target inside the limits, never past them, and no check widens a limit; a stop given
 more time reaches its target later, never elsewhere.
@@ -29,6 +31,7 @@ from oxygen_ros.errors import EngineError, ErrorCode
 # if longer), so that the arm's stop there fits the limits
 STOP_STRETCH_STEP = 1.05
 MAX_STOP_S = 1.0
+OVERSHOOT_TOLERANCE = 1e-9  # rad or m a segment may pass a limit by beyond its ends (rounding)
 
 
 @dataclass(frozen=True)
@@ -123,8 +126,21 @@ def check_moving_start(safe: SafeTargets, first_s: float, start: np.ndarray, vel
 def _check_segments(path: np.ndarray, velocities: np.ndarray, times: np.ndarray, names: tuple[str, ...],
                     limits: list[JointLimit], where: Callable[[int], str],
                     per_joint: bool = False) -> None:  # fmt: skip
-    """Refuse the first segment whose cubic moves faster, or accelerates harder, than its joint's limits; ``where``
-    names the segment (given its step, or with ``per_joint`` its joint)."""
+    """Refuse the first segment whose cubic moves faster, or accelerates harder, than its joint's limits, or passes
+    a position limit further than its own ends do (a first segment entering at speed towards a limit it stops on
+    bulges past it: the tangents there are not monotone); ``where`` names the segment (given its step, or with
+    ``per_joint`` its joint)."""
+    lower, upper = np.array([lim.lower for lim in limits]), np.array([lim.upper for lim in limits])
+    low, high = _position_extremes(path, velocities, times)
+    ends_low, ends_high = np.minimum(path[:-1], path[1:]), np.maximum(path[:-1], path[1:])
+    for side, bound, past in (("lower", lower, np.minimum(ends_low, lower) - low),
+                              ("upper", upper, high - np.maximum(ends_high, upper))):  # fmt: skip
+        over = past > OVERSHOOT_TOLERANCE
+        if over.any():
+            step, joint = np.argwhere(over)[0]
+            raise _refuse(f"joint {names[joint]}: {where(joint if per_joint else step)} would pass its {side} "
+                          f"position limit {bound[joint]:.4f} by {past[step, joint]:.4f} (the controller's cubic "
+                          "overshoots there)")  # fmt: skip
     for kind, unit, limit, peak, bound in (
         ("move", "/s", "velocity", _peak_speeds(path, velocities, times), [lim.velocity for lim in limits]),
         ("accelerate", "/s^2", "acceleration", _peak_accelerations(path, velocities, times),
@@ -156,6 +172,22 @@ def _cubic(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> tuple
     dt = np.diff(times)[:, None]
     p0, p1, v0, v1 = path[:-1], path[1:], velocities[:-1] * dt, velocities[1:] * dt  # tangents per unit s
     return 6 * (p0 - p1) + 3 * (v0 + v1), 6 * (p1 - p0) - 4 * v0 - 2 * v1, v0, dt
+
+
+def _position_extremes(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The lowest and highest position [m - 1, J] of each segment (``_cubic``): at an end or where dp/ds is 0."""
+    a, b, c, _ = _cubic(path, velocities, times)
+    low, high = np.minimum(path[:-1], path[1:]), np.maximum(path[:-1], path[1:])
+    real = b * b - 4 * a * c >= 0
+    root = np.sqrt(np.where(real, b * b - 4 * a * c, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for s, exists in (((-b - root) / (2 * a), real & (a != 0)), ((-b + root) / (2 * a), real & (a != 0)),
+                          (-c / b, (a == 0) & (b != 0))):  # fmt: skip
+            inside = exists & (s > 0) & (s < 1)
+            s = np.where(inside, s, 0.0)
+            at = path[:-1] + ((a / 3 * s + b / 2) * s + c) * s
+            low, high = np.where(inside, np.minimum(low, at), low), np.where(inside, np.maximum(high, at), high)
+    return low, high
 
 
 def _peak_accelerations(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> np.ndarray:
