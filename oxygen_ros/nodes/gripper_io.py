@@ -134,15 +134,17 @@ class GripperIO:
         """Send ``position`` unless it is within ``gripper_deadband`` of the last one sent (``settled``, the plan's
         last: unless it is the last one sent, so the jaw ends where the plan does), or a hold came since ``holds``
         was read (it was decided on a plan the hold stopped). Any thread."""
-        with self._lock:
+        goal = gripper_actions.goal(self._action, self.name, position, self._effort)
+        with self._lock:  # sent under it: a hold comes before the goal is decided or after it went, never between
             band = 0.0 if settled else self._deadband
             if holds != self._holds or (self._sent is not None and abs(position - self._sent) <= band):
                 return
             self._sent = position
             generation = self._answers.generation
-        goal = gripper_actions.goal(self._action, self.name, position, self._effort)
-        self._client.send_goal_async(goal).add_done_callback(
-            lambda f: self._on_accepted(f.result(), generation, position))
+            sending = self._client.send_goal_async(goal)
+        # a send that failed (the server gone as it went) is a refusal: sent again at the next period, and counted
+        sending.add_done_callback(
+            lambda f: self._on_accepted(f.result() if f.exception() is None else None, generation, position))
 
     def _on_accepted(self, handle, generation: int, position: float) -> None:
         if handle is None or not handle.accepted:
