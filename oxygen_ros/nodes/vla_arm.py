@@ -382,12 +382,15 @@ class VlaArm:
                 settled = when >= plan.queue.end
                 ahead = plan.queue.commanded(min(when, plan.queue.end))
             here = plan.queue.commanded(read_at)  # where the plan had the arm when it was read (not now: it moved on)
+            resting = plan.queue.resting(read_at)  # or, run out, where it holds the arm (pushed off it: not following)
         for gripper, jaw in zip(self.arm.grippers, self.arm.gripper_columns, strict=True):
             gripper.observe(float(measured[jaw]), now, self._jaw_floor(plan, jaw))
         try:  # a controller that dropped or stalled the trajectory is found within a period, not at the next chunk
             if here is not None and run.running:
                 self._check_tracking(measured, here, plan.limits)
                 plan.excursion.add(measured, here, turning(plan.limits))
+            elif resting is not None and run.running:
+                self._check_tracking(measured, resting, plan.limits)
         except NotFollowing as exc:
             self.hold(plan, where_it_is=True)
             run.end(exc.code, exc.message)

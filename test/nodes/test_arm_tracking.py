@@ -122,6 +122,26 @@ def test_an_arm_found_not_following_as_a_chunk_comes_ends_the_goal_held_where_it
         node.destroy_node()
 
 
+def test_an_arm_pushed_off_where_its_run_out_plan_holds_it_ends_the_goal(ros_context):
+    """Past its plan's end (an underrun: no chunk came) the controller holds the last target: an arm measured there
+    runs on; one pushed off it over max_tracking_error (a person, a collision) ends the goal, held where it is,
+    rather than standing unwatched until the next chunk or the goal's end."""
+    node = Node("arm_tracking_rest_test", context=ros_context)
+    try:
+        rows = [[0.0, 0.0, 0.0], [0.2, 0.0, 0.0]]
+        arm, run, plan = Arm([0.2, 0.0, 0.0]), Run(), planned(rows)
+        vla = VlaArm(node, arm, SETTINGS)
+        arm.clock = 10.5  # 0.4 s past the plan's end
+        vla.tick(run, plan)
+        assert run.running and not arm.holds
+        arm.position = np.array([0.2, -0.4, 0.0])  # the elbow pushed 0.4 off where the controller holds it
+        vla.tick(run, plan)
+        assert run.ended[0] == ErrorCode.OUT_OF_RANGE and "joint elbow is 0.400" in run.ended[1]
+        assert arm.holds == [None]
+    finally:
+        node.destroy_node()
+
+
 def test_each_joint_is_held_to_its_own_tracking_error(ros_context):
     """joint_max_tracking_errors: a prismatic joint (m; here the one named elbow) beside revolute joints (rad) gets a
     bound in its own units; 0.1 m behind its plan is within the revolute joints' 0.3 but over its own 0.05."""

@@ -98,6 +98,12 @@ class ActionQueue:
         played = self._playing(t)
         return None if played is None else played.sample(t)
 
+    def resting(self, t: float) -> np.ndarray | None:
+        """Where the plan left the arm once ``t`` is past its end (its last target, which the controller holds), or
+        None before that or without a plan told."""
+        played = self._played
+        return played.positions[-1] if played is not None and t > played.end_s else None
+
     def velocity(self, t: float) -> np.ndarray | None:
         """How fast the plan moves the arm at ``t`` (the spline's slope where ``commanded`` has it), or None outside
         it."""
