@@ -1,6 +1,9 @@
 """Robot bringup: `ros2 launch oxygen_ros oxygen.launch.py [use_sim:=false] [sim_robot:=so100] [namespace:=robot1]
 [use_sim_time:=false] [log_level:=info] [autostart:=true] [model_preset:=NAME] [model:=...] [config:=...]
-[camera_topic:=...]`.
+[camera_topic:=...] [start_inference:=true] [start_tasks:=true]`.
+
+Remote inference (README "Remote inference") splits the graph in two: the robot runs `start_inference:=false`, the
+GPU machine `start_tasks:=false` (one of each node: the same launch on both would serve every goal twice).
 
 On a robot (the default, `use_sim:=false`) no node of this file publishes odometry, TF or camera frames: the inference
 node and the task nodes read the robot's camera on `camera_topic`, and the task nodes command the robot's own
@@ -103,7 +106,12 @@ def _nodes(context) -> list:
         respawn_delay=INFERENCE_RESPAWN_DELAY_S,
         **common,
     )  # fmt: skip
-    nodes = [inference]
+    inference_here, tasks_here = _flag(context, "start_inference"), _flag(context, "start_tasks")
+    if not (inference_here or tasks_here):
+        raise ValueError("start_inference and start_tasks are both false: this launch would start nothing")
+    nodes = [inference] if inference_here else []
+    if not tasks_here:  # the robot's half (its task nodes, its simulated camera and arm) runs on the robot
+        return nodes
     if use_sim:
         nodes.append(Node(package="oxygen_ros", executable="camera_sim", name="camera_sim",
                           parameters=[config, camera | clock], respawn=True, respawn_delay=RESPAWN_DELAY_S,
@@ -184,6 +192,19 @@ def generate_launch_description() -> LaunchDescription:
                 choices=["true", "false"],
                 description="the inference node configures and activates itself on every start (its autostart_node "
                 "parameter); false = leave it unconfigured",
+            ),
+            DeclareLaunchArgument(
+                "start_inference",
+                default_value="true",
+                choices=["true", "false"],
+                description="start the inference node on this machine; false = it runs on another (remote inference)",
+            ),
+            DeclareLaunchArgument(
+                "start_tasks",
+                default_value="true",
+                choices=["true", "false"],
+                description="start the task nodes (and with use_sim the simulated robot) on this machine; false = "
+                "a GPU machine serving a robot's task nodes (remote inference)",
             ),
             OpaqueFunction(function=_nodes),
         ]

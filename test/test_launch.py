@@ -23,7 +23,7 @@ from oxygen_ros.supervisor import GRAPH, graph
 PREFIX = Path(sys.prefix)
 SHARE = PREFIX / "share" / "oxygen_ros"
 ARGUMENTS = {"config", "model_preset", "model", "camera_topic", "autostart", "use_sim", "sim_robot", "namespace",
-             "use_sim_time", "log_level"}  # fmt: skip
+             "use_sim_time", "log_level", "start_inference", "start_tasks"}  # fmt: skip
 CLOCK = {"use_sim_time": False}
 AUTOSTART = {"autostart_node": True}
 TASK_NODES = {"vqa_node", "instruction_node", "navigation_node"}
@@ -245,6 +245,14 @@ def test_a_robots_own_section_is_laid_over_the_shared_one_and_absolute_keys_stay
         "/robot1/navigation_node": {"ros__parameters": {"max_linear_mps": 0.2, "nav2": "auto"}},
         "/**": {"ros__parameters": {"use_sim_time": True}}, "robot2": {"vqa_node": {"ros__parameters": {}}}}
     assert parameter_file.into_namespace(sections, "")["/navigation_node"] == sections["navigation_node"]
+
+
+def test_remote_inference_splits_the_graph_between_the_robot_and_the_gpu_machine(launch):
+    robot = launch(use_sim="true", start_inference="false").nodes()
+    assert "oxygen_inference" not in robot and TASK_NODES <= set(robot) and "camera_sim" in robot
+    assert set(launch(use_sim="true", start_tasks="false").nodes()) == {"oxygen_inference"}
+    with pytest.raises(ValueError, match="would start nothing"):
+        launch(start_inference="false", start_tasks="false")
 
 
 def test_every_node_runs_with_the_packages_fast_dds_profile_unless_the_robot_chose_one(launch, monkeypatch):
