@@ -18,18 +18,19 @@ SECTION = "ros__parameters"
 
 
 def into_namespace(sections: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """``sections`` (a parameter file's top level) with every bare node section (a key without a leading '/' whose
-    value holds ros__parameters) keyed by its fully qualified name in ``namespace`` ('' = the root). Keys that are
-    already absolute (``/**``, a full name) are kept; where one names a moved section's node, its parameters are
-    laid over the moved ones (the robot's own over the shared defaults). A namespace-form nesting (``robot1:
-    {navigation_node: ...}``) is kept as it is."""
+    """``sections`` (a parameter file's top level) with every bare node section (a plain node name holding
+    ros__parameters) keyed by its fully qualified name in ``namespace`` ('' = the root). Other keys are kept as they
+    are: absolute ones (``/**``, a full name), wildcards and relative paths (``**``, ``robot1/navigation_node``:
+    rcl places them itself) and namespace-form nesting; where an absolute key names a moved section's node, its
+    parameters are laid over the moved ones, one by one as rcl lays two sections (the robot's own over the shared
+    defaults)."""
     prefix = "/" + namespace.strip("/") if namespace.strip("/") else ""
     out = {f"{prefix}/{key}": value for key, value in sections.items() if _bare(key, value)}
     for key, value in sections.items():
         if _bare(key, value):
             continue
         if key in out and isinstance(value, dict) and SECTION in value:
-            out[key] = {**out[key], SECTION: out[key][SECTION] | value[SECTION]}
+            out[key] = {**out[key], SECTION: _laid_over(out[key][SECTION] or {}, value[SECTION] or {})}
         else:
             out[key] = value
     return out
@@ -37,7 +38,16 @@ def into_namespace(sections: dict[str, Any], namespace: str) -> dict[str, Any]:
 
 def _bare(key: str, value: Any) -> bool:
     """A node's section under its plain name, which rcl reads as the root namespace's node."""
-    return not key.startswith("/") and isinstance(value, dict) and SECTION in value
+    return not any(c in key for c in "/*") and isinstance(value, dict) and SECTION in value
+
+
+def _laid_over(under: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over``'s parameters replacing ``under``'s, a nested group (``qos_overrides``) parameter by parameter."""
+    out = dict(under)
+    for name, value in over.items():
+        both = isinstance(value, dict) and isinstance(out.get(name), dict)
+        out[name] = _laid_over(out[name], value) if both else value
+    return out
 
 
 def written_into_namespace(path: str, namespace: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 PACKAGE = "oxygen_ros"
 PROFILE_VARIABLES = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
 TRANSPORTS_VARIABLE = "FASTDDS_BUILTIN_TRANSPORTS"  # ignored by Fast DDS under a profile that names its transports
+FAST_DDS_2 = {"humble", "iron", "jazzy"}  # ROS_DISTRO whose Fast DDS (2.6-2.14) reads only FASTRTPS_DEFAULT_PROFILES_FILE
 # absolute, not resolved: under `colcon build --symlink-install` this file is a link into the source tree
 PREFIX = Path(__file__).absolute().parents[4]
 
@@ -45,8 +46,9 @@ def dds_profile() -> Path:
 
 
 def dds_profile_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables that give a process ``dds_profile()`` (Fast DDS 3, Kilted on, reads FASTDDS_; Fast DDS 2,
-    Humble's and Jazzy's, only FASTRTPS_), unless ``environ`` chooses a profile or the builtin
+    """The variable that gives a process ``dds_profile()``: FASTRTPS_DEFAULT_PROFILES_FILE under a ``ROS_DISTRO``
+    whose Fast DDS is 2.x (Humble, Iron, Jazzy: the only one it reads), else FASTDDS_DEFAULT_PROFILES_FILE (Fast DDS
+    3, Kilted on, which warns that the other is deprecated), unless ``environ`` chooses a profile or the builtin
     transports already (the user's choice wins: the profile names its transports, so Fast DDS would ignore
     FASTDDS_BUILTIN_TRANSPORTS under it) or it is not installed. Fast DDS reads it once, when the process creates its
     first participant: the node processes of `oxygen-ros up` and `ros2 launch` get it in their environment, an
@@ -54,7 +56,8 @@ def dds_profile_env(environ: Mapping[str, str]) -> dict[str, str]:
     chosen = [*PROFILE_VARIABLES, TRANSPORTS_VARIABLE]
     if any(name in environ for name in chosen) or not dds_profile().is_file():
         return {}
-    return dict.fromkeys(PROFILE_VARIABLES, str(dds_profile()))
+    fast_dds_2 = environ.get("ROS_DISTRO", "") in FAST_DDS_2
+    return {PROFILE_VARIABLES[1] if fast_dds_2 else PROFILE_VARIABLES[0]: str(dds_profile())}
 
 
 def node_executable(name: str) -> Path:

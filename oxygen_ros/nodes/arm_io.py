@@ -20,7 +20,7 @@ from functools import partial
 
 import numpy as np
 from rclpy.callback_groups import CallbackGroup
-from rclpy.exceptions import ParameterException, ParameterUninitializedException
+from rclpy.exceptions import InvalidParameterTypeException, ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.task import Future
@@ -131,7 +131,7 @@ def declare_lists(node: Node) -> dict[str, list]:
         for name, description in table.items():
             try:
                 node.declare_parameter(name, kind, ParameterDescriptor(description=description, read_only=True))
-            except ParameterException as exc:  # a list of the wrong type: [1, 2] where [1.0, 2.0] is wanted
+            except InvalidParameterTypeException as exc:  # a list of the wrong type: [1, 2] where [1.0, 2.0] is wanted
                 raise ValueError(f"parameter {name}: {exc}") from exc
             try:
                 out[name] = list(node.get_parameter(name).value)

@@ -8,8 +8,10 @@ the next replan drives again.
 The cover is on the node's clock, as the replans are. Under use_sim_time that clock is moved by /clock, whose
 subscription runs on the same executor: a busy executor freezes it, so a node's clock standing still for the cover
 in steady time ends the command too (a paused simulator gets a needless zero command). A clock gone back (a
-simulation reset) ends it at once."""
+simulation reset) ends it at once. A /clock coarser than the cover (a simulator publishing it at 10 Hz under 20 Hz
+replans) would end each command before the next replan: keep replan_rate_hz at or below the /clock rate."""
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -63,16 +65,24 @@ class CommandDeadline:
                     self._armed.wait()
                 if self._closed:
                     return
-                why = self._expired()
-                if not why:
-                    self._armed.wait(POLL_S)
-                    continue
-                self._window = None
+                why = failed = ""
                 try:
-                    self._stop()
-                except Exception as exc:  # the thread must outlive one failed send: the next command needs it
-                    why = f"{why}; the stop could not be sent ({type(exc).__name__}: {exc})"
-            self._warn(f"{why}: the base was stopped until the next replan (the node's executor busy?)")
+                    why = self._expired()
+                    if why:
+                        self._stop()
+                        self._window = None  # (a stop that failed stays due: it is tried again next poll)
+                except Exception as exc:  # the thread outlives a clock read or a send that failed: it is needed
+                    failed = f"{type(exc).__name__}: {exc}"
+                if failed or not why:
+                    self._armed.wait(POLL_S)
+            if failed:
+                self._say(f"the command deadline failed ({failed}): trying again")
+            elif why:
+                self._say(f"{why}: the base was stopped until the next replan (the node's executor busy?)")
+
+    def _say(self, message: str) -> None:
+        with contextlib.suppress(Exception):  # a log that cannot be written must not end the thread that stops the base
+            self._warn(message)
 
     def _expired(self) -> str:
         """Why the armed command is over ('' = it is not)."""

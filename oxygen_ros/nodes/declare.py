@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
-from rclpy.exceptions import ParameterException
+from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -39,7 +39,8 @@ def declare(
     try:
         for name, (default, description) in table.items():
             node.declare_parameter(name, default, descriptor(description, default, ranges.get(name), name in fixed))
-    except ParameterException as exc:  # its message names the parameter and its range or type: 1 for a float refused
+    except (InvalidParameterTypeException, InvalidParameterValueException) as exc:  # its message names the parameter
+        # and its range or type (1 where 1.0 is wanted)
         Node.destroy_node(node)
         raise ValueError(str(exc)) from exc
     values = current(node, table)

@@ -16,7 +16,8 @@ cancel unconfirmed); otherwise the goal fails FAILED_PRECONDITION naming what is
 so a robot never drives blind nor beside nav2. The built-in driver: at `replan_rate_hz` it reads
 the newest odometry, transform and obstacle points, replans a straight line to the target (nav_msgs/Path on `plan`,
 in odom) and sends a unicycle command (TwistStamped, or Twist, on `cmd_vel`, ``oxygen_ros.control.unicycle``) that
-lasts a period and a half from its obstacle check: a later replan finds the base stopped (``command_deadline``).
+lasts a period and a half from its obstacle check (above 10 Hz a period and 50 ms): a later replan finds the base
+stopped (``command_deadline``).
 Safety stop: when an obstacle point ahead is within `safety_clearance_cm` of the robot's footprint (a circle of
 `robot_radius_m` about `base_frame`; ``oxygen_ros.control.obstacles``), or odometry or an obstacle source is older
 than `input_timeout_s`, it sends a zero Twist and the feedback says why; it drives again once the way is clear. The
@@ -447,8 +448,8 @@ class NavigationNode(TaskActionNode[Trip]):
             # and turning while it drives, it stays within the corridor the obstacle check clears
             linear = unicycle.within_bulge(linear, angular, trip.cover_s, obstacles.SIDE_MARGIN_M)
             late_s = (self.get_clock().now().nanoseconds - now_ns) / 1e9
-            if code is None and late_s >= trip.cover_s - command_deadline.POLL_S:  # stalled: its check is too old to drive on
-                code, why = ErrorCode.UNAVAILABLE, f"stopped: the replan took {late_s:.2f} s (the node's executor busy?)"
+            if code is None and late_s >= trip.cover_s - command_deadline.POLL_S:  # its check is too old to drive on
+                code, why = ErrorCode.UNAVAILABLE, f"stopped: the replan took {late_s:.2f} s (its executor busy?)"
             elif code is None:
                 cmd.linear.x, cmd.angular.z = linear, angular
                 self._publish_plan(odom.pose, target)

@@ -9,7 +9,8 @@ from oxygen_ros.nodes.declare import Ranges, Table
 from oxygen_ros.nodes.nav2_handoff import MODES
 
 PARAMETERS: Table = {
-    "replan_rate_hz": (5.0, "how often the path and the velocity command are recomputed, per second (from the next goal)"),
+    "replan_rate_hz": (5.0, "how often the path and the velocity command are recomputed, per second (from the next "
+                       "goal; under use_sim_time no faster than the simulator's /clock)"),
     "safety_clearance_cm": (25.0, "stop when an obstacle point ahead is closer than this to the robot's footprint, cm"),
     "goal_tolerance_m": (0.1, "the goal is reached within this distance, metres"),
     "max_target_distance_m": (
@@ -20,7 +21,8 @@ PARAMETERS: Table = {
     "max_angular_rps": (1.0, "top turn rate, rad/s"),
     "blocked_timeout_s": (10.0, "abort OBSTACLE after being stopped this long, seconds"),
     "max_duration_s": (120.0, "abort DEADLINE_EXCEEDED after this long, seconds"),
-    "reasoning_period_s": (5.0, "how often the language head is asked about the way ahead, seconds (from the next goal)"),
+    "reasoning_period_s": (5.0, "how often the language head is asked about the way ahead, seconds (from the next "
+                           "goal)"),
     "max_new_tokens": (24, "reasoning token budget"),
     "infer_timeout_s": (60.0, "longest wait for /oxygen/infer to answer, seconds"),
     "service_wait_s": (1.0, "how long to wait for /oxygen/infer to appear, for nav2 to answer a goal, and for "

@@ -246,7 +246,8 @@ class VlaArm:
                 self.hold(plan)
             return None
         if refused:
-            self.hold(plan)
+            if plan.sending:  # (cleared: a hold came while it was made ready, ``wanted``: the holder's, not again)
+                self.hold(plan)
             return ErrorCode.ABORTED, refused
         sent_at, oldest = self.arm.readings.now(), min(observed_at, frame_at)
         plan.latency.add(sent_at - oldest)

@@ -166,17 +166,18 @@ def _reference_highest(start: float, start_velocity: float, end: float, duration
 
 
 def test_a_start_entering_fast_towards_a_limit_it_stops_on_is_refused_where_its_cubic_passes_the_limit():
-    """pan 0.02 below its upper limit (1.0), moving up at 0.5/s, its first target on the limit 0.2 s out (at rest
-    there): the controller's cubic from that moving start passes the limit (0.1/s would not: it stays under), though
-    every speed is within 2.0/s. Refused naming the limit and by how much, matching the sampled cubic."""
+    """pan 0.02 below its upper limit (1.0), moving up, its first target on the limit 0.2 s out (at rest there): the
+    controller's cubic from that moving start bulges past the limit, though every speed is within 2.0/s. At 0.5/s
+    by 2.6 mrad, within limit_margin 0.02 (an arm settling onto a limit as the next chunk comes): played; at 1.5/s
+    by 30 mrad: refused naming the limit and by how much, as the sampled cubic has it."""
     targets, times = np.array([[1.0, 0.0], [1.0, 0.0]]), np.array([0.2, 0.3])
     safe = check_targets(targets, times, np.array([0.98, 0.0]), NAMES, LIMITS, 0.02, np.inf)
-    assert _reference_highest(0.98, 0.1, 1.0, 0.2) <= 1.0
-    check_moving_start(safe, 0.2, np.array([0.98, 0.0]), np.array([0.1, 0.0]), NAMES, LIMITS)
-    past = _reference_highest(0.98, 0.5, 1.0, 0.2) - 1.0
-    assert past > 0.002  # 2.6 mrad
+    assert 0.002 < _reference_highest(0.98, 0.5, 1.0, 0.2) - 1.0 < 0.02
+    check_moving_start(safe, 0.2, np.array([0.98, 0.0]), np.array([0.5, 0.0]), NAMES, LIMITS)
+    past = _reference_highest(0.98, 1.5, 1.0, 0.2) - 1.0
+    assert past > 0.02
     with pytest.raises(EngineError, match=rf"joint pan: the first segment .* would pass its upper position limit "
-                                          rf"1.0000 by {past:.4f}"):  # fmt: skip
-        check_moving_start(safe, 0.2, np.array([0.98, 0.0]), np.array([0.5, 0.0]), NAMES, LIMITS)
-    # a start already past the limit (a reading a hair over it) coming back is no overshoot of its own
-    check_moving_start(safe, 0.2, np.array([1.0005, 0.0]), np.array([0.0, 0.0]), NAMES, LIMITS)
+                                          rf"1.0000 by {past:.4f}, more than limit_margin 0.02"):  # fmt: skip
+        check_moving_start(safe, 0.2, np.array([0.98, 0.0]), np.array([1.5, 0.0]), NAMES, LIMITS)
+    # a start already past the limit (a reading over it) coming back is no overshoot of its own
+    check_moving_start(safe, 0.2, np.array([1.03, 0.0]), np.array([0.0, 0.0]), NAMES, LIMITS)

@@ -46,9 +46,11 @@ def test_the_profile_keeps_both_transports_with_a_shared_memory_segment_for_came
 
 
 def test_a_process_takes_the_profile_unless_one_is_chosen():
-    # Fast DDS 3 (Kilted on) reads the first, Fast DDS 2 (Humble, Jazzy) only the second
-    assert dds_profile_env({}) == {"FASTDDS_DEFAULT_PROFILES_FILE": str(dds_profile()),
-                                   "FASTRTPS_DEFAULT_PROFILES_FILE": str(dds_profile())}  # fmt: skip
+    # Fast DDS 3 (Kilted on) reads FASTDDS_ (and warns of FASTRTPS_); Fast DDS 2 (Humble, Iron, Jazzy) only FASTRTPS_
+    assert dds_profile_env({}) == {"FASTDDS_DEFAULT_PROFILES_FILE": str(dds_profile())}
+    assert dds_profile_env({"ROS_DISTRO": "kilted"}) == {"FASTDDS_DEFAULT_PROFILES_FILE": str(dds_profile())}
+    for distro in ("humble", "jazzy"):
+        assert dds_profile_env({"ROS_DISTRO": distro}) == {"FASTRTPS_DEFAULT_PROFILES_FILE": str(dds_profile())}
     assert dds_profile_env({"FASTDDS_DEFAULT_PROFILES_FILE": "/robot/own.xml"}) == {}
     assert dds_profile_env({"FASTRTPS_DEFAULT_PROFILES_FILE": "/robot/own.xml"}) == {}
     assert dds_profile_env({"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}) == {}  # the profile's transports would drop it

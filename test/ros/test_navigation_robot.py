@@ -485,13 +485,13 @@ class StallingSource:
 
 
 def test_a_late_replan_stops_the_base_until_it_comes(robot):
-    """Driving at 5 Hz replans, one stalls 2 s: the command it would have replaced lasts 1.5 periods from its
+    """Driving at 5 Hz replans, one stalls 4 s: the command it would have replaced lasts 1.5 periods from its
     obstacle check (what the top speed covered), then the base stands until the replan comes (which, that late,
     stops it too), and drives on to the target after it."""
     node, base = robot["nodes"]["never"], robot["base"]
     goal = navigate(robot, "never", base.x + 1.0, base.y, frame_id="odom")
     wait_until(lambda: goal.feedback and goal.feedback[-1].cmd.linear.x > 0, 10.0, "driving")
-    source = StallingSource(2.0)
+    source = StallingSource(4.0)
     node._sources.append(source)
     try:
         assert source.stalled.wait(5.0)

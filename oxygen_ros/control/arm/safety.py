@@ -12,7 +12,8 @@ break a limit, the last target's time is pushed out until the stop fits (``_stop
 starts from ``anchor``, at rest or at the plan's velocity there; ``check_moving_start`` checks it again from where a
 controller that starts a new trajectory from its measured state is, moving. Such a start's tangent is not monotone:
 entering fast towards a target on a limit, its cubic bulges past the limit, so every segment's position extremes are
-checked too (refused when it passes a limit further than its own ends do). A refusal is an OUT_OF_RANGE error
+checked too (refused when it passes a limit by more than ``margin`` beyond its own ends: the few mrad of an arm
+settling onto a limit as the next chunk comes pass, the tens of one entering at speed do not). A refusal is an OUT_OF_RANGE error
 naming the joint, the step and the numbers; the caller holds the arm. The checks only ever narrow what the model
 asked for: clamping moves a target inside the limits, never past them, and no check widens a limit; a stop given
 more time reaches its target later, never elsewhere.
@@ -31,7 +32,6 @@ from oxygen_ros.errors import EngineError, ErrorCode
 # if longer), so that the arm's stop there fits the limits
 STOP_STRETCH_STEP = 1.05
 MAX_STOP_S = 1.0
-OVERSHOOT_TOLERANCE = 1e-9  # rad or m a segment may pass a limit by beyond its ends (rounding)
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class SafeTargets:
     velocities: np.ndarray  # [n, J], monotone, the last row 0 (a joint_trajectory_controller refuses a moving end)
     times: np.ndarray  # [n] seconds from now: as given, the last one later where the stop needs it
     clamped: int  # targets moved onto a limit
+    margin: np.ndarray | float = 0.0  # [J] the limit_margin they were checked with: how far a cubic may bulge past
 
 
 def _refuse(message: str) -> EngineError:
@@ -74,8 +75,8 @@ def check_targets(targets: np.ndarray, times: np.ndarray, anchor: np.ndarray, na
     on_limit = (clamped == lower) | (clamped == upper)
     path, pinned = np.vstack([anchor, clamped]), np.vstack([np.zeros_like(anchor, dtype=bool), on_limit])
     at, velocities = _stopping_in_limits(path, np.concatenate([[0.0], times]), pinned, anchor_velocity, limits)
-    _check_segments(path, velocities, at, names, limits, lambda step: f"step {step}")
-    return SafeTargets(clamped, velocities[1:], at[1:], int((clamped != targets).sum()))
+    _check_segments(path, velocities, at, names, limits, margin, lambda step: f"step {step}")
+    return SafeTargets(clamped, velocities[1:], at[1:], int((clamped != targets).sum()), margin)
 
 
 def _stopping_in_limits(path: np.ndarray, at: np.ndarray, pinned: np.ndarray, anchor_velocity: np.ndarray | None,
@@ -118,29 +119,31 @@ def check_moving_start(safe: SafeTargets, first_s: float, start: np.ndarray, vel
     ``velocity`` [J] to the first target ``first_s`` seconds ahead, at the velocity sent with it; refused over a
     joint's velocity limit, naming the start."""
     path, velocities = np.vstack([start, safe.positions[0]]), np.vstack([velocity, safe.velocities[0]])
-    _check_segments(path, velocities, np.array([0.0, first_s]), names, limits,
+    _check_segments(path, velocities, np.array([0.0, first_s]), names, limits, safe.margin,
                     lambda joint: f"the first segment from {start[joint]:.4f} at {velocity[joint]:.3f}/s (where the "
                                   "controller starts it)", per_joint=True)  # fmt: skip
 
 
 def _check_segments(path: np.ndarray, velocities: np.ndarray, times: np.ndarray, names: tuple[str, ...],
-                    limits: list[JointLimit], where: Callable[[int], str],
+                    limits: list[JointLimit], margin: np.ndarray | float, where: Callable[[int], str],
                     per_joint: bool = False) -> None:  # fmt: skip
     """Refuse the first segment whose cubic moves faster, or accelerates harder, than its joint's limits, or passes
-    a position limit further than its own ends do (a first segment entering at speed towards a limit it stops on
-    bulges past it: the tangents there are not monotone); ``where`` names the segment (given its step, or with
-    ``per_joint`` its joint)."""
+    a position limit by more than ``margin`` [J] beyond its own ends (a first segment entering at speed towards a
+    limit it stops on bulges past it: the tangents there are not monotone; a few mrad as an arm settling onto a
+    limit takes the next chunk, tens at speed); ``where`` names the segment (given its step, or with ``per_joint``
+    its joint)."""
     lower, upper = np.array([lim.lower for lim in limits]), np.array([lim.upper for lim in limits])
+    margin = np.broadcast_to(np.asarray(margin, dtype=np.float64), lower.shape)
     low, high = _position_extremes(path, velocities, times)
     ends_low, ends_high = np.minimum(path[:-1], path[1:]), np.maximum(path[:-1], path[1:])
     for side, bound, past in (("lower", lower, np.minimum(ends_low, lower) - low),
                               ("upper", upper, high - np.maximum(ends_high, upper))):  # fmt: skip
-        over = past > OVERSHOOT_TOLERANCE
+        over = past > margin
         if over.any():
             step, joint = np.argwhere(over)[0]
             raise _refuse(f"joint {names[joint]}: {where(joint if per_joint else step)} would pass its {side} "
-                          f"position limit {bound[joint]:.4f} by {past[step, joint]:.4f} (the controller's cubic "
-                          "overshoots there)")  # fmt: skip
+                          f"position limit {bound[joint]:.4f} by {past[step, joint]:.4f}, more than limit_margin "
+                          f"{margin[joint]:g} (the controller's cubic overshoots there)")  # fmt: skip
     for kind, unit, limit, peak, bound in (
         ("move", "/s", "velocity", _peak_speeds(path, velocities, times), [lim.velocity for lim in limits]),
         ("accelerate", "/s^2", "acceleration", _peak_accelerations(path, velocities, times),
