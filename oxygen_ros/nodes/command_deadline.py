@@ -16,6 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from oxygen_ros.nodes.stamps import StillClock
+
 LATE_REPLAN_GRACE = 0.5  # replan periods a replan may come late (timer jitter, its own work) before the stop
 MIN_GRACE_S = 0.05  # and at least this long: at a high replan rate ordinary jitter is not lateness
 POLL_S = 0.01  # how often an armed deadline reads the clocks (the stop is this much later, and thread scheduling)
@@ -36,7 +38,7 @@ class CommandDeadline:
         self._lock, self._now_ns, self._stop, self._warn = lock, now_ns, stop, warn
         self._armed = threading.Condition(lock)
         self._window: tuple[int, int] | None = None  # the armed command's (check, expiry) on the node's clock, ns
-        self._clock = (0, 0.0)  # the node's clock when last seen to move, and the steady time then
+        self._clock = StillClock(0, 0.0)  # the node's clock when last seen to move, and the steady time then
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="command_deadline", daemon=True)
         self._thread.start()
@@ -44,7 +46,7 @@ class CommandDeadline:
     def arm(self, checked_ns: int, lasts_s: float) -> None:
         """The newest command, from an obstacle check at ``checked_ns`` (node clock), lasts ``lasts_s`` from it."""
         self._window = (checked_ns, checked_ns + round(lasts_s * 1e9))
-        self._clock = (checked_ns, time.monotonic())
+        self._clock = StillClock(checked_ns, time.monotonic())
         self._armed.notify()
 
     def disarm(self) -> None:
@@ -92,8 +94,6 @@ class CommandDeadline:
             return "the node's clock went back"
         if now_ns >= expires_ns:
             return f"no replan within {lasts_s:.2f} s of the last command's obstacle check"
-        if now_ns != self._clock[0]:
-            self._clock = (now_ns, steady)
-        elif steady - self._clock[1] >= lasts_s:
+        if self._clock.still_for(now_ns, steady) >= lasts_s:
             return f"the node's clock stood still for {lasts_s:.2f} s (use_sim_time: /clock not taken)"
         return ""

@@ -83,7 +83,7 @@ from oxygen_ros.nodes.task_action import TaskActionNode
 from oxygen_ros.nodes.tf.backend import Transforms
 from oxygen_ros.nodes.tf.rigid import Rigid, of_pose, unit_rotation
 from oxygen_ros.nodes.tf.tree import TransformUnavailable
-from oxygen_ros.nodes.stamps import nanoseconds, reading_age
+from oxygen_ros.nodes.stamps import StillClock, nanoseconds, reading_age
 
 NODE_NAME = "navigation_node"
 HANDOFF_SLACK_S = 1.0  # beyond nav2's answers: the executor's turns between them
@@ -103,8 +103,7 @@ class Trip:
     blocked: tuple[ErrorCode, float] | None = None  # why the robot stands still, and since when
     replan_hz: float = 0.0  # its replan timer's rate, fixed when it starts
     cover_s: float = 0.0  # how long after its obstacle check a command lasts unless a newer one comes
-    clock_ns: int = -1  # the node's clock as the watchdog last saw it move
-    clock_moved_at: float = math.nan  # and when that was, monotonic
+    clock: StillClock | None = None  # the node's clock as the watchdog last saw it move, and when (steady)
     watch_s: float = math.inf  # the node's clock still for this long (steady time) stops the base
     handoff: Future | None = None  # nav2's drive (its result: '' or an unconfirmed cancel), when nav2 drives
     handoff_s: float = 0.0  # how long its ending may take once our goal ended: the goal's answer and the cancels
@@ -290,7 +289,7 @@ class NavigationNode(TaskActionNode[Trip]):
         trip.replan_hz = settings["replan_rate_hz"]
         trip.cover_s = command_deadline.cover_s(trip.replan_hz)
         trip.watch_s = max(settings["input_timeout_s"], 3.0 / trip.replan_hz)
-        trip.clock_ns, trip.clock_moved_at = self.get_clock().now().nanoseconds, time.monotonic()
+        trip.clock = StillClock(self.get_clock().now().nanoseconds, time.monotonic())
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         return [
             self.create_timer(1.0 / trip.replan_hz, partial(tick, trip), callback_group=self._replans),
@@ -304,11 +303,9 @@ class NavigationNode(TaskActionNode[Trip]):
         clock still for ``watch_s``: the base stops and the goal ends UNAVAILABLE (a slow simulation's clock moves)."""
         if trip.run.end_if_cancelled():
             return
-        now_ns, steady = self.get_clock().now().nanoseconds, time.monotonic()
-        if now_ns != trip.clock_ns:
-            trip.clock_ns, trip.clock_moved_at = now_ns, steady
-        elif trip.run.running and steady - trip.clock_moved_at > trip.watch_s:
-            trip.run.end(ErrorCode.UNAVAILABLE, f"the node's clock has not moved for {steady - trip.clock_moved_at:.1f}"
+        still_s = trip.clock.still_for(self.get_clock().now().nanoseconds, time.monotonic())
+        if trip.run.running and still_s > trip.watch_s:
+            trip.run.end(ErrorCode.UNAVAILABLE, f"the node's clock has not moved for {still_s:.1f}"
                          " s (use_sim_time without /clock?): no replan runs; the base was stopped")  # fmt: skip
             self._send(Twist())
 

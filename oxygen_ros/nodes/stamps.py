@@ -1,6 +1,7 @@
 """builtin_interfaces Time (and Duration) <-> numbers: one conversion for every node that reads or writes a stamp."""
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from builtin_interfaces.msg import Duration, Time
@@ -44,3 +45,18 @@ def duration_of(seconds_: float) -> Duration:
     """A Duration of ``seconds_`` (rounded to the nanosecond)."""
     ns = round(seconds_ * NS)
     return Duration(sec=ns // NS, nanosec=ns % NS)
+
+
+@dataclass
+class StillClock:
+    """How long, in steady time, the node's clock has shown one reading: under use_sim_time it stands still when
+    /clock stops (a simulator gone or paused) or is not taken in (its executor busy), and timers on it with it."""
+
+    reading_ns: int  # the clock's reading when last seen to move
+    since: float  # the steady time (time.monotonic) then
+
+    def still_for(self, now_ns: int, steady: float) -> float:
+        """Seconds the clock has read ``now_ns`` up to ``steady`` (0 once it moved)."""
+        if now_ns != self.reading_ns:
+            self.reading_ns, self.since = now_ns, steady
+        return steady - self.since

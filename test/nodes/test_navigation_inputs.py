@@ -21,7 +21,7 @@ from oxygen_ros.nodes.nav2_handoff import Nav2Handoff
 from oxygen_ros.nodes.navigation_node import NavigationNode, Trip
 from oxygen_ros.nodes.obstacle_sources import Reading, _Points, _scan_points, scan_reading
 from oxygen_ros.nodes.odometry_history import Odom, OdometryHistory
-from oxygen_ros.nodes.stamps import CLOCK_BACK_NS, NS, reading_age
+from oxygen_ros.nodes.stamps import CLOCK_BACK_NS, NS, StillClock, reading_age
 from oxygen_ros.nodes.tf.rigid import planar
 from oxygen_ros.nodes.tf.tree import TransformTree, TransformUnavailable
 
@@ -144,12 +144,11 @@ def test_a_clock_that_stops_stops_the_base():
     node = SimpleNamespace(_send=lambda twist, trip=None: sent.append(twist),
                            get_clock=lambda: SimpleNamespace(now=lambda: clock))  # fmt: skip
     run = Run()
-    trip = Trip(run, PoseStamped(), "", 0.0, False, clock_ns=5 * NS, clock_moved_at=time.monotonic() - 1.0,
-                watch_s=0.5)  # fmt: skip
+    trip = Trip(run, PoseStamped(), "", 0.0, False, clock=StillClock(5 * NS, time.monotonic() - 1.0), watch_s=0.5)
     clock.nanoseconds += 1  # moved (slowly) since: it runs on
     NavigationNode._watchdog(node, trip)
     assert run.running and not sent
-    trip.clock_moved_at -= 1.0  # then still for a second
+    trip.clock.since -= 1.0  # then still for a second
     NavigationNode._watchdog(node, trip)
     assert run.ended[0] == ErrorCode.UNAVAILABLE and "clock has not moved" in run.ended[1] and sent == [Twist()]
     cancelled = Run()
