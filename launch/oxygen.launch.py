@@ -80,6 +80,12 @@ def _flag(context, name: str) -> bool:
     return LaunchConfiguration(name).perform(context) == "true"
 
 
+def _switch(name: str, default: bool, description: str) -> DeclareLaunchArgument:
+    """A true / false launch argument (read with ``_flag``)."""
+    return DeclareLaunchArgument(name, default_value=str(default).lower(), choices=["true", "false"],
+                                 description=description)  # fmt: skip
+
+
 def _nodes(context) -> list:
     namespace = LaunchConfiguration("namespace").perform(context)
     config = LaunchConfiguration("config").perform(context)
@@ -158,11 +164,8 @@ def generate_launch_description() -> LaunchDescription:
             DeclareLaunchArgument(
                 "camera_topic", default_value="", description="the robot's sensor_msgs/Image topic; '' = the config's"
             ),
-            DeclareLaunchArgument(
-                "use_sim",
-                default_value="false",
-                choices=["true", "false"],
-                description="run camera_sim (simulated camera, odometry, base and arm); false = the robot's own",
+            _switch(
+                "use_sim", False, "run camera_sim (simulated camera, odometry, base and arm); false = the robot's own"
             ),
             DeclareLaunchArgument(
                 "sim_robot",
@@ -174,37 +177,29 @@ def generate_launch_description() -> LaunchDescription:
             DeclareLaunchArgument(
                 "namespace", default_value="", description="namespace of every node and name; '' = none"
             ),
-            DeclareLaunchArgument(
-                "use_sim_time",
-                default_value="false",
-                choices=["true", "false"],
-                description="every node's use_sim_time (a simulator's or a bag's /clock)",
-            ),
+            _switch("use_sim_time", False, "every node's use_sim_time (a simulator's or a bag's /clock)"),
             DeclareLaunchArgument(
                 "log_level",
                 default_value="info",
                 choices=["debug", "info", "warn", "error", "fatal"],
                 description="every node's log level",
             ),
-            DeclareLaunchArgument(
+            _switch(
                 "autostart",
-                default_value="true",
-                choices=["true", "false"],
-                description="the inference node configures and activates itself on every start (its autostart_node "
-                "parameter); false = leave it unconfigured",
+                True,
+                "the inference node configures and activates itself on every start (its "
+                "autostart_node parameter); false = leave it unconfigured",
             ),
-            DeclareLaunchArgument(
+            _switch(
                 "start_inference",
-                default_value="true",
-                choices=["true", "false"],
-                description="start the inference node on this machine; false = it runs on another (remote inference)",
+                True,
+                "start the inference node on this machine; false = it runs on another (remote inference)",
             ),
-            DeclareLaunchArgument(
+            _switch(
                 "start_tasks",
-                default_value="true",
-                choices=["true", "false"],
-                description="start the task nodes (and with use_sim the simulated robot) on this machine; false = "
-                "a GPU machine serving a robot's task nodes (remote inference)",
+                True,
+                "start the task nodes (and with use_sim the simulated robot) on this machine; "
+                "false = a GPU machine serving a robot's task nodes (remote inference)",
             ),
             OpaqueFunction(function=_nodes),
         ]

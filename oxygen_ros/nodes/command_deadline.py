@@ -28,6 +28,12 @@ def cover_s(replan_hz: float) -> float:
     return 1.0 / replan_hz + max(LATE_REPLAN_GRACE / replan_hz, MIN_GRACE_S)
 
 
+def lasts_s(cover: float) -> float:
+    """How long after its check a command with ``cover`` may run before the deadline stops it: the cover, less the
+    polling by which the stop may come late (so it lands within the cover)."""
+    return cover - POLL_S
+
+
 class CommandDeadline:
     """Under ``lock``, ``arm`` for each motion command that goes out and ``disarm`` for a stop; ``stop`` is called
     under ``lock`` once the node's clock (``now_ns``) passes the armed time with no newer command, and ``warn`` says

@@ -348,7 +348,7 @@ class NavigationNode(TaskActionNode[Trip]):
                 return
             self._publish(twist)
             if trip is not None and twist != Twist():
-                self._deadline.arm(checked_ns, trip.cover_s - command_deadline.POLL_S)
+                self._deadline.arm(checked_ns, command_deadline.lasts_s(trip.cover_s))
             else:
                 self._deadline.disarm()
 
@@ -445,7 +445,7 @@ class NavigationNode(TaskActionNode[Trip]):
             # and turning while it drives, it stays within the corridor the obstacle check clears
             linear = unicycle.within_bulge(linear, angular, trip.cover_s, obstacles.SIDE_MARGIN_M)
             late_s = (self.get_clock().now().nanoseconds - now_ns) / 1e9
-            if code is None and late_s >= trip.cover_s - command_deadline.POLL_S:  # its check is too old to drive on
+            if code is None and late_s >= command_deadline.lasts_s(trip.cover_s):  # its check is too old to drive on
                 code, why = ErrorCode.UNAVAILABLE, f"stopped: the replan took {late_s:.2f} s (its executor busy?)"
             elif code is None:
                 cmd.linear.x, cmd.angular.z = linear, angular

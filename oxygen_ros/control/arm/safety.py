@@ -13,8 +13,8 @@ starts from ``anchor``, at rest or at the plan's velocity there; ``check_moving_
 controller that starts a new trajectory from its measured state is, moving. Such a start's tangent is not monotone:
 entering fast towards a target on a limit, its cubic bulges past the limit, so every segment's position extremes are
 checked too (refused when it passes a limit by more than ``margin`` beyond its own ends: the few mrad of an arm
-settling onto a limit as the next chunk comes pass, the tens of one entering at speed do not). A refusal is an OUT_OF_RANGE error
-naming the joint, the step and the numbers; the caller holds the arm. The checks only ever narrow what the model
+settling onto a limit as the next chunk comes pass, the tens of one entering at speed do not). A refusal is an
+OUT_OF_RANGE error naming the joint, the step and the numbers; the caller holds the arm. The checks only ever narrow what the model
 asked for: clamping moves a target inside the limits, never past them, and no check widens a limit; a stop given
 more time reaches its target later, never elsewhere.
 """
@@ -134,8 +134,8 @@ def _check_segments(path: np.ndarray, velocities: np.ndarray, times: np.ndarray,
     its joint)."""
     lower, upper = np.array([lim.lower for lim in limits]), np.array([lim.upper for lim in limits])
     margin = np.broadcast_to(np.asarray(margin, dtype=np.float64), lower.shape)
-    low, high = _position_extremes(path, velocities, times)
     ends_low, ends_high = np.minimum(path[:-1], path[1:]), np.maximum(path[:-1], path[1:])
+    low, high = _position_extremes(path, velocities, times, ends_low, ends_high)
     for side, bound, past in (("lower", lower, np.minimum(ends_low, lower) - low),
                               ("upper", upper, high - np.maximum(ends_high, upper))):  # fmt: skip
         over = past > margin
@@ -177,10 +177,11 @@ def _cubic(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> tuple
     return 6 * (p0 - p1) + 3 * (v0 + v1), 6 * (p1 - p0) - 4 * v0 - 2 * v1, v0, dt
 
 
-def _position_extremes(path: np.ndarray, velocities: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The lowest and highest position [m - 1, J] of each segment (``_cubic``): at an end or where dp/ds is 0."""
+def _position_extremes(path: np.ndarray, velocities: np.ndarray, times: np.ndarray, low: np.ndarray,
+                       high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The lowest and highest position [m - 1, J] of each segment (``_cubic``): at an end (``low`` / ``high``, its
+    ends' lower and higher) or where dp/ds is 0."""
     a, b, c, _ = _cubic(path, velocities, times)
-    low, high = np.minimum(path[:-1], path[1:]), np.maximum(path[:-1], path[1:])
     real = b * b - 4 * a * c >= 0
     root = np.sqrt(np.where(real, b * b - 4 * a * c, 0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
