@@ -119,11 +119,10 @@ def test_paced_engine_thread_keeps_an_action_stream_on_time_while_language_decod
     assert engine.pool.num_used == 0 and not engine.has_unfinished
     unpaced = serve_stream(make_engine(pi05_tiny), None, period, FRAMES, {1: language_requests(6, LANGUAGE_TOKENS)})
     assert [o.token_ids for o in paced.language] == [o.token_ids for o in unpaced.language]  # when, not what
-    assert all(
-        torch.equal(torch.as_tensor(a.actions), torch.as_tensor(b.actions))
-        for a, b in zip(paced.chunks, unpaced.chunks, strict=True)
-        if b.ok
-    )
+    # Pacing moves a chunk into another step's batch, whose matmul shapes round differently: equal up to fp32 rounding.
+    for a, b in zip(paced.chunks, unpaced.chunks, strict=True):
+        if b.ok:
+            torch.testing.assert_close(torch.as_tensor(a.actions), torch.as_tensor(b.actions), rtol=1e-3, atol=1e-4)
 
 
 def test_a_chunk_request_the_engine_refuses_starts_no_stream(pi05_tiny, one_torch_thread):
