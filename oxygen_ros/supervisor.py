@@ -9,7 +9,8 @@ __node:=``, as launch's ``name=``: a bimanual robot's left_arm_sim runs arm_sim)
 the launch file, plus one more file for the overrides (as launch writes for a dict). A keeper
 thread per node waits on its process; when it exits the node is started again after a backoff (0.5 s, doubling,
 at most ``max_delay_s``); more than ``per_minute`` restarts within a minute and the supervisor gives up on it
-(``failed``), since a node that dies at once every time (a bad parameter) would otherwise loop forever. The
+(``failed``), since a node that dies at once every time would otherwise loop forever: so a node refusing its
+parameters is asked to exit (``spin.EXIT_ON_REFUSAL``; under `ros2 launch` it stays up refusing instead). The
 inference node is a lifecycle node: with ``autostart`` (the default) each start of it is configured and activated
 (the model loads) before it serves, while the other nodes go on serving (their calls answer UNAVAILABLE meanwhile);
 without, every start of it stays unconfigured for `ros2 lifecycle set`, as the launch file's `autostart:=false`.
@@ -44,6 +45,7 @@ from rclpy.node import Node
 from rclpy.task import Future
 
 from oxygen_ros import share, simulation
+from oxygen_ros.nodes.spin import EXIT_ON_REFUSAL
 
 LOGGER = rclpy.logging.get_logger("oxygen_supervisor")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -119,10 +121,14 @@ class _Child:
 def _dies_with(parent: int) -> Callable[[], None]:
     """preexec_fn of a child: its own process group (a terminal's Ctrl-C reaches the supervisor alone, which stops
     the nodes in order; Popen's process_group needs Python 3.11), SIGTERM when the supervisor dies; exit if it is
-    already gone."""
+    already gone. SIGINT and SIGTERM back to their defaults: an ignored one (a supervisor started by a script's `&`,
+    or from a process that stopped a node in it) would stay ignored through exec until the node installs its own,
+    so a supervisor killed while the node starts would leave it running for good."""
 
     def preexec() -> None:
         os.setpgid(0, 0)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_DFL)
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:
             os._exit(1)
@@ -286,7 +292,8 @@ class Supervisor:
                 return
 
     def _spawn(self, child: _Child) -> subprocess.Popen | None:
-        command = [str(share.node_executable(child.spec.executable)), "--ros-args", "-r", f"__node:={child.spec.name}"]
+        command = [str(share.node_executable(child.spec.executable)), EXIT_ON_REFUSAL, "--ros-args",
+                   "-r", f"__node:={child.spec.name}"]  # fmt: skip
         if child.spec.namespace:
             command += ["-r", f"__ns:=/{child.spec.namespace}"]
         command += child.spec.arguments

@@ -11,18 +11,23 @@ does), stop the executor, destroy the node (what it keeps persisted), and only t
 """
 
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import rclpy
-from rclpy.executors import Executor, ExternalShutdownException
+from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
+from rclpy.utilities import remove_ros_args
+
+from oxygen_ros.nodes.refusal import Refusal
 
 SIGNAL_POLL_S = 0.2  # how often the main thread looks up from waiting: a signal is handled within this
 STOP_WAIT_S = 5.0  # how long a goal's ending (longer where it says: ``settle_s``), then the spin thread's, may take
+EXIT_ON_REFUSAL = "--exit-on-refusal"  # before --ros-args: exit 1 on refused parameters instead of staying up refusing
 MAX_ENDING_S = 9.0  # a goal's ending at most: `ros2 launch` kills a node 10 s after its SIGINT (SIGTERM, SIGKILL)
 
 
@@ -64,17 +69,26 @@ def spin_until_shutdown(node: Node, executor: Executor) -> int:
 
 
 def run(make_node: Callable[[], Node], make_executor: Callable[[], Executor], name: str, args: list[str] | None) -> int:
-    """A node executable's main: init rclpy with ``args``, build the node and an executor (both need the
-    initialised context) and spin; a node that refuses its parameters (ValueError / FileNotFoundError saying
-    which) is logged and the exit status is 1."""
+    """A node executable's main: init rclpy with ``args`` (None: the command line), build the node and an executor
+    (both need the initialised context) and spin. A node that refuses its parameters (ValueError /
+    FileNotFoundError saying which) is logged and the process stays up refusing (``Refusal``: the reason on
+    /diagnostics) until stopped, then exits 1; with ``EXIT_ON_REFUSAL`` among the non-ROS arguments it exits 1 at
+    once (`oxygen-ros up`, whose restart policy gives up on a node that keeps failing, passes it)."""
     init(args)
     try:
         node = make_node()
     except (ValueError, FileNotFoundError) as exc:
-        rclpy.logging.get_logger(name).error(f"cannot start: {exc}")
+        reason = str(exc)
+    else:
+        return spin_until_shutdown(node, make_executor())
+    rclpy.logging.get_logger(name).error(f"cannot start: {reason}")
+    if EXIT_ON_REFUSAL in remove_ros_args(sys.argv if args is None else args):
         rclpy.try_shutdown()
         return 1
-    return spin_until_shutdown(node, make_executor())
+    rclpy.logging.get_logger(name).error("serving nothing, the reason on /diagnostics, until stopped: fix the "
+                                         "parameter and restart the node")  # fmt: skip
+    spin_until_shutdown(Refusal(name, reason), SingleThreadedExecutor())
+    return 1
 
 
 def _spin(executor: Executor, stopping: threading.Event, spun: threading.Event) -> None:

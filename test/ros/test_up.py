@@ -203,8 +203,11 @@ def test_sigterm_stops_every_process_cleanly_and_writes_the_disk_tier(graph):
 
 ORPHAN_SCRIPT = """
 import os
+import signal
 import time
 from oxygen_ros.supervisor import GRAPH, Supervisor
+for signum in (signal.SIGINT, signal.SIGTERM):  # as started by a script's `&` or by a stopped node: its nodes must not
+    signal.signal(signum, signal.SIG_IGN)  # inherit them ignored, or the kill below (during their start) misses them
 nodes = tuple(spec for spec in GRAPH if not spec.lifecycle)
 with open(os.devnull, "w") as quiet, Supervisor(nodes=nodes, output=quiet) as graph:
     print(" ".join(str(pid) for pid in graph.pids().values()), flush=True)
