@@ -13,8 +13,11 @@ PACKAGE = "oxygen_ros"
 PROFILE_VARIABLES = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
 TRANSPORTS_VARIABLE = "FASTDDS_BUILTIN_TRANSPORTS"  # ignored by Fast DDS under a profile that names its transports
 FAST_DDS_2 = {"humble", "iron", "jazzy"}  # ROS_DISTRO whose Fast DDS (2.6-2.14) reads only FASTRTPS_DEFAULT_PROFILES_FILE
-# absolute, not resolved: under `colcon build --symlink-install` this file is a link into the source tree
-PREFIX = Path(__file__).absolute().parents[4]
+# absolute, not resolved: under `colcon build --symlink-install` this file is a link into the source tree. Imported
+# from a source tree near the filesystem root (not installed: no prefix), the files are looked for under the root
+# and reported missing by name, rather than failing every import of the package
+_HERE = Path(__file__).absolute()
+PREFIX = _HERE.parents[4] if len(_HERE.parents) > 4 else Path(_HERE.anchor)
 
 
 def config_file(name: str) -> Path:
