@@ -23,9 +23,11 @@ IMAGE_BYTES = 64 << 20  # an image's data (step x height) and its RGB copy (widt
 STATE = 1024  # Observation.state elements
 DEADLINE_S = 3600.0  # Infer.deadline_s
 MIN_RATE_HZ = 0.01  # FollowInstruction.rate_hz: its period sizes the chunk clock's waits and each request's deadline
+CHUNK_HORIZON = 1000  # ActionChunk.horizon an arm executes (pi0 / SmolVLA plan 50 actions ahead, ACT 100)
 GOAL_DURATION_S = 86400.0  # FollowInstruction.duration_s (0 = until cancelled)
 TARGET_DISTANCE_M = 100.0  # default of navigation_node's max_target_distance_m
 OBSERVATION_RING_BYTES = 256 << 20  # default of the inference node's observation_ring_bytes
+JSON_DEPTH = 64  # nesting of a JSON field (a schema, tools, tool calls): json.loads recurses ~1000 levels, templates too
 PREVIEW_CHARS = 24  # of an over-long text, quoted in the refusal
 
 
@@ -68,3 +70,28 @@ def within(field: str, value: float, low: float, high: float, note: str = "") ->
 def _number(value: float) -> str:
     """Counts as integers, measures as short floats (1e+30, 0.5)."""
     return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def json_nesting(field: str, text: str, bound: int = JSON_DEPTH) -> None:
+    """OUT_OF_RANGE when the JSON text ``text`` nests deeper than ``bound``: what parses it, and a chat template
+    rendering it, recurse once a level (Python's own limit is ~1000, far past any real schema or tool list)."""
+    depth = json_depth(text)
+    if depth > bound:
+        raise EngineError(ErrorCode.OUT_OF_RANGE, f"{field} nests {depth} levels deep, more than the bound of {bound}")
+
+
+def json_depth(source: str) -> int:
+    """The deepest bracket nesting of a JSON text outside its strings (as json.loads would recurse into it)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in source:
+        if in_string:
+            escaped, in_string = (not escaped and char == "\\"), (escaped or char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+    return deepest

@@ -143,10 +143,10 @@ class InstructionNode(TaskActionNode[Stream]):
     async def prepare(self, run: GoalRun, goal: FollowInstruction.Goal) -> Stream | None:
         """Ask for actions once: the answer decides between the model's action head and the controller. The probe
         has no deadline (the first chunk may take its time; steps already due are dropped from it)."""
-        state, origin = self._snapshot_or_none()
+        state, origin, read_at = self._snapshot_or_none()
         if self.arm.configured:  # the controller's parameters are read while the model answers (``_arm_plan``)
             self.arm.check_ahead()
-        observed_at, asked = self.arm.readings.now(), time.monotonic()
+        asked_at, asked = self.arm.readings.now(), time.monotonic()
         probe = await self.infer.call(self._actions_request(run.task_id, goal.instruction, 0.0, state))
         infer_s = time.monotonic() - asked  # the model's time alone: the controller's check below is not inference
         vla = probe.success
@@ -165,11 +165,11 @@ class InstructionNode(TaskActionNode[Stream]):
             if origin is None:
                 run.end(ErrorCode.FAILED_PRECONDITION, self._why_no_state())
                 return None
-            frame_at = self._frame_time(stream, probe, observed_at)
+            frame_at = self._frame_time(stream, probe, asked_at)
             if frame_at is None:
                 return None
             # sent from start(): once this goal is the node's current one, whose end always holds the arm
-            stream.first_chunk = (probe, observed_at, frame_at, origin, infer_s)
+            stream.first_chunk = (probe, read_at, frame_at, origin, infer_s)
         mode = "the model's action head" if vla else "the controller (the model has no action head)"
         self.get_logger().info(f"{run.task_id}: {goal.instruction!r} at {goal.rate_hz:g} Hz from {mode}")
         return stream
@@ -200,14 +200,14 @@ class InstructionNode(TaskActionNode[Stream]):
             stream.run.end(exc.code, exc.message)
             return None
 
-    def _snapshot_or_none(self) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """``JointReadings.snapshot``, or Nones (no arm configured, or no fresh joint states)."""
-        if not self.arm.configured:
-            return None, None
-        try:
-            return self.arm.readings.snapshot()
-        except EngineError:
-            return None, None
+    def _snapshot_or_none(self) -> tuple[np.ndarray | None, np.ndarray | None, float]:
+        """``JointReadings.snapshot``, or Nones and now (no arm configured, or no fresh joint states)."""
+        if self.arm.configured:
+            try:
+                return self.arm.readings.snapshot()
+            except EngineError:
+                pass
+        return None, None, self.arm.readings.now()
 
     def _why_no_state(self) -> str:
         try:
@@ -386,20 +386,20 @@ class InstructionNode(TaskActionNode[Stream]):
     async def _ask_actions(self, stream: Stream, deadline_s: float, number: int) -> None:
         plan, run = stream.plan, stream.run
         try:
-            state, origin = self.arm.readings.snapshot()
+            state, origin, observed_at = self.arm.readings.snapshot()
         except EngineError as exc:
             plan.answered(number)
             self.vla.hold(plan)
             run.end(exc.code, exc.message)
             return
-        observed_at, asked = self.arm.readings.now(), time.monotonic()
+        asked_at, asked = self.arm.readings.now(), time.monotonic()
         try:
             out = await self.infer.call(self._actions_request(run.task_id, stream.instruction, deadline_s, state))
             if not run.running:
                 return
             if out.success:
-                late_s = self.arm.readings.now() - observed_at - deadline_s
-                frame_at = self._frame_time(stream, out, observed_at)
+                late_s = self.arm.readings.now() - asked_at - deadline_s
+                frame_at = self._frame_time(stream, out, asked_at)
                 if frame_at is not None:
                     await self._to_arm(stream, out, observed_at, frame_at, origin, time.monotonic() - asked, late_s)
             elif out.error_code == ErrorCode.DEADLINE_EXCEEDED.value:

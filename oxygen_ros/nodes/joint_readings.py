@@ -165,14 +165,19 @@ class JointReadings:
             out.append((position, velocity, arrival))
         return np.asarray(out, dtype=np.float64).reshape(len(names), 3)
 
-    def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray, float]:
         """(the state the model reads: ``state_joint_names``' positions and velocities, an action joint's in the
-        model's units; the action joints in the model's units: a delta chunk's origin), read together now.
-        FAILED_PRECONDITION naming a velocity the joint states do not carry."""
-        readings = self._read(tuple(entry.joint for entry in self.state))
+        model's units; the action joints in the model's units: a delta chunk's origin; when the oldest arm reading
+        of them arrived, node clock s: when the model saw the arm, a gripper on its own controller aside as in
+        ``reading``), from one read: a JointState arriving meanwhile cannot give the origin another instant than the
+        state. FAILED_PRECONDITION naming a velocity the joint states do not carry."""
+        joints = tuple(dict.fromkeys([entry.joint for entry in self.state] + list(self.names)))
+        readings = self._read(joints)
+        row = {name: i for i, name in enumerate(joints)}
         index = {name: i for i, name in enumerate(self.names)}
         state = []
-        for entry, (position, velocity, _) in zip(self.state, readings):
+        for entry in self.state:
+            position, velocity, _ = readings[row[entry.joint]]
             if entry.velocity and not math.isfinite(velocity):
                 raise EngineError(ErrorCode.FAILED_PRECONDITION, f"state entry {entry.name}: the joint states carry "
                                   f"no velocity for joint {entry.joint} (or one over {MAX_SPEED:g})")  # fmt: skip
@@ -181,4 +186,6 @@ class JointReadings:
                 state.append(velocity if i is None else velocity / self.map.scale[i])
             else:
                 state.append(position if i is None else (position - self.map.offset[i]) / self.map.scale[i])
-        return np.array(state), self.map.to_model(self.measured(self.names))
+        arm = [i for i, name in enumerate(joints) if name not in self._grippers] or list(range(len(joints)))
+        origin = self.map.to_model(readings[[row[name] for name in self.names], 0])
+        return np.array(state), origin, float(readings[arm, 2].min())

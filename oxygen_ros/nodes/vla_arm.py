@@ -37,11 +37,13 @@ from oxygen_ros.control.arm.joint_limits import JointLimit
 from oxygen_ros.control.arm.latency import Latency
 from oxygen_ros.control.arm.safety import SafeTargets, check_moving_start, check_targets
 from oxygen_ros.control.arm.turns import beside, difference, turning
+from oxygen_ros import bounds
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk, ChunkTrace
 from oxygen_ros.srv import Infer
 from oxygen_ros.nodes.arm_io import ArmIO
 from oxygen_ros.nodes.goal_run import GoalRun
+from oxygen_ros.nodes.infer_client import ANSWER_SLACK_S
 from oxygen_ros.nodes.joint_readings import MAX_CLOCK_SKEW_S
 from oxygen_ros.nodes.stamps import seconds, time_of
 from oxygen_ros.nodes.trajectory_controller import HOLD_MIN_S
@@ -120,14 +122,19 @@ class VlaArm:
 
     def plan_for(self, chunk: ActionChunk) -> ArmPlan:
         """The goal's plan for this model's chunks; FAILED_PRECONDITION naming what keeps them from the arm: no joints
-        configured or not as many as the chunk has dimensions, a joint without limits, or stale joint states."""
+        configured or not as many as the chunk has dimensions, a horizon out of bounds or unlike its actions, a period
+        the arm cannot be watched at, a joint without limits, or stale joint states."""
         if not self.arm.configured:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, "the model sends joint actions but no arm is configured: "
                               "set action_joint_names (and trajectory_action) to the controller's joints")  # fmt: skip
         if len(self.arm.names) != chunk.action_dim:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"the model's {chunk.action_dim} action dimensions need "
                               f"as many action_joint_names, {len(self.arm.names)} are set")  # fmt: skip
-        if not MIN_PERIOD_S <= chunk.period_s <= MAX_PERIOD_S or chunk.horizon < 1:
+        if not 1 <= chunk.horizon <= bounds.CHUNK_HORIZON or len(chunk.actions) != chunk.horizon * chunk.action_dim:
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"a chunk of horizon {chunk.horizon} (must be in [1, "
+                              f"{bounds.CHUNK_HORIZON}]) with {len(chunk.actions)} actions, not horizon x action_dim "
+                              f"{chunk.action_dim}, cannot be executed")  # fmt: skip
+        if not MIN_PERIOD_S <= chunk.period_s <= MAX_PERIOD_S:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"a chunk of {chunk.horizon} actions {chunk.period_s} s "
                               f"apart cannot be executed (period_s must be in [{MIN_PERIOD_S:g}, {MAX_PERIOD_S:g}]: "
                               "the arm is watched once a period)")  # fmt: skip
@@ -167,6 +174,13 @@ class VlaArm:
             return max(plan.horizon - plan.threshold, 1) * period
         return max(end - now - self._settings["send_lead_s"], period)
 
+    def max_input_age(self, plan: ArmPlan) -> float:
+        """How old a chunk's inputs (the joint states it read, its frames) may be when it comes: as old as
+        input_timeout_s when it was asked for, plus the longest deadline ``due`` gives a chunk and the answer's slack
+        past it (a later chunk is answered within that); older, it acts on a scene that may have changed."""
+        longest = max(plan.threshold, plan.horizon - plan.threshold, 1) * plan.queue.period
+        return self._settings["input_timeout_s"] + longest + ANSWER_SLACK_S
+
     def frame_time(self, answer: Infer.Response, asked_at: float) -> float:
         """When the camera frames of ``answer`` were captured (node clock s); FAILED_PRECONDITION when it names
         none (every VLA reads a camera), an unstamped one, one older than ``input_timeout_s`` when the chunk was
@@ -204,6 +218,10 @@ class VlaArm:
                 f"{chunk.period_s} s apart, unlike the goal's first ({plan.action_dim} wide, {plan.queue.period} s)"  # fmt: skip
         rows = np.asarray(chunk.actions, dtype=np.float64).reshape(chunk.horizon, chunk.action_dim)[: plan.horizon]
         queue, now, lead = plan.queue, self.arm.readings.now(), self._settings["send_lead_s"]
+        age, bound = now - min(observed_at, frame_at), self.max_input_age(plan)
+        if age > bound:  # the scene may have changed since (the first chunk's probe waits without a deadline)
+            return ErrorCode.DEADLINE_EXCEEDED, f"the chunk's inputs were {age:.2f} s old when it came, over " \
+                f"{bound:.2f} s (input_timeout_s, the longest deadline a chunk is asked with, the answer's slack)"  # fmt: skip
         with plan.lock:
             commanded, moving = queue.commanded(now), queue.velocity(now)
             targets = self.arm.map.to_joints(rows, origin)

@@ -55,10 +55,11 @@ def test_positions_and_velocities_in_the_models_units(ros_context):
         msg = JointState(name=["base", "wrist", "jaw"], position=[0.3, 2.0, 1.0], velocity=[0.1, 0.25, -4.0])
         msg.header.stamp = node.get_clock().now().to_msg()
         arm.readings._on_state(msg)
-        state, origin = arm.readings.snapshot()
+        state, origin, read_at = arm.readings.snapshot()
         # wrist: (2 - 1) / 0.5 and 0.25 / 0.5; base (no action joint): as measured; jaw: 1 / 2
         np.testing.assert_allclose(state, [2.0, 0.5, 0.3, 0.1, 0.5])
         np.testing.assert_allclose(origin, [2.0, 0.5])
+        assert read_at == arm.readings._joints["wrist"][2]  # when the reading the model saw arrived, not now
         msg.velocity = []  # a driver that publishes positions only
         arm.readings._on_state(msg)
         with pytest.raises(EngineError) as err:

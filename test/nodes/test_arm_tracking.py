@@ -20,7 +20,7 @@ from oxygen_ros.srv import Infer
 from oxygen_ros.nodes.trajectory_controller import Fault
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
 
-SETTINGS = {"send_lead_s": 0.1, "max_missed_chunks": 3}
+SETTINGS = {"send_lead_s": 0.1, "max_missed_chunks": 3, "input_timeout_s": 0.5}
 
 
 class Arm:
@@ -118,6 +118,32 @@ def test_an_arm_found_not_following_as_a_chunk_comes_ends_the_goal_held_where_it
         assert returned.value.value is None  # not a miss
         assert run.ended[0] == ErrorCode.OUT_OF_RANGE and "the arm is not following" in run.ended[1]
         assert arm.holds == [None] and plan.queue.rows is None  # held where measured; the plan forgotten
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("stale", ["state", "frame"])
+def test_a_chunk_whose_inputs_are_older_than_any_answer_on_time_can_be_is_missed_unplayed(ros_context, stale):
+    """The goal's first chunk is asked for without a deadline (its probe may wait up to infer_timeout_s): one that
+    comes later than any chunk could on time (input_timeout_s + the longest deadline a chunk is asked with + the
+    answer's slack: 0.5 + 3 x 0.1 + 1.0 s here) would play the rest of its targets from a scene that may have
+    changed. Its joint states or its frames too old, it is a missed chunk, nothing merged nor sent."""
+    node = Node(f"arm_stale_chunk_test_{stale}", context=ros_context)
+    try:
+        rows = [[0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [0.4, 0.0, 0.0], [0.6, 0.0, 0.0]]
+        arm, run, plan = Arm([0.0, 0.0, 0.0]), Run(), planned(rows)
+        plan.queue.hold()  # at rest, nothing planned: as before a goal's first chunk
+        vla = VlaArm(node, arm, SETTINGS)
+        assert vla.max_input_age(plan) == pytest.approx(1.8)
+        arm.clock = 12.1
+        chunk = ActionChunk(horizon=4, action_dim=3, period_s=0.1, actions=np.ravel(rows).tolist())
+        observed_at, frame_at = (10.2, 12.0) if stale == "state" else (12.0, 10.2)  # 1.9 s old
+        executing = vla.execute(run, plan, Infer.Response(actions=chunk), observed_at, frame_at, np.zeros(3), 1.8)
+        with pytest.raises(StopIteration) as returned:
+            executing.send(None)
+        code, why = returned.value.value
+        assert code == ErrorCode.DEADLINE_EXCEEDED and "inputs were 1.90 s old" in why, why
+        assert run.running and plan.queue.rows is None and not arm.holds  # a miss: the caller counts it and holds
     finally:
         node.destroy_node()
 
@@ -466,6 +492,22 @@ def test_a_chunk_period_the_arm_cannot_be_watched_at_is_refused(ros_context, per
         arm = Arm([0.0, 0.0, 0.0])
         arm.configured = True
         with pytest.raises(EngineError, match=r"period_s must be in \[0.001, 1\]"):
-            VlaArm(node, arm, SETTINGS).plan_for(ActionChunk(action_dim=3, horizon=5, period_s=period_s))
+            VlaArm(node, arm, SETTINGS).plan_for(ActionChunk(action_dim=3, horizon=5, period_s=period_s,
+                                                             actions=[0.0] * 15))  # fmt: skip
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("horizon, actions", [(0, 0), (5, 14), (4_000_000_000, 0), (1001, 3003)])
+def test_a_chunk_whose_size_is_out_of_bounds_or_unlike_its_actions_is_refused(ros_context, horizon, actions):
+    """A first chunk's horizon sizes the plan's deadlines (the chunk window): bounded, and its actions as many as
+    horizon x action_dim, before any plan is made of it."""
+    node = Node("arm_horizon_test", context=ros_context)
+    try:
+        arm = Arm([0.0, 0.0, 0.0])
+        arm.configured = True
+        chunk = ActionChunk(action_dim=3, horizon=horizon, period_s=0.1, actions=[0.0] * actions)
+        with pytest.raises(EngineError, match=r"must be in \[1, 1000\]\) with \d+ actions, not horizon x action_dim"):
+            VlaArm(node, arm, SETTINGS).plan_for(chunk)
     finally:
         node.destroy_node()
