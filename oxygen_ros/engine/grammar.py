@@ -19,6 +19,7 @@ import llguidance
 import numpy as np
 import torch
 
+from oxygen_ros import bounds
 from oxygen_ros.engine.io import Constraint
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.models.tokenizer import Tokenizer
@@ -26,7 +27,6 @@ from oxygen_ros.models.tokenizer import Tokenizer
 CONSTRAINT_KINDS = ("json_schema", "regex", "grammar")  # a request's field names (the ROS interfaces' too)
 MAX_SOURCE_CHARS = 65536  # of one schema, regex or grammar
 CACHED_GRAMMARS = 64
-MAX_JSON_DEPTH = 64  # nesting of a schema document (json.loads itself would recurse ~1000 levels)
 # llguidance's defaults, except a tenth of the per-token fuel: a mask must cost a fraction of a decode step.
 LIMITS = llguidance.LLParserLimits(step_lexer_fuel=20_000, step_max_items=5_000, verbose_errors=False)
 
@@ -79,8 +79,7 @@ def _grammar(constraint: Constraint) -> str:
         raise EngineError(ErrorCode.OUT_OF_RANGE, f"{kind} has {len(source)} characters, more than the bound of "
                           f"{MAX_SOURCE_CHARS}")  # fmt: skip
     if kind == "json_schema":
-        if _depth(source) > MAX_JSON_DEPTH:
-            raise EngineError(ErrorCode.OUT_OF_RANGE, f"json_schema nests deeper than {MAX_JSON_DEPTH} levels")
+        bounds.json_nesting("json_schema", source)
         try:
             schema = json.loads(source)
         except RecursionError as exc:  # (the depth above is json.loads' own: a net, not the bound)
@@ -97,23 +96,6 @@ def _grammar(constraint: Constraint) -> str:
         return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
     except Exception as exc:  # the converters raise plain exceptions on input they cannot read
         raise EngineError(ErrorCode.INVALID_ARGUMENT, f"{kind} does not parse: {exc}") from exc
-
-
-def _depth(source: str) -> int:
-    """The deepest bracket nesting of a JSON text outside its strings (as json.loads would recurse into it)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for char in source:
-        if in_string:
-            escaped, in_string = (not escaped and char == "\\"), (escaped or char != '"')
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth = max(depth - 1, 0)
-    return deepest
 
 
 def allowed_tokens(matcher: llguidance.LLMatcher, width: int) -> torch.Tensor:

@@ -21,6 +21,8 @@ from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.stamps import nanoseconds
 
 COMPRESSED_SUFFIX = "/compressed"  # image_transport's compressed topic
+FORMATS = ("JPEG", "PNG")  # what image_transport's compressed plugin sends; OpenCV would decode many more
+MAX_JPEG_SCANS = 100  # a baseline JPEG has 1, a progressive one ~10 (libjpeg's default script), plus a thumbnail's
 
 
 def is_compressed(topic: str) -> bool:
@@ -41,15 +43,23 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)  # the bounds below refuse it
-            with PILImage.open(io.BytesIO(data)) as header:
-                width, height = header.size
-    except (OSError, ValueError, PILImage.DecompressionBombError) as exc:
-        raise _invalid(f"compressed image is not an image OpenCV and Pillow can read: {exc}") from exc
+            with PILImage.open(io.BytesIO(data), formats=FORMATS) as header:
+                (width, height), kind = header.size, header.format
+    except PILImage.DecompressionBombError as exc:  # over twice Pillow's pixel limit: far over ours
+        raise EngineError(ErrorCode.OUT_OF_RANGE, f"compressed image size: {exc}") from exc
+    except (OSError, ValueError) as exc:
+        raise _invalid(f"compressed image is not a {' or '.join(FORMATS)} image Pillow can read: {exc}") from exc
     if width == 0 or height == 0:
         raise _invalid(f"zero-size compressed image ({width}x{height})")
     bounds.at_most("compressed image width", width, bounds.IMAGE_SIDE, "pixels")
     bounds.at_most("compressed image height", height, bounds.IMAGE_SIDE, "pixels")
     bounds.at_most("compressed image RGB copy (width x height x 3)", width * height * 3, bounds.IMAGE_BYTES, "bytes")
+    # each scan of a progressive JPEG is a pass over every block: thousands of near-empty ones in a few MB would hold
+    # a decoding thread for minutes (libjpeg sets no scan limit through OpenCV). An SOS marker cannot appear inside
+    # entropy-coded data (0xFF is stuffed there); an EXIF thumbnail or metadata adds a few.
+    if kind == "JPEG":
+        scans = data.tobytes().count(b"\xff\xda")
+        bounds.at_most("compressed image scans (JPEG SOS markers)", scans, MAX_JPEG_SCANS, "scans")
     bgr = cv2.imdecode(data, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
     if bgr is None or bgr.shape != (height, width, 3):
         raise _invalid(f"compressed image ({width}x{height}) could not be decoded")

@@ -46,14 +46,19 @@ ENCODINGS: dict[str, tuple[int, tuple[int, int, int]]] = {
 }
 
 
-def image_to_rgb(msg: Image) -> np.ndarray:
-    """HxWx3 uint8 RGB copy of an 8-bit image (row padding in ``step`` is dropped)."""
+def checked_pixels(msg: Image) -> np.ndarray:
+    """An 8-bit image's pixels [H, W, channels] as sent (a view: no copy), its encoding, sizes and the RGB copy
+    ``image_to_rgb`` makes of it checked against their bounds."""
     if msg.encoding not in ENCODINGS:
         bounds.text("image encoding", msg.encoding, bounds.ID_CHARS)  # too long to quote in the refusal
         raise _invalid(f"unsupported image encoding {msg.encoding!r}; supported: {', '.join(ENCODINGS)}")
-    channels, order = ENCODINGS[msg.encoding]
-    pixels = image_rows(msg, channels, ("RGB copy", 3)).reshape(msg.height, msg.width, channels)
-    return np.ascontiguousarray(pixels[..., list(order)])
+    channels, _ = ENCODINGS[msg.encoding]
+    return image_rows(msg, channels, ("RGB copy", 3)).reshape(msg.height, msg.width, channels)
+
+
+def image_to_rgb(msg: Image) -> np.ndarray:
+    """HxWx3 uint8 RGB copy of an 8-bit image (row padding in ``step`` is dropped)."""
+    return np.ascontiguousarray(checked_pixels(msg)[..., list(ENCODINGS[msg.encoding][1])])
 
 
 def images_to_rgb(msgs: Sequence[Image], name: str) -> list[np.ndarray]:
@@ -194,6 +199,7 @@ def _json_field(name: str, text: str, max_chars: int, kind: type[list] | type[di
     if not text:
         return kind()
     bounds.text(name, text, max_chars)
+    bounds.json_nesting(name, text)
     try:
         value = json.loads(text)
     except (ValueError, RecursionError) as exc:

@@ -25,7 +25,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.errors import EngineError
 from oxygen_ros.nodes.compressed import compressed_id, compressed_to_rgb, is_compressed
-from oxygen_ros.nodes.convert import check_observation, image_to_rgb, rgb_to_image
+from oxygen_ros.nodes.convert import check_observation, checked_pixels, image_to_rgb, rgb_to_image
 from oxygen_ros.nodes.declare import Table
 from oxygen_ros.observations import content_id
 from oxygen_ros.perception.detect import Detections, detect
@@ -78,6 +78,8 @@ class LatestFrame:
     def _on_observation(self, msg: ObservationMsg) -> None:
         try:
             check_observation(msg)
+            for image in msg.images:  # (each is sent on with every request that reads images: too large, each fails)
+                checked_pixels(image)
         except EngineError as exc:
             self._logger.warning(f"ignoring an observation: {exc.message}", throttle_duration_sec=5.0)
             return

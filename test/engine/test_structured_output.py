@@ -15,7 +15,7 @@ from engine_helpers import make_engine
 from hf_reference import hf_smollm2
 
 from oxygen_ros.bench.preemption_workload import POOL_BLOCKS, preemption_requests
-from oxygen_ros.engine.grammar import _depth
+from oxygen_ros.bounds import json_depth
 from oxygen_ros.engine.io import Constraint, GenerateRequest, Observation
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
@@ -126,7 +126,7 @@ def test_hostile_constraints_are_refused_or_bounded(engine):
     # brackets inside a string neither hide depth (json.loads' RecursionError was INTERNAL) nor count as depth
     hidden = '{"description": "' + "]" * 2000 + '", "items": ' + "[" * 2000 + "]" * 2000 + "}"
     refused(Constraint("json_schema", hidden), ErrorCode.OUT_OF_RANGE)
-    assert _depth(json.dumps({"type": "string", "description": '[[{{ "quoted" \\'})) == 1
+    assert json_depth(json.dumps({"type": "string", "description": '[[{{ "quoted" \\'})) == 1
     refused(Constraint("json_schema", "{not json"), ErrorCode.INVALID_ARGUMENT)
     refused(Constraint("json_schema", "true"), ErrorCode.INVALID_ARGUMENT)  # JSON Schema allows it; not an answer shape
     refused(Constraint("regex", "[a-z]+("), ErrorCode.INVALID_ARGUMENT)

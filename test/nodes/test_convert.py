@@ -241,3 +241,10 @@ def test_chat_and_constraint_fields_parse_within_bounds():
         with pytest.raises(EngineError) as err:
             convert.generate_request(Infer.Request(prompt="q", **bad), None, SamplingParams(), PROMPT_CHARS)
         assert field in err.value.message
+    # 300 levels parse (json.loads recurses ~1000), but a chat template rendering them recursively would not
+    deep = '[{"type": "function", "function": {"parameters": ' + '{"a": ' * 300 + "1" + "}" * 300 + "}}]"
+    for bad, field in (({"tools": deep}, "tools"),
+                       ({"messages": [ChatMessageMsg(role="assistant", tool_calls=deep)]}, "tool_calls")):
+        with pytest.raises(EngineError) as err:
+            convert.generate_request(Infer.Request(prompt="q", **bad), None, SamplingParams(), PROMPT_CHARS)
+        assert err.value.code == ErrorCode.OUT_OF_RANGE and f"{field} nests 303 levels deep" in err.value.message

@@ -8,6 +8,7 @@ import time
 import numpy as np
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
+from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
 from oxygen_ros.msg import Observation as ObservationMsg
@@ -31,6 +32,24 @@ def test_scene_text_never_replaces_the_pixels(ros_context):
             frame._on_observation(ObservationMsg(observation_id=text_id, text="a table"))
             assert frame.observation_id() == image_id and len(frame.inline(1)[0].images) == 1
         assert frame.detections() is not None
+    finally:
+        node.destroy_node()
+
+
+def test_an_observation_with_an_image_out_of_bounds_is_ignored(ros_context):
+    """Its images would go on inline with every request that reads images, each one refused: it never becomes the
+    newest frame (the frame before it stays)."""
+    node = Node("latest_frame_bounds_test", context=ros_context)
+    try:
+        settings = {name: default for name, (default, _) in PARAMETERS.items()}
+        frame = LatestFrame(node, settings, ReentrantCallbackGroup())
+        good = rgb_to_image(np.zeros((48, 64, 3), np.uint8), Header())
+        frame._on_observation(ObservationMsg(observation_id="good", images=[good]))
+        huge = Image(height=9000, width=9000, encoding="rgb8", step=27000, data=b"")  # over IMAGE_SIDE, no pixels
+        short = Image(height=48, width=64, encoding="rgb8", step=192, data=b"\x00" * 100)  # data shorter than rows
+        for bad in (huge, short):
+            frame._on_observation(ObservationMsg(observation_id="bad", images=[good, bad]))
+            assert frame.observation_id() == "good"
     finally:
         node.destroy_node()
 

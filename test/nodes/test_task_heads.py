@@ -30,3 +30,5 @@ def test_navigation_reasoning_is_read_from_fields():
     assert reasoning.read('{"path_clear":true,"obstacle":""}') == "path ahead clear"
     assert reasoning.read('{"path_clear":tr').startswith("(language head: answer cut short")
     assert reasoning.read("(language head: DEADLINE_EXCEEDED: late)") == "(language head: DEADLINE_EXCEEDED: late)"
+    too_deep = "[" * 5000 + "]" * 5000  # past json.loads' recursion: a server ignoring the schema; said, not raised
+    assert reasoning.read(too_deep) == too_deep
