@@ -7,7 +7,10 @@ prefix cache recomputes the whole image prefix (SigLIP and the backbone prefill)
 the full 0-255 range), and when every image differs from an earlier observation's by less than t, the request is
 served as if that earlier observation had arrived: its images (so its image hashes and its cached KV), and, for a
 text model, its scene text (the description of the frame it reuses).  The robot state is always the new one.  The
-cost is staleness: what changed in the scene by less than t is not seen; ``bench --suite tiers`` measures it.
+cost is staleness: what changed in the scene by less than t is not seen; ``bench --suite tiers`` measures it. And it
+is bounded in time: where both are stamped, an observation stands in only for one captured at most ``MAX_AGE_NS``
+after it (below the arm's input_timeout_s default, 0.5 s), so a still scene is computed anew a few times a second
+instead of served from one frame for minutes while the answers report the newest frame's stamp.
 """
 
 from collections import deque
@@ -20,6 +23,7 @@ from oxygen_ros.engine.io import Observation
 
 HISTORY = 8  # recent observations a new one is compared with
 THUMBNAIL = (64, 64)  # width, height: the comparison's resolution (noise and tiny shifts average out)
+MAX_AGE_NS = 250_000_000  # capture time an earlier observation may stand in for (both stamped)
 
 
 def thumbnail(rgb: np.ndarray) -> np.ndarray:
@@ -43,13 +47,14 @@ class SimilarFrames:
         self.reused = 0  # observations served from an earlier one's images
 
     def resolve(self, obs: Observation) -> Observation:
-        """``obs``, or the most similar recent observation's images and text with ``obs``'s state and id."""
+        """``obs``, or the most similar recent observation's images, text and capture stamp with ``obs``'s state and
+        id."""
         if not obs.images:
             return obs
         thumbs = [thumbnail(im) for im in obs.images]
         best, best_diff = None, self.threshold
         for earlier, earlier_thumbs in self._recent:
-            if len(earlier_thumbs) != len(thumbs):
+            if len(earlier_thumbs) != len(thumbs) or _too_old(earlier, obs):
                 continue
             diff = max(frame_difference(a, b) for a, b in zip(thumbs, earlier_thumbs, strict=True))
             if diff < best_diff:
@@ -58,4 +63,9 @@ class SimilarFrames:
             self._recent.append((obs, thumbs))
             return obs
         self.reused += 1
-        return replace(obs, images=best.images, image_keys=best.image_keys, text=best.text)
+        return replace(obs, images=best.images, image_keys=best.image_keys, text=best.text, stamp_ns=best.stamp_ns)
+
+
+def _too_old(earlier: Observation, obs: Observation) -> bool:
+    """Whether ``earlier`` was captured over MAX_AGE_NS before ``obs`` (unstamped: its age is unknown, not bounded)."""
+    return bool(earlier.stamp_ns and obs.stamp_ns and obs.stamp_ns - earlier.stamp_ns > MAX_AGE_NS)

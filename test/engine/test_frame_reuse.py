@@ -6,7 +6,7 @@ import pytest
 from engine_helpers import make_engine
 
 from oxygen_ros.config import EngineConfig
-from oxygen_ros.engine.frame_reuse import SimilarFrames, frame_difference, thumbnail
+from oxygen_ros.engine.frame_reuse import MAX_AGE_NS, SimilarFrames, frame_difference, thumbnail
 from oxygen_ros.engine.io import GenerateRequest, Observation
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError
@@ -42,6 +42,25 @@ def test_frames_are_matched_by_thumbnail_difference(frames):
     for bad in (-0.1, 1.0, 1.5, float("nan")):  # 1.0 would reuse any frame at all
         with pytest.raises(EngineError, match=r"reuse_similarity_threshold must be in \[0, 1\)"):
             EngineConfig(reuse_similarity_threshold=bad).validate()
+
+
+def test_a_stamped_frame_stands_in_only_for_frames_captured_soon_after_it(frames):
+    """A still scene must not be served from one frame for minutes: stamped, an earlier frame stands in for one
+    captured at most MAX_AGE_NS later; past that the new frame is computed and becomes the one that stands in."""
+    reuse = SimilarFrames(THRESHOLD)
+    first = Observation("f0", images=[frames[0]], stamp_ns=1_000_000_000)
+    assert reuse.resolve(first) is first
+    soon = reuse.resolve(Observation("f1", images=[frames[1]], stamp_ns=1_000_000_000 + MAX_AGE_NS))
+    assert soon.images[0] is frames[0] and soon.stamp_ns == first.stamp_ns  # the pixels' own capture time
+    late = Observation("f1-late", images=[frames[1].copy()], stamp_ns=1_000_000_001 + MAX_AGE_NS)
+    assert reuse.resolve(late) is late  # as similar, but captured too long after frame 0
+    later = reuse.resolve(Observation("f1-later", images=[frames[1]], stamp_ns=1_000_000_002 + MAX_AGE_NS))
+    assert later.images[0] is late.images[0] and later.stamp_ns == late.stamp_ns
+    assert reuse.reused == 2
+    reuse = SimilarFrames(THRESHOLD)
+    reuse.resolve(first)
+    unstamped = reuse.resolve(Observation("f1-unstamped", images=[frames[1]]))  # its age unknown: not bounded
+    assert unstamped.images[0] is frames[0]
 
 
 def _act(engine, frame, index: int):
