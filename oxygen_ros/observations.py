@@ -65,14 +65,16 @@ class ObservationRing:
         keep_s: float = 0.0,
         max_bytes: int = bounds.OBSERVATION_RING_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        camera_sets: bool = False,
     ) -> None:
+        """``camera_sets``: a policy reads only keyed camera sets from the start (else once the first one came)."""
         if capacity < 1:
             raise ValueError(f"the observation ring needs room for at least one observation, got {capacity}")
         self.capacity, self.keep_s, self.max_bytes = capacity, keep_s, max_bytes
         self._clock = clock
         self._entries: OrderedDict[str, _Kept] = OrderedDict()  # oldest arrival first
         self._bytes = 0
-        self._camera_sets = False  # a keyed camera set (observation_node's) came: a policy reads only those since
+        self._camera_sets = camera_sets  # a policy reads only keyed camera sets (observation_node's): told, or one came
         self._lock = threading.Lock()
 
     def add(self, entry: Observation | Rejected) -> bool:

@@ -110,7 +110,8 @@ class InferenceNode(LifecycleNode):
             for name in ("camera_topic", "observation_topic"):
                 validate_topic_name(getattr(settings, name))
             rings = FleetRings(settings.robots, lambda share: ObservationRing(
-                settings.observation_ring, settings.observation_keep_s, settings.observation_ring_bytes // share))
+                settings.observation_ring, settings.observation_keep_s, settings.observation_ring_bytes // share,
+                camera_sets=settings.camera_sets_only))
             topics = rings.topics(settings.camera_topic, settings.observation_topic)
             for name, topic in (("robots", t) for _, *pair in topics for t in pair):
                 validate_topic_name(topic)

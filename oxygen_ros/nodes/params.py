@@ -34,6 +34,11 @@ class NodeParams:
         "observation_topic are subscribed under it and its observations kept apart, requests name theirs in "
         "Infer.robot; [] = one robot, the topics as they resolve in the node's own namespace",
     )  # fmt: skip
+    camera_sets_only: bool = setting(
+        False, "a VLA request reads only observation_node's keyed camera sets, never a raw camera frame: set it where "
+        "observation_node runs (a raw frame fills one camera's slot, the others masked; without it raw frames serve "
+        "until its first set comes)",
+    )  # fmt: skip
     observation_ring: int = setting(8, "recent observations addressable by observation_id (at least this many)",
                                     (1, 10_000))  # fmt: skip
     observation_keep_s: float = setting(

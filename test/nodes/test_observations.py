@@ -81,6 +81,19 @@ def test_once_the_robot_sends_camera_sets_a_policy_reads_only_those():
     assert ring.get("").observation_id == "raw5"
 
 
+def test_told_camera_sets_only_a_policy_never_reads_a_raw_frame_even_before_the_first_set():
+    """``camera_sets_only`` (a robot with an observation_node): before its first set comes (a camera still starting,
+    the sets held back), a raw frame on the camera topic would fill one camera's slot with the others masked."""
+    ring = ObservationRing(3, camera_sets=True)
+    ring.add(Observation(observation_id="raw1", images=[IMAGE]))
+    with pytest.raises(EngineError) as err:
+        ring.get("", needs_images=True)
+    assert err.value.code == ErrorCode.FAILED_PRECONDITION and "no camera set" in err.value.message
+    assert ring.get("").observation_id == "raw1"  # a question still reads it
+    ring.add(Observation(observation_id="set1", images=[IMAGE, IMAGE + 1], image_keys=["top", "wrist"]))
+    assert ring.get("", needs_images=True).observation_id == "set1"
+
+
 def test_rejected_frames_explain_themselves():
     ring = ObservationRing(4)
     ring.add(Observation(observation_id="good"))
