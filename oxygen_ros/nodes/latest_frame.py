@@ -23,7 +23,7 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 
 from oxygen_ros.msg import Observation as ObservationMsg
-from oxygen_ros.errors import EngineError
+from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.compressed import compressed_id, compressed_to_rgb, is_compressed
 from oxygen_ros.nodes.convert import check_observation, checked_pixels, image_to_rgb, rgb_to_image
 from oxygen_ros.nodes.declare import Table
@@ -78,8 +78,7 @@ class LatestFrame:
     def _on_observation(self, msg: ObservationMsg) -> None:
         try:
             check_observation(msg)
-            for image in msg.images:  # (each is sent on with every request that reads images: too large, each fails)
-                checked_pixels(image)
+            _check_sizes(msg.images)
         except EngineError as exc:
             self._logger.warning(f"ignoring an observation: {exc.message}", throttle_duration_sec=5.0)
             return
@@ -123,3 +122,14 @@ class LatestFrame:
         with self._lock:
             self._detected = (msg.observation_id, found)
         return found
+
+
+def _check_sizes(images: list[Image]) -> None:
+    """OUT_OF_RANGE for an image too large (it would go on inline with every request that reads images, each one
+    refused); a malformed one is kept, and the inference node names what is wrong with it in each answer."""
+    for image in images:
+        try:
+            checked_pixels(image)
+        except EngineError as exc:
+            if exc.code == ErrorCode.OUT_OF_RANGE:
+                raise

@@ -36,7 +36,7 @@ def test_scene_text_never_replaces_the_pixels(ros_context):
         node.destroy_node()
 
 
-def test_an_observation_with_an_image_out_of_bounds_is_ignored(ros_context):
+def test_an_observation_with_an_image_too_large_is_ignored(ros_context):
     """Its images would go on inline with every request that reads images, each one refused: it never becomes the
     newest frame (the frame before it stays)."""
     node = Node("latest_frame_bounds_test", context=ros_context)
@@ -46,10 +46,14 @@ def test_an_observation_with_an_image_out_of_bounds_is_ignored(ros_context):
         good = rgb_to_image(np.zeros((48, 64, 3), np.uint8), Header())
         frame._on_observation(ObservationMsg(observation_id="good", images=[good]))
         huge = Image(height=9000, width=9000, encoding="rgb8", step=27000, data=b"")  # over IMAGE_SIDE, no pixels
-        short = Image(height=48, width=64, encoding="rgb8", step=192, data=b"\x00" * 100)  # data shorter than rows
-        for bad in (huge, short):
+        wide = Image(height=1, width=8192, encoding="rgb8", step=8192 * 3 * 4000, data=b"")  # step x height too
+        for bad in (huge, wide):
             frame._on_observation(ObservationMsg(observation_id="bad", images=[good, bad]))
             assert frame.observation_id() == "good"
+        # a malformed one is kept: the inference node names what is wrong with it in the answers (test_vlm_tasks)
+        short = Image(height=48, width=64, encoding="rgb8", step=192, data=b"\x00" * 100)
+        frame._on_observation(ObservationMsg(observation_id="malformed", images=[short]))
+        assert frame.observation_id() == "malformed"
     finally:
         node.destroy_node()
 
