@@ -22,6 +22,7 @@ from oxygen_ros.engine.async_engine import AsyncEngine
 from oxygen_ros.engine.io import Observation, RequestOutput
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes import convert
+from oxygen_ros.nodes.image_budget import ImageBudget
 from oxygen_ros.nodes.params import NodeParams
 from oxygen_ros.nodes.qos import ACTION_SERVER_QOS
 
@@ -34,8 +35,8 @@ class GenerateServer:
     ``wait(future)`` awaits an engine future inside an executor coroutine."""
 
     def __init__(self, node: Any, serving: Serving, wait: Callable[[ConcurrentFuture], Awaitable[Any]],
-                 callback_group: Any) -> None:  # fmt: skip
-        self._serving, self._wait = serving, wait
+                 images: ImageBudget, callback_group: Any) -> None:  # fmt: skip
+        self._serving, self._wait, self._images = serving, wait, images
         self._lock = threading.Lock()  # a cancel and its goal's start run on different executor threads
         self._requests: dict[bytes, tuple[AsyncEngine, str]] = {}  # goal id -> (engine, request id), while running
         self._cancelled: set[bytes] = set()  # goals cancelled before their request was made, while they execute
@@ -66,6 +67,8 @@ class GenerateServer:
             with self._lock:  # every accepted goal executes: what its cancel marked goes with it
                 self._requests.pop(key, None)
                 self._cancelled.discard(key)
+            # rclpy keeps an ended goal's handle, its request with it, for its result's keep time (minutes)
+            goal_handle.request.observation, goal_handle.request.messages = [], []
 
     async def _generate(self, goal_handle: ServerGoalHandle, key: bytes) -> Generate.Result:
         received = time.perf_counter()  # a cancel of its task from now on cancels it
@@ -79,10 +82,16 @@ class GenerateServer:
             return _end(goal_handle, result, ErrorCode.RESOURCE_EXHAUSTED, busy)
         try:
             convert.check_generate_goal(goal, settings.max_prompt_chars, MAX_FEEDBACK_EVERY)
-            observation = resolve(goal)
-            greq = convert.generate_request(goal, observation, settings.sampling_defaults(), settings.max_prompt_chars)
+            with self._images.hold(goal):  # until answered: what the goal brought, decoded, is held till then
+                return await self._answer(goal_handle, key, resolve(goal), engine, settings, received)
         except EngineError as exc:
             return _end(goal_handle, result, exc.code, exc.message)
+
+    async def _answer(self, goal_handle: ServerGoalHandle, key: bytes, observation: Observation | None,
+                      engine: AsyncEngine, settings: NodeParams, received: float) -> Generate.Result:  # fmt: skip
+        """The goal's request made and answered, the goal ended as the engine answered (EngineError: not made)."""
+        goal, result = goal_handle.request, Generate.Result()
+        greq = convert.generate_request(goal, observation, settings.sampling_defaults(), settings.max_prompt_chars)
         greq.request_id = f"generate-{uuid.UUID(bytes=key)}"
         with self._lock:
             self._requests[key] = (engine, greq.request_id)

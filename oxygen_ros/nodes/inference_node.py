@@ -47,6 +47,7 @@ from oxygen_ros.nodes.compressed import compressed_observation, is_compressed
 from oxygen_ros.nodes.executor import Executor
 from oxygen_ros.nodes.fleet import FleetRings
 from oxygen_ros.nodes.generate_server import GenerateServer
+from oxygen_ros.nodes.image_budget import ImageBudget
 from oxygen_ros.nodes.pool_markers import pool_markers
 from oxygen_ros.nodes.qos import SERVICE_QUEUE
 from oxygen_ros.nodes.spin import run
@@ -78,6 +79,7 @@ class InferenceNode(LifecycleNode):
         self._drawing = False
         self._last_report: ServingStats | None = None
         self._resources: list[tuple[str, str]] = []  # what configure took of the machine, for /diagnostics
+        self._images = ImageBudget(bounds.INFLIGHT_IMAGE_BYTES)  # its limit set at configure
         inference_params.refuse_while_configured(self, lambda: self._state)
         queue = SERVICE_QUEUE  # a burst from many task nodes reaches the engine's bounded queue (nodes/qos.py)
         self.create_service(Infer, "oxygen/infer", self._on_infer, qos_profile=queue, callback_group=self._group)
@@ -85,7 +87,7 @@ class InferenceNode(LifecycleNode):
                             callback_group=self._group)  # fmt: skip
         self.create_service(CancelTask, "oxygen/cancel_task", self._on_cancel_task, qos_profile=queue,
                             callback_group=self._group)  # fmt: skip
-        self._generate = GenerateServer(self, self._serving, self._await, self._group)  # before the node spins
+        self._generate = GenerateServer(self, self._serving, self._await, self._images, self._group)  # before spinning
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_timer(1.0, self._publish_diagnostics, callback_group=self._group)
         self.declare_parameter(AUTOSTART, False, ParameterDescriptor(read_only=True, description=(
@@ -153,7 +155,7 @@ class InferenceNode(LifecycleNode):
             pacer = FramePacer(settings.decode_steps_per_frame) if settings.frame_pacing else None
             self._engine, self._settings = AsyncEngine(engine, pacer=pacer), settings
             self._random_weights = engine_config.model in VLA_MODELS
-            self._rings = rings
+            self._rings, self._images.limit = rings, settings.inflight_image_bytes
             self._inputs, self._outputs, self._resources = inputs, publishers, resources
             self._timer = self.create_timer(1.0 / settings.stats_rate_hz, self._publish_pool, callback_group=group)
             self._state = "inactive"
@@ -276,12 +278,14 @@ class InferenceNode(LifecycleNode):
         try:
             convert.check_infer_request(request, settings.max_prompt_chars)
             convert.check_state(request.state)
-            seen = self._observation_of(request, rings, settings)
-            observation = convert.with_state(seen or Observation(), request.state) if request.state else seen
-            greq = convert.generate_request(request, observation, settings.sampling_defaults(), settings.max_prompt_chars)
+            with self._images.hold(request):  # until answered: what the request brought, decoded, is held till then
+                seen = self._observation_of(request, rings, settings)
+                observation = convert.with_state(seen or Observation(), request.state) if request.state else seen
+                greq = convert.generate_request(request, observation, settings.sampling_defaults(),
+                                                settings.max_prompt_chars)  # fmt: skip
+                out = await self._await(engine.submit(greq, received_at=received))
         except EngineError as exc:
             return convert.error_response(response, exc.code, exc.message)
-        out = await self._await(engine.submit(greq, received_at=received))
         return convert.fill_response(response, out, seen, settings.action_period_s, self.get_clock().now().to_msg())
 
     @staticmethod

@@ -49,6 +49,11 @@ class NodeParams:
         bounds.OBSERVATION_RING_BYTES, "bound on the kept observations' images, text and state; past it the oldest go first, the newest "
         "always stays", (1, 1 << 40),
     )  # fmt: skip
+    inflight_image_bytes: int = setting(
+        bounds.INFLIGHT_IMAGE_BYTES, "bound on the images the requests in flight carry inline (their data and RGB "
+        "copies) until answered; past it a request is refused RESOURCE_EXHAUSTED, unless it is the only one",
+        (1, 1 << 40),
+    )  # fmt: skip
     max_prompt_chars: int = setting(bounds.PROMPT_CHARS, "longest Infer.prompt and Observation.text, characters "
                                     "(OUT_OF_RANGE beyond)", (1, 1 << 24))  # fmt: skip
     eager_prefill: bool = setting(False, "prefill each new observation at once, so the first question about it "

@@ -8,10 +8,14 @@ from types import SimpleNamespace
 
 from rclpy.action import CancelResponse
 from rclpy.node import Node
+from sensor_msgs.msg import Image
 
 from oxygen_ros.action import Generate
 from oxygen_ros.engine.sampling_params import SamplingParams
+from oxygen_ros.msg import ChatMessage
+from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes.generate_server import GenerateServer
+from oxygen_ros.nodes.image_budget import ImageBudget
 
 
 class Handle:
@@ -20,7 +24,9 @@ class Handle:
 
     def __init__(self) -> None:
         self.goal_id = SimpleNamespace(uuid=bytes(range(16)))
-        self.request = Generate.Goal(prompt="what is on the table?")
+        frame = Image(width=2, height=2, encoding="rgb8", step=6, data=bytes(12))
+        self.request = Generate.Goal(prompt="what is on the table?", observation=[ObservationMsg(images=[frame])],
+                                     messages=[ChatMessage(role="user", content="hi", images=[frame])])  # fmt: skip
         self.is_cancel_requested, self.is_active, self.ended = False, True, ""
 
     def canceled(self) -> None:
@@ -48,12 +54,15 @@ def test_a_goal_cancelled_before_its_request_is_made_never_reaches_the_engine(ro
     try:
         engine = Engine()
         settings = SimpleNamespace(max_prompt_chars=1000, sampling_defaults=SamplingParams)
-        server = GenerateServer(node, lambda: (engine, lambda goal: None, settings, "active"), None, None)
+        server = GenerateServer(node, lambda: (engine, lambda goal: None, settings, "active"), None,
+                                ImageBudget(1 << 20), None)  # fmt: skip
         handle = Handle()
         assert server._cancel(handle) == CancelResponse.ACCEPT
         result = asyncio.run(server._execute(handle))
         assert (handle.ended, result.error_code, engine.submitted) == ("aborted", "CANCELLED", [])
         assert server._cancelled == set() and server._requests == {}  # nothing kept of the goal
+        # nor its images by rclpy, which keeps the ended goal's handle (its request) for its result's keep time
+        assert (handle.request.observation, handle.request.messages, server._images.held) == ([], [], 0)
         handle = Handle()  # marked cancelling by rclpy by the time the goal checks: cancelled
         handle.is_cancel_requested = True
         assert server._cancel(handle) == CancelResponse.ACCEPT
