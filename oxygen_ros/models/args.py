@@ -1,8 +1,13 @@
 """Shape of a Llama-family decoder: everything a loader must tell the model to build it."""
 
+import operator
 from dataclasses import dataclass
 
 from oxygen_ros.layers.rotary import RopeScaling
+
+MAX_LAYERS = 1024  # decoder layers a model file may declare (open models have at most ~128)
+MAX_HEADS = 1024  # attention heads (of q, and of k / v)
+MAX_WIDTH = 1 << 20  # hidden and MLP widths, vocabulary rows
 
 
 @dataclass(frozen=True)
@@ -39,3 +44,15 @@ class LlamaArgs:
 
     def uses_rope(self, layer: int) -> bool:
         return not self.no_rope_layers or bool(self.no_rope_layers[layer])
+
+
+def checked_count(source: object, key: str, value: object, upper: int) -> int:
+    """A count read from a model file (layers, heads, widths): an integer in [1, ``upper``], checked before it sizes
+    a loop, a table or a division; ValueError naming the file and the key otherwise."""
+    try:
+        count = operator.index(value)  # an int, or a numpy integer from a GGUF's fields; not a float or a bool
+    except TypeError:
+        count = None
+    if count is None or isinstance(value, bool) or not 1 <= count <= upper:
+        raise ValueError(f"{source}: {key} must be an integer in [1, {upper}], got {value!r}")
+    return count

@@ -21,7 +21,7 @@ from gguf import GGUFReader, ReaderTensor, quants
 from tqdm import tqdm
 
 from oxygen_ros.layers.rotary import RopeScaling
-from oxygen_ros.models.args import LlamaArgs
+from oxygen_ros.models.args import MAX_HEADS, MAX_LAYERS, MAX_WIDTH, LlamaArgs, checked_count
 from oxygen_ros.models.loaded import LoadedModel, check_state_dict
 from oxygen_ros.models.tokenizer import Tokenizer
 
@@ -110,21 +110,25 @@ def _read_args(reader: GGUFReader) -> LlamaArgs:
     missing = [key for key in required if key not in reader.fields]
     if missing:
         raise ValueError(f"GGUF metadata lacks {missing}")
-    hidden, heads = field(f"{arch}.embedding_length"), field(f"{arch}.attention.head_count")
-    head_dim = field(f"{arch}.attention.key_length", hidden // heads)
-    num_layers = field(f"{arch}.block_count")
+    def count(key: str, upper: int, default=None) -> int:
+        return checked_count("GGUF metadata", f"{arch}.{key}", field(f"{arch}.{key}", default), upper)
+
+    hidden, heads = count("embedding_length", MAX_WIDTH), count("attention.head_count", MAX_HEADS)
+    head_dim = count("attention.key_length", MAX_WIDTH, hidden // heads)
+    num_layers = count("block_count", MAX_LAYERS)
     no_rope = tuple(int((i + 1) % SMOLLM3_NO_ROPE_STEP != 0) for i in range(num_layers)) if arch == "smollm3" else ()
     tokens = reader.fields.get("tokenizer.ggml.tokens")
     vocab_size = field(f"{arch}.vocab_size", len(tokens.data) if tokens is not None else None)
     if vocab_size is None:
         raise ValueError(f"GGUF metadata lacks {arch}.vocab_size and tokenizer.ggml.tokens")
+    checked_count("GGUF metadata", f"{arch}.vocab_size", vocab_size, MAX_WIDTH)
     return LlamaArgs(
         vocab_size=vocab_size,
         hidden_size=hidden,
-        intermediate_size=field(f"{arch}.feed_forward_length"),
+        intermediate_size=count("feed_forward_length", MAX_WIDTH),
         num_layers=num_layers,
         num_heads=heads,
-        num_kv_heads=field(f"{arch}.attention.head_count_kv", heads),
+        num_kv_heads=count("attention.head_count_kv", MAX_HEADS, heads),
         head_dim=head_dim,
         rope_theta=float(field(f"{arch}.rope.freq_base", 10000.0)),
         rms_norm_eps=float(field(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),

@@ -72,10 +72,22 @@ def test_a_file_without_its_architectures_shape_is_refused_naming_the_keys(tmp_p
         load_gguf(tmp_path / "qwen2.gguf")
 
 
-def _minimal(path: Path, arch: str, scaling: str | None, rope_freqs: bool) -> Path:
+@pytest.mark.parametrize(("layers", "heads", "named"), [
+    (2**31, 2, r"smollm3.block_count must be an integer in \[1, 1024\], got 2147483648"),
+    (1, 0, r"smollm3.attention.head_count must be an integer in \[1, 1024\], got 0"),
+])  # fmt: skip
+def test_counts_are_bounded_before_they_size_anything(tmp_path: Path, layers: int, heads: int, named: str) -> None:
+    """A file's layer count sizes SmolLM3's per-layer table and the expected tensors, its head count divides: named,
+    not a hang, an exhausted memory or a ZeroDivisionError."""
+    with pytest.raises(ValueError, match=named):
+        load_gguf(_minimal(tmp_path / "counts.gguf", "smollm3", None, False, layers=layers, heads=heads))
+
+
+def _minimal(path: Path, arch: str, scaling: str | None, rope_freqs: bool, layers: int = 1, heads: int = 2) -> Path:
     writer = GGUFWriter(path, arch)
-    for add, value in ((writer.add_block_count, 1), (writer.add_embedding_length, 8),
-                       (writer.add_feed_forward_length, 16), (writer.add_head_count, 2), (writer.add_vocab_size, 4)):  # fmt: skip
+    for add, value in ((writer.add_block_count, layers), (writer.add_embedding_length, 8),
+                       (writer.add_feed_forward_length, 16), (writer.add_head_count, heads),
+                       (writer.add_vocab_size, 4)):  # fmt: skip
         add(value)
     if scaling is not None:
         writer.add_rope_scaling_type(gguf.RopeScalingType(scaling))

@@ -172,6 +172,11 @@ def test_qwen2_folder_loads_with_biases(gguf_model: LoadedModel, tmp_path: Path)
         ({"hidden_act": "gelu"}, "SiLU"),
         ({"model_type": "llama", "attention_bias": True}, "o_proj"),
         ({"hidden_size": None}, "lacks"),
+        # counts bounded before they size a loop or a table, or divide: named, not a hang or a ZeroDivisionError
+        ({"model_type": "smollm3", "num_hidden_layers": 10**9}, r"num_hidden_layers must be an integer in \[1, 1024\]"),
+        ({"num_attention_heads": 0}, r"num_attention_heads must be an integer in \[1, 1024\], got 0"),
+        ({"hidden_size": 896.0}, r"hidden_size must be an integer in \[1, 1048576\], got 896.0"),
+        ({"num_key_value_heads": True}, "num_key_value_heads must be an integer"),
     ],
 )
 def test_unsupported_config_is_rejected(tmp_path: Path, change: dict, error: str) -> None:

@@ -181,6 +181,11 @@ BAD_FOLDERS = [
     ("vision head", lambda f: _edit_config(f, ["vlm_config", "vision_config", "vision_use_head"], True),
      "'vision_use_head'"),
     ("chunk size", lambda f: _edit_config(f, ["chunk_size"], 0), "field 'chunk_size'"),
+    # counts bounded before they size a loop or divide (a million layers built, or a division by 0 heads)
+    ("expert layers", lambda f: _edit_config(f, ["dit_config", "num_hidden_layers"], 10**6),
+     "dit_config: field 'num_hidden_layers' must be an integer in [1, 1024], got 1000000"),
+    ("vision heads", lambda f: _edit_config(f, ["vlm_config", "vision_config", "num_attention_heads"], 0),
+     "vision_config: field 'num_attention_heads' must be an integer in [1, 1024], got 0"),
     ("not pi0", lambda f: _edit_config(f, ["model_type"], "paligemma"), "must be 'pi0'"),
     ("no weights", lambda f: (f / "model.safetensors").unlink(), "model.safetensors"),
 ]  # fmt: skip

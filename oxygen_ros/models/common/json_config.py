@@ -4,10 +4,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from oxygen_ros.models.args import MAX_HEADS, MAX_LAYERS, MAX_WIDTH, checked_count
 from oxygen_ros.models.common.vla_config import SiglipConfig
 
 _VISION_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "image_size",
                 "patch_size")  # fmt: skip
+COUNT_BOUNDS = {"num_hidden_layers": MAX_LAYERS, "num_attention_heads": MAX_HEADS}  # the other counts: MAX_WIDTH
 
 
 def read_json(path: Path) -> dict:
@@ -31,13 +33,20 @@ def config_field(data: dict, key: str, source: str, kind: type | tuple[type, ...
     return value
 
 
+def config_counts(data: dict, keys: tuple[str, ...], source: str) -> dict[str, int]:
+    """The sizes ``keys`` of ``data`` (layers, heads, widths), each an integer in [1, its bound] (``checked_count``):
+    bounded before they size a loop or divide."""
+    return {key: checked_count(source, f"field {key!r}", data.get(key), COUNT_BOUNDS.get(key, MAX_WIDTH))
+            for key in keys}  # fmt: skip
+
+
 def read_siglip_config(config: dict, source: str) -> SiglipConfig:
     """``config['vision_config']`` (a SigLIP tower, as Idefics3 and PaliGemma configs write it) -> SiglipConfig."""
     vision = config.get("vision_config")
     if not isinstance(vision, dict):
         raise ValueError(f"{source}: field 'vision_config' is missing")  # noqa: TRY004
     where = f"{source} vision_config"
-    sizes = {key: config_field(vision, key, where) for key in _VISION_KEYS}
+    sizes = config_counts(vision, _VISION_KEYS, where)
     if vision.get("hidden_act", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
         raise ValueError(f"{where}: field 'hidden_act' {vision['hidden_act']!r} is not implemented (gelu_pytorch_tanh)")
     if vision.get("num_channels", 3) != 3:

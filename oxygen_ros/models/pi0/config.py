@@ -12,7 +12,7 @@ both VLAs alike; the docstring of each says which config.json key it comes from.
 
 from pathlib import Path
 
-from oxygen_ros.models.common.json_config import config_field, read_json, read_siglip_config
+from oxygen_ros.models.common.json_config import config_counts, read_json, read_siglip_config
 from oxygen_ros.models.common.lerobot_config import flow_settings, from_lerobot, positive_int
 from oxygen_ros.models.common.vla_config import PALIGEMMA_VOCAB_SIZE, GemmaConfig, VlaConfig
 
@@ -31,7 +31,7 @@ def _gemma(sub: object, where: str) -> GemmaConfig:
         raise ValueError(f"{where}: missing")  # noqa: TRY004 - one error type for every bad file
     if sub.get("model_type", "gemma") != "gemma":
         raise ValueError(f"{where}: field 'model_type' {sub['model_type']!r} is not gemma")
-    sizes = {key: config_field(sub, key, where) for key in _GEMMA_KEYS}
+    sizes = config_counts(sub, _GEMMA_KEYS, where)
     for key in ("hidden_act", "hidden_activation"):
         if sub.get(key) not in (None, _GELU_TANH):
             raise ValueError(f"{where}: field {key!r} {sub[key]!r} is not implemented ({_GELU_TANH})")
