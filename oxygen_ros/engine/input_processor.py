@@ -30,6 +30,9 @@ from oxygen_ros.tasks import TASK_TYPES
 
 MAX_TOP_LOGPROBS = 20  # alternatives per answer token a request may ask for (OpenAI's bound)
 OBSERVATION_HEADS = 256  # observations whose chat head's length is remembered (a camera's recent frames)
+# a rendered conversation longer than this many characters a token of the context cannot fit it in any tokenizer (a
+# template that indents nested tools, say, multiplies their characters): refused before it is tokenized
+RENDERED_CHARS_PER_TOKEN = 32
 
 
 class InputProcessor:
@@ -152,10 +155,16 @@ class InputProcessor:
         """The turns through the model's chat template; INVALID_ARGUMENT when the template refuses them (e.g. roles
         that do not alternate), with its own words."""
         try:
-            return self.tokenizer.apply_chat_template(turns, tools=greq.tools, **greq.template_options)
-        except (jinja2.TemplateError, TypeError, ValueError) as exc:  # a template's own raise, or its filters
+            text = self.tokenizer.apply_chat_template(turns, tools=greq.tools, **greq.template_options)
+        except (jinja2.TemplateError, TypeError, ValueError, RecursionError) as exc:  # its own raise, its filters
             raise EngineError(ErrorCode.INVALID_ARGUMENT, f"messages: the chat template of model "
                               f"{self.bundle.model_id!r} refuses this conversation: {exc}") from exc  # fmt: skip
+        bound = RENDERED_CHARS_PER_TOKEN * self.max_model_len  # before tokenizing it on the engine's thread
+        if len(text) > bound:
+            raise EngineError(ErrorCode.OUT_OF_RANGE, f"messages: the chat template renders this conversation in "
+                              f"{len(text)} characters, more than {RENDERED_CHARS_PER_TOKEN} per token of "
+                              f"max_model_len {self.max_model_len}: it cannot fit the context")  # fmt: skip
+        return text
 
     def _images(self, greq: GenerateRequest) -> list:
         """The observation's images in the model's camera slots (``camera_slots``); FAILED_PRECONDITION for an action

@@ -9,6 +9,7 @@ from engine_helpers import make_engine
 from hf_reference import hf_smollm2
 from transformers import PreTrainedTokenizerFast
 
+from oxygen_ros.engine.input_processor import RENDERED_CHARS_PER_TOKEN
 from oxygen_ros.engine.io import ChatMessage, GenerateRequest, Observation
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import EngineError, ErrorCode
@@ -108,6 +109,21 @@ def test_what_the_model_cannot_take_is_refused_naming_the_field(engine, fields, 
     with pytest.raises(EngineError) as err:
         engine.submit(_ask("hi", **fields))
     assert err.value.code == ErrorCode.INVALID_ARGUMENT and err.value.message.startswith(field), err.value.message
+
+
+def test_a_rendering_longer_than_any_context_is_refused_before_it_is_tokenized(engine):
+    """A template may multiply what it is given (tools indented at every level of their nesting, as Llama 3.x's
+    tojson(indent=4) does): a rendering over 32 characters a token of max_model_len cannot fit the context in any
+    tokenizer, and tokenizing it would hold the engine's thread for every request."""
+    backend = engine.tokenizer.backend
+    engine.inputs.tokenizer = Tokenizer(backend, chat_template="{% for m in messages %}{{ m.content * 1000 }}"
+                                        "{% endfor %}", bos_token=None, eos_token="<|im_end|>")  # fmt: skip
+    limit = RENDERED_CHARS_PER_TOKEN * engine.inputs.max_model_len
+    with pytest.raises(EngineError) as err:
+        engine.submit(_ask("x" * (limit // 1000 + 1), messages=[]))
+    assert err.value.code == ErrorCode.OUT_OF_RANGE and "cannot fit the context" in err.value.message
+    engine.check_invariants()
+    assert engine.pool.num_used == 0
 
 
 def test_a_conversation_must_end_with_a_question(engine):
