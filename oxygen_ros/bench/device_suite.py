@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer as Backend
 from tokenizers import decoders, models, pre_tokenizers
@@ -53,11 +54,16 @@ def byte_tokenizer() -> Tokenizer:
 
 def run(
     model: str = "pi05-random-full", chunks: int = 10, images: int = 3, layers: int = 0, batches: str = "1,8,32",
-    prompt_tokens: int = 128, new_tokens: int = 64, kv_mib: int = 2048, seed: int = 0,
+    prompt_tokens: int = 128, new_tokens: int = 64, kv_mib: int = 2048, seed: int = 0, dtype: str = "auto",
+    kernel_backend: str = "auto",
 ) -> dict[str, Any]:
     """``chunks`` timed action chunks of ``model`` (after one warm-up chunk); a decode of ``new_tokens`` after a
-    ``prompt_tokens`` prompt per request at each batch size of ``batches``, ``layers`` of SmolLM2's 30 (0: all)."""
-    config = EngineConfig(model=model, kv_cache_bytes=kv_mib << 20, max_model_len=2048, seed=seed)
+    ``prompt_tokens`` prompt per request at each batch size of ``batches``, ``layers`` of SmolLM2's 30 (0: all).
+    ``dtype`` and ``kernel_backend`` as EngineConfig's (auto: a GPU's bf16 through Triton; a CPU can run that path
+    too, interpreted, before a GPU ever does)."""
+    settings = {"kv_cache_bytes": kv_mib << 20, "max_model_len": 2048, "seed": seed, "dtype": dtype,
+                "kernel_backend": kernel_backend}  # fmt: skip
+    config = EngineConfig(model=model, **settings)
     device = torch_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     tokenizer = byte_tokenizer()
@@ -68,18 +74,25 @@ def run(
     del vla
     metrics |= {"chunk_latency_ms_median": statistics.median(latencies), "chunk_latency_ms_max": max(latencies),
                 "chunk_hz": 1e3 / statistics.median(latencies)}  # fmt: skip
+    _said(metrics, "chunk_latency_ms_median", "chunk_latency_ms_max")
     args = replace(SMOLLM2_135M, num_layers=layers or SMOLLM2_135M.num_layers)
     lm = seeded_init(lambda: LlamaModel(args), device, dtype, seed)
     bundle = ModelBundle(lm, tokenizer, f"smollm2-shape-random@seed{seed}", args.num_layers, args.num_kv_heads,
                          args.head_dim, args.max_position_embeddings, num_heads=args.num_heads)  # fmt: skip
     sizes = [int(b) for b in batches.split(",")]
-    engine = Engine(EngineConfig(kv_cache_bytes=kv_mib << 20, max_model_len=2048, max_num_seqs=max(sizes),
-                                 seed=seed), bundle=bundle)  # fmt: skip
+    engine = Engine(EngineConfig(max_num_seqs=max(sizes), **settings), bundle=bundle)
     for size in sizes:
         metrics[f"decode_tokens_per_s_b{size}"] = decode_tokens_per_s(engine, size, prompt_tokens, new_tokens)
+        _said(metrics, f"decode_tokens_per_s_b{size}")
     params = {"model": model, "chunks": chunks, "images": images, "layers": args.num_layers, "batches": batches,
-              "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "kv_mib": kv_mib, "seed": seed}  # fmt: skip
+              "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "kv_mib": kv_mib, "seed": seed,
+              "dtype": dtype, "kernel_backend": kernel_backend}  # fmt: skip
     return result("device", metrics, {}, params)
+
+
+def _said(metrics: dict[str, Any], *names: str) -> None:
+    """Print measured metrics at once: a later phase that fails or runs out of time keeps them in the output."""
+    print("device: " + ", ".join(f"{name} {metrics[name]:.4g}" for name in names), flush=True)
 
 
 def chunk_latencies_ms(engine: Engine, chunks: int, images: int, seed: int) -> list[float]:
@@ -89,8 +102,8 @@ def chunk_latencies_ms(engine: Engine, chunks: int, images: int, seed: int) -> l
     for i, frame in enumerate(tqdm(frames, desc="action chunks", unit="chunk")):
         start = time.perf_counter()
         (out,) = engine.generate(frame.actions)
-        if out.actions is None:
-            raise RuntimeError(f"chunk {i} returned no actions: {out.error_code} {out.message}")
+        if out.actions is None or not np.isfinite(out.actions).all():  # (bf16 on a GPU: NaN would be a kernel bug)
+            raise RuntimeError(f"chunk {i} returned no finite actions: {out.error_code} {out.message}")
         if i:  # the first one warms up (allocations, kernel compiles)
             latencies.append((time.perf_counter() - start) * 1e3)
     return latencies

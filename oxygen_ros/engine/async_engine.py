@@ -78,8 +78,9 @@ class AsyncEngine:
         ``on_text(piece, tokens)`` is called on the engine thread (keep it short) with the answer's new text at most
         every ``text_every`` tokens and once more with the rest just before the future completes: the pieces add up
         to the result's text exactly. ``received_at``: when the caller got the request (``time.perf_counter``;
-        default now): its deadline runs from then, and a cancel of its task since then cancels it."""
-        future: Future[RequestOutput] = Future()
+        default now): its deadline runs from then, and a cancel of its task since then cancels it. The future cannot
+        be cancelled (``abort`` cancels a request): one cancelled would break the engine thread's answer to it."""
+        future: Future[RequestOutput] = _running()
         now = time.perf_counter()  # the engine thread may be mid-step for a while: its wait counts
         arrival = now if received_at is None else min(received_at, now)
         with self._cv:
@@ -144,15 +145,22 @@ class AsyncEngine:
         def abort_all_of_task(engine: Engine) -> int:
             _keep_newest(self._cancelled_tasks, task_id, asked_at)  # (its requests received before, on their way)
             ids = [rid for rid, req in engine.requests.items() if req.task_id == task_id]
-            for request_id in ids:
-                self._abort(request_id, ErrorCode.CANCELLED, f"task {task_id!r} was cancelled")
+            failed = ""
+            for request_id in ids:  # each one, whatever freeing another's blocks met
+                try:
+                    self._abort(request_id, ErrorCode.CANCELLED, f"task {task_id!r} was cancelled")
+                except Exception as exc:
+                    log.exception("aborting %s failed", request_id)
+                    failed = f"aborting {request_id} failed: {type(exc).__name__}: {exc}"
+            if failed:  # engine internals raised: as after a failed step
+                self._recover(failed)
             return len(ids)
 
         return self.call(abort_all_of_task)
 
     def call(self, fn: Callable[[Engine], T]) -> Future[T]:
         """Run ``fn(engine)`` on the engine thread between steps (consistent reads of pool internals)."""
-        future: Future[T] = Future()
+        future: Future[T] = _running()
 
         def run() -> None:
             try:
@@ -301,8 +309,14 @@ class AsyncEngine:
             self.engine.pool.reset_prefix_cache()
             self.engine.check_invariants()
         except Exception as exc:
-            log.exception("the KV pool is inconsistent after a failed step")
-            self._last_error = f"{reason}; the KV pool is inconsistent: {exc}"
+            if self.engine.requests:  # (a request whose blocks could not be freed)
+                log.exception("the KV pool is inconsistent after a failed step")
+                self._last_error = f"{reason}; the KV pool is inconsistent: {exc}"
+                return
+            # no request holds a block: what the failure left with no owner comes back, and the node serves on
+            log.warning("the KV pool was inconsistent after a failed step (%s): every block reclaimed", exc)
+            self.engine.pool.reclaim_all()
+            self.engine.check_invariants()
 
     def _abort(self, request_id: str, code: ErrorCode, message: str) -> None:
         pending = self._futures.pop(request_id, None)
@@ -388,3 +402,10 @@ class _Stream:
                 self.callback(piece, tokens)
             except Exception:  # the caller's callback failed: its request still completes
                 log.exception("a text stream callback raised")
+
+
+def _running() -> Future:
+    """A future its caller cannot cancel (``cancel()`` returns False): it is set by the engine thread once."""
+    future: Future = Future()
+    future.set_running_or_notify_cancel()
+    return future

@@ -15,7 +15,7 @@ takes free units first and evicts cached blocks only when too few are left, in t
 reused, so their KV can be demoted instead of lost.
 """
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -100,13 +100,17 @@ class BlockPool:
             raise MemoryError(f"need {need} KV units ({n} blocks), {self.num_available} available")
         while len(self._free) < need:
             victims = self.policy.pop_victims(-(-(need - len(self._free)) // max(self.units_per_block)))
+            if not victims:  # (num_available counted cached blocks the policy does not hold: a broken invariant)
+                raise RuntimeError(f"the eviction policy gave no victim with {self._cached_units} units cached")
             hashes = [self._drop_hash(block_id) for block_id in victims]
             self.evictions += len(victims)
-            if self.on_evict is not None:
-                self.on_evict(victims, hashes)
-            for block_id in victims:
-                self._cached_units -= self.blocks[block_id].num_units
-                self._free_units(block_id)
+            try:
+                if self.on_evict is not None:
+                    self.on_evict(victims, hashes)
+            finally:  # a save that failed loses the victims' KV (recomputed when asked again), never the blocks
+                for block_id in victims:
+                    self._cached_units -= self.blocks[block_id].num_units
+                    self._free_units(block_id)
         out = []
         for _ in range(n):
             block = self.blocks[self._free.popleft()]
@@ -156,11 +160,15 @@ class BlockPool:
         block.ref_count += 1
 
     def release(self, block_ids: Iterable[int]) -> None:
-        """Drop one reference from each block; unreferenced hashed blocks stay reusable as cached."""
-        for block_id in block_ids:
+        """Drop one reference from each block; unreferenced hashed blocks stay reusable as cached. Every block is
+        checked before any is released: a double free changes nothing (else a retry would release the first ones
+        again, and they may be shared)."""
+        ids = list(block_ids)
+        over = sorted(b for b, n in Counter(ids).items() if self.blocks[b].ref_count < n)
+        if over:
+            raise RuntimeError(f"double free of KV blocks {over}")
+        for block_id in ids:
             block = self.blocks[block_id]
-            if block.ref_count <= 0:
-                raise RuntimeError(f"double free of KV block {block_id}")
             block.ref_count -= 1
             if block.ref_count == 0:
                 if block.block_hash is not None:
@@ -184,6 +192,15 @@ class BlockPool:
             self._drop_hash(block_id)
             self._cached_units -= self.blocks[block_id].num_units
             self._free_units(block_id)
+
+    def reclaim_all(self) -> None:
+        """Every unit back to free, with no request holding a block (all were aborted after engine internals raised):
+        what a failed operation left with no owner comes back; the cached KV is dropped with it."""
+        self.policy.pop_victims(len(self.policy))
+        self._by_hash.clear()
+        for block in self.blocks:
+            block.ref_count, block.block_hash, block.extra_units = 0, None, []
+        self._free, self._cached_units = deque(range(self.num_blocks)), 0
 
     # --- checks -------------------------------------------------------------------------------------------------
     def check_invariants(self, block_tables: Iterable[list[int]] = ()) -> None:

@@ -112,11 +112,13 @@ class DiskTier:
             if size is not None:
                 self.used_bytes -= size
         if delete:
-            self._file(block_hash).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # (a disk remounted read-only: the file is forgotten, not the request)
+                self._file(block_hash).unlink(missing_ok=True)
 
     def _shrink(self, incoming: int) -> None:
         """Delete least recently used files until ``incoming`` more bytes fit (caller holds the lock)."""
         while self._files and self.used_bytes + incoming > self.capacity_bytes:
             block_hash, size = self._files.popitem(last=False)
             self.used_bytes -= size
-            self._file(block_hash).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self._file(block_hash).unlink(missing_ok=True)

@@ -215,10 +215,12 @@ class Engine:
         return self.outputs.output(req)
 
     def _finish(self, req: Request, reason: str) -> None:
-        self.scheduler.remove(req)
-        req.status, req.finish_reason = RequestStatus.FINISHED, reason
-        req.finished_s = time.perf_counter()
-        del self.requests[req.request_id]
+        try:
+            self.scheduler.remove(req)
+        finally:  # out of the engine whatever freeing its blocks met: never a request every later step trips on
+            req.status, req.finish_reason = RequestStatus.FINISHED, reason
+            req.finished_s = time.perf_counter()
+            self.requests.pop(req.request_id, None)
 
     # --- introspection ------------------------------------------------------------------------------------------
     def image_limit(self) -> int:

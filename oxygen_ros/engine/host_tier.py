@@ -105,8 +105,12 @@ class HostTier:
             pushed.append((old_hash, take_blocks(self.layers, slot)))
             self._free.append(slot)
         slots = [self._free.pop() for _ in new]
-        self._init_fp8_scales(src)
-        self.mover.move(src, [i for _, i in new], self.layers, slots)
+        try:
+            self._init_fp8_scales(src)
+            self.mover.move(src, [i for _, i in new], self.layers, slots)
+        except BaseException:  # nothing stored: the slots are free again (what was pushed out for them is lost, as
+            self._free.extend(slots)  # an eviction without tiers loses it)
+            raise
         for (h, _), slot in zip(new, slots):
             self._slots[h] = slot
         return pushed
@@ -121,8 +125,8 @@ class HostTier:
         then); later blocks are requantized to them."""
         if self._fp8_scales_set:
             return
-        self._fp8_scales_set = True
         for mine, theirs in zip(self.layers, src):
             if mine.spec.kind == "fp8" and theirs.spec.kind == "fp8":
                 mine.k_scale.copy_(theirs.k_scale)
                 mine.v_scale.copy_(theirs.v_scale)
+        self._fp8_scales_set = True  # (after the copies: one that failed is tried again with the next block)

@@ -88,14 +88,19 @@ class KVCacheManager:
         return sum(self.pool.units_for(1, req.block_format(i)) for i in range(first, first + count))
 
     def _allocate(self, req: Request, first: int, count: int) -> list[int]:
-        """Blocks ``first .. first + count - 1`` of ``req``, each in its format (runs of one format at a time)."""
+        """Blocks ``first .. first + count - 1`` of ``req``, each in its format (runs of one format at a time); on a
+        failure, the runs already taken are given back."""
         out: list[int] = []
-        while len(out) < count:
-            fmt = req.block_format(first + len(out))
-            run = 1
-            while len(out) + run < count and req.block_format(first + len(out) + run) == fmt:
-                run += 1
-            out += self.pool.allocate(run, fmt)
+        try:
+            while len(out) < count:
+                fmt = req.block_format(first + len(out))
+                run = 1
+                while len(out) + run < count and req.block_format(first + len(out) + run) == fmt:
+                    run += 1
+                out += self.pool.allocate(run, fmt)
+        except BaseException:
+            self.pool.release(reversed(out))
+            raise
         self._written_by(req, out)
         return out
 
@@ -137,11 +142,12 @@ class KVCacheManager:
             self.pool.acquire(block_id)
         self._read_by(req, hits)
         in_tiers = self.tiers.available(hashes[len(hits) :]) if self.tiers is not None else 0
-        new = self._allocate(req, len(hits), need)
+        new: list[int] = []
         start = time.perf_counter()
         try:
+            new = self._allocate(req, len(hits), need)
             restored = self.tiers.promote(hashes[len(hits) : len(hits) + in_tiers], new[:in_tiers]) if in_tiers else 0
-        except BaseException:  # (a fault copying KV in) the request never got them: no block may leak
+        except BaseException:  # (a fault evicting or copying KV in) the request never got them: no block may leak
             self.pool.release(reversed(hits + new))
             raise
         for block_id, h in zip(new[:restored], hashes[len(hits) :]):
@@ -178,8 +184,12 @@ class KVCacheManager:
             idx = req.num_computed_tokens // self.block_size
             old = req.block_table[idx]
             (new,) = self.pool.allocate(1, self.pool.blocks[old].fmt)
+            try:
+                self.kv.copy_blocks([old], [new])
+            except BaseException:
+                self.pool.release([new])
+                raise
             self._written_by(req, [new])
-            self.kv.copy_blocks([old], [new])
             self.pool.release([old])
             req.block_table[idx] = new
         need = cdiv(req.num_computed_tokens + num_new_tokens, self.block_size) - len(req.block_table)

@@ -29,3 +29,14 @@ def test_the_device_suite_times_chunks_and_every_batch_size():
     for size in (1, 3):
         assert metrics[f"decode_tokens_per_s_b{size}"] > 0
     assert out["params"]["layers"] == 2 and build_parser().parse_args(["bench", "--suite", "device"]).suite == "device"
+
+
+@pytest.mark.slow
+def test_the_gpu_path_bf16_through_the_triton_kernels_runs_on_cpu_first():
+    """What the suite runs on a GPU (bf16 compute and KV, the Triton kernels) had never run before a GPU was lent:
+    here the same path, interpreted (TRITON_INTERPRET=1), gives a chunk of finite actions and decodes."""
+    out = device_suite.run(model="pi05-random-tiny", chunks=1, images=1, layers=1, batches="2", prompt_tokens=20,
+                           new_tokens=3, kv_mib=16, dtype="bfloat16", kernel_backend="triton")  # fmt: skip
+    metrics = out["metrics"]
+    assert metrics["dtype"] == "bfloat16" and out["params"]["kernel_backend"] == "triton"
+    assert metrics["chunk_latency_ms_median"] > 0 and metrics["decode_tokens_per_s_b2"] > 0

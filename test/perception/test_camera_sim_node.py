@@ -24,6 +24,7 @@ from oxygen_ros.observations import content_id
 from oxygen_ros.perception.describe import describe
 from oxygen_ros.nodes.tf.backend import Transforms
 from oxygen_ros.nodes.tf.tree import TransformUnavailable
+from oxygen_ros.nodes.spin import EXIT_ON_REFUSAL
 
 
 def test_publishes_images_and_observations_of_the_same_frames(ros_context):
@@ -59,9 +60,9 @@ def test_publishes_images_and_observations_of_the_same_frames(ros_context):
 
 
 def test_bad_source_exits_with_the_reason(ros_domain_id, capfd):
-    assert main(["--ros-args", "-p", "source:=webcam"]) == 1
+    assert main([EXIT_ON_REFUSAL, "--ros-args", "-p", "source:=webcam"]) == 1
     assert "unknown source 'webcam'" in capfd.readouterr().err
-    assert main(["--ros-args", "-p", "source:=video", "-p", "path:=/nonexistent/clip.mp4"]) == 1
+    assert main([EXIT_ON_REFUSAL, "--ros-args", "-p", "source:=video", "-p", "path:=/nonexistent/clip.mp4"]) == 1
     assert "/nonexistent/clip.mp4 does not exist" in capfd.readouterr().err
 
 

@@ -30,6 +30,7 @@ from oxygen_ros.control.arm.safety import SafeTargets
 from oxygen_ros.nodes.arm_io import ArmIO
 from oxygen_ros.nodes.arm_sim import PREEMPTED, REACHED, SO100_JOINTS, ArmSim, check_interfaces, main
 from oxygen_ros.nodes.future_wait import wait
+from oxygen_ros.nodes.spin import EXIT_ON_REFUSAL
 
 ACTION = "/arm_controller/follow_joint_trajectory"
 Result = FollowJointTrajectory.Result
@@ -201,9 +202,9 @@ def test_the_urdf_reaches_a_late_subscriber_of_robot_description(arm):
 
 
 def test_a_missing_urdf_stops_the_node_with_the_reason(ros_domain_id, capfd):
-    assert main(["--ros-args", "-p", "urdf_path:=/nonexistent/arm.urdf"]) == 1
+    assert main([EXIT_ON_REFUSAL, "--ros-args", "-p", "urdf_path:=/nonexistent/arm.urdf"]) == 1
     assert "urdf_path: /nonexistent/arm.urdf does not exist" in capfd.readouterr().err
-    assert main(["--ros-args", "-p", "initial_positions:=[0.0]"]) == 1
+    assert main([EXIT_ON_REFUSAL, "--ros-args", "-p", "initial_positions:=[0.0]"]) == 1
     assert "initial_positions must be 6 finite numbers" in capfd.readouterr().err
 
 

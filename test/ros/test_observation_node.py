@@ -25,6 +25,7 @@ from std_msgs.msg import Header
 from oxygen_ros.nodes.convert import image_to_rgb
 from oxygen_ros.nodes.observation_node import NS, ObservationNode, main
 from oxygen_ros.observations import content_id
+from oxygen_ros.nodes.spin import EXIT_ON_REFUSAL
 
 TOP, WRIST, SIDE = "observation.images.top", "observation.images.wrist", "observation.images.side"
 TOPICS = {TOP: "/rig/top/image_raw", WRIST: "/rig/wrist/image_raw", SIDE: "/rig/side/image_raw/compressed"}
@@ -246,6 +247,6 @@ def test_a_velocity_the_joint_states_lack_leaves_the_observations_without_state(
     ],
 )
 def test_bad_parameters_stop_the_node_naming_the_parameter(ros_domain_id, capfd, arguments, words):
-    args = ["--ros-args", *(part for argument in arguments for part in ("-p", argument))]
+    args = [EXIT_ON_REFUSAL, "--ros-args", *(part for argument in arguments for part in ("-p", argument))]
     assert main(args) == 1
     assert words in capfd.readouterr().err
