@@ -28,7 +28,7 @@ GOAL_DURATION_S = 86400.0  # FollowInstruction.duration_s (0 = until cancelled)
 TARGET_DISTANCE_M = 100.0  # default of navigation_node's max_target_distance_m
 OBSERVATION_RING_BYTES = 256 << 20  # default of the inference node's observation_ring_bytes
 INFLIGHT_IMAGE_BYTES = 512 << 20  # default of the inference node's inflight_image_bytes
-JSON_DEPTH = 64  # nesting of a JSON field (a schema, tools, tool calls): json.loads recurses ~1000 levels, templates too
+JSON_DEPTH = 64  # nesting of a JSON field (a schema, tools, tool calls): parsing and templates recurse once a level
 PREVIEW_CHARS = 24  # of an over-long text, quoted in the refusal
 
 

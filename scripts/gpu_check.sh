@@ -4,7 +4,7 @@
 #   1. test/kernels with the Triton kernels COMPILED (TRITON_INTERPRET unset; conftest then runs them on CUDA tensors),
 #      which includes a mixed-format pool's layer operations and the tier moves between host and GPU (side stream);
 #   2. the paged-decode micro-benchmark per KV format vs torch SDPA on gathered contiguous KV (`bench --suite kernels`),
-#      printing time ratios (ours / SDPA) and errors; the full result goes to $RESULT (default $OUT/gpu_check_kernels.json);
+#      printing time ratios (ours / SDPA) and errors; the full result goes to $RESULT ($OUT/gpu_check_kernels.json);
 #   3. the engine end to end (`bench --suite device`): a pi05-random-full action chunk's latency (three cameras) and a
 #      batched decode at SmolLM2-135M's shape at batch 1, 8 and 32 (tokens/s); random weights and a byte-level
 #      tokenizer, so no model file is needed; the result goes to $DEVICE_RESULT (default $OUT/gpu_check_device.json).

@@ -65,18 +65,19 @@ def run(
                 "kernel_backend": kernel_backend}  # fmt: skip
     config = EngineConfig(model=model, **settings)
     device = torch_device(config.device)
-    dtype = resolve_dtype(config.dtype, device)
+    compute = resolve_dtype(config.dtype, device)
     tokenizer = byte_tokenizer()
     metrics: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                               "dtype": str(dtype).removeprefix("torch.")}  # fmt: skip
-    vla = vla_bundle(build_random_pi05(model, device, dtype, seed), tokenizer, f"{model}@seed{seed}", device, dtype)
+                               "dtype": str(compute).removeprefix("torch.")}  # fmt: skip
+    vla = vla_bundle(build_random_pi05(model, device, compute, seed), tokenizer, f"{model}@seed{seed}", device,
+                     compute)  # fmt: skip
     latencies = chunk_latencies_ms(Engine(config, bundle=vla), chunks, images, seed)
     del vla
     metrics |= {"chunk_latency_ms_median": statistics.median(latencies), "chunk_latency_ms_max": max(latencies),
                 "chunk_hz": 1e3 / statistics.median(latencies)}  # fmt: skip
     _said(metrics, "chunk_latency_ms_median", "chunk_latency_ms_max")
     args = replace(SMOLLM2_135M, num_layers=layers or SMOLLM2_135M.num_layers)
-    lm = seeded_init(lambda: LlamaModel(args), device, dtype, seed)
+    lm = seeded_init(lambda: LlamaModel(args), device, compute, seed)
     bundle = ModelBundle(lm, tokenizer, f"smollm2-shape-random@seed{seed}", args.num_layers, args.num_kv_heads,
                          args.head_dim, args.max_position_embeddings, num_heads=args.num_heads)  # fmt: skip
     sizes = [int(b) for b in batches.split(",")]

@@ -143,9 +143,9 @@ class KVCacheManager:
         self._read_by(req, hits)
         in_tiers = self.tiers.available(hashes[len(hits) :]) if self.tiers is not None else 0
         new: list[int] = []
-        start = time.perf_counter()
         try:
             new = self._allocate(req, len(hits), need)
+            start = time.perf_counter()  # (the restore's own time, which the swap costs learn from)
             restored = self.tiers.promote(hashes[len(hits) : len(hits) + in_tiers], new[:in_tiers]) if in_tiers else 0
         except BaseException:  # (a fault evicting or copying KV in) the request never got them: no block may leak
             self.pool.release(reversed(hits + new))

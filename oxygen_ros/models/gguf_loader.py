@@ -110,11 +110,14 @@ def _read_args(reader: GGUFReader) -> LlamaArgs:
     missing = [key for key in required if key not in reader.fields]
     if missing:
         raise ValueError(f"GGUF metadata lacks {missing}")
+
     def count(key: str, upper: int, default=None) -> int:
         return checked_count("GGUF metadata", f"{arch}.{key}", field(f"{arch}.{key}", default), upper)
 
     hidden, heads = count("embedding_length", MAX_WIDTH), count("attention.head_count", MAX_HEADS)
-    head_dim = count("attention.key_length", MAX_WIDTH, hidden // heads)
+    head_dim = count("attention.key_length", MAX_WIDTH) if f"{arch}.attention.key_length" in reader.fields else \
+        checked_count("GGUF metadata", f"{arch}.embedding_length / {arch}.attention.head_count", hidden // heads,
+                      MAX_WIDTH)  # fmt: skip
     num_layers = count("block_count", MAX_LAYERS)
     no_rope = tuple(int((i + 1) % SMOLLM3_NO_ROPE_STEP != 0) for i in range(num_layers)) if arch == "smollm3" else ()
     tokens = reader.fields.get("tokenizer.ggml.tokens")

@@ -57,7 +57,7 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
     # each scan of a progressive JPEG is a pass over every block: thousands of near-empty ones in a few MB would hold
     # a decoding thread for minutes (libjpeg sets no scan limit through OpenCV). An SOS marker cannot appear inside
     # entropy-coded data (0xFF is stuffed there); an EXIF thumbnail or metadata adds a few.
-    if kind == "JPEG":
+    if kind in ("JPEG", "MPO"):  # (Pillow names a JPEG with an MPF segment MPO: its first image is a JPEG)
         scans = data.tobytes().count(b"\xff\xda")
         bounds.at_most("compressed image scans (JPEG SOS markers)", scans, MAX_JPEG_SCANS, "scans")
     bgr = cv2.imdecode(data, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)

@@ -52,7 +52,7 @@ def checked_pixels(msg: Image) -> np.ndarray:
     if msg.encoding not in ENCODINGS:
         bounds.text("image encoding", msg.encoding, bounds.ID_CHARS)  # too long to quote in the refusal
         raise _invalid(f"unsupported image encoding {msg.encoding!r}; supported: {', '.join(ENCODINGS)}")
-    channels, _ = ENCODINGS[msg.encoding]
+    channels = ENCODINGS[msg.encoding][0]
     return image_rows(msg, channels, ("RGB copy", 3)).reshape(msg.height, msg.width, channels)
 
 

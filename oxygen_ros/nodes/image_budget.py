@@ -47,7 +47,7 @@ class ImageBudget:
         fit beside what the requests in flight hold."""
         amount = image_bytes(inline_images(request))
         with self._lock:
-            if self.held and self.held + amount > self.limit:
+            if amount and self.held and self.held + amount > self.limit:  # (no images: nothing to refuse)
                 raise EngineError(ErrorCode.RESOURCE_EXHAUSTED, f"the request's images take {amount} bytes and the "
                                   f"requests in flight hold {self.held} of inflight_image_bytes {self.limit}: "
                                   "retry when they are answered")  # fmt: skip

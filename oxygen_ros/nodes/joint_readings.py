@@ -112,8 +112,7 @@ class JointReadings:
         """``measured`` and when the oldest of its arm positions arrived (node clock, s; a gripper's aside): what a
         plan is compared with is where it had the arm then."""
         readings = self._read(names)
-        arm = [i for i, name in enumerate(names) if name not in self._grippers] or list(range(len(names)))
-        return readings[:, 0], float(readings[arm, 2].min())  # a gripper on its own controller reports apart
+        return readings[:, 0], self._arm_read_at(names, readings)
 
     def start_state(self, names: tuple[str, ...], ahead_s: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """Where the arm is ``ahead_s`` from now, when a controller taking a trajectory then starts it (a
@@ -167,10 +166,9 @@ class JointReadings:
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray, float]:
         """(the state the model reads: ``state_joint_names``' positions and velocities, an action joint's in the
-        model's units; the action joints in the model's units: a delta chunk's origin; when the oldest arm reading
-        of them arrived, node clock s: when the model saw the arm, a gripper on its own controller aside as in
-        ``reading``), from one read: a JointState arriving meanwhile cannot give the origin another instant than the
-        state. FAILED_PRECONDITION naming a velocity the joint states do not carry."""
+        model's units; the action joints in the model's units: a delta chunk's origin; when the model saw the arm, as
+        ``reading`` dates it), from one read: a JointState arriving meanwhile cannot give the origin another instant
+        than the state. FAILED_PRECONDITION naming a velocity the joint states do not carry."""
         joints = tuple(dict.fromkeys([entry.joint for entry in self.state] + list(self.names)))
         readings = self._read(joints)
         row = {name: i for i, name in enumerate(joints)}
@@ -186,6 +184,11 @@ class JointReadings:
                 state.append(velocity if i is None else velocity / self.map.scale[i])
             else:
                 state.append(position if i is None else (position - self.map.offset[i]) / self.map.scale[i])
-        arm = [i for i, name in enumerate(joints) if name not in self._grippers] or list(range(len(joints)))
-        origin = self.map.to_model(readings[[row[name] for name in self.names], 0])
-        return np.array(state), origin, float(readings[arm, 2].min())
+        actions = readings[[row[name] for name in self.names]]
+        return np.array(state), self.map.to_model(actions[:, 0]), self._arm_read_at(self.names, actions)
+
+    def _arm_read_at(self, names: tuple[str, ...], readings: np.ndarray) -> float:
+        """When the oldest of the arm's readings among ``names`` (rows of ``readings``) arrived: a gripper on its own
+        controller, and a joint the model only reads (a torso on another driver), report apart from the arm."""
+        arm = [i for i, name in enumerate(names) if name not in self._grippers] or list(range(len(names)))
+        return float(readings[arm, 2].min())

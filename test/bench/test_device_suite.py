@@ -2,6 +2,7 @@
 latency and a batched decode at SmolLM2's layer shape, from random weights and the suite's own byte-level tokenizer,
 so the GPU machine needs nothing but the repository."""
 
+import json
 import math
 
 import pytest
@@ -28,6 +29,7 @@ def test_the_device_suite_times_chunks_and_every_batch_size():
     assert math.isclose(metrics["chunk_hz"], 1e3 / metrics["chunk_latency_ms_median"])
     for size in (1, 3):
         assert metrics[f"decode_tokens_per_s_b{size}"] > 0
+    assert json.loads(json.dumps(out))["metrics"] == metrics  # what `bench --json` writes
     assert out["params"]["layers"] == 2 and build_parser().parse_args(["bench", "--suite", "device"]).suite == "device"
 
 
@@ -39,4 +41,5 @@ def test_the_gpu_path_bf16_through_the_triton_kernels_runs_on_cpu_first():
                            new_tokens=3, kv_mib=16, dtype="bfloat16", kernel_backend="triton")  # fmt: skip
     metrics = out["metrics"]
     assert metrics["dtype"] == "bfloat16" and out["params"]["kernel_backend"] == "triton"
+    assert json.loads(json.dumps(out))["params"]["dtype"] == "bfloat16"  # what `bench --json` writes
     assert metrics["chunk_latency_ms_median"] > 0 and metrics["decode_tokens_per_s_b2"] > 0

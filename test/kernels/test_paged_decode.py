@@ -36,7 +36,7 @@ CASES = [
     ("int8", 1, 8, 16, [17, 2], 256, torch.bfloat16),
     ("fp8", 1, 8, 16, [33, 1], 256, torch.bfloat16),
 ]
-LSE_ATOL = {torch.bfloat16: 2e-2}  # tf32 scores on a GPU; else 1e-4
+LSE_ATOL = {torch.bfloat16: 2e-2}  # the Triton kernel's tf32 scores on a GPU; else (and on a CPU) 1e-4
 
 
 def naive_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], sm_scale: float):
@@ -77,7 +77,9 @@ def test_paged_decode(dtype, kv_heads, group, block_size, lens, head_dim, q_dtyp
                                     [v_all[b, :n] for b, n in enumerate(lens)], sm_scale)
     torch.testing.assert_close(out["triton"].double().cpu(), stored, atol=atol, rtol=0)
     for backend in ("triton", "torch"):  # the log-sum-exp that lets partial attentions be merged
-        torch.testing.assert_close(lse[backend].double().cpu(), stored_lse, atol=LSE_ATOL.get(q_dtype, 1e-4), rtol=1e-5)
+        tf32 = backend == "triton" and torch.device(device).type == "cuda"
+        atol = LSE_ATOL.get(q_dtype, 1e-4) if tf32 else 1e-4
+        torch.testing.assert_close(lse[backend].double().cpu(), stored_lse, atol=atol, rtol=1e-5)
         alone = torch.zeros(q.shape[:2], device=device)  # asked for without the block mass
         paged_decode_attention(q, case.blocks, case.tables, case.lens, sm_scale, lse=alone, backend=backend)
         torch.testing.assert_close(alone, lse[backend], atol=1e-5, rtol=0)

@@ -18,7 +18,7 @@ from rclpy.node import Node
 from rclpy.serialization import serialize_message
 from rclpy.task import Future
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64
+from std_msgs.msg import Float64, Header
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros.control.arm.action_queue import ActionQueue
@@ -70,6 +70,24 @@ def test_positions_and_velocities_in_the_models_units(ros_context):
             arm.readings._on_state(msg)
             with pytest.raises(EngineError, match="no velocity for joint wrist"):
                 arm.readings.snapshot()
+    finally:
+        node.destroy_node()
+
+
+def test_a_chunk_is_dated_by_when_the_arms_own_readings_arrived(ros_context):
+    """A joint the model only reads (a torso on another driver, a slower topic) and a gripper on its own controller
+    report apart from the arm: the date a chunk's plan is laid from is the oldest of the arm joints' arrivals."""
+    node = Node("arm_state_date_test", context=ros_context)
+    try:
+        arm = _arm(node, action_joint_names=["wrist", "jaw"], gripper_joint_names=["jaw"],
+                   state_joint_names=["base", "wrist", "jaw"])  # fmt: skip
+        stamp = node.get_clock().now().to_msg()
+        for names in (["base"], ["jaw"], ["wrist"]):  # base and the jaw arrive first
+            arm.readings._on_state(JointState(header=Header(stamp=stamp), name=names, position=[0.1]))
+            time.sleep(0.02)
+        _, _, read_at = arm.readings.snapshot()
+        joints = arm.readings._joints
+        assert read_at == joints["wrist"][2] > joints["jaw"][2] > joints["base"][2]
     finally:
         node.destroy_node()
 

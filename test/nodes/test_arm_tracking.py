@@ -148,6 +148,33 @@ def test_a_chunk_whose_inputs_are_older_than_any_answer_on_time_can_be_is_missed
         node.destroy_node()
 
 
+def test_a_chunk_whose_inputs_are_just_within_the_bound_is_merged_and_checked(ros_context):
+    """Its targets still ahead are played: the chunk is merged and goes on to the arm's checks (here refused there,
+    on purpose, to show it got that far)."""
+    node = Node("arm_stale_chunk_within_test", context=ros_context)
+    try:
+        arm, run = Arm([0.0, 0.0, 0.0]), Run()
+        plan = ArmPlan(ActionQueue(0.1, 0.3), horizon=40, threshold=20, limits=[JointLimit(-3.0, 3.0, 2.0)] * 3,
+                       action_dim=3)  # fmt: skip
+        plan.queue.origin = 10.0
+        vla = VlaArm(node, arm, SETTINGS)
+        assert vla.max_input_age(plan) == pytest.approx(3.5)  # 0.5 + 20 x 0.1 + 1.0
+        arm.clock = 13.4
+        arm.map = SimpleNamespace(to_joints=lambda actions, origin: actions)
+
+        def refused(*_):
+            raise EngineError(ErrorCode.OUT_OF_RANGE, "reached the arm's checks")
+
+        vla._checked = refused
+        chunk = ActionChunk(horizon=40, action_dim=3, period_s=0.1, actions=[0.0] * 120)
+        executing = vla.execute(run, plan, Infer.Response(actions=chunk), 10.2, 10.2, np.zeros(3), 3.0)  # 3.2 s
+        with pytest.raises(StopIteration) as returned:
+            executing.send(None)
+        assert returned.value.value == (ErrorCode.OUT_OF_RANGE, "reached the arm's checks")
+    finally:
+        node.destroy_node()
+
+
 def test_an_arm_pushed_off_where_its_run_out_plan_holds_it_ends_the_goal(ros_context):
     """Past its plan's end (an underrun: no chunk came) the controller holds the last target: an arm measured there
     runs on; one pushed off it over max_tracking_error (a person, a collision) ends the goal, held where it is,

@@ -2,12 +2,14 @@
 formats), its pixels from its header (a decompression bomb is refused OUT_OF_RANGE, never allocated), and a JPEG's
 scans (each is a pass over every block: thousands of near-empty ones would hold a decoding thread for minutes)."""
 
+import io
 import struct
 import zlib
 
 import cv2
 import numpy as np
 import pytest
+from PIL import Image as PILImage
 from sensor_msgs.msg import CompressedImage
 
 from oxygen_ros.errors import EngineError, ErrorCode
@@ -41,8 +43,19 @@ def test_a_progressive_jpeg_and_a_png_whose_data_holds_the_sos_bytes_decode():
     np.testing.assert_array_equal(compressed_to_rgb(_message(png, "rgb8; png compressed bgr8")), noise[..., ::-1])
 
 
-def test_a_jpeg_with_more_scan_markers_than_the_bound_is_refused_before_decoding():
-    image = _encoded(".jpg", np.zeros((64, 64, 3), dtype=np.uint8))
+def _mpo() -> bytes:
+    """A JPEG with an MPF segment (two images: a stereo camera's), which Pillow names MPO, not JPEG."""
+    out = io.BytesIO()
+    first, second = (PILImage.new("RGB", (64, 64), colour) for colour in ("red", "blue"))
+    first.save(out, "MPO", save_all=True, append_images=[second])
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "mpo"])
+def test_a_jpeg_with_more_scan_markers_than_the_bound_is_refused_before_decoding(kind):
+    image = _encoded(".jpg", np.zeros((64, 64, 3), dtype=np.uint8)) if kind == "jpeg" else _mpo()
+    with PILImage.open(io.BytesIO(image)) as opened:
+        assert opened.format == kind.upper()
     # SOS markers after the image's own (a scan bomb's are real scans; the count is taken before any decoding)
     bomb = image[:-2] + b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00" * (MAX_JPEG_SCANS + 1) + b"\xff\xd9"
     err = _refusal(bomb)

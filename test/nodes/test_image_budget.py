@@ -50,4 +50,6 @@ def test_requests_in_flight_hold_their_images_until_answered_and_the_next_that_d
         with pytest.raises(EngineError):
             with budget.hold(second):
                 pass
+        with budget.hold(Infer.Request()):  # and one without images still runs beside it (a by-id VLA request)
+            pass
     assert budget.held == 0
