@@ -51,7 +51,10 @@ def _check_the_rate(chunks: list, result) -> tuple[np.ndarray, int]:
     gaps = np.diff([c.header.stamp.sec + c.header.stamp.nanosec * 1e-9 for c in chunks])
     periods = round(gaps.sum() / 0.1) + 1  # the schedule's slots from the first chunk to the last
     lost = periods - result.chunks_sent  # a late tick keeps the schedule; only a stall over a period loses one
-    assert 0 <= lost <= int((gaps > 0.15).sum()), (result.chunks_sent, periods, gaps)
+    # the slots a stall spans beyond its own (a 0.37 s gap: up to 3; a tick late by under a period runs at once and
+    # the next keeps the schedule, so the gap after it can be ~0: the CI of 48e9184 saw 0.367 then 0.0007, 2 lost)
+    visible = int(np.maximum(np.round(gaps / 0.1) - 1, 0).sum())
+    assert 0 <= lost <= visible, (result.chunks_sent, periods, gaps)
     assert math.isclose(result.achieved_rate_hz, len(gaps) / gaps.sum(), rel_tol=0.02), result.achieved_rate_hz
     if not lost:
         assert 9.5 <= result.achieved_rate_hz <= 10.5, result.achieved_rate_hz
