@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from oxygen_ros.engine.engine import Engine
+from oxygen_ros.engine.engine import Engine, StepFailed
 from oxygen_ros.engine.io import GenerateRequest, RequestOutput
 from oxygen_ros.engine.pacing import FramePacer
 from oxygen_ros.engine.detokenizer import IncrementalDetokenizer
@@ -285,9 +285,10 @@ class AsyncEngine:
         start = time.perf_counter()
         try:
             outputs = self.engine.step(prefill_cap)
-        except Exception as exc:
+        except StepFailed as failed:
             log.exception("engine step failed")
-            self._recover(f"engine step failed: {type(exc).__name__}: {exc}")
+            self._answer(failed.finished)  # finished before the failure: complete, answered as they are
+            self._recover(str(failed))
             return
         if self.pacer is not None:
             self.pacer.step_done(served_actions, time.perf_counter() - start, self.engine.last_batch.total_tokens)
@@ -295,6 +296,9 @@ class AsyncEngine:
             req = self.engine.requests.get(request_id)
             if req is not None and len(req.output_token_ids) - stream.reported >= stream.every:
                 stream.report(stream.text.delta(req.output_token_ids), len(req.output_token_ids))
+        self._answer(outputs)
+
+    def _answer(self, outputs: list[RequestOutput]) -> None:
         for out in outputs:
             pending = self._futures.pop(out.request_id, None)
             if pending is not None:

@@ -37,6 +37,15 @@ from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.models.registry import ModelBundle, load_model
 
 
+class StepFailed(Exception):
+    """A step raised (its cause chained); ``finished`` holds the requests that had finished in it before:
+    out of the engine, their tokens or chunks complete, so they are answered, not failed with the rest."""
+
+    def __init__(self, cause: Exception, finished: list[RequestOutput]) -> None:
+        super().__init__(f"engine step failed: {type(cause).__name__}: {cause}")
+        self.finished = finished
+
+
 class Engine:
     def __init__(self, config: EngineConfig, bundle: ModelBundle | None = None) -> None:
         config.validate()
@@ -163,12 +172,21 @@ class Engine:
 
     def step(self, prefill_cap: int | None = None) -> list[RequestOutput]:
         """One forward pass over the next scheduled batch (``prefill_cap``: Scheduler.schedule); returns the requests
-        that finished in it, and those whose deadline passed before it (dropped unserved)."""
+        that finished in it, and those whose deadline passed before it (dropped unserved). If the step raises, the
+        StepFailed it raises carries those already finished: they are out of the engine and answered as they are."""
+        finished: list[RequestOutput] = []
+        try:
+            self._step(prefill_cap, finished)
+        except Exception as exc:
+            raise StepFailed(exc, finished) from exc
+        return finished
+
+    def _step(self, prefill_cap: int | None, finished: list[RequestOutput]) -> None:
         now = time.perf_counter()
-        finished = self._expire(now)
+        self._expire(now, finished)
         batch = self.last_batch = self.scheduler.schedule(prefill_cap)
         if not batch.requests:
-            return finished
+            return
         for req in batch.requests:
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = now
@@ -196,13 +214,12 @@ class Engine:
                 finished.append(self._done(req, reason))
         if self.config.debug_checks:
             self.check_invariants()
-        return finished
 
-    def _expire(self, now: float) -> list[RequestOutput]:
-        """Drop every request whose deadline has passed: it can no longer be finished in time, so no more compute is
-        spent on it and its blocks go back to the pool now."""
-        late = [r for r in self.requests.values() if r.deadline and now >= r.deadline]
-        return [self._done(req, "deadline") for req in late]
+    def _expire(self, now: float, finished: list[RequestOutput]) -> None:
+        """Drop every request whose deadline has passed into ``finished``, each as it leaves: it can no longer be
+        finished in time, so no more compute is spent on it and its blocks go back to the pool now."""
+        for req in [r for r in self.requests.values() if r.deadline and now >= r.deadline]:
+            finished.append(self._done(req, "deadline"))
 
     def synchronized_clock(self) -> float:
         """perf_counter after the device finished queued work, so a phase's time is its own (CUDA runs async)."""

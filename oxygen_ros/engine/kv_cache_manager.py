@@ -233,7 +233,12 @@ class KVCacheManager:
             self.free(req)
             return
         start = time.perf_counter()
-        self.tiers.save(keys, ids)
+        try:
+            self.tiers.save(keys, ids)
+        except BaseException:  # (a fault copying out) the request keeps its blocks; nothing is left saved under its key
+            if tail:
+                self.tiers.discard(keys[-1])
+            raise
         self.costs.observe_swap(num_bytes, time.perf_counter() - start)
         self.costs.swapped += 1
         record = SwapRecord(req.num_computed_tokens, keys[-1] if tail else None)
@@ -245,12 +250,14 @@ class KVCacheManager:
         before it did (otherwise the rest is recomputed)."""
         computed = req.num_computed_tokens
         if record.tail_key is not None:
-            if computed == record.tokens // self.block_size * self.block_size and self.tiers.restore_saved(
-                record.tail_key, req.block_table[len(req.block_hashes)]
-            ):
-                req.num_computed_tokens = record.tokens
-                restored += 1
-            self.tiers.discard(record.tail_key)
+            try:
+                if computed == record.tokens // self.block_size * self.block_size and self.tiers.restore_saved(
+                    record.tail_key, req.block_table[len(req.block_hashes)]
+                ):
+                    req.num_computed_tokens = record.tokens
+                    restored += 1
+            finally:  # used or not, restored or failed: nothing else reads it
+                self.tiers.discard(record.tail_key)
         restored_bytes = restored * self.kv.pool_layout.bytes_per_block(req.kv_format)
         self.costs.observe_swap(restored_bytes, time.perf_counter() - start)
 

@@ -6,9 +6,12 @@ A prefix lookup that misses the pool continues down the tiers (``available``) an
 A block of that chain that is still in the pool (its parent was evicted before it) is copied from there: it cannot
 be shared, as a promotion cut short by a bad file leaves the rest of the chain to be recomputed in place.
 Disk reads run on a worker thread ``prefetch_degree`` blocks ahead of the block being restored, so decompression
-overlaps the copies (zstd and file reads release the GIL); on CUDA the host-to-device copies of restored blocks run
-on a side stream as compact codes and are requantized on the GPU (``block_moves.py``).  L1 keeps a promoted block
-too (inclusive), so a block that bounces between the pool and L1 is copied out only once.
+overlaps the copies (zstd and file reads release the GIL); a read not answered within ``DISK_READ_TIMEOUT_S`` (a
+stalled disk) is recomputed past, and the disk is not read again, nor persisted to at shutdown, until that read
+returns (its writes, on eviction, stay synchronous). On CUDA the
+host-to-device copies of restored blocks run on a side stream as compact codes and are requantized on the GPU
+(``block_moves.py``).  L1 keeps a promoted block too (inclusive), so a block that bounces between the pool and L1 is
+copied out only once.
 
 Hit accounting: L0's hits and misses are the pool's prefix counters; a block that misses L0 and is restored from L1
 is an L1 hit, from L2 an L2 hit; the rest fall through as misses of every tier below.
@@ -21,7 +24,9 @@ Restarts: ``persist`` (on engine shutdown) writes what the pool and L1 hold to L
 model and KV format starts with those prefixes on disk.
 """
 
+import logging
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout  # (the builtin TimeoutError only from Python 3.11)
 from dataclasses import replace
 
 import torch
@@ -35,6 +40,9 @@ from oxygen_ros.engine.io import TierUsage
 from oxygen_ros.kv.kv_cache import KVCache
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.kernels import KVBlocks
+
+log = logging.getLogger(__name__)
+DISK_READ_TIMEOUT_S = 2.0  # a block read slower than this (a stalled or network disk) is recomputed instead
 
 
 class TierManager:
@@ -51,6 +59,7 @@ class TierManager:
         self.host_hits = 0
         self.disk_hits = 0
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="oxygen-kv-prefetch") if disk else None
+        self._stalled_read: Future | None = None  # a disk read past its timeout, still running on the worker
         self.mover = host.mover if host is not None else BlockMover(kv.device, kv.backend.kernels)
 
     def demote(self, block_ids: list[int], hashes: list[bytes]) -> None:
@@ -129,14 +138,27 @@ class TierManager:
         self.kv.write_blocks(dst_ids, fill)
 
     def _disk_block(self, hashes: list[bytes], i: int, pending: dict[bytes, Future]) -> list[KVBlocks] | None:
-        """Block ``i`` from disk, first queueing reads of the next ``prefetch_degree`` disk-only blocks."""
+        """Block ``i`` from disk, first queueing reads of the next ``prefetch_degree`` disk-only blocks. None (the
+        rest is recomputed) when the disk lacks it or does not answer within ``DISK_READ_TIMEOUT_S``: a stalled disk
+        holds the engine thread that long once, then is not read until that read returns."""
         if self.disk is None or self._worker is None:
             return None
+        if self._stalled_read is not None:
+            if not self._stalled_read.done():
+                return None
+            self._stalled_read = None
         for h in hashes[i : i + 1 + self.prefetch_degree]:
             if h not in pending and h in self.disk and not (self.host is not None and h in self.host):
                 pending[h] = self._worker.submit(self.disk.load, h)
         future = pending.pop(hashes[i], None)
-        return future.result() if future is not None else None
+        if future is None:
+            return None
+        try:
+            return future.result(timeout=DISK_READ_TIMEOUT_S)
+        except FutureTimeout:
+            log.warning("the disk tier did not answer a read within %.1f s: recomputing instead", DISK_READ_TIMEOUT_S)
+            self._stalled_read = future
+            return None
 
     def _write(self, layers: list[KVBlocks], dst_id: int) -> None:
         def fill(pool_layers: list[KVBlocks], indices: list[int], _: list[int]) -> None:
@@ -189,10 +211,15 @@ class TierManager:
             self.disk.store(block_hash, take_blocks(layers, index))
 
     def close(self) -> None:
-        """Persist to L2 and stop the prefetch thread."""
-        self.persist()
+        """Persist to L2 and stop the prefetch thread; with a read still stalled, neither (the disk does not answer:
+        the engine's shutdown must not wait on it)."""
+        stalled = self._stalled_read is not None and not self._stalled_read.done()
+        if stalled:
+            log.warning("the disk tier still has not answered a read: its KV is not persisted")
+        else:
+            self.persist()
         if self._worker is not None:
-            self._worker.shutdown(wait=True, cancel_futures=True)
+            self._worker.shutdown(wait=not stalled, cancel_futures=True)
 
     def usage(self, pool_misses: int) -> list[TierUsage]:
         """L1 and L2 rows of ``PoolStats.tiers``, given how many lookups missed the pool."""

@@ -10,6 +10,7 @@ import torch
 from engine_helpers import make_engine
 
 from oxygen_ros.engine import block_codec as codec
+from oxygen_ros.engine import tiers as tiers_module
 from oxygen_ros.engine.block_codec import encode_block
 from oxygen_ros.engine.disk_tier import DiskTier
 from oxygen_ros.engine.host_tier import take_blocks
@@ -181,3 +182,32 @@ def test_a_failed_write_loses_the_block_not_the_caller(tmp_path):
     blocker.mkdir()  # the temporary file cannot be written (as a full disk would refuse it), even as root
     tier.store(_h("a"), _layers("int8", 0))
     assert _h("a") not in tier and tier.used_bytes == 0 and [p.name for p in tmp_path.iterdir()] == [blocker.name]
+
+
+def test_a_stalled_disk_is_recomputed_past_not_waited_on(tiny_bundle, tmp_path, monkeypatch):
+    monkeypatch.setattr(tiers_module, "DISK_READ_TIMEOUT_S", 0.2)
+    greq = GenerateRequest("the robot sees a red cup on the table " * 6, sampling=SamplingParams(max_new_tokens=3))
+    engine = make_engine(tiny_bundle, disk_tier_path=str(tmp_path))
+    expected = engine.generate([greq])[0]
+    disk, load = engine.tiers.disk, engine.tiers.disk.load
+    unstall, loads = threading.Event(), []
+
+    def stalled(block_hash):
+        loads.append(block_hash)
+        unstall.wait(60)  # a disk that does not answer (a hung network mount)
+        return load(block_hash)
+
+    disk.load = stalled
+    try:
+        for _ in range(2):  # the first waits out the timeout; the second does not ask the stalled disk again
+            _evict_everything(engine)
+            out = engine.generate([greq])[0]
+            assert out.token_ids == expected.token_ids and out.reused_prefix_tokens == 0  # recomputed
+            assert len(loads) == 1
+    finally:
+        unstall.set()
+    engine.tiers._stalled_read.result(timeout=10)  # noqa: SLF001 - the stalled read has come back
+    monkeypatch.setattr(tiers_module, "DISK_READ_TIMEOUT_S", 60.0)  # (a healthy read late on a loaded machine)
+    _evict_everything(engine)
+    again = engine.generate([greq])[0]  # the read came back: the disk is asked again
+    assert again.token_ids == expected.token_ids and again.reused_prefix_tokens == disk.num_blocks * 16 > 0

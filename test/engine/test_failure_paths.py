@@ -1,16 +1,21 @@
 """The engine's failure paths leave no KV block without an owner and no caller without an answer: a memory tier's
 save failing during an eviction, an allocation failing after prefix hits were taken, the host tier's copy failing,
 a disk the tier cannot delete from, a request whose blocks cannot be freed, a caller cancelling its future, one
-failing abort among a task's, and a pool left inconsistent by any of them (reclaimed once no request holds a block).
+failing abort among a task's, a step failing after one of its requests finished (that one is answered), and a
+pool left inconsistent by any of them (reclaimed once no request holds a block).
 Each fault is injected into the real engine (the tiny Llama, real pools and tiers)."""
+
+import threading
 
 import pytest
 from engine_helpers import make_engine
 
 from oxygen_ros.engine.async_engine import AsyncEngine
 from oxygen_ros.engine.block_pool import BlockPool
+from oxygen_ros.engine.engine import StepFailed
 from oxygen_ros.engine.host_tier import take_blocks
 from oxygen_ros.engine.io import GenerateRequest
+from oxygen_ros.engine.preemption import swap_key
 from oxygen_ros.engine.sampling_params import SamplingParams
 from oxygen_ros.errors import ErrorCode
 
@@ -80,7 +85,7 @@ def test_an_admission_whose_allocation_fails_gives_back_its_prefix_hits(tiny_bun
     pool.allocate = failing
     try:
         engine.submit(_request(PROMPTS[0] + "and a green ball"))
-        with pytest.raises(RuntimeError, match="injected fault allocating"):
+        with pytest.raises(StepFailed, match="RuntimeError: injected fault allocating"):
             engine.step()
     finally:
         pool.allocate = real
@@ -102,7 +107,7 @@ def test_a_host_tier_copy_that_fails_gives_its_slots_back(tiny_bundle):
     host.mover.move = failing
     try:
         assert engine.generate([_request(PROMPTS[0])])[0].ok
-        with pytest.raises(RuntimeError, match="copying to the host"):  # the second evicts the first: its save fails
+        with pytest.raises(StepFailed, match="copying to the host"):  # the second evicts the first: its save fails
             engine.generate([_request(PROMPTS[1])])
     finally:
         host.mover.move = real
@@ -182,9 +187,84 @@ def test_one_failing_abort_among_a_tasks_requests_still_cancels_the_others(tiny_
         outs = [f.result(TIMEOUT) for f in futures]
         assert outs[0].error_code == ErrorCode.INTERNAL and "injected fault freeing r0" in outs[0].message
         assert [o.error_code for o in outs[1:]] == [ErrorCode.CANCELLED] * 2
-        # r0's blocks were never freed, and no request is left to hold them: the recovery reclaims them
-        engine.call(lambda e: e.check_invariants()).result(TIMEOUT)
-        assert engine.stats().pool.used_blocks == 0
-        assert engine.submit(_request("the next one")).result(TIMEOUT).ok
+        _serves_on_with_a_clean_pool(engine)  # r0's blocks were never freed, and no request holds them: reclaimed
     finally:
         engine.shutdown(timeout=TIMEOUT)
+
+
+def _serves_on_with_a_clean_pool(engine: AsyncEngine) -> None:
+    """After the recovery: the pool's invariants hold, no block is held, and the next request is served."""
+    engine.call(lambda e: e.check_invariants()).result(TIMEOUT)
+    assert engine.stats().pool.used_blocks == 0
+    assert engine.submit(_request("the next one")).result(TIMEOUT).ok
+
+
+def test_a_request_that_finished_before_its_step_failed_is_answered_and_the_rest_fail(tiny_bundle):
+    inner = make_engine(tiny_bundle)
+    on_token = inner.outputs.on_token
+
+    def faulty(req, token):
+        if req.request_id == "long":
+            raise RuntimeError("injected fault after a request finished")
+        return on_token(req, token)
+
+    inner.outputs.on_token = faulty
+    engine, release = AsyncEngine(inner), threading.Event()
+    try:
+        gate = engine.call(lambda e: release.wait(TIMEOUT))  # both are admitted together, into one step
+        short = engine.submit(_request(PROMPTS[0], tokens=1, request_id="short"))  # finishes on its first token
+        long = engine.submit(_request(PROMPTS[1], tokens=50, request_id="long"))
+        release.set()
+        gate.result(TIMEOUT)
+        done, failed = short.result(TIMEOUT), long.result(TIMEOUT)
+        assert done.ok and done.finish_reason == "length" and len(done.token_ids) == 1  # answered as it finished
+        assert failed.error_code == ErrorCode.INTERNAL and "injected fault after a request finished" in failed.message
+        inner.outputs.on_token = on_token
+        _serves_on_with_a_clean_pool(engine)
+    finally:
+        engine.shutdown(timeout=TIMEOUT)
+
+
+def _swapping_engine(tiny_bundle):
+    """A running request with a partial last block, in an engine that swaps preempted requests to an exact L1."""
+    engine = make_engine(tiny_bundle, preemption_mode="swap", cpu_tier_bytes=1 << 20, cpu_tier_format="pool")
+    request_id = engine.submit(_request(PROMPTS[0] + "and", tokens=50))
+    engine.step()
+    req = engine.requests[request_id]
+    assert req.num_computed_tokens % engine.kv_manager.block_size, "the test needs a partial last block"
+    return engine, req
+
+
+def test_a_swap_save_that_fails_leaves_nothing_saved_under_the_requests_key(tiny_bundle):
+    engine, req = _swapping_engine(tiny_bundle)
+    tiers, save = engine.tiers, engine.tiers.save
+
+    def fails_after_copying(keys, block_ids):
+        save(keys, block_ids)  # every block copied out, the tail too, then the fault
+        raise RuntimeError("injected fault after saving")
+
+    tiers.save = fails_after_copying
+    with pytest.raises(RuntimeError, match="injected fault after saving"):
+        engine.kv_manager.preempt(req)
+    tiers.save = save
+    assert swap_key(req.request_id) not in tiers.host and req.request_id not in engine.kv_manager.swapped
+    assert req.block_table  # still its own: the abort frees them
+    engine.abort(req.request_id)
+    _check_clean(engine)
+
+
+def test_a_swap_in_that_fails_leaves_nothing_saved_under_the_requests_key(tiny_bundle):
+    engine, req = _swapping_engine(tiny_bundle)
+    engine.scheduler._preempt(req)  # noqa: SLF001 - a preemption, as the scheduler makes one under pressure
+    tiers = engine.tiers
+    assert swap_key(req.request_id) in tiers.host
+
+    def failing(key, dst_id):
+        raise RuntimeError("injected fault restoring the tail")
+
+    tiers.restore_saved = failing
+    with pytest.raises(StepFailed, match="injected fault restoring the tail"):
+        engine.step()  # readmits it
+    assert swap_key(req.request_id) not in tiers.host
+    engine.abort(req.request_id)
+    _check_clean(engine)
