@@ -9,6 +9,7 @@ never block the camera, stats or lifecycle callbacks. Every request and subscrib
 (ObservationRing).
 """
 
+import dataclasses
 import gc
 from functools import partial
 import threading
@@ -51,6 +52,7 @@ from oxygen_ros.nodes.image_budget import ImageBudget
 from oxygen_ros.nodes.pool_markers import pool_markers
 from oxygen_ros.nodes.qos import SERVICE_QUEUE
 from oxygen_ros.nodes.spin import run
+from oxygen_ros.nodes.stamps import capture_ns
 from oxygen_ros.observations import ObservationRing, Rejected
 from oxygen_ros.srv import CancelTask, GetPoolStats, Infer
 from oxygen_ros.viz.pool_map import draw_pool_image, pool_map
@@ -239,13 +241,14 @@ class InferenceNode(LifecycleNode):
     def _remember(self, decode: Callable[[params.NodeParams], Observation], name_if_rejected: str, robot: str) -> None:
         """Put the observation in its robot's ring; a frame that cannot be decoded is remembered as rejected (see
         ObservationRing). A new one is prefilled at once with ``eager_prefill``."""
+        arrival_ns = self.get_clock().now().nanoseconds
         with self._lock:
             rings, engine, settings, active = self._rings, self._engine, self._settings, self._state == "active"
         if rings is None:
             return
         ring = rings.ring(robot)
         try:
-            observation = decode(settings)
+            observation = self._arrived(decode(settings), arrival_ns)
         except EngineError as exc:
             ring.add(Rejected(name_if_rejected, exc.message, exc.code))
             self.get_logger().warning(f"rejected observation {name_if_rejected}: {exc}", throttle_duration_sec=5.0)
@@ -256,6 +259,12 @@ class InferenceNode(LifecycleNode):
                 sampling=SamplingParams(max_new_tokens=1),
             )  # fmt: skip
             engine.submit(prefill).add_done_callback(self._log_prefill)
+
+    def _arrived(self, observation: Observation, arrival_ns: int) -> Observation:
+        """``observation`` dated no later than it reached this node (``capture_ns``): the stamp answers report, and a
+        VLA's arm ages its chunk's frames by."""
+        warn = partial(self.get_logger().warning, throttle_duration_sec=5.0)
+        return dataclasses.replace(observation, stamp_ns=capture_ns(observation.stamp_ns, arrival_ns, warn))
 
     def _log_prefill(self, future: ConcurrentFuture[RequestOutput]) -> None:
         out = future.result()
@@ -288,13 +297,14 @@ class InferenceNode(LifecycleNode):
             return convert.error_response(response, exc.code, exc.message)
         return convert.fill_response(response, out, seen, settings.action_period_s, self.get_clock().now().to_msg())
 
-    @staticmethod
-    def _observation_of(request: Any, rings: FleetRings, settings: params.NodeParams) -> Observation | None:
+    def _observation_of(self, request: Any, rings: FleetRings, settings: params.NodeParams) -> Observation | None:
         """A request's inline observation (hashed by content like a published one, so the same image shares its
         KV either way), else its robot's ring's ``observation_id`` ('' = that robot's latest, with camera images
         when actions are asked)."""
         if request.observation:
-            return convert.observation_from_msg(request.observation[0], settings.max_prompt_chars)
+            arrival_ns = self.get_clock().now().nanoseconds
+            observation = convert.observation_from_msg(request.observation[0], settings.max_prompt_chars)
+            return self._arrived(observation, arrival_ns)
         return rings.ring(request.robot).get(request.observation_id, getattr(request, "want_actions", False))
 
     def _serving(self) -> tuple:

@@ -23,9 +23,8 @@ from oxygen_ros.control.arm.joint_limits import JointLimit, joint_limits, urdf_l
 from oxygen_ros.control.arm.joint_map import JointMap
 from oxygen_ros.control.arm.state_entries import MAX_SPEED, StateEntry, reported_velocities
 from oxygen_ros.errors import EngineError, ErrorCode
-from oxygen_ros.nodes.stamps import NS, seconds
+from oxygen_ros.nodes.stamps import MAX_CLOCK_SKEW_S, NS, seconds
 
-MAX_CLOCK_SKEW_S = 1.0  # a JointState stamped further than this from the node clock comes from another clock
 MIN_DIFFERENCE_S, MAX_DIFFERENCE_S = 5e-3, 0.5  # readings that far apart give a velocity where the driver gives none
 
 

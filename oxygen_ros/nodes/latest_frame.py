@@ -16,17 +16,20 @@ that cannot be decoded has no detections.
 import math
 import threading
 import time
+from functools import partial
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import Header
 
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.nodes.compressed import compressed_id, compressed_to_rgb, is_compressed
 from oxygen_ros.nodes.convert import check_observation, checked_pixels, image_to_rgb, rgb_to_image
 from oxygen_ros.nodes.declare import Table
+from oxygen_ros.nodes.stamps import capture_ns, nanoseconds, time_ns
 from oxygen_ros.observations import content_id
 from oxygen_ros.perception.detect import Detections, detect
 
@@ -42,7 +45,7 @@ PARAMETERS: Table = {
 
 class LatestFrame:
     def __init__(self, node: Node, settings: dict, group: CallbackGroup) -> None:
-        self._logger = node.get_logger()
+        self._logger, self._clock = node.get_logger(), node.get_clock()
         self._use_sim, self._send_images = settings["use_sim"], settings["send_images"]
         self._lock = threading.Lock()
         self._msg: ObservationMsg | None = None
@@ -61,7 +64,7 @@ class LatestFrame:
         except EngineError as exc:
             self._logger.warning(f"ignoring a camera frame: {exc.message}", throttle_duration_sec=5.0)
             return
-        self._on_observation(ObservationMsg(header=msg.header, observation_id=observation_id, images=[msg]))
+        self._store(ObservationMsg(header=msg.header, observation_id=observation_id, images=[msg]))
 
     def _on_compressed(self, msg: CompressedImage) -> None:
         """A compressed camera frame, named by its bytes as the inference node names it (``compressed``), decoded
@@ -73,7 +76,7 @@ class LatestFrame:
         except EngineError as exc:
             self._logger.warning(f"ignoring a compressed camera frame: {exc.message}", throttle_duration_sec=5.0)
             return
-        self._on_observation(ObservationMsg(header=msg.header, observation_id=observation_id, images=pixels))
+        self._store(ObservationMsg(header=msg.header, observation_id=observation_id, images=pixels))
 
     def _on_observation(self, msg: ObservationMsg) -> None:
         try:
@@ -82,6 +85,15 @@ class LatestFrame:
         except EngineError as exc:
             self._logger.warning(f"ignoring an observation: {exc.message}", throttle_duration_sec=5.0)
             return
+        self._store(msg)
+
+    def _store(self, msg: ObservationMsg) -> None:
+        """Keep ``msg``, checked (a camera frame was as it was made one), as the newest frame, dated no later than it
+        arrived (``capture_ns``: a camera clock running ahead would make a frozen frame look fresh)."""
+        arrival_ns = self._clock.now().nanoseconds
+        warn = partial(self._logger.warning, throttle_duration_sec=5.0)
+        msg.header = Header(stamp=time_ns(capture_ns(nanoseconds(msg.header.stamp), arrival_ns, warn)),
+                            frame_id=msg.header.frame_id)  # fmt: skip
         with self._lock:
             if msg.images or self._msg is None or not self._msg.images:
                 self._msg, self._received = msg, time.monotonic()

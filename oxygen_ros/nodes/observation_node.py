@@ -10,7 +10,8 @@ here, not again in every task node.
 * Out: each set as ONE Observation on `observation_topic`: its images (rgb8, rotated and resized as `rotate` and
   `resize` ask, each keeping its camera's header) in `camera_topics` order with `image_keys`, the newest positions of
   `state_joint_names` in that order, header.stamp = the set's oldest stamp (what its age is: a frame up to `sync_slop_s`
-  older than its partners is no younger for them; header.frame_id: the first camera's), and
+  older than its partners is no younger for them), each frame's no later than it arrived here (a camera clock running
+  ahead dates nothing into the future), header.frame_id = the first camera's, and
   observation_id = the content hash of what it carries (``observations.content_id``), the id the inference node keeps.
 
 Stale or missing inputs are named, never defaulted: a camera silent for longer than `input_timeout_s` is a throttled
@@ -54,7 +55,7 @@ from oxygen_ros.nodes.convert import image_to_rgb, rgb_to_image
 from oxygen_ros.control.arm.state_entries import reported_velocities, state_entries
 from oxygen_ros.nodes.declare import declare
 from oxygen_ros.nodes.spin import run
-from oxygen_ros.nodes.stamps import nanoseconds
+from oxygen_ros.nodes.stamps import capture_ns, nanoseconds, time_ns
 from oxygen_ros.observations import content_id
 from oxygen_ros.perception.frame_sync import FrameSync, RateGate, Stamped
 
@@ -307,8 +308,9 @@ class ObservationNode(Node):
                 self._warn(f"camera {camera.key} frame", f"camera {camera.key}: dropping a frame on {topic}: {exc.message}")
                 return
         state = self._state(now_ns)
-        oldest = min(frames, key=lambda s: s.stamp_ns).message.msg.header
-        header = Header(stamp=oldest.stamp, frame_id=frames[0].message.msg.header.frame_id)
+        warn = functools.partial(self._warn, "camera clock")
+        captured = min(capture_ns(stamped.stamp_ns, stamped.message.arrival_ns, warn) for stamped in frames)
+        header = Header(stamp=time_ns(captured), frame_id=frames[0].message.msg.header.frame_id)
         images = [rgb_to_image(rgb, stamped.message.msg.header) for rgb, stamped in zip(pixels, frames)]
         keys = [camera.key for camera in self._cameras]
         self._observations.publish(ObservationMsg(

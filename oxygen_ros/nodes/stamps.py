@@ -1,6 +1,7 @@
 """builtin_interfaces Time (and Duration) <-> numbers: one conversion for every node that reads or writes a stamp."""
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ def nanoseconds(stamp: Any) -> int:
     return stamp.sec * NS + stamp.nanosec
 
 
+MAX_CLOCK_SKEW_S = 1.0  # a stamp further than this from this node's clock comes from another clock
 CLOCK_BACK_NS = 50_000_000  # 50 ms: a reading may arrive between a check's clock read and its use of the reading
 
 
@@ -25,6 +27,20 @@ def reading_age(now_ns: int, stamp_ns: int, arrival_ns: int) -> float:
     if arrival_ns > now_ns + CLOCK_BACK_NS:
         return math.inf
     return max(0.0, (now_ns - min(stamp_ns, arrival_ns)) / NS)
+
+
+def capture_ns(stamp_ns: int, arrival_ns: int, warn: Callable[[str], None]) -> int:
+    """When a frame stamped ``stamp_ns`` was captured, as the node it reached at ``arrival_ns`` can vouch: never after
+    it arrived (a camera on a clock running ahead would look fresh for as long as its clock leads, a frozen one
+    included); ahead by over MAX_CLOCK_SKEW_S, ``warn`` is told (another machine's clock, or sim time against wall
+    time: misconfigured). Unstamped (0) stays unstamped, and a clock not yet started (0, use_sim_time before /clock)
+    dates nothing."""
+    if not (stamp_ns and arrival_ns):
+        return stamp_ns
+    if stamp_ns - arrival_ns > MAX_CLOCK_SKEW_S * NS:
+        warn(f"a camera frame stamped {(stamp_ns - arrival_ns) / NS:.1f} s after it arrived here, dated by its "
+             "arrival: the camera and this node run on different clocks (use_sim_time? chrony?)")
+    return min(stamp_ns, arrival_ns)
 
 
 def seconds(stamp: Any) -> float:

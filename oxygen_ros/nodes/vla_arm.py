@@ -44,8 +44,7 @@ from oxygen_ros.srv import Infer
 from oxygen_ros.nodes.arm_io import ArmIO
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.infer_client import ANSWER_SLACK_S
-from oxygen_ros.nodes.joint_readings import MAX_CLOCK_SKEW_S
-from oxygen_ros.nodes.stamps import seconds, time_of
+from oxygen_ros.nodes.stamps import MAX_CLOCK_SKEW_S, seconds, time_of
 from oxygen_ros.nodes.trajectory_controller import HOLD_MIN_S
 
 PARAMETERS = {
@@ -184,7 +183,8 @@ class VlaArm:
     def frame_time(self, answer: Infer.Response, asked_at: float) -> float:
         """When the camera frames of ``answer`` were captured (node clock s); FAILED_PRECONDITION when it names
         none (every VLA reads a camera), an unstamped one, one older than ``input_timeout_s`` when the chunk was
-        asked for, or one stamped ahead of this node's clock now (another clock)."""
+        asked for, or one stamped ahead of this node's clock now (the inference node dates a frame no later than it
+        arrived, ``stamps.capture_ns``: so only its clock, not the camera's, can be ahead)."""
         if not answer.observation_id:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, "no camera frame: the inference node has no "
                               "observation (is the camera, or observation_node, publishing?)")  # fmt: skip

@@ -15,6 +15,7 @@ from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.nodes.convert import rgb_to_image
 from oxygen_ros.nodes.latest_frame import PARAMETERS, LatestFrame
 from oxygen_ros.nodes.obstacle_sources import DetectorSource
+from oxygen_ros.nodes.stamps import nanoseconds, time_ns
 from oxygen_ros.observations import content_id
 
 
@@ -74,5 +75,28 @@ def test_the_sim_detector_is_stale_until_it_reads_a_frame(ros_context):
         time.sleep(0.2)  # its gaps are the frame's: the motion since (the navigation node's top speed counts it)
         age = source.age(0)
         assert source.unshifted_s() == age >= 0.2
+    finally:
+        node.destroy_node()
+
+
+def test_a_frame_is_dated_no_later_than_it_arrived(ros_context):
+    """A camera on a clock running ahead (another machine's) would make a frozen frame look fresh for as long as its
+    clock leads: its stamp is bounded by its arrival; a stamp from the past is kept as it is."""
+    node = Node("latest_frame_stamp_test", context=ros_context)
+    clock = node.get_clock()
+    try:
+        settings = {name: default for name, (default, _) in PARAMETERS.items()}
+        frame = LatestFrame(node, settings, ReentrantCallbackGroup())
+        rgb = np.zeros((48, 64, 3), np.uint8)
+        for offset_ns in (900_000_000, -2_000_000_000):
+            stamp_ns = clock.now().nanoseconds + offset_ns
+            image = rgb_to_image(rgb, Header(stamp=time_ns(stamp_ns), frame_id="camera_optical_frame"))
+            as_observation = lambda m: frame._on_observation(ObservationMsg(header=m.header, images=[m]))  # noqa: E731
+            for deliver in (frame._on_image, as_observation):
+                before = clock.now().nanoseconds
+                deliver(image)
+                dated = nanoseconds(frame.inline(1)[0].header.stamp)
+                assert before <= dated <= clock.now().nanoseconds if offset_ns > 0 else dated == stamp_ns
+                assert nanoseconds(frame.inline(1)[0].images[0].header.stamp) == stamp_ns  # the image's own header
     finally:
         node.destroy_node()

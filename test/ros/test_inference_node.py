@@ -27,11 +27,13 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from ros_harness import call_service, wait_for, wait_until
 from sensor_msgs.msg import Image
+from std_msgs.msg import Header
 from visualization_msgs.msg import Marker, MarkerArray
 
 from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.nodes.polling import poll_until
 from oxygen_ros.nodes.qos import SERVICE_QUEUE_DEPTH
+from oxygen_ros.nodes.stamps import nanoseconds, time_ns
 
 SMOLLM2_BLOCK_BYTES = 30 * 2 * 3 * 64 * 16 * 4  # layers x (K, V) x KV heads x head_dim x tokens x float32
 TOTAL_BLOCKS = 68
@@ -94,6 +96,21 @@ def test_answers_about_an_observation_and_reuses_its_prefix(served):
     assert second.reused_prefix_tokens > 0, "the observation's prefix must come from the pool"
     latest = infer(served.client, "What colour is the apple?", task_id="nav-1", task_type="navigation")
     assert latest.success and latest.text == second.text, "'' is the latest observation: the same greedy answer"
+
+
+def test_an_observation_is_dated_no_later_than_it_reached_the_node(served):
+    """A camera clock running ahead (here by a minute) would make a frozen frame look fresh to the arm for as long as
+    it leads: the stamp an answer reports is the frame's, but never after it reached the node."""
+    clock = served.client.get_clock()
+    for offset_ns, observation_id in ((60_000_000_000, "clock-ahead"), (-2_000_000_000, "clock-behind")):
+        sent = clock.now().nanoseconds
+        served.publish(ObservationMsg(header=Header(stamp=time_ns(sent + offset_ns)), observation_id=observation_id,
+                                      text=KITCHEN))  # fmt: skip
+        known = clock.now().nanoseconds  # (publish waits until the node knows it)
+        answer = infer(served.client, "Where is the apple?", max_new_tokens=1, observation_id=observation_id)
+        assert answer.success, answer.message
+        stamp = nanoseconds(answer.observation_stamp)
+        assert sent <= stamp <= known if offset_ns > 0 else stamp == sent + offset_ns
 
 
 def test_get_pool_stats(served):

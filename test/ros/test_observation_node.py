@@ -68,7 +68,7 @@ class Rig:
         self.node.create_subscription(ObservationMsg, "/oxygen/observation", self.observations.append, 100)
         self.stamps: dict[str, dict[int, int]] = {key: {} for key in KEYS}  # key -> {stamp ns: frame number}
         self._rng = random.Random(5)
-        self.base_ns = time.time_ns()
+        self.base_ns = time.time_ns() - NS // 10  # (a frame's stamp before it is sent, jitter and all)
 
     def wait_matched(self, node: ObservationNode) -> None:
         publishers = (self.top, self.wrist, self.side, self.joints)
@@ -186,6 +186,20 @@ def test_each_synchronized_set_is_one_observation_with_keys_transforms_state_and
         k = _frame_of(rig, TOP, obs.images[0])
         shoulder = obs.state[1]
         assert list(obs.state) == [-shoulder, shoulder, shoulder + 9.0] and 1.0 + k - 1 <= shoulder <= 1.0 + k
+
+
+def test_a_camera_clock_running_ahead_dates_the_set_when_it_arrived(ros_context):
+    """Cameras stamping 0.9 s ahead (another machine's clock): the set's stamp is when its frames arrived, not in
+    the future (a frozen camera would look fresh to the arm for as long as its clock leads)."""
+    with graph(ros_context) as (node, rig):
+        rig.base_ns = time.time_ns() + 9 * NS // 10
+        _stream(rig, range(6))
+        wait_until(lambda: len(rig.observations) >= 2, 5.0, "2 observations")
+        observations = list(rig.observations)
+        received_by = time.time_ns()
+    for obs in observations:  # (its frames' own stamps: from 0.9 s after the first frame was sent)
+        stamp = obs.header.stamp.sec * NS + obs.header.stamp.nanosec
+        assert rig.base_ns - 9 * NS // 10 <= stamp <= received_by
 
 
 def test_a_camera_that_stops_holds_the_observations_back_and_the_queues_stay_bounded(ros_context, capfd):
