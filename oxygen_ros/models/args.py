@@ -8,6 +8,13 @@ from oxygen_ros.layers.rotary import RopeScaling
 MAX_LAYERS = 1024  # decoder layers a model file may declare (open models have at most ~128)
 MAX_HEADS = 1024  # attention heads (of q, and of k / v)
 MAX_WIDTH = 1 << 20  # hidden and MLP widths, vocabulary rows
+_CONFIG_BOUNDS = {"num_hidden_layers": MAX_LAYERS, "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS}
+
+
+def config_count_bound(key: str) -> int:
+    """The largest value a transformers config's count ``key`` may hold: layers and heads have their own bounds, every
+    other count (widths, vocabulary, head size, image and patch sizes) ``MAX_WIDTH``."""
+    return _CONFIG_BOUNDS.get(key, MAX_WIDTH)
 
 
 @dataclass(frozen=True)

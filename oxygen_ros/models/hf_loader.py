@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from oxygen_ros.layers.rotary import RopeScaling
-from oxygen_ros.models.args import MAX_HEADS, MAX_LAYERS, MAX_WIDTH, LlamaArgs, checked_count
+from oxygen_ros.models.args import LlamaArgs, checked_count, config_count_bound
 from oxygen_ros.models.loaded import LoadedModel, check_state_dict
 from oxygen_ros.models.tokenizer import Tokenizer
 
@@ -20,9 +20,8 @@ _SCALED_ROPE = {"llama3", "linear"}
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                   "smollm3": "SmolLM3ForCausalLM"}  # fmt: skip
 _REQUIRED_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
-_COUNTS = {"vocab_size": MAX_WIDTH, "hidden_size": MAX_WIDTH, "intermediate_size": MAX_WIDTH,
-           "num_hidden_layers": MAX_LAYERS, "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS,
-           "head_dim": MAX_WIDTH}  # fmt: skip
+_COUNTS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+           "num_key_value_heads", "head_dim")  # fmt: skip
 
 
 def _rope(config: dict, source: Path) -> tuple[float, RopeScaling | None]:
@@ -89,9 +88,9 @@ def read_llama_args(config: dict, source: Path) -> LlamaArgs:
     missing = [key for key in _REQUIRED_KEYS if key not in config]
     if missing:
         raise ValueError(f"{source}: config.json lacks {missing}")
-    for key, upper in _COUNTS.items():
+    for key in _COUNTS:
         if config.get(key) is not None:  # (num_key_value_heads and head_dim may be null: derived)
-            checked_count(source, key, config[key], upper)
+            checked_count(source, key, config[key], config_count_bound(key))
     rope_theta, rope_scaling = _rope(config, source)
     if _sliding_window_active(config):
         raise ValueError(f"{source}: sliding-window attention is not implemented")

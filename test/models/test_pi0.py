@@ -186,6 +186,8 @@ BAD_FOLDERS = [
      "dit_config: field 'num_hidden_layers' must be an integer in [1, 1024], got 1000000"),
     ("vision heads", lambda f: _edit_config(f, ["vlm_config", "vision_config", "num_attention_heads"], 0),
      "vision_config: field 'num_attention_heads' must be an integer in [1, 1024], got 0"),
+    ("expert kv heads", lambda f: _edit_config(f, ["dit_config", "num_key_value_heads"], 10**5),
+     "dit_config: field 'num_key_value_heads' must be an integer in [1, 1024], got 100000"),
     ("not pi0", lambda f: _edit_config(f, ["model_type"], "paligemma"), "must be 'pi0'"),
     ("no weights", lambda f: (f / "model.safetensors").unlink(), "model.safetensors"),
 ]  # fmt: skip

@@ -4,12 +4,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from oxygen_ros.models.args import MAX_HEADS, MAX_LAYERS, MAX_WIDTH, checked_count
+from oxygen_ros.models.args import checked_count, config_count_bound
 from oxygen_ros.models.common.vla_config import SiglipConfig
 
 _VISION_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "image_size",
                 "patch_size")  # fmt: skip
-COUNT_BOUNDS = {"num_hidden_layers": MAX_LAYERS, "num_attention_heads": MAX_HEADS}  # the other counts: MAX_WIDTH
 
 
 def read_json(path: Path) -> dict:
@@ -36,8 +35,7 @@ def config_field(data: dict, key: str, source: str, kind: type | tuple[type, ...
 def config_counts(data: dict, keys: tuple[str, ...], source: str) -> dict[str, int]:
     """The sizes ``keys`` of ``data`` (layers, heads, widths), each an integer in [1, its bound] (``checked_count``):
     bounded before they size a loop or divide."""
-    return {key: checked_count(source, f"field {key!r}", data.get(key), COUNT_BOUNDS.get(key, MAX_WIDTH))
-            for key in keys}  # fmt: skip
+    return {key: checked_count(source, f"field {key!r}", data.get(key), config_count_bound(key)) for key in keys}
 
 
 def read_siglip_config(config: dict, source: str) -> SiglipConfig:

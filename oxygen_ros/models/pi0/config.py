@@ -31,7 +31,8 @@ def _gemma(sub: object, where: str) -> GemmaConfig:
         raise ValueError(f"{where}: missing")  # noqa: TRY004 - one error type for every bad file
     if sub.get("model_type", "gemma") != "gemma":
         raise ValueError(f"{where}: field 'model_type' {sub['model_type']!r} is not gemma")
-    sizes = config_counts(sub, _GEMMA_KEYS, where)
+    optional = tuple(key for key in ("num_key_value_heads", "head_dim") if sub.get(key) is not None)  # else derived
+    sizes = config_counts(sub, _GEMMA_KEYS + optional, where)
     for key in ("hidden_act", "hidden_activation"):
         if sub.get(key) not in (None, _GELU_TANH):
             raise ValueError(f"{where}: field {key!r} {sub[key]!r} is not implemented ({_GELU_TANH})")
@@ -44,8 +45,8 @@ def _gemma(sub: object, where: str) -> GemmaConfig:
         intermediate_size=sizes["intermediate_size"],
         num_layers=sizes["num_hidden_layers"],
         num_heads=heads,
-        num_kv_heads=sub.get("num_key_value_heads") or heads,
-        head_dim=sub.get("head_dim") or sizes["hidden_size"] // heads,
+        num_kv_heads=sizes.get("num_key_value_heads", heads),
+        head_dim=sizes.get("head_dim", sizes["hidden_size"] // heads),
         rope_theta=float(rope.get("rope_theta", sub.get("rope_theta", 10000.0))),
         rms_norm_eps=float(sub.get("rms_norm_eps", 1e-6)),
     )
