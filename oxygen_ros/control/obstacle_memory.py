@@ -3,9 +3,10 @@ clears: each reading's points are kept in the odometry frame; a later reading of
 rays reached or passed (there, the obstacle is in that reading or gone), and the rest stay where odometry puts them.
 So an obstacle that leaves a narrow camera's view as the robot nears it (beside its corridor, under its minimum
 range) still stops the robot. A kept point is forgotten ``keep_s`` after it was seen (a robot stopped by a point no
-sensor can see again, a person gone from beside it, would never drive on: nav2 needs a costmap clearing for that),
-or once it is farther than ``reach_m`` from the robot (far from the corridor a replan checks: a sensor sees it again
-on the way); the nearest MAX_POINTS are kept. Pure numpy: the node brings the poses and each reading's rays.
+sensor can see again, a person gone from beside it, would never drive on), when asked (``forget``: nav2's costmap
+clearing), or once it is farther than ``reach_m`` from the robot (far from the corridor a replan checks: a sensor
+sees it again on the way); the nearest MAX_POINTS are kept. Pure numpy: the node brings the poses and each reading's
+rays.
 """
 
 from collections.abc import Callable
@@ -49,6 +50,13 @@ class ObstacleMemory:
             nearest = np.argpartition(np.hypot(points[:, 0] - pose[0], points[:, 1] - pose[1]), MAX_POINTS)
             points, stamps = points[nearest[:MAX_POINTS]], stamps[nearest[:MAX_POINTS]]
         self._points, self._seen_ns = points, stamps
+
+    def forget(self) -> int:
+        """Drop every kept point the newest reading did not see itself, as nav2's costmap clearing services do (an
+        operator's call for a robot held by an obstacle that left where no sensor could see); how many."""
+        keep = self._seen_ns == self._stamp_ns if self._stamp_ns is not None else np.zeros(len(self._points), bool)
+        self._points, self._seen_ns = self._points[keep], self._seen_ns[keep]
+        return int(len(keep) - keep.sum())
 
     def around(self, pose: Pose) -> np.ndarray:
         """The kept points in the base frame of a robot at ``pose`` (odom)."""

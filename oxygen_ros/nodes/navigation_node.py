@@ -62,6 +62,7 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rclpy.task import Future
 from rclpy.timer import Timer
+from std_srvs.srv import Trigger
 
 from oxygen_ros.action import Navigate
 from oxygen_ros.control import obstacles, unicycle
@@ -141,9 +142,21 @@ class NavigationNode(TaskActionNode[Trip]):
         self._stamped = self.settings["cmd_vel_stamped"]
         self._cmd_vel = self.create_publisher(velocity.command_type(self._stamped), self.settings["cmd_vel_topic"], 10)
         self._plan = self.create_publisher(Path, "plan", 1)
+        # in the replans' group: the obstacle memory is read and cleared one at a time
+        self.create_service(Trigger, "clear_obstacle_memory", self._clear_memory, callback_group=self._replans)
         warn = partial(self.get_logger().warning, throttle_duration_sec=5.0)
         self._deadline = CommandDeadline(self._command_lock, lambda: self.get_clock().now().nanoseconds,
                                          partial(self._publish, Twist()), warn)  # fmt: skip
+
+    def _clear_memory(self, _: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        """Forget the obstacle points the sources remember beyond their newest readings (nav2's costmap clearing): for
+        a base held by an obstacle that left where no sensor could see it. What the sensors see now still stops it."""
+        forgotten = {source.name: source.forget() for source in self._sources}
+        response.success = True
+        response.message = "forgot " + (", ".join(f"{n} points of the {name}" for name, n in forgotten.items())
+                                        or "nothing: no obstacle source is configured")  # fmt: skip
+        self.get_logger().info(f"clear_obstacle_memory: {response.message}")
+        return response
 
     def release(self) -> None:
         """The command deadline's thread ended, and the last zero Twist (``destroy_node`` sent it) acknowledged by the

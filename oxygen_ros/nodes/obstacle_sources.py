@@ -7,7 +7,8 @@ no reading that tells anything: a covered window, a driver's error codes; a cloc
 base, as nav2's collision monitor stops for an invalid source (since Jazzy; Humble's only skips it). Readings are
 placed in `base_frame` through TF and then moved by the robot's motion since their stamp (odometry history), so an
 old reading still lands where the obstacle is now; the scan and depth sources remember points no later ray of
-theirs reaches for `obstacle_memory_s` (``control.obstacle_memory``). Three kinds:
+theirs reaches for `obstacle_memory_s` (``control.obstacle_memory``), or until the node's `clear_obstacle_memory`
+service is called. Three kinds:
 - ``LaserScan`` on `scan_topic` (sensor-data QoS), any frame TF can bring into `base_frame`;
 - a depth image on `depth_topic` (16UC1 millimetres or 32FC1 metres, REP 118) with its CameraInfo on
   `depth_info_topic`, points between `obstacle_min_height_m` and `obstacle_max_height_m` above the base (not the
@@ -77,6 +78,9 @@ class Source(Protocol):
     def unshifted_s(self) -> float:
         """Seconds of the robot's motion its obstacles are not moved by (0: placed by odometry, whose own age the
         node counts)."""
+
+    def forget(self) -> int:
+        """Forget the obstacle points it remembers that its newest reading did not see; how many."""
 
 
 # points [N, 3] in a reading's sensor frame -> whether its rays reached each (``obstacles.scan_reaches``)
@@ -160,6 +164,9 @@ class _Points:
 
     def unshifted_s(self) -> float:
         return 0.0
+
+    def forget(self) -> int:
+        return self._memory.forget()
 
     def _selected(self, points: np.ndarray) -> np.ndarray:
         """The points in the base frame that count as obstacles (all of a scan's)."""
@@ -288,6 +295,9 @@ class DetectorSource:
         """The judged frame's age: its gaps are measured in the frame, not moved by the motion since (none judged:
         ``blocking`` lets nothing move)."""
         return self._judged_age if self._judged is not None else 0.0
+
+    def forget(self) -> int:
+        return 0  # it remembers nothing: each frame is judged alone
 
     def blocking(self, radius_m: float, clearance_m: float, odometry: Odometry, memory_s: float) -> Blocking | None:
         """Of the frame ``age`` found live (the navigation node asks it first, as for every source), so a frame the

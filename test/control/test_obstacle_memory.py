@@ -1,6 +1,7 @@
 """The built-in driver's obstacle memory (``control.obstacle_memory``) on hand-placed points: a reading's points are
 kept where odometry puts them, a later reading's rays clear what they reach, the rest is forgotten by age, by
-distance from the robot, or when time goes back or the odometry restarts; the nearest MAX_POINTS are kept."""
+distance from the robot, when time goes back or the odometry restarts, or when asked (all but the newest reading's);
+the nearest MAX_POINTS are kept."""
 
 import numpy as np
 
@@ -50,3 +51,14 @@ def test_the_nearest_points_are_kept():
     memory.add(np.array([[0.5, 0.0, 0.0]]), (0.0, 0.0, 0.0), 2 * S, nothing, keep_s=30.0, reach_m=5.0)
     kept = memory.around((0.0, 0.0, 0.0))
     assert len(kept) == obstacle_memory.MAX_POINTS and kept[:, 0].min() == 0.5 and kept[:, 0].max() < 2.0
+
+
+def test_forget_keeps_only_what_the_newest_reading_saw():
+    memory = ObstacleMemory()
+    assert memory.forget() == 0  # nothing yet
+    memory.add(np.array([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]]), (0.0, 0.0, 0.0), S, nothing, keep_s=30.0, reach_m=5.0)
+    memory.add(np.array([[2.0, 0.0, 0.0]]), (0.0, 0.0, 0.0), 2 * S, nothing, keep_s=30.0, reach_m=5.0)
+    assert memory.forget() == 2
+    np.testing.assert_allclose(memory.around((0.0, 0.0, 0.0)), [[2.0, 0.0, 0.0]])  # seen now: it still stops the base
+    memory.add(np.zeros((0, 3)), (0.0, 0.0, 0.0), 3 * S, nothing, keep_s=30.0, reach_m=5.0)
+    assert memory.forget() == 1 and len(memory) == 0

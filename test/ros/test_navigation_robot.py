@@ -29,9 +29,10 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
-from ros_harness import make_context, send_goal, spin_nodes, wait_until
+from ros_harness import call_service, make_context, send_goal, spin_nodes, wait_until
 from sensor_msgs.msg import CameraInfo, Image, LaserScan
 from std_msgs.msg import Header
+from std_srvs.srv import Trigger
 
 from oxygen_ros.action import Navigate
 from oxygen_ros.nodes.convert import rgb_to_image
@@ -309,6 +310,29 @@ def test_a_depth_camera_stops_the_base_for_a_wall_and_not_for_the_floor(robot):
         assert_safety_stop(goal, "depth image on /depth/image_raw", (10, 20))
     finally:
         base.wall_ahead_m = None
+        goal.cancel()
+    assert goal.result().status == GoalStatus.STATUS_CANCELED
+
+
+def test_clear_obstacle_memory_lets_a_base_held_by_a_remembered_wall_drive_on(robot):
+    """A wall seen, then gone where the depth camera sees nothing (no return above the horizon) stays in the memory
+    and holds the base; `clear_obstacle_memory` (nav2's costmap clearing) forgets it and the base drives on."""
+    base, node = robot["base"], robot["nodes"]["depth"]
+    goal = navigate(robot, "depth", base.x + 2.0, base.y, frame_id="odom")
+    try:  # (a wall an earlier test showed is forgotten after the node's 1 s: then the memory is made long)
+        wait_until(lambda: goal.feedback and goal.feedback[-1].cmd.linear.x > 0, 10.0, "driving over the floor")
+        node.set_parameters([Parameter("obstacle_memory_s", value=60.0)])
+        base.wall_ahead_m = 0.4
+        wait_until(lambda: goal.feedback[-1].reasoning.startswith("safety stop"), 5.0, "a safety stop")
+        base.wall_ahead_m = None
+        time.sleep(1.5)  # images without the wall: none of their rays reaches where it was
+        assert goal.feedback[-1].reasoning.startswith("safety stop") and goal.feedback[-1].cmd == Twist()
+        answer = call_service(robot["client"], Trigger, "/depth/clear_obstacle_memory", Trigger.Request())
+        assert answer.success and re.search(r"forgot [1-9]\d* points of the depth image", answer.message), answer
+        wait_until(lambda: goal.feedback[-1].cmd.linear.x > 0, 5.0, "driving again")
+    finally:
+        base.wall_ahead_m = None
+        node.set_parameters([Parameter("obstacle_memory_s", value=1.0)])
         goal.cancel()
     assert goal.result().status == GoalStatus.STATUS_CANCELED
 
