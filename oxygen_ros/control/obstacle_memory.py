@@ -51,6 +51,11 @@ class ObstacleMemory:
             points, stamps = points[nearest[:MAX_POINTS]], stamps[nearest[:MAX_POINTS]]
         self._points, self._seen_ns = points, stamps
 
+    @property
+    def epoch(self) -> int:
+        """The odometry's epoch its points were kept in."""
+        return self._epoch
+
     def forget(self) -> int:
         """Drop every kept point the newest reading did not see itself, as nav2's costmap clearing services do (an
         operator's call for a robot held by an obstacle that left where no sensor could see); how many."""

@@ -12,7 +12,7 @@ import math
 import threading
 
 import numpy as np
-from rclpy.callback_groups import CallbackGroup
+from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from sensor_msgs.msg import JointState
@@ -64,7 +64,9 @@ class JointReadings:
         self._estimated: dict[str, float] = {}  # joint -> its reported velocity, else one from its last two readings
         self._described: dict[str, JointLimit] = {}
         self.known_limits: list[JointLimit] | None = None  # the last limits read: a hold's, if they cannot be now
-        node.create_subscription(JointState, settings["state_topic"], self._on_state, 10, callback_group=group)
+        # one at a time, in order: an older reading handled last would replace a newer one, dated by its arrival
+        node.create_subscription(JointState, settings["state_topic"], self._on_state, 10,
+                                 callback_group=MutuallyExclusiveCallbackGroup())  # fmt: skip
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         node.create_subscription(String, settings["description_topic"], self._on_description, latched,
                                  callback_group=group)  # fmt: skip

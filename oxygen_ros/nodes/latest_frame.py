@@ -18,7 +18,7 @@ import threading
 import time
 from functools import partial
 
-from rclpy.callback_groups import CallbackGroup
+from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
@@ -55,7 +55,9 @@ class LatestFrame:
                                  callback_group=group)  # fmt: skip
         camera = settings["camera_topic"]
         kind, on_frame = (CompressedImage, self._on_compressed) if is_compressed(camera) else (Image, self._on_image)
-        node.create_subscription(kind, camera, on_frame, qos_profile_sensor_data, callback_group=group)
+        # frames one at a time, in order: an older frame handled last would replace the newest, dated by its arrival
+        node.create_subscription(kind, camera, on_frame, qos_profile_sensor_data,
+                                 callback_group=MutuallyExclusiveCallbackGroup())  # fmt: skip
 
     def _on_image(self, msg: Image) -> None:
         """A camera frame as an observation named by its content hash, as the inference node names it."""

@@ -33,10 +33,11 @@ other than map_frame/odom_frame (accepted, then aborted); OUT_OF_RANGE for a tar
 built-in driver takes it, on each replan and on each nav2 feedback in the target's frame) or a hint over
 ``bounds.TEXT_CHARS``; FAILED_PRECONDITION when neither nav2 nor the built-in driver may drive (above); TF_ERROR
 when no map -> odom transform came within `transform_wait_s` of the goal, or none usable (or none placing an
-obstacle source's points) for `blocked_timeout_s` while driving (the robot stands still meanwhile); UNAVAILABLE when
-`oxygen/infer` (or, with ``always``, nav2) is absent, or when odometry or an obstacle source stayed older than
-`input_timeout_s` for `blocked_timeout_s`; OBSTACLE after `blocked_timeout_s` stopped for an obstacle (each reason
-counts its own time); DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer
+obstacle source's points) for `blocked_timeout_s` while driving (the robot stands still meanwhile), or, for a target
+in odom, once the odometry restarted (its pose jumped, or time went back: the target was of the frame before);
+UNAVAILABLE when `oxygen/infer` (or, with ``always``, nav2) is absent, or when odometry or an obstacle source stayed
+older than `input_timeout_s` for `blocked_timeout_s`; OBSTACLE after `blocked_timeout_s` stopped for an obstacle
+(each reason counts its own time); DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer
 goal; nav2's failures as TF_ERROR, DEADLINE_EXCEEDED or ABORTED with its code and text. Every ending of a goal the
 node drove itself sends a zero Twist; one nav2 drove cancels nav2's goal and reports once nav2 confirmed (a cancel
 nav2 did not confirm is named in the result's message). The numbers other than the waits may be changed while the
@@ -109,6 +110,7 @@ class Trip:
     handoff: Future | None = None  # nav2's drive (its result: '' or an unconfirmed cancel), when nav2 drives
     handoff_s: float = 0.0  # how long its ending may take once our goal ended: the goal's answer and the cancels
     nav2_took: bool = False  # nav2 accepted the goal: it replaced whatever nav2 drove before
+    odom_epoch: int = 0  # the odometry's epoch when the goal came: a target given in odom is of that frame
 
 
 class NavigationNode(TaskActionNode[Trip]):
@@ -129,16 +131,17 @@ class NavigationNode(TaskActionNode[Trip]):
         self._base = self.settings["base_frame"]
         self._transforms = Transforms(self, self.settings["transform_tolerance_s"])
         self._nav2 = Nav2Handoff(self, self.settings["nav2_action"], self.group)
-        self._sources = obstacle_sources.configured(self, self.settings, self.frame, self._transforms, self.group)
+        self._sources = obstacle_sources.configured(self, self.settings, self.frame, self._transforms)
         self._handoff: Trip | None = None  # the last goal handed to nav2
         # why nav2 may still drive a goal of ours ('' = none), and the trip that left it: cleared once that trip is
         # seen to end after all, or a later goal of ours was taken by nav2 (it replaces that one)
         self._nav2_loose, self._loose_trip = "", None
         odom_topic = self.settings["odom_topic"]
         self._odom_name = self.resolve_topic_name(odom_topic)  # the full name, as messages quote it
-        # best effort takes a reliable publisher's (diff_drive_controller) and a best-effort driver's alike
+        # best effort takes a reliable publisher's (diff_drive_controller) and a best-effort driver's alike; one at a
+        # time, in order (an older pose after a newer reads as time going back: the history and memory restart)
         self.create_subscription(Odometry, odom_topic, self._on_odom, qos_profile_sensor_data,
-                                 callback_group=self.group)  # fmt: skip
+                                 callback_group=MutuallyExclusiveCallbackGroup())  # fmt: skip
         self._stamped = self.settings["cmd_vel_stamped"]
         self._cmd_vel = self.create_publisher(velocity.command_type(self._stamped), self.settings["cmd_vel_topic"], 10)
         self._plan = self.create_publisher(Path, "plan", 1)
@@ -240,7 +243,7 @@ class NavigationNode(TaskActionNode[Trip]):
         p = target.pose.position
         self.get_logger().info(f"{run.task_id}: to ({p.x:.2f}, {p.y:.2f}) in {target.header.frame_id} "
                                f"{'by nav2' if nav2 else 'straight'} {goal.instruction!r}")  # fmt: skip
-        return Trip(run, target, goal.instruction.strip(), time.monotonic(), nav2)
+        return Trip(run, target, goal.instruction.strip(), time.monotonic(), nav2, odom_epoch=self._odometry.epoch)
 
     def _nav2_wait_s(self) -> float:
         """How long this goal waits for nav2: ``always``, or once nav2 was seen (it may be restarting), the whole
@@ -430,6 +433,11 @@ class NavigationNode(TaskActionNode[Trip]):
         now_ns = self.get_clock().now().nanoseconds
         odom_age = reading_age(now_ns, odom.stamp_ns, odom.received_ns) if odom else math.inf
         target, tf_problem = None, ""
+        if trip.target.header.frame_id == self._odom_frame and self._odometry.epoch != trip.odom_epoch:
+            self._send(Twist())
+            trip.run.end(ErrorCode.TF_ERROR, "the odometry restarted (its pose jumped, or time went back): the target, "
+                         f"given in {self._odom_frame}, is nowhere now; the base was stopped")  # fmt: skip
+            return
         if odom is not None:
             try:
                 target = self._in_odom(trip.target, trip.target.header.frame_id, odom.stamp_ns)
@@ -458,12 +466,13 @@ class NavigationNode(TaskActionNode[Trip]):
             # and turning while it drives, it stays within the corridor the obstacle check clears
             linear = unicycle.within_bulge(linear, angular, trip.cover_s, obstacles.SIDE_MARGIN_M)
             late_s = (self.get_clock().now().nanoseconds - now_ns) / 1e9
-            if code is None and late_s >= command_deadline.lasts_s(trip.cover_s):  # its check is too old to drive on
+            late = late_s >= command_deadline.lasts_s(trip.cover_s)  # its check is too old to drive or turn on
+            if code is None and late:
                 code, why = ErrorCode.UNAVAILABLE, f"stopped: the replan took {late_s:.2f} s (its executor busy?)"
             elif code is None:
                 cmd.linear.x, cmd.angular.z = linear, angular
                 self._publish_plan(odom.pose, target)
-            elif linear == 0.0:  # the target is to the side: a circle turns in place without touching anything
+            elif linear == 0.0 and not late:  # the target is to the side: a circle turns in place, touching nothing
                 cmd.angular.z, why = angular, f"turning in place: {why}"
         if code is None:
             trip.blocked, why = None, trip.reasoning

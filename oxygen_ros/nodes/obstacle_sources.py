@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
-from rclpy.callback_groups import CallbackGroup
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, Image, LaserScan
@@ -106,6 +106,9 @@ class _Points:
     def __init__(self, node: Node, name: str, transforms: Transforms, base_frame: str) -> None:
         self.name, self._transforms, self._base = name, transforms, base_frame
         self._node = node
+        # its messages one at a time, in order: two handled at once (a reentrant group) may finish out of order, and
+        # an older reading replacing a newer looks like time going back to the memory, which then forgets everything
+        self._in_order = MutuallyExclusiveCallbackGroup()
         self._lock = threading.Lock()
         self._reading: Reading | None = None
         self._memory = ObstacleMemory()  # replans only (one at a time)
@@ -138,14 +141,19 @@ class _Points:
         return reading_age(now_ns, reading.stamp_ns, reading.arrival_ns)
 
     def blocking(self, radius_m: float, clearance_m: float, odometry: Odometry, memory_s: float) -> Blocking | None:
+        """The memory is in the odometry's frame: after the odometry restarted (its epoch) the newest reading is
+        placed again, by the new history (TransformUnavailable, a stop, while that cannot reach back to it), so no
+        point of the old frame is measured against a pose of the new; a restart during this call is one too."""
+        epoch = odometry.epoch
         reading, latest = self._latest(), odometry.latest()
         if reading is None:
             return None
         if latest is None:
             raise TransformUnavailable("no odometry yet: a reading cannot be placed relative to the robot")
-        if reading is not self._remembered:
-            self._remember(reading, odometry.pose_at(reading.stamp_ns), odometry.epoch, memory_s,
-                           radius_m + clearance_m)  # fmt: skip
+        if reading is not self._remembered or epoch != self._memory.epoch:
+            self._remember(reading, odometry.pose_at(reading.stamp_ns), epoch, memory_s, radius_m + clearance_m)
+        if odometry.epoch != epoch:
+            raise TransformUnavailable("the odometry restarted while the readings were placed")
         pose = latest.pose
         return obstacles.blocking(self._memory.around((pose.x, pose.y, pose.yaw)), radius_m, clearance_m)
 
@@ -174,10 +182,10 @@ class _Points:
 
 
 class ScanSource(_Points):
-    def __init__(self, node: Node, topic: str, transforms: Transforms, base_frame: str, group: CallbackGroup) -> None:
+    def __init__(self, node: Node, topic: str, transforms: Transforms, base_frame: str) -> None:
         super().__init__(node, f"LaserScan on {node.resolve_topic_name(topic)}", transforms, base_frame)
         node.create_subscription(LaserScan, topic, lambda msg: self._take(msg, scan_reading), qos_profile_sensor_data,
-                                 callback_group=group)  # fmt: skip
+                                 callback_group=self._in_order)  # fmt: skip
 
 
 def scan_reading(msg: LaserScan) -> tuple[np.ndarray, Rays]:
@@ -216,13 +224,14 @@ class DepthSource(_Points):
     """Depth images and their CameraInfo (the newest info; its size must be the image's)."""
 
     def __init__(self, node: Node, topic: str, info_topic: str, heights: tuple[float, float], transforms: Transforms,
-                 base_frame: str, group: CallbackGroup) -> None:  # fmt: skip
+                 base_frame: str) -> None:  # fmt: skip
         super().__init__(node, f"depth image on {node.resolve_topic_name(topic)}", transforms, base_frame)
         self._heights = heights
         self._info: CameraInfo | None = None
         node.create_subscription(Image, topic, lambda msg: self._take(msg, self._depth_points),
-                                 qos_profile_sensor_data, callback_group=group)  # fmt: skip
-        node.create_subscription(CameraInfo, info_topic, self._on_info, qos_profile_sensor_data, callback_group=group)
+                                 qos_profile_sensor_data, callback_group=self._in_order)  # fmt: skip
+        node.create_subscription(CameraInfo, info_topic, self._on_info, qos_profile_sensor_data,
+                                 callback_group=self._in_order)  # fmt: skip
 
     def _on_info(self, msg: CameraInfo) -> None:
         """The newest CameraInfo whose k places points: finite, its principal point on the image, its focal lengths
@@ -309,17 +318,16 @@ class DetectorSource:
         return None if near is None else Blocking(near.clearance_cm / 100.0, near.ahead_cm / 100.0)
 
 
-def configured(node: Node, settings: dict[str, Any], frame: LatestFrame, transforms: Transforms,
-               group: CallbackGroup) -> list[Source]:  # fmt: skip
+def configured(node: Node, settings: dict[str, Any], frame: LatestFrame, transforms: Transforms) -> list[Source]:
     """The sources the settings name (none when none is configured)."""
     sources: list[Source] = []
     base = settings["base_frame"]
     if settings["scan_topic"]:
-        sources.append(ScanSource(node, settings["scan_topic"], transforms, base, group))
+        sources.append(ScanSource(node, settings["scan_topic"], transforms, base))
     if settings["depth_topic"]:
         info = settings["depth_info_topic"] or sibling(settings["depth_topic"], "camera_info")
         heights = (settings["obstacle_min_height_m"], settings["obstacle_max_height_m"])
-        sources.append(DepthSource(node, settings["depth_topic"], info, heights, transforms, base, group))
+        sources.append(DepthSource(node, settings["depth_topic"], info, heights, transforms, base))
     if settings["use_sim"]:
         sources.append(DetectorSource(frame))
     return sources

@@ -53,8 +53,10 @@ class OdometryHistory:
             return self._latest
 
     def pose_at(self, stamp_ns: int) -> Pose2D:
-        """The robot's pose when a reading stamped ``stamp_ns`` was taken: the first one at or after the stamp (the
-        newest, for a reading newer than the odometry); TransformUnavailable when no odometry reaches back to it."""
+        """The robot's pose when a reading stamped ``stamp_ns`` was taken: interpolated between the poses either side
+        of the stamp (the first one after it would place a reading taken while driving forward that much farther
+        off: up to a speed times an odometry period), the newest for a reading newer than the odometry;
+        TransformUnavailable when no odometry reaches back to it."""
         with self._lock:
             poses, latest = list(self._poses), self._latest
         if latest is None:
@@ -64,4 +66,13 @@ class OdometryHistory:
         if index == 0 and stamp_ns < stamps[0]:
             raise TransformUnavailable(f"the odometry kept ({len(poses)} poses) does not reach back to a reading "
                                        f"{(latest.stamp_ns - stamp_ns) / 1e9:.2f} s old")  # fmt: skip
-        return poses[min(index, len(poses) - 1)][1]
+        if index == len(poses):
+            return poses[-1][1]
+        after_ns, after = poses[index]
+        if index == 0 or after_ns == stamp_ns:
+            return after
+        before_ns, before = poses[index - 1]
+        share = (stamp_ns - before_ns) / (after_ns - before_ns)
+        turn = math.remainder(after.yaw - before.yaw, 2 * math.pi)  # the short way round
+        return Pose2D(before.x + share * (after.x - before.x), before.y + share * (after.y - before.y),
+                      math.remainder(before.yaw + share * turn, 2 * math.pi))  # fmt: skip

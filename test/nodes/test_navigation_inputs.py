@@ -277,3 +277,27 @@ def test_a_remembered_obstacle_stays_until_a_ray_reaches_past_it_or_it_is_forgot
     for _ in range(20):  # two more seconds
         forgetting.look(0.7, memory_s=2.0)
     assert forgetting.look(0.7, memory_s=2.0) is None
+
+
+def test_after_the_odometry_restarts_no_remembered_point_is_measured_against_the_new_frame():
+    """A wall seen 0.3 m ahead of a base at odom x = 5 stops it; the base controller restarts (odom back at the
+    origin): the same reading, kept in the old frame, would now be 5.3 m ahead, a clear way. It is placed again by
+    the new history, which does not reach back to it: a stop; the next reading is placed in the new frame."""
+    tree = TransformTree()
+    mount = TransformStamped(child_frame_id="laser", transform=planar(0.0, 0.0, 0.0).to_msg())
+    mount.header.frame_id = "base_link"
+    tree.set(mount, static=True)
+    source, odometry = _Points(None, "scan", tree, "base_link"), OdometryHistory()
+    wall = np.array([[0.3, 0.0, 0.0]])
+    nothing_reached = lambda at: np.zeros(len(at), dtype=bool)  # noqa: E731
+    for sec in (1, 2, 3):
+        odometry.add(Odom(Pose2D(5.0, 0.0, 0.0), sec * NS, sec * NS))
+    source._reading = Reading(wall, nothing_reached, "laser", 3 * NS, 3 * NS)
+    assert source.blocking(0.2, 0.25, odometry, memory_s=30.0) is not None
+    restart = 3 * NS + NS // 10
+    odometry.add(Odom(Pose2D(0.0, 0.0, 0.0), restart, restart))  # restarted at its origin (5 m in 0.1 s)
+    assert odometry.epoch == 1
+    with pytest.raises(TransformUnavailable, match="does not reach back"):
+        source.blocking(0.2, 0.25, odometry, memory_s=30.0)
+    source._reading = Reading(wall, nothing_reached, "laser", restart, restart)
+    assert source.blocking(0.2, 0.25, odometry, memory_s=30.0) == Blocking(pytest.approx(0.1), pytest.approx(0.3))

@@ -1,6 +1,6 @@
-"""The navigation node's odometry history: a reading is placed by the robot's pose when it was taken (the pose at or
-after its stamp) and so moved by the motion since (against the newest pose), and one older than the history cannot be
-placed."""
+"""The navigation node's odometry history: a reading is placed by the robot's pose when it was taken (interpolated
+between the poses either side of its stamp) and so moved by the motion since (against the newest pose), and one older
+than the history cannot be placed."""
 
 import math
 
@@ -28,6 +28,8 @@ def test_a_reading_is_moved_by_the_motion_since_its_stamp():
     ahead = np.array([[1.0, 0.0, 0.0]])
     np.testing.assert_allclose(shift(history, ahead, 2 * S // 10), [[0.8, 0.0, 0.0]], atol=1e-12)  # 0.2 m since
     np.testing.assert_allclose(shift(history, ahead, 4 * S // 10), ahead, atol=1e-12)  # taken at the newest pose
+    # between two poses: where the robot was then, not at the next pose (0.25 m since, not 0.2)
+    np.testing.assert_allclose(shift(history, ahead, 15 * S // 100), [[0.75, 0.0, 0.0]], atol=1e-12)
     np.testing.assert_allclose(shift(history, ahead, S), ahead, atol=1e-12)  # newer than the odometry: as now
     with pytest.raises(TransformUnavailable, match="does not reach back"):
         shift(history, ahead, -S)
@@ -39,6 +41,13 @@ def test_a_turn_since_the_reading_rotates_it():
     history.add(Odom(Pose2D(0.0, 0.0, math.pi / 2), S, S))
     np.testing.assert_allclose(shift(history, np.array([[1.0, 0.0, 0.0]]), 0), [[0.0, -1.0, 0.0]], atol=1e-12)
     assert obstacles.blocking(shift(history, np.array([[0.3, 0.0, 0.0]]), 0), 0.2, 0.25) is None  # now to the side
+
+
+def test_a_turn_across_the_wrap_is_interpolated_the_short_way():
+    history = OdometryHistory()
+    history.add(Odom(Pose2D(0.0, 0.0, math.pi - 0.1), 0, 0))
+    history.add(Odom(Pose2D(0.0, 0.0, -math.pi + 0.1), S, S))  # 0.2 rad to the left, across +-pi
+    assert abs(math.remainder(history.pose_at(S // 2).yaw - math.pi, 2 * math.pi)) < 1e-12
 
 
 def test_without_odometry_nothing_can_be_placed_and_time_going_back_forgets_the_history():

@@ -734,3 +734,17 @@ def test_shutting_down_while_a_goal_prepares_never_starts_it(robot):
     assert older.status == GoalStatus.STATUS_ABORTED and older.result.message == "preempted by a newer goal"
     assert out.status == GoalStatus.STATUS_ABORTED and out.result.message == "the node is shutting down"
     assert len(nav2.goals) == 1
+
+
+def test_a_target_in_odom_ends_when_the_odometry_restarts(robot):
+    """The base's odometry jumps (a base controller restarted somewhere else, here 5 m on): a target given in odom
+    is of the frame before, so driving on to its numbers would end "reached" somewhere else; the goal ends TF_ERROR
+    and the base is stopped. (Last in the file: the base is left 5 m on.)"""
+    base = robot["base"]
+    goal = navigate(robot, "never", base.x + 2.0, base.y, frame_id="odom")
+    wait_until(lambda: goal.feedback and goal.feedback[-1].cmd.linear.x > 0, 10.0, "driving")
+    base.x += 5.0
+    out = goal.result(timeout=10.0)
+    assert out.status == GoalStatus.STATUS_ABORTED and out.result.error_code == "TF_ERROR", out.result.message
+    assert "the odometry restarted" in out.result.message
+    assert_stands_still(base)
