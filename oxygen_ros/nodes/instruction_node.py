@@ -165,8 +165,10 @@ class InstructionNode(TaskActionNode[Stream]):
             if origin is None:
                 run.end(ErrorCode.FAILED_PRECONDITION, self._why_no_state())
                 return None
-            frame_at = self._frame_time(stream, probe, asked_at)
-            if frame_at is None:
+            try:  # (nothing of this goal moved the arm: a goal running meanwhile is not held for it)
+                frame_at = self.vla.frame_time(probe, asked_at)
+            except EngineError as exc:
+                run.end(exc.code, exc.message)
                 return None
             # sent from start(): once this goal is the node's current one, whose end always holds the arm
             stream.first_chunk = (probe, read_at, frame_at, origin, infer_s)
@@ -221,6 +223,7 @@ class InstructionNode(TaskActionNode[Stream]):
         stream.ticks = TickClock(self.get_clock())
         stream.started = stream.ticks.now()
         if stream.vla:  # the probe's chunk is on its way to the arm: marked before the first tick could ask again
+            self.vla.begin(stream.plan)
             stream.plan.awaiting, stream.plan.due_at = True, math.inf
             for gripper in self.arm.grippers:  # this goal's gripper answers from here on (a goal preparing has none)
                 gripper.begin()

@@ -120,7 +120,7 @@ class VlaArm:
         self._plan: ArmPlan | None = None  # the last goal's: holding after it ended stops the arm as it moved
 
     def plan_for(self, chunk: ActionChunk) -> ArmPlan:
-        """The goal's plan for this model's chunks; FAILED_PRECONDITION naming what keeps them from the arm: no joints
+        """The goal's plan for this model's chunks (the arm's once the goal starts: ``begin``); FAILED_PRECONDITION naming what keeps them from the arm: no joints
         configured or not as many as the chunk has dimensions, a horizon out of bounds or unlike its actions, a period
         the arm cannot be watched at, a joint without limits, or stale joint states."""
         if not self.arm.configured:
@@ -141,7 +141,6 @@ class VlaArm:
         slowed = self.arm.slowed()
         if slowed:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, slowed)
-        self.arm.forget_fault()
         for jaw in self.arm.gripper_columns:  # a jaw moves at its controller's speed, not along the trajectory
             limits[jaw] = replace(limits[jaw], velocity=math.inf, acceleration=math.inf)
         unbounded = [name for i, name in enumerate(self.arm.names)
@@ -155,9 +154,13 @@ class VlaArm:
         s = self._settings
         horizon = min(s["actions_per_chunk"] or chunk.horizon, chunk.horizon)
         threshold = min(s["chunk_threshold"] or max(1, horizon // 2), horizon)
-        self._plan = ArmPlan(ActionQueue(chunk.period_s, s["blend_old_weight"]), horizon, threshold, limits,
-                             chunk.action_dim)  # fmt: skip
-        return self._plan
+        return ArmPlan(ActionQueue(chunk.period_s, s["blend_old_weight"]), horizon, threshold, limits, chunk.action_dim)
+
+    def begin(self, plan: ArmPlan) -> None:
+        """``plan``'s goal starts (under the goals' lock): what ended an earlier goal's trajectories is not its fault,
+        and a hold after it brakes from its plan. A goal still preparing touches neither: another may be running."""
+        self.arm.forget_fault()
+        self._plan = plan
 
     def due(self, plan: ArmPlan, now: float, rate_hz: float) -> float:
         """The deadline (seconds from now) of a chunk asked for now, or 0 when none should be asked for yet: when the
@@ -425,7 +428,11 @@ class VlaArm:
         clearly went with it (``Excursion``), within the tracking error the whole time; or a gripper on its own
         controller that the plan took over JAW_MOVED of its range never moved that far while a goal of ours stood
         past the controller's stall_timeout without a word (``GripperIO.unanswered_s``: a controller switched off;
-        a working one says reached, or stalled on what the jaw holds)."""
+        a working one says reached, or stalled on what the jaw holds). A plan sent that no period of the goal found
+        under way (the first trajectory went out as the goal's duration ended) did not move the arm either."""
+        if plan.sent and plan.excursion.start is None:
+            return ("the arm was never seen playing its plan: no period of the goal found a trajectory of it under way "
+                    "(the first went out as duration_s ended)")  # fmt: skip
         for controller in self.arm.controllers:  # each arm on its own: one arm moving says nothing of the other
             others = [i for i in range(len(self.arm.names)) if i not in controller.columns]
             joint = plan.excursion.unfollowed(self.arm.tolerances["max_tracking_error"], others)

@@ -177,7 +177,11 @@ def test_a_start_entering_fast_towards_a_limit_it_stops_on_is_refused_where_its_
     past = _reference_highest(0.98, 1.5, 1.0, 0.2) - 1.0
     assert past > 0.02
     with pytest.raises(EngineError, match=rf"joint pan: the first segment .* would pass its upper position limit "
-                                          rf"1.0000 by {past:.4f}, more than limit_margin 0.02"):  # fmt: skip
+                                          rf"1.0000 by {past:.4f}, more than 0.02 \(limit_margin"):  # fmt: skip
         check_moving_start(safe, 0.2, np.array([0.98, 0.0]), np.array([1.5, 0.0]), NAMES, LIMITS)
+    # a limit_margin widened to clamp model targets further out lets the spline pass the limit no further
+    wide = check_targets(targets, times, np.array([0.98, 0.0]), NAMES, LIMITS, 0.2, np.inf)
+    with pytest.raises(EngineError, match=r"more than 0.02 \(limit_margin, at most 0.02"):
+        check_moving_start(wide, 0.2, np.array([0.98, 0.0]), np.array([1.5, 0.0]), NAMES, LIMITS)
     # a start already past the limit (a reading over it) coming back is no overshoot of its own
     check_moving_start(safe, 0.2, np.array([1.03, 0.0]), np.array([0.0, 0.0]), NAMES, LIMITS)

@@ -344,6 +344,9 @@ def test_fine_motion_the_arm_did_not_follow_is_named_at_the_goals_end(ros_contex
                 arm.clock, arm.position = t, share * plan.queue.commanded(t)
                 vla.tick(run, plan)
             assert run.running and vla.unmoved(plan) == why
+        plan = planned(rows)
+        plan.sent = 1  # and no period watched it play (sent as the goal's duration ended): nothing moved
+        assert VlaArm(node, Arm([0.0, 0.0, 0.0]), SETTINGS).unmoved(plan).startswith("the arm was never seen playing")
     finally:
         node.destroy_node()
 

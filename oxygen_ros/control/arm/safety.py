@@ -12,8 +12,8 @@ break a limit, the last target's time is pushed out until the stop fits (``_stop
 starts from ``anchor``, at rest or at the plan's velocity there; ``check_moving_start`` checks it again from where a
 controller that starts a new trajectory from its measured state is, moving. Such a start's tangent is not monotone:
 entering fast towards a target on a limit, its cubic bulges past the limit, so every segment's position extremes are
-checked too (refused when it passes a limit by more than ``margin`` beyond its own ends: the few mrad of an arm
-settling onto a limit as the next chunk comes pass, the tens of one entering at speed do not). A refusal is an
+checked too (refused when it passes a limit by more than ``margin``, at most MAX_OVERSHOOT, beyond its own ends: the
+few mrad of an arm settling onto a limit as the next chunk comes pass, the tens of one entering at speed do not). A refusal is an
 OUT_OF_RANGE error naming the joint, the step and the numbers; the caller holds the arm. The checks only ever narrow what the model
 asked for: clamping moves a target inside the limits, never past them, and no check widens a limit; a stop given
 more time reaches its target later, never elsewhere.
@@ -32,6 +32,10 @@ from oxygen_ros.errors import EngineError, ErrorCode
 # if longer), so that the arm's stop there fits the limits
 STOP_STRETCH_STEP = 1.05
 MAX_STOP_S = 1.0
+# A segment's cubic may pass a position limit by at most this (rad or m), however wide limit_margin is set: a margin
+# widened so that model targets further out are clamped must not let the controller's spline run further past a limit
+# (an arm settling onto a limit as the next chunk comes bulges up to ~13 mrad at 20 rad/s^2)
+MAX_OVERSHOOT = 0.02
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,7 @@ def _check_segments(path: np.ndarray, velocities: np.ndarray, times: np.ndarray,
     limit takes the next chunk, tens at speed); ``where`` names the segment (given its step, or with ``per_joint``
     its joint)."""
     lower, upper = np.array([lim.lower for lim in limits]), np.array([lim.upper for lim in limits])
-    margin = np.broadcast_to(np.asarray(margin, dtype=np.float64), lower.shape)
+    margin = np.minimum(np.broadcast_to(np.asarray(margin, dtype=np.float64), lower.shape), MAX_OVERSHOOT)
     ends_low, ends_high = np.minimum(path[:-1], path[1:]), np.maximum(path[:-1], path[1:])
     low, high = _position_extremes(path, velocities, times, ends_low, ends_high)
     for side, bound, past in (("lower", lower, np.minimum(ends_low, lower) - low),
@@ -142,8 +146,8 @@ def _check_segments(path: np.ndarray, velocities: np.ndarray, times: np.ndarray,
         if over.any():
             step, joint = np.argwhere(over)[0]
             raise _refuse(f"joint {names[joint]}: {where(joint if per_joint else step)} would pass its {side} "
-                          f"position limit {bound[joint]:.4f} by {past[step, joint]:.4f}, more than limit_margin "
-                          f"{margin[joint]:g} (the controller's cubic overshoots there)")  # fmt: skip
+                          f"position limit {bound[joint]:.4f} by {past[step, joint]:.4f}, more than {margin[joint]:g} "
+                          f"(limit_margin, at most {MAX_OVERSHOOT:g}: the controller's cubic overshoots there)")  # fmt: skip
     for kind, unit, limit, peak, bound in (
         ("move", "/s", "velocity", _peak_speeds(path, velocities, times), [lim.velocity for lim in limits]),
         ("accelerate", "/s^2", "acceleration", _peak_accelerations(path, velocities, times),
