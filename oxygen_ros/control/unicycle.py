@@ -34,11 +34,13 @@ def command(pose: Pose2D, goal: tuple[float, float], max_linear: float, max_angu
     return min(max_linear, DISTANCE_GAIN * math.hypot(dx, dy)) * math.cos(error), angular
 
 
-def top_speed(max_linear: float, clearance_m: float, unseen_s: float) -> float:
+def top_speed(max_linear: float, clearance_m: float, unseen_s: float, decel_mps2: float) -> float:
     """The fastest forward speed whose travel over ``unseen_s`` (the odometry's age at a replan, since the obstacle
-    readings are placed at its pose, plus the replan period) stays within ``clearance_m``, and no faster than
-    ``max_linear``: an obstacle the check found just past the clearance is not reached before the next check."""
-    return min(max_linear, clearance_m / unseen_s) if unseen_s > 0 else max_linear
+    readings are placed at its pose, plus how long the command lasts) and then braking to rest at ``decel_mps2``
+    stays within ``clearance_m``, and no faster than ``max_linear``: an obstacle the check found just past the
+    clearance is not reached, even by a base that stops only when the command runs out. v T + v^2 / (2 a) = c, as
+    2 c / (T + sqrt(T^2 + 2 c / a)) (no cancellation at T = 0)."""
+    return min(max_linear, 2.0 * clearance_m / (unseen_s + math.sqrt(unseen_s**2 + 2.0 * clearance_m / decel_mps2)))
 
 
 def within_bulge(linear: float, angular: float, period_s: float, bulge_m: float) -> float:

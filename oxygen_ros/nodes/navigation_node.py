@@ -458,10 +458,11 @@ class NavigationNode(TaskActionNode[Trip]):
             # the motion the obstacle check has not seen stays within the clearance, whatever max_linear_mps is set
             # to: since the odometry's pose the readings are placed at (its age; a source not moved by odometry, the
             # simulated detector: its frame's) and for as long as the command lasts (cover_s: until the next replan,
-            # or the deadline's stop when it is late; from this goal's rate: a rate changed since does not shorten it)
+            # or the deadline's stop when it is late; from this goal's rate: a rate changed since does not shorten it),
+            # and the stop after it at max_decel_mps2
             unseen_s = max([odom_age, *(source.unshifted_s() for source in self._sources)])
             top = unicycle.top_speed(settings["max_linear_mps"], settings["safety_clearance_cm"] / 100.0,
-                                     unseen_s + trip.cover_s)  # fmt: skip
+                                     unseen_s + trip.cover_s, settings["max_decel_mps2"])  # fmt: skip
             linear, angular = unicycle.command(odom.pose, target, top, settings["max_angular_rps"])
             # and turning while it drives, it stays within the corridor the obstacle check clears
             linear = unicycle.within_bulge(linear, angular, trip.cover_s, obstacles.SIDE_MARGIN_M)

@@ -19,6 +19,8 @@ PARAMETERS: Table = {
     ),
     "max_linear_mps": (0.3, "top forward speed, m/s"),
     "max_angular_rps": (1.0, "top turn rate, rad/s"),
+    "max_decel_mps2": (1.0, "how hard the base brakes from a zero command (its controller's or velocity smoother's "
+                       "deceleration limit), m/s^2: the top speed leaves room to stop within the clearance"),
     "blocked_timeout_s": (10.0, "abort OBSTACLE after being stopped this long, seconds"),
     "max_duration_s": (120.0, "abort DEADLINE_EXCEEDED after this long, seconds"),
     "reasoning_period_s": (5.0, "how often the language head is asked about the way ahead, seconds (from the next "
@@ -69,6 +71,7 @@ RANGES: Ranges = {
     "max_target_distance_m": (0.0, 1e4),
     "max_linear_mps": (0.0, 10.0),
     "max_angular_rps": (0.0, 20.0),
+    "max_decel_mps2": (0.0, 100.0),
     "blocked_timeout_s": (0.0, 3600.0),
     "max_duration_s": (0.0, bounds.GOAL_DURATION_S),
     "reasoning_period_s": (0.0, 3600.0),

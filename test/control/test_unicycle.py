@@ -9,12 +9,18 @@ from oxygen_ros.perception.detect import DetectedObstacle
 from oxygen_ros.perception.scene import RobotPose
 
 
-def test_the_top_speed_keeps_the_travel_the_obstacle_check_has_not_seen_within_the_clearance():
-    """Odometry 20 ms old at a 5 Hz replan: 0.25 m over 0.22 s; odometry 0.5 s old (input_timeout_s): over 0.7 s;
-    never over max_linear_mps."""
-    assert math.isclose(unicycle.top_speed(10.0, 0.25, 0.02 + 0.2), 0.25 / 0.22)
-    assert math.isclose(unicycle.top_speed(1.0, 0.25, 0.5 + 0.2), 0.25 / 0.7)
-    assert unicycle.top_speed(0.3, 0.25, 0.22) == 0.3
+def test_the_top_speed_keeps_the_travel_the_obstacle_check_has_not_seen_and_the_stop_within_the_clearance():
+    """Odometry 20 ms old and a command lasting 0.3 s (5 Hz): the travel over 0.32 s and the stop from that speed at
+    1 m/s^2 fill the 0.25 m clearance; odometry 0.5 s old (input_timeout_s): over 0.8 s; a base that stops at once
+    (no braking distance) may go 0.25 m / 0.32 s; never over max_linear_mps."""
+    for unseen_s in (0.02 + 0.3, 0.5 + 0.3):
+        v = unicycle.top_speed(10.0, 0.25, unseen_s, 1.0)
+        assert math.isclose(v * unseen_s + v**2 / 2.0, 0.25)
+    assert math.isclose(unicycle.top_speed(10.0, 0.25, 0.32, 1.0), 0.456, abs_tol=1e-3)  # README's figures
+    assert math.isclose(unicycle.top_speed(10.0, 0.25, 0.8, 1.0), 0.268, abs_tol=1e-3)
+    assert math.isclose(unicycle.top_speed(10.0, 0.25, 0.32, math.inf), 0.25 / 0.32)
+    assert math.isclose(unicycle.top_speed(10.0, 0.25, 0.0, 2.0), math.sqrt(2 * 2.0 * 0.25))  # braking alone
+    assert unicycle.top_speed(0.3, 0.25, 0.32, 1.0) == 0.3
 
 
 def test_turns_in_place_when_facing_away_and_drives_when_facing_the_goal():
