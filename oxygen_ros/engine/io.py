@@ -18,7 +18,7 @@ class Observation:
     images: list[np.ndarray] = field(default_factory=list)  # HxWx3 uint8 RGB
     state: list[float] = field(default_factory=list)
     image_keys: list[str] = field(default_factory=list)  # each image's camera key (a checkpoint's); [] = slot order
-    stamp_ns: int = 0  # when it was captured, on the sender's clock; 0 = not said
+    stamp_ns: int = 0  # when it was captured (the sender's stamp, no later than it reached the node); 0 = not said
 
 
 FINISH_REASONS = ("stop", "length", "actions", "abort", "deadline")  # RequestOutput.finish_reason: the one list

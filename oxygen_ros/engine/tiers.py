@@ -25,7 +25,7 @@ model and KV format starts with those prefixes on disk.
 """
 
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout  # (the builtin TimeoutError only from Python 3.11)
 from dataclasses import replace
 
@@ -34,6 +34,7 @@ import torch
 from oxygen_ros.config import EngineConfig
 from oxygen_ros.kv.block_moves import BlockMover
 from oxygen_ros.engine.block_pool import BlockPool
+from oxygen_ros.engine.daemon_worker import DaemonWorker
 from oxygen_ros.engine.disk_tier import DiskTier
 from oxygen_ros.engine.host_tier import HostTier, take_blocks
 from oxygen_ros.engine.io import TierUsage
@@ -58,7 +59,7 @@ class TierManager:
         self.prefetch_degree = prefetch_degree
         self.host_hits = 0
         self.disk_hits = 0
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="oxygen-kv-prefetch") if disk else None
+        self._worker = DaemonWorker("oxygen-kv-prefetch") if disk else None
         self._stalled_read: Future | None = None  # a disk read past its timeout, still running on the worker
         self.mover = host.mover if host is not None else BlockMover(kv.device, kv.backend.kernels)
 
@@ -211,15 +212,16 @@ class TierManager:
             self.disk.store(block_hash, take_blocks(layers, index))
 
     def close(self) -> None:
-        """Persist to L2 and stop the prefetch thread; with a read still stalled, neither (the disk does not answer:
-        the engine's shutdown must not wait on it)."""
+        """Persist to L2 and stop the prefetch thread, waiting for it at most DISK_READ_TIMEOUT_S; with a read known
+        to be stalled, neither persist nor wait (the disk does not answer: the engine's shutdown must not wait on
+        it, and the thread, a daemon, does not hold up the process's exit)."""
         stalled = self._stalled_read is not None and not self._stalled_read.done()
         if stalled:
             log.warning("the disk tier still has not answered a read: its KV is not persisted")
         else:
             self.persist()
         if self._worker is not None:
-            self._worker.shutdown(wait=not stalled, cancel_futures=True)
+            self._worker.shutdown(0.0 if stalled else DISK_READ_TIMEOUT_S)
 
     def usage(self, pool_misses: int) -> list[TierUsage]:
         """L1 and L2 rows of ``PoolStats.tiers``, given how many lookups missed the pool."""

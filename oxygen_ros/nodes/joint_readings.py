@@ -81,7 +81,8 @@ class JointReadings:
             return
         arrival, stamp = self.now(), seconds(msg.header.stamp)
         velocities = reported_velocities(len(msg.name), msg.velocity)
-        with self._lock:  # two of these may run at once (a reentrant group): an older reading never replaces a newer
+        with self._lock:  # (beside the goal's clock thread) a reading stamped behind the newest, from another publisher
+            # of the same joint, never replaces it
             for name, position, velocity in zip(msg.name, msg.position, velocities):
                 if name in self._wanted and math.isfinite(position):  # only the joints we command or read: bounded
                     before = self._joints.get(name)

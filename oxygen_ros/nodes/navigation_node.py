@@ -20,8 +20,9 @@ lasts a period and a half from its obstacle check (above 10 Hz a period and 50 m
 stopped (``command_deadline``).
 Safety stop: when an obstacle point ahead is within `safety_clearance_cm` of the robot's footprint (a circle of
 `robot_radius_m` about `base_frame`; ``oxygen_ros.control.obstacles``), or odometry or an obstacle source is older
-than `input_timeout_s`, it sends a zero Twist and the feedback says why; it drives again once the way is clear. The
-target's orientation is not controlled: the goal is reached on position (the base ends facing the way it drove).
+than `input_timeout_s`, it sends a zero Twist and the feedback says why; it drives again once the way is clear. Its
+speed is capped so that what it travels unseen by the check, and then braking at `max_decel_mps2`, stays within the
+clearance (``unicycle.top_speed``). The target's orientation is not controlled: the goal is reached on position (the base ends facing the way it drove).
 
 The language head (`oxygen/infer`, task_type navigation) is asked about the scene every `reasoning_period_s`; its
 answer (schema-checked JSON: ``nodes/reasoning.py``) is the feedback's reasoning. It never gates motion: a text
@@ -31,19 +32,20 @@ Results: success within `goal_tolerance_m` (or when nav2 succeeds); INVALID_ARGU
 other than map_frame/odom_frame (accepted, then aborted); OUT_OF_RANGE for a target farther than
 `max_target_distance_m` from the robot (checked on the goal when its transform is known, again before nav2 or the
 built-in driver takes it, on each replan and on each nav2 feedback in the target's frame) or a hint over
-``bounds.TEXT_CHARS``; FAILED_PRECONDITION when neither nav2 nor the built-in driver may drive (above); TF_ERROR
-when no map -> odom transform came within `transform_wait_s` of the goal, or none usable (or none placing an
-obstacle source's points) for `blocked_timeout_s` while driving (the robot stands still meanwhile), or, for a target
-in odom, once the odometry restarted (its pose jumped, or time went back: the target was of the frame before);
-UNAVAILABLE when `oxygen/infer` (or, with ``always``, nav2) is absent, or when odometry or an obstacle source stayed
-older than `input_timeout_s` for `blocked_timeout_s`; OBSTACLE after `blocked_timeout_s` stopped for an obstacle
-(each reason counts its own time); DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer
-goal; nav2's failures as TF_ERROR, DEADLINE_EXCEEDED or ABORTED with its code and text. Every ending of a goal the
-node drove itself sends a zero Twist; one nav2 drove cancels nav2's goal and reports once nav2 confirmed (a cancel
-nav2 did not confirm is named in the result's message). The numbers other than the waits may be changed while the
-node runs (`ros2 param set`, within their ranges): each replan reads them; the replan and reasoning rates apply from
-the next goal. The rest is read once and read-only. Names are relative (`navigate`, `plan`, `odom`, `cmd_vel`,
-`scan`, `navigate_to_pose`), so a namespace moves them; TF is on /tf and /tf_static, as tf2's is.
+``bounds.TEXT_CHARS``; FAILED_PRECONDITION when neither nav2 nor the built-in driver may drive (above); TF_ERROR when
+no map -> odom transform came within `transform_wait_s` of the goal, or none usable (or none placing an obstacle
+source's points) for `blocked_timeout_s` while driving (the robot stands still meanwhile), or, for a target in odom,
+once the odometry restarted (its pose jumped, or time went back: the target was of the frame before); UNAVAILABLE when
+`oxygen/infer` (or, with ``always``, nav2) is absent, or when odometry or an obstacle source stayed older than
+`input_timeout_s` for `blocked_timeout_s`; OBSTACLE after `blocked_timeout_s` stopped for an obstacle (each reason
+counts its own time); DEADLINE_EXCEEDED after `max_duration_s`; CANCELLED when cancelled or preempted by a newer goal;
+nav2's failures as TF_ERROR, DEADLINE_EXCEEDED or ABORTED with its code and text. Every ending of a goal the node
+drove itself sends a zero Twist; one nav2 drove cancels nav2's goal and reports once nav2 confirmed (a cancel nav2 did
+not confirm is named in the result's message). The numbers other than the waits may be changed while the node runs
+(`ros2 param set`, within their ranges): each replan reads them; the replan and reasoning rates apply from the next
+goal. The rest is read once and read-only. `clear_obstacle_memory` (std_srvs/Trigger) forgets the obstacle points the
+sources remember beyond their newest readings. Names are relative (`navigate`, `plan`, `odom`, `cmd_vel`, `scan`,
+`navigate_to_pose`, `clear_obstacle_memory`), so a namespace moves them; TF is on /tf and /tf_static, as tf2's is.
 """
 
 import math

@@ -120,9 +120,10 @@ class VlaArm:
         self._plan: ArmPlan | None = None  # the last goal's: holding after it ended stops the arm as it moved
 
     def plan_for(self, chunk: ActionChunk) -> ArmPlan:
-        """The goal's plan for this model's chunks (the arm's once the goal starts: ``begin``); FAILED_PRECONDITION naming what keeps them from the arm: no joints
-        configured or not as many as the chunk has dimensions, a horizon out of bounds or unlike its actions, a period
-        the arm cannot be watched at, a joint without limits, or stale joint states."""
+        """The goal's plan for this model's chunks (the arm's once the goal starts: ``begin``); FAILED_PRECONDITION
+        naming what keeps them from the arm: no joints configured or not as many as the chunk has dimensions, a
+        horizon out of bounds or unlike its actions, a period the arm cannot be watched at, a joint without limits,
+        or stale joint states."""
         if not self.arm.configured:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, "the model sends joint actions but no arm is configured: "
                               "set action_joint_names (and trajectory_action) to the controller's joints")  # fmt: skip

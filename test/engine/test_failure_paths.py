@@ -200,24 +200,28 @@ def _serves_on_with_a_clean_pool(engine: AsyncEngine) -> None:
 
 
 def test_a_request_that_finished_before_its_step_failed_is_answered_and_the_rest_fail(tiny_bundle):
-    inner = make_engine(tiny_bundle)
+    inner, failed_batch = make_engine(tiny_bundle), []
     on_token = inner.outputs.on_token
 
     def faulty(req, token):
         if req.request_id == "long":
+            failed_batch.extend(r.request_id for r in inner.last_batch.requests)
             raise RuntimeError("injected fault after a request finished")
         return on_token(req, token)
 
     inner.outputs.on_token = faulty
     engine, release = AsyncEngine(inner), threading.Event()
     try:
-        gate = engine.call(lambda e: release.wait(TIMEOUT))  # both are admitted together, into one step
-        short = engine.submit(_request(PROMPTS[0], tokens=1, request_id="short"))  # finishes on its first token
-        long = engine.submit(_request(PROMPTS[1], tokens=50, request_id="long"))
+        gate = engine.call(lambda e: release.wait(TIMEOUT))  # both submitted before the first step
+        # the long one waits a step for the prompt template's prefix the short one computes, then comes into the step
+        # in which the short one decodes its second and last token, after it in the batch
+        short = engine.submit(_request("a red cup", tokens=2, request_id="short"))
+        long = engine.submit(_request("a blue box", tokens=50, request_id="long"))
         release.set()
         gate.result(TIMEOUT)
         done, failed = short.result(TIMEOUT), long.result(TIMEOUT)
-        assert done.ok and done.finish_reason == "length" and len(done.token_ids) == 1  # answered as it finished
+        assert failed_batch == ["short", "long"]  # both in the step that raised, the short one first
+        assert done.ok and done.finish_reason == "length" and len(done.token_ids) == 2  # answered as it finished
         assert failed.error_code == ErrorCode.INTERNAL and "injected fault after a request finished" in failed.message
         inner.outputs.on_token = on_token
         _serves_on_with_a_clean_pool(engine)

@@ -541,3 +541,25 @@ def test_a_chunk_whose_size_is_out_of_bounds_or_unlike_its_actions_is_refused(ro
             VlaArm(node, arm, SETTINGS).plan_for(chunk)
     finally:
         node.destroy_node()
+
+
+def test_a_goal_still_preparing_leaves_the_running_goals_plan_and_faults(ros_context):
+    """Two goals prepare at once and the later one's probe answers first, so it runs: the other's plan, made as its
+    own probe answers, is not the arm's until it starts (``begin``). Neither the running goal's controller faults are
+    forgotten for it, nor does a hold stop the arm from its empty plan instead of the running one's."""
+    node = Node("arm_preparing_test", context=ros_context)
+    try:
+        arm, forgotten = Arm([0.0, 0.0, 0.0]), []
+        arm.configured, arm.limits = True, lambda: [JointLimit(-3.0, 3.0, 2.0)] * 3
+        arm.forget_fault = lambda: forgotten.append(True)
+        vla = VlaArm(node, arm, SETTINGS | {"actions_per_chunk": 0, "chunk_threshold": 0, "blend_old_weight": 0.3})
+        running = planned([[0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [0.4, 0.0, 0.0]])
+        vla.begin(running)
+        assert forgotten == [True]
+        preparing = vla.plan_for(ActionChunk(action_dim=3, horizon=5, period_s=0.1, actions=[0.0] * 15))
+        assert preparing is not running and forgotten == [True]
+        arm.clock, there = 10.1, running.queue.commanded(10.1)
+        vla.hold(None)  # the running goal ends: braked from where its plan has the arm (then forgets the plan)
+        np.testing.assert_allclose(arm.holds[-1], there)
+    finally:
+        node.destroy_node()

@@ -3,20 +3,20 @@
 A model's target a little past a position limit (within ``margin``: rounding, a blended step) is clamped onto it; one
 further out is refused, as is anything not finite, a first target more than ``max_jump`` from where the plan starts
 (the measured position for an arm at rest: a stale or wrong state, a chunk from another pose), and any segment whose
-peak speed exceeds the joint's velocity limit, or whose peak acceleration its acceleration limit where one is set.
-The peaks are the real ones: a joint_trajectory_controller given positions and velocities plays cubic segments, whose
-speed peaks above the segment's average, so the velocities sent are monotone (Fritsch-Carlson: zero at a turn and on
-a limit, so no segment overshoots a target or a limit) and each segment's cubic is checked at its fastest (its
+peak speed exceeds the joint's velocity limit, or whose peak acceleration its acceleration limit where one is set. The
+peaks are the real ones: a joint_trajectory_controller given positions and velocities plays cubic segments, whose
+speed peaks above the segment's average, so the velocities sent are monotone (Fritsch-Carlson: zero at a turn and on a
+limit, so no segment overshoots a target or a limit) and each segment's cubic is checked at its fastest (its
 acceleration is linear in time: hardest at an end). A plan ends at rest; where stopping within its last period would
 break a limit, the last target's time is pushed out until the stop fits (``_stopping_in_limits``). The first segment
 starts from ``anchor``, at rest or at the plan's velocity there; ``check_moving_start`` checks it again from where a
 controller that starts a new trajectory from its measured state is, moving. Such a start's tangent is not monotone:
 entering fast towards a target on a limit, its cubic bulges past the limit, so every segment's position extremes are
 checked too (refused when it passes a limit by more than ``margin``, at most MAX_OVERSHOOT, beyond its own ends: the
-few mrad of an arm settling onto a limit as the next chunk comes pass, the tens of one entering at speed do not). A refusal is an
-OUT_OF_RANGE error naming the joint, the step and the numbers; the caller holds the arm. The checks only ever narrow what the model
-asked for: clamping moves a target inside the limits, never past them, and no check widens a limit; a stop given
-more time reaches its target later, never elsewhere.
+few mrad of an arm settling onto a limit as the next chunk comes pass, the tens of one entering at speed do not). A
+refusal is an OUT_OF_RANGE error naming the joint, the step and the numbers; the caller holds the arm. The checks only
+ever narrow what the model asked for: clamping moves a target inside the limits, never past them, and no check widens
+a limit; a stop given more time reaches its target later, never elsewhere.
 """
 
 from collections.abc import Callable
@@ -137,7 +137,9 @@ def _check_segments(path: np.ndarray, velocities: np.ndarray, times: np.ndarray,
     limit takes the next chunk, tens at speed); ``where`` names the segment (given its step, or with ``per_joint``
     its joint)."""
     lower, upper = np.array([lim.lower for lim in limits]), np.array([lim.upper for lim in limits])
-    margin = np.minimum(np.broadcast_to(np.asarray(margin, dtype=np.float64), lower.shape), MAX_OVERSHOOT)
+    margin = np.broadcast_to(np.asarray(margin, dtype=np.float64), lower.shape)
+    # capped where the controller plays the spline; a jaw on its own controller (its speed limits lifted) is not
+    margin = np.where(np.isfinite([lim.velocity for lim in limits]), np.minimum(margin, MAX_OVERSHOOT), margin)
     ends_low, ends_high = np.minimum(path[:-1], path[1:]), np.maximum(path[:-1], path[1:])
     low, high = _position_extremes(path, velocities, times, ends_low, ends_high)
     for side, bound, past in (("lower", lower, np.minimum(ends_low, lower) - low),
