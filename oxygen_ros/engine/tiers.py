@@ -5,13 +5,12 @@ A prefix lookup that misses the pool continues down the tiers (``available``) an
 (``promote``) into freshly allocated pool blocks, requantized into the pool's format, instead of being recomputed.
 A block of that chain that is still in the pool (its parent was evicted before it) is copied from there: it cannot
 be shared, as a promotion cut short by a bad file leaves the rest of the chain to be recomputed in place.
-Disk reads run on a worker thread ``prefetch_degree`` blocks ahead of the block being restored, so decompression
-overlaps the copies (zstd and file reads release the GIL); a read not answered within ``DISK_READ_TIMEOUT_S`` (a
-stalled disk) is recomputed past, and the disk is not read again, nor persisted to at shutdown, until that read
-returns (its writes, on eviction, stay synchronous). On CUDA the
-host-to-device copies of restored blocks run on a side stream as compact codes and are requantized on the GPU
-(``block_moves.py``).  L1 keeps a promoted block too (inclusive), so a block that bounces between the pool and L1 is
-copied out only once.
+Disk reads run on a daemon worker thread (``DaemonWorker``) ``prefetch_degree`` blocks ahead of the block being
+restored, so decompression overlaps the copies (zstd and file reads release the GIL); a read not answered within
+``DISK_READ_TIMEOUT_S`` (a stalled disk) is recomputed past, and the disk is not read again, nor persisted to at
+shutdown, until that read returns (its writes, on eviction, stay synchronous). On CUDA the host-to-device copies of
+restored blocks run on a side stream as compact codes and are requantized on the GPU (``block_moves.py``).  L1 keeps a
+promoted block too (inclusive), so a block that bounces between the pool and L1 is copied out only once.
 
 Hit accounting: L0's hits and misses are the pool's prefix counters; a block that misses L0 and is restored from L1
 is an L1 hit, from L2 an L2 hit; the rest fall through as misses of every tier below.
