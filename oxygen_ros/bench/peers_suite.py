@@ -2,9 +2,10 @@
 
 Two workloads, the same prompt token ids for every peer, greedy, fixed lengths:
 
-* batch-1 decode: one prompt, ``batch1_tokens`` new tokens; decode tokens/s (from the first token to the last,
-  prefill excluded, the fastest of ``BATCH1_REPEATS`` runs for every peer), next to the bound this machine sets: bytes of weights a token reads / the
-  best read bandwidth measured here (``bandwidth``, probed before and after each of our runs);
+* batch-1 decode: one prompt, ``batch1_tokens`` new tokens; decode tokens/s (from the first token to the last, prefill
+  excluded, the fastest of ``BATCH1_REPEATS`` runs for every peer), next to the bound this machine sets: bytes of
+  weights a token reads / the best read bandwidth measured here (``bandwidth``, probed before and after each of our
+  runs);
 * N questions on one shared ~500-token observation, N in ``ns``, ``new_tokens`` each: tokens/s over the whole run
   (the observation's one prefill included) and the mean time to first token.  Ours submits all N at once (prefix
   computed once, decoding batched); llama.cpp answers one at a time with its prompt cache keeping the shared prefix,

@@ -22,7 +22,8 @@ Safety stop: when an obstacle point ahead is within `safety_clearance_cm` of the
 `robot_radius_m` about `base_frame`; ``oxygen_ros.control.obstacles``), or odometry or an obstacle source is older
 than `input_timeout_s`, it sends a zero Twist and the feedback says why; it drives again once the way is clear. Its
 speed is capped so that what it travels unseen by the check, and then braking at `max_decel_mps2`, stays within the
-clearance (``unicycle.top_speed``). The target's orientation is not controlled: the goal is reached on position (the base ends facing the way it drove).
+clearance (``unicycle.top_speed``). The target's orientation is not controlled: the goal is reached on position (the
+base ends facing the way it drove).
 
 The language head (`oxygen/infer`, task_type navigation) is asked about the scene every `reasoning_period_s`; its
 answer (schema-checked JSON: ``nodes/reasoning.py``) is the feedback's reasoning. It never gates motion: a text
