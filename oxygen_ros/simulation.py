@@ -28,6 +28,10 @@ TASK_NODES = ("vqa_node", "instruction_node", "navigation_node")
 SO100_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")  # LeRobot's
 JAW = "gripper"
 SO100_ARM = tuple(j for j in SO100_JOINTS if j != JAW)
+# rad/s^2 per joint, as a joint_limits.yaml gives MoveIt (the URDF has none, and a VLA goal needs them): an STS3215
+# servo's ceiling at its highest acceleration setting (254 x 100 steps/s^2, 4096 steps a turn); the jaw's is not
+# played along the trajectory (its own controller moves it)
+SO100_ACCELERATION = 39.0
 SIDES = ("left", "right")  # a bimanual robot's arms, in the model's order
 INFERENCE = {"allow_random_weights": True}
 TASK = {"use_sim": True}
@@ -51,7 +55,7 @@ def _so100() -> tuple[tuple[Controller, ...], dict[str, Any]]:
     arm = {"joint_names": list(SO100_ARM), "initial_positions": [0.0] * len(SO100_ARM),
            "urdf_path": str(urdf("so100"))}  # fmt: skip
     mapping = {"action_joint_names": list(SO100_JOINTS), "state_joint_names": list(SO100_JOINTS),
-               "gripper_joint_names": [JAW]}  # fmt: skip
+               "gripper_joint_names": [JAW], "joint_acceleration_limits": [SO100_ACCELERATION] * len(SO100_JOINTS)}
     return (Controller("arm_sim", "arm_sim", arm), Controller("gripper_sim", "gripper_sim", {})), mapping
 
 
@@ -70,6 +74,7 @@ def _bi_so100() -> tuple[tuple[Controller, ...], dict[str, Any]]:
     joints = [f"{side}_{j}" for side in SIDES for j in SO100_JOINTS]
     mapping = {"action_joint_names": joints, "state_joint_names": joints,
                "gripper_joint_names": [f"{side}_{JAW}" for side in SIDES],
+               "joint_acceleration_limits": [SO100_ACCELERATION] * len(joints),
                "trajectory_actions": [c.parameters["action_name"] for c in controllers if c.executable == "arm_sim"],
                "trajectory_joint_counts": [len(SO100_ARM)] * len(SIDES),
                "gripper_actions": [c.parameters["action_name"] for c in controllers if c.executable == "gripper_sim"]}

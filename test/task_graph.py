@@ -33,7 +33,8 @@ INFERENCE = {
     "observation_ring": 64,  # a question about a named frame may wait seconds behind others while frames arrive
 }
 CAMERA = {"seed": 0, "rate_hz": 5.0}
-SO100_MAPPING = ("action_joint_names", "state_joint_names", "gripper_joint_names")  # the simulated SO-100's joint mapping
+# the simulated SO-100's joint mapping (and its joints' limits)
+SO100_MAPPING = ("action_joint_names", "state_joint_names", "gripper_joint_names", "joint_acceleration_limits")
 MODEL_LOAD_S = 120
 
 

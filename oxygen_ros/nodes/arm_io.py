@@ -113,8 +113,9 @@ NUMBER_LISTS = {
     "joint_upper_limits": "per action joint, an upper position limit tighter than the URDF's (NaN = the URDF's)",
     "joint_velocity_limits": "per action joint, a velocity limit tighter than the URDF's (NaN = the URDF's)",
     "joint_acceleration_limits": "per action joint, an acceleration limit (rad/s^2 or m/s^2; MoveIt's "
-    "joint_limits.yaml max_acceleration; a URDF has none): a chunk whose spline accelerates harder is refused; empty "
-    "or NaN = none",
+    "joint_limits.yaml max_acceleration; a URDF has none): a chunk whose spline accelerates harder is refused; "
+    "required for every trajectory joint before a VLA goal runs (empty or NaN: goals refused FAILED_PRECONDITION); "
+    ".inf waives the check for a joint whose driver limits acceleration itself",
     "joint_limit_margins": "per action joint, its limit_margin (rad or m: a prismatic joint's in m); empty = "
     "limit_margin for each",
     "joint_max_start_jumps": "per action joint, its max_start_jump (rad or m); empty = max_start_jump for each",
@@ -232,6 +233,11 @@ class ArmIO:
                        settings["trajectory_topic"] or settings["trajectory_action"])  # fmt: skip
         limit_lists = [lists[k] for k in ("joint_lower_limits", "joint_upper_limits", "joint_velocity_limits",
                                           "joint_acceleration_limits")]  # fmt: skip
+        accelerations = lists["joint_acceleration_limits"]
+        if len(accelerations) != len(self.names):  # (empty: none given; another count is refused with the limits)
+            accelerations = [math.nan] * len(self.names)
+        # trajectory joints whose acceleration limit nobody gave: a VLA goal is refused until one is (.inf: waived)
+        self.acceleration_unset = tuple(self.names[i] for i in trajectory if math.isnan(accelerations[i]))
         state = state_entries(tuple(lists["state_joint_names"]) or self.names)
         self.readings = JointReadings(node, settings, self.names, state, tuple(grippers), joint_map, limit_lists,
                                       group)  # fmt: skip

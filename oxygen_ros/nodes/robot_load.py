@@ -69,6 +69,7 @@ def arm_parameters(setting: RobotWorkload, joints: int) -> dict[str, dict[str, A
     arm = {"joint_names": names, "initial_positions": [0.0] * joints, "state_rate_hz": 50.0}
     instruction = {"action_joint_names": names, "joint_lower_limits": [-LIMIT] * joints,
                    "joint_upper_limits": [LIMIT] * joints, "joint_velocity_limits": [SPEED] * joints,
+                   "joint_acceleration_limits": [math.inf] * joints,  # waived (.inf): random weights jolt
                    "max_start_jump": 10.0, "max_tracking_error": 10.0, "input_timeout_s": 1.0,
                    "actions_per_chunk": setting.actions_per_chunk, "chunk_threshold": setting.chunk_threshold,
                    "max_missed_chunks": 1000, "narration_period_s": 3600.0, "max_new_tokens": 1,

@@ -144,13 +144,17 @@ class VlaArm:
             raise EngineError(ErrorCode.FAILED_PRECONDITION, slowed)
         for jaw in self.arm.gripper_columns:  # a jaw moves at its controller's speed, not along the trajectory
             limits[jaw] = replace(limits[jaw], velocity=math.inf, acceleration=math.inf)
-        unbounded = [name for i, name in enumerate(self.arm.names)
-                     if i not in self.arm.gripper_columns and limits[i].acceleration == math.inf]  # fmt: skip
-        if unbounded:  # a URDF has none: the driver's own limits are all that keeps a stop from jolting
+        if self.arm.acceleration_unset:  # a URDF has none, and MoveIt 2 refuses to plan without them too
+            raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joints {list(self.arm.acceleration_unset)} have no "
+                              "acceleration limit: set joint_acceleration_limits from the arm's MoveIt "
+                              "joint_limits.yaml (max_acceleration), or .inf for a joint whose driver limits "
+                              "acceleration itself")  # fmt: skip
+        waived = [name for i, name in enumerate(self.arm.names)
+                  if i not in self.arm.gripper_columns and limits[i].acceleration == math.inf]  # fmt: skip
+        if waived:  # .inf on purpose: the driver's own limits are all that keeps a stop from jolting
             self._node.get_logger().warning(
-                f"joints {unbounded} have no acceleration limit: chunks are not checked for acceleration and a hold "
-                f"brakes within {HOLD_MIN_S:g} s at any speed (a UR protective stop, a Franka reflex); set "
-                "joint_acceleration_limits from the arm's MoveIt joint_limits.yaml (max_acceleration)")
+                f"joints {waived} have joint_acceleration_limits .inf: chunks are not checked for acceleration and a "
+                f"hold brakes within {HOLD_MIN_S:g} s at any speed (a UR protective stop, a Franka reflex)")
         self.arm.readings.measured(self.arm.names)
         s = self._settings
         horizon = min(s["actions_per_chunk"] or chunk.horizon, chunk.horizon)

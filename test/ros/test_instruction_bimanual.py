@@ -4,6 +4,7 @@ each chunk between two joint_trajectory_controllers (arm_sim under /left and /ri
 `trajectory_joint_counts`) and two gripper controllers (gripper_sim, `gripper_actions`), closed loop: the goal
 succeeds, both arms and both jaws move, each on its own controller, and every joint stays inside its limits."""
 
+import math
 import numpy as np
 import pytest
 from inference_client import Capture
@@ -27,6 +28,7 @@ ARM = {"action_joint_names": JOINTS, "state_joint_names": JOINTS[:STATE_DIM],
        "gripper_actions": ["/left/gripper_controller/gripper_cmd", "/right/gripper_controller/gripper_cmd"],
        "gripper_max_effort": 10.0, "joint_lower_limits": [-LIMIT] * ACTION_DIM,
        "joint_upper_limits": [LIMIT] * ACTION_DIM, "joint_velocity_limits": [SPEED] * ACTION_DIM,
+       "joint_acceleration_limits": [math.inf] * ACTION_DIM,  # waived (.inf): random weights jolt
        "max_start_jump": 10.0, "max_tracking_error": 10.0, "input_timeout_s": 1.0}  # fmt: skip
 
 

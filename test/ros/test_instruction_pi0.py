@@ -3,6 +3,7 @@ continuous state projection, a 7-dim action, chunks of 5) served by the inferenc
 ros2_control arm from instruction_node, closed loop: the goal succeeds, every chunk reaches the controller traced
 with the request that computed it, and the arm moves inside its limits and speeds."""
 
+import math
 import numpy as np
 import pytest
 from inference_client import Capture
@@ -18,6 +19,7 @@ JOINTS = [f"joint_{i}" for i in range(ACTION_DIM)]
 LIMIT, SPEED = 50.0, 1000.0  # random weights act noisily: wide limits, checked all the same
 ARM = {"action_joint_names": JOINTS, "state_joint_names": JOINTS[:STATE_DIM], "joint_lower_limits": [-LIMIT] * ACTION_DIM,
        "joint_upper_limits": [LIMIT] * ACTION_DIM, "joint_velocity_limits": [SPEED] * ACTION_DIM,
+       "joint_acceleration_limits": [math.inf] * ACTION_DIM,  # waived (.inf): random weights jolt
        "max_start_jump": 10.0, "max_tracking_error": 10.0, "input_timeout_s": 1.0}  # fmt: skip
 
 

@@ -7,6 +7,7 @@ targets beyond tight limits are refused and the goal ends OUT_OF_RANGE with the 
 late end it DEADLINE_EXCEEDED after max_missed_chunks; joint states that stop end it FAILED_PRECONDITION; no KV block
 is left held; with allow_random_weights false the goal is refused."""
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +35,7 @@ JOINTS = [f"arm_joint_{i}" for i in range(ACTION_DIM)]
 LIMIT, SPEED = 50.0, 1000.0  # random weights act noisily: wide limits, checked below all the same
 ARM = {"action_joint_names": JOINTS, "joint_lower_limits": [-LIMIT] * ACTION_DIM,
        "joint_upper_limits": [LIMIT] * ACTION_DIM, "joint_velocity_limits": [SPEED] * ACTION_DIM,
+       "joint_acceleration_limits": [math.inf] * ACTION_DIM,  # waived (.inf): random weights jolt
        "max_start_jump": 10.0, "max_tracking_error": 10.0, "input_timeout_s": 1.0, "max_missed_chunks": 3}  # fmt: skip
 
 
@@ -99,7 +101,7 @@ def test_chunks_drive_the_arm_through_its_controller(graph, capfd):
     handle = follow(graph, duration_s=6.0)
     out = handle.result(timeout=90.0)
     assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
-    assert "have no acceleration limit" in capfd.readouterr().err  # the arm's configuration sets none: named
+    assert "joint_acceleration_limits .inf: chunks are not checked" in capfd.readouterr().err  # waived: named
     result = out.result
     assert 2 <= result.chunks_sent <= result.chunks_asked and result.chunks_missed <= result.chunks_asked, result
     assert 0 < result.latency_p50_ms <= result.latency_p99_ms < 2 * 10 * PERIOD_S * 1000, result
@@ -200,6 +202,20 @@ def test_targets_beyond_tight_limits_are_refused_and_the_arm_stays(graph, tight,
     assert out.result.error_code == "OUT_OF_RANGE", out.result.message
     assert phrase in out.result.message and "max_missed_chunks" in out.result.message
     assert (out.result.chunks_sent, out.result.chunks_missed) == (0, 3)
+    assert np.abs([m.position for m in states.messages]).max() == 0.0  # never moved
+
+
+def test_an_arm_joint_without_an_acceleration_limit_is_refused_before_anything_moves(graph):
+    """As MoveIt 2 refuses to plan without them: a trajectory joint whose joint_acceleration_limits entry is NaN (or
+    the list empty: a URDF has none) refuses the goal FAILED_PRECONDITION naming that joint and the remedy, nothing
+    sent, the arm still; ARM's .inf entries waive the check on purpose and pass."""
+    unset = [math.inf] * (ACTION_DIM - 1) + [math.nan]
+    with second_robot(graph, "/unlimited", joint_acceleration_limits=unset) as states:
+        out = follow(graph, duration_s=30.0, namespace="/unlimited").result(timeout=90.0)
+    assert out.status == GoalStatus.STATUS_ABORTED
+    assert out.result.error_code == "FAILED_PRECONDITION", out.result.message
+    assert f"joints ['{JOINTS[-1]}'] have no acceleration limit" in out.result.message, out.result.message
+    assert "joint_acceleration_limits" in out.result.message and out.result.chunks_sent == 0
     assert np.abs([m.position for m in states.messages]).max() == 0.0  # never moved
 
 

@@ -40,6 +40,7 @@ from oxygen_ros.nodes.gripper_sim import GripperSim
 from oxygen_ros.nodes.inference_node import InferenceNode
 from oxygen_ros.nodes.instruction_node import InstructionNode
 from oxygen_ros.nodes.observation_node import ObservationNode
+from oxygen_ros.simulation import SO100_ACCELERATION
 
 INSTRUCTION = "pick up the red block"
 PERIOD_S = 0.3  # the chunk period: a loaded CPU's chunk arrives with most of its steps ahead
@@ -93,6 +94,7 @@ def robot(ros_domain_id, tmp_path_factory) -> Iterator:
             "velocity": SPEED[JAW], "state_rate_hz": 20.0}.items()])  # fmt: skip
         instruction = InstructionNode(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in {
             "action_joint_names": SO100_JOINTS, "state_joint_names": SO100_JOINTS, "gripper_joint_names": ["gripper"],
+            "joint_acceleration_limits": [SO100_ACCELERATION] * len(SO100_JOINTS),
             "gripper_max_effort": 10.0, "gripper_deadband": 0.2, "input_timeout_s": 1.0, "max_start_jump": 0.2,
             "narration_period_s": 30.0, "max_new_tokens": 2}.items()])  # fmt: skip
         client = Node("lerobot_arm_test_client", context=context)
