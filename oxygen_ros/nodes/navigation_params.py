@@ -84,7 +84,7 @@ RANGES: Ranges = {
     "robot_radius_m": (0.0, 10.0),
     "obstacle_min_height_m": (-10.0, 10.0),
     "obstacle_max_height_m": (-10.0, 10.0),
-    "input_timeout_s": (0.0, 60.0),
+    "input_timeout_s": (0.0, 2.0),  # nav2 collision monitor's default source_timeout: older says nothing of a walker
     "obstacle_memory_s": (0.0, 3600.0),
 }
 # 0 is meaningful for these: exact times, only look for nav2, heights at the base frame's origin, no memory

@@ -191,6 +191,17 @@ def test_when_odometry_and_the_sensors_stop_coming_it_stands_still_then_aborts_u
     assert stops and all(f.cmd == Twist() for f in stops)
 
 
+def test_an_input_timeout_past_nav2s_source_timeout_is_refused(graph):
+    """Odometry or a scan over 2 s old (nav2 collision monitor's default source_timeout) says nothing of someone who
+    walked in since: input_timeout_s may not be set past it, and the value in force stays."""
+    before = graph.node.get_parameter("input_timeout_s").value
+    (result,) = graph.node.set_parameters([Parameter("input_timeout_s", value=2.5)])
+    assert not result.successful
+    assert graph.node.get_parameter("input_timeout_s").value == before
+    tune(graph, input_timeout_s=2.0)  # the bound itself is allowed
+    tune(graph, input_timeout_s=before)
+
+
 def test_without_live_obstacle_sources_a_goal_is_refused(graph):
     graph.executor.remove_node(graph.camera)  # its laser scan and its frames (the simulated detector) go stale
     time.sleep(PARAMETERS["input_timeout_s"][0] + 0.2)

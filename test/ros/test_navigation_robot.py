@@ -35,6 +35,7 @@ from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
 from oxygen_ros.action import Navigate
+from oxygen_ros.control.obstacles import Blocking
 from oxygen_ros.nodes.convert import rgb_to_image
 from oxygen_ros.nodes.infer_client import inference_at
 from oxygen_ros.nodes.nav2_handoff import CANCEL_TRIES
@@ -526,6 +527,44 @@ def test_a_late_replan_stops_the_base_until_it_comes(robot):
     finally:
         node._sources.remove(source)
     assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
+
+
+class StallingObstacle(StallingSource):
+    """A source that always sees an obstacle just ahead, not within the footprint (a turn in place is safe), and holds
+    its third replan for ``stall_s``; ``fed`` is how much feedback the goal had when that replan went on."""
+
+    name = "stalling obstacle"
+
+    def __init__(self, stall_s: float, feedback: list) -> None:
+        super().__init__(stall_s)
+        self.calls, self.feedback, self.fed = 0, feedback, -1
+
+    def blocking(self, radius_m: float, clearance_m: float, odometry, memory_s: float) -> Blocking:
+        self.calls += 1
+        if self.calls == 3:
+            super().blocking(radius_m, clearance_m, odometry, memory_s)
+            self.fed = len(self.feedback)  # (every earlier replan's feedback arrived during the stall)
+        return Blocking(gap_m=0.1, ahead_m=0.3)
+
+
+def test_a_late_replan_sends_no_turn_in_place(robot):
+    """A target behind the base and an obstacle just ahead: each replan on time turns in place toward it; the one held
+    1 s (its check too old to act on) sends a zero Twist and says the safety stop, no turn."""
+    node, base = robot["nodes"]["never"], robot["base"]
+    goal = navigate(robot, "never", base.x - math.cos(base.yaw), base.y - math.sin(base.yaw), frame_id="odom")
+    source = StallingObstacle(1.0, goal.feedback)
+    node._sources.append(source)
+    try:
+        assert source.over.wait(10.0)
+        wait_until(lambda: len(goal.feedback) > source.fed, 5.0, "the late replan's feedback")
+        goal.cancel()
+        goal.result(timeout=10.0)
+    finally:
+        node._sources.remove(source)
+    turns = [f for f in goal.feedback[: source.fed] if f.reasoning.startswith("turning in place: safety stop")]
+    assert turns and all(f.cmd.angular.z != 0.0 and f.cmd.linear.x == 0.0 for f in turns)
+    late = goal.feedback[source.fed]
+    assert late.cmd == Twist() and late.reasoning.startswith("safety stop"), late.reasoning
 
 
 def test_without_a_transform_to_the_target_frame_it_ends_tf_error_within_the_wait(robot):
