@@ -85,8 +85,12 @@ def _prompt(bundle: ModelBundle, num_tokens: int) -> str:
 
 
 def _push_out_of_pool(engine: Engine) -> None:
-    """Every cached pool block evicted (and so demoted to the tiers) without running anything."""
+    """Every cached pool block evicted (and so demoted to the tiers) without running anything, and written: L2 is
+    timed reading its files, not its writer's queue."""
     engine.pool.release(engine.pool.allocate(engine.pool.num_available))
+    disk = engine.tiers.disk if engine.tiers is not None else None
+    if disk is not None and not disk.flush(60.0):
+        raise RuntimeError("the disk tier's writer did not finish within 60 s")
 
 
 def _observation_request(bundle: ModelBundle, images: int, prompt_tokens: int) -> GenerateRequest:

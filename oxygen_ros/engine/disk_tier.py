@@ -4,7 +4,13 @@ File names are the block hash in hex and nothing else, so no observation id, pro
 path and nothing can be written outside the folder.  Startup lists the folder (names and sizes only: loading is
 lazy), so a restarted engine with the same model and KV format serves the blocks an earlier run left; the file
 modification time is the LRU order across restarts.  A file that fails any check (``block_codec``) is deleted and
-counts as a miss.  Thread-safe: the prefetch worker reads while the engine thread writes.
+counts as a miss.
+
+Writes leave the engine thread: ``store`` (called while the pool evicts) queues the block's copy for a daemon writer
+thread (``DaemonWorker``) that compresses and writes it, so a slow or stalled disk never holds a step. A queued block
+is in the tier at once (``load`` answers it from memory); the queue is bounded by ``WRITE_QUEUE_BYTES`` of block data,
+past which a block is dropped (recomputed if it is asked for again), as an eviction without tiers loses it.
+Thread-safe: the prefetch worker reads, the writer writes and the engine thread queues.
 """
 
 import contextlib
@@ -13,14 +19,27 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_for
+from dataclasses import dataclass
 from pathlib import Path
 
 from oxygen_ros.engine.block_codec import decode_block, encode_block
+from oxygen_ros.engine.daemon_worker import DaemonWorker
 from oxygen_ros.kernels import KVBlocks
 
 log = logging.getLogger(__name__)
 SUFFIX = ".kvb"
 _NAME = re.compile(r"^[0-9a-f]{64}\.kvb$")
+WRITE_QUEUE_BYTES = 64 << 20  # block data waiting for the writer at most; more is dropped, never waited for
+
+
+@dataclass(frozen=True, eq=False)
+class _Queued:
+    """A block waiting for the writer (compared by identity: a block stored again after a discard is another)."""
+
+    layers: list[KVBlocks]
+    nbytes: int
 
 
 class DiskTier:
@@ -35,6 +54,10 @@ class DiskTier:
         self.num_layers = num_layers
         self._lock = threading.Lock()
         self._files: OrderedDict[bytes, int] = OrderedDict()  # block hash -> file size, least recently used first
+        self._queued: dict[bytes, _Queued] = {}  # blocks the writer has not written yet
+        self.queued_bytes = 0
+        self.dropped_writes = 0  # blocks not queued: the writer was WRITE_QUEUE_BYTES behind
+        self._last_write: Future | None = None
         found = []
         for entry in os.scandir(self.path):
             if _NAME.match(entry.name) and entry.is_file(follow_symlinks=False):
@@ -45,6 +68,7 @@ class DiskTier:
         self.used_bytes = sum(self._files.values())
         with self._lock:
             self._shrink(0)
+        self._writer = DaemonWorker("oxygen-kv-disk-writer")
 
     def _file(self, block_hash: bytes) -> Path:
         if len(block_hash) != 32:
@@ -53,38 +77,104 @@ class DiskTier:
 
     @property
     def num_blocks(self) -> int:
-        return len(self._files)
+        """Blocks the tier holds: its files and those queued for the writer (``used_bytes`` counts the files only)."""
+        return len(self._files) + len(self._queued)
 
     def __contains__(self, block_hash: bytes) -> bool:
-        return block_hash in self._files
+        return block_hash in self._files or block_hash in self._queued
 
     def store(self, block_hash: bytes, layers: list[KVBlocks]) -> None:
-        """Write the block (atomically: a temporary file renamed into place) unless it is already there; a failed
-        write only loses the block (it is called while the pool evicts, which must not fail)."""
-        if block_hash in self._files:
-            with self._lock:
+        """Queue the block (a copy the caller gives up) for the writer unless the tier has it; dropped when the queue
+        is full. Never waits on the disk and never fails for it (it is called while the pool evicts)."""
+        self._file(block_hash)  # (a bad hash is the caller's error, raised here)
+        with self._lock:
+            if block_hash in self._files:
                 self._files.move_to_end(block_hash)
-            return
+                return
+            if block_hash in self._queued:
+                return
+            nbytes = sum(t.numel() * t.element_size() for b in layers for t in (b.k, b.v, b.k_scale, b.v_scale)
+                         if t is not None)  # fmt: skip
+            if self.queued_bytes + nbytes > WRITE_QUEUE_BYTES:
+                self.dropped_writes += 1
+                if self.dropped_writes == 1:
+                    log.warning("KV disk tier: the writer is %d MiB behind: blocks are dropped until it catches up",
+                                WRITE_QUEUE_BYTES >> 20)  # fmt: skip
+                return
+            queued = self._queued[block_hash] = _Queued(layers, nbytes)
+            self.queued_bytes += nbytes
+            self._last_write = self._writer.submit(self._write_queued, block_hash, queued)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every block queued so far is written (or failed); False when the writer is not done within
+        ``timeout_s`` (a stalled disk)."""
+        last = self._last_write
+        return last is None or not wait_for([last], timeout=timeout_s).not_done
+
+    def write(self, block_hash: bytes, layers: list[KVBlocks]) -> None:
+        """Write the block now, on the calling thread (a shutdown's ``persist``, after a ``flush``)."""
+        with self._lock:
+            if block_hash in self._files:
+                self._files.move_to_end(block_hash)
+                return
+        size = self._put_file(block_hash, layers)
+        if size is not None:
+            with self._lock:
+                self._add(block_hash, size)
+
+    def close(self, wait_s: float) -> None:
+        """Stop the writer after what it has queued, waiting for it at most ``wait_s``."""
+        self._writer.shutdown(wait_s)
+
+    def _write_queued(self, block_hash: bytes, queued: _Queued) -> None:
+        size = None
+        try:
+            with self._lock:
+                if self._queued.get(block_hash) is not queued:  # discarded while it waited
+                    return
+            size = self._put_file(block_hash, queued.layers)
+        finally:
+            with self._lock:
+                mine = self._queued.get(block_hash) is queued
+                if mine:
+                    del self._queued[block_hash]
+                self.queued_bytes -= queued.nbytes
+                if size is not None and mine:
+                    self._add(block_hash, size)
+        if size is not None and not mine:  # discarded while it was written: its file goes too
+            with contextlib.suppress(OSError):
+                self._file(block_hash).unlink(missing_ok=True)
+
+    def _put_file(self, block_hash: bytes, layers: list[KVBlocks]) -> int | None:
+        """Write the block's file (atomically: a temporary file renamed into place); its size, or None when it
+        does not fit the bound or the disk refuses it (a full or read-only disk loses this block only)."""
         data = encode_block(self.key, block_hash, layers)
         if len(data) > self.capacity_bytes:
-            return
+            return None
         final = self._file(block_hash)
-        tmp = final.with_name(f".{final.name}.{threading.get_ident()}.tmp")
+        tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
         try:
             tmp.write_bytes(data)
             os.replace(tmp, final)
-        except OSError as exc:  # a full or read-only disk loses this block, never the caller's step
+        except OSError as exc:
             log.warning("KV disk tier: cannot write %s: %s", final.name, exc)
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
-            return
-        with self._lock:
-            self._shrink(len(data))
-            self._files[block_hash] = len(data)
-            self.used_bytes += len(data)
+            return None
+        return len(data)
+
+    def _add(self, block_hash: bytes, size: int) -> None:
+        """A written file into the LRU order, the least recently used deleted to make room (caller holds the lock)."""
+        self._shrink(size)
+        self._files[block_hash] = size
+        self.used_bytes += size
 
     def load(self, block_hash: bytes) -> list[KVBlocks] | None:
-        """The block's layers, or None (a miss) when it is absent or its file is bad (then the file is removed)."""
+        """The block's layers, or None (a miss) when it is absent or its file is bad (then the file is removed); a
+        block still queued is answered from memory."""
+        queued = self._queued.get(block_hash)
+        if queued is not None:
+            return queued.layers
         if block_hash not in self._files:
             return None
         path = self._file(block_hash)
@@ -102,7 +192,10 @@ class DiskTier:
         return layers
 
     def discard(self, block_hash: bytes) -> None:
-        """Delete a block's file if there is one (a swapped request's own block, no longer needed)."""
+        """Delete a block's file if there is one, or drop it from the queue (a swapped request's own block, no longer
+        needed)."""
+        with self._lock:
+            self._queued.pop(block_hash, None)  # (its bytes leave the queue once the writer has passed it)
         if block_hash in self._files:
             self._forget(block_hash, delete=True)
 

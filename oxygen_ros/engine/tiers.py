@@ -8,7 +8,8 @@ be shared, as a promotion cut short by a bad file leaves the rest of the chain t
 Disk reads run on a daemon worker thread (``DaemonWorker``) ``prefetch_degree`` blocks ahead of the block being
 restored, so decompression overlaps the copies (zstd and file reads release the GIL); a read not answered within
 ``DISK_READ_TIMEOUT_S`` (a stalled disk) is recomputed past, and the disk is not read again, nor persisted to at
-shutdown, until that read returns (its writes, on eviction, stay synchronous). On CUDA the host-to-device copies of
+shutdown, until that read returns. Its writes, on eviction, are queued for the disk tier's own writer thread
+(``DiskTier.store``). On CUDA the host-to-device copies of
 restored blocks run on a side stream as compact codes and are requantized on the GPU (``block_moves.py``).  L1 keeps a
 promoted block too (inclusive), so a block that bounces between the pool and L1 is copied out only once.
 
@@ -190,8 +191,13 @@ class TierManager:
     def persist(self) -> None:
         """Write the blocks the pool and L1 hold to L2: the pool's first, then L1's most recent first, as many as
         the disk bound holds (counted uncompressed, so nothing written now pushes out anything else written now);
-        written least valuable first, so the disk's LRU order ranks them the same way after a restart."""
+        written least valuable first, so the disk's LRU order ranks them the same way after a restart. Nothing is
+        written when the writer has not finished what eviction queued within DISK_READ_TIMEOUT_S (a stalled disk)."""
         if self.disk is None:
+            return
+        if not self.disk.flush(DISK_READ_TIMEOUT_S):
+            log.warning("the disk tier's writer is still writing after %.1f s: its KV is not persisted",
+                        DISK_READ_TIMEOUT_S)  # fmt: skip
             return
         pool_bytes = self.kv.pool_layout.bytes_per_block
         wanted = [(b.block_hash, None, b.block_id, pool_bytes(b.fmt))
@@ -208,12 +214,12 @@ class TierManager:
         for block_hash, layers, index, _ in reversed(chosen):
             if layers is None:  # a pool block: read one at a time (a wide format is copied out to be read)
                 ((_, layers, (index,)),) = self.kv.read_blocks([index])
-            self.disk.store(block_hash, take_blocks(layers, index))
+            self.disk.write(block_hash, take_blocks(layers, index))
 
     def close(self) -> None:
-        """Persist to L2 and stop the prefetch thread, waiting for it at most DISK_READ_TIMEOUT_S; with a read known
-        to be stalled, neither persist nor wait (the disk does not answer: the engine's shutdown must not wait on
-        it, and the thread, a daemon, does not hold up the process's exit)."""
+        """Persist to L2 and stop the prefetch and writer threads, waiting for each at most DISK_READ_TIMEOUT_S; with
+        a read known to be stalled, neither persist nor wait (the disk does not answer: the engine's shutdown must not
+        wait on it, and the threads, daemons, do not hold up the process's exit)."""
         stalled = self._stalled_read is not None and not self._stalled_read.done()
         if stalled:
             log.warning("the disk tier still has not answered a read: its KV is not persisted")
@@ -221,6 +227,8 @@ class TierManager:
             self.persist()
         if self._worker is not None:
             self._worker.shutdown(0.0 if stalled else DISK_READ_TIMEOUT_S)
+        if self.disk is not None:  # (a writer that persist found still busy is not waited for again)
+            self.disk.close(DISK_READ_TIMEOUT_S if not stalled and self.disk.flush(0.0) else 0.0)
 
     def usage(self, pool_misses: int) -> list[TierUsage]:
         """L1 and L2 rows of ``PoolStats.tiers``, given how many lookups missed the pool."""

@@ -4,12 +4,14 @@ and inside itself, and a restarted engine serves the blocks an earlier one left.
 import hashlib
 import os
 import threading
+import time
 
 import pytest
 import torch
 from engine_helpers import make_engine
 
 from oxygen_ros.engine import block_codec as codec
+from oxygen_ros.engine import disk_tier as disk_tier_module
 from oxygen_ros.engine import tiers as tiers_module
 from oxygen_ros.engine.block_codec import encode_block
 from oxygen_ros.engine.disk_tier import DiskTier
@@ -57,12 +59,15 @@ def test_blocks_come_back_bit_for_bit(tmp_path, fmt):
     tier = _tier(tmp_path)
     layers = _layers(fmt, 0)
     tier.store(_h("a"), layers)
+    assert _equal(tier.load(_h("a")), layers)  # queued for the writer: answered from memory
+    assert tier.flush(10.0)
     assert _equal(_tier(tmp_path).load(_h("a")), layers)  # a fresh instance: read lazily from the folder
 
 
 def _stored(tmp_path) -> tuple[DiskTier, bytes, os.PathLike]:
     tier = _tier(tmp_path)
     tier.store(_h("a"), _layers("int8", 0))
+    assert tier.flush(10.0)
     (path,) = tmp_path.iterdir()
     return tier, _h("a"), path
 
@@ -112,12 +117,15 @@ def test_foreign_files_are_misses(tmp_path):
     """A file of another model (same name), or another block's file under this name, never passes for this one."""
     _, block_hash, path = _stored(tmp_path)
     assert _tier(tmp_path, key="model-b|fp32").load(block_hash) is None and not path.exists()
-    _tier(tmp_path).store(_h("b"), _layers("int8", 1))
+    writer = _tier(tmp_path)
+    writer.store(_h("b"), _layers("int8", 1))
+    assert writer.flush(10.0)
     other = tmp_path / f"{_h('b').hex()}.kvb"
     os.replace(other, tmp_path / f"{block_hash.hex()}.kvb")
     assert _tier(tmp_path).load(block_hash) is None
     wrong_shape = DiskTier(tmp_path, 1 << 20, KEY, (4, 2, 16), 2)
     wrong_shape.store(_h("c"), [KVBlocks(torch.zeros(1, 4, 2, 16), torch.zeros(1, 4, 2, 16))] * 2)
+    assert wrong_shape.flush(10.0)
     assert _tier(tmp_path).load(_h("c")) is None
 
 
@@ -126,8 +134,9 @@ def test_folder_stays_under_its_bound_dropping_the_least_recently_used(tmp_path)
     tier = _tier(tmp_path, capacity=3 * size + size // 2)
     for i in range(3):
         tier.store(_h(f"b{i}"), _layers("int8", i))
-    assert tier.load(_h("b0")) is not None  # b0 is now the most recently used
+    assert tier.flush(10.0) and tier.load(_h("b0")) is not None  # b0 is now the most recently used
     tier.store(_h("b3"), _layers("int8", 3))
+    assert tier.flush(10.0)
     assert [_h(f"b{i}") in tier for i in range(4)] == [True, False, True, True]
     assert sum(p.stat().st_size for p in tmp_path.iterdir()) <= tier.capacity_bytes
     smaller = _tier(tmp_path, capacity=2 * size)  # a restart with a smaller bound trims the folder at once
@@ -142,6 +151,7 @@ def test_file_names_are_hashes_only(tmp_path):
     tier.store(_h("../../etc/passwd"), _layers("int8", 0))
     with pytest.raises(ValueError):
         tier.store(b"../escape", _layers("int8", 0))
+    assert tier.flush(10.0)
     names = sorted(p.name for p in folder.iterdir())
     assert names == sorted([f"{_h('../../etc/passwd').hex()}.kvb", "notes.kvb"])
     assert (tmp_path / "keep.txt").exists() and _tier(folder).num_blocks == 1  # others' files are left alone
@@ -156,7 +166,7 @@ def test_a_restarted_engine_serves_the_disk_tier(tiny_bundle, tmp_path):
     first = make_engine(tiny_bundle, disk_tier_path=str(tmp_path))
     expected = first.generate([greq])[0]
     _evict_everything(first)
-    assert first.tiers.disk.num_blocks > 0
+    assert first.tiers.disk.flush(10.0) and first.tiers.disk.num_blocks > 0
     second = make_engine(tiny_bundle, disk_tier_path=str(tmp_path))
     again = second.generate([greq])[0]
     assert again.token_ids == expected.token_ids
@@ -178,9 +188,10 @@ def test_disk_only_tier_takes_blocks_straight_from_the_pool(tiny_bundle, tmp_pat
 
 def test_a_failed_write_loses_the_block_not_the_caller(tmp_path):
     tier = _tier(tmp_path)
-    blocker = tmp_path / f".{_h('a').hex()}.kvb.{threading.get_ident()}.tmp"
+    blocker = tmp_path / f".{_h('a').hex()}.kvb.{os.getpid()}.tmp"
     blocker.mkdir()  # the temporary file cannot be written (as a full disk would refuse it), even as root
     tier.store(_h("a"), _layers("int8", 0))
+    assert tier.flush(10.0)
     assert _h("a") not in tier and tier.used_bytes == 0 and [p.name for p in tmp_path.iterdir()] == [blocker.name]
 
 
@@ -211,3 +222,87 @@ def test_a_stalled_disk_is_recomputed_past_not_waited_on(tiny_bundle, tmp_path, 
     _evict_everything(engine)
     again = engine.generate([greq])[0]  # the read came back: the disk is asked again
     assert again.token_ids == expected.token_ids and again.reused_prefix_tokens == disk.num_blocks * 16 > 0
+
+
+def _stall_writes(tier: DiskTier) -> threading.Event:
+    """Hold the tier's writer in its first file write (a disk that does not answer) until the Event is set."""
+    put, unstall = tier._put_file, threading.Event()  # noqa: SLF001 - the file write itself
+
+    def stalled(block_hash, layers):
+        unstall.wait(60)
+        return put(block_hash, layers)
+
+    tier._put_file = stalled  # noqa: SLF001
+    return unstall
+
+
+def test_a_stalled_write_holds_neither_the_caller_nor_the_block(tmp_path):
+    """store only queues: with the disk not answering it returns at once, the block is in the tier and served from
+    memory, and flush says the writer is not done; once the disk answers the file is there."""
+    tier = _tier(tmp_path)
+    unstall = _stall_writes(tier)
+    layers = _layers("int8", 0)
+    try:
+        start = time.monotonic()
+        tier.store(_h("a"), layers)
+        assert time.monotonic() - start < 1.0
+        assert _h("a") in tier and tier.num_blocks == 1 and _equal(tier.load(_h("a")), layers)
+        assert not tier.flush(0.2) and tier.used_bytes == 0
+    finally:
+        unstall.set()
+    assert tier.flush(10.0) and tier.queued_bytes == 0 and tier.used_bytes > 0
+    assert _equal(_tier(tmp_path).load(_h("a")), layers)
+
+
+def test_the_write_queue_is_bounded_and_drops_past_it(tmp_path, monkeypatch):
+    """WRITE_QUEUE_BYTES of blocks wait for a stalled writer at most: the next is dropped (not in the tier, counted),
+    never waited for."""
+    block_bytes = sum(t.numel() * t.element_size() for b in _layers("int8", 0) for t in (b.k, b.v, b.k_scale, b.v_scale)
+                      if t is not None)  # fmt: skip
+    monkeypatch.setattr(disk_tier_module, "WRITE_QUEUE_BYTES", 2 * block_bytes)
+    tier = _tier(tmp_path)
+    unstall = _stall_writes(tier)
+    try:
+        for i in range(3):
+            tier.store(_h(f"b{i}"), _layers("int8", i))
+        assert [_h(f"b{i}") in tier for i in range(3)] == [True, True, False] and tier.dropped_writes == 1
+        assert tier.queued_bytes == 2 * block_bytes
+    finally:
+        unstall.set()
+    assert tier.flush(10.0) and tier.queued_bytes == 0 and _tier(tmp_path).num_blocks == 2
+
+
+def test_a_block_discarded_while_queued_leaves_no_file(tmp_path):
+    """A swapped request's own block discarded before the writer reached it (or while it wrote it) is no file."""
+    tier = _tier(tmp_path)
+    unstall = _stall_writes(tier)
+    try:
+        tier.store(_h("first"), _layers("int8", 0))  # the writer is held in this one's write
+        tier.store(_h("tail"), _layers("int8", 1))
+        time.sleep(0.1)
+        tier.discard(_h("first"))  # discarded while written
+        tier.discard(_h("tail"))  # discarded while queued
+        assert _h("first") not in tier and _h("tail") not in tier
+    finally:
+        unstall.set()
+    assert tier.flush(10.0) and tier.queued_bytes == 0 and tier.num_blocks == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_engine_over_a_stalled_disk_answers_and_closes_without_waiting(tiny_bundle, tmp_path, monkeypatch):
+    """Evictions into a disk that does not answer cost the engine nothing (writes are queued), and its close does not
+    persist into it or wait for it beyond DISK_READ_TIMEOUT_S."""
+    monkeypatch.setattr(tiers_module, "DISK_READ_TIMEOUT_S", 0.2)
+    greq = GenerateRequest("the robot sees a red cup on the table " * 6, sampling=SamplingParams(max_new_tokens=3))
+    engine = make_engine(tiny_bundle, disk_tier_path=str(tmp_path))
+    unstall = _stall_writes(engine.tiers.disk)
+    try:
+        expected = engine.generate([greq])[0]
+        _evict_everything(engine)  # every block queued behind the stalled write
+        again = engine.generate([greq])[0]
+        assert again.token_ids == expected.token_ids and again.reused_prefix_tokens > 0  # served from the queue
+        start = time.monotonic()
+        engine.close()
+        assert time.monotonic() - start < 2.0
+    finally:
+        unstall.set()
