@@ -1,6 +1,6 @@
-"""One daemon thread running submitted calls in order, for the disk tier's reads: a ThreadPoolExecutor's threads are
-joined when the interpreter exits, so one read hung on a stalled disk (a network mount) would keep the inference
-process from exiting; a daemon thread is left behind instead."""
+"""One daemon thread running submitted calls in order, for the disk tier's reads and its writes: a
+ThreadPoolExecutor's threads are joined when the interpreter exits, so one read or write hung on a stalled disk (a
+network mount) would keep the inference process from exiting; a daemon thread is left behind instead."""
 
 import threading
 from collections.abc import Callable

@@ -133,7 +133,7 @@ class Engine:
 
     def close(self) -> None:
         """Write what the pool and L1 hold to the disk tier (a restart with the same model and config finds it
-        there) and stop the tiers' worker thread.  Call once, when no step runs any more."""
+        there) and stop the disk tier's reader and writer threads.  Call once, when no step runs any more."""
         if self.tiers is not None:
             self.tiers.close()
 

@@ -191,14 +191,18 @@ class TierManager:
     def persist(self) -> None:
         """Write the blocks the pool and L1 hold to L2: the pool's first, then L1's most recent first, as many as
         the disk bound holds (counted uncompressed, so nothing written now pushes out anything else written now);
-        written least valuable first, so the disk's LRU order ranks them the same way after a restart. Nothing is
-        written when the writer has not finished what eviction queued within DISK_READ_TIMEOUT_S (a stalled disk)."""
+        written least valuable first, so the disk's LRU order ranks them the same way after a restart. First the
+        writer finishes what eviction queued, for as long as it makes progress (a slow SD card); nothing is written
+        when it wrote nothing for DISK_READ_TIMEOUT_S (a stalled disk)."""
         if self.disk is None:
             return
-        if not self.disk.flush(DISK_READ_TIMEOUT_S):
-            log.warning("the disk tier's writer is still writing after %.1f s: its KV is not persisted",
-                        DISK_READ_TIMEOUT_S)  # fmt: skip
-            return
+        left = self.disk.queued_bytes
+        while not self.disk.flush(DISK_READ_TIMEOUT_S):
+            if self.disk.queued_bytes >= left:
+                log.warning("the disk tier's writer wrote nothing for %.1f s: its KV is not persisted",
+                            DISK_READ_TIMEOUT_S)  # fmt: skip
+                return
+            left = self.disk.queued_bytes
         pool_bytes = self.kv.pool_layout.bytes_per_block
         wanted = [(b.block_hash, None, b.block_id, pool_bytes(b.fmt))
                   for b in self.pool.blocks if b.block_hash is not None]  # fmt: skip

@@ -183,16 +183,19 @@ def test_disk_only_tier_takes_blocks_straight_from_the_pool(tiny_bundle, tmp_pat
     held = take_blocks([layer.blocks for layer in engine.kv.layers], 0)
     block_hash = engine.pool.blocks[0].block_hash
     _evict_everything(engine)
+    assert engine.tiers.disk.flush(10.0)  # read back from its file, not the writer's queue
     assert _equal(engine.tiers.disk.load(block_hash), held)
 
 
 def test_a_failed_write_loses_the_block_not_the_caller(tmp_path):
     tier = _tier(tmp_path)
-    blocker = tmp_path / f".{_h('a').hex()}.kvb.{os.getpid()}.tmp"
-    blocker.mkdir()  # the temporary file cannot be written (as a full disk would refuse it), even as root
+    blocker = tmp_path / f"{_h('a').hex()}.kvb"
+    blocker.mkdir()  # a folder with a file where the block's file goes: the rename fails (as a full disk would
+    (blocker / "inside").write_text("x")  # refuse the write), even as root
     tier.store(_h("a"), _layers("int8", 0))
     assert tier.flush(10.0)
     assert _h("a") not in tier and tier.used_bytes == 0 and [p.name for p in tmp_path.iterdir()] == [blocker.name]
+    assert [p.name for p in blocker.iterdir()] == ["inside"]  # (and the temporary file is gone)
 
 
 def test_a_stalled_disk_is_recomputed_past_not_waited_on(tiny_bundle, tmp_path, monkeypatch):
@@ -224,23 +227,25 @@ def test_a_stalled_disk_is_recomputed_past_not_waited_on(tiny_bundle, tmp_path, 
     assert again.token_ids == expected.token_ids and again.reused_prefix_tokens == disk.num_blocks * 16 > 0
 
 
-def _stall_writes(tier: DiskTier) -> threading.Event:
-    """Hold the tier's writer in its first file write (a disk that does not answer) until the Event is set."""
-    put, unstall = tier._put_file, threading.Event()  # noqa: SLF001 - the file write itself
+class StalledWrites:
+    """Holds the tier's writer in each file write (a disk that does not answer) until ``unstall`` is set;
+    ``entered`` is set once the first write began."""
 
-    def stalled(block_hash, layers):
-        unstall.wait(60)
-        return put(block_hash, layers)
+    def __init__(self, tier: DiskTier) -> None:
+        self.put, self.entered, self.unstall = tier._put_file, threading.Event(), threading.Event()  # noqa: SLF001
+        tier._put_file = self._stalled  # noqa: SLF001 - the file write itself
 
-    tier._put_file = stalled  # noqa: SLF001
-    return unstall
+    def _stalled(self, block_hash, layers):
+        self.entered.set()
+        self.unstall.wait(60)
+        return self.put(block_hash, layers)
 
 
 def test_a_stalled_write_holds_neither_the_caller_nor_the_block(tmp_path):
     """store only queues: with the disk not answering it returns at once, the block is in the tier and served from
     memory, and flush says the writer is not done; once the disk answers the file is there."""
     tier = _tier(tmp_path)
-    unstall = _stall_writes(tier)
+    stalled = StalledWrites(tier)
     layers = _layers("int8", 0)
     try:
         start = time.monotonic()
@@ -249,7 +254,7 @@ def test_a_stalled_write_holds_neither_the_caller_nor_the_block(tmp_path):
         assert _h("a") in tier and tier.num_blocks == 1 and _equal(tier.load(_h("a")), layers)
         assert not tier.flush(0.2) and tier.used_bytes == 0
     finally:
-        unstall.set()
+        stalled.unstall.set()
     assert tier.flush(10.0) and tier.queued_bytes == 0 and tier.used_bytes > 0
     assert _equal(_tier(tmp_path).load(_h("a")), layers)
 
@@ -257,34 +262,33 @@ def test_a_stalled_write_holds_neither_the_caller_nor_the_block(tmp_path):
 def test_the_write_queue_is_bounded_and_drops_past_it(tmp_path, monkeypatch):
     """WRITE_QUEUE_BYTES of blocks wait for a stalled writer at most: the next is dropped (not in the tier, counted),
     never waited for."""
-    block_bytes = sum(t.numel() * t.element_size() for b in _layers("int8", 0) for t in (b.k, b.v, b.k_scale, b.v_scale)
-                      if t is not None)  # fmt: skip
+    block_bytes = sum(blocks.nbytes for blocks in _layers("int8", 0))
     monkeypatch.setattr(disk_tier_module, "WRITE_QUEUE_BYTES", 2 * block_bytes)
     tier = _tier(tmp_path)
-    unstall = _stall_writes(tier)
+    stalled = StalledWrites(tier)
     try:
         for i in range(3):
             tier.store(_h(f"b{i}"), _layers("int8", i))
         assert [_h(f"b{i}") in tier for i in range(3)] == [True, True, False] and tier.dropped_writes == 1
         assert tier.queued_bytes == 2 * block_bytes
     finally:
-        unstall.set()
+        stalled.unstall.set()
     assert tier.flush(10.0) and tier.queued_bytes == 0 and _tier(tmp_path).num_blocks == 2
 
 
 def test_a_block_discarded_while_queued_leaves_no_file(tmp_path):
     """A swapped request's own block discarded before the writer reached it (or while it wrote it) is no file."""
     tier = _tier(tmp_path)
-    unstall = _stall_writes(tier)
+    stalled = StalledWrites(tier)
     try:
         tier.store(_h("first"), _layers("int8", 0))  # the writer is held in this one's write
         tier.store(_h("tail"), _layers("int8", 1))
-        time.sleep(0.1)
+        assert stalled.entered.wait(10.0)
         tier.discard(_h("first"))  # discarded while written
         tier.discard(_h("tail"))  # discarded while queued
         assert _h("first") not in tier and _h("tail") not in tier
     finally:
-        unstall.set()
+        stalled.unstall.set()
     assert tier.flush(10.0) and tier.queued_bytes == 0 and tier.num_blocks == 0
     assert list(tmp_path.iterdir()) == []
 
@@ -295,7 +299,7 @@ def test_an_engine_over_a_stalled_disk_answers_and_closes_without_waiting(tiny_b
     monkeypatch.setattr(tiers_module, "DISK_READ_TIMEOUT_S", 0.2)
     greq = GenerateRequest("the robot sees a red cup on the table " * 6, sampling=SamplingParams(max_new_tokens=3))
     engine = make_engine(tiny_bundle, disk_tier_path=str(tmp_path))
-    unstall = _stall_writes(engine.tiers.disk)
+    stalled = StalledWrites(engine.tiers.disk)
     try:
         expected = engine.generate([greq])[0]
         _evict_everything(engine)  # every block queued behind the stalled write
@@ -305,4 +309,22 @@ def test_an_engine_over_a_stalled_disk_answers_and_closes_without_waiting(tiny_b
         engine.close()
         assert time.monotonic() - start < 2.0
     finally:
-        unstall.set()
+        stalled.unstall.set()
+
+
+def test_a_block_stored_again_after_its_discard_is_the_new_one(tmp_path):
+    """A block discarded while the writer wrote it, then stored again with other contents: the second is the file,
+    the first's write does not take its place or delete it."""
+    tier = _tier(tmp_path)
+    stalled = StalledWrites(tier)
+    second = _layers("int8", 1)
+    try:
+        tier.store(_h("a"), _layers("int8", 0))
+        assert stalled.entered.wait(10.0)
+        tier.discard(_h("a"))
+        tier.store(_h("a"), second)
+        assert _equal(tier.load(_h("a")), second)
+    finally:
+        stalled.unstall.set()
+    assert tier.flush(10.0) and tier.queued_bytes == 0 and tier.num_blocks == 1
+    assert _equal(_tier(tmp_path).load(_h("a")), second)

@@ -124,14 +124,15 @@ def test_a_disk_that_refuses_deletes_forgets_the_file_not_the_request(tiny_bundl
     engine.step()
     _, layers, indices = engine.kv.read_blocks([engine.requests[request_id].block_table[0]])[0]
     tier.store(b"h" * 32, take_blocks(layers, indices[0]))
-    assert b"h" * 32 in tier
+    assert tier.flush(10.0) and b"h" * 32 in tier and tier.used_bytes > 0  # a file now, not a queued block
 
     def read_only(self, missing_ok=False):
         raise OSError(30, "Read-only file system")
 
     monkeypatch.setattr(type(tmp_path), "unlink", read_only)
     tier.discard(b"h" * 32)  # no raise
-    assert b"h" * 32 not in tier and tier.used_bytes == 0
+    assert tier.flush(10.0)  # the writer tried to delete it
+    assert b"h" * 32 not in tier and tier.used_bytes == 0 and (tmp_path / f"{(b'h' * 32).hex()}.kvb").exists()
 
 
 def test_a_request_whose_blocks_cannot_be_freed_leaves_the_engine(tiny_bundle):

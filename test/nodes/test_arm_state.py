@@ -47,6 +47,24 @@ def _arm(node: Node, settings: dict | None = None, **lists) -> ArmIO:
     return arm_io_for(node, {"gripper_max_effort": 10.0} | (settings or {}), **lists)
 
 
+@pytest.mark.parametrize(("accelerations", "unset"), [
+    ([], ("shoulder", "elbow")),  # the default: a URDF has none
+    ([math.nan, 4.0, 2.0], ("shoulder",)),
+    ([math.inf, math.nan, 2.0], ()),  # .inf waives the shoulder; the jaw's own controller moves it: never asked
+    ([1.0, 2.0], ("shoulder", "elbow")),  # a wrong count: refused with the limits themselves (joint_limits)
+])  # fmt: skip
+def test_the_trajectory_joints_without_an_acceleration_limit_are_known(ros_context, accelerations, unset):
+    """What a VLA goal is refused for (VlaArm.plan_for names them): a trajectory joint whose joint_acceleration_limits
+    entry is missing or NaN; a jaw on its own gripper controller is no trajectory joint."""
+    node = Node("arm_acceleration_unset_test", context=ros_context)
+    try:
+        arm = _arm(node, action_joint_names=["shoulder", "jaw", "elbow"], gripper_joint_names=["jaw"],
+                   joint_acceleration_limits=accelerations)  # fmt: skip
+        assert arm.acceleration_unset == unset
+    finally:
+        node.destroy_node()
+
+
 def test_positions_and_velocities_in_the_models_units(ros_context):
     node = Node("arm_state_test", context=ros_context)
     try:
