@@ -117,7 +117,9 @@ class DiskTier:
         """``fn(*args)`` on the writer after everything queued before it (caller holds the lock)."""
         if self._writer is None:
             self._writer = DaemonWorker("oxygen-kv-disk-writer")
-            weakref.finalize(self, self._writer.shutdown, 0.0)  # (an engine never closed leaves no thread waiting)
+            # a tier dropped unclosed (an engine never closed) stops its writer; not at exit: a thread that ran torch
+            # ending while the interpreter finalizes aborts the process (std::terminate)
+            weakref.finalize(self, self._writer.shutdown, 0.0).atexit = False
         self._last_write = self._writer.submit(fn, *args)
 
     def flush(self, timeout_s: float) -> bool:

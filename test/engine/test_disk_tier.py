@@ -3,6 +3,8 @@ and inside itself, and a restarted engine serves the blocks an earlier one left.
 
 import hashlib
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -328,3 +330,19 @@ def test_a_block_stored_again_after_its_discard_is_the_new_one(tmp_path):
         stalled.unstall.set()
     assert tier.flush(10.0) and tier.queued_bytes == 0 and tier.num_blocks == 1
     assert _equal(_tier(tmp_path).load(_h("a")), second)
+
+
+def test_a_process_that_wrote_to_the_tier_exits_cleanly(tmp_path):
+    """The writer thread (it ran torch) is left alone at exit, not ended while the interpreter finalizes, which
+    aborted the process (std::terminate, status 134) once a finalizer stopped it there."""
+    script = f"""
+import torch
+from oxygen_ros.engine.disk_tier import DiskTier
+from oxygen_ros.kernels import KVBlocks
+tier = DiskTier({str(tmp_path)!r}, 1 << 20, "k", (4, 2, 8), 2)
+tier.store(bytes(32), [KVBlocks(torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8))] * 2)
+assert tier.flush(10.0)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(list(tmp_path.iterdir())) == 1
