@@ -72,7 +72,8 @@ PARAMETERS = {  # scalars: (default, description), read once
     "controller_starts_from": ("measured", "where the arm's controller starts each new trajectory: measured (a "
                                "joint_trajectory_controller's default; from rest for a joint whose driver reports "
                                "no velocity), measured_at_rest (its state_interfaces lack velocity: every joint from "
-                               "rest) or commanded (its interpolate_from_desired_state, Humble's open_loop_control): "
+                               "rest, checked so; the controller plays that first segment as a straight line, a "
+                               "velocity step: only with joint_acceleration_limits .inf) or commanded (its interpolate_from_desired_state, Humble's open_loop_control): "
                                "a chunk's first segment is checked, and a hold timed, from there; a "
                                "joint_trajectory_controller's own parameters, read before each goal, must agree "
                                "(else the goal is refused)"),  # fmt: skip
@@ -238,6 +239,15 @@ class ArmIO:
             accelerations = [math.nan] * len(self.names)
         # trajectory joints whose acceleration limit nobody gave: a VLA goal is refused until one is (.inf: waived)
         self.acceleration_unset = tuple(self.names[i] for i in trajectory if math.isnan(accelerations[i]))
+        limited = [self.names[i] for i in trajectory if math.isfinite(accelerations[i])]
+        if settings["controller_starts_from"] == "measured_at_rest" and limited:
+            raise ValueError(f"parameter joint_acceleration_limits bounds {limited}, but controller_starts_from is "
+                             "measured_at_rest: a joint_trajectory_controller whose state_interfaces lack velocity "
+                             "plays each trajectory's first segment as a straight line from the measured position "
+                             "(ros2_controllers' Trajectory::interpolate_between_points), a step in velocity no "
+                             "acceleration limit holds: set its interpolate_from_desired_state (Humble: "
+                             "open_loop_control) and controller_starts_from: commanded, or waive those limits with "
+                             ".inf")  # fmt: skip
         state = state_entries(tuple(lists["state_joint_names"]) or self.names)
         self.readings = JointReadings(node, settings, self.names, state, tuple(grippers), joint_map, limit_lists,
                                       group)  # fmt: skip

@@ -210,7 +210,13 @@ class TrajectoryController:
             if self._topic:
                 self._publisher.publish(trajectory)
                 return None
-            future = self._send_goal(trajectory)
+            try:
+                future = self._send_goal(trajectory)
+            except BaseException:  # never sent: no answer will come to clear it (it would hide a takeover's CANCELED)
+                with self._lock:
+                    self._unanswered.pop(handled, None)
+                handled.set_result(False)
+                raise
         sent = Sent(future, holds, handled)
         future.add_done_callback(lambda f: setattr(sent, "answered_at", self._readings.now()))
         future.add_done_callback(lambda f: self._on_answer(f, holds, sent_as, handled))
@@ -395,6 +401,10 @@ class TrajectoryController:
                 if not self._topic:
                     self._cancel_live(replaced)
                     self._mark_stopped(None, mine)  # cancelled: held where it is
+                else:  # (a JTC rejects an empty trajectory: there is no stop to publish without a position)
+                    self._node.get_logger().error(
+                        f"no stop could be planned for {self.target} (no joint states to stop from): the trajectory "
+                        "it plays runs to its end (a plan ends at rest)")  # fmt: skip
                 return
             trajectory = JointTrajectory(joint_names=list(self.arm_names), points=[stop])
             sent = None

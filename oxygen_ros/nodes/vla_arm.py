@@ -93,6 +93,7 @@ class ArmPlan:
     overdue: bool = False  # the chunk asked for is past due and was counted missed
     last_miss: tuple[ErrorCode, str] = (ErrorCode.DEADLINE_EXCEEDED, "")  # the latest missed chunk's code and why
     sending: bool = False  # merged rows are on their way to the controller, not yet taken: the gripper waits
+    closed: bool = False  # held for good (the goal ends): a chunk answered meanwhile is sent nothing
     excursion: Excursion = field(default_factory=Excursion)  # how far the plan and the arm went: did it move?
     lock: threading.Lock = field(default_factory=threading.Lock)  # the queue: the clock thread reads what chunks change
 
@@ -231,6 +232,8 @@ class VlaArm:
             return ErrorCode.DEADLINE_EXCEEDED, f"the chunk's inputs were {age:.2f} s old when it came, over " \
                 f"{bound:.2f} s (input_timeout_s, the longest deadline a chunk is asked with, the answer's slack)"  # fmt: skip
         with plan.lock:
+            if plan.closed:  # a hold ending the goal came first (its result may not be out yet): nothing after it
+                return None
             commanded, moving = queue.commanded(now), queue.velocity(now)
             targets = self.arm.map.to_joints(rows, origin)
             if commanded is not None:  # a turning joint's targets beside the plan's, not a turn away (a wrap)
@@ -273,7 +276,7 @@ class VlaArm:
             return None
         if refused:
             if plan.sending:  # (cleared: a hold came while it was made ready, ``wanted``: the holder's, not again)
-                self.hold(plan)
+                self.hold(plan, closing=False)  # a miss: the goal goes on
             return ErrorCode.ABORTED, refused
         sent_at, oldest = self.arm.readings.now(), min(observed_at, frame_at)
         plan.latency.add(sent_at - oldest)
@@ -485,12 +488,13 @@ class VlaArm:
                         "stops it one way only: is its controller active, are its motors on?), the arm holds")
         return ""
 
-    def hold(self, plan: ArmPlan | None, where_it_is: bool = False) -> None:
+    def hold(self, plan: ArmPlan | None, where_it_is: bool = False, closing: bool = True) -> None:
         """The arm stops, decelerating from where its plan has it now, as fast as the plan moves it (``where_it_is``:
         from where it is measured, for an arm not following its plan; so too while the plan is on its way to the
-        controller, which may refuse it: it moves the arm only once taken); the plan is forgotten. Without ``plan``,
-        the last goal's (a goal that ended: its arm may still move). A controller another client took over is sent
-        nothing (``ArmIO.hold``)."""
+        controller, which may refuse it: it moves the arm only once taken); the plan is forgotten and, ``closing``
+        (the goal ends: every caller but a missed chunk's), takes no chunk after this. Without ``plan``, the last
+        goal's (a goal that ended: its arm may still move). A controller another client took over is sent nothing
+        (``ArmIO.hold``)."""
         plan = plan or self._plan
         at = velocity = None
         if plan is not None:
@@ -500,4 +504,5 @@ class VlaArm:
                     at, velocity = plan.queue.commanded(now), plan.queue.velocity(now)
                 plan.queue.hold()
                 plan.sending = False
+                plan.closed |= closing
         self.arm.hold(at, self._node.get_logger().warning, velocity=velocity)

@@ -65,6 +65,23 @@ def test_the_trajectory_joints_without_an_acceleration_limit_are_known(ros_conte
         node.destroy_node()
 
 
+def test_a_controller_without_velocity_state_takes_no_acceleration_limit(ros_context):
+    """measured_at_rest: the joint_trajectory_controller plays each trajectory's first segment as a straight line from
+    the measured position (a step in velocity no acceleration limit holds): a finite joint_acceleration_limits is
+    refused at start naming the remedy; .inf (waived) is taken."""
+    node = Node("arm_at_rest_acceleration_test", context=ros_context)
+    try:
+        with pytest.raises(ValueError, match=r"bounds \['wrist'\], but controller_starts_from is measured_at_rest: .* "
+                           r"interpolate_from_desired_state .* controller_starts_from: commanded, or waive"):
+            _arm(node, {"controller_starts_from": "measured_at_rest"}, action_joint_names=["wrist"],
+                 joint_acceleration_limits=[2.0])  # fmt: skip
+        arm = _arm(node, {"controller_starts_from": "measured_at_rest"}, action_joint_names=["wrist"],
+                   joint_acceleration_limits=[math.inf])  # fmt: skip
+        assert arm.acceleration_unset == ()
+    finally:
+        node.destroy_node()
+
+
 def test_positions_and_velocities_in_the_models_units(ros_context):
     node = Node("arm_state_test", context=ros_context)
     try:

@@ -28,6 +28,7 @@ class Arm:
     the holds asked."""
 
     names, target = ("shoulder", "elbow", "jaw"), "/arm_controller/joint_trajectory"
+    acceleration_unset = ()  # (joint_acceleration_limits given for every trajectory joint)
 
     def __init__(self, measured: list[float], gripper_column: int | None = None) -> None:
         self.position, self.holds, self.clock = np.array(measured), [], 10.0
@@ -118,6 +119,28 @@ def test_an_arm_found_not_following_as_a_chunk_comes_ends_the_goal_held_where_it
         assert returned.value.value is None  # not a miss
         assert run.ended[0] == ErrorCode.OUT_OF_RANGE and "the arm is not following" in run.ended[1]
         assert arm.holds == [None] and plan.queue.rows is None  # held where measured; the plan forgotten
+    finally:
+        node.destroy_node()
+
+
+def test_a_chunk_answered_after_the_hold_that_ends_the_goal_is_sent_nothing(ros_context):
+    """A hold that ends the goal (a cancel, a fault, a tracking error) may take the plan's lock before the goal's end
+    is marked: a chunk merged after it would be planned from the arm at rest and sent, moving it again. Held for good,
+    the plan takes no chunk: execute returns before its first await, nothing merged, nothing more held or sent."""
+    node = Node("arm_closed_plan_test", context=ros_context)
+    try:
+        rows = [[0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [0.4, 0.0, 0.0], [0.6, 0.0, 0.0]]
+        arm, run, plan = Arm([0.0, 0.0, 0.0]), Run(), planned(rows)
+        arm.map = SimpleNamespace(to_joints=lambda actions, origin: actions)
+        vla = VlaArm(node, arm, SETTINGS)
+        vla.hold(plan)  # the goal's ending hold; run.end has not run yet
+        assert plan.closed and run.running and len(arm.holds) == 1
+        chunk = ActionChunk(horizon=4, action_dim=3, period_s=0.1, actions=np.ravel(rows).tolist())
+        executing = vla.execute(run, plan, Infer.Response(actions=chunk), 10.0, 10.0, np.zeros(3), 0.05)
+        with pytest.raises(StopIteration) as returned:  # nothing was sent: it returns before its first await
+            executing.send(None)
+        assert returned.value.value is None  # not a miss either
+        assert plan.queue.rows is None and len(arm.holds) == 1 and not plan.sending
     finally:
         node.destroy_node()
 
