@@ -371,6 +371,25 @@ def _ramping(arm: Arm) -> tuple[ArmIO, object, np.ndarray, SafeTargets]:
     return io, io.controllers[0], start, ramp
 
 
+def test_a_trajectory_that_could_not_be_sent_leaves_nothing_waiting_for_its_answer(arm):
+    """send_goal_async raising (the client torn down, an rcl error): the trajectory is not left among those on their
+    way, where it would keep every CANCELED of ours looking like our own replacement and hide another client's
+    takeover; the error reaches the caller."""
+    io, ctl, start, ramp = _ramping(arm)
+    wait_until(lambda: not ctl._unanswered, 5.0, "our first trajectory answered")
+
+    def broken(trajectory):
+        raise RuntimeError("the action client is gone")
+
+    working, ctl._send_goal = ctl._send_goal, broken
+    with pytest.raises(RuntimeError, match="the action client is gone"):
+        ctl.dispatch(ramp)
+    assert ctl._unanswered == {}
+    ctl._send_goal = working
+    io.hold(None, print)  # (the first trajectory still plays: braked)
+    ctl._client.destroy()
+
+
 def test_another_clients_goal_taking_the_arm_is_a_fault_and_no_stop_of_ours_preempts_it(arm):
     """An operator's trajectory (another client of the controller) preempts ours: JTC ends ours CANCELED with its
     preemption's words, which ArmIO reports as a fault the controller took over (``Fault.taken_over``); a hold
