@@ -35,6 +35,7 @@ from oxygen_ros.kernels import KVBlocks
 log = logging.getLogger(__name__)
 SUFFIX = ".kvb"
 _NAME = re.compile(r"^[0-9a-f]{64}\.kvb$")
+_TEMPORARY = re.compile(r"^\.[0-9a-f]{64}\.kvb\.(\d+)\.\d+\.tmp$")  # a write's file before its rename: pid, thread
 WRITE_QUEUE_BYTES = 64 << 20  # block data waiting for the writer at most; more is dropped, never waited for
 
 
@@ -69,6 +70,9 @@ class DiskTier:
             if _NAME.match(entry.name) and entry.is_file(follow_symlinks=False):
                 stat = entry.stat(follow_symlinks=False)
                 found.append((stat.st_mtime_ns, bytes.fromhex(entry.name[: -len(SUFFIX)]), stat.st_size))
+            elif (written := _TEMPORARY.match(entry.name)) and not _alive(int(written[1])):
+                with contextlib.suppress(OSError):  # a process killed mid-write left it: counted nowhere, deleted
+                    os.unlink(entry.path)
         for _, block_hash, size in sorted(found):
             self._files[block_hash] = size
         self.used_bytes = sum(self._files.values())
@@ -253,3 +257,14 @@ class DiskTier:
             self.used_bytes -= size
             victims.append(block_hash)
         return victims
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a temporary file of a live process is its write under way)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # (overflow: a number no pid can be)
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True

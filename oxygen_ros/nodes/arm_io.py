@@ -73,8 +73,9 @@ PARAMETERS = {  # scalars: (default, description), read once
                                "joint_trajectory_controller's default; from rest for a joint whose driver reports "
                                "no velocity), measured_at_rest (its state_interfaces lack velocity: every joint from "
                                "rest, checked so; the controller plays that first segment as a straight line, a "
-                               "velocity step: only with joint_acceleration_limits .inf) or commanded (its interpolate_from_desired_state, Humble's open_loop_control): "
-                               "a chunk's first segment is checked, and a hold timed, from there; a "
+                               "velocity step: only with joint_acceleration_limits .inf) or commanded (its "
+                               "interpolate_from_desired_state, Humble's open_loop_control): a chunk's first segment "
+                               "is checked, and a hold timed, from there; a "
                                "joint_trajectory_controller's own parameters, read before each goal, must agree "
                                "(else the goal is refused)"),  # fmt: skip
 }

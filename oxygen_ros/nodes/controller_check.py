@@ -56,10 +56,11 @@ class ControllerCheck:
         return self._params.controllers()
 
     async def misconfigured(self, joints: tuple[str, ...], turning_joints: list[str], velocity_reported: bool,
-                            wait_s: float) -> str:  # fmt: skip
+                            wait_s: float, accelerated: list[str]) -> str:  # fmt: skip
         """Why the controller plays trajectories of ``joints`` otherwise than they are checked ('' = it does not, or
-        it cannot tell); ``velocity_reported``: the driver reports the joints' velocity. Waits up to ``wait_s`` in
-        all, first for a read ahead still under way (whose answer it then finds kept)."""
+        it cannot tell); ``velocity_reported``: the driver reports the joints' velocity; ``accelerated``: the joints
+        with an acceleration limit. Waits up to ``wait_s`` in all, first for a read ahead still under way (whose
+        answer it then finds kept)."""
         deadline = time.monotonic() + wait_s
         if self._ahead is not None and not self._ahead.done():
             await wait(self._node, self._ahead, wait_s)
@@ -77,7 +78,7 @@ class ControllerCheck:
         if self.command is not None and self.command.topic and not self.command.heard():
             self._warn_once("silent", f"nothing publishes {self.command.topic}: a chunk with no plan of ours playing "
                             "is checked from the measured state only")  # fmt: skip
-        return disagreement(self._claimed, setup, controller, velocity_reported)
+        return disagreement(self._claimed, setup, controller, velocity_reported, accelerated)
 
     def _warn_once(self, kind: str, text: str) -> None:
         if self._warned.get(kind) != text:

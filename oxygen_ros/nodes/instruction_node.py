@@ -424,8 +424,8 @@ class InstructionNode(TaskActionNode[Stream]):
         if missed is not None:
             self.vla.miss(stream.run, plan, *missed)
             return
-        if not stream.run.running:  # it ended: the chunk was not played, nor is it published as if it were
-            return
+        if not stream.run.running or plan.closed:  # it ended (or is ending): the chunk was not played, nor is it
+            return  # published as if it were
         if late_s > 0:
             self.vla.miss(stream.run, plan, ErrorCode.DEADLINE_EXCEEDED, f"the chunk came {late_s:.3f} s late",
                           late=True)  # fmt: skip

@@ -153,8 +153,9 @@ class TrajectoryController:
         does not, or cannot tell: ``ControllerCheck``), within ``answer_wait_s``; ``limits``: the action joints',
         which say the joints that turn freely."""
         reported = not self._readings.no_velocity(self.arm_names).all()
+        accelerated = [self._readings.names[i] for i in self.columns if math.isfinite(limits[i].acceleration)]
         return await self.controller.misconfigured(self.arm_names, self._turning(limits), reported,
-                                                   self._settings["answer_wait_s"])  # fmt: skip
+                                                   self._settings["answer_wait_s"], accelerated)  # fmt: skip
 
     def check_ahead(self) -> None:
         """Start reading what ``misconfigured`` will ask of the controller (``ControllerCheck.read_ahead``), for the
@@ -203,6 +204,7 @@ class TrajectoryController:
         handled = None if self._topic else Future()
         with self._ordered:
             with self._lock:
+                before = self._sends, self._stopping, self._stop_sent
                 self._sends += 1
                 holds, sent_as, self._stopping, self._stop_sent = self._holds, self._sends, False, None
                 if handled is not None:  # before it goes: what it preempts may end before it is answered
@@ -212,9 +214,10 @@ class TrajectoryController:
                 return None
             try:
                 future = self._send_goal(trajectory)
-            except BaseException:  # never sent: no answer will come to clear it (it would hide a takeover's CANCELED)
-                with self._lock:
+            except BaseException:  # never sent: as if not tried (an entry left unanswered would hide a takeover's
+                with self._lock:  # CANCELED, a count of sends moved on one the takeover's mark no longer meets)
                     self._unanswered.pop(handled, None)
+                    self._sends, self._stopping, self._stop_sent = before
                 handled.set_result(False)
                 raise
         sent = Sent(future, holds, handled)

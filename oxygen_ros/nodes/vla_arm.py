@@ -146,10 +146,12 @@ class VlaArm:
         for jaw in self.arm.gripper_columns:  # a jaw moves at its controller's speed, not along the trajectory
             limits[jaw] = replace(limits[jaw], velocity=math.inf, acceleration=math.inf)
         if self.arm.acceleration_unset:  # a URDF has none, and MoveIt 2 refuses to plan without them too
+            at_rest = self._settings["controller_starts_from"] == "measured_at_rest"  # (only .inf starts there)
+            advice = "with .inf (controller_starts_from measured_at_rest takes no other)" if at_rest else (
+                "from the arm's MoveIt joint_limits.yaml (max_acceleration), or .inf for a joint whose driver limits "
+                "acceleration itself")  # fmt: skip
             raise EngineError(ErrorCode.FAILED_PRECONDITION, f"joints {list(self.arm.acceleration_unset)} have no "
-                              "acceleration limit: set joint_acceleration_limits from the arm's MoveIt "
-                              "joint_limits.yaml (max_acceleration), or .inf for a joint whose driver limits "
-                              "acceleration itself")  # fmt: skip
+                              f"acceleration limit: set joint_acceleration_limits {advice}")
         waived = [name for i, name in enumerate(self.arm.names)
                   if i not in self.arm.gripper_columns and limits[i].acceleration == math.inf]  # fmt: skip
         if waived:  # .inf on purpose: the driver's own limits are all that keeps a stop from jolting
@@ -218,8 +220,8 @@ class VlaArm:
         ``observed_at``, and frames captured at ``frame_at``) into the plan and send it; the reason it was missed
         (the arm held where it was refused), or None once the controller took it or the goal ended (meanwhile, or
         here: an arm found not following its plan ends it, held where it is); then the arm holds."""
-        if not run.running:  # ended while the chunk was computed: nothing more goes to the arm
-            return None
+        if not run.running or plan.closed:  # ended (or being ended) while the chunk was computed: nothing more
+            return None  # goes to the arm
         chunk = answer.actions
         if (chunk.action_dim, len(chunk.actions)) != (plan.action_dim, chunk.horizon * plan.action_dim) or \
                 abs(chunk.period_s - plan.queue.period) > 1e-6:  # fmt: skip
@@ -261,8 +263,9 @@ class VlaArm:
         try:
             # a hold since plan.sending was set clears it (before the hold's stop goes, under ArmIO's sending lock)
             refused = await self.arm.send(now, safe, wanted=lambda: plan.sending)
-        except BaseException:  # the send broke off: nothing of it may play (taken later: stopped), the jaw included
-            self.hold(plan)
+        except BaseException as exc:  # the send broke off: nothing of it may play (taken later: stopped), the jaw
+            self.hold(plan)  # included; the goal ends (its plan is held for good)
+            run.end(ErrorCode.INTERNAL, f"the trajectory could not be sent: {type(exc).__name__}: {exc}")
             raise
         if not refused:
             with plan.lock:
@@ -356,7 +359,7 @@ class VlaArm:
         after the goal ended (its request was still on its way) is not the goal's: not counted. ``late``: the chunk
         asked for is past due, counted once whether the clock or its late answer sees it first."""
         with plan.lock:  # the clock thread (a chunk past due) and the executor (a late or refused one) both count
-            if not run.running or (late and plan.overdue):
+            if not run.running or plan.closed or (late and plan.overdue):  # (closed: its ending says why)
                 return
             plan.overdue |= late
             plan.missed += 1

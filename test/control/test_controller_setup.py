@@ -82,6 +82,25 @@ def test_only_humbles_gains_can_say_a_turning_joint_is_not_wrapped():
     assert setup_of(humble(), JOINTS, []).unwrapped == ()  # no joint turns freely
 
 
+def test_a_controller_without_the_arms_velocity_cannot_hold_an_acceleration_limit():
+    """Its state_interfaces lacking velocity, a joint_trajectory_controller plays each trajectory's first segment as
+    a straight line from the measured position (a step in velocity): joints with an acceleration limit refuse the
+    goal naming the remedy, whatever controller_starts_from says (a driver reporting no velocity leaves measured
+    agreeing with it); with every limit waived (.inf: none accelerated) it plays on; one starting from its command
+    has no such step."""
+    at_rest = setup_of(jazzy(state_interfaces=["position"]), JOINTS, [])
+    for claimed in ("measured_at_rest", "measured"):
+        said = disagreement(claimed, at_rest, "/arm_controller", velocity_reported=False, accelerated=[WRIST])
+        assert said == (f"/arm_controller plays each trajectory's first segment as a straight line from the measured "
+                        f"position (its state_interfaces ['position'] lack velocity), a step in velocity that "
+                        f"joint_acceleration_limits of ['{WRIST}'] cannot hold: set its interpolate_from_desired_state "
+                        "(Humble: open_loop_control) and controller_starts_from: commanded, or waive those limits "
+                        "with .inf")
+    assert disagreement("measured_at_rest", at_rest, "/arm_controller", accelerated=[]) == ""
+    commanding = setup_of(jazzy(state_interfaces=["position"], interpolate_from_desired_state=True), JOINTS, [])
+    assert disagreement("commanded", commanding, "/arm_controller", accelerated=[WRIST]) == ""
+
+
 def test_a_controller_starting_elsewhere_than_the_user_said_refuses_naming_the_setting_to_use():
     setup = setup_of(jazzy(state_interfaces=["position"]), JOINTS, [])
     assert disagreement("measured", setup, "/arm_controller") == (

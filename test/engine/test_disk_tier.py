@@ -346,3 +346,15 @@ assert tier.flush(10.0)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_write_cut_short_by_a_killed_process_is_deleted_at_the_next_start(tmp_path):
+    """A temporary file of a process that no longer runs (killed mid-write) matches no block name: a new tier deletes
+    it instead of leaving it on the disk uncounted; one of a live process (its write under way) is left alone."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, live = (tmp_path / f".{_h(name).hex()}.kvb.{pid}.7.tmp" for name, pid in
+                  (("a", int(gone.stdout)), ("b", os.getpid())))  # fmt: skip
+    dead.write_bytes(b"half a block")
+    live.write_bytes(b"a block being written")
+    assert _tier(tmp_path).num_blocks == 0
+    assert not dead.exists() and live.exists()

@@ -14,6 +14,7 @@ from rclpy.node import Node
 from oxygen_ros.control.arm.action_queue import ActionQueue
 from oxygen_ros.control.arm.jaw_answers import JawAnswers
 from oxygen_ros.control.arm.joint_limits import JointLimit
+from oxygen_ros.control.arm.safety import SafeTargets
 from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros.srv import Infer
@@ -141,6 +142,34 @@ def test_a_chunk_answered_after_the_hold_that_ends_the_goal_is_sent_nothing(ros_
             executing.send(None)
         assert returned.value.value is None  # not a miss either
         assert plan.queue.rows is None and len(arm.holds) == 1 and not plan.sending
+    finally:
+        node.destroy_node()
+
+
+def test_a_trajectory_that_cannot_be_sent_ends_the_goal_with_the_arm_held(ros_context):
+    """The send itself raising (the controller's action client torn down): the arm is held and the goal ends
+    INTERNAL saying why, rather than running on with a plan held for good that takes no chunk (it would end
+    'succeeded' with the arm standing)."""
+    node = Node("arm_send_raises_test", context=ros_context)
+    try:
+        rows = [[0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [0.4, 0.0, 0.0], [0.6, 0.0, 0.0]]
+        arm, run, plan = Arm([0.0, 0.0, 0.0]), Run(), planned(rows)
+        arm.map = SimpleNamespace(to_joints=lambda actions, origin: actions)
+
+        async def broken(start, safe, wanted=lambda: True):
+            raise RuntimeError("the action client is gone")
+
+        arm.send = broken
+        vla = VlaArm(node, arm, SETTINGS)
+        vla._checked = lambda plan, commanded, moving, times: (  # (the checks themselves are tested elsewhere)
+            SafeTargets(np.array(rows, dtype=float), np.zeros((4, 3)), times, 0), np.zeros(3), None)
+        chunk = ActionChunk(horizon=4, action_dim=3, period_s=0.1, actions=np.ravel(rows).tolist())
+        executing = vla.execute(run, plan, Infer.Response(actions=chunk), 10.0, 10.0, np.zeros(3), 0.05)
+        with pytest.raises(RuntimeError, match="the action client is gone"):
+            executing.send(None)
+        assert run.ended == (ErrorCode.INTERNAL, "the trajectory could not be sent: RuntimeError: the action client "
+                             "is gone")  # fmt: skip
+        assert plan.closed and len(arm.holds) == 1 and plan.queue.rows is None
     finally:
         node.destroy_node()
 

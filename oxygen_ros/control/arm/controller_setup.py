@@ -103,16 +103,24 @@ def setup_of(values: dict[str, Any], joints: Sequence[str], turning_joints: Sequ
     return ControllerSetup(starts_from, why, tuple(unwrapped), bool(commanding), unowned, unsent)
 
 
-def disagreement(claimed: str, setup: ControllerSetup, controller: str, velocity_reported: bool = True) -> str:
+def disagreement(claimed: str, setup: ControllerSetup, controller: str, velocity_reported: bool = True,
+                 accelerated: Sequence[str] = ()) -> str:  # fmt: skip
     """Why goals are refused with ``setup`` read from ``controller`` while ``controller_starts_from`` is ``claimed``
-    ('' = nothing): chunks would be checked, and holds timed, from a state the controller does not start from, or a
-    turning joint would turn the long way. ``velocity_reported``: the driver reports the joints' velocity (without,
-    measured and measured_at_rest both start every joint from rest)."""
+    ('' = nothing): chunks would be checked, and holds timed, from a state the controller does not start from, a
+    controller without the arm's velocity would break the acceleration limits of joints ``accelerated`` (its first
+    segment is a straight line from the measured position: ros2_controllers' Trajectory::interpolate_between_points
+    has no velocity to start from), or a turning joint would turn the long way. ``velocity_reported``: the driver
+    reports the joints' velocity (without, measured and measured_at_rest both start every joint from rest)."""
     problems = []
     same = not velocity_reported and {setup.starts_from, claimed} <= AT_REST
     if setup.starts_from != claimed and not same:
         problems.append(f"{controller} starts each trajectory from {WHERE[setup.starts_from]} ({setup.why}), but "
                         f"controller_starts_from is {claimed}: set controller_starts_from: {setup.starts_from}")  # fmt: skip
+    if setup.starts_from == "measured_at_rest" and accelerated:
+        problems.append(f"{controller} plays each trajectory's first segment as a straight line from the measured "
+                        f"position ({setup.why}), a step in velocity that joint_acceleration_limits of "
+                        f"{_quoted(list(accelerated))} cannot hold: set its interpolate_from_desired_state (Humble: "
+                        "open_loop_control) and controller_starts_from: commanded, or waive those limits with .inf")  # fmt: skip
     if setup.unowned:
         problems.append(f"{controller} does not play joints {_quoted(list(setup.unowned))} (not among its joints): "
                         "it would reject every trajectory; check action_joint_names and, with a controller per "
