@@ -7,8 +7,10 @@ point at start + its time_from_start, then from point to point, holding the last
 ``start`` is the trajectory's header stamp, or the acceptance time when that stamp is zero ("start now"). JTC's
 spline: straight lines when the points carry positions only; cubic (Hermite) segments when every point carries
 velocities too, the first one from the state at acceptance, its velocity included (so a trajectory replacing a
-moving one bends away from that motion instead of turning at once); accelerations, where given, are checked but not
-followed (JTC would play quintic segments).
+moving one bends away from that motion instead of turning at once), except where the controller reads no velocity
+(its ``state_interfaces`` lack it): then the first segment is a straight line from the position at acceptance, as
+``Trajectory::interpolate_between_points`` plays two states of which one has no velocity (a step in velocity at
+either end); accelerations, where given, are checked but not followed (JTC would play quintic segments).
 
 What is refused (JTC's ``validate_trajectory_msg`` with its default parameters: no partial-joint goals, no non-zero
 velocity at the end, no integration, a position command interface only, so no effort field), with JTC's own words:
@@ -122,15 +124,16 @@ class Trajectory:
     times_s: np.ndarray  # [n], strictly increasing
     positions: np.ndarray  # [n, J]
     velocities: np.ndarray | None = None  # [n, J] where every point gives them: cubic segments
-    before_velocity: np.ndarray | None = None  # [J] the state's at acceptance (cubic segments only)
+    before_velocity: np.ndarray | None = None  # [J] the state's at acceptance; None: none read (a straight line)
 
     @classmethod
     def accepted(
         cls, controller_joints: Sequence[str], joint_names: Sequence[str], points: Sequence[Point], stamp_s: float,
-        now_s: float, current: np.ndarray, current_velocity: np.ndarray | None = None,
+        now_s: float, current: np.ndarray, current_velocity: np.ndarray | None = None, reads_velocity: bool = True,
     ) -> "Trajectory":  # fmt: skip
         """A trajectory ``rejection`` passed, accepted at ``now_s`` with the arm at ``current``, moving at
-        ``current_velocity`` (None: at rest)."""
+        ``current_velocity`` (None: at rest); ``reads_velocity`` False: the controller has no velocity state, so the
+        first segment is a straight line whatever the arm does."""
         column = {name: j for j, name in enumerate(joint_names)}
         order = [column[name] for name in controller_joints]
         positions = np.array([point.positions for point in points], dtype=np.float64)[:, order]
@@ -140,7 +143,7 @@ class Trajectory:
             velocities = np.array([point.velocities for point in points], dtype=np.float64)[:, order]
         here = np.array(current, dtype=np.float64)
         moving = np.zeros_like(here) if current_velocity is None else np.array(current_velocity, dtype=np.float64)
-        return cls(now_s, here, stamp_s or now_s, times, positions, velocities, moving)
+        return cls(now_s, here, stamp_s or now_s, times, positions, velocities, moving if reads_velocity else None)
 
     @classmethod
     def hold(cls, positions: np.ndarray, now_s: float) -> "Trajectory":
@@ -174,8 +177,7 @@ class Trajectory:
         if k == len(self.times_s):
             return self.positions[-1].copy(), np.zeros_like(self.before)
         if k == 0:
-            r0, p0 = self.before_s - self.start_s, self.before
-            v0 = self.before_velocity if self.before_velocity is not None else np.zeros_like(self.before)
+            r0, p0, v0 = self.before_s - self.start_s, self.before, self.before_velocity
         else:
             r0, p0 = float(self.times_s[k - 1]), self.positions[k - 1]
             v0 = self.velocities[k - 1] if self.velocities is not None else None
@@ -183,7 +185,7 @@ class Trajectory:
             return p0.copy(), np.zeros_like(p0) if v0 is None else v0.copy()
         h, p1 = float(self.times_s[k]) - r0, self.positions[k]
         s = (r - r0) / h
-        if self.velocities is None:
+        if self.velocities is None or v0 is None:  # (JTC: a velocity missing at either end: a straight line)
             return p0 + (p1 - p0) * s, (p1 - p0) / h
         m0, m1 = v0 * h, self.velocities[k] * h  # Hermite tangents per unit s
         position = (2 * s**3 - 3 * s**2 + 1) * p0 + (s**3 - 2 * s**2 + s) * m0 + (-2 * s**3 + 3 * s**2) * p1 \

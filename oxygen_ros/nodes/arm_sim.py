@@ -12,8 +12,9 @@ messages in and out and keeps JTC's goal life:
 
 - a goal JTC would refuse is rejected, the reason logged;
 - accepting a goal cancels the active one (CANCELED, INVALID_GOAL, "Current goal cancelled due to new incoming
-  action.") and plays the new trajectory from where the arm is at acceptance, moving as it moves (from rest when its
-  `state_interfaces` lack velocity, as JTC clears a velocity it cannot read; JTC's parameters, `joints` among them,
+  action.") and plays the new trajectory from where the arm is at acceptance, moving as it moves (a straight line to
+  the first point when its `state_interfaces` lack velocity, as JTC interpolates from a state whose velocity it
+  cannot read; JTC's parameters, `joints` among them,
   are declared so the instruction node can read them); the node's end cancels it too (JTC's deactivation:
   "Current goal cancelled during deactivate transition.");
 - a trajectory on the topic replaces the one playing the same way, but leaves the active goal running (JTC's
@@ -70,8 +71,9 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "urdf_path": (str(share.config_file("sim_arm.urdf")),
                   "the arm's URDF (default: the installed config/sim_arm.urdf)"),
     "description_topic": ("robot_description", "std_msgs/String output of the URDF's text (TRANSIENT_LOCAL)"),
-    "state_interfaces": (["position", "velocity"], "JTC's: without velocity a new trajectory starts from rest at the "
-                         "arm's position (the controller reads no velocity), though joint_states still carry one"),
+    "state_interfaces": (["position", "velocity"], "JTC's: without velocity a new trajectory starts with a straight "
+                         "line from the arm's position to its first point (the controller reads no velocity), though "
+                         "joint_states still carry one"),
     "interpolate_from_desired_state": (False, "JTC's (Jazzy on): a new trajectory starts from the last command, "
                                        "which for this perfect servo is where the arm is, moving as it moves"),
 }  # fmt: skip
@@ -145,8 +147,8 @@ class ArmSim(Node):
             description="JTC's: the joints it plays (joint_names; a trajectory must name them all)",
             read_only=True))  # fmt: skip
         self._reads_velocity = "velocity" in value["state_interfaces"]
-        # where a new trajectory starts: moving as the arm moves, or from rest (JTC with no velocity to read)
-        self._from_rest = not self._reads_velocity and not value["interpolate_from_desired_state"]
+        # where a new trajectory starts: moving as the arm moves, or with a straight line (JTC with no velocity to read)
+        self._no_start_velocity = not self._reads_velocity and not value["interpolate_from_desired_state"]
         self._lock = threading.Lock()  # the trajectory, the active goal and the last published state
         now = self._now()
         self._trajectory = Trajectory.hold(np.array(value["initial_positions"], dtype=np.float64), now)
@@ -189,9 +191,9 @@ class ArmSim(Node):
     def _play(self, msg: JointTrajectory) -> None:
         """Replace the trajectory by ``msg`` (valid), from where the arm is now. Call with the lock held."""
         now = self._now()
-        velocity = np.zeros(len(self._joints)) if self._from_rest else self._trajectory.velocity(now)
         self._trajectory = Trajectory.accepted(self._joints, msg.joint_names, points_of(msg), seconds(msg.header.stamp),
-                                               now, self._trajectory.sample(now), velocity)  # fmt: skip
+                                               now, self._trajectory.sample(now), self._trajectory.velocity(now),
+                                               reads_velocity=not self._no_start_velocity)  # fmt: skip
 
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         reason = self._rejection(msg)

@@ -135,6 +135,20 @@ def _cubic_through(t0: float, p0: float, v0: float, t1: float, p1: float, v1: fl
     return np.poly1d(np.linalg.solve(np.array(rows), np.array([p0, p1, v0, v1])))
 
 
+def test_a_controller_without_a_velocity_state_plays_its_first_segment_straight():
+    """JTC's interpolate_between_points with a start state whose velocity it cannot read (state_interfaces without
+    velocity): a straight line to the first point, at one speed from the start, however the arm moved; the segments
+    after it are cubic as before."""
+    rows = [Point(1.0, [1.0, 0.0, 0.0], [0.5, 0.0, 0.0]), Point(2.0, [2.0, 0.0, 0.0], [0.0, 0.0, 0.0])]
+    trajectory = Trajectory.accepted(JOINTS, JOINTS, rows, 0.0, NOW, np.zeros(3), np.array([2.0, 0.0, 0.0]),
+                                     reads_velocity=False)  # fmt: skip
+    for t in (0.2, 0.5, 0.9):
+        assert trajectory.sample(NOW + t)[0] == pytest.approx(t, abs=1e-12)
+        assert trajectory.velocity(NOW + t)[0] == pytest.approx(1.0, abs=1e-12)  # not the 2.0 it moved at
+    second = _cubic_through(1.0, 1.0, 0.5, 2.0, 2.0, 0.0)
+    assert trajectory.sample(NOW + 1.5)[0] == pytest.approx(second(1.5), abs=1e-12)
+
+
 def test_points_with_velocities_play_cubic_segments_from_the_moving_state():
     """JTC's spline with positions and velocities: cubic segments, the first from the state at acceptance, its
     velocity included; the slope is continuous where a segment meets the next, and 0 once the last point is held."""

@@ -537,10 +537,11 @@ def another_arm(arm: Arm, namespace: str, **parameters) -> Iterator[ArmSim]:
         node.destroy_node()
 
 
-def test_a_controller_without_a_velocity_state_starts_each_trajectory_from_rest_and_says_so(arm):
-    """arm_sim with state_interfaces [position] starts a trajectory that replaces a moving one from rest where the
-    arm is (JTC clears the velocity it cannot read), its joint_states still carrying velocities; its parameters say
-    so, on the action and on the topic, and controller_starts_from measured is refused."""
+def test_a_controller_without_a_velocity_state_starts_each_trajectory_without_the_arms_velocity_and_says_so(arm):
+    """arm_sim with state_interfaces [position] starts a trajectory that replaces a moving one with a straight line
+    from where the arm is to its first point (JTC interpolates from a state whose velocity it cannot read), its
+    joint_states still carrying velocities; its parameters say so, on the action and on the topic, and
+    controller_starts_from measured is refused."""
     with another_arm(arm, "/rest", state_interfaces=["position"]) as rest:
         action = "/rest/arm_controller/follow_joint_trajectory"
         start = rest._trajectory.sample(rest._now())
@@ -549,7 +550,11 @@ def test_a_controller_without_a_velocity_state_starts_each_trajectory_from_rest_
         wait_until(lambda: np.abs(rest._trajectory.velocity(rest._now())).min() > 0.3, 5.0, "the arm moving")
         send_goal(arm.client, FollowJointTrajectory, action, FollowJointTrajectory.Goal(
             trajectory=trajectory([(1.0, start + 1.0)], SO100_JOINTS)))  # fmt: skip
-        np.testing.assert_array_equal(rest._trajectory.before_velocity, 0.0)
+        played = rest._trajectory
+        assert played.before_velocity is None  # nothing read: the first segment is a straight line
+        slope = (start + 1.0 - played.before) / (played.start_s + 1.0 - played.before_s)
+        for t in (0.1, 0.5, 0.9):  # the same velocity all the way: a step from the arm's at acceptance
+            np.testing.assert_allclose(played.velocity(played.before_s + t), slope, atol=1e-9)
         expected = ("/rest/arm_sim starts each trajectory from the measured position at rest (its state_interfaces "
                     "['position'] lack velocity), but controller_starts_from is measured: set controller_starts_from: "
                     "measured_at_rest")  # fmt: skip
