@@ -68,7 +68,7 @@ compat: venv
 	  src=msg/compat/$$pkg share=$(VENV)/share/$$pkg dir=$(BUILD)-compat/$$pkg
 	  if [ -f $$share/package.xml ] && ! grep -q 'oxygen_ros compat' $$share/package.xml; then continue; fi
 	  fresh=1
-	  for file in $$(cd $$src && find . -name package.xml -o -name '*.msg' -o -name '*.action'); do
+	  for file in $$(cd $$src && find . -name package.xml -o -name '*.msg' -o -name '*.srv' -o -name '*.action'); do
 	    cmp -s $$src/$$file $$share/$$file || fresh=0
 	  done
 	  if [ $$fresh = 1 ]; then continue; fi

@@ -2,8 +2,8 @@
 word: its parameters, read before each goal moves the arm (``controller_params``, the read started while the model
 computes the goal's first chunk: ``read_ahead``; ``control.arm.controller_setup`` says where it starts a trajectory
 and whether it wraps each freely turning joint), and, where it starts from its command, that command as it publishes
-it (``controller_command``). What cannot be read is taken on the user's word
-(``controller_starts_from``), with a warning once for each reason in turn.
+it (``controller_command``); and that it is active, by its controller manager's word (``controller_activity``). What
+cannot be read is taken on the user's word (``controller_starts_from``), with a warning once for each reason in turn.
 """
 
 import time
@@ -16,6 +16,7 @@ from rclpy.node import Node
 from rclpy.task import Future
 
 from oxygen_ros.control.arm.controller_setup import asked, disagreement, setup_of
+from oxygen_ros.nodes.controller_activity import ACTIVE, ControllerActivity, inactive_reason
 from oxygen_ros.nodes.controller_command import ControllerCommand
 from oxygen_ros.nodes.controller_params import ControllerParams
 from oxygen_ros.nodes.future_wait import wait
@@ -29,6 +30,7 @@ class ControllerCheck:
                  clock: Callable[[], float]) -> None:  # fmt: skip
         self._node, self._target, self._claimed = node, target, claimed
         self._params = ControllerParams(node, target, on_topic, group)
+        self._activity = ControllerActivity(node, group)
         # its command, where it starts a trajectory while no plan of ours plays: read only where that is needed
         self.command = ControllerCommand(node, clock) if claimed == "commanded" else None
         self._warned: dict[str, str] = {}  # the last text of each warning
@@ -44,28 +46,49 @@ class ControllerCheck:
             self._ahead.cancel()  # (a goal preparing as the node goes)
         if self.command is not None:
             self.command.follow("")
+        self._activity.destroy()
 
     def read_ahead(self, joints: tuple[str, ...], turning_joints: list[str], wait_s: float) -> None:
         """Start reading what ``misconfigured`` asks of the controller now, so that it finds the answer read: the
         goal's first inference and the read overlap (a first goal, or one after the controller was reloaded, would
-        otherwise wait for the read between its first chunk's answer and the arm). Any thread the executor runs."""
+        otherwise wait for the read between its first chunk's answer and the arm); the clients of its managers are
+        made, to be matched by then. Any thread the executor runs."""
         if self._ahead is None or self._ahead.done():
             self._ahead = self._node.executor.create_task(self._params.read, asked(joints, turning_joints), wait_s)
+        serving = self._params.controllers()
+        if len(serving) == 1:
+            self._activity.managers(serving[0])
 
     def controllers(self) -> list[str]:
         return self._params.controllers()
 
     async def misconfigured(self, joints: tuple[str, ...], turning_joints: list[str], velocity_reported: bool,
                             wait_s: float, accelerated: list[str]) -> str:  # fmt: skip
-        """Why the controller plays trajectories of ``joints`` otherwise than they are checked ('' = it does not, or
-        it cannot tell); ``velocity_reported``: the driver reports the joints' velocity; ``accelerated``: the joints
-        with an acceleration limit. Waits up to ``wait_s`` in all, first for a read ahead still under way (whose
-        answer it then finds kept)."""
+        """Why the controller plays trajectories of ``joints`` otherwise than they are checked, or none at all (its
+        manager lists it as not active) ('' = it does not, or it cannot tell); ``velocity_reported``: the driver
+        reports the joints' velocity; ``accelerated``: the joints with an acceleration limit. Waits up to ``wait_s``
+        in all, first for a read ahead still under way (whose answer it then finds kept); its manager is asked
+        meanwhile."""
         deadline = time.monotonic() + wait_s
+        serving = self._params.controllers()
+        activity = self._activity_read(serving[0], wait_s) if len(serving) == 1 else None
         if self._ahead is not None and not self._ahead.done():
             await wait(self._node, self._ahead, wait_s)
         left = max(deadline - time.monotonic(), 0.0)
         controller, values, why = await self._params.read(asked(joints, turning_joints), left)
+        if controller:
+            if activity is None or serving[0] != controller:  # found, or replaced, while the parameters were read
+                activity = self._activity_read(controller, max(deadline - time.monotonic(), 0.0))
+            if not activity.done():
+                await wait(self._node, activity, max(deadline - time.monotonic(), 0.0))
+            state, manager, unread = activity.result() if activity.done() and activity.exception() is None else \
+                ("", "", "its controller manager was not read within answer_wait_s")  # fmt: skip
+            if state not in ("", ACTIVE):
+                return inactive_reason(controller, state, manager)
+            if unread:
+                self._warn_once("inactive", f"cannot tell whether {controller} is active: {unread}")
+            else:
+                self._warned.pop("inactive", None)
         setup = setup_of(values, joints, turning_joints) if values is not None else None
         if self.command is not None:
             self.command.follow(f"{controller}/controller_state" if setup is not None and setup.from_command else "")
@@ -79,6 +102,11 @@ class ControllerCheck:
             self._warn_once("silent", f"nothing publishes {self.command.topic}: a chunk with no plan of ours playing "
                             "is checked from the measured state only")  # fmt: skip
         return disagreement(self._claimed, setup, controller, velocity_reported, accelerated)
+
+    def _activity_read(self, controller: str, wait_s: float) -> Future:
+        """``ControllerActivity.state`` of ``controller`` started as a task of its own (it runs beside the parameter
+        read)."""
+        return self._node.executor.create_task(self._activity.state, controller, wait_s)
 
     def _warn_once(self, kind: str, text: str) -> None:
         if self._warned.get(kind) != text:

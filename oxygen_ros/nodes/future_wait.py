@@ -4,7 +4,7 @@ rclpy's executors resume a waiting coroutine only when woken, so every future co
 awaited belongs to no executor, so the project's executor puts the parked coroutine back (and wakes) from the
 completing thread at once (``nodes.executor``). Shared by the task nodes' clients of the inference node
 (``infer_client``, ``served_model``), of nav2 (``navigation_node``, ``nav2_handoff``) and of the arm's controllers
-(``arm_io``, ``trajectory_controller``, ``gripper_io``, ``controller_params``).
+(``arm_io``, ``trajectory_controller``, ``gripper_io``, ``controller_params``, ``controller_activity``).
 """
 
 import threading

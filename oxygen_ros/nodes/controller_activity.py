@@ -1,0 +1,115 @@
+"""Whether the arm's controller is active, by its controller manager's word (``controller_manager_msgs/srv/
+ListControllers``), asked before each goal moves the arm.
+
+A joint_trajectory_controller that is loaded and configured but not active still has its action server and its
+trajectory subscriber: it rejects every goal ("Controller is not running") and drops every trajectory on its topic
+without a word (its ``subscriber_is_active_``). On the topic a goal would then send chunks to nobody, so a goal is
+refused first, naming the controller, its state and the command that activates it. The manager is found in the graph:
+ros2_control creates a controller's node in its manager's namespace, so it is the node in the controller's namespace
+serving ``<manager>/list_controllers``. A controller no manager lists (a vendor driver's own server, a MoveIt or
+simulated one) is not judged here; nor when no manager answers in time (the goal goes on, with a warning: the
+controller's rejection or the tracking check still stops it). A request unanswered is asked again once (a reply sent
+before its path to us was matched is lost), as ``controller_params`` does.
+"""
+
+import threading
+import time
+
+from controller_manager_msgs.srv import ListControllers
+from rclpy.callback_groups import CallbackGroup
+from rclpy.client import Client
+from rclpy.exceptions import InvalidHandle
+from rclpy.node import Node
+
+from oxygen_ros.nodes.future_wait import wait
+
+LIST_TYPE = "controller_manager_msgs/srv/ListControllers"
+SUFFIX = "/list_controllers"
+ACTIVE = "active"
+DEFAULT_MANAGER = "/controller_manager"  # ros2controlcli's `-c` default
+POLL_S = 0.05  # how often a client not yet matched to its manager looks again
+ROUNDS = 2  # a request asked at most this often, within the one wait
+
+
+def inactive_reason(controller: str, state: str, manager: str) -> str:
+    """The refusal for ``controller`` (a fully qualified node name) that ``manager`` lists as ``state``."""
+    name = controller.rsplit("/", 1)[-1]
+    cli = "ros2 control set_controller_state" + ("" if manager == DEFAULT_MANAGER else f" -c {manager}")
+    if state == "unconfigured":
+        remedy = f"configure, then activate it (`{cli} {name} inactive`, then `{cli} {name} active`)"
+    elif state == "finalized":
+        remedy = "load it again (`ros2 control unload_controller`, then spawn it active)"
+    else:
+        remedy = f"activate it (`{cli} {name} active`, or spawn it active)"
+    return (f"{controller} is {state}, not active ({manager} lists it so): it rejects goals and drops trajectories on "
+            f"its topic unread; {remedy}")  # fmt: skip
+
+
+class ControllerActivity:
+    """Asks the controller managers in a controller's namespace for its state; any executor thread."""
+
+    def __init__(self, node: Node, group: CallbackGroup) -> None:
+        self._node, self._group = node, group
+        self._lock = threading.Lock()  # the clients, which concurrent goals' checks share
+        self._clients: dict[str, Client] = {}  # list_controllers service name -> its client
+
+    def managers(self, controller: str) -> list[str]:
+        """The list_controllers services of the managers in ``controller``'s namespace, sorted, each with a client
+        made (so a read ahead of the goal finds it matched); clients of managers gone are dropped."""
+        namespace = controller.rsplit("/", 1)[0] + "/"
+        depth = namespace.count("/") + 1
+        services = sorted(name for name, types in self._node.get_service_names_and_types()
+                          if LIST_TYPE in types and name.startswith(namespace) and name.endswith(SUFFIX)
+                          and name.count("/") == depth)  # fmt: skip
+        with self._lock:
+            for service in [s for s in self._clients if s not in services]:  # a manager gone, or renamed
+                self._node.destroy_client(self._clients.pop(service))
+            for service in services:
+                if service not in self._clients:
+                    self._clients[service] = self._node.create_client(ListControllers, service,
+                                                                      callback_group=self._group)  # fmt: skip
+        return services
+
+    async def state(self, controller: str, wait_s: float) -> tuple[str, str, str]:
+        """(``controller``'s state as a manager in its namespace lists it: 'active', 'inactive', 'unconfigured' or
+        'finalized'; that manager's node; why no state was read) within ``wait_s`` in all. The state is '' where no
+        manager lists the controller (why is then '' too: not ros2_control's, not judged) or none answered (why
+        says so)."""
+        deadline = time.monotonic() + wait_s
+        name = controller.rsplit("/", 1)[-1]
+        for service in self.managers(controller):
+            with self._lock:
+                client = self._clients.get(service)
+            if client is None:  # dropped meanwhile by another goal's look at the graph
+                continue
+            try:
+                listed = await self._ask(client, deadline)
+            except InvalidHandle:  # destroyed meanwhile: its manager went
+                continue
+            manager = service[: -len(SUFFIX)]
+            if listed is None:
+                return "", manager, f"{manager} did not answer list_controllers within answer_wait_s"
+            if name in listed:
+                return listed[name], manager, ""
+        return "", "", ""
+
+    async def _ask(self, client: Client, deadline: float) -> dict[str, str] | None:
+        """Every controller's state the manager at ``client`` lists (None: no answer before ``deadline``)."""
+        while not client.service_is_ready():
+            if time.monotonic() >= deadline:
+                return None
+            await wait(self._node, None, POLL_S)
+        for rounds_left in range(ROUNDS, 0, -1):
+            future = client.call_async(ListControllers.Request())
+            round_end = time.monotonic() + max(deadline - time.monotonic(), 0.0) / rounds_left
+            done, response = await wait(self._node, future, max(round_end - time.monotonic(), 0.0))
+            if done:
+                return {listed.name: listed.state for listed in response.controller}
+            client.remove_pending_request(future)  # an answer after this is dropped, not kept
+        return None
+
+    def destroy(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                self._node.destroy_client(client)
+            self._clients.clear()
