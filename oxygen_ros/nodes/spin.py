@@ -7,9 +7,11 @@ the executables start rclpy without them (``SignalHandlerOptions.NO``) and spin 
 main thread waits where Python delivers signals (a thread blocked in the middleware's wait never sees one); Ctrl-C and
 SIGTERM (the supervisor's, the kernel's when the supervisor dies; a second one is ignored) then end the node's
 running goal while the executor still runs (``EndsGoals``: the robot stood, a nav2 goal cancelled, as any ending
-does), stop the executor, destroy the node (what it keeps persisted), and only then shut rclpy down.
+does), stop the executor, destroy the node (what it keeps persisted), and only then shut rclpy down. A stop that
+hangs logs every thread's stack before it is killed.
 """
 
+import faulthandler
 import signal
 import sys
 import threading
@@ -29,6 +31,7 @@ SIGNAL_POLL_S = 0.2  # how often the main thread looks up from waiting: a signal
 STOP_WAIT_S = 5.0  # how long a goal's ending (longer where it says: ``settle_s``), then the spin thread's, may take
 EXIT_ON_REFUSAL = "--exit-on-refusal"  # before --ros-args: exit 1 on refused parameters instead of staying up refusing
 MAX_ENDING_S = 9.0  # a goal's ending at most: `ros2 launch` kills a node 10 s after its SIGINT (SIGTERM, SIGKILL)
+STACKS_AFTER_S = 9.5  # a stop longer than a goal's ending may take logs every thread's stack, and as often after
 
 
 @runtime_checkable
@@ -58,6 +61,7 @@ def spin_until_shutdown(node: Node, executor: Executor) -> int:
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):  # a second one must not cut the stop short (SIGKILL still can)
             signal.signal(signum, signal.SIG_IGN)
+        _dump_stacks_after(STACKS_AFTER_S)
         if not spun.is_set() and isinstance(node, EndsGoals):
             node.end_for_shutdown(STOP_WAIT_S)
         stopping.set()
@@ -65,7 +69,18 @@ def spin_until_shutdown(node: Node, executor: Executor) -> int:
         executor.shutdown()  # returns once the callbacks running now have (a model load runs to its end)
         node.destroy_node()
         rclpy.try_shutdown()
+        faulthandler.cancel_dump_traceback_later()
     return 0
+
+
+def _dump_stacks_after(seconds: float) -> None:
+    """A stop that hangs shows where before it is killed (ros2 launch's SIGKILL 10 s after its SIGINT, the
+    supervisor's 30 s): every thread's stack on stderr, the node's log, each ``seconds`` until the stop ends (the
+    process exits). Nothing where stderr is gone: the stop goes on."""
+    try:
+        faulthandler.dump_traceback_later(seconds, repeat=True)
+    except (RuntimeError, ValueError, OSError, AttributeError):  # no stderr, or one without a file descriptor
+        pass
 
 
 def run(make_node: Callable[[], Node], make_executor: Callable[[], Executor], name: str, args: list[str] | None) -> int:
