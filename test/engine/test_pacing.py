@@ -2,6 +2,7 @@
 steps that would still run when the next chunk is due; on the engine thread (AsyncEngine, as the inference node runs
 it) a 10 Hz action stream from another thread keeps its deadline while language decodes, with the same text."""
 
+import math
 import time
 from dataclasses import replace
 
@@ -18,6 +19,7 @@ from oxygen_ros.engine.pacing import COALESCE_S, STALE_PERIODS, STEP_MEMORY, Fra
 
 TIMEOUT = 120
 LANGUAGE_TOKENS = 48
+MAX_LANGUAGE_TOKENS = 400  # at most ~8 s of decode on this CPU (~20 ms a step)
 FRAMES = 8
 
 
@@ -98,26 +100,35 @@ def test_bad_settings_are_refused():
         FramePacer(steps_per_frame=-1)
 
 
-def _period(pi05_tiny) -> float:
-    """10 Hz if this CPU serves an action step in a quarter of that, else 4x the slowest one measured now: the test
-    checks the pacing, not the machine's speed."""
+def _timing(pi05_tiny) -> tuple[float, int]:
+    """The action period: 10 Hz if this CPU serves an action step in a quarter of that, else 4x the slowest one
+    measured now; and the tokens that keep the six language requests decoding across at least three chunks' due
+    times at this machine's speed now (a step that would run into a due time is what the pacer holds): the test checks
+    the pacing, not the machine's speed."""
     driver = FrameDriver(make_engine(pi05_tiny), Mode.CONTINUOUS_BATCHING, steps_per_frame=1)
     driver.run(robot_frames([0, 0, 0], max_new_tokens=1, images=0, seed=99))
-    return max(0.1, 4 * max(r.steps[0].end_s - r.steps[0].start_s for r in driver.records))
+    period = max(0.1, 4 * max(r.steps[0].end_s - r.steps[0].start_s for r in driver.records))
+    engine, seconds = make_engine(pi05_tiny), []
+    for tokens in (4, 4 + LANGUAGE_TOKENS):  # the difference is LANGUAGE_TOKENS decode steps of six rows
+        start = time.perf_counter()
+        engine.generate(language_requests(6, tokens))
+        seconds.append(time.perf_counter() - start)
+    step = max(seconds[1] - seconds[0], 1e-4) / LANGUAGE_TOKENS
+    return period, min(MAX_LANGUAGE_TOKENS, max(LANGUAGE_TOKENS, math.ceil(3 * period / step)))
 
 
 def test_paced_engine_thread_keeps_an_action_stream_on_time_while_language_decodes(pi05_tiny, one_torch_thread):
-    period = _period(pi05_tiny)
+    period, tokens = _timing(pi05_tiny)
     engine = make_engine(pi05_tiny)
-    paced = serve_stream(engine, FramePacer(), period, FRAMES, {1: language_requests(6, LANGUAGE_TOKENS)})
+    paced = serve_stream(engine, FramePacer(), period, FRAMES, {1: language_requests(6, tokens)})
     late = [(i, c.error_code, round(c.latency_ms)) for i, c in enumerate(paced.chunks) if not c.ok]
     assert not late, f"period {period * 1e3:.0f} ms: {late}"
     assert all(c.actions.shape == (10, 32) for c in paced.chunks)
-    assert all(out.ok and out.generated_tokens == LANGUAGE_TOKENS for out in paced.language)
+    assert all(out.ok and out.generated_tokens == tokens for out in paced.language)
     assert paced.held_s > 0.0  # the pacer did hold language steps for the stream
     engine.check_invariants()
     assert engine.pool.num_used == 0 and not engine.has_unfinished
-    unpaced = serve_stream(make_engine(pi05_tiny), None, period, FRAMES, {1: language_requests(6, LANGUAGE_TOKENS)})
+    unpaced = serve_stream(make_engine(pi05_tiny), None, period, FRAMES, {1: language_requests(6, tokens)})
     assert [o.token_ids for o in paced.language] == [o.token_ids for o in unpaced.language]  # when, not what
     # Pacing moves a chunk into another step's batch, whose matmul shapes round differently: equal up to fp32 rounding.
     for a, b in zip(paced.chunks, unpaced.chunks, strict=True):
