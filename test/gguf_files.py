@@ -1,6 +1,7 @@
 """Writing small GGUF files for tests the way llama.cpp's converter does: its header keys for a Llama-shaped model,
 SmolLM2's tokenizer metadata (the vocabulary our tiny checkpoints are made with) and the tensors given."""
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +30,15 @@ class Shape:
     rms_eps: float  # attention.layer_norm_rms_epsilon
 
 
+@functools.cache
+def smollm2_reader() -> gguf.GGUFReader:
+    """The bundled SmolLM2 GGUF file, read once for the whole run: its reader parses each of the 49152 tokens and
+    48900 merges in Python (2-3 s a time), and it is only read (a memory map)."""
+    return gguf.GGUFReader(smollm2_gguf_path())
+
+
 def smollm2_vocabulary() -> list[str]:
-    return gguf.GGUFReader(smollm2_gguf_path()).fields["tokenizer.ggml.tokens"].contents()
+    return smollm2_reader().fields["tokenizer.ggml.tokens"].contents()
 
 
 def write_gguf(path: Path, arch: str, shape: Shape, tensors: Iterable[tuple[str, np.ndarray]],
@@ -38,7 +46,7 @@ def write_gguf(path: Path, arch: str, shape: Shape, tensors: Iterable[tuple[str,
     """``tensors`` (GGUF names, float32 arrays) as a GGUF file of architecture ``arch`` with SmolLM2's tokenizer;
     ``pre`` replaces its pre-tokenizer name (``tokenizer.ggml.pre``); the tensors ``q4_0`` names are written as
     llama.cpp's Q4_0 blocks (gguf-py's quantizer)."""
-    source = gguf.GGUFReader(smollm2_gguf_path())
+    source = smollm2_reader()
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_block_count(shape.layers)
     writer.add_context_length(shape.context)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGUFReader
+from gguf_files import smollm2_reader
 from tokenizers import AddedToken
 from transformers import (
     Idefics3Config,
@@ -26,7 +26,6 @@ from transformers import (
 )
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
-from oxygen_ros.models.gguf_loader import smollm2_gguf_path
 from oxygen_ros.models.tokenizer import Tokenizer
 
 CHAT_TEMPLATE = (
@@ -44,7 +43,7 @@ VOCAB_SIZE = 49216  # SmolLM2's 49152 + the 40 image tokens, rounded up
 
 def write_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
     """SmolLM2's tokenizer + the image tokens into ``folder``; transformers' view of it for the processor."""
-    tokenizer = Tokenizer.from_gguf_metadata(GGUFReader(smollm2_gguf_path()))
+    tokenizer = Tokenizer.from_gguf_metadata(smollm2_reader())
     tokenizer.backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in IMAGE_TOKENS])
     tokenizer.save_hf(folder)
     return PreTrainedTokenizerFast(

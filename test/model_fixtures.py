@@ -4,9 +4,8 @@ fast property tests, and pi05-causal-tiny. A plugin of test/conftest.py, so a te
 import pytest
 import torch
 from engine_helpers import TINY
-from gguf import GGUFReader
+from gguf_files import smollm2_reader
 
-from oxygen_ros.models.gguf_loader import smollm2_gguf_path
 from oxygen_ros.models.llama import LlamaModel
 from oxygen_ros.models.registry import ModelBundle, load_model
 from oxygen_ros.models.tokenizer import Tokenizer
@@ -22,7 +21,7 @@ def tiny_bundle() -> ModelBundle:
     """A 2-layer random Llama with the real SmolLM2 tokenizer: engine mechanics at a fraction of the cost."""
     torch.manual_seed(0)
     model = LlamaModel(TINY).eval()
-    tokenizer = Tokenizer.from_gguf_metadata(GGUFReader(smollm2_gguf_path()))
+    tokenizer = Tokenizer.from_gguf_metadata(smollm2_reader())
     return ModelBundle(model, tokenizer, "tiny-random", TINY.num_layers, TINY.num_kv_heads, TINY.head_dim, 4096)
 
 

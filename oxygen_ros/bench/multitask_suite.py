@@ -139,6 +139,15 @@ def run(**params: Any) -> dict[str, Any]:
                 pair[mode] = measure(graph, label, namespaces, setting)
                 pair[mode]["engine_restarts"] = graph.restarts()
         pairs.append(pair)
+    metrics, details = combine(pairs)
+    details["node_logs"] = str(logs)
+    return result("multitask", metrics, details, asdict(setting))
+
+
+def combine(pairs: list[dict[str, dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The rounds' measurements (each a summary per mode) as the suite's metrics and details: the round of the median
+    tokens/s ratio (the lower middle of an even count) speaks for the run, beside the ratio's spread, the worst
+    round's deadline miss rate and every round's failures."""
     ratios = [round_ratios(pair["oxygen_ros"], pair["isolated"]) for pair in pairs]
     by_ratio = sorted(range(len(pairs)), key=lambda i: ratios[i]["tokens_per_s_ratio_vs_isolated"])
     median = by_ratio[(len(pairs) - 1) // 2]
@@ -161,8 +170,7 @@ def run(**params: Any) -> dict[str, Any]:
         for ratio, pair in zip(ratios, pairs, strict=True)
     ]  # fmt: skip
     details["median_round"] = median
-    details["node_logs"] = str(logs)
-    return result("multitask", metrics, details, asdict(setting))
+    return metrics, details
 
 
 def round_ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:

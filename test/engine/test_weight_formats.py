@@ -7,6 +7,7 @@ over SmolLM2's Q4_1 file is lossless: the file's own blocks, the fp32 path's log
 import pytest
 import torch
 from engine_helpers import make_engine
+from gguf_files import smollm2_reader
 from hf_reference import hf_smollm2, random_causal_lm
 from transformers import LlamaConfig
 
@@ -164,12 +165,8 @@ def test_q4_1_rows_are_the_gguf_files_own_blocks_and_answer_as_fp32(smollm2_bund
     """The Q4_1 rows the C products read are llama.cpp's blocks byte for byte (quantized again from the weights the
     file was dequantized into), and the engine's greedy answers, batched (the C product of four rows) and alone (the
     one-call decoder), are the fp32 path's token for token."""
-    from gguf import GGUFReader
-
-    from oxygen_ros.models.gguf_loader import smollm2_gguf_path
-
     bundle = load_model("smollm2-135m", CPU, torch.float32, weight_dtype=Q4_1)
-    tensors = {t.name: t for t in GGUFReader(smollm2_gguf_path()).tensors}
+    tensors = {t.name: t for t in smollm2_reader().tensors}
     for index in (0, 29):
         mlp = bundle.model.layers[index].mlp
         down, gate = tensors[f"blk.{index}.ffn_down.weight"], tensors[f"blk.{index}.ffn_gate.weight"]

@@ -6,10 +6,9 @@ import re
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
+from gguf_files import smollm2_reader
 from perception_helpers import obstacle_truth, time_obstacle_at, x_straight_ahead
 
-from oxygen_ros.models.gguf_loader import smollm2_gguf_path
 from oxygen_ros.models.tokenizer import Tokenizer
 from oxygen_ros.perception.camera import CameraModel
 from oxygen_ros.perception.describe import compass, describe, text
@@ -66,7 +65,7 @@ def test_same_frame_same_text():
 
 def test_short_enough_for_a_small_model():
     """Six objects take about 240 tokens (two thirds of them the six object sentences); three take about 140."""
-    tokenizer = Tokenizer.from_gguf_metadata(GGUFReader(smollm2_gguf_path()))
+    tokenizer = Tokenizer.from_gguf_metadata(smollm2_reader())
     lengths = [len(tokenizer.encode(describe(render(make_scene(s), 0.0, CameraModel())).text)) for s in range(30)]
     assert max(lengths) <= 260
 
