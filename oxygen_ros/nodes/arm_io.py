@@ -332,10 +332,15 @@ class ArmIO:
         return ""
 
     async def misconfigured(self, limits: list[JointLimit]) -> str:
-        """Why a controller, by its own word, plays our trajectories otherwise than they are checked ('' = none does,
-        or they cannot tell: ``ControllerCheck``), each within ``answer_wait_s``; ``limits``: the action joints'."""
+        """Why a controller, by its own word, plays our trajectories otherwise than they are checked, or a gripper's
+        controller none of its goals (its manager lists it as not active) ('' = none does, or they cannot tell:
+        ``ControllerCheck``, ``GripperIO.inactive``), each within ``answer_wait_s``; ``limits``: the action joints'."""
         for controller in self.controllers:
             wrong = await controller.misconfigured(limits)
+            if wrong:
+                return wrong
+        for gripper in self.grippers:
+            wrong = await gripper.inactive(self._settings["answer_wait_s"])
             if wrong:
                 return wrong
         return ""

@@ -4,7 +4,8 @@ ListControllers``), asked before each goal moves the arm.
 A joint_trajectory_controller that is loaded and configured but not active still has its action server and its
 trajectory subscriber: it rejects every goal ("Controller is not running") and drops every trajectory on its topic
 without a word (its ``subscriber_is_active_``). On the topic a goal would then send chunks to nobody, so a goal is
-refused first, naming the controller, its state and the command that activates it. The manager is found in the graph:
+refused first, naming the controller, its state and the command that activates it (a gripper's controller too: a
+GripperActionController deactivated keeps its action server, takes every goal and ends none). The manager is found in the graph:
 ros2_control creates a controller's node in its manager's namespace, so it is the node in the controller's namespace
 serving ``<manager>/list_controllers``. A controller no manager lists (a vendor driver's own server, a MoveIt or
 simulated one) is not judged here; nor when no manager answers in time (the goal goes on, with a warning: the
@@ -29,10 +30,13 @@ ACTIVE = "active"
 DEFAULT_MANAGER = "/controller_manager"  # ros2controlcli's `-c` default
 POLL_S = 0.05  # how often a client not yet matched to its manager looks again
 ROUNDS = 2  # a request asked at most this often, within the one wait
+JTC_INACTIVE = "it rejects goals and drops trajectories on its topic unread"
+GRIPPER_INACTIVE = "it takes goals and never moves the jaw nor ends them (a GripperActionController deactivated)"
 
 
-def inactive_reason(controller: str, state: str, manager: str) -> str:
-    """The refusal for ``controller`` (a fully qualified node name) that ``manager`` lists as ``state``."""
+def inactive_reason(controller: str, state: str, manager: str, consequence: str = JTC_INACTIVE) -> str:
+    """The refusal for ``controller`` (a fully qualified node name) that ``manager`` lists as ``state``;
+    ``consequence``: what the controller does with our commands meanwhile."""
     name = controller.rsplit("/", 1)[-1]
     cli = "ros2 control set_controller_state" + ("" if manager == DEFAULT_MANAGER else f" -c {manager}")
     if state == "unconfigured":
@@ -41,8 +45,7 @@ def inactive_reason(controller: str, state: str, manager: str) -> str:
         remedy = "load it again (`ros2 control unload_controller`, then spawn it active)"
     else:
         remedy = f"activate it (`{cli} {name} active`, or spawn it active)"
-    return (f"{controller} is {state}, not active ({manager} lists it so): it rejects goals and drops trajectories on "
-            f"its topic unread; {remedy}")  # fmt: skip
+    return f"{controller} is {state}, not active ({manager} lists it so): {consequence}; {remedy}"
 
 
 class ControllerActivity:

@@ -30,6 +30,8 @@ from rclpy.node import Node
 from oxygen_ros.control.arm.jaw_answers import JawAnswers
 from oxygen_ros.nodes import gripper_actions
 from oxygen_ros.nodes.action_client import ActionClient
+from oxygen_ros.nodes.controller_activity import ACTIVE, GRIPPER_INACTIVE, ControllerActivity, inactive_reason
+from oxygen_ros.nodes.controller_params import ControllerParams
 from oxygen_ros.nodes.future_wait import wait
 
 POLL_S = 0.1
@@ -71,6 +73,8 @@ class GripperIO:
                              "moves), a position one passes it on where it has an effort interface; set the jaw's "
                              "grip, N")
         self._client = ActionClient(node, self._action, action, callback_group=group)
+        self._serving = ControllerParams(node, self.target, False, group)  # who serves it (its parameters unread)
+        self._activity = ControllerActivity(node, group)
 
     async def ready(self, wait_s: float) -> bool:
         """Whether the gripper's action server is there, waiting up to ``wait_s``."""
@@ -81,6 +85,15 @@ class GripperIO:
             await wait(self._node, None, POLL_S)
             waited += POLL_S
         return True
+
+    async def inactive(self, wait_s: float) -> str:
+        """Why the jaw's controller plays none of our goals: its controller manager lists it as not active ('' = it
+        is active, or no manager says: ``controller_activity``), within ``wait_s``."""
+        serving = self._serving.controllers()
+        if len(serving) != 1:
+            return ""
+        state, manager, _ = await self._activity.state(serving[0], wait_s)
+        return "" if state in ("", ACTIVE) else inactive_reason(serving[0], state, manager, GRIPPER_INACTIVE)
 
     def begin(self) -> None:
         """A new instruction goal: what its outcome reads (``refused``, ``unanswered_s``) starts afresh."""
@@ -179,3 +192,4 @@ class GripperIO:
 
     def destroy(self) -> None:
         self._client.destroy()
+        self._activity.destroy()

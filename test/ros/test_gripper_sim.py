@@ -4,8 +4,8 @@ reached) and the jaw turns toward the new position; a cancel stops it where it i
 joint. The instruction node refuses a gripper_joint_names that is not one action joint, naming the parameter. The
 same through ParallelGripperCommand, the action of parallel_gripper_controllers (Jazzy on; the only one from
 Kilted). What a real jaw meets: an object stalls it (GripperActionController's two ends of a stall) one way, motors
-switched off stall it both ways, a switched-off controller takes goals and ends none, a refusing one is counted in a
-row; our gripper client reads each as the instruction goal's outcome needs it."""
+switched off stall it both ways, a switched-off controller takes goals and ends none (and its controller manager,
+asked first, names it), a refusing one is counted in a row; our gripper client reads each as the instruction goal's outcome needs it."""
 
 import re
 import time
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 from control_msgs.action import GripperCommand, ParallelGripperCommand
+from manager_stand_in import ControllerManager
 from rclpy.action import ActionServer, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
@@ -253,6 +254,31 @@ def test_a_switched_off_controller_takes_goals_and_never_moves_or_ends_them(ros_
         assert out.result.position == pytest.approx(start, abs=1e-9)
         out = send_goal(jaw, GripperCommand, ACTION, _goal(1.2)).result(timeout=10.0)
         assert out.status == GoalStatus.STATUS_SUCCEEDED and out.result.position == pytest.approx(1.2, abs=1e-3)
+
+
+def test_a_jaw_controller_its_manager_lists_inactive_is_named_before_any_goal(ros_context, jaw):
+    """Before a goal sends the jaw anything, our client asks the controller manager in its controller's namespace:
+    listed inactive, it says why (a deactivated GripperActionController takes goals and ends none) and how to
+    activate it; listed active, or with no manager to ask, nothing."""
+    node = Node("gripper_manager_test", context=ros_context)
+    gripper = _gripper(node)
+    manager = ControllerManager(ros_context, "/", {"arm_controller": "active", "gripper_sim": "inactive"})
+
+    def inactive() -> str:
+        return wait_for(node.executor.create_task(gripper.inactive, 2.0), 10.0)
+
+    with spin_nodes(ros_context, node):
+        wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
+        assert inactive() == ""  # no manager: not judged
+        with spin_nodes(ros_context, manager):
+            wait_until(lambda: gripper._activity.managers("/gripper_sim"), 5.0, "the manager's list_controllers")
+            said = inactive()
+            assert said.startswith("/gripper_sim is inactive, not active (/controller_manager lists it so): it takes "
+                                   "goals and never moves the jaw nor ends them"), said  # fmt: skip
+            assert said.endswith("activate it (`ros2 control set_controller_state gripper_sim active`, or spawn it "
+                                 "active)"), said  # fmt: skip
+            manager.states["gripper_sim"] = "active"
+            assert inactive() == ""
 
 
 @pytest.mark.parametrize("active", [False, True])

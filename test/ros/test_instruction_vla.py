@@ -15,12 +15,10 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
-from controller_manager_msgs.msg import ControllerState
-from controller_manager_msgs.srv import ListControllers
 from inference_client import Capture
+from manager_stand_in import ControllerManager
 from oxygen_ros.action import FollowInstruction
 from oxygen_ros.msg import ChunkTrace
-from rclpy.node import Node
 from rclpy.parameter import Parameter
 from ros_harness import send_goal, wait_until
 from sensor_msgs.msg import JointState
@@ -33,7 +31,6 @@ from trajectory_msgs.msg import JointTrajectory
 PERIOD_S = 0.3  # a 10-action chunk covers 3 s: a loaded CPU's ~0.5-1 s chunk arrives with most of its steps ahead
 PI05_TINY = {"model": "pi05-causal-tiny", "kv_cache_bytes": 256 << 20, "max_model_len": 2048, "observation_ring": 64,
              "allow_random_weights": True, "action_period_s": PERIOD_S}  # fmt: skip
-JTC = "joint_trajectory_controller/JointTrajectoryController"
 ACTION_DIM = 32  # the random model's action width: a 32-joint simulated arm
 JOINTS = [f"arm_joint_{i}" for i in range(ACTION_DIM)]
 LIMIT, SPEED = 50.0, 1000.0  # random weights act noisily: wide limits, checked below all the same
@@ -163,20 +160,6 @@ def test_a_controller_that_starts_elsewhere_than_controller_starts_from_says_is_
         "['position'] lack velocity), but controller_starts_from is measured: set controller_starts_from: "
         "measured_at_rest"), out.result.message  # fmt: skip
     assert np.abs([m.position for m in states.messages]).max() == 0.0
-
-
-class ControllerManager(Node):
-    """A ros2_control controller manager's list_controllers as it answers: every controller it has loaded, with its
-    lifecycle state (``states``: name -> state, changed by the test)."""
-
-    def __init__(self, context, namespace: str, states: dict[str, str]) -> None:
-        super().__init__("controller_manager", namespace=namespace, context=context)
-        self.states = states
-        self.create_service(ListControllers, "~/list_controllers", self._list)
-
-    def _list(self, request, response):
-        response.controller = [ControllerState(name=name, state=state, type=JTC) for name, state in self.states.items()]
-        return response
 
 
 def test_a_controller_its_manager_lists_inactive_is_refused(graph):

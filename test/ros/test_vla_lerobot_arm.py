@@ -19,6 +19,7 @@ from action_msgs.msg import GoalStatus
 from control_msgs.action import GripperCommand
 from control_msgs.msg import GripperCommand as JawCommand
 from inference_client import Capture
+from manager_stand_in import ControllerManager
 from oxygen_ros.action import FollowInstruction
 from oxygen_ros.msg import ChunkTrace
 from oxygen_ros.msg import Observation as ObservationMsg
@@ -155,6 +156,20 @@ def test_a_jaw_whose_controller_is_switched_off_fails_the_goal(robot):
     assert out.status == GoalStatus.STATUS_ABORTED, out.result.message
     assert out.result.message.startswith("the gripper did not move: its plan took gripper "), out.result.message
     assert "/gripper_controller/gripper_cmd kept a goal" in out.result.message
+
+
+def test_a_jaw_controller_its_manager_lists_inactive_refuses_the_goal_before_anything_moves(robot):
+    """With ros2_control's controller manager to ask (listing the arm's and the jaw's controllers), the deactivated
+    jaw controller is named before any chunk goes out: FAILED_PRECONDITION, nothing sent."""
+    manager = ControllerManager(robot.context, "/", {"arm_sim": "active", "gripper_sim": "inactive"})
+    with spin_nodes(robot.context, manager):
+        wait_until(lambda: "/controller_manager/list_controllers" in dict(robot.get_service_names_and_types()), 5.0,
+                   "the manager's list_controllers")  # fmt: skip
+        goal = FollowInstruction.Goal(instruction=INSTRUCTION, rate_hz=5.0, duration_s=4.0)
+        out = send_goal(robot, FollowInstruction, "/follow_instruction", goal).result(timeout=120.0)
+    assert (out.status, out.result.error_code, out.result.chunks_sent) == \
+        (GoalStatus.STATUS_ABORTED, "FAILED_PRECONDITION", 0), out.result.message  # fmt: skip
+    assert out.result.message.startswith("/gripper_sim is inactive, not active (/controller_manager lists it so)")
 
 
 def _infer(robot: Node, request: Infer.Request) -> Infer.Response:
