@@ -335,6 +335,8 @@ class ArmIO:
         """Why a controller, by its own word, plays our trajectories otherwise than they are checked, or a gripper's
         controller none of its goals (its manager lists it as not active) ('' = none does, or they cannot tell:
         ``ControllerCheck``, ``GripperIO.inactive``), each within ``answer_wait_s``; ``limits``: the action joints'."""
+        for gripper in self.grippers:  # asked while the arm's controllers are
+            gripper.check_ahead(self._settings["answer_wait_s"])
         for controller in self.controllers:
             wrong = await controller.misconfigured(limits)
             if wrong:
@@ -346,9 +348,12 @@ class ArmIO:
         return ""
 
     def check_ahead(self) -> None:
-        """Start reading what ``misconfigured`` will ask of each controller (``ControllerCheck.read_ahead``)."""
+        """Start reading what ``misconfigured`` will ask of each controller (``ControllerCheck.read_ahead``,
+        ``GripperIO.check_ahead``)."""
         for controller in self.controllers:
             controller.check_ahead()
+        for gripper in self.grippers:
+            gripper.check_ahead(self._settings["answer_wait_s"])
 
     def forget_fault(self) -> None:
         """A new goal starts: what ended an earlier one's trajectories is not its fault."""

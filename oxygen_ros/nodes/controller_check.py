@@ -16,7 +16,7 @@ from rclpy.node import Node
 from rclpy.task import Future
 
 from oxygen_ros.control.arm.controller_setup import asked, disagreement, setup_of
-from oxygen_ros.nodes.controller_activity import ACTIVE, ControllerActivity, inactive_reason
+from oxygen_ros.nodes.controller_activity import JTC_INACTIVE, ControllerActivity
 from oxygen_ros.nodes.controller_command import ControllerCommand
 from oxygen_ros.nodes.controller_params import ControllerParams
 from oxygen_ros.nodes.future_wait import wait
@@ -57,7 +57,7 @@ class ControllerCheck:
             self._ahead = self._node.executor.create_task(self._params.read, asked(joints, turning_joints), wait_s)
         serving = self._params.controllers()
         if len(serving) == 1:
-            self._activity.managers(serving[0])
+            self._activity.ahead(serving[0], wait_s)
 
     def controllers(self) -> list[str]:
         return self._params.controllers()
@@ -71,24 +71,21 @@ class ControllerCheck:
         meanwhile."""
         deadline = time.monotonic() + wait_s
         serving = self._params.controllers()
-        activity = self._activity_read(serving[0], wait_s) if len(serving) == 1 else None
+        if len(serving) == 1:
+            self._activity.ahead(serving[0], wait_s)
         if self._ahead is not None and not self._ahead.done():
             await wait(self._node, self._ahead, wait_s)
         left = max(deadline - time.monotonic(), 0.0)
         controller, values, why = await self._params.read(asked(joints, turning_joints), left)
         if controller:
-            if activity is None or serving[0] != controller:  # found, or replaced, while the parameters were read
-                activity = self._activity_read(controller, max(deadline - time.monotonic(), 0.0))
-            if not activity.done():
-                await wait(self._node, activity, max(deadline - time.monotonic(), 0.0))
-            state, manager, unread = activity.result() if activity.done() and activity.exception() is None else \
-                ("", "", "its controller manager was not read within answer_wait_s")  # fmt: skip
-            if state not in ("", ACTIVE):
-                return inactive_reason(controller, state, manager)
+            wrong, unread = await self._activity.refusal(controller, max(deadline - time.monotonic(), 0.0),
+                                                         JTC_INACTIVE)  # fmt: skip
+            if wrong:
+                return wrong
             if unread:
-                self._warn_once("inactive", f"cannot tell whether {controller} is active: {unread}")
+                self._warn_once("activity", f"cannot tell whether {controller} is active: {unread}")
             else:
-                self._warned.pop("inactive", None)
+                self._warned.pop("activity", None)
         setup = setup_of(values, joints, turning_joints) if values is not None else None
         if self.command is not None:
             self.command.follow(f"{controller}/controller_state" if setup is not None and setup.from_command else "")
@@ -102,11 +99,6 @@ class ControllerCheck:
             self._warn_once("silent", f"nothing publishes {self.command.topic}: a chunk with no plan of ours playing "
                             "is checked from the measured state only")  # fmt: skip
         return disagreement(self._claimed, setup, controller, velocity_reported, accelerated)
-
-    def _activity_read(self, controller: str, wait_s: float) -> Future:
-        """``ControllerActivity.state`` of ``controller`` started as a task of its own (it runs beside the parameter
-        read)."""
-        return self._node.executor.create_task(self._activity.state, controller, wait_s)
 
     def _warn_once(self, kind: str, text: str) -> None:
         if self._warned.get(kind) != text:

@@ -30,7 +30,7 @@ from rclpy.node import Node
 from oxygen_ros.control.arm.jaw_answers import JawAnswers
 from oxygen_ros.nodes import gripper_actions
 from oxygen_ros.nodes.action_client import ActionClient
-from oxygen_ros.nodes.controller_activity import ACTIVE, GRIPPER_INACTIVE, ControllerActivity, inactive_reason
+from oxygen_ros.nodes.controller_activity import GRIPPER_INACTIVE, ControllerActivity
 from oxygen_ros.nodes.controller_params import ControllerParams
 from oxygen_ros.nodes.future_wait import wait
 
@@ -75,6 +75,7 @@ class GripperIO:
         self._client = ActionClient(node, self._action, action, callback_group=group)
         self._serving = ControllerParams(node, self.target, False, group)  # who serves it (its parameters unread)
         self._activity = ControllerActivity(node, group)
+        self._unread = ""  # why the manager's word was last not read (warned once)
 
     async def ready(self, wait_s: float) -> bool:
         """Whether the gripper's action server is there, waiting up to ``wait_s``."""
@@ -86,14 +87,25 @@ class GripperIO:
             waited += POLL_S
         return True
 
+    def check_ahead(self, wait_s: float) -> None:
+        """Start asking the jaw controller's manager whether it is active (``ControllerActivity.ahead``), for
+        ``inactive`` to find answered."""
+        serving = self._serving.controllers()
+        if len(serving) == 1:
+            self._activity.ahead(serving[0], wait_s)
+
     async def inactive(self, wait_s: float) -> str:
         """Why the jaw's controller plays none of our goals: its controller manager lists it as not active ('' = it
-        is active, or no manager says: ``controller_activity``), within ``wait_s``."""
+        is active, no manager says, or several nodes serve the action: ``controller_activity``), within ``wait_s``;
+        a manager that did not answer is warned of once."""
         serving = self._serving.controllers()
         if len(serving) != 1:
             return ""
-        state, manager, _ = await self._activity.state(serving[0], wait_s)
-        return "" if state in ("", ACTIVE) else inactive_reason(serving[0], state, manager, GRIPPER_INACTIVE)
+        wrong, unread = await self._activity.refusal(serving[0], wait_s, GRIPPER_INACTIVE)
+        if unread and unread != self._unread:
+            self._node.get_logger().warning(f"cannot tell whether {serving[0]} is active: {unread}")
+        self._unread = unread
+        return wrong
 
     def begin(self) -> None:
         """A new instruction goal: what its outcome reads (``refused``, ``unanswered_s``) starts afresh."""

@@ -66,10 +66,12 @@ def spin_until_shutdown(node: Node, executor: Executor) -> int:
             node.end_for_shutdown(STOP_WAIT_S)
         stopping.set()
         spun.wait(STOP_WAIT_S)  # within one poll once its wait returns: nothing spins while the executor stops
-        executor.shutdown()  # returns once the callbacks running now have (a model load runs to its end)
-        node.destroy_node()
-        rclpy.try_shutdown()
-        faulthandler.cancel_dump_traceback_later()
+        try:
+            executor.shutdown()  # returns once the callbacks running now have (a model load runs to its end)
+            node.destroy_node()
+            rclpy.try_shutdown()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
     return 0
 
 

@@ -1,11 +1,12 @@
-"""`gripper_sim` through real rclpy nodes, as a GripperActionController behaves: a goal moves the jaw at its velocity
-to the position (clamped to its limits) and SUCCEEDS reached; a newer goal preempts the active one (CANCELED, not
+"""`gripper_sim` through real rclpy nodes, as a GripperActionController behaves: a goal moves the jaw at its velocity to
+the position (clamped to its limits) and SUCCEEDS reached; a newer goal preempts the active one (CANCELED, not
 reached) and the jaw turns toward the new position; a cancel stops it where it is; its joint_states name only its
 joint. The instruction node refuses a gripper_joint_names that is not one action joint, naming the parameter. The
-same through ParallelGripperCommand, the action of parallel_gripper_controllers (Jazzy on; the only one from
-Kilted). What a real jaw meets: an object stalls it (GripperActionController's two ends of a stall) one way, motors
-switched off stall it both ways, a switched-off controller takes goals and ends none (and its controller manager,
-asked first, names it), a refusing one is counted in a row; our gripper client reads each as the instruction goal's outcome needs it."""
+same through ParallelGripperCommand, the action of parallel_gripper_controllers (Jazzy on; the only one from Kilted).
+What a real jaw meets: an object stalls it (GripperActionController's two ends of a stall) one way, motors switched
+off stall it both ways, a switched-off controller takes goals and ends none (and its controller manager, asked first,
+names it), a refusing one is counted in a row; our gripper client reads each as the instruction goal's outcome needs
+it."""
 
 import re
 import time
