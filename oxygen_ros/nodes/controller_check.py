@@ -51,8 +51,8 @@ class ControllerCheck:
     def read_ahead(self, joints: tuple[str, ...], turning_joints: list[str], wait_s: float) -> None:
         """Start reading what ``misconfigured`` asks of the controller now, so that it finds the answer read: the
         goal's first inference and the read overlap (a first goal, or one after the controller was reloaded, would
-        otherwise wait for the read between its first chunk's answer and the arm); the clients of its managers are
-        made, to be matched by then. Any thread the executor runs."""
+        otherwise wait for the read between its first chunk's answer and the arm); its manager is asked now too
+        (``ControllerActivity.ahead``). Any thread the executor runs."""
         if self._ahead is None or self._ahead.done():
             self._ahead = self._node.executor.create_task(self._params.read, asked(joints, turning_joints), wait_s)
         serving = self._params.controllers()
