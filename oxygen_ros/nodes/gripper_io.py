@@ -30,7 +30,7 @@ from rclpy.node import Node
 from oxygen_ros.control.arm.jaw_answers import JawAnswers
 from oxygen_ros.nodes import gripper_actions
 from oxygen_ros.nodes.action_client import ActionClient
-from oxygen_ros.nodes.controller_activity import GRIPPER_INACTIVE, ControllerActivity
+from oxygen_ros.nodes.controller_activity import FRESH_S, GRIPPER_INACTIVE, ControllerActivity
 from oxygen_ros.nodes.controller_params import ControllerParams
 from oxygen_ros.nodes.future_wait import wait
 
@@ -106,6 +106,16 @@ class GripperIO:
             self._node.get_logger().warning(f"cannot tell whether {serving[0]} is active: {unread}")
         self._unread = unread
         return wrong
+
+    def listed(self, wait_s: float) -> tuple[str, str, str] | None:
+        """(the jaw's controller, the state its manager lists it in, that manager) as a read started within FRESH_S
+        + ``wait_s`` (``check_ahead``, ``wait_s`` its wait) found it; None when none did (no manager lists it, none
+        answered, several nodes serve the action)."""
+        serving = self._serving.controllers()
+        if len(serving) != 1:
+            return None
+        known = self._activity.listed(serving[0], FRESH_S + wait_s)
+        return None if known is None else (serving[0], *known)
 
     def begin(self) -> None:
         """A new instruction goal: what its outcome reads (``refused``, ``unanswered_s``) starts afresh."""

@@ -5,8 +5,9 @@ the newest frame; its row 0 is the target after the control step during which th
 ``actions_per_chunk`` of it; when ``chunk_threshold`` planned targets remain the next chunk is asked for, due before
 the plan's last target minus the time a trajectory needs to reach the controller (``send_lead_s``), so inference
 overlaps execution (LeRobot's async inference). An arriving chunk is checked (shape, period), merged into the plan
-(``control.arm.action_queue``: targets due before now + ``send_lead_s`` dropped, overlapping ones blended with
-``blend_old_weight``), mapped to joint units, checked against the limits the goal started with and against where the
+(``control.arm.action_queue``: targets due before now + ``send_lead_s`` dropped while a plan moves the arm; those of
+steps an arm stood still, at a goal's start, after a hold or past its plan's end, put off instead; overlapping ones
+blended with ``blend_old_weight``), mapped to joint units, checked against the limits the goal started with and against where the
 plan has the arm now (``control.arm.safety``; at rest: the measured position, within ``max_start_jump``; moving: the
 measured position must be within ``max_tracking_error`` of where the plan had the arm when it was read), and sent as
 one trajectory on the node clock.
@@ -42,6 +43,7 @@ from oxygen_ros.errors import EngineError, ErrorCode
 from oxygen_ros.msg import ActionChunk, ChunkTrace
 from oxygen_ros.srv import Infer
 from oxygen_ros.nodes.arm_io import ArmIO
+from oxygen_ros.nodes.controller_activity import ACTIVE, GRIPPER_INACTIVE, inactive_reason
 from oxygen_ros.nodes.goal_run import GoalRun
 from oxygen_ros.nodes.infer_client import ANSWER_SLACK_S
 from oxygen_ros.nodes.stamps import MAX_CLOCK_SKEW_S, seconds, time_of
@@ -248,7 +250,7 @@ class VlaArm:
                 safe, start, start_velocity = self._checked(plan, commanded, moving, times)
                 refusal = None
             except EngineError as exc:  # an arm not following its plan stops where it is, not where the plan is
-                queue.hold()
+                queue.hold(now)
                 at = None if isinstance(exc, NotFollowing) else commanded
                 self.arm.hold(at, self._node.get_logger().warning, velocity=moving)
                 refusal = exc
@@ -287,7 +289,7 @@ class VlaArm:
                            observed_at=time_of(observed_at),
                            observation_id=answer.observation_id, frame_stamp=answer.observation_stamp,
                            infer_ms=infer_s * 1e3, latency_ms=(sent_at - oldest) * 1e3, dropped=merge.dropped,
-                           blended=merge.blended, appended=merge.appended, clamped=safe.clamped,
+                           blended=merge.blended, appended=merge.appended, waited=merge.waited, clamped=safe.clamped,
                            underruns=queue.underruns, taken_spread_ms=self.arm.taken_spread_s * 1e3)  # fmt: skip
         trace.header.stamp = time_of(sent_at)
         self._traces.publish(trace)
@@ -418,6 +420,8 @@ class VlaArm:
             resting = plan.queue.resting(read_at)  # or, run out, where it holds the arm (pushed off it: not following)
         for gripper, jaw in zip(self.arm.grippers, self.arm.gripper_columns, strict=True):
             gripper.observe(float(measured[jaw]), now, self._jaw_floor(plan, jaw))
+            if gripper.unanswered_s():  # its controller silent: what its manager says of it, kept fresh (``unmoved``)
+                gripper.check_ahead(self._settings["answer_wait_s"])
         try:  # a controller that dropped or stalled the trajectory is found within a period, not at the next chunk
             if here is not None and run.running:
                 self._check_tracking(measured, here, plan.limits)
@@ -439,8 +443,11 @@ class VlaArm:
         clearly went with it (``Excursion``), within the tracking error the whole time; or a gripper on its own
         controller that the plan took over JAW_MOVED of its range never moved that far while a goal of ours stood
         past the controller's stall_timeout without a word (``GripperIO.unanswered_s``: a controller switched off;
-        a working one says reached, or stalled on what the jaw holds). A plan sent that no period of the goal found
-        under way (the first trajectory went out as the goal's duration ended) did not move the arm either."""
+        a working one says reached, or stalled on what the jaw holds), unless its controller manager, asked while it
+        was silent, lists it active (a jaw squeezing what it holds, its velocity reading noisier than the
+        controller's stall_velocity_threshold: the stall check never fires; warned of), named with its state and
+        remedy where the manager lists it otherwise. A plan sent that no period of the goal found under way (the
+        first trajectory went out as the goal's duration ended) did not move the arm either."""
         if plan.sent and plan.excursion.start is None:
             return ("the arm was never seen playing its plan: no period of the goal found a trajectory of it under way "
                     "(the first went out as duration_s ended)")  # fmt: skip
@@ -454,11 +461,21 @@ class VlaArm:
                         f"followed its plan either (is it active and playing {controller.target}?)")  # fmt: skip
         for jaw, gripper in zip(self.arm.gripper_columns, self.arm.grippers, strict=True):
             stood = gripper.unanswered_s()
-            if stood and plan.excursion.still(jaw, self._jaw_floor(plan, jaw)):
-                reach, went = plan.excursion.reach[jaw], plan.excursion.measured[jaw]
-                return (f"the gripper did not move: its plan took {self.arm.names[jaw]} {reach:.3f} from where it "
-                        f"was, it went {went:.3f}, and {gripper.target} kept a goal {stood:.1f} s without saying it "
-                        "reached its position or stalled (is its controller active?)")
+            if not stood or not plan.excursion.still(jaw, self._jaw_floor(plan, jaw)):
+                continue
+            reach, went = plan.excursion.reach[jaw], plan.excursion.measured[jaw]
+            silent = (f"its plan took {self.arm.names[jaw]} {reach:.3f} from where it was, it went {went:.3f}, and "
+                      f"{gripper.target} kept a goal {stood:.1f} s without saying it reached its position or stalled")
+            listed = gripper.listed(self._settings["answer_wait_s"])
+            if listed is not None and listed[1] == ACTIVE:  # on, and not moving the jaw: what it holds stops it
+                self._node.get_logger().warning(
+                    f"{silent}, though {listed[2]} lists {listed[0]} active: taken for a jaw held by what it grips, "
+                    "its controller's stall check never firing (a velocity reading noisier than its "
+                    "stall_velocity_threshold?)")  # fmt: skip
+                continue
+            if listed is not None:  # (a state, not '': no manager lists it as not listed)
+                return f"the gripper did not move: {silent}; {inactive_reason(*listed, GRIPPER_INACTIVE)}"
+            return f"the gripper did not move: {silent} (is its controller active?)"
         return ""
 
     @staticmethod
@@ -505,7 +522,7 @@ class VlaArm:
                 now = self.arm.readings.now()
                 if not where_it_is and not plan.sending:
                     at, velocity = plan.queue.commanded(now), plan.queue.velocity(now)
-                plan.queue.hold()
+                plan.queue.hold(now)
                 plan.sending = False
                 plan.closed |= closing
         self.arm.hold(at, self._node.get_logger().warning, velocity=velocity)

@@ -1,6 +1,7 @@
 """Chunk merging as LeRobot's async inference aggregates (robot_client._aggregate_action_queues): a chunk's row 0 is
-the target after its observation, rows the controller can no longer take dropped, overlapping steps 0.3 old +
-0.7 new, the rest appended; the plan runs dry into counted underruns."""
+the target after its observation, rows of steps the arm passed dropped (while a plan moves it, those the controller
+can no longer take; an arm that stood still passed none after it stopped: the rest are put off), overlapping steps
+0.3 old + 0.7 new, the rest appended; the plan runs dry into counted underruns."""
 
 import numpy as np
 
@@ -13,12 +14,44 @@ def _chunk(start: float, n: int = 10) -> np.ndarray:
     return (start + np.arange(n, dtype=float))[:, None]
 
 
-def test_row_zero_is_the_next_target_and_what_is_too_soon_is_dropped():
+def test_row_zero_is_the_next_target_and_a_still_arm_starts_from_it_when_the_controller_can_take_it():
+    """The goal's first chunk: the arm stood where it was read while the model ran (0.25 s with the send lead), so
+    none of the chunk's steps was played: row 0 goes first, put off to the first step the controller can take."""
     q = ActionQueue(PERIOD, 0.3)
     merge = q.merge(_chunk(0.0), observed_at=100.0, earliest=100.25)  # rows -> steps 1..10; takeable from 2.5
-    assert (merge.dropped, merge.blended, merge.appended) == (2, 0, 8)
-    assert q.first == 3 and q.rows[0, 0] == 2.0 and q.time(q.first) >= 100.25
-    assert q.remaining(100.25) == 8 and q.remaining(100.95) == 1 and q.remaining(101.0) == 0
+    assert (merge.dropped, merge.blended, merge.appended, merge.waited) == (0, 0, 10, 2)
+    assert q.first == 3 and q.rows[0, 0] == 0.0 and q.time(q.first) >= 100.25
+    assert q.remaining(100.25) == 10 and q.remaining(101.15) == 1 and q.remaining(101.2) == 0
+
+
+def test_rows_a_moving_arm_passed_are_dropped():
+    q = ActionQueue(PERIOD, 0.0)
+    q.merge(_chunk(0.0), observed_at=100.0, earliest=100.05)  # steps 1..10, the arm moving through them
+    merge = q.merge(_chunk(50.0), observed_at=100.3, earliest=100.55)  # rows -> steps 4..13; takeable from 6
+    assert (merge.dropped, merge.blended, merge.appended, merge.waited) == (2, 5, 3, 0)
+    assert q.first == 6 and q.rows[0, 0] == 52.0
+
+
+def test_a_plan_run_out_before_the_chunk_came_drops_the_steps_it_played_and_puts_off_the_rest():
+    """Read while the plan still moved the arm (step 3), the chunk came after the plan's last step (4): the arm
+    played step 4 (its plan's target), then stood still: the chunk's rows from step 5 on start at step 8, the first
+    the controller can take, as LeRobot skips only the actions up to the last one executed."""
+    q = ActionQueue(PERIOD, 0.3)
+    q.merge(_chunk(0.0, 4), observed_at=0.0, earliest=0.05)  # steps 1..4
+    merge = q.merge(_chunk(20.0), observed_at=0.3, earliest=0.75)  # rows -> steps 4..13; takeable from 8
+    assert (merge.dropped, merge.blended, merge.appended, merge.waited) == (1, 0, 9, 3)
+    assert q.first == 8 and q.rows[0, 0] == 21.0 and len(q.rows) == 9
+
+
+def test_after_a_hold_the_steps_played_until_it_are_passed_and_the_arm_waits_for_the_rest():
+    q = ActionQueue(PERIOD, 0.3)
+    q.merge(_chunk(0.0), observed_at=0.0, earliest=0.05)  # steps 1..10
+    q.hold(0.42)  # braked during step 4
+    read_before = q.merge(_chunk(30.0), observed_at=0.25, earliest=0.6)  # rows -> steps 3..12; takeable from 6
+    assert (read_before.dropped, read_before.waited) == (2, 1) and q.first == 6 and q.rows[0, 0] == 32.0
+    q.hold(0.65)
+    read_after = q.merge(_chunk(60.0), observed_at=0.9, earliest=1.2)  # rows -> steps 10..19; takeable from 12
+    assert (read_after.dropped, read_after.waited) == (0, 2) and q.first == 12 and q.rows[0, 0] == 60.0
 
 
 def test_overlap_is_weighted_old_point_three_new_point_seven():
@@ -36,8 +69,8 @@ def test_latest_only_and_a_chunk_too_late_for_any_step():
     q.merge(_chunk(0.0), observed_at=0.0, earliest=0.0)
     q.merge(_chunk(50.0, 3), observed_at=0.1, earliest=0.15)
     np.testing.assert_allclose(q.rows[:, 0], [50.0, 51.0, 52.0])  # blended with weight 0: the newest only
-    late = q.merge(_chunk(80.0, 3), observed_at=0.1, earliest=0.5)
-    assert (late.dropped, late.blended, late.appended) == (3, 0, 0) and q.rows[0, 0] == 50.0  # the plan stays
+    late = q.merge(_chunk(80.0, 3), observed_at=0.1, earliest=0.5)  # steps 2..4: the plan played them
+    assert (late.dropped, late.blended, late.appended, late.waited) == (3, 0, 0, 0) and q.rows[0, 0] == 50.0  # stays
 
 
 def test_a_merged_plan_is_nowhere_until_it_is_told_and_a_held_one_nowhere():
@@ -51,7 +84,7 @@ def test_a_merged_plan_is_nowhere_until_it_is_told_and_a_held_one_nowhere():
     q.merge(_chunk(5.0, 3), observed_at=0.1, earliest=0.1)  # steps 2..4
     assert q.commanded(0.15) is None and q.velocity(0.15) is None
     q.told(q.rows, np.zeros_like(q.rows), np.array([0.1, 0.2, 0.3]), 0.1, np.zeros(1), None)
-    q.hold()
+    q.hold(0.2)
     assert q.commanded(0.25) is None and q.velocity(0.25) is None
 
 
@@ -63,7 +96,7 @@ def test_underruns_are_counted_once_each_time_the_plan_runs_dry():
     q.merge(_chunk(0.0, 4), observed_at=0.5, earliest=0.5)  # steps 6..9
     assert not q.check_underrun(0.6)
     assert q.check_underrun(0.95) and q.underruns == 2
-    q.hold()
+    q.hold(0.95)
     assert q.remaining(1.0) == 0 and not q.check_underrun(2.0)  # a held arm is not an underrun
 
 

@@ -21,7 +21,7 @@ from oxygen_ros.srv import Infer
 from oxygen_ros.nodes.trajectory_controller import Fault
 from oxygen_ros.nodes.vla_arm import ArmPlan, VlaArm
 
-SETTINGS = {"send_lead_s": 0.1, "max_missed_chunks": 3, "input_timeout_s": 0.5}
+SETTINGS = {"send_lead_s": 0.1, "max_missed_chunks": 3, "input_timeout_s": 0.5, "answer_wait_s": 1.0}
 
 
 class Arm:
@@ -39,7 +39,8 @@ class Arm:
         self.read_at: float | None = None  # when the position was read (None: now)
         self.gripper = SimpleNamespace(holds=0, refused=0, unanswered_s=lambda: 0.0, command=lambda *_, **__: None,
                                        jammed=lambda floor: None, observe=lambda *_: None, stuck=lambda: None,
-                                       target="/gripper_controller/gripper_cmd")  # fmt: skip
+                                       target="/gripper_controller/gripper_cmd", listed=lambda wait_s: None,
+                                       check_ahead=lambda wait_s: None)  # fmt: skip
         self.grippers = [self.gripper] if self.gripper_columns else []
         self.tolerances = {"max_tracking_error": np.full(3, 0.3)}  # instruction_node's default for every joint
 
@@ -184,7 +185,7 @@ def test_a_chunk_whose_inputs_are_older_than_any_answer_on_time_can_be_is_missed
     try:
         rows = [[0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [0.4, 0.0, 0.0], [0.6, 0.0, 0.0]]
         arm, run, plan = Arm([0.0, 0.0, 0.0]), Run(), planned(rows)
-        plan.queue.hold()  # at rest, nothing planned: as before a goal's first chunk
+        plan.queue.hold(10.0)  # held, nothing planned (the chunk is refused for its age before any merge)
         vla = VlaArm(node, arm, SETTINGS)
         assert vla.max_input_age(plan) == pytest.approx(1.8)
         arm.clock = 12.1
@@ -201,7 +202,7 @@ def test_a_chunk_whose_inputs_are_older_than_any_answer_on_time_can_be_is_missed
 
 
 def test_a_chunk_whose_inputs_are_just_within_the_bound_is_merged_and_checked(ros_context):
-    """Its targets still ahead are played: the chunk is merged and goes on to the arm's checks (here refused there,
+    """Its targets are played: the chunk is merged and goes on to the arm's checks (here refused there,
     on purpose, to show it got that far)."""
     node = Node("arm_stale_chunk_within_test", context=ros_context)
     try:
@@ -443,30 +444,42 @@ def test_a_gripper_that_refuses_its_goals_ends_the_goal_with_the_arm_held(ros_co
         node.destroy_node()
 
 
-@pytest.mark.parametrize(("went", "stood_s", "unmoved"), [
-    (0.0, 2.5, True),  # never moved while a goal stood 2.5 s without a word: a controller switched off
-    (0.0, 0.0, False),  # never moved, but no goal stood past the stall timeout unanswered: a grip (or goals replaced)
-    (0.15, 2.5, False),  # moved over 2% of its 6 rad range (0.12), then stopped: a grip
+SILENT = ("the gripper did not move: its plan took jaw 0.200 from where it was, it went 0.000, and "
+          "/gripper_controller/gripper_cmd kept a goal 2.5 s without saying it reached its position or stalled")
+LISTED = ("/gripper_controller", "/controller_manager")
+
+
+@pytest.mark.parametrize(("went", "stood_s", "state", "unmoved"), [
+    (0.0, 2.5, None, f"{SILENT} (is its controller active?)"),  # never moved, a goal 2.5 s unanswered: switched off?
+    (0.0, 0.0, None, ""),  # never moved, but no goal stood past the stall timeout unanswered: a grip (or goals replaced)
+    (0.15, 2.5, None, ""),  # moved over 2% of its 6 rad range (0.12), then stopped: a grip
+    (0.0, 2.5, "active", ""),  # its manager lists it active: on, the jaw held by what it grips, its stall check silent
+    (0.0, 2.5, "inactive", f"{SILENT}; /gripper_controller is inactive, not active (/controller_manager lists it so): "
+     "it takes goals and never moves the jaw nor ends them (a GripperActionController deactivated); activate it "
+     "(`ros2 control set_controller_state gripper_controller active`, or spawn it active)"),
 ])  # fmt: skip
 def test_a_jaw_that_never_moved_while_its_controller_said_nothing_is_named_at_the_goals_end(ros_context, went,
-                                                                                           stood_s, unmoved):
+                                                                                           stood_s, state, unmoved):
     """The arm stands still as its plan has it; the plan's first jaw target is 0.2 from where the jaw was read (a
     jaw may jump there). A jaw on its own controller may stall on what it holds after any distance, so only one that
     never moved, while a goal of ours stood past the controller's stall timeout without its saying reached or
-    stalled (``GripperIO.unanswered_s``), makes the goal's motion not happen."""
-    node = Node("arm_unmoved_jaw_test", context=ros_context)
+    stalled (``GripperIO.unanswered_s``), makes the goal's motion not happen; its manager, asked meanwhile, tells a
+    controller switched off (named, with its remedy) from one whose stall check never fires on a held jaw (active:
+    no failure)."""
+    node = Node(f"arm_unmoved_jaw_test_{state}", context=ros_context)
     try:
         arm, run, plan = Arm([0.0, 0.0, 0.0], gripper_column=2), Run(), planned([[0.0, 0.0, 0.2], [0.0, 0.0, 0.2]])
+        asked = []
         arm.gripper.unanswered_s = lambda: stood_s
+        arm.gripper.check_ahead = asked.append
+        arm.gripper.listed = lambda wait_s: None if state is None else (LISTED[0], state, LISTED[1])
         vla = VlaArm(node, arm, SETTINGS)
         for t in (10.0, 10.1, 10.2):
             arm.clock, arm.position = t, np.array([0.0, 0.0, went * (t > 10.0)])
             vla.tick(run, plan)
         assert run.running
-        why = ("the gripper did not move: its plan took jaw 0.200 from where it was, it went 0.000, and "
-               "/gripper_controller/gripper_cmd kept a goal 2.5 s without saying it reached its position or stalled "
-               "(is its controller active?)")  # fmt: skip
-        assert vla.unmoved(plan) == (why if unmoved else "")
+        assert asked == ([1.0] * 3 if stood_s else [])  # its manager asked while it is silent (answer_wait_s)
+        assert vla.unmoved(plan) == unmoved
     finally:
         node.destroy_node()
 

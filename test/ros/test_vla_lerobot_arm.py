@@ -8,7 +8,8 @@ against the reference: test_pi05_engine). Checked: the
 goal succeeds with the arm and the jaw moved inside the URDF's limits and speeds (the trajectory controller refuses
 a trajectory naming the jaw); every chunk names the keyed observation it came from; that observation, asked about
 again, has the image tokens of exactly its two cameras; a camera key the checkpoint does not read is
-INVALID_ARGUMENT naming it; with the jaw's controller switched off the goal fails, naming the jaw."""
+INVALID_ARGUMENT naming it; with the jaw's controller switched off the goal fails, naming the jaw; silent while its
+manager lists it active, the jaw is taken for one held by what it grips."""
 
 import threading
 from collections.abc import Iterator
@@ -156,6 +157,37 @@ def test_a_jaw_whose_controller_is_switched_off_fails_the_goal(robot):
     assert out.status == GoalStatus.STATUS_ABORTED, out.result.message
     assert out.result.message.startswith("the gripper did not move: its plan took gripper "), out.result.message
     assert "/gripper_controller/gripper_cmd kept a goal" in out.result.message
+
+
+@pytest.mark.parametrize("listed", ["active", "inactive"])
+def test_a_silent_jaw_controller_is_judged_by_its_managers_word(robot, listed):
+    """The jaw's controller takes goals and ends none while its manager lists it active when the goal starts: then,
+    asked again while the controller stays silent, the manager still lists it active (a controller on whose stall
+    check never fires on a jaw squeezing what it holds: the goal succeeds on the arm's motion, warned of), or has
+    switched it off meanwhile (the goal fails, naming the controller's state and the command that activates it)."""
+    back = send_goal(robot, GripperCommand, "/gripper_controller/gripper_cmd", GripperCommand.Goal(
+        command=JawCommand(position=float(MIDDLE[JAW]), max_effort=10.0)))  # fmt: skip
+    assert back.result(timeout=10.0).status == GoalStatus.STATUS_SUCCEEDED  # the jaw in the middle again
+    manager = ControllerManager(robot.context, "/", {"arm_sim": "active", "gripper_sim": "active"})
+    set_parameter(robot, "/gripper_sim", "active", False)
+    try:
+        with spin_nodes(robot.context, manager):
+            wait_until(lambda: "/controller_manager/list_controllers" in dict(robot.get_service_names_and_types()),
+                       5.0, "the manager's list_controllers")  # fmt: skip
+            before = len(robot.traces.messages)
+            goal = FollowInstruction.Goal(instruction=INSTRUCTION, rate_hz=5.0, duration_s=6.0)
+            handle = send_goal(robot, FollowInstruction, "/follow_instruction", goal)
+            wait_until(lambda: len(robot.traces.messages) > before, 60.0, "the goal's first chunk on the arm")
+            manager.states["gripper_sim"] = listed  # (past the goal's own check, which found it active)
+            out = handle.result(timeout=120.0)
+    finally:
+        set_parameter(robot, "/gripper_sim", "active", True)
+    if listed == "active":
+        assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
+    else:
+        assert out.status == GoalStatus.STATUS_ABORTED, out.result.message
+        assert out.result.message.startswith("the gripper did not move: its plan took gripper "), out.result.message
+        assert "; /gripper_sim is inactive, not active (/controller_manager lists it so)" in out.result.message
 
 
 def test_a_jaw_controller_its_manager_lists_inactive_refuses_the_goal_before_anything_moves(robot):

@@ -6,7 +6,13 @@ s + 2, ...``: its row 0 is the next target, as a policy's first action is the on
 When it arrives, with the controller able to take a trajectory no earlier than ``earliest`` (now plus the time a goal
 needs to reach it):
 
-* rows due before ``earliest`` are dropped: they can no longer be executed as planned;
+* rows the arm has passed are dropped: while a plan moves it, those due before ``earliest`` (they can no longer be
+  executed as planned); where it stood still (no plan yet, a hold, or its plan's last step before ``earliest``), only
+  those of the steps it played before it stopped, and the rest are put off (``waited`` steps) to start at the first
+  step the controller can take: an arm that waited where it was read has played none of them. As LeRobot's robot
+  client skips the actions up to the last one it executed (``_aggregate_action_queues``: an empty queue advances no
+  step) and a synchronous policy plays its first action whenever its inference ends; dropping them instead would
+  start a still arm partway into its chunk, a jump of as many steps of motion as the inference took periods;
 * rows of steps the current plan still holds are blended, ``old_weight * old + (1 - old_weight) * new`` (LeRobot's
   ``weighted_average`` is 0.3 / 0.7; 0 keeps the newest only), which softens the switch between two chunks;
 * the rest are appended, and the plan's steps the new chunk does not cover are discarded.
@@ -33,9 +39,10 @@ EPS = 1e-9
 
 @dataclass(frozen=True)
 class Merge:
-    dropped: int  # rows due before the controller could take them
+    dropped: int  # rows of steps the arm had passed when the controller could take them
     blended: int  # rows averaged with the plan's
     appended: int  # rows past the plan's end
+    waited: int = 0  # steps the kept rows were put off: the arm stood still meanwhile
 
 
 class ActionQueue:
@@ -46,6 +53,7 @@ class ActionQueue:
         self.first = 0  # step of rows[0]
         self.rows: np.ndarray | None = None  # [n, J] joint targets
         self._played: Trajectory | None = None  # the rows as the controller was told them (``told``; merged: None)
+        self._stopped_at = -math.inf  # without a plan: the last step the arm played (a hold's; none before a plan)
         self.underruns = 0
         self._dry = False  # the last check found the plan run out (counts an underrun once)
 
@@ -123,24 +131,30 @@ class ActionQueue:
         whose first target is due at ``earliest`` or later."""
         if self.origin is None:
             self.origin = observed_at
-        start = self.step(observed_at) + 1
-        keep_from = max(start, math.ceil((earliest - self.origin) / self.period - EPS))
-        merged, dropped, blended = [], 0, 0
-        for i, row in enumerate(rows):
-            k = start + i
-            if k < keep_from:
-                dropped += 1
-                continue
-            j = k - self.first
+        start = self.step(observed_at) + 1  # row 0's own step
+        takeable = math.ceil((earliest - self.origin) / self.period - EPS)
+        # the last step the arm played before the controller can take this: all before takeable while a plan moves
+        # it; its last step when the plan ran out sooner, or a hold's (-inf before any plan): it stood still since
+        played = min(takeable - 1, self.last if self.rows is not None else self._stopped_at)
+        skip = max(0, played + 1 - start)  # rows of steps the arm passed
+        first = max(takeable, start + skip)  # where the first kept row goes: its own step, or put off to takeable
+        merged, blended = [], 0
+        for i, row in enumerate(rows[skip:]):
+            j = first + i - self.first
             if self.rows is not None and 0 <= j < len(self.rows):
                 row = self.old_weight * self.rows[j] + (1.0 - self.old_weight) * row
                 blended += 1
             merged.append(row)
         if merged:  # else the chunk came too late for any of its steps: the plan stays
-            self.first, self.rows, self._played = keep_from, np.stack(merged), None
+            self.first, self.rows, self._played = first, np.stack(merged), None
             self._dry = False
-        return Merge(dropped, blended, len(merged) - blended)
+        return Merge(len(rows) - len(merged), blended, len(merged) - blended, first - start - skip if merged else 0)
 
-    def hold(self) -> None:
-        """Forget the plan (the arm was told to hold): the next chunk starts a new one on the same step grid."""
+    def hold(self, at: float) -> None:
+        """Forget the plan (the arm was told to hold at node-clock ``at``, braking from where the plan had it then):
+        the next chunk starts a new one on the same step grid, after the steps played until then (a plan the
+        controller had not taken yet counts as played up to ``at``: a chunk is asked for only after the hold, so
+        its steps all come later)."""
+        if self.rows is not None and self.origin is not None:
+            self._stopped_at = min(self.step(at), self.last)
         self.rows, self._played = None, None
