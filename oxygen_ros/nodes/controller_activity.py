@@ -10,8 +10,7 @@ the graph: ros2_control creates a controller's node in its manager's namespace, 
 namespace serving ``<manager>/list_controllers``. A controller no manager lists (a vendor driver's own server, a
 MoveIt or simulated one) is not judged here; nor when no manager answers in time (the goal goes on, with a warning:
 the controller's rejection or the tracking check still stops it). A request unanswered is asked again once (a reply
-sent before its path to us was matched is lost), as ``controller_params`` does. What each read found is kept
-(``listed``): a jaw's controller silent during a goal is asked again, and judged by it at the goal's end.
+sent before its path to us was matched is lost), as ``controller_params`` does.
 """
 
 import threading
@@ -59,7 +58,6 @@ class ControllerActivity:
         self._lock = threading.Lock()  # the clients and the read ahead, which concurrent goals' checks share
         self._clients: dict[str, Client] = {}  # list_controllers service name -> its client
         self._ahead: tuple[str, Future, float] | None = None  # a read started for a controller, not yet taken, when
-        self._listed: dict[str, tuple[str, str, float]] = {}  # controller -> (state, manager, when) as last listed
 
     def ahead(self, controller: str, wait_s: float) -> None:
         """Start asking for ``controller``'s state now, unless a read of it started so within FRESH_S is not taken
@@ -93,15 +91,6 @@ class ControllerActivity:
             return "", "its controller manager was not read within answer_wait_s"
         state, manager, unread = task.result()
         return ("" if state in ("", ACTIVE) else inactive_reason(controller, state, manager, consequence)), unread
-
-    def listed(self, controller: str, within_s: float) -> tuple[str, str] | None:
-        """(``controller``'s state, the manager listing it) as the newest read within ``within_s`` found it; None
-        when none did."""
-        with self._lock:
-            known = self._listed.get(controller)
-        if known is None or time.monotonic() - known[2] > within_s:
-            return None
-        return known[0], known[1]
 
     def managers(self, controller: str) -> list[str]:
         """The list_controllers services of the managers in ``controller``'s namespace, sorted, each with a client
@@ -140,8 +129,6 @@ class ControllerActivity:
             if listed is None:  # another manager may list it yet
                 unanswered.append(manager)
             elif name in listed:
-                with self._lock:
-                    self._listed[controller] = listed[name], manager, time.monotonic()
                 return listed[name], manager, ""
         if unanswered:
             return "", "", f"{', '.join(unanswered)} did not answer list_controllers within answer_wait_s"

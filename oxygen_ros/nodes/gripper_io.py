@@ -20,12 +20,15 @@ GripperActionController answers a cancel by commanding the jaw's measured positi
 the squeeze off whatever the jaw holds, so the last goal keeps its grip.
 """
 
+import math
 import threading
+import time
 
 from action_msgs.msg import GoalStatus
 from control_msgs.action import GripperCommand
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
+from rclpy.task import Future
 
 from oxygen_ros.control.arm.jaw_answers import JawAnswers
 from oxygen_ros.nodes import gripper_actions
@@ -76,6 +79,9 @@ class GripperIO:
         self._serving = ControllerParams(node, self.target, False, group)  # who serves it (its parameters unread)
         self._activity = ControllerActivity(node, group)
         self._unread = ""  # why the manager's word was last not read (warned once)
+        self._silence: tuple[Future, str] | None = None  # a read while a goal is unanswered: its task, of which
+        self._silence_asked = -math.inf  # when it was started (monotonic s)
+        self._said: tuple[str, str, str] | None = None  # (controller, state, manager) the last answered one found
 
     async def ready(self, wait_s: float) -> bool:
         """Whether the gripper's action server is there, waiting up to ``wait_s``."""
@@ -107,20 +113,44 @@ class GripperIO:
         self._unread = unread
         return wrong
 
-    def listed(self, wait_s: float) -> tuple[str, str, str] | None:
-        """(the jaw's controller, the state its manager lists it in, that manager) as a read started within FRESH_S
-        + ``wait_s`` (``check_ahead``, ``wait_s`` its wait) found it; None when none did (no manager lists it, none
-        answered, several nodes serve the action)."""
+    def ask_while_silent(self, wait_s: float) -> None:
+        """A goal of ours stands unanswered past the stall timeout: read what the controller's manager says of it,
+        again once the last read is answered and FRESH_S old (``listed``; this instruction goal's own reads, apart
+        from the read ahead of a goal's check). The clock thread."""
+        now = time.monotonic()
+        with self._lock:
+            if (self._silence is not None and not self._silence[0].done()) or now - self._silence_asked <= FRESH_S:
+                return
+            self._silence_asked = now
+            self._take_silence_read()
         serving = self._serving.controllers()
-        if len(serving) != 1:
-            return None
-        known = self._activity.listed(serving[0], FRESH_S + wait_s)
-        return None if known is None else (serving[0], *known)
+        if len(serving) == 1:
+            task = self._node.executor.create_task(self._activity.state, serving[0], wait_s)
+            with self._lock:
+                self._silence = task, serving[0]
+
+    def _take_silence_read(self) -> None:
+        """Keep what the silence read found, once answered (``_said``). Call with the lock held."""
+        reading = self._silence
+        if reading is not None and reading[0].done() and not reading[0].cancelled() and reading[0].exception() is None:
+            state, manager, _ = reading[0].result()
+            if state:  # '': no manager lists it, or none answered
+                self._said = reading[1], state, manager
+
+    def listed(self) -> tuple[str, str, str] | None:
+        """(the jaw's controller, the state its manager lists it in, that manager) as the newest answered read of
+        this instruction goal's silence found it (``ask_while_silent``); None when none did."""
+        with self._lock:
+            self._take_silence_read()
+            return self._said
 
     def begin(self) -> None:
-        """A new instruction goal: what its outcome reads (``refused``, ``unanswered_s``) starts afresh."""
+        """A new instruction goal: what its outcome reads (``refused``, ``unanswered_s``, ``listed``) starts afresh."""
         with self._lock:
             self._answers.begin()
+            if self._silence is not None:
+                self._silence[0].cancel()
+            self._silence, self._silence_asked, self._said = None, -math.inf, None
 
     @property
     def refused(self) -> int:
@@ -213,5 +243,8 @@ class GripperIO:
             self._sent = None
 
     def destroy(self) -> None:
+        with self._lock:
+            if self._silence is not None:
+                self._silence[0].cancel()
         self._client.destroy()
         self._activity.destroy()

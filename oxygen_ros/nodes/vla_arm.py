@@ -420,8 +420,8 @@ class VlaArm:
             resting = plan.queue.resting(read_at)  # or, run out, where it holds the arm (pushed off it: not following)
         for gripper, jaw in zip(self.arm.grippers, self.arm.gripper_columns, strict=True):
             gripper.observe(float(measured[jaw]), now, self._jaw_floor(plan, jaw))
-            if gripper.unanswered_s():  # its controller silent: what its manager says of it, kept fresh (``unmoved``)
-                gripper.check_ahead(self._settings["answer_wait_s"])
+            if gripper.unanswered_s():  # its controller silent: what its manager says of it (``unmoved``)
+                gripper.ask_while_silent(self._settings["answer_wait_s"])
         try:  # a controller that dropped or stalled the trajectory is found within a period, not at the next chunk
             if here is not None and run.running:
                 self._check_tracking(measured, here, plan.limits)
@@ -443,11 +443,10 @@ class VlaArm:
         clearly went with it (``Excursion``), within the tracking error the whole time; or a gripper on its own
         controller that the plan took over JAW_MOVED of its range never moved that far while a goal of ours stood
         past the controller's stall_timeout without a word (``GripperIO.unanswered_s``: a controller switched off;
-        a working one says reached, or stalled on what the jaw holds), unless its controller manager, asked while it
-        was silent, lists it active (a jaw squeezing what it holds, its velocity reading noisier than the
-        controller's stall_velocity_threshold: the stall check never fires; warned of), named with its state and
-        remedy where the manager lists it otherwise. A plan sent that no period of the goal found under way (the
-        first trajectory went out as the goal's duration ended) did not move the arm either."""
+        a working one says reached, or stalled on what the jaw holds; its controller manager, asked while it was
+        silent, says which: not active, named with the remedy; active, the jaw held there, by its motors off or by
+        what it grips with a stall check that never fires). A plan sent that no period of the goal found under way
+        (the first trajectory went out as the goal's duration ended) did not move the arm either."""
         if plan.sent and plan.excursion.start is None:
             return ("the arm was never seen playing its plan: no period of the goal found a trajectory of it under way "
                     "(the first went out as duration_s ended)")  # fmt: skip
@@ -466,14 +465,12 @@ class VlaArm:
             reach, went = plan.excursion.reach[jaw], plan.excursion.measured[jaw]
             silent = (f"its plan took {self.arm.names[jaw]} {reach:.3f} from where it was, it went {went:.3f}, and "
                       f"{gripper.target} kept a goal {stood:.1f} s without saying it reached its position or stalled")
-            listed = gripper.listed(self._settings["answer_wait_s"])
-            if listed is not None and listed[1] == ACTIVE:  # on, and not moving the jaw: what it holds stops it
-                self._node.get_logger().warning(
-                    f"{silent}, though {listed[2]} lists {listed[0]} active: taken for a jaw held by what it grips, "
-                    "its controller's stall check never firing (a velocity reading noisier than its "
-                    "stall_velocity_threshold?)")  # fmt: skip
-                continue
-            if listed is not None:  # (a state, not '': no manager lists it as not listed)
+            listed = gripper.listed()
+            if listed is not None and listed[1] == ACTIVE:  # on, and the jaw not moving: held, by what or why
+                return (f"the gripper did not move: {silent}, though {listed[2]} lists {listed[0]} active: the jaw is "
+                        "held where it is (its motors off, or by what it grips with the controller's stall check "
+                        "never firing: a velocity reading noisier than its stall_velocity_threshold)")  # fmt: skip
+            if listed is not None:
                 return f"the gripper did not move: {silent}; {inactive_reason(*listed, GRIPPER_INACTIVE)}"
             return f"the gripper did not move: {silent} (is its controller active?)"
         return ""

@@ -39,8 +39,8 @@ class Arm:
         self.read_at: float | None = None  # when the position was read (None: now)
         self.gripper = SimpleNamespace(holds=0, refused=0, unanswered_s=lambda: 0.0, command=lambda *_, **__: None,
                                        jammed=lambda floor: None, observe=lambda *_: None, stuck=lambda: None,
-                                       target="/gripper_controller/gripper_cmd", listed=lambda wait_s: None,
-                                       check_ahead=lambda wait_s: None)  # fmt: skip
+                                       target="/gripper_controller/gripper_cmd", listed=lambda: None,
+                                       ask_while_silent=lambda wait_s: None)  # fmt: skip
         self.grippers = [self.gripper] if self.gripper_columns else []
         self.tolerances = {"max_tracking_error": np.full(3, 0.3)}  # instruction_node's default for every joint
 
@@ -453,7 +453,9 @@ LISTED = ("/gripper_controller", "/controller_manager")
     (0.0, 2.5, None, f"{SILENT} (is its controller active?)"),  # never moved, a goal 2.5 s unanswered: switched off?
     (0.0, 0.0, None, ""),  # never moved, but no goal stood past the stall timeout unanswered: a grip (or goals replaced)
     (0.15, 2.5, None, ""),  # moved over 2% of its 6 rad range (0.12), then stopped: a grip
-    (0.0, 2.5, "active", ""),  # its manager lists it active: on, the jaw held by what it grips, its stall check silent
+    (0.0, 2.5, "active", f"{SILENT}, though /controller_manager lists /gripper_controller active: the jaw is held "
+     "where it is (its motors off, or by what it grips with the controller's stall check never firing: a velocity "
+     "reading noisier than its stall_velocity_threshold)"),  # fmt: skip
     (0.0, 2.5, "inactive", f"{SILENT}; /gripper_controller is inactive, not active (/controller_manager lists it so): "
      "it takes goals and never moves the jaw nor ends them (a GripperActionController deactivated); activate it "
      "(`ros2 control set_controller_state gripper_controller active`, or spawn it active)"),
@@ -463,16 +465,16 @@ def test_a_jaw_that_never_moved_while_its_controller_said_nothing_is_named_at_th
     """The arm stands still as its plan has it; the plan's first jaw target is 0.2 from where the jaw was read (a
     jaw may jump there). A jaw on its own controller may stall on what it holds after any distance, so only one that
     never moved, while a goal of ours stood past the controller's stall timeout without its saying reached or
-    stalled (``GripperIO.unanswered_s``), makes the goal's motion not happen; its manager, asked meanwhile, tells a
-    controller switched off (named, with its remedy) from one whose stall check never fires on a held jaw (active:
-    no failure)."""
+    stalled (``GripperIO.unanswered_s``), makes the goal's motion not happen; its manager, asked meanwhile, says
+    whether the controller is off (named, with its remedy) or on, the jaw held (its motors off, or gripping with a
+    stall check that never fires)."""
     node = Node(f"arm_unmoved_jaw_test_{state}", context=ros_context)
     try:
         arm, run, plan = Arm([0.0, 0.0, 0.0], gripper_column=2), Run(), planned([[0.0, 0.0, 0.2], [0.0, 0.0, 0.2]])
         asked = []
         arm.gripper.unanswered_s = lambda: stood_s
-        arm.gripper.check_ahead = asked.append
-        arm.gripper.listed = lambda wait_s: None if state is None else (LISTED[0], state, LISTED[1])
+        arm.gripper.ask_while_silent = asked.append
+        arm.gripper.listed = lambda: None if state is None else (LISTED[0], state, LISTED[1])
         vla = VlaArm(node, arm, SETTINGS)
         for t in (10.0, 10.1, 10.2):
             arm.clock, arm.position = t, np.array([0.0, 0.0, went * (t > 10.0)])

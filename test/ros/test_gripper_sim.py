@@ -260,7 +260,8 @@ def test_a_switched_off_controller_takes_goals_and_never_moves_or_ends_them(ros_
 def test_a_jaw_controller_its_manager_lists_inactive_is_named_before_any_goal(ros_context, jaw):
     """Before a goal sends the jaw anything, our client asks the controller manager in its controller's namespace:
     listed inactive, it says why (a deactivated GripperActionController takes goals and ends none) and how to
-    activate it; listed active, or with no manager to ask, nothing. What it last read is kept (``listed``)."""
+    activate it; listed active, or with no manager to ask, nothing. While a goal is unanswered it asks again, its
+    reads kept per instruction goal and read again once FRESH_S old."""
     node = Node("gripper_manager_test", context=ros_context)
     gripper = _gripper(node)
     manager = ControllerManager(ros_context, "/", {"arm_controller": "active", "gripper_sim": "inactive"})
@@ -270,17 +271,28 @@ def test_a_jaw_controller_its_manager_lists_inactive_is_named_before_any_goal(ro
 
     with spin_nodes(ros_context, node):
         wait_until(lambda: gripper._client.server_is_ready(), 5.0, "the gripper's server")
-        assert inactive() == "" and gripper.listed(2.0) is None  # no manager: not judged, nothing listed
+        assert inactive() == ""  # no manager: not judged
         with spin_nodes(ros_context, manager):
             wait_until(lambda: gripper._activity.managers("/gripper_sim"), 5.0, "the manager's list_controllers")
             said = inactive()
-            assert gripper.listed(2.0) == ("/gripper_sim", "inactive", "/controller_manager")  # as last read
             assert said.startswith("/gripper_sim is inactive, not active (/controller_manager lists it so): it takes "
                                    "goals and never moves the jaw nor ends them"), said  # fmt: skip
             assert said.endswith("activate it (`ros2 control set_controller_state gripper_sim active`, or spawn it "
                                  "active)"), said  # fmt: skip
             manager.states["gripper_sim"] = "active"
-            assert inactive() == "" and gripper.listed(2.0)[1] == "active"
+            assert inactive() == ""
+            # a goal's silent controller: its own reads, kept per instruction goal (``listed`` at the goal's end)
+            assert gripper.listed() is None
+            gripper.ask_while_silent(2.0)
+            wait_until(lambda: gripper.listed() == ("/gripper_sim", "active", "/controller_manager"), 5.0, "a read")
+            manager.states["gripper_sim"] = "inactive"
+            gripper.ask_while_silent(2.0)  # answered and under FRESH_S old: not asked again
+            time.sleep(0.5)
+            assert gripper.listed()[1] == "active"
+            gripper.begin()  # the next instruction goal: nothing read of its silence yet
+            assert gripper.listed() is None
+            gripper.ask_while_silent(2.0)
+            wait_until(lambda: gripper.listed() == ("/gripper_sim", "inactive", "/controller_manager"), 5.0, "a read")
 
 
 @pytest.mark.parametrize("active", [False, True])
