@@ -14,7 +14,7 @@ messages in and out and keeps JTC's goal life:
 - accepting a goal cancels the active one (CANCELED, INVALID_GOAL, "Current goal cancelled due to new incoming
   action.") and plays the new trajectory from where the arm is at acceptance, moving as it moves (a straight line to
   the first point when its `state_interfaces` lack velocity, as JTC interpolates from a state whose velocity it
-  cannot read; JTC's parameters, `joints` among them,
+  cannot read up to humble 2.51 / jazzy 4.35, the stricter case; JTC's parameters, `joints` among them,
   are declared so the instruction node can read them); the node's end cancels it too (JTC's deactivation:
   "Current goal cancelled during deactivate transition.");
 - a trajectory on the topic replaces the one playing the same way, but leaves the active goal running (JTC's
