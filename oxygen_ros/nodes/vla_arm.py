@@ -7,10 +7,10 @@ the plan's last target minus the time a trajectory needs to reach the controller
 overlaps execution (LeRobot's async inference). An arriving chunk is checked (shape, period), merged into the plan
 (``control.arm.action_queue``: targets due before now + ``send_lead_s`` dropped while a plan moves the arm; those of
 steps an arm stood still, at a goal's start, after a hold or past its plan's end, put off instead; overlapping ones
-blended with ``blend_old_weight``), mapped to joint units, checked against the limits the goal started with and against where the
-plan has the arm now (``control.arm.safety``; at rest: the measured position, within ``max_start_jump``; moving: the
-measured position must be within ``max_tracking_error`` of where the plan had the arm when it was read), and sent as
-one trajectory on the node clock.
+blended with ``blend_old_weight``), mapped to joint units, checked against the limits the goal started with and
+against where the plan has the arm now (``control.arm.safety``; at rest: the measured position, within
+``max_start_jump``; moving: the measured position must be within ``max_tracking_error`` of where the plan had the arm
+when it was read), and sent as one trajectory on the node clock.
 The camera frames a chunk was computed from must have been younger than ``input_timeout_s`` when it was asked for
 (the answer names them and their stamp), and latency counts from the older of the frames and the state.
 

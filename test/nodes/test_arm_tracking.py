@@ -451,7 +451,7 @@ LISTED = ("/gripper_controller", "/controller_manager")
 
 @pytest.mark.parametrize(("went", "stood_s", "state", "unmoved"), [
     (0.0, 2.5, None, f"{SILENT} (is its controller active?)"),  # never moved, a goal 2.5 s unanswered: switched off?
-    (0.0, 0.0, None, ""),  # never moved, but no goal stood past the stall timeout unanswered: a grip (or goals replaced)
+    (0.0, 0.0, None, ""),  # never moved, no goal stood past the stall timeout unanswered: a grip (or goals replaced)
     (0.15, 2.5, None, ""),  # moved over 2% of its 6 rad range (0.12), then stopped: a grip
     (0.0, 2.5, "active", f"{SILENT}, though /controller_manager lists /gripper_controller active: the jaw is held "
      "where it is (its motors off, or by what it grips with the controller's stall check never firing: a velocity "
