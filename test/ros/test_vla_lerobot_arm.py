@@ -13,6 +13,7 @@ manager lists it as)."""
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -117,9 +118,8 @@ def robot(ros_domain_id, tmp_path_factory) -> Iterator:
 
 
 def test_a_lerobot_checkpoint_drives_the_arm_from_keyed_cameras_and_its_state(robot):
-    goal = FollowInstruction.Goal(instruction=INSTRUCTION, rate_hz=5.0, duration_s=5.0)
     before_states, before_traces = len(robot.states.messages), len(robot.traces.messages)
-    out = send_goal(robot, FollowInstruction, "/follow_instruction", goal).result(timeout=120.0)
+    out = _follow(robot, 5.0).result(timeout=120.0)
     assert out.status == GoalStatus.STATUS_SUCCEEDED, out.result.message
     assert out.result.chunks_sent >= 2, out.result
     for joints, lower, upper, speed, middle in ((SO100_JOINTS[:JAW], LOWER[:JAW], UPPER[:JAW], SPEED[:JAW],
@@ -151,56 +151,68 @@ def _jaw_to_the_middle(robot) -> None:
     raise AssertionError("the jaw did not go back to the middle")
 
 
-def test_a_jaw_whose_controller_is_switched_off_fails_the_goal(robot):
-    """The gripper's controller deactivated (`ros2 control switch_controllers --deactivate`: its action server stays
-    and takes goals, nothing moves the jaw, no goal ends): the arm moves, the jaw the plan sends 0.4 away never does
-    while our goal stands past the controller's stall timeout unanswered, so the goal does not succeed, and says
-    why."""
+@contextmanager
+def _jaw_controller_switched_off(robot) -> Iterator[None]:
+    """The jaw in the middle, then its controller deactivated (`ros2 control switch_controllers --deactivate`: its
+    action server stays and takes goals, nothing moves the jaw, no goal ends) until the block ends."""
     _jaw_to_the_middle(robot)
     set_parameter(robot, "/gripper_sim", "active", False)
     try:
-        goal = FollowInstruction.Goal(instruction=INSTRUCTION, rate_hz=5.0, duration_s=6.0)
-        out = send_goal(robot, FollowInstruction, "/follow_instruction", goal).result(timeout=120.0)
+        yield
     finally:
         set_parameter(robot, "/gripper_sim", "active", True)
+
+
+@contextmanager
+def _controller_manager(robot, states: dict[str, str]) -> Iterator[ControllerManager]:
+    """ros2_control's controller manager listing ``states``, answering list_controllers until the block ends."""
+    manager = ControllerManager(robot.context, "/", states)
+    with spin_nodes(robot.context, manager):
+        wait_until(lambda: "/controller_manager/list_controllers" in dict(robot.get_service_names_and_types()), 5.0,
+                   "the manager's list_controllers")  # fmt: skip
+        yield manager
+
+
+def _follow(robot, duration_s: float):
+    goal = FollowInstruction.Goal(instruction=INSTRUCTION, rate_hz=5.0, duration_s=duration_s)
+    return send_goal(robot, FollowInstruction, "/follow_instruction", goal)
+
+
+def _the_jaw_did_not_move(out) -> str:
+    """The goal's message, once it says the jaw never moved (ABORTED)."""
     assert out.status == GoalStatus.STATUS_ABORTED, out.result.message
     assert out.result.message.startswith("the gripper did not move: its plan took gripper "), out.result.message
-    assert "/gripper_controller/gripper_cmd kept a goal" in out.result.message
+    return out.result.message
+
+
+def test_a_jaw_whose_controller_is_switched_off_fails_the_goal(robot):
+    """The gripper's controller switched off: the arm moves, the jaw the plan sends 0.4 away never does while our
+    goal stands past the controller's stall timeout unanswered, so the goal does not succeed, and says why."""
+    with _jaw_controller_switched_off(robot):
+        out = _follow(robot, 6.0).result(timeout=120.0)
+    assert "/gripper_controller/gripper_cmd kept a goal" in _the_jaw_did_not_move(out)
 
 
 def test_a_silent_jaw_controller_is_named_by_its_managers_word_read_while_it_was_silent(robot):
     """The jaw's controller takes goals and ends none; its manager lists it active when the goal starts (the goal's
     check lets it through), then inactive: asked while the controller stays silent, it is what the failure names,
     with the command that activates it (what `unmoved` says of each answer: test_arm_tracking)."""
-    _jaw_to_the_middle(robot)
-    manager = ControllerManager(robot.context, "/", {"arm_sim": "active", "gripper_sim": "active"})
-    set_parameter(robot, "/gripper_sim", "active", False)
-    try:
-        with spin_nodes(robot.context, manager):
-            wait_until(lambda: "/controller_manager/list_controllers" in dict(robot.get_service_names_and_types()),
-                       5.0, "the manager's list_controllers")  # fmt: skip
-            before = len(robot.traces.messages)
-            goal = FollowInstruction.Goal(instruction=INSTRUCTION, rate_hz=5.0, duration_s=6.0)
-            handle = send_goal(robot, FollowInstruction, "/follow_instruction", goal)
-            wait_until(lambda: len(robot.traces.messages) > before, 60.0, "the goal's first chunk on the arm")
-            manager.states["gripper_sim"] = "inactive"  # (past the goal's own check, which found it active)
-            out = handle.result(timeout=120.0)
-    finally:
-        set_parameter(robot, "/gripper_sim", "active", True)
-    assert out.status == GoalStatus.STATUS_ABORTED, out.result.message
-    assert out.result.message.startswith("the gripper did not move: its plan took gripper "), out.result.message
-    assert "; /gripper_sim is inactive, not active (/controller_manager lists it so)" in out.result.message
+    with _jaw_controller_switched_off(robot), \
+            _controller_manager(robot, {"arm_sim": "active", "gripper_sim": "active"}) as manager:  # fmt: skip
+        before = len(robot.traces.messages)
+        handle = _follow(robot, 6.0)
+        wait_until(lambda: len(robot.traces.messages) > before, 60.0, "the goal's first chunk on the arm")
+        manager.states["gripper_sim"] = "inactive"  # (past the goal's own check, which found it active)
+        out = handle.result(timeout=120.0)
+    said = _the_jaw_did_not_move(out)
+    assert "; /gripper_sim is inactive, not active (/controller_manager lists it so)" in said
 
 
 def test_a_jaw_controller_its_manager_lists_inactive_refuses_the_goal_before_anything_moves(robot):
     """With ros2_control's controller manager to ask (listing the arm's and the jaw's controllers), the deactivated
     jaw controller is named before any chunk goes out: FAILED_PRECONDITION, nothing sent."""
-    manager = ControllerManager(robot.context, "/", {"arm_sim": "active", "gripper_sim": "inactive"})
-    with spin_nodes(robot.context, manager):
-        wait_until(lambda: "/controller_manager/list_controllers" in dict(robot.get_service_names_and_types()), 5.0,
-                   "the manager's list_controllers")  # fmt: skip
-        goal = FollowInstruction.Goal(instruction=INSTRUCTION, rate_hz=5.0, duration_s=4.0)
-        out = send_goal(robot, FollowInstruction, "/follow_instruction", goal).result(timeout=120.0)
+    with _controller_manager(robot, {"arm_sim": "active", "gripper_sim": "inactive"}):
+        out = _follow(robot, 4.0).result(timeout=120.0)
     assert (out.status, out.result.error_code, out.result.chunks_sent) == \
         (GoalStatus.STATUS_ABORTED, "FAILED_PRECONDITION", 0), out.result.message  # fmt: skip
     assert out.result.message.startswith("/gripper_sim is inactive, not active (/controller_manager lists it so)")
